@@ -1,0 +1,5 @@
+import sys
+
+from pyrofling.cli import main
+
+sys.exit(main())

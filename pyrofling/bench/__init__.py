@@ -1,0 +1,1 @@
+"""Benchmarks: ``pyrofling bench ...``.  Targets live here, not in timed unit tests."""

@@ -1,0 +1,650 @@
+"""``pyrofling bench fec``: packet-loss recovery and codec throughput.
+
+For each frame size K (data blocks) and loss model, every scheme sees the *same*
+loss pattern in each trial (common random numbers), so differences between
+schemes are not sampling noise.  Schemes:
+
+* ``none`` — no FEC: a frame survives only if no data block is lost.
+* ``reference/peel`` — the reference's planner and peeling decoder (native ↔ native).
+* ``reference/pyrofling`` — reference planner, pyrofling's decoder (native host → pyrofling viewer).
+* ``tuned/peel`` — pyrofling's planner, peeling decoder (pyrofling host → native viewer).
+* ``tuned/pyrofling`` — pyrofling ↔ pyrofling.
+* ``zfec`` (Reed–Solomon, MDS: the best any code can do at this overhead) and
+  ``raptorq`` (RFC 6330), when the ``compare`` extra is installed.
+
+Recovery runs the real decoders on small blocks (which patterns are recoverable
+does not depend on the block size) and checks every recovered frame byte for
+byte.  Throughput runs them on 1024-byte blocks, single thread, median of many
+frames with fresh seeds.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from pyrofling.fec.codec import FecPlan, FrameDecoder, encode_repair, split_data
+from pyrofling.fec.planner import REFERENCE_RATIO, reference_plan, repair_count, tuned_plan
+
+STANDARD_KS = (5, 10, 20, 40, 100, 200)
+STANDARD_LOSS = ("n=1", "n=2", "iid:0.5%", "iid:1%", "iid:2%", "iid:5%", "ge")
+GE_DEFAULT = (0.01, 0.30, 0.5)
+SIM_BLOCK_BYTES = 8
+
+
+# --------------------------------------------------------------------------------------------
+# Loss models for the bench
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LossSpec:
+    """A loss model by name: ``n=K`` (exactly K of all packets), ``data=K`` (K data packets,
+    all repair received), ``iid:P`` (P as 0.01 or 1%), ``ge[:gb,bg,bad]`` (Gilbert–Elliott
+    over a continuous stream of frames)."""
+
+    kind: str
+    value: float = 0.0
+    ge: tuple[float, float, float] = GE_DEFAULT
+
+    @classmethod
+    def parse(cls, text: str) -> LossSpec:
+        t = text.strip().lower()
+        try:
+            if t.startswith("n="):
+                return cls("n", int(t[2:]))
+            if t.startswith("data="):
+                return cls("data", int(t[5:]))
+            if t.startswith("iid:"):
+                v = t[4:]
+                p = float(v[:-1]) / 100 if v.endswith("%") else float(v)
+                if not 0 <= p <= 1:
+                    raise ValueError
+                return cls("iid", p)
+            if t == "ge":
+                return cls("ge")
+            if t.startswith("ge:"):
+                parts = tuple(float(x) for x in t[3:].split(","))
+                if len(parts) != 3 or not all(0 <= x <= 1 for x in parts):
+                    raise ValueError
+                return cls("ge", ge=(parts[0], parts[1], parts[2]))
+        except ValueError:
+            pass
+        raise ValueError(
+            f"bad loss model {text!r}: use n=2, data=2, iid:1% (or iid:0.01), ge, or ge:0.01,0.3,0.5"
+        )
+
+    @property
+    def label(self) -> str:
+        if self.kind == "n":
+            return f"n={int(self.value)}"
+        if self.kind == "data":
+            return f"data={int(self.value)}"
+        if self.kind == "iid":
+            return f"iid {self.value * 100:g}%"
+        if self.ge == GE_DEFAULT:
+            return "GE"
+        return "GE({:g},{:g},{:g})".format(*self.ge)
+
+
+class _LossDrawer:
+    """Draws which of a frame's ``k + f`` packets are lost, per the spec (send order: data, then repair)."""
+
+    def __init__(self, spec: LossSpec, rng: random.Random) -> None:
+        self.spec = spec
+        self.rng = rng
+        self.bad = False
+
+    def draw(self, k: int, f: int) -> set[int]:
+        spec, rng = self.spec, self.rng
+        total = k + f
+        if spec.kind == "n":
+            return set(rng.sample(range(total), min(int(spec.value), total)))
+        if spec.kind == "data":
+            return set(rng.sample(range(k), min(int(spec.value), k)))
+        if spec.kind == "iid":
+            p = spec.value
+            return {i for i in range(total) if rng.random() < p}
+        gb, bg, bad_loss = spec.ge
+        lost = set()
+        for i in range(total):
+            if self.bad:
+                if rng.random() < bad_loss:
+                    lost.add(i)
+                if rng.random() < bg:
+                    self.bad = False
+            elif rng.random() < gb:
+                self.bad = True
+        return lost
+
+
+# --------------------------------------------------------------------------------------------
+# Peers (optional)
+# --------------------------------------------------------------------------------------------
+
+
+def peers_available() -> dict[str, bool]:
+    return {name: importlib.util.find_spec(name) is not None for name in ("zfec", "raptorq")}
+
+
+class _Zfec:
+    def __init__(self) -> None:
+        import zfec
+
+        self._zfec = zfec
+        self._encoders: dict[tuple[int, int], Any] = {}
+        self._decoders: dict[tuple[int, int], Any] = {}
+
+    def encoder(self, k: int, m: int) -> Any:
+        key = (k, m)
+        if key not in self._encoders:
+            self._encoders[key] = self._zfec.Encoder(k, m)
+        return self._encoders[key]
+
+    def decoder(self, k: int, m: int) -> Any:
+        key = (k, m)
+        if key not in self._decoders:
+            self._decoders[key] = self._zfec.Decoder(k, m)
+        return self._decoders[key]
+
+    def encode(self, blocks: list[bytes], f: int) -> list[bytes]:
+        k = len(blocks)
+        return list(self.encoder(k, k + f).encode(blocks, list(range(k, k + f))))
+
+    def decode(self, k: int, f: int, received: list[tuple[int, bytes]]) -> bytes | None:
+        if len(received) < k:
+            return None
+        first = received[:k]
+        out = self.decoder(k, k + f).decode([b for _, b in first], [i for i, _ in first])
+        return b"".join(out)
+
+
+class _Raptorq:
+    def __init__(self) -> None:
+        import raptorq
+
+        self._rq = raptorq
+
+    def encode(self, frame: bytes, symbol_bytes: int, f: int) -> list[bytes]:
+        return list(self._rq.Encoder.with_defaults(frame, symbol_bytes).get_encoded_packets(f))
+
+    def decode(self, frame_bytes: int, symbol_bytes: int, packets: Iterable[bytes]) -> bytes | None:
+        dec = self._rq.Decoder.with_defaults(frame_bytes, symbol_bytes)
+        for p in packets:
+            out = dec.decode(p)
+            if out is not None:
+                return bytes(out)
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Tally:
+    trials: int = 0
+    success: int = 0
+    damaged: int = 0  # frames that lost at least one data block
+    mismatches: int = 0  # recovered but not byte-identical (must stay 0)
+
+    def add(self, ok: bool, damaged: bool) -> None:
+        self.trials += 1
+        self.success += ok
+        self.damaged += damaged
+
+
+def wilson_interval(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
+    """95 % Wilson score interval for a proportion."""
+    if trials == 0:
+        return (0.0, 1.0)
+    p = successes / trials
+    denom = 1 + z * z / trials
+    centre = (p + z * z / (2 * trials)) / denom
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+@dataclass(slots=True)
+class Throughput:
+    encode_MBps: float | None = None
+    decode_MBps: dict[int, float | None] = field(default_factory=dict)  # losses -> MB/s
+
+
+# --------------------------------------------------------------------------------------------
+# The bench
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class FecBenchConfig:
+    """What to run.  ``trials`` per (K, loss model); peers get ``peer_trials``."""
+
+    ks: tuple[int, ...] = STANDARD_KS
+    losses: tuple[LossSpec, ...] = tuple(LossSpec.parse(s) for s in STANDARD_LOSS)
+    ratio: float = REFERENCE_RATIO
+    repair_blocks: int | None = None  # fixed count instead of the ratio rule
+    trials: int = 4000
+    peer_trials: int = 1000
+    seed: int = 1
+    compare: bool = True
+    throughput: bool = True
+    throughput_frames: int = 300
+    #: Extra candidate degrees to compare (schemes "d=N/peel", "d=N/pyrofling").
+    sweep_degrees: tuple[int, ...] = ()
+
+    def repair_for(self, k: int) -> int:
+        return self.repair_blocks if self.repair_blocks is not None else repair_count(k, self.ratio)
+
+    def plans(self, k: int) -> dict[str, FecPlan]:
+        """The XOR plans compared at frame size ``k``, by planner name."""
+        f = self.repair_for(k)
+        plans = {"reference": reference_plan(k, f), "tuned": tuned_plan(k, f)}
+        for d in self.sweep_degrees:
+            plans[f"d={d}"] = FecPlan(f, min(d, k), min(d, k)) if f else FecPlan(0, 0, 0)
+        return plans
+
+    def schemes(self) -> list[str]:
+        """Every scheme name, in report order."""
+        xor = [f"{p}/{d}" for p in ("reference", "tuned", *(f"d={d}" for d in self.sweep_degrees))
+               for d in ("peel", "pyrofling")]
+        return ["none", *xor, "zfec", "raptorq"]
+
+
+class Progress:
+    """A one-line progress bar on a terminal, a line per step otherwise."""
+
+    def __init__(self, total: int, stream: TextIO | None) -> None:
+        self.total = max(1, total)
+        self.done = 0
+        self.stream = stream
+        self.tty = bool(stream is not None and stream.isatty())
+        self.started = time.monotonic()
+
+    def step(self, label: str, amount: int = 1) -> None:
+        self.done += amount
+        if self.stream is None:
+            return
+        frac = min(1.0, self.done / self.total)
+        elapsed = time.monotonic() - self.started
+        eta = elapsed / frac - elapsed if frac > 0 else 0.0
+        if self.tty:
+            bar = "#" * int(frac * 30)
+            self.stream.write(f"\r[{bar:<30}] {frac * 100:5.1f}%  {label:<28} eta {eta:4.0f}s")
+            self.stream.flush()
+        else:
+            self.stream.write(f"progress {frac * 100:5.1f}% {label} (eta {eta:.0f}s)\n")
+
+    def close(self) -> None:
+        if self.stream is not None and self.tty:
+            self.stream.write("\r" + " " * 80 + "\r")
+            self.stream.flush()
+
+
+def _decode_xor(
+    frame: bytes,
+    data: list[memoryview],
+    repair: list[bytes],
+    plan: FecPlan,
+    seed: int,
+    lost: set[int],
+    *,
+    eliminate: bool,
+    block_bytes: int,
+) -> bytes | None:
+    """Feed the surviving packets in send order; the frame if it completes."""
+    dec = FrameDecoder(len(frame), plan, seed, block_bytes=block_bytes, eliminate=eliminate)
+    k = len(data)
+    for i, block in enumerate(data):
+        if i not in lost and dec.add_data(i, block):
+            return dec.frame()
+    for j, block in enumerate(repair):
+        if k + j not in lost and dec.add_repair(j, block):
+            return dec.frame()
+    return None
+
+
+def run_recovery(
+    cfg: FecBenchConfig, progress: Progress | None = None
+) -> dict[tuple[str, int, str], Tally]:
+    """Recovery tallies keyed by (scheme, K, loss label)."""
+    peers = peers_available() if cfg.compare else {"zfec": False, "raptorq": False}
+    zf = _Zfec() if peers["zfec"] else None
+    rq = _Raptorq() if peers["raptorq"] else None
+    tallies: dict[tuple[str, int, str], Tally] = {}
+    bb = SIM_BLOCK_BYTES
+    for k in cfg.ks:
+        f = cfg.repair_for(k)
+        plans = cfg.plans(k)
+        xor_schemes = [f"{p}/{d}" for p in plans for d in ("peel", "pyrofling")]
+        for spec in cfg.losses:
+            rng = random.Random(f"{cfg.seed}/{k}/{spec.label}")
+            drawer = _LossDrawer(spec, rng)
+            label = spec.label
+            for name in ("none", *xor_schemes, "zfec", "raptorq"):
+                tallies[(name, k, label)] = Tally()
+            for trial in range(cfg.trials):
+                lost = drawer.draw(k, f)
+                frame = rng.randbytes(k * bb - rng.randrange(bb))
+                seed = rng.getrandbits(32)
+                damaged = any(i < k for i in lost)
+                tallies[("none", k, label)].add(not damaged, damaged)
+                if not damaged:
+                    # Systematic code: nothing to rebuild, every scheme delivers.
+                    for name in (*xor_schemes, "zfec", "raptorq"):
+                        if name == "zfec" and zf is None or name == "raptorq" and rq is None:
+                            continue
+                        if name in ("zfec", "raptorq") and trial >= cfg.peer_trials:
+                            continue
+                        tallies[(name, k, label)].add(True, False)
+                    continue
+                data = split_data(frame, block_bytes=bb)
+                enough = k + f - len(lost) >= k
+                for planner, plan in plans.items():
+                    repair = encode_repair(frame, plan, seed, block_bytes=bb)
+                    peeled: bytes | None = None
+                    for decoder in ("peel", "pyrofling"):
+                        name = f"{planner}/{decoder}"
+                        out: bytes | None = None
+                        if enough and f:
+                            if decoder == "peel" or peeled is None:
+                                out = _decode_xor(
+                                    frame, data, repair, plan, seed, lost, eliminate=decoder != "peel", block_bytes=bb
+                                )
+                            else:
+                                out = peeled  # peeling succeeded, so elimination does too
+                        if decoder == "peel":
+                            peeled = out
+                        t = tallies[(name, k, label)]
+                        if out is not None and out != frame:
+                            t.mismatches += 1
+                        t.add(out == frame, True)
+                if trial < cfg.peer_trials:
+                    if zf is not None:
+                        ok = False
+                        if enough and f:
+                            blocks = [bytes(b).ljust(bb, b"\0") for b in data]
+                            rep = zf.encode(blocks, f)
+                            received = [(i, b) for i, b in enumerate(blocks + rep) if i not in lost]
+                            out = zf.decode(k, f, received)
+                            ok = out is not None and out[: len(frame)] == frame
+                        tallies[("zfec", k, label)].add(ok, True)
+                    if rq is not None:
+                        ok = False
+                        if enough and f:
+                            packets = rq.encode(frame, bb, f)
+                            survivors = (p for i, p in enumerate(packets) if i not in lost)
+                            out = rq.decode(len(frame), bb, survivors)
+                            ok = out == frame
+                        tallies[("raptorq", k, label)].add(ok, True)
+            if progress is not None:
+                progress.step(f"K={k} {label}")
+    return {key: t for key, t in tallies.items() if t.trials}
+
+
+def _median_rate(k: int, fn: Callable[[int], object], frames: int) -> float:
+    """MB/s of payload (1 MB = 1e6 B) from the median time of ``frames`` calls."""
+    times = []
+    for i in range(frames):
+        t0 = time.perf_counter()
+        fn(i)
+        times.append(time.perf_counter() - t0)
+    return k * 1024 / statistics.median(times) / 1e6
+
+
+def run_throughput(
+    cfg: FecBenchConfig, progress: Progress | None = None
+) -> dict[tuple[str, int], Throughput]:
+    """Encode/decode MB/s per (codec, K) with 1024-byte blocks, 0/1/2 lost data blocks."""
+    peers = peers_available() if cfg.compare else {"zfec": False, "raptorq": False}
+    out: dict[tuple[str, int], Throughput] = {}
+    rng = random.Random(cfg.seed)
+    frames = cfg.throughput_frames
+    for k in cfg.ks:
+        f = cfg.repair_for(k)
+        frame = rng.randbytes(k * 1024)
+        data = split_data(frame)
+        seeds = [rng.getrandbits(32) for _ in range(frames)]
+        for planner, plan in cfg.plans(k).items():
+            tp = Throughput()
+            if f:
+                tp.encode_MBps = _median_rate(k, lambda i, p=plan: encode_repair(frame, p, seeds[i]), frames)
+                repairs = [encode_repair(frame, plan, s) for s in seeds[:frames]]
+            for losses in (0, 1, 2):
+                if losses > f and losses:
+                    tp.decode_MBps[losses] = None
+                    continue
+                lost_sets = [set(random.Random(i).sample(range(k), min(losses, k))) for i in range(frames)]
+
+                def decode(i: int, plan: FecPlan = plan, lost_sets: list[set[int]] = lost_sets) -> None:
+                    dec = FrameDecoder(len(frame), plan, seeds[i])
+                    lost = lost_sets[i]
+                    for j, block in enumerate(data):
+                        if j not in lost:
+                            dec.add_data(j, block)
+                    if not dec.complete:
+                        for j, block in enumerate(repairs[i]):
+                            if dec.add_repair(j, block):
+                                break
+                    if dec.complete:
+                        dec.frame()
+
+                # Frames the code cannot repair still cost their attempt: that is the decoder's real cost.
+                tp.decode_MBps[losses] = _median_rate(k, decode, frames) if f or not losses else None
+            for decoder in ("peel", "pyrofling"):
+                out[(f"{planner}/{decoder}", k)] = tp
+        if peers["zfec"] and f and k + f <= 256:
+            zf = _Zfec()
+            blocks = [bytes(b) for b in data]
+            tp = Throughput(encode_MBps=_median_rate(k, lambda i: zf.encode(blocks, f), frames))
+            rep = zf.encode(blocks, f)
+            for losses in (0, 1, 2):
+                lost_sets = [set(random.Random(i).sample(range(k), min(losses, k))) for i in range(frames)]
+                received_sets = [
+                    [(j, b) for j, b in enumerate(blocks + rep) if j not in lost_sets[i]] for i in range(frames)
+                ]
+                tp.decode_MBps[losses] = (
+                    _median_rate(k, lambda i, r=received_sets: zf.decode(k, f, r[i]), frames) if losses <= f else None
+                )
+            out[("zfec", k)] = tp
+        if peers["raptorq"] and f:
+            rq = _Raptorq()
+            n_frames = max(20, frames // 5)  # one Encoder per frame: slow, fewer samples
+            tp = Throughput(encode_MBps=_median_rate(k, lambda i: rq.encode(frame, 1024, f), n_frames))
+            packets = rq.encode(frame, 1024, f)
+            for losses in (0, 1, 2):
+                lost_sets = [set(random.Random(i).sample(range(k), min(losses, k))) for i in range(n_frames)]
+                tp.decode_MBps[losses] = (
+                    _median_rate(
+                        k,
+                        lambda i, ls=lost_sets: rq.decode(
+                            len(frame), 1024, (p for j, p in enumerate(packets) if j not in ls[i])
+                        ),
+                        n_frames,
+                    )
+                    if losses <= f
+                    else None
+                )
+            out[("raptorq", k)] = tp
+        if progress is not None:
+            progress.step(f"throughput K={k}")
+    return out
+
+
+def build_rows(
+    cfg: FecBenchConfig,
+    tallies: dict[tuple[str, int, str], Tally],
+    speed: dict[tuple[str, int], Throughput],
+) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for (scheme, k, label), t in tallies.items():
+        tp = speed.get((scheme, k))
+        f = cfg.repair_for(k)
+        plan = cfg.plans(k).get(scheme.split("/")[0])
+        success = t.success / t.trials
+        lo, hi = wilson_interval(t.success, t.trials)
+        zf = tallies.get(("zfec", k, label))
+        row: dict[str, Any] = {
+            "scheme": scheme,
+            "k": k,
+            "repair_blocks": 0 if scheme == "none" else f,
+            "degrees": [plan.degree_even, plan.degree_odd] if plan else None,
+            "overhead": 0.0 if scheme == "none" else f / k,
+            "loss_model": label,
+            "trials": t.trials,
+            "frame_success": success,
+            "residual_frame_loss": 1 - success,
+            "residual_frame_loss_ci95": [1 - hi, 1 - lo],
+            "damaged_frames": t.damaged,
+            "recovered_share": (t.success - (t.trials - t.damaged)) / t.damaged if t.damaged else None,
+            "mismatches": t.mismatches,
+            "zfec_frame_success": zf.success / zf.trials if zf and zf.trials else None,
+            "encode_MBps": tp.encode_MBps if tp else None,
+            "decode_MBps": tp.decode_MBps.get(1) if tp else None,
+            "decode_MBps_by_losses": {str(n): v for n, v in tp.decode_MBps.items()} if tp else None,
+        }
+        rows.append(row)
+    return rows
+
+
+def run(cfg: FecBenchConfig, *, progress_stream: TextIO | None = sys.stderr) -> dict[str, Any]:
+    """Run recovery and throughput; the JSON document ``--json`` prints."""
+    steps = len(cfg.ks) * len(cfg.losses) + (len(cfg.ks) if cfg.throughput else 0)
+    progress = Progress(steps, progress_stream)
+    t0 = time.monotonic()
+    tallies = run_recovery(cfg, progress)
+    speed = run_throughput(cfg, progress) if cfg.throughput else {}
+    progress.close()
+    peers = peers_available() if cfg.compare else {"zfec": False, "raptorq": False}
+    return {
+        "bench": "fec",
+        "config": {
+            "ks": list(cfg.ks),
+            "losses": [s.label for s in cfg.losses],
+            "ratio": cfg.ratio,
+            "repair_blocks": cfg.repair_blocks,
+            "trials": cfg.trials,
+            "peer_trials": cfg.peer_trials,
+            "seed": cfg.seed,
+            "peers": peers,
+            "schemes": cfg.schemes(),
+        },
+        "elapsed_s": time.monotonic() - t0,
+        "rows": build_rows(cfg, tallies, speed),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Output
+# --------------------------------------------------------------------------------------------
+
+def _fmt_loss(x: float) -> str:
+    if x == 0:
+        return "0"
+    if x >= 0.01:
+        return f"{x * 100:.2f}%"
+    return f"{x:.1e}"
+
+
+def format_table(result: dict[str, Any]) -> str:
+    """The human-readable report: residual frame loss per K × loss model × scheme, then speed."""
+    rows = result["rows"]
+    losses = result["config"]["losses"]
+    lines = []
+    lines.append("Residual frame loss: share of frames not delivered complete (lower is better).")
+    lines.append("")
+    header = f"{'K':>4} {'F':>3}  {'scheme':<20}" + "".join(f"{lbl:>13}" for lbl in losses)
+    lines.append(header)
+    lines.append("-" * len(header))
+    by_key = {(r["scheme"], r["k"], r["loss_model"]): r for r in rows}
+    order = result["config"]["schemes"]
+    for k in result["config"]["ks"]:
+        for scheme in order:
+            cells = []
+            present = False
+            for lbl in losses:
+                r = by_key.get((scheme, k, lbl))
+                if r is None:
+                    cells.append(f"{'-':>13}")
+                    continue
+                present = True
+                cells.append(f"{_fmt_loss(r['residual_frame_loss']):>13}")
+            if present:
+                f = next(r["repair_blocks"] for (s, kk, _), r in by_key.items() if s == scheme and kk == k)
+                lines.append(f"{k:>4} {f:>3}  {scheme:<20}" + "".join(cells))
+        trials = {by_key[(s, k, lbl)]["trials"] for s in order for lbl in losses if (s, k, lbl) in by_key}
+        lines.append(f"{'':>9}trials: {', '.join(str(t) for t in sorted(trials))}")
+        lines.append("")
+    mismatches = sum(r["mismatches"] for r in rows)
+    lines.append(f"Recovered frames that differed from the original: {mismatches}")
+    speed_rows = {}
+    for r in rows:
+        if r["encode_MBps"] is not None or r["decode_MBps_by_losses"]:
+            key = (r["scheme"].replace("/peel", "").replace("/pyrofling", ""), r["k"])
+            speed_rows[key] = r
+    if speed_rows:
+        lines.append("")
+        lines.append("Throughput, MB/s of payload, single thread, 1024-byte blocks (median over frames):")
+        head = f"{'K':>4}  {'codec':<12}{'encode':>10}{'decode 0 lost':>15}{'1 lost':>10}{'2 lost':>10}"
+        lines.append(head)
+        lines.append("-" * len(head))
+
+        def num(v: float | None) -> str:
+            return "-" if v is None else f"{v:,.0f}"
+
+        for (codec, k), r in sorted(speed_rows.items(), key=lambda x: (x[0][1], x[0][0])):
+            d = r["decode_MBps_by_losses"] or {}
+            lines.append(
+                f"{k:>4}  {codec:<12}{num(r['encode_MBps']):>10}{num(d.get('0')):>15}"
+                f"{num(d.get('1')):>10}{num(d.get('2')):>10}"
+            )
+    peers = result["config"]["peers"]
+    missing = [p for p, ok in peers.items() if not ok]
+    if missing:
+        lines.append("")
+        lines.append(f"Not compared (install the 'compare' extra): {', '.join(missing)}")
+    lines.append(f"Elapsed: {result['elapsed_s']:.1f} s")
+    return "\n".join(lines)
+
+
+def plot(result: dict[str, Any], path: str) -> None:
+    """Recovery curves: frame success against the loss model, one panel per K."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["rows"]
+    ks = result["config"]["ks"]
+    losses = result["config"]["losses"]
+    cols = min(3, len(ks))
+    nrows = math.ceil(len(ks) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(5.2 * cols, 3.8 * nrows), squeeze=False)
+    by_key = {(r["scheme"], r["k"], r["loss_model"]): r for r in rows}
+    for ax, k in zip(axes.flat, ks, strict=False):
+        for scheme in result["config"]["schemes"]:
+            ys = [by_key.get((scheme, k, lbl)) for lbl in losses]
+            if not any(ys):
+                continue
+            vals = [100 * r["frame_success"] if r else float("nan") for r in ys]
+            ax.plot(range(len(losses)), vals, marker="o", label=scheme)
+        f = next((r["repair_blocks"] for r in rows if r["k"] == k and r["scheme"] != "none"), 0)
+        ax.set_title(f"K = {k} data blocks, F = {f} repair")
+        ax.set_xticks(range(len(losses)))
+        ax.set_xticklabels(losses, rotation=30, fontsize=8)
+        ax.set_ylabel("frames delivered, %")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(ks) :]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

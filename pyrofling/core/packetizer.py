@@ -1,0 +1,113 @@
+"""Encoded packets → datagrams for one viewer (protocol.md §4.2, §5).
+
+Pure: no sockets, no clock.  The host keeps one :class:`Packetizer` per viewer
+(own sequence counters, own FEC planner) and hands each encoded packet to it;
+the returned datagrams go to the pacer in order: data blocks first, then repair
+blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyrofling.fec.codec import BLOCK_BYTES, FecPlan, block_count, encode_repair, seed_for_pts
+from pyrofling.fec.planner import FecPlanner, NoFecPlanner
+from pyrofling.seqnum import SEQ14_MASK
+from pyrofling.wire import StreamType, media_flags, media_header_prefix
+
+#: Largest packet the wire can describe without the subpacket index wrapping (16 MiB).
+MAX_PACKET_BYTES = (SEQ14_MASK + 1) * BLOCK_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class MediaPacket:
+    """One encoder output unit: a video access unit or an audio chunk.  Times are µs."""
+
+    data: bytes
+    pts_us: int
+    stream: StreamType = StreamType.VIDEO
+    key_frame: bool = False
+    dts_us: int | None = None  # None: same as pts (no B-frames)
+
+
+def initial_sequences(cookie: int) -> tuple[int, int]:
+    """First video and audio packet sequence numbers for a cookie (protocol.md §4.2)."""
+    return cookie & SEQ14_MASK, ~cookie & SEQ14_MASK
+
+
+class Packetizer:
+    """Splits packets into datagrams with FEC for one viewer.
+
+    ``video_planner`` chooses FEC for video (the reference sends none for audio;
+    ``audio_planner`` adds audio repair blocks, which native viewers ignore).
+    """
+
+    def __init__(
+        self,
+        *,
+        video_seq: int = 0,
+        audio_seq: int = 0,
+        video_planner: FecPlanner | None = None,
+        audio_planner: FecPlanner | None = None,
+    ) -> None:
+        self._next_seq = {StreamType.VIDEO: video_seq & SEQ14_MASK, StreamType.AUDIO: audio_seq & SEQ14_MASK}
+        self.video_planner: FecPlanner = video_planner or NoFecPlanner()
+        self.audio_planner: FecPlanner = audio_planner or NoFecPlanner()
+        self.packets_sent = 0
+        self.datagrams_sent = 0
+        self.repair_datagrams_sent = 0
+
+    @classmethod
+    def for_cookie(cls, cookie: int, **kwargs: FecPlanner | None) -> Packetizer:
+        video, audio = initial_sequences(cookie)
+        return cls(video_seq=video, audio_seq=audio, **kwargs)
+
+    def next_seq(self, stream: StreamType) -> int:
+        return self._next_seq[stream]
+
+    def plan_for(self, packet: MediaPacket) -> FecPlan:
+        planner = self.video_planner if packet.stream == StreamType.VIDEO else self.audio_planner
+        n = block_count(len(packet.data))
+        return planner.plan(n) if n else FecPlan(0, 0, 0)
+
+    def packetize(self, packet: MediaPacket) -> list[bytes]:
+        """Datagrams for one packet, in send order.  An empty packet still uses a sequence number."""
+        size = len(packet.data)
+        if size > MAX_PACKET_BYTES:
+            raise ValueError(f"packet of {size} bytes exceeds the {MAX_PACKET_BYTES}-byte limit")
+        seq = self._next_seq[packet.stream]
+        self._next_seq[packet.stream] = (seq + 1) & SEQ14_MASK
+        self.packets_sent += 1
+        plan = self.plan_for(packet)
+        dts_delta = 0 if packet.dts_us is None else max(0, packet.pts_us - packet.dts_us)
+        prefix = media_header_prefix(
+            packet.pts_us, dts_delta, size, plan.repair_blocks, plan.degree_even, plan.degree_odd
+        )
+        audio = packet.stream == StreamType.AUDIO
+        key = packet.key_frame
+        view = memoryview(packet.data)
+        out = [
+            b"".join(
+                (
+                    prefix,
+                    media_flags(packet_seq=seq, subpacket_seq=i, key_frame=key, audio=audio, fec=False, begin=i == 0),
+                    view[start : start + BLOCK_BYTES],
+                )
+            )
+            for i, start in enumerate(range(0, size, BLOCK_BYTES))
+        ]
+        if plan.repair_blocks:
+            repair = encode_repair(packet.data, plan, seed_for_pts(packet.pts_us))
+            out.extend(
+                b"".join(
+                    (
+                        prefix,
+                        media_flags(packet_seq=seq, subpacket_seq=i, key_frame=key, audio=audio, fec=True, begin=False),
+                        block,
+                    )
+                )
+                for i, block in enumerate(repair)
+            )
+            self.repair_datagrams_sent += len(repair)
+        self.datagrams_sent += len(out)
+        return out

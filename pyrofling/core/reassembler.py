@@ -1,0 +1,373 @@
+"""Datagrams → complete packets, with FEC, reordering, deadlines and bounded memory.
+
+Pure: the viewer's network shell calls :meth:`Reassembler.receive` with each UDP
+datagram and the time it read it, calls :meth:`Reassembler.handle_timer` when
+:meth:`Reassembler.next_timer` comes due, and acts on the returned events
+(decode a packet, note a ping reply, request a key frame on loss).
+
+Compared with the reference receiver (protocol.md §6), it keeps up to
+``max_in_flight`` packets per stream instead of two, so datagrams reordered across
+several packets still count; it delivers packets in sequence order, holding a
+complete packet for at most ``reorder_timeout_s`` while an older one may still
+complete; it gives up on a packet ``deadline_s`` after its first datagram; and a
+malformed datagram is counted under a reason and dropped, never fatal.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from pyrofling.fec.codec import BLOCK_BYTES, FecError, FecPlan, FrameDecoder, block_count, seed_for_pts
+from pyrofling.seqnum import seq14_delta
+from pyrofling.wire import (
+    MAX_MEDIA_DATAGRAM_BYTES,
+    MEDIA_HEADER_BYTES,
+    MediaHeader,
+    PingReply,
+    Progress,
+    ProtocolError,
+    StreamType,
+)
+
+# --------------------------------------------------------------------------------------------
+# Events
+# --------------------------------------------------------------------------------------------
+
+
+class ReassemblyEvent:
+    """Base of what :class:`Reassembler` reports."""
+
+
+@dataclass(frozen=True, slots=True)
+class PacketReady(ReassemblyEvent):
+    """A complete packet, delivered in sequence order per stream."""
+
+    stream: StreamType
+    seq: int
+    pts_us: int
+    dts_us: int
+    key_frame: bool
+    data: bytes
+    recovered: bool  # needed repair blocks
+    first_datagram_s: float  # when its first datagram arrived
+    complete_s: float  # when it became complete
+
+
+@dataclass(frozen=True, slots=True)
+class PacketsLost(ReassemblyEvent):
+    """``count`` packets before ``before_seq`` will never be delivered."""
+
+    stream: StreamType
+    count: int
+    before_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class PingReplyReceived(ReassemblyEvent):
+    seq: int
+    server_time_us: int
+    received_s: float
+
+
+# --------------------------------------------------------------------------------------------
+# Configuration and state
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReassemblerConfig:
+    """Limits and timing of the reassembler.  All fields have working defaults."""
+
+    #: Packets per stream held at once (complete-but-waiting and incomplete); ≥ 4 reorder tolerance.
+    max_in_flight: int = 16
+    #: Largest packet accepted, bytes.  A larger payload_size is a malformed datagram.
+    max_packet_bytes: int = 8 * 1024 * 1024
+    #: Bytes of packet buffers held at once, all streams together.
+    max_buffered_bytes: int = 64 * 1024 * 1024
+    #: How long a complete packet waits for an older incomplete one, seconds.
+    reorder_timeout_s: float = 0.004
+    #: An older incomplete packet is given up once this many newer packets are complete.
+    reorder_packets: int = 4
+    #: An incomplete packet is given up this long after its first datagram, seconds.
+    deadline_s: float = 0.25
+    #: Decode with GF(2) elimination after peeling (False = peeling only, like the reference).
+    elimination: bool = True
+
+
+@dataclass(slots=True)
+class ProgressCounters:
+    """Cumulative counters a viewer reports in PROGRESS (protocol.md §2.3)."""
+
+    received: int = 0
+    fec_recovered: int = 0
+    dropped_video: int = 0
+    dropped_audio: int = 0
+    key_frames: int = 0
+
+    def to_message(self) -> Progress:
+        return Progress(self.received, self.fec_recovered, self.dropped_video, self.dropped_audio, self.key_frames)
+
+
+@dataclass(slots=True)
+class _Partial:
+    header: MediaHeader  # of the first datagram seen; later ones must agree
+    decoder: FrameDecoder
+    first_s: float
+    buffer_bytes: int
+    blocked_since_s: float | None = None  # when a newer packet of the stream became complete
+    complete_s: float | None = None
+
+
+@dataclass(slots=True)
+class _StreamState:
+    in_flight: dict[int, _Partial] = field(default_factory=dict)
+    last_delivered: int | None = None
+    #: Newest sequence delivered or given up; anything at or before it is stale.
+    floor: int | None = None
+
+
+class Reassembler:
+    """Rebuilds packets from media datagrams (see module docstring for the contract)."""
+
+    def __init__(self, config: ReassemblerConfig | None = None) -> None:
+        self.config = config or ReassemblerConfig()
+        self.counters = ProgressCounters()
+        self.discarded: Counter[str] = Counter()
+        self.datagrams = 0
+        self._streams = {StreamType.VIDEO: _StreamState(), StreamType.AUDIO: _StreamState()}
+        self._buffered_bytes = 0
+
+    # ---------------------------------------------------------------------------------------
+    # Inputs
+    # ---------------------------------------------------------------------------------------
+
+    def receive(self, datagram: bytes | bytearray | memoryview, now: float) -> list[ReassemblyEvent]:
+        """One datagram from the server.  Never raises on peer data."""
+        self.datagrams += 1
+        size = len(datagram)
+        if size < MEDIA_HEADER_BYTES:
+            return self._discard("short_datagram")
+        if size > MAX_MEDIA_DATAGRAM_BYTES:
+            return self._discard("long_datagram")
+        header = MediaHeader.parse(datagram)
+        body = memoryview(datagram)[MEDIA_HEADER_BYTES:]
+        if header.is_ping_reply:
+            try:
+                reply = PingReply.from_datagram(header, body)
+            except ProtocolError as exc:
+                return self._discard(exc.reason)
+            return [PingReplyReceived(reply.seq, reply.server_time_us, now)]
+        return self._media(header, body, now)
+
+    def handle_timer(self, now: float) -> list[ReassemblyEvent]:
+        """Give up on packets whose reorder wait or deadline has passed."""
+        events: list[ReassemblyEvent] = []
+        for stream in self._streams:
+            events += self._flush(stream, now)
+        return events
+
+    def next_timer(self) -> float | None:
+        """When :meth:`handle_timer` next has something to do, or None."""
+        due: float | None = None
+        cfg = self.config
+        for state in self._streams.values():
+            for part in state.in_flight.values():
+                if part.complete_s is not None:
+                    continue
+                t = part.first_s + cfg.deadline_s
+                if part.blocked_since_s is not None:
+                    t = min(t, part.blocked_since_s + cfg.reorder_timeout_s)
+                due = t if due is None else min(due, t)
+        return due
+
+    @property
+    def buffered_bytes(self) -> int:
+        return self._buffered_bytes
+
+    def in_flight(self, stream: StreamType) -> int:
+        return len(self._streams[stream].in_flight)
+
+    # ---------------------------------------------------------------------------------------
+    # Media path
+    # ---------------------------------------------------------------------------------------
+
+    def _discard(self, reason: str) -> list[ReassemblyEvent]:
+        self.discarded[reason] += 1
+        return []
+
+    def _media(self, header: MediaHeader, body: memoryview, now: float) -> list[ReassemblyEvent]:
+        state = self._streams[header.stream]
+        seq = header.packet_seq
+        if state.floor is not None and seq14_delta(seq, state.floor) <= 0:
+            return self._discard("late")
+        part = state.in_flight.get(seq)
+        if part is None:
+            reason = self._check_new(header)
+            if reason:
+                return self._discard(reason)
+            events: list[ReassemblyEvent] = []
+            if not self._make_room(header, state, now, events):
+                self.discarded["no_room"] += 1
+                return events
+            n_bytes = block_count(header.payload_size) * BLOCK_BYTES
+            plan = FecPlan(header.num_fec_blocks, header.num_xor_blocks_even, header.num_xor_blocks_odd)
+            decoder = FrameDecoder(
+                header.payload_size, plan, seed_for_pts(header.pts_us), eliminate=self.config.elimination
+            )
+            part = _Partial(header, decoder, now, n_bytes)
+            state.in_flight[seq] = part
+            self._buffered_bytes += n_bytes
+            # A new packet arriving behind complete ones it precedes cannot block them longer.
+            for other_seq, other in state.in_flight.items():
+                if other.complete_s is not None and seq14_delta(other_seq, seq) > 0:
+                    part.blocked_since_s = other.complete_s
+                    break
+        else:
+            events = []
+            if not _same_packet(part.header, header):
+                return events + self._discard("inconsistent_header")
+            if part.complete_s is not None:
+                return events + self._discard("late")
+        decoder = part.decoder
+        try:
+            if header.fec:
+                done = decoder.add_repair(header.subpacket_seq, body)
+            else:
+                index = header.subpacket_seq
+                if header.begin != (index == 0):
+                    return events + self._discard("bad_begin")
+                expected = min(BLOCK_BYTES, header.payload_size - index * BLOCK_BYTES)
+                if len(body) != expected:
+                    return events + self._discard("bad_length")
+                done = decoder.add_data(index, body)
+        except FecError:
+            return events + self._discard("bad_block_index")
+        if done:
+            part.complete_s = now
+            # Older incomplete packets now hold up a complete one: start their reorder wait.
+            for other_seq, other in state.in_flight.items():
+                if other.complete_s is None and other.blocked_since_s is None and seq14_delta(other_seq, seq) < 0:
+                    other.blocked_since_s = now
+            events += self._flush(header.stream, now)
+        return events
+
+    def _check_new(self, header: MediaHeader) -> str | None:
+        """Why the first datagram of a packet cannot start a reassembly, or None."""
+        size = header.payload_size
+        if size == 0:
+            return "empty_packet"
+        if size > self.config.max_packet_bytes:
+            return "oversize_packet"
+        n = block_count(size)
+        plan = FecPlan(header.num_fec_blocks, header.num_xor_blocks_even, header.num_xor_blocks_odd)
+        try:
+            plan.check(n)
+        except FecError:
+            return "bad_fec_plan"
+        if header.fec and header.subpacket_seq >= plan.repair_blocks:
+            return "bad_block_index"
+        if not header.fec and header.subpacket_seq >= n:
+            return "bad_block_index"
+        return None
+
+    def _make_room(self, header: MediaHeader, state: _StreamState, now: float, events: list[ReassemblyEvent]) -> bool:
+        """Evict the oldest packets if the new one would exceed a limit; False if it must be dropped."""
+        need = block_count(header.payload_size) * BLOCK_BYTES
+        while len(state.in_flight) >= self.config.max_in_flight or (
+            self._buffered_bytes + need > self.config.max_buffered_bytes and state.in_flight
+        ):
+            oldest = min(state.in_flight, key=lambda s: seq14_delta(s, header.packet_seq))
+            if seq14_delta(header.packet_seq, oldest) < 0:
+                return False  # the new packet is older than everything held: it loses
+            self._give_up(state, oldest)
+            events += self._flush(header.stream, now)
+        return self._buffered_bytes + need <= self.config.max_buffered_bytes
+
+    # ---------------------------------------------------------------------------------------
+    # Delivery
+    # ---------------------------------------------------------------------------------------
+
+    def _flush(self, stream: StreamType, now: float) -> list[ReassemblyEvent]:
+        """Deliver complete packets in order; give up on the oldest when its time is over."""
+        state = self._streams[stream]
+        cfg = self.config
+        events: list[ReassemblyEvent] = []
+        while state.in_flight:
+            anchor = next(iter(state.in_flight))
+            oldest = min(state.in_flight, key=lambda s: seq14_delta(s, anchor))
+            part = state.in_flight[oldest]
+            if part.complete_s is not None:
+                events += self._deliver(stream, oldest, part)
+                continue
+            newer_complete = sum(
+                1 for s, p in state.in_flight.items() if p.complete_s is not None and seq14_delta(s, oldest) > 0
+            )
+            expired = now >= part.first_s + cfg.deadline_s
+            waited = part.blocked_since_s is not None and now >= part.blocked_since_s + cfg.reorder_timeout_s
+            if expired or waited or newer_complete >= cfg.reorder_packets:
+                self._give_up(state, oldest)
+                continue
+            break
+        return events
+
+    def _release(self, state: _StreamState, seq: int) -> _Partial:
+        part = state.in_flight.pop(seq)
+        self._buffered_bytes -= part.buffer_bytes
+        if state.floor is None or seq14_delta(seq, state.floor) > 0:
+            state.floor = seq
+        return part
+
+    def _give_up(self, state: _StreamState, seq: int) -> None:
+        """Abandon an incomplete packet; it is counted as dropped when a later one is delivered."""
+        self._release(state, seq)
+        self.discarded["gave_up_packet"] += 1
+
+    def _deliver(self, stream: StreamType, seq: int, part: _Partial) -> list[ReassemblyEvent]:
+        state = self._streams[stream]
+        self._release(state, seq)
+        events: list[ReassemblyEvent] = []
+        c = self.counters
+        if state.last_delivered is not None:
+            lost = seq14_delta(seq, state.last_delivered) - 1
+            if lost > 0:
+                if stream == StreamType.VIDEO:
+                    c.dropped_video += lost
+                else:
+                    c.dropped_audio += lost
+                events.append(PacketsLost(stream, lost, seq))
+        state.last_delivered = seq
+        c.received += 1
+        h = part.header
+        if part.decoder.recovered:
+            c.fec_recovered += 1
+        if h.key_frame:
+            c.key_frames += 1
+        assert part.complete_s is not None
+        events.append(
+            PacketReady(
+                stream=stream,
+                seq=seq,
+                pts_us=h.pts_us,
+                dts_us=h.pts_us - h.dts_delta_us,
+                key_frame=h.key_frame,
+                data=part.decoder.frame(),
+                recovered=part.decoder.recovered,
+                first_datagram_s=part.first_s,
+                complete_s=part.complete_s,
+            )
+        )
+        return events
+
+
+def _same_packet(a: MediaHeader, b: MediaHeader) -> bool:
+    """Datagrams of one packet agree on everything but the per-datagram fields."""
+    return (
+        a.pts_us == b.pts_us
+        and a.payload_size == b.payload_size
+        and a.num_fec_blocks == b.num_fec_blocks
+        and a.num_xor_blocks_even == b.num_xor_blocks_even
+        and a.num_xor_blocks_odd == b.num_xor_blocks_odd
+        and a.key_frame == b.key_frame
+        and a.dts_delta_us == b.dts_delta_us
+    )

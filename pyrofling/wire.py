@@ -1,0 +1,682 @@
+"""The PyroFling wire format: control messages and the media datagram header.
+
+Every struct here maps 1:1 to a table in ``protocol.md``; section numbers in the
+comments point there.  Parsers check lengths before unpacking, so nothing but
+:class:`ProtocolError` (a ``ValueError``) ever escapes them.
+
+All integers are little-endian.  The control message *type word* is 8 bytes on
+the wire (protocol.md §2.2): writers always emit 8 bytes with the exact values
+the native x86-64 build sends; readers accept 4 or 8.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+from typing import ClassVar, Self, TypeAlias
+
+from pyrofling.seqnum import SEQ14_MASK
+
+# --------------------------------------------------------------------------------------------
+# Errors (one hierarchy; conventions §6)
+# --------------------------------------------------------------------------------------------
+
+
+class ProtocolError(ValueError):
+    """Peer data that does not follow protocol.md.  ``reason`` is a short counter name."""
+
+    reason: ClassVar[str] = "protocol_error"
+
+
+class TruncatedError(ProtocolError):
+    """Fewer bytes than the structure needs."""
+
+    reason = "truncated"
+
+
+class LengthError(ProtocolError):
+    """A length that is not the one the message type requires, or is out of range."""
+
+    reason = "bad_length"
+
+
+class BadMagicError(ProtocolError):
+    """A type word whose magic bits are not PyroFling's."""
+
+    reason = "bad_magic"
+
+
+class UnknownMessageError(ProtocolError):
+    """A well-formed type word with an id this side does not know."""
+
+    reason = "unknown_type"
+
+
+class FieldError(ProtocolError):
+    """A field value outside what protocol.md allows."""
+
+    reason = "bad_field"
+
+
+# --------------------------------------------------------------------------------------------
+# Type word (protocol.md §2.1, §2.2)
+# --------------------------------------------------------------------------------------------
+
+#: Magic bits of every type word: letters P, Y, R shifted by 26/20/14 (kept to 32 bits),
+#: XORed with the version mask 0xaa02 << 16.  See tests/test_wire.py for the derivation.
+TYPE_MAGIC = 0xEF968000
+TYPE_MAGIC_MASK = 0xFFFFC000
+TYPE_ID_MASK = 0x3F
+TYPE_LEN_SHIFT = 6
+TYPE_LEN_MASK = 0xFF
+#: High half of the 8-byte type word for messages that carry a payload (sign extension).
+TYPE_HIGH_WITH_PAYLOAD = 0xFFFFFFFF
+MAX_CONTROL_PAYLOAD_BYTES = 255
+#: Largest TCP control message: 8-byte type word + 255-byte payload.
+MAX_CONTROL_MESSAGE_BYTES = 8 + MAX_CONTROL_PAYLOAD_BYTES
+
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+
+
+class MessageId(enum.IntEnum):
+    """Control message ids (bits 0..5 of the type word), protocol.md §2.3."""
+
+    OK = 0
+    NAK = 1
+    AGAIN = 2
+    HELLO = 3
+    COOKIE = 4
+    KICK = 5
+    PROGRESS = 6
+    CODEC_PARAMETERS = 7
+    PHASE_OFFSET = 8
+    GAMEPAD_STATE = 9
+    PING = 10
+
+
+def type_word(message_id: int, payload_bytes: int) -> int:
+    """The 32-bit type word for a message id and payload length."""
+    if not 0 <= message_id <= TYPE_ID_MASK:
+        raise ValueError(f"message id {message_id} does not fit in 6 bits")
+    if not 0 <= payload_bytes <= MAX_CONTROL_PAYLOAD_BYTES:
+        raise ValueError(f"payload of {payload_bytes} bytes does not fit in 8 bits")
+    return TYPE_MAGIC | (payload_bytes << TYPE_LEN_SHIFT) | message_id
+
+
+def type_word_wide(message_id: int, payload_bytes: int) -> int:
+    """The 64-bit value the native build writes (protocol.md §2.2): sign-extended when a payload follows."""
+    high = TYPE_HIGH_WITH_PAYLOAD if payload_bytes else 0
+    return (high << 32) | type_word(message_id, payload_bytes)
+
+
+def split_type_word(word: int) -> tuple[int, int]:
+    """Validate a 32-bit type word and return ``(message_id, payload_bytes)``."""
+    if (word & TYPE_MAGIC_MASK) != TYPE_MAGIC:
+        raise BadMagicError(f"type word 0x{word:08x} lacks the PyroFling magic")
+    return word & TYPE_ID_MASK, (word >> TYPE_LEN_SHIFT) & TYPE_LEN_MASK
+
+
+# --------------------------------------------------------------------------------------------
+# Control messages (protocol.md §2.3)
+# --------------------------------------------------------------------------------------------
+
+
+class KickFlags(enum.IntFlag):
+    """What a KICK subscribes to (protocol.md §2.3, KICK)."""
+
+    NONE = 0
+    VIDEO = 1 << 0
+    AUDIO = 1 << 1
+    GAMEPAD = 1 << 2
+
+
+class VideoCodec(enum.IntEnum):
+    NONE = 0
+    H264 = 1
+    H265 = 2
+    AV1 = 3
+    PYROWAVE = 4
+
+
+class AudioCodec(enum.IntEnum):
+    NONE = 0
+    OPUS = 1
+    AAC = 2
+    RAW_S16LE = 3
+
+
+class ColorProfile(enum.IntEnum):
+    BT709_LIMITED_LEFT_420 = 0
+    BT709_FULL_CENTER_420 = 1
+    BT2020_PQ_LIMITED_LEFT_420 = 2
+    BT2020_PQ_FULL_CENTER_420 = 3
+    BT709_FULL_444 = 4
+    BT2020_PQ_FULL_444 = 5
+
+
+class GamepadButton(enum.IntFlag):
+    """Button bits of GAMEPAD_STATE (protocol.md §2.3)."""
+
+    SOUTH = 1 << 0
+    EAST = 1 << 1
+    WEST = 1 << 2
+    NORTH = 1 << 3
+    TL = 1 << 4
+    TR = 1 << 5
+    THUMB_L = 1 << 6
+    THUMB_R = 1 << 7
+    START = 1 << 8
+    SELECT = 1 << 9
+    MODE = 1 << 10
+
+
+class ControlMessage:
+    """Base of every control message.  Subclasses set ``ID`` and ``PAYLOAD``."""
+
+    ID: ClassVar[MessageId]
+    PAYLOAD: ClassVar[struct.Struct | None] = None
+
+    @classmethod
+    def payload_bytes(cls) -> int:
+        return cls.PAYLOAD.size if cls.PAYLOAD is not None else 0
+
+    def payload(self) -> bytes:
+        return b""
+
+    @classmethod
+    def parse_payload(cls, data: bytes | memoryview) -> Self:
+        raise NotImplementedError
+
+    def encode(self, *, type_width: int = 8) -> bytes:
+        """Type word (8 bytes by default, 4 for a 32-bit peer) followed by the payload."""
+        n = self.payload_bytes()
+        if type_width == 8:
+            head = _U64.pack(type_word_wide(self.ID, n))
+        elif type_width == 4:
+            head = _U32.pack(type_word(self.ID, n))
+        else:
+            raise ValueError("type_width must be 4 or 8")
+        return head + self.payload()
+
+    def __bytes__(self) -> bytes:
+        return self.encode()
+
+
+def _check_payload(cls: type[ControlMessage], data: bytes | memoryview) -> None:
+    want = cls.payload_bytes()
+    if len(data) != want:
+        raise (TruncatedError if len(data) < want else LengthError)(
+            f"{cls.ID.name} payload is {len(data)} bytes, expected {want}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Bare(ControlMessage):
+    @classmethod
+    def parse_payload(cls, data: bytes | memoryview) -> Self:
+        _check_payload(cls, data)
+        return cls()
+
+
+@dataclass(frozen=True, slots=True)
+class Ok(_Bare):
+    ID = MessageId.OK
+
+
+@dataclass(frozen=True, slots=True)
+class Nak(_Bare):
+    ID = MessageId.NAK
+
+
+@dataclass(frozen=True, slots=True)
+class Again(_Bare):
+    ID = MessageId.AGAIN
+
+
+@dataclass(frozen=True, slots=True)
+class Hello(_Bare):
+    ID = MessageId.HELLO
+
+
+@dataclass(frozen=True, slots=True)
+class Cookie(ControlMessage):
+    """Server's session cookie (TCP reply to HELLO) and the client's UDP echo of it."""
+
+    ID = MessageId.COOKIE
+    PAYLOAD = _U64
+    cookie: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.cookie < 1 << 64:
+            raise ValueError("cookie must be a u64")
+
+    def payload(self) -> bytes:
+        return _U64.pack(self.cookie)
+
+    @classmethod
+    def parse_payload(cls, data: bytes | memoryview) -> Self:
+        _check_payload(cls, data)
+        return cls(_U64.unpack(data)[0])
+
+
+@dataclass(frozen=True, slots=True)
+class Kick(ControlMessage):
+    ID = MessageId.KICK
+    PAYLOAD = _U32
+    flags: KickFlags
+
+    def payload(self) -> bytes:
+        return _U32.pack(int(self.flags))
+
+    @classmethod
+    def parse_payload(cls, data: bytes | memoryview) -> Self:
+        _check_payload(cls, data)
+        # Unknown bits are kept: a newer peer may set them and must not be refused.
+        return cls(KickFlags(_U32.unpack(data)[0]))
+
+
+@dataclass(frozen=True, slots=True)
+class Progress(ControlMessage):
+    """Cumulative receive counters a viewer reports (protocol.md §2.3, §3.3)."""
+
+    ID = MessageId.PROGRESS
+    PAYLOAD = struct.Struct("<5Q")
+    received: int = 0
+    fec_recovered: int = 0
+    dropped_video: int = 0
+    dropped_audio: int = 0
+    key_frames: int = 0
+
+    def payload(self) -> bytes:
+        assert self.PAYLOAD is not None
+        return self.PAYLOAD.pack(
+            self.received, self.fec_recovered, self.dropped_video, self.dropped_audio, self.key_frames
+        )
+
+    @classmethod
+    def parse_payload(cls, data: bytes | memoryview) -> Self:
+        _check_payload(cls, data)
+        assert cls.PAYLOAD is not None
+        return cls(*cls.PAYLOAD.unpack(data))
+
+
+@dataclass(frozen=True, slots=True)
+class CodecParameters(ControlMessage):
+    ID = MessageId.CODEC_PARAMETERS
+    PAYLOAD = struct.Struct("<iiiHHHHII")
+    video_codec: int
+    color_profile: int
+    audio_codec: int
+    frame_rate_num: int
+    frame_rate_den: int
+    width: int
+    height: int
+    channels: int
+    rate: int
+
+    def payload(self) -> bytes:
+        assert self.PAYLOAD is not None
+        return self.PAYLOAD.pack(
+            self.video_codec,
+            self.color_profile,
+            self.audio_codec,
+            self.frame_rate_num,
+            self.frame_rate_den,
+            self.width,
+            self.height,
+            self.channels,
+            self.rate,
+        )
+
+    @classmethod
+    def parse_payload(cls, data: bytes | memoryview) -> Self:
+        _check_payload(cls, data)
+        assert cls.PAYLOAD is not None
+        return cls(*cls.PAYLOAD.unpack(data))
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseOffset(ControlMessage):
+    """Viewer's wish for the frame phase, µs; positive = "deliver later"."""
+
+    ID = MessageId.PHASE_OFFSET
+    PAYLOAD = struct.Struct("<i")
+    ideal_phase_offset_us: int
+
+    def payload(self) -> bytes:
+        assert self.PAYLOAD is not None
+        return self.PAYLOAD.pack(self.ideal_phase_offset_us)
+
+    @classmethod
+    def parse_payload(cls, data: bytes | memoryview) -> Self:
+        _check_payload(cls, data)
+        assert cls.PAYLOAD is not None
+        return cls(cls.PAYLOAD.unpack(data)[0])
+
+
+@dataclass(frozen=True, slots=True)
+class GamepadState(ControlMessage):
+    ID = MessageId.GAMEPAD_STATE
+    PAYLOAD = struct.Struct("<HHhhhhBBbb")
+    seq: int = 0
+    buttons: int = 0
+    lx: int = 0
+    ly: int = 0
+    rx: int = 0
+    ry: int = 0
+    lz: int = 0
+    rz: int = 0
+    hat_x: int = 0
+    hat_y: int = 0
+
+    def payload(self) -> bytes:
+        assert self.PAYLOAD is not None
+        return self.PAYLOAD.pack(
+            self.seq, self.buttons, self.lx, self.ly, self.rx, self.ry, self.lz, self.rz, self.hat_x, self.hat_y
+        )
+
+    @classmethod
+    def parse_payload(cls, data: bytes | memoryview) -> Self:
+        _check_payload(cls, data)
+        assert cls.PAYLOAD is not None
+        return cls(*cls.PAYLOAD.unpack(data))
+
+
+@dataclass(frozen=True, slots=True)
+class Ping(ControlMessage):
+    ID = MessageId.PING
+    PAYLOAD = struct.Struct("<H")
+    seq: int
+
+    def payload(self) -> bytes:
+        assert self.PAYLOAD is not None
+        return self.PAYLOAD.pack(self.seq)
+
+    @classmethod
+    def parse_payload(cls, data: bytes | memoryview) -> Self:
+        _check_payload(cls, data)
+        assert cls.PAYLOAD is not None
+        return cls(cls.PAYLOAD.unpack(data)[0])
+
+
+AnyControl: TypeAlias = (
+    Ok | Nak | Again | Hello | Cookie | Kick | Progress | CodecParameters | PhaseOffset | GamepadState | Ping
+)
+
+CONTROL_TYPES: dict[int, type[ControlMessage]] = {
+    cls.ID: cls
+    for cls in (Ok, Nak, Again, Hello, Cookie, Kick, Progress, CodecParameters, PhaseOffset, GamepadState, Ping)
+}
+
+#: Messages a client may send over UDP (protocol.md §3.2); anything else there is dropped.
+UDP_CLIENT_TYPES = frozenset({MessageId.COOKIE, MessageId.PHASE_OFFSET, MessageId.GAMEPAD_STATE, MessageId.PING})
+
+
+def _message_class(message_id: int, payload_bytes: int) -> type[ControlMessage]:
+    cls = CONTROL_TYPES.get(message_id)
+    if cls is None:
+        raise UnknownMessageError(f"unknown control message id {message_id}")
+    if cls.payload_bytes() != payload_bytes:
+        raise LengthError(
+            f"{cls.ID.name} type word says {payload_bytes} payload bytes, expected {cls.payload_bytes()}"
+        )
+    return cls
+
+
+def parse_control(data: bytes | memoryview) -> ControlMessage:
+    """Parse one complete control message (a UDP datagram, or one framed TCP message).
+
+    The type word may be 4 or 8 bytes; the datagram length decides (``4 + n`` or ``8 + n``).
+    """
+    view = memoryview(data)
+    if len(view) < 4:
+        raise TruncatedError(f"control message of {len(view)} bytes is shorter than a type word")
+    message_id, n = split_type_word(_U32.unpack_from(view)[0])
+    cls = _message_class(message_id, n)
+    if len(view) == 8 + n:
+        high = _U32.unpack_from(view, 4)[0]
+        if high not in (0, TYPE_HIGH_WITH_PAYLOAD):
+            raise FieldError(f"high half of the type word is 0x{high:08x}")
+        return cls.parse_payload(view[8:])
+    if len(view) == 4 + n:
+        return cls.parse_payload(view[4:])
+    if len(view) < 4 + n:
+        raise TruncatedError(f"{cls.ID.name} needs {n} payload bytes, got {len(view) - 4}")
+    raise LengthError(f"{cls.ID.name} message is {len(view)} bytes, expected {4 + n} or {8 + n}")
+
+
+def parse_udp_control(data: bytes | memoryview) -> ControlMessage:
+    """Parse a client→server UDP datagram; only the types allowed on UDP are accepted."""
+    msg = parse_control(data)
+    if msg.ID not in UDP_CLIENT_TYPES:
+        raise UnknownMessageError(f"{msg.ID.name} is not a UDP message")
+    return msg
+
+
+class ControlFramer:
+    """Incremental decoder for the TCP control stream (protocol.md §3.1).
+
+    Driven by the connection shell: call :meth:`feed` with whatever ``recv``
+    returned and handle the messages it returns.  It learns the peer's type-word
+    width from the first message and keeps it: after a payload-less message the
+    next four bytes are either its zero high half (8-byte peer) or the next type
+    word (4-byte peer), which can never be zero, so the width is never guessed.
+    A :class:`ProtocolError` means the stream is unusable: close the connection.
+    """
+
+    def __init__(self, *, max_buffer_bytes: int = 64 * 1024) -> None:
+        self.type_width: int | None = None
+        self._buf = bytearray()
+        self._max_buffer_bytes = max_buffer_bytes
+        self._skip_zero_high = False
+
+    def feed(self, data: bytes) -> list[ControlMessage]:
+        self._buf += data
+        if len(self._buf) > self._max_buffer_bytes:
+            raise LengthError("control stream buffer overflow")
+        out: list[ControlMessage] = []
+        while True:
+            msg = self._next()
+            if msg is None:
+                return out
+            out.append(msg)
+
+    def _next(self) -> ControlMessage | None:
+        buf = self._buf
+        if self._skip_zero_high:
+            if len(buf) < 4:
+                return None
+            self._skip_zero_high = False
+            if _U32.unpack_from(buf)[0] == 0:
+                self.type_width = 8
+                del buf[:4]
+            else:
+                self.type_width = 4
+        if len(buf) < 4:
+            return None
+        message_id, n = split_type_word(_U32.unpack_from(buf)[0])
+        cls = _message_class(message_id, n)
+        width = self.type_width
+        if width is None:
+            if n == 0:
+                # Deliver now; the next 4 bytes tell the width (see class docstring).
+                self._skip_zero_high = True
+                del buf[:4]
+                return cls.parse_payload(b"")
+            if len(buf) < 8:
+                return None
+            width = 8 if _U32.unpack_from(buf, 4)[0] == TYPE_HIGH_WITH_PAYLOAD else 4
+            self.type_width = width
+        if len(buf) < width + n:
+            return None
+        if width == 8:
+            high = _U32.unpack_from(buf, 4)[0]
+            if high != (TYPE_HIGH_WITH_PAYLOAD if n else 0):
+                raise FieldError(f"high half of the type word is 0x{high:08x}")
+        msg = cls.parse_payload(bytes(buf[width : width + n]))
+        del buf[: width + n]
+        return msg
+
+
+# --------------------------------------------------------------------------------------------
+# Media datagrams (protocol.md §4)
+# --------------------------------------------------------------------------------------------
+
+MEDIA_HEADER_BYTES = 24
+MEDIA_BLOCK_BYTES = 1024
+MAX_MEDIA_DATAGRAM_BYTES = MEDIA_HEADER_BYTES + MEDIA_BLOCK_BYTES
+PING_REPLY_BYTES = MEDIA_HEADER_BYTES + 8
+
+FLAG_KEY_FRAME = 1 << 0
+FLAG_STREAM_AUDIO = 1 << 1
+FLAG_FEC = 1 << 2
+FLAG_BEGIN = 1 << 3
+PACKET_SEQ_SHIFT = 4
+SUBPACKET_SEQ_SHIFT = 18
+
+_MEDIA = struct.Struct("<QIIHBBI")
+_MEDIA_PREFIX = struct.Struct("<QIIHBB")  # everything but the flag word
+
+
+def media_header_prefix(
+    pts_us: int, dts_delta_us: int, payload_size: int, num_fec_blocks: int, degree_even: int, degree_odd: int
+) -> bytes:
+    """The first 20 header bytes, shared by every datagram of one packet."""
+    return _MEDIA_PREFIX.pack(
+        pts_us & 0xFFFFFFFFFFFFFFFF, dts_delta_us, payload_size, num_fec_blocks, degree_even, degree_odd
+    )
+
+
+def media_flags(
+    *, packet_seq: int, subpacket_seq: int, key_frame: bool, audio: bool, fec: bool, begin: bool
+) -> bytes:
+    """The 4-byte flag word that ends the header (protocol.md §4.1)."""
+    return _U32.pack(
+        (FLAG_KEY_FRAME if key_frame else 0)
+        | (FLAG_STREAM_AUDIO if audio else 0)
+        | (FLAG_FEC if fec else 0)
+        | (FLAG_BEGIN if begin else 0)
+        | ((packet_seq & SEQ14_MASK) << PACKET_SEQ_SHIFT)
+        | ((subpacket_seq & SEQ14_MASK) << SUBPACKET_SEQ_SHIFT)
+    )
+
+
+class StreamType(enum.IntEnum):
+    VIDEO = 0
+    AUDIO = 1
+
+
+@dataclass(frozen=True, slots=True)
+class MediaHeader:
+    """The 24-byte header in front of every server→client datagram (protocol.md §4.1)."""
+
+    pts_us: int
+    dts_delta_us: int
+    payload_size: int
+    num_fec_blocks: int
+    num_xor_blocks_even: int
+    num_xor_blocks_odd: int
+    packet_seq: int
+    subpacket_seq: int
+    key_frame: bool = False
+    stream: StreamType = StreamType.VIDEO
+    fec: bool = False
+    begin: bool = False
+
+    SIZE: ClassVar[int] = MEDIA_HEADER_BYTES
+
+    @property
+    def flags(self) -> int:
+        return int(_U32.unpack(self._flag_bytes())[0])
+
+    def _flag_bytes(self) -> bytes:
+        return media_flags(
+            packet_seq=self.packet_seq,
+            subpacket_seq=self.subpacket_seq,
+            key_frame=self.key_frame,
+            audio=self.stream == StreamType.AUDIO,
+            fec=self.fec,
+            begin=self.begin,
+        )
+
+    @property
+    def is_ping_reply(self) -> bool:
+        """KEY and AUDIO together mark a ping reply (real audio is never key)."""
+        return self.key_frame and self.stream == StreamType.AUDIO
+
+    def __bytes__(self) -> bytes:
+        prefix = media_header_prefix(
+            self.pts_us,
+            self.dts_delta_us,
+            self.payload_size,
+            self.num_fec_blocks,
+            self.num_xor_blocks_even,
+            self.num_xor_blocks_odd,
+        )
+        return prefix + self._flag_bytes()
+
+    @classmethod
+    def parse(cls, data: bytes | memoryview) -> MediaHeader:
+        if len(data) < MEDIA_HEADER_BYTES:
+            raise TruncatedError(f"media datagram of {len(data)} bytes is shorter than its header")
+        pts, dts_delta, size, nfec, even, odd, flags = _MEDIA.unpack_from(data)
+        return cls(
+            pts_us=pts,
+            dts_delta_us=dts_delta,
+            payload_size=size,
+            num_fec_blocks=nfec,
+            num_xor_blocks_even=even,
+            num_xor_blocks_odd=odd,
+            packet_seq=(flags >> PACKET_SEQ_SHIFT) & SEQ14_MASK,
+            subpacket_seq=(flags >> SUBPACKET_SEQ_SHIFT) & SEQ14_MASK,
+            key_frame=bool(flags & FLAG_KEY_FRAME),
+            stream=StreamType.AUDIO if flags & FLAG_STREAM_AUDIO else StreamType.VIDEO,
+            fec=bool(flags & FLAG_FEC),
+            begin=bool(flags & FLAG_BEGIN),
+        )
+
+
+def parse_media_datagram(data: bytes | memoryview) -> tuple[MediaHeader, memoryview]:
+    """Split a server→client datagram into its header and body (≤ 1024 bytes)."""
+    if len(data) > MAX_MEDIA_DATAGRAM_BYTES:
+        raise LengthError(f"media datagram of {len(data)} bytes exceeds {MAX_MEDIA_DATAGRAM_BYTES}")
+    header = MediaHeader.parse(data)
+    return header, memoryview(data)[MEDIA_HEADER_BYTES:]
+
+
+@dataclass(frozen=True, slots=True)
+class PingReply:
+    """Server's answer to PING: a media-format datagram with KEY|AUDIO (protocol.md §4.4)."""
+
+    seq: int
+    server_time_us: int
+
+    def __bytes__(self) -> bytes:
+        header = MediaHeader(
+            pts_us=0,
+            dts_delta_us=0,
+            payload_size=0,
+            num_fec_blocks=0,
+            num_xor_blocks_even=0,
+            num_xor_blocks_odd=0,
+            packet_seq=self.seq & SEQ14_MASK,
+            subpacket_seq=0,
+            key_frame=True,
+            stream=StreamType.AUDIO,
+        )
+        return bytes(header) + _U64.pack(self.server_time_us)
+
+    @classmethod
+    def from_datagram(cls, header: MediaHeader, body: bytes | memoryview) -> PingReply:
+        if not header.is_ping_reply:
+            raise FieldError("not a ping reply")
+        if len(body) != 8:
+            raise LengthError(f"ping reply body is {len(body)} bytes, expected 8")
+        return cls(seq=header.packet_seq, server_time_us=_U64.unpack(body)[0])
+
+    @classmethod
+    def parse(cls, data: bytes | memoryview) -> PingReply:
+        header, body = parse_media_datagram(data)
+        return cls.from_datagram(header, body)
