@@ -267,9 +267,14 @@ def _impairment_from(args: argparse.Namespace, prefix: str) -> Any:
 
 
 def format_netsim_report(report: dict[str, Any]) -> str:
-    lines = [f"netsim {report['listen']} -> {report['upstream']}: {report['tcp_connections']} TCP connections, "
-             f"{report['udp_clients']} UDP clients"]
-    head = f"{'direction':<16}{'received':>10}{'forwarded':>11}{'dropped':>9}{'(queue)':>9}{'duplicated':>12}{'reordered':>11}"
+    lines = [
+        f"netsim {report['listen']} -> {report['upstream']}: {report['tcp_connections']} TCP connections, "
+        f"{report['udp_clients']} UDP clients"
+    ]
+    head = (
+        f"{'direction':<16}{'received':>10}{'forwarded':>11}{'dropped':>9}{'(queue)':>9}"
+        f"{'duplicated':>12}{'reordered':>11}"
+    )
     lines.append(head)
     for name, key in (("host -> viewer", "down"), ("viewer -> host", "up")):
         s = report[key]
@@ -305,8 +310,11 @@ def _run_netsim(args: argparse.Namespace) -> int:
             host, port = await relay.start()
         except OSError as exc:
             raise SystemExit(f"pyrofling netsim: cannot listen on {cfg.listen_host}:{cfg.listen_port}: {exc}") from exc
-        print(f"netsim: viewers connect to {host}:{port}, relayed to {cfg.upstream_host}:{cfg.upstream_port}",
-              file=sys.stderr, flush=True)
+        print(
+            f"netsim: viewers connect to {host}:{port}, relayed to {cfg.upstream_host}:{cfg.upstream_port}",
+            file=sys.stderr,
+            flush=True,
+        )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

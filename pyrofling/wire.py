@@ -76,6 +76,9 @@ MAX_CONTROL_PAYLOAD_BYTES = 255
 #: Largest TCP control message: 8-byte type word + 255-byte payload.
 MAX_CONTROL_MESSAGE_BYTES = 8 + MAX_CONTROL_PAYLOAD_BYTES
 
+#: Anything a datagram or message may arrive as.
+Buffer: TypeAlias = bytes | bytearray | memoryview
+
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
@@ -186,7 +189,7 @@ class ControlMessage:
         return b""
 
     @classmethod
-    def parse_payload(cls, data: bytes | memoryview) -> Self:
+    def parse_payload(cls, data: Buffer) -> Self:
         raise NotImplementedError
 
     def encode(self, *, type_width: int = 8) -> bytes:
@@ -204,7 +207,7 @@ class ControlMessage:
         return self.encode()
 
 
-def _check_payload(cls: type[ControlMessage], data: bytes | memoryview) -> None:
+def _check_payload(cls: type[ControlMessage], data: Buffer) -> None:
     want = cls.payload_bytes()
     if len(data) != want:
         raise (TruncatedError if len(data) < want else LengthError)(
@@ -215,7 +218,7 @@ def _check_payload(cls: type[ControlMessage], data: bytes | memoryview) -> None:
 @dataclass(frozen=True, slots=True)
 class _Bare(ControlMessage):
     @classmethod
-    def parse_payload(cls, data: bytes | memoryview) -> Self:
+    def parse_payload(cls, data: Buffer) -> Self:
         _check_payload(cls, data)
         return cls()
 
@@ -256,7 +259,7 @@ class Cookie(ControlMessage):
         return _U64.pack(self.cookie)
 
     @classmethod
-    def parse_payload(cls, data: bytes | memoryview) -> Self:
+    def parse_payload(cls, data: Buffer) -> Self:
         _check_payload(cls, data)
         return cls(_U64.unpack(data)[0])
 
@@ -271,7 +274,7 @@ class Kick(ControlMessage):
         return _U32.pack(int(self.flags))
 
     @classmethod
-    def parse_payload(cls, data: bytes | memoryview) -> Self:
+    def parse_payload(cls, data: Buffer) -> Self:
         _check_payload(cls, data)
         # Unknown bits are kept: a newer peer may set them and must not be refused.
         return cls(KickFlags(_U32.unpack(data)[0]))
@@ -296,7 +299,7 @@ class Progress(ControlMessage):
         )
 
     @classmethod
-    def parse_payload(cls, data: bytes | memoryview) -> Self:
+    def parse_payload(cls, data: Buffer) -> Self:
         _check_payload(cls, data)
         assert cls.PAYLOAD is not None
         return cls(*cls.PAYLOAD.unpack(data))
@@ -331,7 +334,7 @@ class CodecParameters(ControlMessage):
         )
 
     @classmethod
-    def parse_payload(cls, data: bytes | memoryview) -> Self:
+    def parse_payload(cls, data: Buffer) -> Self:
         _check_payload(cls, data)
         assert cls.PAYLOAD is not None
         return cls(*cls.PAYLOAD.unpack(data))
@@ -350,7 +353,7 @@ class PhaseOffset(ControlMessage):
         return self.PAYLOAD.pack(self.ideal_phase_offset_us)
 
     @classmethod
-    def parse_payload(cls, data: bytes | memoryview) -> Self:
+    def parse_payload(cls, data: Buffer) -> Self:
         _check_payload(cls, data)
         assert cls.PAYLOAD is not None
         return cls(cls.PAYLOAD.unpack(data)[0])
@@ -378,7 +381,7 @@ class GamepadState(ControlMessage):
         )
 
     @classmethod
-    def parse_payload(cls, data: bytes | memoryview) -> Self:
+    def parse_payload(cls, data: Buffer) -> Self:
         _check_payload(cls, data)
         assert cls.PAYLOAD is not None
         return cls(*cls.PAYLOAD.unpack(data))
@@ -395,7 +398,7 @@ class Ping(ControlMessage):
         return self.PAYLOAD.pack(self.seq)
 
     @classmethod
-    def parse_payload(cls, data: bytes | memoryview) -> Self:
+    def parse_payload(cls, data: Buffer) -> Self:
         _check_payload(cls, data)
         assert cls.PAYLOAD is not None
         return cls(cls.PAYLOAD.unpack(data)[0])
@@ -419,13 +422,11 @@ def _message_class(message_id: int, payload_bytes: int) -> type[ControlMessage]:
     if cls is None:
         raise UnknownMessageError(f"unknown control message id {message_id}")
     if cls.payload_bytes() != payload_bytes:
-        raise LengthError(
-            f"{cls.ID.name} type word says {payload_bytes} payload bytes, expected {cls.payload_bytes()}"
-        )
+        raise LengthError(f"{cls.ID.name} type word says {payload_bytes} payload bytes, expected {cls.payload_bytes()}")
     return cls
 
 
-def parse_control(data: bytes | memoryview) -> ControlMessage:
+def parse_control(data: Buffer) -> ControlMessage:
     """Parse one complete control message (a UDP datagram, or one framed TCP message).
 
     The type word may be 4 or 8 bytes; the datagram length decides (``4 + n`` or ``8 + n``).
@@ -447,7 +448,7 @@ def parse_control(data: bytes | memoryview) -> ControlMessage:
     raise LengthError(f"{cls.ID.name} message is {len(view)} bytes, expected {4 + n} or {8 + n}")
 
 
-def parse_udp_control(data: bytes | memoryview) -> ControlMessage:
+def parse_udp_control(data: Buffer) -> ControlMessage:
     """Parse a client→server UDP datagram; only the types allowed on UDP are accepted."""
     msg = parse_control(data)
     if msg.ID not in UDP_CLIENT_TYPES:
@@ -549,9 +550,7 @@ def media_header_prefix(
     )
 
 
-def media_flags(
-    *, packet_seq: int, subpacket_seq: int, key_frame: bool, audio: bool, fec: bool, begin: bool
-) -> bytes:
+def media_flags(*, packet_seq: int, subpacket_seq: int, key_frame: bool, audio: bool, fec: bool, begin: bool) -> bytes:
     """The 4-byte flag word that ends the header (protocol.md §4.1)."""
     return _U32.pack(
         (FLAG_KEY_FRAME if key_frame else 0)
@@ -618,7 +617,7 @@ class MediaHeader:
         return prefix + self._flag_bytes()
 
     @classmethod
-    def parse(cls, data: bytes | memoryview) -> MediaHeader:
+    def parse(cls, data: Buffer) -> MediaHeader:
         if len(data) < MEDIA_HEADER_BYTES:
             raise TruncatedError(f"media datagram of {len(data)} bytes is shorter than its header")
         pts, dts_delta, size, nfec, even, odd, flags = _MEDIA.unpack_from(data)
@@ -638,7 +637,7 @@ class MediaHeader:
         )
 
 
-def parse_media_datagram(data: bytes | memoryview) -> tuple[MediaHeader, memoryview]:
+def parse_media_datagram(data: Buffer) -> tuple[MediaHeader, memoryview]:
     """Split a server→client datagram into its header and body (≤ 1024 bytes)."""
     if len(data) > MAX_MEDIA_DATAGRAM_BYTES:
         raise LengthError(f"media datagram of {len(data)} bytes exceeds {MAX_MEDIA_DATAGRAM_BYTES}")
@@ -669,7 +668,7 @@ class PingReply:
         return bytes(header) + _U64.pack(self.server_time_us)
 
     @classmethod
-    def from_datagram(cls, header: MediaHeader, body: bytes | memoryview) -> PingReply:
+    def from_datagram(cls, header: MediaHeader, body: Buffer) -> PingReply:
         if not header.is_ping_reply:
             raise FieldError("not a ping reply")
         if len(body) != 8:
@@ -677,6 +676,6 @@ class PingReply:
         return cls(seq=header.packet_seq, server_time_us=_U64.unpack(body)[0])
 
     @classmethod
-    def parse(cls, data: bytes | memoryview) -> PingReply:
+    def parse(cls, data: Buffer) -> PingReply:
         header, body = parse_media_datagram(data)
         return cls.from_datagram(header, body)

@@ -77,9 +77,7 @@ class LossSpec:
                 return cls("ge", ge=(parts[0], parts[1], parts[2]))
         except ValueError:
             pass
-        raise ValueError(
-            f"bad loss model {text!r}: use n=2, data=2, iid:1% (or iid:0.01), ge, or ge:0.01,0.3,0.5"
-        )
+        raise ValueError(f"bad loss model {text!r}: use n=2, data=2, iid:1% (or iid:0.01), ge, or ge:0.01,0.3,0.5")
 
     @property
     def label(self) -> str:
@@ -254,8 +252,11 @@ class FecBenchConfig:
 
     def schemes(self) -> list[str]:
         """Every scheme name, in report order."""
-        xor = [f"{p}/{d}" for p in ("reference", "tuned", *(f"d={d}" for d in self.sweep_degrees))
-               for d in ("peel", "pyrofling")]
+        xor = [
+            f"{p}/{d}"
+            for p in ("reference", "tuned", *(f"d={d}" for d in self.sweep_degrees))
+            for d in ("peel", "pyrofling")
+        ]
         return ["none", *xor, "zfec", "raptorq"]
 
 
@@ -303,18 +304,16 @@ def _decode_xor(
     """Feed the surviving packets in send order; the frame if it completes."""
     dec = FrameDecoder(len(frame), plan, seed, block_bytes=block_bytes, eliminate=eliminate)
     k = len(data)
-    for i, block in enumerate(data):
-        if i not in lost and dec.add_data(i, block):
+    for i, data_block in enumerate(data):
+        if i not in lost and dec.add_data(i, data_block):
             return dec.frame()
-    for j, block in enumerate(repair):
-        if k + j not in lost and dec.add_repair(j, block):
+    for j, repair_block in enumerate(repair):
+        if k + j not in lost and dec.add_repair(j, repair_block):
             return dec.frame()
     return None
 
 
-def run_recovery(
-    cfg: FecBenchConfig, progress: Progress | None = None
-) -> dict[tuple[str, int, str], Tally]:
+def run_recovery(cfg: FecBenchConfig, progress: Progress | None = None) -> dict[tuple[str, int, str], Tally]:
     """Recovery tallies keyed by (scheme, K, loss label)."""
     peers = peers_available() if cfg.compare else {"zfec": False, "raptorq": False}
     zf = _Zfec() if peers["zfec"] else None
@@ -340,7 +339,7 @@ def run_recovery(
                 if not damaged:
                     # Systematic code: nothing to rebuild, every scheme delivers.
                     for name in (*xor_schemes, "zfec", "raptorq"):
-                        if name == "zfec" and zf is None or name == "raptorq" and rq is None:
+                        if (name == "zfec" and zf is None) or (name == "raptorq" and rq is None):
                             continue
                         if name in ("zfec", "raptorq") and trial >= cfg.peer_trials:
                             continue
@@ -400,80 +399,91 @@ def _median_rate(k: int, fn: Callable[[int], object], frames: int) -> float:
     return k * 1024 / statistics.median(times) / 1e6
 
 
-def run_throughput(
-    cfg: FecBenchConfig, progress: Progress | None = None
-) -> dict[tuple[str, int], Throughput]:
-    """Encode/decode MB/s per (codec, K) with 1024-byte blocks, 0/1/2 lost data blocks."""
+def _lost_sets(k: int, losses: int, frames: int) -> list[set[int]]:
+    return [set(random.Random(i).sample(range(k), min(losses, k))) for i in range(frames)]
+
+
+def _xor_throughput(frame: bytes, plan: FecPlan, seeds: list[int]) -> Throughput:
+    """Encode and decode speed of the mirrored-XOR codec for one plan, fresh seed per frame."""
+    k = -(-len(frame) // 1024)
+    data = split_data(frame)
+    frames = len(seeds)
+    tp = Throughput()
+    repairs: list[list[bytes]] = [[] for _ in seeds]
+    if plan.repair_blocks:
+        tp.encode_MBps = _median_rate(k, lambda i: encode_repair(frame, plan, seeds[i]), frames)
+        repairs = [encode_repair(frame, plan, s) for s in seeds]
+    for losses in (0, 1, 2):
+        if losses and losses > plan.repair_blocks:
+            tp.decode_MBps[losses] = None
+            continue
+        lost_sets = _lost_sets(k, losses, frames)
+
+        def decode(i: int, lost_sets: list[set[int]] = lost_sets) -> None:
+            dec = FrameDecoder(len(frame), plan, seeds[i])
+            lost = lost_sets[i]
+            for j, data_block in enumerate(data):
+                if j not in lost:
+                    dec.add_data(j, data_block)
+            if not dec.complete:
+                for j, repair_block in enumerate(repairs[i]):
+                    if dec.add_repair(j, repair_block):
+                        break
+            # A frame the code cannot repair still costs its attempt: that is the decoder's real cost.
+            if dec.complete:
+                dec.frame()
+
+        tp.decode_MBps[losses] = _median_rate(k, decode, frames)
+    return tp
+
+
+def _zfec_throughput(frame: bytes, f: int, frames: int) -> Throughput:
+    k = -(-len(frame) // 1024)
+    zf = _Zfec()
+    blocks = [bytes(b) for b in split_data(frame)]
+    tp = Throughput(encode_MBps=_median_rate(k, lambda i: zf.encode(blocks, f), frames))
+    everything = list(enumerate(blocks + zf.encode(blocks, f)))
+    for losses in (0, 1, 2):
+        if losses > f:
+            tp.decode_MBps[losses] = None
+            continue
+        received = [[(j, b) for j, b in everything if j not in lost] for lost in _lost_sets(k, losses, frames)]
+        tp.decode_MBps[losses] = _median_rate(k, lambda i, r=received: zf.decode(k, f, r[i]), frames)  # type: ignore[misc]
+    return tp
+
+
+def _raptorq_throughput(frame: bytes, f: int, frames: int) -> Throughput:
+    k = -(-len(frame) // 1024)
+    rq = _Raptorq()
+    frames = max(20, frames // 5)  # one Encoder and Decoder per frame: slow, fewer samples
+    tp = Throughput(encode_MBps=_median_rate(k, lambda i: rq.encode(frame, 1024, f), frames))
+    packets = rq.encode(frame, 1024, f)
+    for losses in (0, 1, 2):
+        if losses > f:
+            tp.decode_MBps[losses] = None
+            continue
+        survivors = [[p for j, p in enumerate(packets) if j not in lost] for lost in _lost_sets(k, losses, frames)]
+        tp.decode_MBps[losses] = _median_rate(k, lambda i, s=survivors: rq.decode(len(frame), 1024, s[i]), frames)  # type: ignore[misc]
+    return tp
+
+
+def run_throughput(cfg: FecBenchConfig, progress: Progress | None = None) -> dict[tuple[str, int], Throughput]:
+    """Encode/decode MB/s per (scheme, K) with 1024-byte blocks, 0/1/2 lost data blocks."""
     peers = peers_available() if cfg.compare else {"zfec": False, "raptorq": False}
     out: dict[tuple[str, int], Throughput] = {}
     rng = random.Random(cfg.seed)
-    frames = cfg.throughput_frames
     for k in cfg.ks:
         f = cfg.repair_for(k)
         frame = rng.randbytes(k * 1024)
-        data = split_data(frame)
-        seeds = [rng.getrandbits(32) for _ in range(frames)]
+        seeds = [rng.getrandbits(32) for _ in range(cfg.throughput_frames)]
         for planner, plan in cfg.plans(k).items():
-            tp = Throughput()
-            if f:
-                tp.encode_MBps = _median_rate(k, lambda i, p=plan: encode_repair(frame, p, seeds[i]), frames)
-                repairs = [encode_repair(frame, plan, s) for s in seeds[:frames]]
-            for losses in (0, 1, 2):
-                if losses > f and losses:
-                    tp.decode_MBps[losses] = None
-                    continue
-                lost_sets = [set(random.Random(i).sample(range(k), min(losses, k))) for i in range(frames)]
-
-                def decode(i: int, plan: FecPlan = plan, lost_sets: list[set[int]] = lost_sets) -> None:
-                    dec = FrameDecoder(len(frame), plan, seeds[i])
-                    lost = lost_sets[i]
-                    for j, block in enumerate(data):
-                        if j not in lost:
-                            dec.add_data(j, block)
-                    if not dec.complete:
-                        for j, block in enumerate(repairs[i]):
-                            if dec.add_repair(j, block):
-                                break
-                    if dec.complete:
-                        dec.frame()
-
-                # Frames the code cannot repair still cost their attempt: that is the decoder's real cost.
-                tp.decode_MBps[losses] = _median_rate(k, decode, frames) if f or not losses else None
+            tp = _xor_throughput(frame, plan, seeds)
             for decoder in ("peel", "pyrofling"):
                 out[(f"{planner}/{decoder}", k)] = tp
-        if peers["zfec"] and f and k + f <= 256:
-            zf = _Zfec()
-            blocks = [bytes(b) for b in data]
-            tp = Throughput(encode_MBps=_median_rate(k, lambda i: zf.encode(blocks, f), frames))
-            rep = zf.encode(blocks, f)
-            for losses in (0, 1, 2):
-                lost_sets = [set(random.Random(i).sample(range(k), min(losses, k))) for i in range(frames)]
-                received_sets = [
-                    [(j, b) for j, b in enumerate(blocks + rep) if j not in lost_sets[i]] for i in range(frames)
-                ]
-                tp.decode_MBps[losses] = (
-                    _median_rate(k, lambda i, r=received_sets: zf.decode(k, f, r[i]), frames) if losses <= f else None
-                )
-            out[("zfec", k)] = tp
+        if peers["zfec"] and f and k + f <= 256:  # zfec's limit: 256 blocks in all
+            out[("zfec", k)] = _zfec_throughput(frame, f, cfg.throughput_frames)
         if peers["raptorq"] and f:
-            rq = _Raptorq()
-            n_frames = max(20, frames // 5)  # one Encoder per frame: slow, fewer samples
-            tp = Throughput(encode_MBps=_median_rate(k, lambda i: rq.encode(frame, 1024, f), n_frames))
-            packets = rq.encode(frame, 1024, f)
-            for losses in (0, 1, 2):
-                lost_sets = [set(random.Random(i).sample(range(k), min(losses, k))) for i in range(n_frames)]
-                tp.decode_MBps[losses] = (
-                    _median_rate(
-                        k,
-                        lambda i, ls=lost_sets: rq.decode(
-                            len(frame), 1024, (p for j, p in enumerate(packets) if j not in ls[i])
-                        ),
-                        n_frames,
-                    )
-                    if losses <= f
-                    else None
-                )
-            out[("raptorq", k)] = tp
+            out[("raptorq", k)] = _raptorq_throughput(frame, f, cfg.throughput_frames)
         if progress is not None:
             progress.step(f"throughput K={k}")
     return out
@@ -545,6 +555,7 @@ def run(cfg: FecBenchConfig, *, progress_stream: TextIO | None = sys.stderr) -> 
 # --------------------------------------------------------------------------------------------
 # Output
 # --------------------------------------------------------------------------------------------
+
 
 def _fmt_loss(x: float) -> str:
     if x == 0:

@@ -1,1 +1,4 @@
-"""The viewer and gamepad client (``pyrofling view``): handshake, reassembly, decode, presentation.  Built on pyrofling.core; see the host/viewer issue."""
+"""The viewer and gamepad client (``pyrofling view``): handshake, reassembly, decode, presentation.
+
+Built on :mod:`pyrofling.core` in the host/viewer issue.
+"""

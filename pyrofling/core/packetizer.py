@@ -73,6 +73,8 @@ class Packetizer:
     def packetize(self, packet: MediaPacket) -> list[bytes]:
         """Datagrams for one packet, in send order.  An empty packet still uses a sequence number."""
         size = len(packet.data)
+        if packet.key_frame and packet.stream == StreamType.AUDIO:
+            raise ValueError("audio packets cannot be key frames: KEY|AUDIO marks a ping reply on the wire")
         if size > MAX_PACKET_BYTES:
             raise ValueError(f"packet of {size} bytes exceeds the {MAX_PACKET_BYTES}-byte limit")
         seq = self._next_seq[packet.stream]

@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from pyrofling.fec.codec import BLOCK_BYTES, FecError, FecPlan, FrameDecoder, block_count, seed_for_pts
-from pyrofling.seqnum import seq14_delta
+from pyrofling.seqnum import SEQ14_MASK, seq14_delta
 from pyrofling.wire import (
     MAX_MEDIA_DATAGRAM_BYTES,
     MEDIA_HEADER_BYTES,
@@ -87,7 +87,7 @@ class ReassemblerConfig:
     max_buffered_bytes: int = 64 * 1024 * 1024
     #: How long a complete packet waits for an older incomplete one, seconds.
     reorder_timeout_s: float = 0.004
-    #: An older incomplete packet is given up once this many newer packets are complete.
+    #: Reordering tolerated across this many packets: a wait ends once more newer packets are complete.
     reorder_packets: int = 4
     #: An incomplete packet is given up this long after its first datagram, seconds.
     deadline_s: float = 0.25
@@ -169,17 +169,20 @@ class Reassembler:
 
     def next_timer(self) -> float | None:
         """When :meth:`handle_timer` next has something to do, or None."""
-        due: float | None = None
         cfg = self.config
+        times: list[float] = []
         for state in self._streams.values():
+            if not state.in_flight:
+                continue
+            oldest = state.in_flight[self._oldest(state)]
+            if oldest.complete_s is not None:  # held behind a gap
+                times.append(oldest.complete_s + cfg.reorder_timeout_s)
             for part in state.in_flight.values():
-                if part.complete_s is not None:
-                    continue
-                t = part.first_s + cfg.deadline_s
-                if part.blocked_since_s is not None:
-                    t = min(t, part.blocked_since_s + cfg.reorder_timeout_s)
-                due = t if due is None else min(due, t)
-        return due
+                if part.complete_s is None:
+                    times.append(part.first_s + cfg.deadline_s)
+                    if part.blocked_since_s is not None:
+                        times.append(part.blocked_since_s + cfg.reorder_timeout_s)
+        return min(times) if times else None
 
     @property
     def buffered_bytes(self) -> int:
@@ -289,27 +292,46 @@ class Reassembler:
     # ---------------------------------------------------------------------------------------
 
     def _flush(self, stream: StreamType, now: float) -> list[ReassemblyEvent]:
-        """Deliver complete packets in order; give up on the oldest when its time is over."""
+        """Deliver complete packets in order; stop waiting for older ones when their time is over.
+
+        The oldest packet held is delivered when it is complete and no sequence
+        number between it and the last one delivered is missing.  Otherwise the
+        stream waits, for an incomplete oldest packet until its reorder wait or
+        deadline passes, for a gap (packets not seen at all) until the oldest
+        has been complete for ``reorder_timeout_s``; either wait also ends once
+        more than ``reorder_packets`` newer packets are complete.
+        """
         state = self._streams[stream]
         cfg = self.config
         events: list[ReassemblyEvent] = []
         while state.in_flight:
-            anchor = next(iter(state.in_flight))
-            oldest = min(state.in_flight, key=lambda s: seq14_delta(s, anchor))
+            oldest = self._oldest(state)
             part = state.in_flight[oldest]
-            if part.complete_s is not None:
+            gap = state.floor is not None and seq14_delta(oldest, state.floor) > 1
+            if part.complete_s is not None and not gap:
                 events += self._deliver(stream, oldest, part)
                 continue
             newer_complete = sum(
                 1 for s, p in state.in_flight.items() if p.complete_s is not None and seq14_delta(s, oldest) > 0
             )
+            too_many = newer_complete + (part.complete_s is not None) > cfg.reorder_packets
+            if part.complete_s is not None:
+                if too_many or now >= part.complete_s + cfg.reorder_timeout_s:
+                    state.floor = (oldest - 1) & SEQ14_MASK  # stop waiting for the unseen packets
+                    continue
+                break
             expired = now >= part.first_s + cfg.deadline_s
             waited = part.blocked_since_s is not None and now >= part.blocked_since_s + cfg.reorder_timeout_s
-            if expired or waited or newer_complete >= cfg.reorder_packets:
+            if expired or waited or too_many:
                 self._give_up(state, oldest)
                 continue
             break
         return events
+
+    @staticmethod
+    def _oldest(state: _StreamState) -> int:
+        anchor = next(iter(state.in_flight))
+        return min(state.in_flight, key=lambda s: seq14_delta(s, anchor))
 
     def _release(self, state: _StreamState, seq: int) -> _Partial:
         part = state.in_flight.pop(seq)

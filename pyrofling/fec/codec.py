@@ -95,9 +95,7 @@ class _EncodeLayout:
 def _encode_layout(data_blocks: int, plan: FecPlan) -> _EncodeLayout:
     degrees = tuple(plan.degrees())
     lay = layout(data_blocks, degrees)
-    closing = tuple(
-        (lay.rounds[r], lay.rounds[r + 1] - 1) for r, full in enumerate(lay.exhaustive) if full
-    )
+    closing = tuple((lay.rounds[r], lay.rounds[r + 1] - 1) for r, full in enumerate(lay.exhaustive) if full)
     direct = sorted(set(range(len(degrees))) - {last for _, last in closing})
     groups = []
     for degree in sorted({degrees[i] for i in direct}):
@@ -355,7 +353,7 @@ class FrameDecoder:
             if known:
                 value ^= np.bitwise_xor.reduce(words[known], axis=0)
             values.append(value)
-        for index, value in zip(lost, values):
+        for index, value in zip(lost, values, strict=False):
             words[index] = value
             self._have[index] = 1
         self._missing = 0

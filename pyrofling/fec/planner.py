@@ -15,6 +15,7 @@ frame of ``n`` data blocks and feeds loss reports to ``observe_*``.
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Protocol
 
@@ -94,7 +95,7 @@ def tuned_degrees(data_blocks: int) -> tuple[int, int]:
     first_n, _ = TUNED_DEGREE_ANCHORS[0]
     if n <= first_n:
         return n // 2, (n + 1) // 2
-    for (n0, d0), (n1, d1) in zip(TUNED_DEGREE_ANCHORS, TUNED_DEGREE_ANCHORS[1:]):
+    for (n0, d0), (n1, d1) in itertools.pairwise(TUNED_DEGREE_ANCHORS):
         if n <= n1:
             d = round(d0 + (d1 - d0) * (n - n0) / (n1 - n0))
             return d, d

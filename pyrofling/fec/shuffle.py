@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import pairwise
 
 import numpy as np
 import numpy.typing as npt
@@ -80,16 +81,17 @@ def layout(data_blocks: int, degrees: tuple[int, ...]) -> Layout:
         offsets.append(total)
     rounds.append(len(degrees))
     round_starts.append(total)
-    lengths = np.diff(np.array(round_starts, dtype=np.int64))
+    lengths = [b - a for a, b in pairwise(round_starts)]
     # Pool size at draw t is n minus the draws already made in its round.
-    sizes = n - (np.arange(total, dtype=np.int64) - np.repeat(lengths.cumsum() - lengths, lengths))
+    round_start_of_draw = np.repeat(np.array(round_starts[:-1], dtype=np.int64), lengths)
+    sizes: npt.NDArray[np.int64] = n - (np.arange(total, dtype=np.int64) - round_start_of_draw)
     return Layout(
         n,
         degrees,
         tuple(offsets),
         tuple(rounds),
         tuple(round_starts),
-        tuple(int(length) == n for length in lengths),
+        tuple(length == n for length in lengths),
         sizes,
     )
 
@@ -129,7 +131,7 @@ def select(seed: int, data_blocks: int, degrees: tuple[int, ...], *, draw_order:
         # In a round that drains the pool, the last block takes whatever is left.
         tail = 0 if draw_order or not lay.exhaustive[r] else degrees[lay.rounds[r + 1] - 1]
         swaps = b - a - tail
-        for j, last in zip(picks_at[a : a + swaps], range(n - 1, n - 1 - swaps, -1)):
+        for j, last in zip(picks_at[a : a + swaps], range(n - 1, n - 1 - swaps, -1), strict=False):
             pool[j], pool[last] = pool[last], pool[j]
         picks.extend(reversed(pool[n - swaps :]))
         picks.extend(pool[:tail])

@@ -14,8 +14,8 @@ import asyncio
 import contextlib
 import logging
 import socket
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, cast
 
 from pyrofling.netsim.models import Impairment, ImpairmentConfig
 
@@ -33,8 +33,8 @@ class RelayConfig:
     upstream_port: int
     listen_host: str = "127.0.0.1"
     listen_port: int = 0  # 0: pick a free port
-    down: ImpairmentConfig = ImpairmentConfig()
-    up: ImpairmentConfig = ImpairmentConfig()
+    down: ImpairmentConfig = field(default_factory=ImpairmentConfig)
+    up: ImpairmentConfig = field(default_factory=ImpairmentConfig)
     seed: int = 1
 
 
@@ -57,8 +57,7 @@ class _UpstreamSide(asyncio.DatagramProtocol):
         self.transport: asyncio.DatagramTransport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.DatagramTransport)
-        self.transport = transport
+        self.transport = cast(asyncio.DatagramTransport, transport)
 
     def datagram_received(self, data: bytes, addr: tuple[Any, ...]) -> None:
         self.relay._from_upstream(data, self.client)

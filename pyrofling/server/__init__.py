@@ -1,1 +1,4 @@
-"""The streaming host (``pyrofling host``): capture, encode, fan-out, pacing.  Built on pyrofling.core; see the host/viewer issue."""
+"""The streaming host (``pyrofling host``): capture, encode, fan-out and pacing.
+
+Built on :mod:`pyrofling.core` in the host/viewer issue.
+"""

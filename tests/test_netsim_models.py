@@ -1,0 +1,63 @@
+import itertools
+import random
+
+import pytest
+
+from pyrofling.netsim import GilbertElliottLoss, IidLoss, Impairment, ImpairmentConfig, TraceLoss
+
+
+def test_iid_loss_rate_and_seeding() -> None:
+    a = IidLoss(0.05, rng=random.Random(1))
+    b = IidLoss(0.05, rng=random.Random(1))
+    draws = [a.lose() for _ in range(40_000)]
+    assert draws == [b.lose() for _ in range(40_000)]
+    assert sum(draws) / len(draws) == pytest.approx(0.05, abs=0.005)
+
+
+def test_gilbert_elliott_is_bursty_with_the_stationary_rate() -> None:
+    ge = GilbertElliottLoss(rng=random.Random(2))
+    draws = [ge.lose() for _ in range(300_000)]
+    rate = sum(draws) / len(draws)
+    assert rate == pytest.approx(ge.mean_loss, rel=0.1)
+    assert ge.mean_loss == pytest.approx(0.01 / 0.31 * 0.5)
+    # Bursty: a loss is far more likely right after a loss than on average.
+    after_loss = [b for a, b in itertools.pairwise(draws) if a]
+    assert sum(after_loss) / len(after_loss) > 5 * rate
+
+
+def test_trace_replays_and_cycles(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "trace.txt"
+    path.write_text("# a recorded pattern\n0 0 1\n1,0\n")
+    t = TraceLoss.from_file(path)
+    assert [t.lose() for _ in range(10)] == [False, False, True, True, False] * 2
+    path.write_text("01x")
+    with pytest.raises(ValueError, match="only hold 0 and 1"):
+        TraceLoss.from_file(path)
+
+
+def test_rate_cap_serializes_and_tail_drops() -> None:
+    imp = Impairment(ImpairmentConfig(rate_bits_per_s=8_000_000, queue_bytes=10_000))  # 1 MB/s
+    times = [imp.process(0.0, 1000) for _ in range(15)]
+    sent = [t[0] for t in times if t]
+    assert sent == pytest.approx([0.001 * (i + 1) for i in range(10)])
+    assert imp.stats.dropped_queue == 5
+    assert imp.process(1.0, 1000) == [pytest.approx(1.001)]  # queue drained meanwhile
+
+
+def test_delay_jitter_reorder_duplicate_are_counted() -> None:
+    cfg = ImpairmentConfig(delay_s=0.02, jitter_s=0.005, duplicate=0.1, reorder=0.05)
+    imp = Impairment(cfg, seed=3)
+    out = [imp.process(i * 0.001, 100) for i in range(5000)]
+    assert all(t >= i * 0.001 + 0.02 for i, ts in enumerate(out) for t in ts)
+    s = imp.stats
+    assert s.duplicated == pytest.approx(500, rel=0.2)
+    assert s.reordered > 100
+    assert s.forwarded == 5000 + s.duplicated
+    assert s.as_dict()["dropped"] == 0
+
+
+def test_invalid_probabilities_are_refused() -> None:
+    with pytest.raises(ValueError):
+        IidLoss(1.5, rng=random.Random())
+    with pytest.raises(ValueError):
+        GilbertElliottLoss(p_good_bad=-0.1, rng=random.Random())

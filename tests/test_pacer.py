@@ -1,0 +1,55 @@
+import itertools
+
+import pytest
+
+from pyrofling.core.pacer import UDP_OVERHEAD_BYTES, PacedQueue, TokenBucketPacer, UnpacedPacer, make_pacer
+
+
+def test_token_bucket_caps_the_rate_after_the_burst() -> None:
+    size = 1048
+    cost = size + UDP_OVERHEAD_BYTES
+    pacer = TokenBucketPacer(rate_bits_per_s=8 * cost * 1000, burst_bytes=2 * cost)  # 1000 datagrams/s
+    now = 0.0
+    sent_at = []
+    for _ in range(10):
+        t = pacer.next_send_time(now, size)
+        now = max(now, t)
+        pacer.on_sent(now, size)
+        sent_at.append(now)
+    assert sent_at[:2] == [0.0, 0.0]  # the burst
+    gaps = [b - a for a, b in itertools.pairwise(sent_at[1:])]
+    assert all(g == pytest.approx(0.001) for g in gaps)
+    # Idle time refills the bucket, but never beyond the burst.
+    assert pacer.next_send_time(now + 10.0, size) == now + 10.0
+    pacer.on_sent(now + 10.0, size)
+    pacer.on_sent(now + 10.0, size)
+    assert pacer.next_send_time(now + 10.0, size) > now + 10.0
+
+
+def test_paced_queue_releases_in_order_and_refuses_overflow() -> None:
+    pacer = TokenBucketPacer(rate_bits_per_s=8 * 1076 * 100, burst_bytes=1500)
+    q = PacedQueue(pacer, max_queued_bytes=5000)
+    refused = q.push([bytes([i]) * 1048 for i in range(6)])
+    assert refused == 2 and len(q) == 4
+    now = 0.0
+    out = []
+    while len(q):
+        out += q.pop_due(now)
+        t = q.next_timer(now)
+        if t is not None:
+            assert t > now
+            now = t
+    assert [d[0] for d in out] == [0, 1, 2, 3]
+    # The burst's 424 spare bytes shorten the first wait; then 100 datagrams/s.
+    assert now == pytest.approx((3 * 1076 - (1500 - 1076)) / (1076 * 100))
+    assert q.next_timer(now) is None
+
+
+def test_unpaced_and_factory() -> None:
+    assert UnpacedPacer().next_send_time(3.0, 10**6) == 3.0
+    assert make_pacer("none").name == "none"
+    assert make_pacer("token-bucket").name == "token-bucket"
+    with pytest.raises(ValueError, match="token-bucket or none"):
+        make_pacer("fq")
+    with pytest.raises(ValueError):
+        TokenBucketPacer(rate_bits_per_s=0)

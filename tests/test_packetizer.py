@@ -1,0 +1,55 @@
+import pytest
+
+from pyrofling.core.packetizer import MAX_PACKET_BYTES, MediaPacket, Packetizer, initial_sequences
+from pyrofling.fec import make_planner
+from pyrofling.wire import StreamType, parse_media_datagram
+
+
+def test_data_first_then_repair_with_shared_header_fields() -> None:
+    p = Packetizer(video_seq=16383, video_planner=make_planner("reference"))
+    frame = bytes(range(256)) * 40  # 10240 bytes: 10 blocks, reference F=3
+    datagrams = p.packetize(MediaPacket(frame, pts_us=1_000_000, key_frame=True, dts_us=990_000))
+    headers = [parse_media_datagram(d)[0] for d in datagrams]
+    assert [h.fec for h in headers] == [False] * 10 + [True] * 3
+    assert [h.subpacket_seq for h in headers] == [*list(range(10)), 0, 1, 2]
+    assert [h.begin for h in headers] == [True] + [False] * 12
+    for h in headers:
+        assert (h.packet_seq, h.pts_us, h.payload_size, h.key_frame) == (16383, 1_000_000, 10240, True)
+        assert (h.num_fec_blocks, h.num_xor_blocks_even, h.num_xor_blocks_odd) == (3, 5, 5)
+        assert h.dts_delta_us == 10_000
+    assert b"".join(bytes(parse_media_datagram(d)[1]) for d in datagrams[:10]) == frame
+    # Sequence wraps at 14 bits.
+    assert parse_media_datagram(p.packetize(MediaPacket(b"x", 2))[0])[0].packet_seq == 0
+
+
+def test_streams_count_separately_and_cookie_seeds_them() -> None:
+    assert initial_sequences(1001) == (1001, (~1001) & 0x3FFF)
+    p = Packetizer.for_cookie(1001)
+    assert p.next_seq(StreamType.VIDEO) == 1001
+    p.packetize(MediaPacket(b"a" * 100, 1, StreamType.AUDIO))
+    assert p.next_seq(StreamType.VIDEO) == 1001
+    assert p.next_seq(StreamType.AUDIO) == ((~1001) & 0x3FFF) + 1
+
+
+def test_audio_gets_no_fec_unless_asked() -> None:
+    p = Packetizer(video_planner=make_planner("reference"))
+    assert len(p.packetize(MediaPacket(b"a" * 2000, 1, StreamType.AUDIO))) == 2
+    p = Packetizer(audio_planner=make_planner("reference"))
+    out = p.packetize(MediaPacket(b"a" * 2000, 1, StreamType.AUDIO))
+    assert len(out) == 3 and parse_media_datagram(out[-1])[0].fec
+
+
+def test_empty_packet_uses_a_sequence_number_and_sends_nothing() -> None:
+    p = Packetizer()
+    assert p.packetize(MediaPacket(b"", 1)) == []
+    assert p.next_seq(StreamType.VIDEO) == 1
+
+
+def test_oversize_packet_is_refused() -> None:
+    with pytest.raises(ValueError, match="exceeds"):
+        Packetizer().packetize(MediaPacket(bytes(MAX_PACKET_BYTES + 1), 1))
+
+
+def test_audio_key_frames_are_refused() -> None:
+    with pytest.raises(ValueError, match="ping reply"):
+        Packetizer().packetize(MediaPacket(b"a", 1, StreamType.AUDIO, key_frame=True))

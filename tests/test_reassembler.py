@@ -1,0 +1,208 @@
+"""Reassembly with a fake clock: order, loss, FEC, reordering, deadlines, limits."""
+
+import random
+
+from pyrofling.core.packetizer import MediaPacket, Packetizer
+from pyrofling.core.reassembler import (
+    PacketReady,
+    PacketsLost,
+    PingReplyReceived,
+    Reassembler,
+    ReassemblerConfig,
+    ReassemblyEvent,
+)
+from pyrofling.fec import make_planner
+from pyrofling.wire import MediaHeader, PingReply, Progress, StreamType
+
+
+def _frames(n: int, rng: random.Random, size: tuple[int, int] = (1, 20000)) -> list[bytes]:
+    return [rng.randbytes(rng.randint(*size)) for _ in range(n)]
+
+
+def _packetize(frames: list[bytes], planner: str = "tuned", stream: StreamType = StreamType.VIDEO) -> list[list[bytes]]:
+    p = Packetizer(video_seq=16380, audio_seq=5, video_planner=make_planner(planner))
+    video = stream == StreamType.VIDEO
+    return [
+        p.packetize(MediaPacket(f, 1000 + i * 16667, stream, key_frame=video and i == 0)) for i, f in enumerate(frames)
+    ]
+
+
+def _ready(events: list[ReassemblyEvent]) -> list[PacketReady]:
+    return [e for e in events if isinstance(e, PacketReady)]
+
+
+def test_in_order_delivery_without_loss_across_the_sequence_wrap() -> None:
+    rng = random.Random(1)
+    frames = _frames(20, rng)
+    r = Reassembler()
+    out = []
+    for i, datagrams in enumerate(_packetize(frames)):
+        for d in datagrams:
+            out += _ready(r.receive(d, i * 0.016))
+    assert [e.data for e in out] == frames
+    assert [e.seq for e in out][:5] == [16380, 16381, 16382, 16383, 0]
+    assert r.counters.to_message() == Progress(20, 0, 0, 0, 1)
+    assert not r.discarded or set(r.discarded) == {"late"}  # repair blocks after completion
+    assert r.buffered_bytes == 0
+
+
+def test_fec_recovers_a_lost_block_and_counts_it() -> None:
+    frames = [bytes(range(256)) * 30]
+    datagrams = _packetize(frames, "reference")[0]
+    r = Reassembler()
+    events = []
+    for i, d in enumerate(datagrams):
+        if i != 3:
+            events += r.receive(d, 0.0)
+    assert [e.data for e in _ready(events)] == frames
+    assert r.counters.fec_recovered == 1
+
+
+def test_reordering_across_several_packets_is_tolerated() -> None:
+    rng = random.Random(2)
+    frames = _frames(12, rng)
+    packets = _packetize(frames, "none")
+    # Packet 1's datagrams arrive after packets 2..5 are complete: the reference would drop it.
+    order = packets[0] + [d for p in packets[2:6] for d in p] + packets[1] + [d for p in packets[6:] for d in p]
+    r = Reassembler()
+    out = []
+    for d in order:
+        out += _ready(r.receive(d, 0.0))
+    assert [e.data for e in out] == frames
+    assert r.counters.dropped_video == 0
+
+
+def test_datagrams_shuffled_within_a_window_all_arrive() -> None:
+    rng = random.Random(3)
+    frames = _frames(30, rng, (1, 6000))
+    flat = [d for p in _packetize(frames, "none") for d in p]
+    first = len(_packetize(frames[:1], "none")[0])  # the first packet arrives intact, then chaos
+    for i in range(first, len(flat), 8):  # shuffle within windows of 8 datagrams
+        window = flat[i : i + 8]
+        rng.shuffle(window)
+        flat[i : i + 8] = window
+    r = Reassembler()
+    out = []
+    for d in flat:
+        out += _ready(r.receive(d, 0.0))
+    assert [e.data for e in out] == frames
+
+
+def test_a_lost_packet_releases_the_next_after_the_reorder_timeout() -> None:
+    rng = random.Random(4)
+    frames = _frames(3, rng, (3000, 3000))
+    packets = _packetize(frames, "none")
+    cfg = ReassemblerConfig(reorder_timeout_s=0.004)
+    r = Reassembler(cfg)
+    assert r.receive(packets[0][0], 0.0) == []  # packet 0 is incomplete forever
+    events = []
+    for d in packets[1]:
+        events += r.receive(d, 0.001)
+    assert _ready(events) == []  # held: packet 0 may still complete
+    assert r.next_timer() == 0.001 + 0.004
+    assert r.handle_timer(0.0045) == []
+    events = r.handle_timer(0.005)
+    assert [e.data for e in _ready(events)] == [frames[1]]
+    assert [e for e in events if isinstance(e, PacketsLost)] == []  # nothing delivered before: no gap yet
+    events = []
+    for d in packets[2]:
+        events += r.receive(d, 0.02)
+    assert [e.data for e in _ready(events)] == [frames[2]]
+    # The late datagrams of packet 0 are stale now.
+    assert r.receive(packets[0][1], 0.03) == []
+    assert r.discarded["late"] >= 1
+
+
+def test_loss_is_counted_when_a_later_packet_is_delivered() -> None:
+    rng = random.Random(5)
+    frames = _frames(4, rng, (100, 100))
+    packets = _packetize(frames, "none")
+    r = Reassembler()
+    events = []
+    for i in (0, 3):
+        for d in packets[i]:
+            events += r.receive(d, float(i))
+    assert len(_ready(events)) == 1  # packet 3 waits briefly for 1 and 2
+    events += r.handle_timer(3.0 + r.config.reorder_timeout_s)
+    lost = [e for e in events if isinstance(e, PacketsLost)]
+    assert lost == [PacketsLost(StreamType.VIDEO, 2, (16380 + 3) & 0x3FFF)]
+    assert r.counters.dropped_video == 2 and r.counters.received == 2
+
+
+def test_deadline_gives_up_an_incomplete_packet() -> None:
+    r = Reassembler(ReassemblerConfig(deadline_s=0.1))
+    packets = _packetize([bytes(5000)], "none")
+    r.receive(packets[0][0], 1.0)
+    assert r.in_flight(StreamType.VIDEO) == 1
+    assert r.next_timer() == 1.1
+    r.handle_timer(1.1)
+    assert r.in_flight(StreamType.VIDEO) == 0
+    assert r.discarded["gave_up_packet"] == 1
+    assert r.next_timer() is None
+
+
+def test_audio_and_video_are_independent() -> None:
+    r = Reassembler()
+    video = _packetize([b"v" * 3000], "none")[0]
+    audio = _packetize([b"a" * 1500], "none", StreamType.AUDIO)[0]
+    events = r.receive(video[0], 0.0)
+    for d in audio:
+        events += r.receive(d, 0.0)
+    assert [(e.stream, e.data) for e in _ready(events)] == [(StreamType.AUDIO, b"a" * 1500)]
+
+
+def test_ping_reply_event() -> None:
+    r = Reassembler()
+    assert r.receive(bytes(PingReply(9, 123)), 5.0) == [PingReplyReceived(9, 123, 5.0)]
+    assert r.receive(bytes(PingReply(9, 123))[:-2], 5.0) == []
+    assert r.discarded["bad_length"] == 1
+
+
+def _header(**kw: object) -> bytes:
+    fields = dict(
+        pts_us=1,
+        dts_delta_us=0,
+        payload_size=2048,
+        num_fec_blocks=0,
+        num_xor_blocks_even=0,
+        num_xor_blocks_odd=0,
+        packet_seq=1,
+        subpacket_seq=0,
+        begin=True,
+    )
+    fields.update(kw)
+    return bytes(MediaHeader(**fields))  # type: ignore[arg-type]
+
+
+def test_malformed_datagrams_are_counted_by_reason() -> None:
+    r = Reassembler(ReassemblerConfig(max_packet_bytes=1 << 20))
+    cases = {
+        "short_datagram": b"\0" * 10,
+        "long_datagram": _header() + b"\0" * 1025,
+        "oversize_packet": _header(payload_size=(1 << 20) + 1) + b"\0" * 1024,
+        "empty_packet": _header(payload_size=0),
+        "bad_fec_plan": _header(num_fec_blocks=2, num_xor_blocks_even=9, num_xor_blocks_odd=1) + b"\0" * 1024,
+        "bad_block_index": _header(subpacket_seq=5, begin=False) + b"\0" * 1024,
+        "bad_begin": _header(subpacket_seq=1, begin=True, packet_seq=2) + b"\0" * 1024,
+        "bad_length": _header(packet_seq=3) + b"\0" * 1000,
+    }
+    for reason, datagram in cases.items():
+        assert r.receive(datagram, 0.0) == []
+        assert r.discarded[reason] >= 1, reason
+    # A datagram disagreeing with its packet's first datagram is dropped, the packet survives.
+    r2 = Reassembler()
+    r2.receive(_header(packet_seq=7) + b"a" * 1024, 0.0)
+    r2.receive(_header(packet_seq=7, subpacket_seq=1, begin=False, payload_size=4096) + b"b" * 1024, 0.0)
+    assert r2.discarded["inconsistent_header"] == 1
+    done = r2.receive(_header(packet_seq=7, subpacket_seq=1, begin=False) + b"b" * 1024, 0.0)
+    assert [e.data for e in _ready(done)] == [b"a" * 1024 + b"b" * 1024]
+
+
+def test_memory_is_bounded_by_in_flight_and_byte_caps() -> None:
+    cfg = ReassemblerConfig(max_in_flight=4, max_buffered_bytes=64 * 1024, max_packet_bytes=48 * 1024)
+    r = Reassembler(cfg)
+    for seq in range(50):  # first datagram only: every packet stays incomplete
+        r.receive(_header(packet_seq=seq, payload_size=40 * 1024) + b"\0" * 1024, seq * 0.001)
+        assert r.in_flight(StreamType.VIDEO) <= 4
+        assert r.buffered_bytes <= 64 * 1024
+    assert r.discarded["gave_up_packet"] > 40

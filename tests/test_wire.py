@@ -1,0 +1,230 @@
+"""Wire format: exact bytes, round trips, both type widths, and every truncation."""
+
+import struct
+
+import pytest
+
+from pyrofling.wire import (
+    CONTROL_TYPES,
+    MAX_MEDIA_DATAGRAM_BYTES,
+    TYPE_MAGIC,
+    Again,
+    BadMagicError,
+    CodecParameters,
+    ControlFramer,
+    Cookie,
+    FieldError,
+    GamepadState,
+    Hello,
+    Kick,
+    KickFlags,
+    LengthError,
+    MediaHeader,
+    MessageId,
+    Nak,
+    Ok,
+    PhaseOffset,
+    Ping,
+    PingReply,
+    Progress,
+    ProtocolError,
+    StreamType,
+    TruncatedError,
+    UnknownMessageError,
+    parse_control,
+    parse_media_datagram,
+    parse_udp_control,
+    type_word,
+    type_word_wide,
+)
+
+SAMPLES = [
+    Ok(),
+    Nak(),
+    Again(),
+    Hello(),
+    Cookie(0x0123456789ABCDEF),
+    Kick(KickFlags.VIDEO | KickFlags.AUDIO | KickFlags.GAMEPAD),
+    Progress(1, 2, 3, 4, 5),
+    CodecParameters(1, 1, 3, 30, 1, 320, 240, 2, 44100),
+    PhaseOffset(-1234),
+    GamepadState(65535, 0x7FF, -32767, 32767, 1, -1, 255, 0, -1, 1),
+    Ping(255),
+]
+
+
+def test_magic_is_derived_from_pyr_letters_and_version_mask() -> None:
+    magic = ((ord("P") << 26) | (ord("Y") << 20) | (ord("R") << 14)) & 0xFFFFFFFF
+    assert magic ^ (0xAA02 << 16) == TYPE_MAGIC
+
+
+# The exact 64-bit type values a native x86-64 build writes (pyrofling-anchor §1.2a).
+NATIVE_WIDE = {
+    MessageId.OK: 0x00000000_EF968000,
+    MessageId.NAK: 0x00000000_EF968001,
+    MessageId.AGAIN: 0x00000000_EF968002,
+    MessageId.HELLO: 0x00000000_EF968003,
+    MessageId.COOKIE: 0xFFFFFFFF_EF968204,
+    MessageId.KICK: 0xFFFFFFFF_EF968105,
+    MessageId.PROGRESS: 0xFFFFFFFF_EF968A06,
+    MessageId.CODEC_PARAMETERS: 0xFFFFFFFF_EF968707,
+    MessageId.PHASE_OFFSET: 0xFFFFFFFF_EF968108,
+    MessageId.GAMEPAD_STATE: 0xFFFFFFFF_EF968409,
+    MessageId.PING: 0xFFFFFFFF_EF96808A,
+}
+
+
+@pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: type(m).__name__)
+def test_encoding_matches_the_native_bytes(msg: object) -> None:
+    data = bytes(msg)  # type: ignore[call-overload]
+    cls = type(msg)
+    wide = NATIVE_WIDE[cls.ID]  # type: ignore[attr-defined]
+    assert struct.unpack_from("<Q", data)[0] == wide
+    assert len(data) == 8 + cls.payload_bytes()  # type: ignore[attr-defined]
+    assert type_word_wide(cls.ID, cls.payload_bytes()) == wide  # type: ignore[attr-defined]
+
+
+def test_udp_datagram_sizes_match_the_native_client() -> None:
+    assert len(bytes(PhaseOffset(0))) == 12
+    assert len(bytes(GamepadState())) == 24
+    assert len(bytes(Ping(0))) == 10
+    assert len(bytes(Cookie(1))) == 16
+
+
+@pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: type(m).__name__)
+@pytest.mark.parametrize("width", [4, 8])
+def test_round_trip_both_widths(msg: object, width: int) -> None:
+    data = msg.encode(type_width=width)  # type: ignore[attr-defined]
+    assert parse_control(data) == msg
+
+
+@pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: type(m).__name__)
+def test_every_truncation_gives_a_protocol_error(msg: object) -> None:
+    data = bytes(msg)  # type: ignore[call-overload]
+    for cut in range(len(data)):
+        piece = data[:cut]
+        if cut == 4 + type(msg).payload_bytes():  # type: ignore[attr-defined]
+            continue  # that is the valid 4-byte form of the same message
+        with pytest.raises(ProtocolError):
+            parse_control(piece)
+    with pytest.raises(TruncatedError):
+        parse_control(data[:3])
+
+
+def test_specific_errors() -> None:
+    with pytest.raises(BadMagicError):
+        parse_control(struct.pack("<I", 0x12345678))
+    with pytest.raises(UnknownMessageError):
+        parse_control(struct.pack("<I", type_word(33, 0)))
+    with pytest.raises(LengthError):  # KICK whose type word claims 3 payload bytes
+        parse_control(struct.pack("<I", type_word(MessageId.KICK, 3)) + b"abc")
+    with pytest.raises(LengthError):  # trailing bytes
+        parse_control(bytes(Kick(KickFlags.VIDEO)) + b"x")
+    bad_high = struct.pack("<II", type_word(MessageId.KICK, 4), 0x1234) + b"\0\0\0\0"
+    with pytest.raises(FieldError):
+        parse_control(bad_high)
+
+
+def test_udp_control_rejects_tcp_only_messages() -> None:
+    assert parse_udp_control(bytes(Ping(3))) == Ping(3)
+    with pytest.raises(UnknownMessageError):
+        parse_udp_control(bytes(Kick(KickFlags.VIDEO)))
+
+
+def test_unknown_kick_bits_are_kept() -> None:
+    raw = struct.pack("<QI", type_word_wide(MessageId.KICK, 4), 0x80000001)
+    msg = parse_control(raw)
+    assert isinstance(msg, Kick)
+    assert int(msg.flags) == 0x80000001
+
+
+# --- TCP framing --------------------------------------------------------------------------
+
+
+def test_framer_splits_a_stream_fed_byte_by_byte() -> None:
+    stream = b"".join(bytes(m) for m in SAMPLES)  # type: ignore[call-overload]
+    framer = ControlFramer()
+    out = []
+    for i in range(len(stream)):
+        out += framer.feed(stream[i : i + 1])
+    assert out == SAMPLES
+    assert framer.type_width == 8
+
+
+def test_framer_learns_a_32_bit_peer() -> None:
+    msgs = [Hello(), Kick(KickFlags.VIDEO), Progress(9, 0, 0, 0, 1), Nak()]
+    stream = b"".join(m.encode(type_width=4) for m in msgs)
+    framer = ControlFramer()
+    out = []
+    for i in range(0, len(stream), 3):
+        out += framer.feed(stream[i : i + 3])
+    assert out == msgs
+    assert framer.type_width == 4
+
+
+def test_framer_delivers_hello_before_its_width_is_known() -> None:
+    # A 4-byte HELLO must be answered even though nothing follows it yet.
+    framer = ControlFramer()
+    assert framer.feed(Hello().encode(type_width=4)) == [Hello()]
+    assert framer.type_width is None
+
+
+def test_framer_rejects_garbage_and_overflow() -> None:
+    with pytest.raises(BadMagicError):
+        ControlFramer().feed(b"\x00" * 8)
+    framer = ControlFramer(max_buffer_bytes=16)
+    with pytest.raises(LengthError):
+        framer.feed(struct.pack("<Q", type_word_wide(MessageId.PROGRESS, 40)) + b"\0" * 20)
+
+
+# --- media datagrams -----------------------------------------------------------------------
+
+
+def test_media_header_layout() -> None:
+    h = MediaHeader(
+        pts_us=0x1122334455667788,
+        dts_delta_us=7,
+        payload_size=5000,
+        num_fec_blocks=3,
+        num_xor_blocks_even=2,
+        num_xor_blocks_odd=3,
+        packet_seq=0x3FFF,
+        subpacket_seq=0x2AAA,
+        key_frame=True,
+        stream=StreamType.AUDIO,
+        fec=True,
+        begin=False,
+    )
+    raw = bytes(h)
+    assert len(raw) == 24
+    assert raw[:8] == struct.pack("<Q", 0x1122334455667788)
+    assert struct.unpack_from("<IIHBB", raw, 8) == (7, 5000, 3, 2, 3)
+    flags = struct.unpack_from("<I", raw, 20)[0]
+    assert flags & 0xF == 0b0111  # KEY | AUDIO | FEC, no BEGIN
+    assert (flags >> 4) & 0x3FFF == 0x3FFF
+    assert (flags >> 18) & 0x3FFF == 0x2AAA
+    assert MediaHeader.parse(raw) == h
+
+
+def test_media_datagram_limits() -> None:
+    h = bytes(MediaHeader(0, 0, 10, 0, 0, 0, 1, 0, begin=True))
+    header, body = parse_media_datagram(h + b"x" * 10)
+    assert header.begin and bytes(body) == b"x" * 10
+    with pytest.raises(TruncatedError):
+        parse_media_datagram(h[:23])
+    with pytest.raises(LengthError):
+        parse_media_datagram(b"\0" * (MAX_MEDIA_DATAGRAM_BYTES + 1))
+
+
+def test_ping_reply_is_32_bytes_with_key_and_audio() -> None:
+    raw = bytes(PingReply(seq=300, server_time_us=123456789))
+    assert len(raw) == 32
+    header, _ = parse_media_datagram(raw)
+    assert header.is_ping_reply and header.packet_seq == 300
+    assert PingReply.parse(raw) == PingReply(300, 123456789)
+    with pytest.raises(LengthError):
+        PingReply.parse(raw[:-1])
+
+
+def test_all_types_are_registered() -> None:
+    assert set(CONTROL_TYPES) == set(MessageId)
