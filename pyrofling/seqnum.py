@@ -1,4 +1,4 @@
-"""Serial-number arithmetic for the wire's wrapping counters (protocol.md §4).
+"""Serial-number arithmetic for the wire's wrapping counters (protocol.md §4.3).
 
 Packet and subpacket sequence numbers are 14 bits on the wire, the gamepad and
 ping sequences 16 bits.  Never compare two of them with a bare ``<``: use

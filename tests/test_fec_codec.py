@@ -189,3 +189,43 @@ def test_no_fec_and_empty_frames() -> None:
     dec = FrameDecoder(3, FecPlan(0, 0, 0), 1)
     assert dec.add_data(0, b"abc")
     assert dec.frame() == b"abc"
+
+
+def test_batch_decode_agrees_with_the_incremental_decoder() -> None:
+    from pyrofling.fec import decode_frame
+
+    rng = random.Random(21)
+    for _ in range(1500):
+        k = rng.choice([1, 4, 9, 20, 37, 100])
+        bb = 16
+        frame = rng.randbytes(k * bb - rng.randrange(bb))
+        f = rng.randint(1, k // 3 + 2)
+        plan = rng.choice([reference_plan(k, f), tuned_plan(k, f)])
+        seed = rng.getrandbits(32)
+        data = split_data(frame, block_bytes=bb)
+        repair = encode_repair(frame, plan, seed, block_bytes=bb)
+        lost = set(rng.sample(range(k + f), rng.randint(0, f + 1)))
+        got_data = {i: bytes(b) for i, b in enumerate(data) if i not in lost}
+        got_repair = {j: r for j, r in enumerate(repair) if k + j not in lost}
+        batch = decode_frame(len(frame), plan, seed, got_data, got_repair, block_bytes=bb)
+        inc = _decode(frame, plan, seed, lost, list(range(k + f)), bb, True)
+        assert batch == inc
+        assert batch is None or batch == frame
+
+
+def test_batch_decode_rejects_blocks_that_cannot_belong() -> None:
+    from pyrofling.fec import decode_frame
+
+    frame = os.urandom(2500)  # blocks of 1024, 1024, 452
+    plan = FecPlan(1, 3, 3)
+    good = {0: frame[:1024], 1: frame[1024:2048]}
+    for data, repair in (
+        ({**good, 2: frame[2048:] + b"x"}, {}),  # last block too long
+        ({0: frame[:1000], 1: frame[1000:2048]}, {}),  # lengths that add up but misalign
+        ({**good, 3: b"x"}, {}),  # index out of range
+        (good, {1: bytes(1024)}),  # repair index out of range
+        (good, {0: bytes(10)}),  # short repair block
+    ):
+        with pytest.raises(FecError):
+            decode_frame(len(frame), plan, 1, data, repair)
+    assert decode_frame(len(frame), plan, 1, good, {}) is None

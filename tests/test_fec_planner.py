@@ -1,7 +1,7 @@
 import pytest
 
 from pyrofling.fec import AdaptivePlanner, FecPlan, make_planner, reference_plan, tuned_plan
-from pyrofling.fec.planner import binomial_tail, tuned_degrees
+from pyrofling.fec.planner import binomial_tail, repair_count, tuned_degrees, uncovered_probability
 
 
 @pytest.mark.parametrize(
@@ -71,3 +71,20 @@ def test_adaptive_validates_configuration() -> None:
         AdaptivePlanner(target_frame_loss=0)
     with pytest.raises(ValueError):
         AdaptivePlanner(min_ratio=0.5, max_ratio=0.1)
+
+
+def test_uncovered_probability_matches_the_shuffler() -> None:
+    import random
+
+    from pyrofling.fec.shuffle import select
+
+    n, d, f = 40, 16, 11  # rounds of 2 blocks leave 8 of 40 out: visible in a short run
+    rng = random.Random(4)
+    trials = 4000
+    uncovered = sum(n - len(set(select(rng.getrandbits(32), n, (d,) * f).picks)) for _ in range(trials))
+    measured = uncovered / (trials * n)
+    assert measured == pytest.approx(uncovered_probability(n, d, f), rel=0.35)
+    for n in range(29, 400):
+        even, odd = tuned_degrees(n)
+        assert even == odd
+        assert uncovered_probability(n, even, repair_count(n)) <= 1e-5

@@ -1,4 +1,4 @@
-"""Datagrams → complete packets, with FEC, reordering, deadlines and bounded memory.
+"""Datagrams → complete packets, with FEC, reordering, deadlines and bounded memory (protocol.md §6).
 
 Pure: the viewer's network shell calls :meth:`Reassembler.receive` with each UDP
 datagram and the time it read it, calls :meth:`Reassembler.handle_timer` when

@@ -10,6 +10,9 @@ The codec on its own, for test harnesses::
     for i, block in received_data: dec.add_data(i, block)    # any subset, any order
     for j, block in received_repair: dec.add_repair(j, block)
     frame_back = dec.frame() if dec.complete else None   # byte-exact, or not recoverable
+
+    # or in one call, with whichever blocks arrived:
+    frame_back = decode_frame(len(frame), plan, seed, {i: block, ...}, {j: block, ...})
 """
 
 from pyrofling.fec.codec import (
@@ -19,6 +22,7 @@ from pyrofling.fec.codec import (
     FecPlan,
     FrameDecoder,
     block_count,
+    decode_frame,
     encode_repair,
     seed_for_pts,
     split_data,
@@ -48,6 +52,7 @@ __all__ = [
     "ReferencePlanner",
     "TunedPlanner",
     "block_count",
+    "decode_frame",
     "encode_repair",
     "make_planner",
     "reference_plan",

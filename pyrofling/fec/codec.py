@@ -16,9 +16,12 @@ only once the solution is known, so a failed attempt costs no XORs.
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from itertools import repeat
+from typing import Any, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -30,6 +33,10 @@ BLOCK_BYTES = 1024
 MAX_DEGREE = 255
 #: Largest repair index the 14-bit subpacket field can carry.
 MAX_REPAIR_BLOCKS = 1 << 14
+
+
+#: Anything a block may arrive as.
+Buffer: TypeAlias = bytes | bytearray | memoryview
 
 
 class FecError(ValueError):
@@ -105,9 +112,7 @@ def _encode_layout(data_blocks: int, plan: FecPlan) -> _EncodeLayout:
     return _EncodeLayout(degrees, tuple(groups), closing)
 
 
-def encode_repair(
-    frame: bytes | bytearray | memoryview, plan: FecPlan, seed: int, *, block_bytes: int = BLOCK_BYTES
-) -> list[bytes]:
+def encode_repair(frame: Buffer, plan: FecPlan, seed: int, *, block_bytes: int = BLOCK_BYTES) -> list[bytes]:
     """The repair blocks of a frame (each ``block_bytes`` long), in send order.
 
     >>> blocks = encode_repair(b"\\x01" * 1500, FecPlan(1, 2, 2), seed=0, block_bytes=1024)
@@ -144,7 +149,7 @@ def encode_repair(
     return [raw[i : i + block_bytes] for i in range(0, len(raw), block_bytes)]
 
 
-def split_data(frame: bytes | bytearray | memoryview, *, block_bytes: int = BLOCK_BYTES) -> list[memoryview]:
+def split_data(frame: Buffer, *, block_bytes: int = BLOCK_BYTES) -> list[memoryview]:
     """The data blocks of a frame as views (the last one short, not padded)."""
     view = memoryview(frame)
     return [view[i : i + block_bytes] for i in range(0, len(view), block_bytes)]
@@ -213,6 +218,147 @@ def eliminate(rows: list[int], unknowns: int) -> list[int] | None:
     return solved
 
 
+def _solve(
+    sel: Selections,
+    unknown: list[int],
+    repair_ids: Iterable[int],
+    *,
+    use_elimination: bool,
+    row_cache: dict[int, int] | None = None,
+) -> list[list[int]] | None:
+    """For each unknown data block, the repair blocks whose XOR (with known blocks) gives it.
+
+    Rows are added in repair-index order, one pool round at a time, and a
+    solution is tried after each round, so a decoder that can answer from the
+    first rounds never replays the rest of the shuffler.  ``row_cache`` keeps
+    each repair block's bitmask over ``unknown`` across calls.
+    """
+    if len(unknown) == 1:
+        # Common case: one loss; the first repair block that covers it reveals it.
+        lost = unknown[0]
+        for r in sorted(repair_ids):
+            if lost in sel.block(r):
+                return [[r]]
+        return None
+    position = {b: p for p, b in enumerate(unknown)}
+    cache = {} if row_cache is None else row_cache
+    rounds = sel.layout.rounds
+    ordered = sorted(repair_ids)
+    ids: list[int] = []
+    rows: list[int] = []
+    i = 0
+    while i < len(ordered):
+        round_end = rounds[bisect_right(rounds, ordered[i])]
+        while i < len(ordered) and ordered[i] < round_end:
+            r = ordered[i]
+            mask = cache.get(r)
+            if mask is None:
+                mask = 0
+                for b in sel.block(r):
+                    p = position.get(b)
+                    if p is not None:
+                        mask |= 1 << p
+                cache[r] = mask
+            if mask:
+                ids.append(r)
+                rows.append(mask)
+            i += 1
+        if len(rows) >= len(unknown):
+            solution = peel(rows, len(unknown))
+            if solution is None and use_elimination:
+                solution = eliminate(rows, len(unknown))
+            if solution is not None:
+                return [[ids[j] for j in _bits(combo)] for combo in solution]
+    return None
+
+
+def _reconstruct(
+    words: npt.NDArray[Any],
+    sel: Selections,
+    unknown: list[int],
+    combos: list[list[int]],
+    repair: Mapping[int, Buffer],
+) -> None:
+    """Write each unknown block: the XOR of its repair blocks and their known members."""
+    if len(combos) == 1 and len(combos[0]) == 1:
+        # One loss, one repair block: the repair block XOR its other members.
+        index, r = unknown[0], combos[0][0]
+        others = [b for b in sel.block(r) if b != index]
+        value = np.frombuffer(repair[r], dtype=words.dtype)
+        words[index] = np.bitwise_xor.reduce(words[others], axis=0) ^ value if others else value
+        return
+    lost = set(unknown)
+    values = []
+    for used in combos:
+        # Known data blocks that appear an odd number of times among the used rows.
+        odd: set[int] = set()
+        for r in used:
+            odd.symmetric_difference_update(sel.block(r))
+        known = [b for b in odd if b not in lost]
+        value = np.frombuffer(repair[used[0]], dtype=words.dtype).copy()
+        for r in used[1:]:
+            value ^= np.frombuffer(repair[r], dtype=words.dtype)
+        if known:
+            value ^= np.bitwise_xor.reduce(words[known], axis=0)
+        values.append(value)
+    for index, value in zip(unknown, values, strict=True):
+        words[index] = value
+
+
+def decode_frame(
+    frame_bytes: int,
+    plan: FecPlan,
+    seed: int,
+    data: Mapping[int, Buffer],
+    repair: Mapping[int, Buffer],
+    *,
+    block_bytes: int = BLOCK_BYTES,
+    eliminate: bool = True,
+) -> bytes | None:
+    """Rebuild a frame from whichever data and repair blocks arrived; ``None`` if not recoverable.
+
+    ``data[i]`` is data block ``i`` (the last one may be short), ``repair[j]``
+    repair block ``j``.  Blocks that cannot belong to the frame raise
+    :class:`FecError`.  This is the one-call form of :class:`FrameDecoder`.
+    """
+    n = block_count(frame_bytes, block_bytes)
+    plan.check(n)
+    last = frame_bytes - (n - 1) * block_bytes
+    _check_blocks(data, n, block_bytes, last, "data")
+    _check_blocks(repair, plan.repair_blocks, block_bytes, block_bytes, "repair")
+    if len(data) == n:
+        return b"".join(map(data.__getitem__, range(n)))
+    if n - len(data) > len(repair):
+        return None
+    unknown = [i for i in range(n) if i not in data]
+    sel = select(seed, n, tuple(plan.degrees()))
+    combos = _solve(sel, unknown, repair, use_elimination=eliminate)
+    if combos is None:
+        return None
+    zero = bytes(block_bytes)
+    buf = bytearray(b"".join(map(data.get, range(n), repeat(zero, n))))
+    buf += bytes(n * block_bytes - len(buf))  # pad a short last block for the XORs
+    _reconstruct(_word_view(np.frombuffer(buf, dtype=np.uint8), n, block_bytes), sel, unknown, combos, repair)
+    return bytes(memoryview(buf)[:frame_bytes])
+
+
+def _check_blocks(blocks: Mapping[int, Buffer], count: int, block_bytes: int, last_bytes: int, kind: str) -> None:
+    """Raise :class:`FecError` unless every index is in range and every block has its exact length."""
+    if not blocks:
+        return
+    if min(blocks) < 0 or max(blocks) >= count:
+        raise FecError(f"{kind} block index outside 0..{count - 1}")
+    lengths = list(map(len, blocks.values()))
+    expected = block_bytes * len(blocks)
+    if count - 1 in blocks:
+        if len(blocks[count - 1]) != last_bytes:
+            raise FecError(f"last {kind} block is {len(blocks[count - 1])} bytes, expected {last_bytes}")
+        expected += last_bytes - block_bytes
+    # No block is longer than a block and the total is exact, so every length is exact.
+    if max(lengths) > block_bytes or sum(lengths) != expected:
+        raise FecError(f"a {kind} block has the wrong length (blocks are {block_bytes} bytes)")
+
+
 class FrameDecoder:
     """Rebuilds one frame from any subset of its data and repair blocks, in any order.
 
@@ -259,7 +405,7 @@ class FrameDecoder:
     def missing_blocks(self) -> int:
         return self._missing
 
-    def add_data(self, index: int, payload: bytes | bytearray | memoryview) -> bool:
+    def add_data(self, index: int, payload: Buffer) -> bool:
         """A data block arrived.  A short payload is zero-padded (only the last block is short)."""
         if not 0 <= index < self.data_blocks:
             raise FecError(f"data block {index} outside 0..{self.data_blocks - 1}")
@@ -273,10 +419,10 @@ class FrameDecoder:
         self._have[index] = 1
         self._missing -= 1
         if self._missing and self._repair and self._missing <= len(self._repair):
-            self._solve()
+            self._try_repair()
         return self._missing == 0
 
-    def add_repair(self, index: int, payload: bytes | bytearray | memoryview) -> bool:
+    def add_repair(self, index: int, payload: Buffer) -> bool:
         """A repair block arrived; it must be exactly one block long."""
         if not 0 <= index < self.plan.repair_blocks:
             raise FecError(f"repair block {index} outside 0..{self.plan.repair_blocks - 1}")
@@ -286,7 +432,7 @@ class FrameDecoder:
             return self._missing == 0
         self._repair[index] = bytes(payload)
         if self._missing <= len(self._repair):
-            self._solve()
+            self._try_repair()
         return self._missing == 0
 
     def frame(self) -> bytes:
@@ -295,66 +441,20 @@ class FrameDecoder:
             raise FecError(f"frame incomplete: {self._missing} blocks missing")
         return bytes(memoryview(self._buf)[: self.frame_bytes])
 
-    def _solve(self) -> None:
-        """Try to rebuild the missing blocks from the repair blocks received so far.
-
-        Symbolic first: each repair row is a bitmask over the missing blocks, kept
-        across calls (rebuilt only when a data block arrived since).  Block data
-        is touched only once a solution exists.
-        """
+    def _try_repair(self) -> None:
         if self._selections is None:
             self._selections = select(self.seed, self.data_blocks, tuple(self.plan.degrees()))
-        sel = self._selections
-        if self._missing == 1:
-            # Common case: one loss, any repair block that covers it reveals it.
-            lost = self._have.index(0)
-            for r in self._repair:
-                members = sel.block(r)
-                if lost in members:
-                    self._apply([lost], [[r]])
-                    return
-            return
         if self._unknown is None or len(self._unknown) != self._missing:
             self._unknown = [i for i, h in enumerate(self._have) if not h]
             self._rows = {}
-        position = {b: p for p, b in enumerate(self._unknown)}
-        for r in self._repair:
-            if r not in self._rows:
-                mask = 0
-                for b in sel.block(r):
-                    p = position.get(b)
-                    if p is not None:
-                        mask |= 1 << p
-                self._rows[r] = mask
-        ids = list(self._rows)
-        rows = list(self._rows.values())
-        solution = peel(rows, len(self._unknown))
-        if solution is None and self.use_elimination:
-            solution = eliminate(rows, len(self._unknown))
-        if solution is not None:
-            self._apply(self._unknown, [[ids[i] for i in _bits(combo)] for combo in solution])
-
-    def _apply(self, lost: list[int], combos: list[list[int]]) -> None:
-        """Write each lost block as the XOR of its repair rows and their known members."""
-        assert self._selections is not None
-        sel = self._selections
+        combos = _solve(
+            self._selections, self._unknown, self._repair, use_elimination=self.use_elimination, row_cache=self._rows
+        )
+        if combos is None:
+            return
         words = _word_view(np.frombuffer(self._buf, dtype=np.uint8), self.data_blocks, self.block_bytes)
-        lost_set = set(lost)
-        values = []
-        for used in combos:
-            # Known data blocks that appear an odd number of times among the used rows.
-            odd: set[int] = set()
-            for r in used:
-                odd.symmetric_difference_update(sel.block(r))
-            known = [b for b in odd if b not in lost_set]
-            value = np.frombuffer(self._repair[used[0]], dtype=words.dtype).copy()
-            for r in used[1:]:
-                value ^= np.frombuffer(self._repair[r], dtype=words.dtype)
-            if known:
-                value ^= np.bitwise_xor.reduce(words[known], axis=0)
-            values.append(value)
-        for index, value in zip(lost, values, strict=False):
-            words[index] = value
+        _reconstruct(words, self._selections, self._unknown, combos, self._repair)
+        for index in self._unknown:
             self._have[index] = 1
         self._missing = 0
         self.recovered = True

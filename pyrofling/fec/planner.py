@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from functools import lru_cache
 from typing import Protocol
 
 from pyrofling.fec.codec import FecPlan
@@ -80,7 +81,36 @@ TUNED_DEGREE_ANCHORS: tuple[tuple[int, int], ...] = (
 )
 
 
-def tuned_degrees(data_blocks: int) -> tuple[int, int]:
+#: A tuned plan may leave a data block outside every repair block at most this often, so a
+#: single loss stays repairable in all but ~1e-5 of frames (the reference's plans: always).
+MAX_UNCOVERED_PROBABILITY = 1e-5
+
+
+def uncovered_probability(data_blocks: int, degree: int, repair_blocks: int) -> float:
+    """Chance that a given data block is in no repair block, for equal even/odd degrees.
+
+    Each pool round holds ``n // d`` repair blocks and leaves ``n mod d`` data
+    blocks out; the last round may be partial.  Rounds draw independently, so a
+    block escapes all of them with the product of the per-round miss chances
+    (matches the shuffler within sampling error, tests/test_fec_planner.py).
+    """
+    n, d = data_blocks, degree
+    per_round = n // d
+    full_rounds, partial = divmod(repair_blocks, per_round)
+    miss_full = (n - per_round * d) / n
+    miss_partial = (n - partial * d) / n if partial else 1.0
+    return float(miss_full**full_rounds * miss_partial)
+
+
+def _target_degree(n: int) -> int:
+    for (n0, d0), (n1, d1) in itertools.pairwise(TUNED_DEGREE_ANCHORS):
+        if n <= n1:
+            return round(d0 + (d1 - d0) * (n - n0) / (n1 - n0))
+    return TUNED_DEGREE_ANCHORS[-1][1]
+
+
+@lru_cache(maxsize=4096)
+def tuned_degrees(data_blocks: int, repair_blocks: int | None = None) -> tuple[int, int]:
     """Even/odd degrees for a frame of ``data_blocks`` blocks (see :data:`TUNED_DEGREE_ANCHORS`).
 
     Small frames keep the reference's complementary halves (one full XOR below
@@ -88,25 +118,28 @@ def tuned_degrees(data_blocks: int) -> tuple[int, int]:
     degrees than the reference's n/2: with several losses, more repair blocks
     then have a single unknown member, which is what a peeling receiver (every
     native viewer) needs, and pyrofling's elimination decoder gains further.
+    Near the sweep's target, the degree whose pool rounds leave fewest blocks
+    uncovered is taken, so single losses stay repairable.
     """
     n = data_blocks
     if n <= SMALL_FRAME_BLOCKS:
         return n, n
-    first_n, _ = TUNED_DEGREE_ANCHORS[0]
-    if n <= first_n:
+    if n <= TUNED_DEGREE_ANCHORS[0][0]:
         return n // 2, (n + 1) // 2
-    for (n0, d0), (n1, d1) in itertools.pairwise(TUNED_DEGREE_ANCHORS):
-        if n <= n1:
-            d = round(d0 + (d1 - d0) * (n - n0) / (n1 - n0))
-            return d, d
-    d = TUNED_DEGREE_ANCHORS[-1][1]
+    f = repair_count(n) if repair_blocks is None else repair_blocks
+    target = _target_degree(n)
+    candidates = range(max(1, round(0.75 * target)), min(n, round(1.25 * target)) + 1)
+    safe = [d for d in candidates if uncovered_probability(n, d, f) <= MAX_UNCOVERED_PROBABILITY]
+    if not safe:
+        return min(n // 2, REFERENCE_MAX_DEGREE), min((n + 1) // 2, REFERENCE_MAX_DEGREE)
+    d = min(safe, key=lambda c: (abs(c - target), c))
     return d, d
 
 
 def tuned_plan(data_blocks: int, repair_blocks: int) -> FecPlan:
     if repair_blocks == 0 or data_blocks == 0:
         return FecPlan(0, 0, 0)
-    even, odd = tuned_degrees(data_blocks)
+    even, odd = tuned_degrees(data_blocks, repair_blocks)
     return FecPlan(repair_blocks, even, odd)
 
 

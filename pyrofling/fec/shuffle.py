@@ -15,6 +15,7 @@ so after a round the picks sit at the end of the pool in reverse draw order).
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import pairwise
@@ -96,46 +97,68 @@ def layout(data_blocks: int, degrees: tuple[int, ...]) -> Layout:
     )
 
 
-@dataclass(frozen=True, slots=True)
 class Selections:
-    """Which data blocks each repair block XORs: ``picks`` sliced by ``layout.offsets``."""
+    """Which data blocks each repair block XORs, replayed lazily one pool round at a time.
 
-    layout: Layout
-    picks: list[int]
+    ``block(i)`` gives repair block ``i``'s data blocks (replaying rounds up to
+    its own); :attr:`picks` replays everything and gives them all, sliced by
+    ``layout.offsets``.  A decoder that finds its answer in the first rounds
+    never pays for the rest.
+    """
 
-    def block(self, i: int) -> list[int]:
-        offsets = self.layout.offsets
-        return self.picks[offsets[i] : offsets[i + 1]]
+    __slots__ = ("_draw_order", "_pick_at", "_picks", "_rounds_done", "layout")
+
+    def __init__(self, seed: int, data_blocks: int, degrees: tuple[int, ...], *, draw_order: bool = False) -> None:
+        self.layout = layout(data_blocks, degrees)
+        total = self.layout.round_starts[-1]
+        self._pick_at = lehmer_outputs(seed, total) % self.layout.pool_sizes if total else None
+        self._picks: list[int] = []
+        self._rounds_done = 0
+        self._draw_order = draw_order
 
     def __len__(self) -> int:
         return len(self.layout.degrees)
 
+    def _replay(self, upto_round: int) -> None:
+        lay = self.layout
+        n = lay.data_blocks
+        starts = lay.round_starts
+        assert self._pick_at is not None
+        while self._rounds_done <= upto_round:
+            r = self._rounds_done
+            a, b = starts[r], starts[r + 1]
+            # In a round that drains the pool, the last block takes whatever is left.
+            tail = 0 if self._draw_order or not lay.exhaustive[r] else lay.degrees[lay.rounds[r + 1] - 1]
+            swaps = b - a - tail
+            pool = list(range(n))
+            for j, last in zip(self._pick_at[a : a + swaps].tolist(), range(n - 1, n - 1 - swaps, -1), strict=True):
+                pool[j], pool[last] = pool[last], pool[j]
+            self._picks.extend(reversed(pool[n - swaps :]))
+            self._picks.extend(pool[:tail])
+            self._rounds_done += 1
+
+    def block(self, i: int) -> list[int]:
+        offsets = self.layout.offsets
+        if offsets[i + 1] > len(self._picks):
+            self._replay(bisect_right(self.layout.rounds, i) - 1)
+        return self._picks[offsets[i] : offsets[i + 1]]
+
+    @property
+    def picks(self) -> list[int]:
+        if self._rounds_done < len(self.layout.rounds) - 1:
+            self._replay(len(self.layout.rounds) - 2)
+        return self._picks
+
 
 def select(seed: int, data_blocks: int, degrees: tuple[int, ...], *, draw_order: bool = False) -> Selections:
-    """Replay the shuffler for repair blocks of the given degrees.
+    """Replay the shuffler for repair blocks of the given degrees (lazily, see :class:`Selections`).
 
     Every degree must be in ``1..data_blocks`` (callers validate peer values first).
     With ``draw_order=False`` the last block of a round that drains the pool gets
     its members as a set (what is left in the pool), skipping their swaps; XOR
     does not care about order.  ``True`` gives the reference's exact draw order.
     """
-    n = data_blocks
-    lay = layout(n, degrees)
-    starts = lay.round_starts
-    total = starts[-1]
-    picks_at = (lehmer_outputs(seed, total) % lay.pool_sizes).tolist() if total else []
-    picks: list[int] = []
-    for r in range(len(starts) - 1):
-        a, b = starts[r], starts[r + 1]
-        pool = list(range(n))
-        # In a round that drains the pool, the last block takes whatever is left.
-        tail = 0 if draw_order or not lay.exhaustive[r] else degrees[lay.rounds[r + 1] - 1]
-        swaps = b - a - tail
-        for j, last in zip(picks_at[a : a + swaps], range(n - 1, n - 1 - swaps, -1), strict=False):
-            pool[j], pool[last] = pool[last], pool[j]
-        picks.extend(reversed(pool[n - swaps :]))
-        picks.extend(pool[:tail])
-    return Selections(lay, picks)
+    return Selections(seed, data_blocks, degrees, draw_order=draw_order)
 
 
 def repair_selections(seed: int, data_blocks: int, degrees: list[int]) -> list[list[int]]:
