@@ -154,6 +154,11 @@ def _run_bench_fec(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"pyrofling bench fec: {exc}", file=sys.stderr)
         return 2
+    if args.plot:
+        # The plot's recovery curves need exact loss counts 1..8.
+        have = {int(spec.value) for spec in specs if spec.kind == "n"}
+        specs = [LossSpec("n", float(n)) for n in range(1, 9) if n not in have] + specs
+        specs.sort(key=lambda spec: (spec.kind != "n", spec.value if spec.kind == "n" else 0))
     losses = tuple(specs)
     if args.repair is not None and args.repair < 0:
         print("pyrofling bench fec: --repair must be 0 or more", file=sys.stderr)

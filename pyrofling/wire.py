@@ -180,17 +180,25 @@ class ControlMessage:
 
     ID: ClassVar[MessageId]
     PAYLOAD: ClassVar[struct.Struct | None] = None
+    __match_args__: ClassVar[tuple[str, ...]] = ()  # the payload's field order; dataclass fills it in
 
     @classmethod
     def payload_bytes(cls) -> int:
         return cls.PAYLOAD.size if cls.PAYLOAD is not None else 0
 
     def payload(self) -> bytes:
-        return b""
+        """The payload: the dataclass fields, in order, packed with ``PAYLOAD``."""
+        if self.PAYLOAD is None:
+            return b""
+        return self.PAYLOAD.pack(*(getattr(self, name) for name in self.__match_args__))
 
     @classmethod
     def parse_payload(cls, data: Buffer) -> Self:
-        raise NotImplementedError
+        """Build the message from exactly its payload bytes."""
+        _check_payload(cls, data)
+        if cls.PAYLOAD is None:
+            return cls()
+        return cls(*cls.PAYLOAD.unpack(data))
 
     def encode(self, *, type_width: int = 8) -> bytes:
         """Type word (8 bytes by default, 4 for a 32-bit peer) followed by the payload."""
@@ -216,30 +224,22 @@ def _check_payload(cls: type[ControlMessage], data: Buffer) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class _Bare(ControlMessage):
-    @classmethod
-    def parse_payload(cls, data: Buffer) -> Self:
-        _check_payload(cls, data)
-        return cls()
-
-
-@dataclass(frozen=True, slots=True)
-class Ok(_Bare):
+class Ok(ControlMessage):
     ID = MessageId.OK
 
 
 @dataclass(frozen=True, slots=True)
-class Nak(_Bare):
+class Nak(ControlMessage):
     ID = MessageId.NAK
 
 
 @dataclass(frozen=True, slots=True)
-class Again(_Bare):
+class Again(ControlMessage):
     ID = MessageId.AGAIN
 
 
 @dataclass(frozen=True, slots=True)
-class Hello(_Bare):
+class Hello(ControlMessage):
     ID = MessageId.HELLO
 
 
@@ -255,23 +255,12 @@ class Cookie(ControlMessage):
         if not 0 <= self.cookie < 1 << 64:
             raise ValueError("cookie must be a u64")
 
-    def payload(self) -> bytes:
-        return _U64.pack(self.cookie)
-
-    @classmethod
-    def parse_payload(cls, data: Buffer) -> Self:
-        _check_payload(cls, data)
-        return cls(_U64.unpack(data)[0])
-
 
 @dataclass(frozen=True, slots=True)
 class Kick(ControlMessage):
     ID = MessageId.KICK
     PAYLOAD = _U32
     flags: KickFlags
-
-    def payload(self) -> bytes:
-        return _U32.pack(int(self.flags))
 
     @classmethod
     def parse_payload(cls, data: Buffer) -> Self:
@@ -292,18 +281,6 @@ class Progress(ControlMessage):
     dropped_audio: int = 0
     key_frames: int = 0
 
-    def payload(self) -> bytes:
-        assert self.PAYLOAD is not None
-        return self.PAYLOAD.pack(
-            self.received, self.fec_recovered, self.dropped_video, self.dropped_audio, self.key_frames
-        )
-
-    @classmethod
-    def parse_payload(cls, data: Buffer) -> Self:
-        _check_payload(cls, data)
-        assert cls.PAYLOAD is not None
-        return cls(*cls.PAYLOAD.unpack(data))
-
 
 @dataclass(frozen=True, slots=True)
 class CodecParameters(ControlMessage):
@@ -319,26 +296,6 @@ class CodecParameters(ControlMessage):
     channels: int
     rate: int
 
-    def payload(self) -> bytes:
-        assert self.PAYLOAD is not None
-        return self.PAYLOAD.pack(
-            self.video_codec,
-            self.color_profile,
-            self.audio_codec,
-            self.frame_rate_num,
-            self.frame_rate_den,
-            self.width,
-            self.height,
-            self.channels,
-            self.rate,
-        )
-
-    @classmethod
-    def parse_payload(cls, data: Buffer) -> Self:
-        _check_payload(cls, data)
-        assert cls.PAYLOAD is not None
-        return cls(*cls.PAYLOAD.unpack(data))
-
 
 @dataclass(frozen=True, slots=True)
 class PhaseOffset(ControlMessage):
@@ -347,16 +304,6 @@ class PhaseOffset(ControlMessage):
     ID = MessageId.PHASE_OFFSET
     PAYLOAD = struct.Struct("<i")
     ideal_phase_offset_us: int
-
-    def payload(self) -> bytes:
-        assert self.PAYLOAD is not None
-        return self.PAYLOAD.pack(self.ideal_phase_offset_us)
-
-    @classmethod
-    def parse_payload(cls, data: Buffer) -> Self:
-        _check_payload(cls, data)
-        assert cls.PAYLOAD is not None
-        return cls(cls.PAYLOAD.unpack(data)[0])
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,34 +321,12 @@ class GamepadState(ControlMessage):
     hat_x: int = 0
     hat_y: int = 0
 
-    def payload(self) -> bytes:
-        assert self.PAYLOAD is not None
-        return self.PAYLOAD.pack(
-            self.seq, self.buttons, self.lx, self.ly, self.rx, self.ry, self.lz, self.rz, self.hat_x, self.hat_y
-        )
-
-    @classmethod
-    def parse_payload(cls, data: Buffer) -> Self:
-        _check_payload(cls, data)
-        assert cls.PAYLOAD is not None
-        return cls(*cls.PAYLOAD.unpack(data))
-
 
 @dataclass(frozen=True, slots=True)
 class Ping(ControlMessage):
     ID = MessageId.PING
     PAYLOAD = struct.Struct("<H")
     seq: int
-
-    def payload(self) -> bytes:
-        assert self.PAYLOAD is not None
-        return self.PAYLOAD.pack(self.seq)
-
-    @classmethod
-    def parse_payload(cls, data: Buffer) -> Self:
-        _check_payload(cls, data)
-        assert cls.PAYLOAD is not None
-        return cls(cls.PAYLOAD.unpack(data)[0])
 
 
 AnyControl: TypeAlias = (

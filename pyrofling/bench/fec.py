@@ -648,7 +648,8 @@ def format_table(result: dict[str, Any]) -> str:
 
 
 def plot(result: dict[str, Any], path: str) -> None:
-    """Recovery curves: frame success against the loss model, one panel per K."""
+    """Per frame size: recovery against the number of lost packets (``n=K`` models, as in the
+    FEC blog's curves) on top, residual frame loss on a log scale for the other models below."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -657,26 +658,44 @@ def plot(result: dict[str, Any], path: str) -> None:
     rows = result["rows"]
     ks = result["config"]["ks"]
     losses = result["config"]["losses"]
-    cols = min(3, len(ks))
-    nrows = math.ceil(len(ks) / cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(5.2 * cols, 3.8 * nrows), squeeze=False)
+    schemes = result["config"]["schemes"]
+    exact = [lbl for lbl in losses if lbl.startswith("n=")]
+    other = [lbl for lbl in losses if not lbl.startswith("n=")]
     by_key = {(r["scheme"], r["k"], r["loss_model"]): r for r in rows}
-    for ax, k in zip(axes.flat, ks, strict=False):
-        for scheme in result["config"]["schemes"]:
-            ys = [by_key.get((scheme, k, lbl)) for lbl in losses]
-            if not any(ys):
-                continue
-            vals = [100 * r["frame_success"] if r else float("nan") for r in ys]
-            ax.plot(range(len(losses)), vals, marker="o", label=scheme)
+    panels = [p for p in (exact, other) if p]
+    fig, axes = plt.subplots(len(panels), len(ks), figsize=(3.6 * len(ks), 3.4 * len(panels)), squeeze=False)
+    markers = "o^sv<>Dp*h"
+    for col, k in enumerate(ks):
         f = next((r["repair_blocks"] for r in rows if r["k"] == k and r["scheme"] != "none"), 0)
-        ax.set_title(f"K = {k} data blocks, F = {f} repair")
-        ax.set_xticks(range(len(losses)))
-        ax.set_xticklabels(losses, rotation=30, fontsize=8)
-        ax.set_ylabel("frames delivered, %")
-        ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(ks) :]:
-        ax.axis("off")
-    axes.flat[0].legend(fontsize=7)
+        for row, labels in enumerate(panels):
+            ax = axes[row][col]
+            for i, scheme in enumerate(schemes):
+                pts: list[tuple[int, dict[str, Any]]] = [
+                    (j, by_key[(scheme, k, lbl)]) for j, lbl in enumerate(labels) if (scheme, k, lbl) in by_key
+                ]
+                if not pts:
+                    continue
+                if labels is exact:
+                    xs = [int(labels[j][2:]) for j, _ in pts]
+                    ys = [100 * r["frame_success"] for _, r in pts]
+                else:
+                    xs = [j for j, _ in pts]
+                    # A cell with no failure is drawn at half a failure, so it stays on the log scale.
+                    ys = [max(r["residual_frame_loss"], 0.5 / r["trials"]) for _, r in pts]
+                ax.plot(xs, ys, marker=markers[i % len(markers)], linestyle=":", label=scheme, alpha=0.85)
+            if labels is exact:
+                ax.set_xlabel("packets lost (of K + F)")
+                ax.set_ylabel("frames recovered, %")
+                ax.set_ylim(-3, 103)
+            else:
+                ax.set_yscale("log")
+                ax.set_xticks(range(len(labels)))
+                ax.set_xticklabels(labels, rotation=30, fontsize=8)
+                ax.set_ylabel("frames lost (log)")
+            ax.set_title(f"K = {k}, F = {f}", fontsize=10)
+            ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle("pyrofling bench fec: lower frame loss is better; points at the floor lost no frame", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
