@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from pyrofling.fec.codec import FecPlan, FrameDecoder, decode_frame, encode_repair, split_data
-from pyrofling.fec.planner import REFERENCE_RATIO, reference_plan, repair_count, tuned_plan
+from pyrofling.fec.planner import REFERENCE_RATIO, binomial_tail, reference_plan, repair_count, tuned_plan
 
 STANDARD_KS = (5, 10, 20, 40, 100, 200)
 STANDARD_LOSS = ("n=1", "n=2", "iid:0.5%", "iid:1%", "iid:2%", "iid:5%", "ge")
@@ -260,7 +260,7 @@ class FecBenchConfig:
             for p in ("reference", "tuned", *(f"d={d}" for d in self.sweep_degrees))
             for d in ("peel", "pyrofling")
         ]
-        return ["none", *xor, "zfec", "raptorq"]
+        return ["none", *xor, "zfec", "raptorq", "mds-exact"]
 
 
 class Progress:
@@ -536,6 +536,39 @@ def build_rows(
             ),
         }
         rows.append(row)
+    # The best any code can do at this overhead (an MDS code fails iff more than F of the
+    # K + F packets are lost), computed exactly where the loss model allows.
+    for k in cfg.ks:
+        f = cfg.repair_for(k)
+        for spec in cfg.losses:
+            if spec.kind == "iid":
+                loss = binomial_tail(k + f, spec.value, f)
+            elif spec.kind in ("n", "data"):
+                loss = 1.0 if spec.value > f else 0.0
+            else:
+                continue
+            rows.append(
+                {
+                    "scheme": "mds-exact",
+                    "k": k,
+                    "repair_blocks": f,
+                    "degrees": None,
+                    "overhead": f / k,
+                    "loss_model": spec.label,
+                    "trials": 0,
+                    "frame_success": 1.0 - loss,
+                    "residual_frame_loss": loss,
+                    "residual_frame_loss_ci95": [loss, loss],
+                    "damaged_frames": None,
+                    "recovered_share": None,
+                    "mismatches": 0,
+                    "zfec_frame_success": None,
+                    "encode_MBps": None,
+                    "decode_MBps": None,
+                    "decode_MBps_by_losses": None,
+                    "incremental_decode_MBps_by_losses": None,
+                }
+            )
     return rows
 
 
@@ -574,6 +607,8 @@ def run(cfg: FecBenchConfig, *, progress_stream: TextIO | None = sys.stderr) -> 
 def _fmt_loss(x: float) -> str:
     if x == 0:
         return "0"
+    if x < 1e-12:
+        return "<1e-12"
     if x >= 0.01:
         return f"{x * 100:.2f}%"
     return f"{x:.1e}"
@@ -585,6 +620,7 @@ def format_table(result: dict[str, Any]) -> str:
     losses = result["config"]["losses"]
     lines = []
     lines.append("Residual frame loss: share of frames not delivered complete (lower is better).")
+    lines.append("mds-exact: the best any code can do at this overhead (exact; i.i.d. and fixed-count losses only).")
     lines.append("")
     header = f"{'K':>4} {'F':>3}  {'scheme':<20}" + "".join(f"{lbl:>13}" for lbl in losses)
     lines.append(header)
@@ -605,7 +641,7 @@ def format_table(result: dict[str, Any]) -> str:
             if present:
                 f = next(r["repair_blocks"] for (s, kk, _), r in by_key.items() if s == scheme and kk == k)
                 lines.append(f"{k:>4} {f:>3}  {scheme:<20}" + "".join(cells))
-        trials = {by_key[(s, k, lbl)]["trials"] for s in order for lbl in losses if (s, k, lbl) in by_key}
+        trials = {by_key[(s, k, lbl)]["trials"] for s in order for lbl in losses if (s, k, lbl) in by_key} - {0}
         lines.append(f"{'':>9}trials: {', '.join(str(t) for t in sorted(trials))}")
         lines.append("")
     mismatches = sum(r["mismatches"] for r in rows)
@@ -681,7 +717,7 @@ def plot(result: dict[str, Any], path: str) -> None:
                 else:
                     xs = [j for j, _ in pts]
                     # A cell with no failure is drawn at half a failure, so it stays on the log scale.
-                    ys = [max(r["residual_frame_loss"], 0.5 / r["trials"]) for _, r in pts]
+                    ys = [max(r["residual_frame_loss"], 0.5 / r["trials"] if r["trials"] else 1e-7) for _, r in pts]
                 ax.plot(xs, ys, marker=markers[i % len(markers)], linestyle=":", label=scheme, alpha=0.85)
             if labels is exact:
                 ax.set_xlabel("packets lost (of K + F)")
