@@ -23,6 +23,7 @@ from pyrofling.seqnum import SEQ14_MASK, seq14_delta
 from pyrofling.wire import (
     MAX_MEDIA_DATAGRAM_BYTES,
     MEDIA_HEADER_BYTES,
+    Buffer,
     MediaHeader,
     PingReply,
     Progress,
@@ -142,7 +143,7 @@ class Reassembler:
     # Inputs
     # ---------------------------------------------------------------------------------------
 
-    def receive(self, datagram: bytes | bytearray | memoryview, now: float) -> list[ReassemblyEvent]:
+    def receive(self, datagram: Buffer, now: float) -> list[ReassemblyEvent]:
         """One datagram from the server.  Never raises on peer data."""
         self.datagrams += 1
         size = len(datagram)
@@ -204,6 +205,9 @@ class Reassembler:
         seq = header.packet_seq
         if state.floor is not None and seq14_delta(seq, state.floor) <= 0:
             return self._discard("late")
+        reason = _check_datagram(header, len(body))
+        if reason:
+            return self._discard(reason)
         part = state.in_flight.get(seq)
         if part is None:
             reason = self._check_new(header)
@@ -221,7 +225,7 @@ class Reassembler:
             part = _Partial(header, decoder, now, n_bytes)
             state.in_flight[seq] = part
             self._buffered_bytes += n_bytes
-            # A new packet arriving behind complete ones it precedes cannot block them longer.
+            # Newer packets already complete have been waiting for this one since they completed.
             for other_seq, other in state.in_flight.items():
                 if other.complete_s is not None and seq14_delta(other_seq, seq) > 0:
                     part.blocked_since_s = other.complete_s
@@ -237,15 +241,9 @@ class Reassembler:
             if header.fec:
                 done = decoder.add_repair(header.subpacket_seq, body)
             else:
-                index = header.subpacket_seq
-                if header.begin != (index == 0):
-                    return events + self._discard("bad_begin")
-                expected = min(BLOCK_BYTES, header.payload_size - index * BLOCK_BYTES)
-                if len(body) != expected:
-                    return events + self._discard("bad_length")
-                done = decoder.add_data(index, body)
-        except FecError:
-            return events + self._discard("bad_block_index")
+                done = decoder.add_data(header.subpacket_seq, body)
+        except FecError:  # _check_datagram rules this out; kept so peer data can never raise
+            return events + self._discard("bad_block")
         if done:
             part.complete_s = now
             # Older incomplete packets now hold up a complete one: start their reorder wait.
@@ -258,20 +256,13 @@ class Reassembler:
     def _check_new(self, header: MediaHeader) -> str | None:
         """Why the first datagram of a packet cannot start a reassembly, or None."""
         size = header.payload_size
-        if size == 0:
-            return "empty_packet"
         if size > self.config.max_packet_bytes:
             return "oversize_packet"
-        n = block_count(size)
         plan = FecPlan(header.num_fec_blocks, header.num_xor_blocks_even, header.num_xor_blocks_odd)
         try:
-            plan.check(n)
+            plan.check(block_count(size))
         except FecError:
             return "bad_fec_plan"
-        if header.fec and header.subpacket_seq >= plan.repair_blocks:
-            return "bad_block_index"
-        if not header.fec and header.subpacket_seq >= n:
-            return "bad_block_index"
         return None
 
     def _make_room(self, header: MediaHeader, state: _StreamState, now: float, events: list[ReassemblyEvent]) -> bool:
@@ -380,6 +371,26 @@ class Reassembler:
             )
         )
         return events
+
+
+def _check_datagram(header: MediaHeader, body_bytes: int) -> str | None:
+    """Why a datagram cannot be one block of the packet its header describes, or None."""
+    if header.payload_size == 0:
+        return "empty_packet"  # an empty packet sends no datagrams at all
+    index = header.subpacket_seq
+    if header.fec:
+        if index >= header.num_fec_blocks:
+            return "bad_block_index"
+        if body_bytes != BLOCK_BYTES:
+            return "bad_length"
+        return None
+    if index >= block_count(header.payload_size):
+        return "bad_block_index"
+    if header.begin != (index == 0):
+        return "bad_begin"
+    if body_bytes != min(BLOCK_BYTES, header.payload_size - index * BLOCK_BYTES):
+        return "bad_length"
+    return None
 
 
 def _same_packet(a: MediaHeader, b: MediaHeader) -> bool:
