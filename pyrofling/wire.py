@@ -200,6 +200,14 @@ class ControlMessage:
             return cls()
         return cls(*cls.PAYLOAD.unpack(data))
 
+    @classmethod
+    def parse(cls, data: Buffer) -> Self:
+        """Parse one complete message of this type (type word of 4 or 8 bytes, then the payload)."""
+        msg = parse_control(data)
+        if not isinstance(msg, cls):
+            raise UnknownMessageError(f"expected {cls.ID.name}, got {msg.ID.name}")
+        return msg
+
     def encode(self, *, type_width: int = 8) -> bytes:
         """Type word (8 bytes by default, 4 for a 32-bit peer) followed by the payload."""
         n = self.payload_bytes()

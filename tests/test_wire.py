@@ -125,6 +125,15 @@ def test_specific_errors() -> None:
         parse_control(bad_high)
 
 
+@pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: type(m).__name__)
+def test_typed_parse_round_trip(msg: object) -> None:
+    cls = type(msg)
+    assert cls.parse(bytes(msg)) == msg  # type: ignore[attr-defined, call-overload]
+    other = Hello() if cls is not Hello else Nak()
+    with pytest.raises(UnknownMessageError):
+        cls.parse(bytes(other))  # type: ignore[attr-defined]
+
+
 def test_udp_control_rejects_tcp_only_messages() -> None:
     assert parse_udp_control(bytes(Ping(3))) == Ping(3)
     with pytest.raises(UnknownMessageError):

@@ -106,12 +106,12 @@ class Selections:
     never pays for the rest.
     """
 
-    __slots__ = ("_draw_order", "_pick_at", "_picks", "_rounds_done", "layout")
+    __slots__ = ("_draw_order", "_pick_at", "_picks", "_rounds_done", "_seed", "layout")
 
     def __init__(self, seed: int, data_blocks: int, degrees: tuple[int, ...], *, draw_order: bool = False) -> None:
         self.layout = layout(data_blocks, degrees)
-        total = self.layout.round_starts[-1]
-        self._pick_at = lehmer_outputs(seed, total) % self.layout.pool_sizes if total else None
+        self._seed = seed
+        self._pick_at: npt.NDArray[np.int64] | None = None  # generated on the first replay
         self._picks: list[int] = []
         self._rounds_done = 0
         self._draw_order = draw_order
@@ -123,7 +123,8 @@ class Selections:
         lay = self.layout
         n = lay.data_blocks
         starts = lay.round_starts
-        assert self._pick_at is not None
+        if self._pick_at is None:
+            self._pick_at = lehmer_outputs(self._seed, starts[-1]) % lay.pool_sizes
         while self._rounds_done <= upto_round:
             r = self._rounds_done
             a, b = starts[r], starts[r + 1]
@@ -138,6 +139,8 @@ class Selections:
             self._rounds_done += 1
 
     def block(self, i: int) -> list[int]:
+        if not self._draw_order and self.layout.degrees[i] == self.layout.data_blocks:
+            return list(range(self.layout.data_blocks))  # a full XOR needs no replay
         offsets = self.layout.offsets
         if offsets[i + 1] > len(self._picks):
             self._replay(bisect_right(self.layout.rounds, i) - 1)
