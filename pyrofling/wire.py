@@ -337,10 +337,6 @@ class Ping(ControlMessage):
     seq: int
 
 
-AnyControl: TypeAlias = (
-    Ok | Nak | Again | Hello | Cookie | Kick | Progress | CodecParameters | PhaseOffset | GamepadState | Ping
-)
-
 CONTROL_TYPES: dict[int, type[ControlMessage]] = {
     cls.ID: cls
     for cls in (Ok, Nak, Again, Hello, Cookie, Kick, Progress, CodecParameters, PhaseOffset, GamepadState, Ping)

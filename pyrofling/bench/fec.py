@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from pyrofling.fec.codec import FecPlan, FrameDecoder, decode_frame, encode_repair, split_data
+from pyrofling.fec.codec import NO_FEC, FecPlan, FrameDecoder, decode_frame, encode_repair, split_data
 from pyrofling.fec.planner import REFERENCE_RATIO, binomial_tail, reference_plan, repair_count, tuned_plan
 
 STANDARD_KS = (5, 10, 20, 40, 100, 200)
@@ -250,7 +250,7 @@ class FecBenchConfig:
         f = self.repair_for(k)
         plans = {"reference": reference_plan(k, f), "tuned": tuned_plan(k, f)}
         for d in self.sweep_degrees:
-            plans[f"d={d}"] = FecPlan(f, min(d, k), min(d, k)) if f else FecPlan(0, 0, 0)
+            plans[f"d={d}"] = FecPlan(f, min(d, k), min(d, k)) if f else NO_FEC
         return plans
 
     def schemes(self) -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyrofling.fec.codec import BLOCK_BYTES, FecPlan, block_count, encode_repair, seed_for_pts
+from pyrofling.fec.codec import BLOCK_BYTES, NO_FEC, FecPlan, block_count, encode_repair, seed_for_pts
 from pyrofling.fec.planner import FecPlanner, NoFecPlanner
 from pyrofling.seqnum import SEQ14_MASK
 from pyrofling.wire import StreamType, media_flags, media_header_prefix
@@ -68,7 +68,7 @@ class Packetizer:
     def plan_for(self, packet: MediaPacket) -> FecPlan:
         planner = self.video_planner if packet.stream == StreamType.VIDEO else self.audio_planner
         n = block_count(len(packet.data))
-        return planner.plan(n) if n else FecPlan(0, 0, 0)
+        return planner.plan(n) if n else NO_FEC
 
     def packetize(self, packet: MediaPacket) -> list[bytes]:
         """Datagrams for one packet, in send order.  An empty packet still uses a sequence number."""

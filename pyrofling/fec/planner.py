@@ -20,7 +20,7 @@ import math
 from functools import lru_cache
 from typing import Protocol
 
-from pyrofling.fec.codec import FecPlan
+from pyrofling.fec.codec import NO_FEC, FecPlan
 
 #: The reference's redundancy: ⌊n/4⌋ + 1 repair blocks for frames of more than 8 blocks.
 REFERENCE_RATIO = 0.25
@@ -58,7 +58,7 @@ def reference_plan(data_blocks: int, repair_blocks: int | None = None) -> FecPla
     n = data_blocks
     f = repair_count(n) if repair_blocks is None else repair_blocks
     if f == 0:
-        return FecPlan(0, 0, 0)
+        return NO_FEC
     if n <= SMALL_FRAME_BLOCKS:
         return FecPlan(f, n, n)
     return FecPlan(f, min(n // 2, REFERENCE_MAX_DEGREE), min((n + 1) // 2, REFERENCE_MAX_DEGREE))
@@ -138,7 +138,7 @@ def tuned_degrees(data_blocks: int, repair_blocks: int | None = None) -> tuple[i
 
 def tuned_plan(data_blocks: int, repair_blocks: int) -> FecPlan:
     if repair_blocks == 0 or data_blocks == 0:
-        return FecPlan(0, 0, 0)
+        return NO_FEC
     even, odd = tuned_degrees(data_blocks, repair_blocks)
     return FecPlan(repair_blocks, even, odd)
 
@@ -255,7 +255,7 @@ class NoFecPlanner:
     name = "none"
 
     def plan(self, data_blocks: int) -> FecPlan:
-        return FecPlan(0, 0, 0)
+        return NO_FEC
 
     def observe_datagram_loss(self, lost: int, total: int) -> None:
         pass
