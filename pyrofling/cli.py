@@ -1,8 +1,12 @@
 """The ``pyrofling`` command line.
 
 Subcommands:
-  bench fec   packet-loss recovery and FEC throughput (table, --json, --plot)
-  netsim      a loss-simulating relay to put between a host and its viewers
+  host          host a stream (the test scene by default)
+  view          watch a stream (window, or --headless)
+  demo          a host and a viewer on this machine, optionally through loss
+  bench fec     packet-loss recovery and FEC throughput (table, --json, --plot)
+  bench stream  host + viewers end to end: frames, loss, CPU, latency
+  netsim        a loss-simulating relay to put between a host and its viewers
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from pyrofling import __version__
+from pyrofling import __version__, cli_stream
 
 log = logging.getLogger("pyrofling")
 
@@ -351,10 +355,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"pyrofling {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    bench = sub.add_parser("bench", help="measure pyrofling (FEC recovery and speed)")
+    cli_stream.add_host(sub)
+    cli_stream.add_view(sub)
+    cli_stream.add_demo(sub)
+    bench = sub.add_parser("bench", help="measure pyrofling (FEC recovery and speed, end-to-end streaming)")
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH")
     bench_sub.required = True
     _add_bench_fec(bench_sub)
+    cli_stream.add_bench_stream(bench_sub)
     _add_netsim(sub)
     return parser
 

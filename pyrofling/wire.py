@@ -97,6 +97,9 @@ class MessageId(enum.IntEnum):
     PHASE_OFFSET = 8
     GAMEPAD_STATE = 9
     PING = 10
+    # pyrofling extensions (protocol.md §7.2): ids 32–63, only sent to a peer that negotiated them.
+    EXTENSIONS = 32
+    REQUEST_KEYFRAME = 33
 
 
 def type_word(message_id: int, payload_bytes: int) -> int:
@@ -337,9 +340,57 @@ class Ping(ControlMessage):
     seq: int
 
 
+class ExtensionFeature(enum.IntFlag):
+    """Feature bits of the EXTENSIONS message (protocol.md §7.2)."""
+
+    NONE = 0
+    #: The viewer may send REQUEST_KEYFRAME instead of waiting for PROGRESS to show loss.
+    KEYFRAME_REQUEST = 1 << 0
+
+
+#: Version of the pyrofling extension set this build speaks.
+EXTENSIONS_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Extensions(ControlMessage):
+    """pyrofling extension negotiation (protocol.md §7.2): version and feature bits."""
+
+    ID = MessageId.EXTENSIONS
+    PAYLOAD = struct.Struct("<II")
+    version: int
+    features: int
+
+    @property
+    def feature_flags(self) -> ExtensionFeature:
+        # Unknown bits from a newer peer are dropped here: nobody can use them.
+        return ExtensionFeature(self.features & sum(ExtensionFeature))
+
+
+@dataclass(frozen=True, slots=True)
+class RequestKeyframe(ControlMessage):
+    """pyrofling extension (protocol.md §7.2): the viewer lost video and wants a key frame now."""
+
+    ID = MessageId.REQUEST_KEYFRAME
+
+
 CONTROL_TYPES: dict[int, type[ControlMessage]] = {
     cls.ID: cls
-    for cls in (Ok, Nak, Again, Hello, Cookie, Kick, Progress, CodecParameters, PhaseOffset, GamepadState, Ping)
+    for cls in (
+        Ok,
+        Nak,
+        Again,
+        Hello,
+        Cookie,
+        Kick,
+        Progress,
+        CodecParameters,
+        PhaseOffset,
+        GamepadState,
+        Ping,
+        Extensions,
+        RequestKeyframe,
+    )
 }
 
 #: Messages a client may send over UDP (protocol.md §3.2); anything else there is dropped.
@@ -385,6 +436,14 @@ def parse_udp_control(data: Buffer) -> ControlMessage:
     return msg
 
 
+@dataclass(frozen=True, slots=True)
+class UnknownControl:
+    """A framed TCP message with valid magic but an id this build does not know."""
+
+    message_id: int
+    payload: bytes
+
+
 class ControlFramer:
     """Incremental decoder for the TCP control stream (protocol.md §3.1).
 
@@ -393,7 +452,9 @@ class ControlFramer:
     width from the first message and keeps it: after a payload-less message the
     next four bytes are either its zero high half (8-byte peer) or the next type
     word (4-byte peer), which can never be zero, so the width is never guessed.
-    A :class:`ProtocolError` means the stream is unusable: close the connection.
+    A well-formed message of an id this build does not know comes out as
+    :class:`UnknownControl` (answer it with NAK, protocol.md §3.1); a
+    :class:`ProtocolError` means the stream is unusable: close the connection.
     """
 
     def __init__(self, *, max_buffer_bytes: int = 64 * 1024) -> None:
@@ -402,18 +463,18 @@ class ControlFramer:
         self._max_buffer_bytes = max_buffer_bytes
         self._skip_zero_high = False
 
-    def feed(self, data: bytes) -> list[ControlMessage]:
+    def feed(self, data: bytes) -> list[ControlMessage | UnknownControl]:
         self._buf += data
         if len(self._buf) > self._max_buffer_bytes:
             raise LengthError("control stream buffer overflow")
-        out: list[ControlMessage] = []
+        out: list[ControlMessage | UnknownControl] = []
         while True:
             msg = self._next()
             if msg is None:
                 return out
             out.append(msg)
 
-    def _next(self) -> ControlMessage | None:
+    def _next(self) -> ControlMessage | UnknownControl | None:
         buf = self._buf
         if self._skip_zero_high:
             if len(buf) < 4:
@@ -427,14 +488,14 @@ class ControlFramer:
         if len(buf) < 4:
             return None
         message_id, n = split_type_word(_U32.unpack_from(buf)[0])
-        cls = _message_class(message_id, n)
+        cls = _message_class(message_id, n) if message_id in CONTROL_TYPES else None
         width = self.type_width
         if width is None:
             if n == 0:
                 # Deliver now; the next 4 bytes tell the width (see class docstring).
                 self._skip_zero_high = True
                 del buf[:4]
-                return cls.parse_payload(b"")
+                return cls.parse_payload(b"") if cls else UnknownControl(message_id, b"")
             if len(buf) < 8:
                 return None
             width = 8 if _U32.unpack_from(buf, 4)[0] == TYPE_HIGH_WITH_PAYLOAD else 4
@@ -445,9 +506,9 @@ class ControlFramer:
             high = _U32.unpack_from(buf, 4)[0]
             if high != (TYPE_HIGH_WITH_PAYLOAD if n else 0):
                 raise FieldError(f"high half of the type word is 0x{high:08x}")
-        msg = cls.parse_payload(bytes(buf[width : width + n]))
+        payload = bytes(buf[width : width + n])
         del buf[: width + n]
-        return msg
+        return cls.parse_payload(payload) if cls else UnknownControl(message_id, payload)
 
 
 # --------------------------------------------------------------------------------------------

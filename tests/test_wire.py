@@ -6,6 +6,7 @@ import pytest
 
 from pyrofling.wire import (
     CONTROL_TYPES,
+    EXTENSIONS_VERSION,
     MAX_MEDIA_DATAGRAM_BYTES,
     TYPE_MAGIC,
     Again,
@@ -13,6 +14,8 @@ from pyrofling.wire import (
     CodecParameters,
     ControlFramer,
     Cookie,
+    ExtensionFeature,
+    Extensions,
     FieldError,
     GamepadState,
     Hello,
@@ -28,8 +31,10 @@ from pyrofling.wire import (
     PingReply,
     Progress,
     ProtocolError,
+    RequestKeyframe,
     StreamType,
     TruncatedError,
+    UnknownControl,
     UnknownMessageError,
     parse_control,
     parse_media_datagram,
@@ -50,6 +55,8 @@ SAMPLES = [
     PhaseOffset(-1234),
     GamepadState(65535, 0x7FF, -32767, 32767, 1, -1, 255, 0, -1, 1),
     Ping(255),
+    Extensions(EXTENSIONS_VERSION, ExtensionFeature.KEYFRAME_REQUEST),
+    RequestKeyframe(),
 ]
 
 
@@ -71,6 +78,9 @@ NATIVE_WIDE = {
     MessageId.PHASE_OFFSET: 0xFFFFFFFF_EF968108,
     MessageId.GAMEPAD_STATE: 0xFFFFFFFF_EF968409,
     MessageId.PING: 0xFFFFFFFF_EF96808A,
+    # pyrofling extensions follow the same rule: sign-extended when a payload follows.
+    MessageId.EXTENSIONS: 0xFFFFFFFF_EF968220,
+    MessageId.REQUEST_KEYFRAME: 0x00000000_EF968021,
 }
 
 
@@ -115,7 +125,7 @@ def test_specific_errors() -> None:
     with pytest.raises(BadMagicError):
         parse_control(struct.pack("<I", 0x12345678))
     with pytest.raises(UnknownMessageError):
-        parse_control(struct.pack("<I", type_word(33, 0)))
+        parse_control(struct.pack("<I", type_word(40, 0)))
     with pytest.raises(LengthError):  # KICK whose type word claims 3 payload bytes
         parse_control(struct.pack("<I", type_word(MessageId.KICK, 3)) + b"abc")
     with pytest.raises(LengthError):  # trailing bytes
@@ -237,3 +247,20 @@ def test_ping_reply_is_32_bytes_with_key_and_audio() -> None:
 
 def test_all_types_are_registered() -> None:
     assert set(CONTROL_TYPES) == set(MessageId)
+
+
+def test_extensions_drop_unknown_feature_bits() -> None:
+    msg = parse_control(bytes(Extensions(1, 0xFFFF_FFFF)))
+    assert isinstance(msg, Extensions)
+    assert msg.features == 0xFFFF_FFFF  # kept on the wire object
+    assert msg.feature_flags == ExtensionFeature.KEYFRAME_REQUEST  # but only known ones are usable
+
+
+@pytest.mark.parametrize("width", [4, 8])
+def test_framer_hands_over_unknown_ids_so_the_host_can_nak_them(width: int) -> None:
+    # A newer peer's message (valid magic, id this build does not know) must not end the stream.
+    word = type_word(45, 3)
+    unknown = (struct.pack("<Q", 0xFFFFFFFF << 32 | word) if width == 8 else struct.pack("<I", word)) + b"abc"
+    stream = Kick(KickFlags.VIDEO).encode(type_width=width) + unknown + Hello().encode(type_width=width)
+    framer = ControlFramer()
+    assert framer.feed(stream) == [Kick(KickFlags.VIDEO), UnknownControl(45, b"abc"), Hello()]

@@ -204,7 +204,8 @@ class Reassembler:
         state = self._streams[header.stream]
         seq = header.packet_seq
         if state.floor is not None and seq14_delta(seq, state.floor) <= 0:
-            return self._discard("late")
+            # Repair blocks of a packet that completed without them are the normal case, not lateness.
+            return self._discard("unneeded_repair" if header.fec else "late")
         reason = _check_datagram(header, len(body))
         if reason:
             return self._discard(reason)
@@ -235,7 +236,7 @@ class Reassembler:
             if not _same_packet(part.header, header):
                 return events + self._discard("inconsistent_header")
             if part.complete_s is not None:
-                return events + self._discard("late")
+                return events + self._discard("unneeded_repair" if header.fec else "late")
         decoder = part.decoder
         try:
             if header.fec:

@@ -1,0 +1,350 @@
+"""``pyrofling bench stream`` (and ``pyrofling demo``): a real host and real viewers, optionally through netsim.
+
+Every part runs as its own process — ``pyrofling host``, ``pyrofling netsim``,
+``pyrofling view --headless`` — so the CPU each one uses is its own and the
+bench measures exactly what a person would run.  Each process writes its
+statistics as JSON; this module collects them into one row per run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+#: Default Gilbert–Elliott burst model: P(good→bad), P(bad→good), loss in bad.  ~5 % average loss.
+DEFAULT_GE = (0.01, 0.15, 0.8)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamScenario:
+    """One run: a host and ``viewers`` viewers; the first goes through netsim when there is loss."""
+
+    width: int = 1280
+    height: int = 720
+    fps: int = 60
+    bitrate_kbits: int = 10_000
+    duration_s: float | None = 10.0  # None: until interrupted (the demo)
+    loss: float = 0.0  # i.i.d. datagram loss host→viewer
+    ge: bool = False  # Gilbert–Elliott bursts (DEFAULT_GE) instead
+    viewers: int = 1
+    fec: str = "tuned"  # planner, or "none"
+    encoder: str = "libx264"
+    preset: str = "ultrafast"
+    window: bool = False
+    seed: int = 1
+
+    @property
+    def lossy(self) -> bool:
+        return self.loss > 0 or self.ge
+
+    def label(self) -> str:
+        net = "loopback"
+        if self.ge:
+            net = "GE bursts"
+        elif self.loss:
+            net = f"iid {self.loss:.1%}"
+        return f"{self.height}p{self.fps} {self.bitrate_kbits / 1000:g} Mbit/s, {self.viewers} viewer(s), {net}"
+
+
+def free_port() -> int:
+    """A port free for both TCP and UDP on loopback right now."""
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t:
+            t.bind(("127.0.0.1", 0))
+            port = t.getsockname()[1]
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+                try:
+                    u.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            return port
+    raise OSError("no free port")
+
+
+def _cli() -> list[str]:
+    return [sys.executable, "-m", "pyrofling"]
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def format_live(viewers: list[dict[str, Any]], elapsed_s: float) -> str:
+    v = viewers[0]
+    lat = v.get("latency_ms_median")
+    return (
+        f"{elapsed_s:6.1f} s  shown {v.get('frames_shown', 0):6d}  lost {v.get('packets_lost_video', 0):4d}  "
+        f"FEC recovered {v.get('packets_recovered', 0):4d}  key requests {v.get('keyframe_requests', 0):3d}  "
+        f"{v.get('received_mbits', 0):5.1f} Mbit/s  latency {lat if lat is not None else float('nan'):5.1f} ms  "
+        f"freeze max {v.get('max_freeze_ms', 0):5.0f} ms"
+    )
+
+
+def run_scenario(
+    scenario: StreamScenario,
+    *,
+    live: Callable[[list[dict[str, Any]], float], str] | None = None,
+    settle_s: float = 1.0,
+) -> dict[str, Any]:
+    """Run host, netsim (when lossy) and viewers; return the collected statistics."""
+    with tempfile.TemporaryDirectory(prefix="pyrofling-bench-") as tmp:
+        return _run(scenario, Path(tmp), live, settle_s)
+
+
+def _run(
+    sc: StreamScenario,
+    tmp: Path,
+    live: Callable[[list[dict[str, Any]], float], str] | None,
+    settle_s: float,
+) -> dict[str, Any]:
+    procs: list[subprocess.Popen[bytes]] = []
+    host_port = free_port()
+    host_json = tmp / "host.json"
+    host_cmd = [
+        *_cli(),
+        "host",
+        "-q",
+        "--port",
+        str(host_port),
+        "--width",
+        str(sc.width),
+        "--height",
+        str(sc.height),
+        "--fps",
+        str(sc.fps),
+        "--bitrate-kbits",
+        str(sc.bitrate_kbits),
+        "--encoder",
+        sc.encoder,
+        "--preset",
+        sc.preset,
+        "--stats-json",
+        str(host_json),
+    ]
+    host_cmd += ["--no-fec"] if sc.fec == "none" else ["--fec-planner", sc.fec]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    netsim_out = tmp / "netsim.json"
+    try:
+        procs.append(subprocess.Popen(host_cmd, env=env))
+        _wait_for_port(host_port, procs[0], timeout_s=30)
+        view_port = host_port
+        netsim: subprocess.Popen[bytes] | None = None
+        if sc.lossy:
+            view_port = free_port()
+            net_cmd = [
+                *_cli(),
+                "netsim",
+                "--upstream",
+                f"127.0.0.1:{host_port}",
+                "--listen",
+                f"127.0.0.1:{view_port}",
+                "--seed",
+                str(sc.seed),
+                "--json",
+            ]
+            net_cmd += ["--ge", ",".join(map(str, DEFAULT_GE))] if sc.ge else ["--loss", str(sc.loss)]
+            with netsim_out.open("wb") as out:
+                netsim = subprocess.Popen(net_cmd, env=env, stdout=out)
+            procs.append(netsim)
+            _wait_for_port(view_port, netsim, timeout_s=15)
+        viewer_files = [tmp / f"viewer{i}.json" for i in range(sc.viewers)]
+        viewers = []
+        for i, path in enumerate(viewer_files):
+            port = view_port if i == 0 else host_port
+            cmd = [*_cli(), "view", f"pyro://127.0.0.1:{port}", "-q", "--stats-json", str(path)]
+            cmd += ["--stats-interval", "1"]
+            if not sc.window or i > 0:
+                cmd.append("--headless")
+            if sc.duration_s is not None:
+                cmd += ["--duration", str(sc.duration_s)]
+            viewers.append(subprocess.Popen(cmd, env=env))
+        procs.extend(viewers)
+        started = time.monotonic()
+        _watch(viewers, viewer_files, started, live)
+        # Viewers are done: let the host see them leave, then stop it and the relay.
+        time.sleep(min(settle_s, 0.5))
+        for p in procs[: 2 if netsim else 1]:
+            p.send_signal(signal.SIGINT)
+        for p in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=15)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    host = _read_json(host_json) or {}
+    viewer_stats = [_read_json(f) or {} for f in viewer_files]
+    net = _read_json(netsim_out) if sc.lossy else None
+    return {"scenario": asdict(sc), "host": host, "viewers": viewer_stats, "netsim": net}
+
+
+def _watch(
+    viewers: list[subprocess.Popen[bytes]],
+    files: list[Path],
+    started: float,
+    live: Callable[[list[dict[str, Any]], float], str] | None,
+) -> None:
+    tty = sys.stderr.isatty()
+    try:
+        while any(v.poll() is None for v in viewers):
+            time.sleep(1.0)
+            if live is not None:
+                stats = [_read_json(f) or {} for f in files]
+                line = live(stats, time.monotonic() - started)
+                print(("\r" + line) if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        for v in viewers:
+            if v.poll() is None:
+                v.send_signal(signal.SIGINT)
+        for v in viewers:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                v.wait(timeout=10)
+    if live is not None and tty:
+        print(file=sys.stderr)
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen[bytes], *, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{' '.join(map(str, proc.args))!r} exited with {proc.returncode}")  # type: ignore[arg-type]
+        with socket.socket() as s:
+            s.settimeout(0.2)
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"nothing listened on port {port} within {timeout_s:g} s")
+
+
+# --------------------------------------------------------------------------------------------
+# Rows and the table
+# --------------------------------------------------------------------------------------------
+
+
+def summarize(result: dict[str, Any]) -> dict[str, Any]:
+    """One row of the bench table from a run's raw statistics."""
+    sc = result["scenario"]
+    host = result["host"]
+    views = result["viewers"]
+    v = views[0] if views else {}
+    duration = sc["duration_s"] or v.get("elapsed_s") or 1.0
+    expected = duration * sc["fps"]
+    sent = host.get("frames_encoded", 0)
+    shown = v.get("frames_shown", 0)
+    received_packets = v.get("packets_video", 0)
+    lost_after = v.get("packets_lost_video", 0)
+    recovered = v.get("packets_recovered", 0)
+    lost_before = None
+    net = result.get("netsim")
+    if net:
+        lost_before = net["down"]["dropped"]
+    encode = host.get("encode_ms_median") or 0.0
+    convert = host.get("convert_ms_median") or 0.0
+    render = host.get("render_ms_median") or 0.0
+    decode = v.get("decode_ms_median") or 0.0
+    host_cpu = 100 * host.get("cpu_s", 0) / max(host.get("elapsed_s", 1), 1e-6)
+    return {
+        "label": StreamScenario(**sc).label(),
+        "duration_s": duration,
+        "frames_sent": sent,
+        "frames_shown": shown,
+        "shown_pct": 100 * shown / max(1, received_packets + lost_after) if shown else 0.0,
+        "shown_of_expected_pct": 100 * shown / max(1.0, expected),
+        "viewers_shown": [x.get("frames_shown", 0) for x in views],
+        "packets_complete_pct": 100 * received_packets / max(1, received_packets + lost_after),
+        "datagrams_dropped_by_netsim": lost_before,
+        "packets_lost_after_fec": lost_after,
+        "packets_recovered_by_fec": recovered,
+        "keyframes_forced": host.get("keyframes_forced", 0),
+        "keyframes_forced_for_loss": host.get("keyframes_forced_for_loss", 0),
+        "keyframe_requests": v.get("keyframe_requests", 0),
+        "max_freeze_ms": v.get("max_freeze_ms", 0.0),
+        "freezes_over_250ms": v.get("freezes_over_250ms", 0),
+        "bitrate_mbits": host.get("encoded_mbits", 0.0),
+        "host_cpu_pct": host_cpu,
+        "viewer_cpu_pct": [100 * x.get("cpu_s", 0) / max(x.get("elapsed_s", 1), 1e-6) for x in views],
+        "frames_skipped_by_host": host.get("frames_skipped", 0),
+        "decode_queue_max": v.get("decode_queue_max", 0),
+        "decode_queue_overflows": v.get("decode_queue_overflows", 0),
+        "render_ms": render,
+        "convert_ms": convert,
+        "encode_ms": encode,
+        "decode_ms": decode,
+        "latency_ms_median": v.get("latency_ms_median"),
+        "latency_ms_p95": v.get("latency_ms_p95"),
+        "latency_bound_ms": render + convert + encode + decode + 3.0,
+        "connect_to_first_frame_ms": (v.get("connect_to_first_frame_ms") or [None])[0],
+        "reconnects": v.get("reconnects", 0),
+        "viewer_discarded": v.get("discarded", {}),
+    }
+
+
+def add_extra_viewer_cost(rows: list[dict[str, Any]]) -> None:
+    """Host CPU per extra viewer, against the first row with fewer viewers and the same video."""
+    for row, sc in ((r, r["_scenario"]) for r in rows):
+        base = next(
+            (
+                b
+                for b in rows
+                if b["_scenario"].viewers < sc.viewers and replace(b["_scenario"], viewers=sc.viewers) == sc
+            ),
+            None,
+        )
+        if base is not None:
+            extra = sc.viewers - base["_scenario"].viewers
+            row["host_cpu_pct_per_extra_viewer"] = (row["host_cpu_pct"] - base["host_cpu_pct"]) / extra
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    def f(x: Any, spec: str = ".1f") -> str:
+        return "-" if x is None else format(x, spec)
+
+    lines = []
+    for r in rows:
+        lines.append(f"== {r['label']}, {r['duration_s']:g} s")
+        lines.append(
+            f"  frames: sent {r['frames_sent']}, shown {r['frames_shown']} ({f(r['shown_of_expected_pct'])} % of "
+            f"{r['duration_s']:g} s x fps); per viewer {r['viewers_shown']}; host skipped {r['frames_skipped_by_host']}"
+        )
+        lines.append(
+            f"  packets: {f(r['packets_complete_pct'], '.2f')} % complete; datagrams dropped by netsim "
+            f"{f(r['datagrams_dropped_by_netsim'], 'd') if r['datagrams_dropped_by_netsim'] is not None else '-'}, "
+            f"recovered by FEC {r['packets_recovered_by_fec']}, lost after FEC {r['packets_lost_after_fec']}"
+        )
+        lines.append(
+            f"  key frames forced {r['keyframes_forced']} ({r['keyframes_forced_for_loss']} for loss), "
+            f"viewer requests {r['keyframe_requests']}; longest freeze {f(r['max_freeze_ms'], '.0f')} ms, "
+            f"freezes > 250 ms: {r['freezes_over_250ms']}; reconnects {r['reconnects']}"
+        )
+        extra = r.get("host_cpu_pct_per_extra_viewer")
+        lines.append(
+            f"  bitrate {f(r['bitrate_mbits'], '.2f')} Mbit/s; CPU host {f(r['host_cpu_pct'])} %"
+            + (f" (+{f(extra)} % per extra viewer)" if extra is not None else "")
+            + f", viewer(s) {', '.join(f(c) for c in r['viewer_cpu_pct'])} %; decode queue max "
+            f"{r['decode_queue_max']}, overflows {r['decode_queue_overflows']}"
+        )
+        lines.append(
+            f"  time per frame (median ms): render {f(r['render_ms'], '.2f')}, convert {f(r['convert_ms'], '.2f')}, "
+            f"encode {f(r['encode_ms'], '.2f')}, decode {f(r['decode_ms'], '.2f')}"
+        )
+        lines.append(
+            f"  capture -> decoded latency: median {f(r['latency_ms_median'], '.2f')} ms, p95 "
+            f"{f(r['latency_ms_p95'], '.2f')} ms (bound: render+convert+encode+decode+3 = "
+            f"{f(r['latency_bound_ms'], '.2f')} ms); connect -> first frame {f(r['connect_to_first_frame_ms'])} ms"
+        )
+    return "\n".join(lines)

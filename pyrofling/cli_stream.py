@@ -1,0 +1,452 @@
+"""``pyrofling host``, ``pyrofling view`` and ``pyrofling demo``: argument parsing and wiring."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from pyrofling.fec.planner import PLANNERS
+
+log = logging.getLogger("pyrofling")
+
+
+def _kbits(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of kbit/s (e.g. 10000)") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError("the bitrate must be positive")
+    return value
+
+
+def _dimension(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of pixels") from None
+    if value < 64 or value > 8192 or value % 2:
+        raise argparse.ArgumentTypeError(f"{value}: use an even size between 64 and 8192")
+    return value
+
+
+def _fps(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of frames per second") from None
+    if not 1 <= value <= 240:
+        raise argparse.ArgumentTypeError(f"{value} fps is out of range 1..240")
+    return value
+
+
+def _ratio(text: str) -> float:
+    t = text.strip()
+    try:
+        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a ratio (use 0.25 or 25%)") from None
+    if not 0 < value <= 4:
+        raise argparse.ArgumentTypeError(f"{text!r}: the FEC ratio must be above 0 and at most 4")
+    return value
+
+
+def _setup_logging(args: argparse.Namespace) -> None:
+    level = logging.INFO if not args.quiet else logging.WARNING
+    if args.verbose:
+        level = logging.DEBUG
+    logging.getLogger("pyrofling").setLevel(level)
+
+
+def add_video_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("video")
+    g.add_argument("--width", type=_dimension, default=1280, help="frame width (default 1280)")
+    g.add_argument("--height", type=_dimension, default=720, help="frame height (default 720)")
+    g.add_argument("--fps", type=_fps, default=60, help="frames per second (default 60)")
+    g.add_argument("--bitrate-kbits", type=_kbits, default=10_000, help="video bitrate, kbit/s (default 10000)")
+    g.add_argument(
+        "--encoder",
+        default="libx264",
+        help="libx264 (default), libx265, h264_nvenc or hevc_nvenc where an NVIDIA GPU is present",
+    )
+    g.add_argument("--preset", default="ultrafast", help="x264/x265 preset (default ultrafast)")
+    g.add_argument("--ten-bit", action="store_true", help="encode 10-bit 4:2:0")
+    g.add_argument("--encoder-threads", type=int, default=2, help="encoder threads (default 2)")
+    g.add_argument("--refresh-s", type=float, default=1.0, help="intra-refresh period, seconds (default 1; heals loss)")
+
+
+def add_host_options(p: argparse.ArgumentParser) -> None:
+    from pyrofling.server.host import DEFAULT_PORT
+
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"TCP and UDP port (default {DEFAULT_PORT})")
+    p.add_argument(
+        "--bind",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1, this machine only; 0.0.0.0 or :: to open it up)",
+    )
+    p.add_argument(
+        "--source",
+        default="scene",
+        help="scene (built-in test scene, default), file:PATH (raw frames, looped) or rawvideo (raw frames on stdin)",
+    )
+    p.add_argument(
+        "--raw-format", choices=("yuv420p", "rgb24"), default="yuv420p", help="pixel format of raw input frames"
+    )
+    add_video_options(p)
+    g = p.add_argument_group("network")
+    g.add_argument("--fec", type=_ratio, default=0.25, metavar="RATIO", help="repair overhead (default 0.25 = 25%%)")
+    g.add_argument("--no-fec", action="store_true", help="send no repair blocks")
+    g.add_argument(
+        "--fec-planner", choices=PLANNERS, default="tuned", help="how repair blocks are chosen (default tuned)"
+    )
+    g.add_argument(
+        "--max-rate-mbits",
+        type=float,
+        default=200.0,
+        help="pace each viewer's datagrams to this rate, Mbit/s (default 200; 0 = bursts, like the reference)",
+    )
+
+
+def host_config(args: argparse.Namespace, **overrides: Any) -> Any:
+    from pyrofling.server.encoder import EncoderConfig
+    from pyrofling.server.host import HostConfig
+
+    encoder = EncoderConfig(
+        encoder=args.encoder,
+        width=args.width,
+        height=args.height,
+        fps=args.fps,
+        bitrate_kbits=args.bitrate_kbits,
+        preset=args.preset,
+        ten_bit=args.ten_bit,
+        threads=args.encoder_threads,
+        refresh_s=args.refresh_s,
+    )
+    values: dict[str, Any] = dict(
+        bind=args.bind,
+        port=args.port,
+        encoder=encoder,
+        source=args.source,
+        raw_format=args.raw_format,
+        fec="none" if args.no_fec else args.fec_planner,
+        fec_ratio=args.fec,
+        max_rate_mbits=args.max_rate_mbits,
+        duration_s=getattr(args, "duration", None),
+        stats_json=getattr(args, "stats_json", None),
+    )
+    values.update(overrides)
+    return HostConfig(**values)
+
+
+def _install_stop(loop: asyncio.AbstractEventLoop, stop: Any) -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop)
+
+
+# --------------------------------------------------------------------------------------------
+# host
+# --------------------------------------------------------------------------------------------
+
+
+def add_host(sub: Any) -> None:
+    p = sub.add_parser(
+        "host",
+        help="host a stream (the built-in test scene by default)",
+        description=(
+            "Host a low-latency stream on one port (TCP control + UDP media), wire-compatible with PyroFling. "
+            "One encode is fanned out to every viewer, each with its own FEC and pacing."
+        ),
+        epilog="Example: pyrofling host --port 9876 --width 1280 --height 720 --fps 60 --bitrate-kbits 10000",
+    )
+    add_host_options(p)
+    p.add_argument("--duration", type=float, default=None, help="stop after this many seconds (default: Ctrl-C)")
+    p.add_argument("--stats-json", type=Path, default=None, help="write host statistics here on exit")
+    p.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+    p.set_defaults(func=run_host)
+
+
+def run_host(args: argparse.Namespace) -> int:
+    from pyrofling.server.host import Host
+
+    _setup_logging(args)
+    cfg = host_config(args)
+
+    async def main() -> int:
+        host = Host(cfg)
+        _install_stop(asyncio.get_running_loop(), host.stop)
+        try:
+            await host.run()
+        except (OSError, ValueError) as exc:
+            print(f"pyrofling host: {exc}", file=sys.stderr)
+            return 1
+        return 0
+
+    return asyncio.run(main())
+
+
+# --------------------------------------------------------------------------------------------
+# view
+# --------------------------------------------------------------------------------------------
+
+
+def add_view(sub: Any) -> None:
+    p = sub.add_parser(
+        "view",
+        help="watch a stream from a pyrofling or PyroFling host",
+        description=(
+            "Connect to a host, reassemble and decode its stream and show it in a window (or count frames with "
+            "--headless). Keys in the window: V toggles the statistics overlay, F toggles full screen, Esc quits."
+        ),
+        epilog="Example: pyrofling view pyro://127.0.0.1:9876   (IPv6: pyro://[::1]:9876)",
+    )
+    p.add_argument("uri", help="pyro://HOST:PORT[?phase_locked=S&deadline=S] or HOST:PORT")
+    p.add_argument("--headless", action="store_true", help="decode and count frames, no window")
+    p.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    p.add_argument("--no-reconnect", action="store_true", help="exit when the host goes away instead of reconnecting")
+    p.add_argument(
+        "--native", action="store_true", help="do not ask for pyrofling extensions (behave like a native viewer)"
+    )
+    p.add_argument("--stats-json", type=Path, default=None, help="write counters and latency samples here on exit")
+    p.add_argument(
+        "--stats-interval", type=float, default=0.0, help="also rewrite --stats-json every this many seconds"
+    )
+    p.add_argument("--screenshot", type=Path, default=None, help="window mode: save the window to this PNG on exit")
+    p.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+    p.set_defaults(func=run_view)
+
+
+def viewer_config(args: argparse.Namespace) -> Any:
+    from pyrofling.client.uri import parse_uri
+    from pyrofling.client.viewer import ViewerConfig
+
+    uri = parse_uri(args.uri)
+    return ViewerConfig(
+        host=uri.host,
+        port=uri.port,
+        extensions=not args.native,
+        duration_s=args.duration,
+        reconnect=not args.no_reconnect,
+        stats_json=args.stats_json,
+        stats_interval_s=args.stats_interval,
+    )
+
+
+def run_view(args: argparse.Namespace) -> int:
+    _setup_logging(args)
+    try:
+        cfg = viewer_config(args)
+    except ValueError as exc:
+        print(f"pyrofling view: {exc}", file=sys.stderr)
+        return 2
+    if args.headless:
+        return _view_headless(cfg)
+    if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
+        print(
+            "pyrofling view: no display (DISPLAY is not set); use --headless, or run under a desktop", file=sys.stderr
+        )
+        return 2
+    return view_in_window(cfg, screenshot=args.screenshot)
+
+
+def _view_headless(cfg: Any) -> int:
+    from pyrofling.client.viewer import Viewer
+
+    async def main() -> int:
+        viewer = Viewer(cfg)
+        _install_stop(asyncio.get_running_loop(), viewer.stop)
+        stats = await viewer.run()
+        log.info(
+            "shown %d frames, %d lost packets, %d reconnects",
+            stats.frames_shown,
+            stats.packets_lost_video,
+            stats.reconnects,
+        )
+        return 0 if stats.sessions_streaming else 1
+
+    return asyncio.run(main())
+
+
+def view_in_window(cfg: Any, *, screenshot: Path | None = None, title: str = "pyrofling") -> int:
+    """pyglet owns the main thread; the viewer's event loop runs in a second one."""
+    from pyrofling.client.viewer import Viewer
+    from pyrofling.client.window import ViewerWindow
+
+    window = ViewerWindow(title=title)
+    viewer = Viewer(cfg, sink=window)
+    window.stats_source = viewer
+    result: dict[str, int] = {}
+
+    def network() -> None:
+        try:
+            stats = asyncio.run(viewer.run())
+            result["rc"] = 0 if stats.sessions_streaming else 1
+        finally:
+            window.close_soon()
+
+    thread = threading.Thread(target=network, name="pyrofling-network", daemon=True)
+    thread.start()
+    window.on_close_requested = viewer.stop
+    with contextlib.suppress(KeyboardInterrupt):
+        window.run(screenshot=screenshot)
+    viewer.stop()
+    thread.join(10)
+    return result.get("rc", 1)
+
+
+# --------------------------------------------------------------------------------------------
+# demo
+# --------------------------------------------------------------------------------------------
+
+
+def add_demo(sub: Any) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="a host and a viewer on this machine, optionally through a lossy network",
+        description=(
+            "Start a host with the test scene and a viewer on loopback (a window if there is a display, headless "
+            "otherwise), optionally through the loss simulator, and print live statistics."
+        ),
+        epilog="Example: pyrofling demo --loss 2%% --duration 20",
+    )
+    p.add_argument("--loss", type=_ratio_or_zero, default=0.0, help="i.i.d. datagram loss between them (e.g. 2%%)")
+    p.add_argument("--ge", action="store_true", help="bursty (Gilbert-Elliott) loss instead of i.i.d.")
+    p.add_argument("--duration", type=float, default=None, help="stop after this many seconds (default: Ctrl-C)")
+    p.add_argument("--headless", action="store_true", help="no window even if a display exists")
+    p.add_argument("--width", type=_dimension, default=1280)
+    p.add_argument("--height", type=_dimension, default=720)
+    p.add_argument("--fps", type=_fps, default=60)
+    p.add_argument("--bitrate-kbits", type=_kbits, default=10_000)
+    p.add_argument("--json", action="store_true", help="print the final statistics as JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+    p.set_defaults(func=run_demo)
+
+
+def _ratio_or_zero(text: str) -> float:
+    t = text.strip()
+    try:
+        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a loss rate (use 0.02 or 2%)") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: loss must be at least 0 and below 1")
+    return value
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from pyrofling.bench.stream import StreamScenario, format_live, run_scenario
+
+    args.verbose = 0
+    args.quiet = True  # the live line is the output
+    _setup_logging(args)
+    window = not args.headless and bool(os.environ.get("DISPLAY"))
+    scenario = StreamScenario(
+        width=args.width,
+        height=args.height,
+        fps=args.fps,
+        bitrate_kbits=args.bitrate_kbits,
+        duration_s=args.duration,
+        loss=args.loss,
+        ge=args.ge,
+        window=window,
+    )
+    print(
+        f"pyrofling demo: host {args.width}x{args.height}@{args.fps} {args.bitrate_kbits} kbit/s -> "
+        f"{'window' if window else 'headless viewer'}"
+        + (f" through netsim ({'GE bursts' if args.ge else f'{args.loss:.1%} loss'})" if args.loss or args.ge else "")
+        + ("" if args.duration else "; Ctrl-C to stop"),
+        file=sys.stderr,
+    )
+    result = run_scenario(scenario, live=None if args.json else format_live)
+    if args.json:
+        print(json.dumps(result, indent=1))
+    return 0 if result["viewers"][0]["frames_shown"] else 1
+
+
+# --------------------------------------------------------------------------------------------
+# bench stream
+# --------------------------------------------------------------------------------------------
+
+
+def add_bench_stream(sub: Any) -> None:
+    p = sub.add_parser(
+        "stream",
+        help="host + headless viewer(s), optionally through netsim: frames, loss, CPU, latency",
+        description=(
+            "Run a real host (test scene) and real headless viewers as separate processes, optionally through "
+            "the loss simulator, and report frames sent/shown, loss before and after FEC, key frames forced, "
+            "bitrate, CPU per process and capture-to-decoded latency read from the decoded pixels."
+        ),
+        epilog=(
+            "Examples: pyrofling bench stream --duration 60 | pyrofling bench stream --loss 2%% | "
+            "pyrofling bench stream --ge | pyrofling bench stream --viewers 1,4 | "
+            "pyrofling bench stream --width 1920 --height 1080 --bitrate-kbits 20000"
+        ),
+    )
+    p.add_argument("--duration", type=float, default=10.0, help="seconds per run (default 10)")
+    p.add_argument("--width", type=_dimension, default=1280)
+    p.add_argument("--height", type=_dimension, default=720)
+    p.add_argument("--fps", type=_fps, default=60)
+    p.add_argument("--bitrate-kbits", type=_kbits, default=10_000)
+    p.add_argument("--encoder", default="libx264")
+    p.add_argument("--preset", default="ultrafast")
+    p.add_argument("--loss", type=_ratio_or_zero, default=0.0, help="i.i.d. datagram loss host->viewer (e.g. 2%%)")
+    p.add_argument("--ge", action="store_true", help="Gilbert-Elliott burst loss (about 5%% in bursts)")
+    p.add_argument("--viewers", default="1", help="viewers per run; a list (1,4) runs each and reports the cost")
+    p.add_argument("--fec-planner", choices=PLANNERS, default="tuned")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--json", action="store_true", help="print rows as JSON (with the raw statistics)")
+    p.set_defaults(func=run_bench_stream)
+
+
+def run_bench_stream(args: argparse.Namespace) -> int:
+    from pyrofling.bench.stream import StreamScenario, add_extra_viewer_cost, format_table, run_scenario, summarize
+
+    try:
+        counts = [int(x) for x in args.viewers.split(",")]
+    except ValueError:
+        print(f"pyrofling bench stream: --viewers {args.viewers!r}: give numbers like 1 or 1,4", file=sys.stderr)
+        return 2
+    if any(c < 1 or c > 16 for c in counts):
+        print("pyrofling bench stream: --viewers must be between 1 and 16", file=sys.stderr)
+        return 2
+    rows = []
+    raws = []
+    for n in counts:
+        sc = StreamScenario(
+            width=args.width,
+            height=args.height,
+            fps=args.fps,
+            bitrate_kbits=args.bitrate_kbits,
+            duration_s=args.duration,
+            loss=args.loss,
+            ge=args.ge,
+            viewers=n,
+            fec=args.fec_planner,
+            encoder=args.encoder,
+            preset=args.preset,
+            seed=args.seed,
+        )
+        print(f"running {sc.label()} for {args.duration:g} s ...", file=sys.stderr, flush=True)
+        raw = run_scenario(sc)
+        row = summarize(raw)
+        row["_scenario"] = sc
+        rows.append(row)
+        raws.append(raw)
+    add_extra_viewer_cost(rows)
+    for row in rows:
+        del row["_scenario"]
+    if args.json:
+        print(json.dumps({"rows": rows, "raw": raws}, indent=1))
+    else:
+        print(format_table(rows))
+    return 0

@@ -1,0 +1,508 @@
+"""``pyrofling view``: the asyncio shell around the viewer core, plus the decode thread.
+
+Network (asyncio): TCP control through :class:`~pyrofling.core.viewer_session.ViewerSession`,
+UDP media through :class:`~pyrofling.core.reassembler.Reassembler`; complete
+video packets go to the decode thread through a bounded queue.  The decode
+thread decodes with PyAV, reads the test scene's frame marker for latency, and
+hands whole pictures to a :class:`FrameSink` (the window, or a counter when
+headless).  When the host goes away the viewer reconnects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import queue
+import socket
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import av
+import numpy as np
+
+from pyrofling.client.decoder import DecodeError, VideoDecoder
+from pyrofling.core import frame_marker
+from pyrofling.core.bitstream import key_info
+from pyrofling.core.reassembler import (
+    PacketReady,
+    PacketsLost,
+    PingReplyReceived,
+    Reassembler,
+    ReassemblerConfig,
+    ReassemblyEvent,
+)
+from pyrofling.core.viewer_session import (
+    ClockSync,
+    SendControl,
+    SendDatagram,
+    SessionFailed,
+    Streaming,
+    StreamStalled,
+    ViewerOutput,
+    ViewerSession,
+    ViewerSessionConfig,
+)
+from pyrofling.wire import (
+    CodecParameters,
+    ControlFramer,
+    ExtensionFeature,
+    KickFlags,
+    ProtocolError,
+    StreamType,
+    VideoCodec,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ViewerConfig:
+    """Everything ``pyrofling view`` can be told."""
+
+    host: str
+    port: int
+    flags: KickFlags = KickFlags.VIDEO
+    #: Ask for pyrofling extensions (explicit key-frame requests); off = behave like a native viewer.
+    extensions: bool = True
+    #: Stop after this many seconds of streaming time (None: until Ctrl-C or the window closes).
+    duration_s: float | None = None
+    reconnect: bool = True
+    stats_json: Path | None = None
+    reassembler: ReassemblerConfig = field(default_factory=ReassemblerConfig)
+    decode_threads: int = 2
+    #: Complete packets waiting for the decoder; beyond this the viewer is falling behind.
+    max_decode_queue: int = 8
+    #: Seconds to wait for the TCP connection.
+    connect_timeout_s: float = 5.0
+    #: Rewrite ``stats_json`` this often while running (0: only on exit), for live displays.
+    stats_interval_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ShownFrame:
+    """What the decode thread knows about a picture it hands to the sink."""
+
+    pts_us: int
+    decode_done_s: float
+    frame_id: int | None  # from the test scene's marker
+    latency_s: float | None  # capture → decoded, host clock mapped to ours
+
+
+class FrameSink(Protocol):
+    """Receives whole decoded pictures, on the decode thread.  Must not block."""
+
+    def show(self, frame: av.VideoFrame, info: ShownFrame) -> None: ...
+
+
+@dataclass(slots=True)
+class ViewerStats:
+    connects: int = 0
+    sessions_streaming: int = 0
+    reconnects: int = 0
+    datagrams: int = 0
+    bytes_received: int = 0
+    packets_video: int = 0
+    packets_audio: int = 0
+    packets_lost_video: int = 0
+    packets_recovered: int = 0
+    frames_decoded: int = 0
+    frames_shown: int = 0
+    frames_hidden: int = 0  # decoded but not whole (after loss, before the key frame)
+    decode_errors: int = 0
+    decode_queue_overflows: int = 0
+    decode_queue_max: int = 0
+    markers_read: int = 0
+    keyframe_requests: int = 0
+    handshake_ms: list[float] = field(default_factory=list)
+    connect_to_first_frame_ms: list[float] = field(default_factory=list)
+    decode_ms: list[float] = field(default_factory=list)
+    latency_ms: list[float] = field(default_factory=list)  # capture → decoded
+    network_ms: list[float] = field(default_factory=list)  # capture → packet complete
+    max_freeze_ms: float = 0.0
+    freezes_over_250ms: int = 0
+    rtt_ms: float | None = None
+
+
+@dataclass(slots=True)
+class _DecodeItem:
+    data: bytes
+    pts_us: int
+    whole: bool
+    complete_s: float
+    codec: VideoCodec
+    clock: ClockSync
+    connect_s: float
+
+
+class _UdpProtocol(asyncio.DatagramProtocol):
+    def __init__(self, on_datagram: Any) -> None:
+        self.on_datagram = on_datagram
+
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        self.on_datagram(data)
+
+    def error_received(self, exc: Exception) -> None:
+        log.debug("UDP error: %s", exc)  # ICMP refused while the host restarts
+
+
+class Viewer:
+    """Connects, streams, reconnects.  ``await viewer.run()``; :meth:`stop` from any thread."""
+
+    def __init__(self, config: ViewerConfig, sink: FrameSink | None = None) -> None:
+        self.config = config
+        self.sink = sink
+        self.stats = ViewerStats()
+        self.session: ViewerSession | None = None
+        self.reassembler: Reassembler | None = None
+        self.codec_parameters: CodecParameters | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._decode_queue: queue.Queue[_DecodeItem | None] = queue.Queue(maxsize=config.max_decode_queue)
+        self._lock = threading.Lock()  # guards stats written by both threads
+        self._last_shown_s: float | None = None
+        self._cpu_start = time.process_time()
+        self._started_s = time.monotonic()
+        self._counters_before: dict[str, int] = {}
+        self._perform: Callable[[list[ViewerOutput]], None] | None = None
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None and not self._loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed between the check and the call
+                self._loop.call_soon_threadsafe(self._stop.set)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def run(self) -> ViewerStats:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        decoder = threading.Thread(target=self._decode_thread, name="pyrofling-decode", daemon=True)
+        decoder.start()
+        stopper = None
+        if self.config.duration_s is not None:
+            stopper = self._loop.call_later(self.config.duration_s, self._stop.set)
+        backoff = 0.25
+        writer_task = None
+        if self.config.stats_json is not None and self.config.stats_interval_s > 0:
+            writer_task = asyncio.create_task(self._write_stats_periodically())
+        try:
+            while not self._stop.is_set():
+                streamed = await self._one_session()
+                if self._stop.is_set() or not self.config.reconnect:
+                    break
+                backoff = 0.25 if streamed else min(2.0, backoff * 2)
+                self.stats.reconnects += 1
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), backoff)
+        finally:
+            if stopper is not None:
+                stopper.cancel()
+            if writer_task is not None:
+                writer_task.cancel()
+            self._decode_queue.put(None)
+            await asyncio.get_running_loop().run_in_executor(None, decoder.join, 5.0)
+            if self.config.stats_json is not None:
+                self.config.stats_json.write_text(json.dumps(self.summary(), indent=2))
+        return self.stats
+
+    async def _write_stats_periodically(self) -> None:
+        assert self.config.stats_json is not None
+        path = self.config.stats_json
+        while True:
+            await asyncio.sleep(self.config.stats_interval_s)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self.summary()))
+            tmp.replace(path)  # readers never see half a file
+
+    async def _one_session(self) -> bool:
+        """One connection from TCP connect to its end; returns whether it got as far as streaming."""
+        assert self._stop is not None
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        connect_s = time.monotonic()
+        self.stats.connects += 1
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(cfg.host, cfg.port), cfg.connect_timeout_s)
+        except (OSError, TimeoutError) as exc:
+            log.warning("cannot connect to %s port %d: %s", cfg.host, cfg.port, exc or "timed out")
+            return False
+        sock = writer.get_extra_info("socket")
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peer = writer.get_extra_info("peername")
+        ended: asyncio.Future[str] = loop.create_future()
+        reassembler = Reassembler(cfg.reassembler)
+        extensions = ExtensionFeature.KEYFRAME_REQUEST if cfg.extensions else ExtensionFeature.NONE
+        session = ViewerSession(reassembler.counters, ViewerSessionConfig(flags=cfg.flags, extensions=extensions))
+        self.session, self.reassembler = session, reassembler
+        streamed = False
+        timer: asyncio.TimerHandle | None = None
+
+        def end(reason: str) -> None:
+            if not ended.done():
+                ended.set_result(reason)
+
+        def perform(outputs: list[ViewerOutput]) -> None:
+            nonlocal streamed
+            for out in outputs:
+                if isinstance(out, SendControl):
+                    if not writer.is_closing():
+                        writer.write(out.data)
+                elif isinstance(out, SendDatagram):
+                    if not udp.is_closing():
+                        udp.sendto(out.data)
+                elif isinstance(out, Streaming):
+                    streamed = True
+                    self.codec_parameters = out.codec_parameters
+                    self.stats.sessions_streaming += 1
+                    self.stats.handshake_ms.append(out.handshake_s * 1000)
+                    p = out.codec_parameters
+                    log.info(
+                        "streaming %dx%d@%d/%d %s from %s (handshake %.1f ms%s)",
+                        p.width,
+                        p.height,
+                        p.frame_rate_num,
+                        max(1, p.frame_rate_den),
+                        _codec_name(p.video_codec),
+                        _fmt(peer),
+                        out.handshake_s * 1000,
+                        ", pyrofling host" if out.extensions else "",
+                    )
+                elif isinstance(out, SessionFailed):
+                    end(f"handshake failed: {out.reason}")
+                elif isinstance(out, StreamStalled):
+                    end(f"no media for {out.silent_s:.1f} s")
+
+        def on_timer() -> None:
+            nonlocal timer
+            timer = None
+            now = time.monotonic()
+            perform(session.handle_timer(now))
+            self._handle_events(reassembler.handle_timer(now), session, perform, connect_s)
+            schedule()
+
+        def schedule() -> None:
+            nonlocal timer
+            times = [t for t in (session.next_timer(), reassembler.next_timer()) if t is not None]
+            if not times or ended.done():
+                return
+            due = min(times)
+            if timer is not None:
+                if timer.when() <= loop.time() + (due - time.monotonic()) + 1e-4:
+                    return
+                timer.cancel()
+            timer = loop.call_at(loop.time() + max(0.0, due - time.monotonic()), on_timer)
+
+        def on_datagram(data: bytes) -> None:
+            now = time.monotonic()
+            self.stats.datagrams += 1
+            self.stats.bytes_received += len(data)
+            session.datagram_received(now)
+            self._handle_events(reassembler.receive(data, now), session, perform, connect_s)
+            schedule()
+
+        family = sock.family if sock is not None else socket.AF_INET
+        transport, _ = await loop.create_datagram_endpoint(
+            lambda: _UdpProtocol(on_datagram), remote_addr=(cfg.host, cfg.port), family=family
+        )
+        udp = transport
+        with contextlib.suppress(OSError):
+            udp.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
+
+        async def read_control() -> None:
+            framer = ControlFramer(max_buffer_bytes=4096)
+            try:
+                while True:
+                    data = await reader.read(4096)
+                    if not data:
+                        end("host closed the connection")
+                        return
+                    for msg in framer.feed(data):
+                        perform(session.control(msg, time.monotonic()))
+                    schedule()
+            except ProtocolError as exc:
+                end(f"protocol error on the control channel: {exc}")
+            except (ConnectionError, OSError) as exc:
+                end(f"control connection error: {exc}")
+
+        self._perform = perform
+        perform(session.start(time.monotonic()))
+        schedule()
+        reader_task = asyncio.create_task(read_control())
+        stop_task: asyncio.Future[Any] = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait([ended, stop_task], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            reason = ended.result() if ended.done() else "stopped"
+            if timer is not None:
+                timer.cancel()
+            reader_task.cancel()
+            stop_task.cancel()
+            udp.close()
+            writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), 1.0)
+            self._bank_counters(reassembler, session)
+            self.session = None
+            self._perform = None
+        if reason != "stopped":
+            log.warning("lost the stream: %s", reason)
+        return streamed
+
+    def _bank_counters(self, reassembler: Reassembler, session: ViewerSession) -> None:
+        c = reassembler.counters
+        self.stats.packets_recovered += c.fec_recovered
+        self.stats.keyframe_requests += session.keyframe_requests
+        for reason, n in reassembler.discarded.items():
+            self._counters_before[reason] = self._counters_before.get(reason, 0) + n
+        if session.clock.last_rtt_s is not None:
+            self.stats.rtt_ms = session.clock.last_rtt_s * 1000
+
+    # -- network thread: reassembled packets --------------------------------------------------
+
+    def _handle_events(
+        self,
+        events: list[ReassemblyEvent],
+        session: ViewerSession,
+        perform: Any,
+        connect_s: float,
+    ) -> None:
+        for ev in events:
+            if isinstance(ev, PacketReady):
+                if ev.stream != StreamType.VIDEO:
+                    self.stats.packets_audio += 1
+                    continue
+                self.stats.packets_video += 1
+                params = session.codec_parameters
+                codec = VideoCodec(params.video_codec) if params else VideoCodec.H264
+                key = key_info(ev.data, codec) if ev.key_frame else None
+                whole, outputs = session.video_packet(key, ev.complete_s)
+                perform(outputs)
+                if session.gate.key_frames == 0:
+                    continue  # nothing decodes before the first key frame
+                item = _DecodeItem(ev.data, ev.pts_us, whole, ev.complete_s, codec, session.clock, connect_s)
+                try:
+                    self._decode_queue.put_nowait(item)
+                except queue.Full:
+                    self.stats.decode_queue_overflows += 1
+                    perform(session.video_lost(ev.complete_s))
+                self.stats.decode_queue_max = max(self.stats.decode_queue_max, self._decode_queue.qsize())
+            elif isinstance(ev, PacketsLost):
+                if ev.stream == StreamType.VIDEO:
+                    self.stats.packets_lost_video += ev.count
+                    perform(session.video_lost(time.monotonic()))
+            elif isinstance(ev, PingReplyReceived):
+                session.ping_reply(ev.seq, ev.server_time_us, ev.received_s)
+
+    def _decode_failed(self) -> None:
+        """On the event loop: the decoder rejected a packet, so pictures are broken until a key frame."""
+        if self.session is not None and self._perform is not None:
+            self._perform(self.session.decode_failed(time.monotonic()))
+
+    # -- decode thread ---------------------------------------------------------------------------
+
+    def _decode_thread(self) -> None:
+        decoder: VideoDecoder | None = None
+        layout: frame_marker.MarkerLayout | None = None
+        while True:
+            item = self._decode_queue.get()
+            if item is None:
+                return
+            if decoder is None or decoder.codec != item.codec:
+                decoder = VideoDecoder(item.codec, threads=self.config.decode_threads)
+            t0 = time.perf_counter()
+            try:
+                frames = decoder.decode(item.data, item.pts_us)
+            except DecodeError as exc:
+                with self._lock:
+                    self.stats.decode_errors += 1
+                log.debug("decode error: %s", exc)
+                if self._loop is not None:
+                    self._loop.call_soon_threadsafe(self._decode_failed)
+                continue
+            decode_ms = (time.perf_counter() - t0) * 1000
+            for frame in frames:
+                done = time.monotonic()
+                if layout is None or layout.per_row * layout.block > frame.width:
+                    layout = frame_marker.layout_for(frame.width)
+                stamp = None
+                if layout is not None:
+                    plane = frame.planes[0]
+                    luma = np.frombuffer(memoryview(plane), np.uint8).reshape(frame.height, plane.line_size)
+                    stamp = frame_marker.read(luma, layout)
+                latency = None
+                if stamp is not None:
+                    capture_us = frame_marker.unwrap_capture_us(stamp.capture_us, item.pts_us)
+                    local = item.clock.to_local(capture_us)
+                    if local is not None:
+                        latency = done - local
+                with self._lock:
+                    st = self.stats
+                    st.frames_decoded += 1
+                    st.decode_ms.append(decode_ms)
+                    if stamp is not None:
+                        st.markers_read += 1
+                    if not item.whole:
+                        st.frames_hidden += 1
+                        continue
+                    st.frames_shown += 1
+                    if latency is not None:
+                        st.latency_ms.append(latency * 1000)
+                        st.network_ms.append((latency - (done - item.complete_s)) * 1000)
+                    if not st.connect_to_first_frame_ms or self._last_shown_s is None:
+                        st.connect_to_first_frame_ms.append((done - item.connect_s) * 1000)
+                    if self._last_shown_s is not None:
+                        gap = (done - self._last_shown_s) * 1000
+                        st.max_freeze_ms = max(st.max_freeze_ms, gap)
+                        if gap > 250:
+                            st.freezes_over_250ms += 1
+                    self._last_shown_s = done
+                if self.sink is not None:
+                    self.sink.show(frame, ShownFrame(item.pts_us, done, stamp.frame_id if stamp else None, latency))
+
+    # -- reporting ---------------------------------------------------------------------------
+
+    def summary(self) -> dict[str, Any]:
+        with self._lock:
+            st = self.stats
+            out: dict[str, Any] = {k: getattr(st, k) for k in st.__dataclass_fields__ if not k.endswith("_ms")}
+            for name in ("decode_ms", "latency_ms", "network_ms", "handshake_ms", "connect_to_first_frame_ms"):
+                values = list(getattr(st, name))
+                out[f"{name}_median"] = statistics.median(values) if values else None
+                out[f"{name}_p95"] = float(np.percentile(values, 95)) if values else None
+            out["latency_ms_samples"] = st.latency_ms[-2000:]
+            out["connect_to_first_frame_ms"] = list(st.connect_to_first_frame_ms)
+            out["max_freeze_ms"] = st.max_freeze_ms
+            out["rtt_ms"] = st.rtt_ms
+        live = self.reassembler
+        discarded = dict(self._counters_before)
+        recovered = st.packets_recovered
+        if live is not None:
+            for reason, n in live.discarded.items():
+                discarded[reason] = discarded.get(reason, 0) + n
+            recovered += live.counters.fec_recovered
+        out["discarded"] = discarded
+        out["packets_recovered"] = recovered
+        out["cpu_s"] = time.process_time() - self._cpu_start
+        out["elapsed_s"] = time.monotonic() - self._started_s
+        out["received_mbits"] = st.bytes_received * 8 / max(out["elapsed_s"], 1e-6) / 1e6
+        return out
+
+
+def _codec_name(code: int) -> str:
+    try:
+        return VideoCodec(code).name
+    except ValueError:
+        return f"codec {code}"
+
+
+def _fmt(addr: Any) -> str:
+    if not addr:
+        return "?"
+    return f"[{addr[0]}]:{addr[1]}" if ":" in str(addr[0]) else f"{addr[0]}:{addr[1]}"

@@ -1,0 +1,212 @@
+"""Video encoding through PyAV with the low-latency settings of the reference (anchor §5).
+
+libx264 (default): ``tune=zerolatency``, no B-frames, ``intra-refresh=1``,
+``forced-idr=1``, ``refs=1``, CBR-style VBV of about one frame, so a frame's
+size stays close to bitrate/fps and no frame waits for another.  libx265 and
+NVENC get their equivalents.  The codec time base is µs, the wire's unit.
+
+Runs in the host's encode thread (PyAV releases the GIL while encoding).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from fractions import Fraction
+
+import av
+import numpy as np
+import numpy.typing as npt
+from av.video.frame import PictureType
+
+from pyrofling.core.bitstream import key_info
+from pyrofling.wire import ColorProfile, VideoCodec
+
+log = logging.getLogger(__name__)
+
+US = Fraction(1, 1_000_000)
+
+
+@dataclass(frozen=True, slots=True)
+class EncoderConfig:
+    """Video encoder settings (CLI: ``pyrofling host --encoder … --bitrate-kbits …``)."""
+
+    encoder: str = "libx264"
+    width: int = 1280
+    height: int = 720
+    fps: int = 60
+    bitrate_kbits: int = 10_000
+    #: x264/x265 preset; NVENC uses its own low-latency preset.
+    preset: str = "ultrafast"
+    ten_bit: bool = False
+    #: Encoder threads (0 = codec default).
+    threads: int = 2
+    #: Intra-refresh period in seconds (the key-frame interval without intra refresh).
+    refresh_s: float = 1.0
+    #: VBV buffer in frames: ~1 keeps every frame near bitrate/fps.
+    vbv_frames: float = 1.0
+
+    @property
+    def video_codec(self) -> VideoCodec:
+        name = self.encoder.lower()
+        if "265" in name or "hevc" in name:
+            return VideoCodec.H265
+        if "av1" in name:
+            return VideoCodec.AV1
+        return VideoCodec.H264
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedVideo:
+    data: bytes
+    pts_us: int
+    key_frame: bool  # the key flag as libx264 sets it: IDR or intra-refresh recovery point
+    idr: bool  # a whole picture on its own: a new viewer can start here
+    encode_s: float
+    convert_s: float
+
+
+def available_encoders() -> list[str]:
+    """The encoders of interest this PyAV build can open."""
+    out = []
+    for name in ("libx264", "libx265", "h264_nvenc", "hevc_nvenc", "av1_nvenc"):
+        try:
+            av.codec.Codec(name, "w")
+        except (av.FFmpegError, ValueError):
+            continue
+        out.append(name)
+    return out
+
+
+class VideoEncoder:
+    """``encode(planes, pts_us, force_keyframe=…) -> list[EncodedVideo]``; one instance per host."""
+
+    def __init__(self, config: EncoderConfig) -> None:
+        self.config = config
+        cfg = config
+        if cfg.width % 2 or cfg.height % 2:
+            raise ValueError("width and height must be even for 4:2:0 video")
+        try:
+            ctx = av.CodecContext.create(cfg.encoder, "w")
+        except (av.FFmpegError, ValueError) as exc:
+            have = ", ".join(available_encoders()) or "none"
+            raise ValueError(f"encoder {cfg.encoder!r} is not available in this PyAV build (have: {have})") from exc
+        assert isinstance(ctx, av.VideoCodecContext)
+        nvenc = "nvenc" in cfg.encoder
+        if cfg.ten_bit:
+            self.pix_fmt = "p010le" if nvenc else "yuv420p10le"
+        else:
+            self.pix_fmt = "yuv420p"
+        ctx.width, ctx.height = cfg.width, cfg.height
+        ctx.pix_fmt = self.pix_fmt
+        ctx.time_base = US
+        ctx.framerate = Fraction(cfg.fps, 1)
+        bitrate = cfg.bitrate_kbits * 1000
+        ctx.bit_rate = bitrate
+        ctx.gop_size = max(1, round(cfg.refresh_s * cfg.fps))
+        ctx.max_b_frames = 0
+        if cfg.threads:
+            ctx.thread_count = cfg.threads
+        ctx.thread_type = "SLICE"  # frame threads add a frame of latency each
+        # Full range BT.709, what CODEC_PARAMETERS announces (ColorProfile.BT709_FULL_CENTER).
+        ctx.color_range = 2  # AVCOL_RANGE_JPEG
+        ctx.colorspace = 1  # AVCOL_SPC_BT709
+        ctx.color_primaries = 1
+        ctx.color_trc = 1
+        vbv_kbits = max(1, round(cfg.bitrate_kbits * cfg.vbv_frames / cfg.fps))
+        if nvenc:
+            ctx.options = {
+                "preset": "p1",
+                "tune": "ll",
+                "rc": "cbr",
+                "zerolatency": "1",
+                "delay": "0",
+                "intra-refresh": "1",
+                "forced-idr": "1",
+            }
+        elif cfg.encoder == "libx265":
+            ctx.options = {
+                "preset": cfg.preset,
+                "tune": "zerolatency",
+                "forced-idr": "1",
+                "x265-params": f"intra-refresh=1:ref=1:bframes=0:vbv-maxrate={cfg.bitrate_kbits}:"
+                f"vbv-bufsize={vbv_kbits}:log-level=error",
+            }
+        else:
+            ctx.options = {
+                "preset": cfg.preset,
+                "tune": "zerolatency",
+                "intra-refresh": "1",
+                "forced-idr": "1",
+                "refs": "1",
+                "x264-params": f"vbv-maxrate={cfg.bitrate_kbits}:vbv-bufsize={vbv_kbits}:nal-hrd=none",
+            }
+        ctx.open()
+        self._ctx = ctx
+        self._last_pts: int | None = None
+        self.frames = 0
+        self.errors = 0
+
+    @property
+    def codec_name(self) -> str:
+        return self.config.encoder
+
+    @property
+    def video_codec(self) -> VideoCodec:
+        return self.config.video_codec
+
+    @property
+    def color_profile(self) -> ColorProfile:
+        return ColorProfile(1)  # BT.709 full range, centre chroma, 4:2:0
+
+    def encode_array(
+        self,
+        array: npt.NDArray[np.uint8],
+        pts_us: int,
+        *,
+        pixel_format: str = "yuv420p",
+        force_keyframe: bool = False,
+    ) -> list[EncodedVideo]:
+        """Encode one frame: yuv420p as ``(height * 3 // 2, width)`` or rgb24 as ``(height, width, 3)``."""
+        t0 = time.perf_counter()
+        frame = av.VideoFrame.from_ndarray(array, format=pixel_format)
+        if pixel_format == "yuv420p":
+            frame.color_range = 2  # the scene renders full range
+        if frame.format.name != self.pix_fmt:
+            frame = frame.reformat(format=self.pix_fmt, dst_colorspace=1, dst_color_range=2)
+        return self.encode_frame(frame, pts_us, force_keyframe=force_keyframe, convert_s=time.perf_counter() - t0)
+
+    def encode_frame(
+        self, frame: av.VideoFrame, pts_us: int, *, force_keyframe: bool = False, convert_s: float = 0.0
+    ) -> list[EncodedVideo]:
+        """Encode a PyAV frame (converted here if its format differs from the encoder's)."""
+        t0 = time.perf_counter()
+        if frame.format.name != self.pix_fmt or frame.width != self.config.width or frame.height != self.config.height:
+            frame = frame.reformat(width=self.config.width, height=self.config.height, format=self.pix_fmt)
+            convert_s += time.perf_counter() - t0
+            t0 = time.perf_counter()
+        # pts must increase strictly even if the clock stalls (anchor §5, low-latency).
+        if self._last_pts is not None and pts_us <= self._last_pts:
+            pts_us = self._last_pts + 1
+        self._last_pts = pts_us
+        frame.pts = pts_us
+        frame.time_base = US
+        frame.pict_type = PictureType.I if force_keyframe else PictureType.NONE
+        packets = self._ctx.encode(frame)
+        encode_s = time.perf_counter() - t0
+        self.frames += 1
+        return [self._wrap(p, encode_s, convert_s) for p in packets]
+
+    def _wrap(self, packet: av.Packet, encode_s: float, convert_s: float) -> EncodedVideo:
+        data = bytes(packet)
+        key = bool(packet.is_keyframe)
+        info = key_info(data, self.video_codec) if key else None
+        pts = int(packet.pts) if packet.pts is not None else (self._last_pts or 0)
+        return EncodedVideo(data, pts, key, bool(info and info.idr), encode_s, convert_s)
+
+    def flush(self) -> list[EncodedVideo]:
+        try:
+            return [self._wrap(p, 0.0, 0.0) for p in self._ctx.encode(None)]
+        except av.FFmpegError:
+            return []

@@ -1,0 +1,456 @@
+"""``pyrofling host``: the asyncio shell around the host core.
+
+One TCP listener and one UDP socket on the same port (protocol.md §1).  The
+frame loop ticks at ``fps``; each tick renders/reads a frame and encodes it
+in the encode thread, then fans the packets out to every kicked viewer through
+that viewer's packetizer (own sequence numbers and FEC) and paced queue.
+Decisions live in :class:`~pyrofling.core.host_session.HostSessions` and
+:class:`~pyrofling.core.keyframes.KeyframePolicy`; this module only moves bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+import socket
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyrofling.core.host_session import (
+    Address,
+    CloseConnection,
+    HostOutput,
+    HostSessions,
+    LogLine,
+    PhaseFeedback,
+    SendControl,
+    SendDatagram,
+    ViewerConnection,
+)
+from pyrofling.core.keyframes import KeyframePolicy
+from pyrofling.core.pacer import PacedQueue, TokenBucketPacer
+from pyrofling.core.packetizer import MediaPacket, Packetizer
+from pyrofling.fec.planner import REFERENCE_RATIO, make_planner
+from pyrofling.server.encoder import EncodedVideo, EncoderConfig, VideoEncoder
+from pyrofling.server.sources import VideoSource, open_source
+from pyrofling.wire import CodecParameters, ControlFramer, ProtocolError, StreamType
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 9876
+
+
+@dataclass(frozen=True, slots=True)
+class HostConfig:
+    """Everything ``pyrofling host`` can be told.  Defaults are what a person gets with no flags."""
+
+    bind: str = "127.0.0.1"
+    port: int = DEFAULT_PORT  # 0: any free port (tests); TCP and UDP share it
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    source: str = "scene"
+    raw_format: str = "yuv420p"
+    #: FEC planner for video: tuned, reference, adaptive, or none.
+    fec: str = "tuned"
+    #: Repair blocks as a share of data blocks (0.25: the reference's ~25 % + 1).
+    fec_ratio: float = REFERENCE_RATIO
+    #: Pacing cap per viewer, Mbit/s (0: unpaced, like the reference).
+    max_rate_mbits: float = 200.0
+    #: Stop after this many seconds (None: until Ctrl-C).
+    duration_s: float | None = None
+    stats_json: Path | None = None
+    #: Seconds between status lines in the log (0: none).
+    status_interval_s: float = 5.0
+
+
+@dataclass(slots=True)
+class HostStats:
+    frames_encoded: int = 0
+    frames_skipped: int = 0  # ticks missed because the previous frame was still encoding
+    key_frames: int = 0
+    idrs: int = 0
+    bytes_encoded: int = 0
+    datagrams_sent: int = 0
+    bytes_sent: int = 0
+    send_errors: int = 0
+    queue_dropped: int = 0
+    encode_errors: int = 0
+    encode_ms: list[float] = field(default_factory=list)
+    convert_ms: list[float] = field(default_factory=list)
+    render_ms: list[float] = field(default_factory=list)
+
+
+class _UdpProtocol(asyncio.DatagramProtocol):
+    def __init__(self, host: Host) -> None:
+        self.host = host
+
+    def datagram_received(self, data: bytes, addr: Address) -> None:
+        self.host._on_datagram(data, addr)
+
+    def error_received(self, exc: Exception) -> None:
+        # ICMP unreachable from a viewer that went away: nothing to do, the keep-alive drops it.
+        log.debug("UDP error: %s", exc)
+
+
+class Host:
+    """Runs a host until :meth:`stop` (or the configured duration).  ``await host.run()``."""
+
+    def __init__(self, config: HostConfig) -> None:
+        self.config = config
+        self.stats = HostStats()
+        self.keyframes = KeyframePolicy()
+        self.sessions = HostSessions(make_packetizer=self._make_packetizer, keyframes=self.keyframes)
+        self.port: int | None = None
+        self.ready = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._writers: dict[int, asyncio.StreamWriter] = {}
+        self._queues: dict[int, PacedQueue] = {}
+        self._pump_handles: dict[int, asyncio.TimerHandle] = {}
+        self._udp: asyncio.DatagramTransport | None = None
+        self._next_conn_id = 1
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pyrofling-encode")
+        self._cpu_start = time.process_time()
+        self._started_s = time.monotonic()
+
+    def _make_packetizer(self, cookie: int) -> Packetizer:
+        planner = make_planner(self.config.fec, ratio=self.config.fec_ratio)
+        return Packetizer.for_cookie(cookie, video_planner=planner)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def run(self) -> HostStats:
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        source = open_source(cfg.source, cfg.encoder.width, cfg.encoder.height, cfg.raw_format)
+        encoder = await loop.run_in_executor(self._executor, VideoEncoder, cfg.encoder)
+        self.sessions.codec_parameters = CodecParameters(
+            video_codec=int(encoder.video_codec),
+            color_profile=int(encoder.color_profile),
+            audio_codec=0,
+            frame_rate_num=cfg.encoder.fps,
+            frame_rate_den=1,
+            width=cfg.encoder.width,
+            height=cfg.encoder.height,
+            channels=0,
+            rate=0,
+        )
+        server = await self._listen()
+        log.info(
+            "hosting %dx%d@%d %s %d kbit/s on %s port %d (TCP+UDP); FEC %s; join with: pyrofling view pyro://%s:%d",
+            cfg.encoder.width,
+            cfg.encoder.height,
+            cfg.encoder.fps,
+            cfg.encoder.encoder,
+            cfg.encoder.bitrate_kbits,
+            cfg.bind,
+            self.port,
+            cfg.fec,
+            _uri_host(cfg.bind),
+            self.port,
+        )
+        self.ready.set()
+        tasks = [
+            asyncio.create_task(self._frame_loop(source, encoder)),
+            asyncio.create_task(self._timer_loop()),
+        ]
+        if cfg.status_interval_s > 0:
+            tasks.append(asyncio.create_task(self._status_loop()))
+        try:
+            if cfg.duration_s is not None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), cfg.duration_s)
+            else:
+                await self._stop.wait()
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            server.close()
+            for writer in list(self._writers.values()):
+                writer.close()
+            for handle in self._pump_handles.values():
+                handle.cancel()
+            if self._udp is not None:
+                self._udp.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(server.wait_closed(), 1.0)
+            self._executor.shutdown(wait=True)
+            source.close()
+            if cfg.stats_json is not None:
+                cfg.stats_json.write_text(json.dumps(self.summary(), indent=2))
+            log.info("host stopped after %d frames", self.stats.frames_encoded)
+        return self.stats
+
+    async def _listen(self) -> asyncio.Server:
+        loop = asyncio.get_running_loop()
+        cfg = self.config
+        for _attempt in range(20):
+            server = await asyncio.start_server(self._on_connection, cfg.bind, cfg.port, reuse_address=True)
+            port = server.sockets[0].getsockname()[1]
+            try:
+                transport, _ = await loop.create_datagram_endpoint(
+                    lambda: _UdpProtocol(self), local_addr=(cfg.bind, port), reuse_port=False
+                )
+            except OSError:
+                server.close()
+                if cfg.port:
+                    raise
+                continue  # port 0: the TCP port we got is taken for UDP; try another
+            sock = transport.get_extra_info("socket")
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 * 1024 * 1024)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024 * 1024)
+            self._udp = transport
+            self.port = port
+            return server
+        raise OSError("could not find a port free for both TCP and UDP")
+
+    # -- control channel ---------------------------------------------------------------------
+
+    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn_id = self._next_conn_id
+        self._next_conn_id += 1
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._writers[conn_id] = writer
+        self.sessions.open(conn_id, peer, _new_cookie(self.sessions), time.monotonic())
+        log.info("connection %d from %s", conn_id, _fmt(peer))
+        framer = ControlFramer(max_buffer_bytes=4096)
+        reason = "closed by viewer"
+        try:
+            while not self._stop.is_set():
+                data = await reader.read(4096)
+                if not data:
+                    break
+                try:
+                    messages = framer.feed(data)
+                except ProtocolError as exc:
+                    reason = f"protocol error: {exc}"
+                    self.sessions.discarded[f"tcp_{exc.reason}"] += 1
+                    break
+                for msg in messages:
+                    self._perform(self.sessions.control(conn_id, msg, time.monotonic()))
+                if self.sessions.connection(conn_id) is None:
+                    reason = "dropped"
+                    break
+        except (ConnectionError, OSError) as exc:
+            reason = f"connection error: {exc}"
+        finally:
+            self._drop(conn_id, reason)
+
+    def _drop(self, conn_id: int, reason: str) -> None:
+        conn = self.sessions.connection(conn_id)
+        self.sessions.close(conn_id)
+        writer = self._writers.pop(conn_id, None)
+        if writer is not None:
+            writer.close()
+        queue = self._queues.pop(conn_id, None)
+        if queue is not None:
+            self.stats.queue_dropped += queue.dropped
+        handle = self._pump_handles.pop(conn_id, None)
+        if handle is not None:
+            handle.cancel()
+        if writer is not None:
+            log.info("connection %d%s ended: %s", conn_id, f" ({conn.label})" if conn else "", reason)
+
+    def _perform(self, outputs: list[HostOutput]) -> None:
+        for out in outputs:
+            if isinstance(out, SendControl):
+                writer = self._writers.get(out.conn_id)
+                if writer is not None and not writer.is_closing():
+                    writer.write(out.data)  # one message, one write (TCP_NODELAY is on)
+            elif isinstance(out, SendDatagram):
+                self._send_datagram(out.data, out.address)
+            elif isinstance(out, LogLine):
+                log.info("%s", out.text)
+            elif isinstance(out, CloseConnection):
+                self._drop(out.conn_id, out.reason)
+            elif isinstance(out, PhaseFeedback):
+                pass  # the frame clock takes these (phase-locked presentation)
+
+    # -- UDP ---------------------------------------------------------------------------------
+
+    def _on_datagram(self, data: bytes, addr: Address) -> None:
+        self._perform(self.sessions.datagram(addr, data, time.monotonic()))
+
+    def _send_datagram(self, data: bytes, addr: Address) -> None:
+        if self._udp is None or self._udp.is_closing():
+            return
+        try:
+            self._udp.sendto(data, addr)
+        except OSError:
+            self.stats.send_errors += 1
+            return
+        self.stats.datagrams_sent += 1
+        self.stats.bytes_sent += len(data)
+
+    async def _timer_loop(self) -> None:
+        while True:
+            due = self.sessions.next_timer()
+            delay = 1.0 if due is None else max(0.0, due - time.monotonic())
+            await asyncio.sleep(min(delay, 1.0))
+            self._perform(self.sessions.handle_timer(time.monotonic()))
+
+    # -- media -------------------------------------------------------------------------------
+
+    async def _frame_loop(self, source: VideoSource, encoder: VideoEncoder) -> None:
+        loop = asyncio.get_running_loop()
+        period = 1.0 / self.config.encoder.fps
+        next_tick = time.monotonic()
+        index = 0
+        while True:
+            now = time.monotonic()
+            if next_tick > now:
+                await asyncio.sleep(next_tick - now)
+            now = time.monotonic()
+            if now - next_tick > period:  # we are late by whole frames: skip them, keep the cadence
+                missed = int((now - next_tick) / period)
+                self.stats.frames_skipped += missed
+                next_tick += missed * period
+            next_tick += period
+            capture_us = int(now * 1_000_000)
+            force = self.keyframes.should_force(now)
+            try:
+                packets = await loop.run_in_executor(
+                    self._executor, self._capture_and_encode, source, encoder, index, capture_us, force
+                )
+            except Exception:
+                # One bad frame must not end the stream; the next frame is an IDR.
+                self.stats.encode_errors += 1
+                self.keyframes.loss_reported()
+                log.exception("encoding frame %d failed", index)
+                packets = []
+            if packets is None:
+                log.info("source ended after %d frames", index)
+                self.stop()
+                return
+            index += 1
+            for packet in packets:
+                self._fan_out(packet)
+
+    def _capture_and_encode(
+        self, source: VideoSource, encoder: VideoEncoder, index: int, capture_us: int, force: bool
+    ) -> list[EncodedVideo] | None:
+        t0 = time.perf_counter()
+        array = source.read(index, capture_us)
+        if array is None:
+            return None
+        self.stats.render_ms.append((time.perf_counter() - t0) * 1000)
+        return encoder.encode_array(array, capture_us, pixel_format=source.pixel_format, force_keyframe=force)
+
+    def _fan_out(self, packet: EncodedVideo) -> None:
+        st = self.stats
+        st.frames_encoded += 1
+        st.bytes_encoded += len(packet.data)
+        st.encode_ms.append(packet.encode_s * 1000)
+        st.convert_ms.append(packet.convert_s * 1000)
+        if packet.key_frame:
+            st.key_frames += 1
+        if packet.idr:
+            st.idrs += 1
+        media = MediaPacket(packet.data, packet.pts_us, StreamType.VIDEO, key_frame=packet.key_frame)
+        now = time.monotonic()
+        for conn in self.sessions.video_targets(idr=packet.idr):
+            self._send_packet(conn, media, now)
+            if packet.idr:
+                self.sessions.idr_sent(conn, now)
+
+    def _send_packet(self, conn: ViewerConnection, media: MediaPacket, now: float) -> None:
+        assert conn.packetizer is not None and conn.udp_address is not None
+        datagrams = conn.packetizer.packetize(media)
+        queue = self._queues.get(conn.conn_id)
+        if queue is None:
+            rate = self.config.max_rate_mbits
+            if rate <= 0:
+                for d in datagrams:
+                    self._send_datagram(d, conn.udp_address)
+                return
+            queue = PacedQueue(TokenBucketPacer(rate_bits_per_s=rate * 1e6))
+            self._queues[conn.conn_id] = queue
+        queue.push(datagrams)
+        self._pump(conn.conn_id, conn.udp_address)
+
+    def _pump(self, conn_id: int, addr: Address) -> None:
+        """Send what the pacer allows now; come back when the next datagram is due."""
+        self._pump_handles.pop(conn_id, None)
+        queue = self._queues.get(conn_id)
+        if queue is None:
+            return
+        now = time.monotonic()
+        for d in queue.pop_due(now):
+            self._send_datagram(d, addr)
+        due = queue.next_timer(now)
+        if due is not None and conn_id not in self._pump_handles:
+            loop = asyncio.get_running_loop()
+            self._pump_handles[conn_id] = loop.call_at(loop.time() + max(0.0, due - now), self._pump, conn_id, addr)
+
+    # -- reporting ---------------------------------------------------------------------------
+
+    async def _status_loop(self) -> None:
+        last_frames, last_bytes, last_t = 0, 0, time.monotonic()
+        while True:
+            await asyncio.sleep(self.config.status_interval_s)
+            now = time.monotonic()
+            st = self.stats
+            dt = max(1e-6, now - last_t)
+            recent = st.encode_ms[-120:]
+            log.info(
+                "%.1f fps, %.2f Mbit/s encoded, encode %.1f ms, %d viewer(s), %d key frames forced, %d skipped",
+                (st.frames_encoded - last_frames) / dt,
+                (st.bytes_encoded - last_bytes) * 8 / dt / 1e6,
+                statistics.median(recent) if recent else 0.0,
+                len(self.sessions.connections),
+                self.keyframes.forced,
+                st.frames_skipped,
+            )
+            last_frames, last_bytes, last_t = st.frames_encoded, st.bytes_encoded, now
+
+    def summary(self) -> dict[str, Any]:
+        st = self.stats
+        elapsed = time.monotonic() - self._started_s
+        out: dict[str, Any] = {k: v for k, v in asdict(st).items() if not isinstance(v, list)}
+        for name in ("encode_ms", "convert_ms", "render_ms"):
+            values = getattr(st, name)
+            out[f"{name}_median"] = statistics.median(values) if values else None
+        out.update(
+            elapsed_s=elapsed,
+            cpu_s=time.process_time() - self._cpu_start,
+            keyframes_forced=self.keyframes.forced,
+            keyframes_forced_for_join=self.keyframes.forced_for_join,
+            keyframes_forced_for_loss=self.keyframes.forced_for_loss,
+            connections_total=self.sessions.connections_total,
+            timed_out=self.sessions.timed_out,
+            discarded=dict(self.sessions.discarded),
+            encoded_mbits=st.bytes_encoded * 8 / max(elapsed, 1e-6) / 1e6,
+        )
+        return out
+
+
+def _new_cookie(sessions: HostSessions) -> int:
+    """A random 64-bit cookie (the reference counts from 1001, which anyone can guess)."""
+    while True:
+        cookie = secrets.randbits(64)
+        if not any(c.cookie == cookie for c in sessions.connections):
+            return cookie
+
+
+def _fmt(addr: Address) -> str:
+    return f"[{addr[0]}]:{addr[1]}" if ":" in str(addr[0]) else f"{addr[0]}:{addr[1]}"
+
+
+def _uri_host(bind: str) -> str:
+    if bind in ("0.0.0.0", "::", ""):
+        return "HOST"
+    return f"[{bind}]" if ":" in bind else bind
