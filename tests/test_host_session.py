@@ -1,0 +1,229 @@
+"""The host's control protocol core, driven with a fake clock (protocol.md §3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pyrofling.core.host_session import (
+    CloseConnection,
+    GamepadInput,
+    HostSessionConfig,
+    HostSessions,
+    LogLine,
+    PhaseFeedback,
+    SendControl,
+    SendDatagram,
+)
+from pyrofling.core.keyframes import KeyframePolicy
+from pyrofling.core.packetizer import Packetizer
+from pyrofling.wire import (
+    Again,
+    CodecParameters,
+    Cookie,
+    ExtensionFeature,
+    Extensions,
+    GamepadState,
+    Hello,
+    Kick,
+    KickFlags,
+    Nak,
+    PhaseOffset,
+    Ping,
+    PingReply,
+    Progress,
+    RequestKeyframe,
+    UnknownControl,
+    parse_control,
+)
+
+PARAMS = CodecParameters(1, 1, 0, 60, 1, 320, 240, 0, 0)
+PEER = ("10.0.0.2", 40000)
+UDP = ("10.0.0.2", 40001)
+
+
+def make(params: CodecParameters | None = PARAMS) -> HostSessions:
+    s = HostSessions(make_packetizer=Packetizer.for_cookie, keyframes=KeyframePolicy())
+    s.codec_parameters = params
+    return s
+
+
+def replies(outputs: list[object]) -> list[object]:
+    return [parse_control(o.data) for o in outputs if isinstance(o, SendControl)]
+
+
+def kicked(s: HostSessions, conn_id: int = 1, cookie: int = 0xDEADBEEF_00000001, now: float = 0.0) -> None:
+    s.open(conn_id, PEER, cookie, now)
+    s.control(conn_id, Hello(), now)
+    s.datagram((UDP[0], UDP[1] + conn_id), bytes(Cookie(cookie)), now)
+    out = s.control(conn_id, Kick(KickFlags.VIDEO | KickFlags.GAMEPAD), now)
+    assert replies(out) == [PARAMS]
+
+
+def test_handshake_exactly_as_the_reference() -> None:
+    s = make()
+    s.open(1, PEER, 77, 0.0)
+    assert replies(s.control(1, Hello(), 0.0)) == [Cookie(77)]
+    # KICK before the UDP cookie arrived: NAK.
+    assert replies(s.control(1, Kick(KickFlags.VIDEO), 0.01)) == [Nak()]
+    assert s.datagram(UDP, bytes(Cookie(77)), 0.02) == []
+    out = s.control(1, Kick(KickFlags.VIDEO), 0.03)
+    assert replies(out) == [PARAMS]
+    conn = s.connection(1)
+    assert conn is not None and conn.kicked and conn.udp_address == UDP
+    assert any(isinstance(o, LogLine) and "kicked" in o.text for o in out)
+    # A repeated KICK only updates the flags.
+    again = s.control(1, Kick(KickFlags.VIDEO | KickFlags.AUDIO), 0.04)
+    assert replies(again) == [] and conn.flags == KickFlags.VIDEO | KickFlags.AUDIO
+
+
+def test_again_while_the_encoder_has_no_parameters() -> None:
+    s = make(params=None)
+    s.open(1, PEER, 5, 0.0)
+    s.datagram(UDP, bytes(Cookie(5)), 0.0)
+    assert replies(s.control(1, Kick(KickFlags.VIDEO), 0.0)) == [Again()]
+    s.codec_parameters = PARAMS
+    assert replies(s.control(1, Kick(KickFlags.VIDEO), 0.1)) == [PARAMS]
+
+
+def test_first_video_packet_of_a_new_viewer_is_an_idr_and_a_join_forces_one() -> None:
+    s = make()
+    kicked(s)
+    assert s.keyframes.should_force(0.0)  # the join asks for an IDR
+    assert s.video_targets(idr=False) == []  # no P-frames before its IDR
+    [conn] = s.video_targets(idr=True)
+    s.idr_sent(conn, 0.0)
+    assert s.video_targets(idr=False) == [conn]
+
+
+def test_udp_binding_is_first_come_and_never_rebinds() -> None:
+    s = make()
+    s.open(1, PEER, 5, 0.0)
+    s.open(2, PEER, 6, 0.0)
+    s.datagram(UDP, bytes(Cookie(5)), 0.0)
+    s.datagram(("6.6.6.6", 1), bytes(Cookie(5)), 0.0)  # an attacker replaying the cookie
+    assert s.discarded["rebind_refused"] == 1
+    s.datagram(UDP, bytes(Cookie(6)), 0.0)  # one address cannot be two viewers
+    assert s.discarded["address_taken"] == 1
+    s.datagram(UDP, bytes(Cookie(999)), 0.0)
+    assert s.discarded["unknown_cookie"] == 1
+    conn = s.connection(1)
+    assert conn is not None and conn.udp_address == UDP
+
+
+def test_ping_answered_with_the_server_clock_only_for_a_kicked_bound_viewer() -> None:
+    s = make()
+    assert s.datagram(UDP, bytes(Ping(3)), 1.0) == []
+    assert s.discarded["unknown_peer"] == 1
+    kicked(s, cookie=9)
+    out = s.datagram((UDP[0], UDP[1] + 1), bytes(Ping(3)), 12.345678)
+    assert len(out) == 1 and isinstance(out[0], SendDatagram)
+    assert PingReply.parse(out[0].data) == PingReply(3, 12_345_678)
+
+
+def test_phase_offsets_and_gamepad_states_are_passed_on() -> None:
+    s = make()
+    kicked(s, cookie=9)
+    addr = (UDP[0], UDP[1] + 1)
+    assert s.datagram(addr, bytes(PhaseOffset(-250)), 0.0) == [PhaseFeedback(1, -250)]
+    state = GamepadState(seq=1, buttons=1)
+    assert s.datagram(addr, bytes(state), 0.0) == [GamepadInput(1, state)]
+
+
+def test_malformed_datagrams_are_counted_by_reason() -> None:
+    s = make()
+    kicked(s, cookie=9)
+    for junk in (b"", b"\x01", b"\xff" * 12, bytes(Ping(1))[:-1], bytes(Kick(KickFlags.VIDEO))):
+        assert s.datagram(UDP, junk, 0.0) == []
+    assert sum(s.discarded.values()) == 5
+    assert {"truncated", "bad_magic", "unknown_type"} <= set(s.discarded)
+
+
+def test_keepalive_drops_a_silent_viewer_after_15_s_and_progress_keeps_it() -> None:
+    s = make()
+    kicked(s, now=0.0)
+    assert s.next_timer() == 15.0
+    s.control(1, Progress(1, 0, 0, 0, 1), 10.0)
+    # Pings do not count as keep-alive (protocol.md §3.3).
+    s.datagram((UDP[0], UDP[1] + 1), bytes(Ping(1)), 20.0)
+    assert s.handle_timer(24.9) == []
+    out = s.handle_timer(25.0)
+    assert [type(o) for o in out] == [CloseConnection]
+    assert s.connection(1) is None and s.timed_out == 1
+    # A connection that never speaks is dropped too.
+    s.open(2, PEER, 3, 30.0)
+    assert [type(o) for o in s.handle_timer(45.0)] == [CloseConnection]
+
+
+def test_progress_line_in_the_reference_format_at_most_once_a_second() -> None:
+    s = make()
+    kicked(s)
+    out = s.control(1, Progress(10, 2, 3, 4, 1), 1.0)
+    [line] = [o for o in out if isinstance(o, LogLine)]
+    assert line.text == (
+        "PROGRESS for 10.0.0.2 @ 40000: 10 complete, 3 dropped video, 4 dropped audio, 1 key frames, 2 FEC recovered."
+    )
+    assert [o for o in s.control(1, Progress(11, 2, 3, 4, 1), 1.5) if isinstance(o, LogLine)] == []
+    assert [o for o in s.control(1, Progress(12, 2, 3, 4, 1), 2.0) if isinstance(o, LogLine)] != []
+
+
+def test_loss_in_progress_forces_an_idr_for_a_native_viewer_only() -> None:
+    native = make()
+    kicked(native)
+    native.keyframes.should_force(0.0)
+    native.control(1, Progress(10, 0, 1, 0, 1), 1.0)
+    assert native.keyframes.should_force(1.0)
+
+    ours = make()
+    ours.open(1, PEER, 5, 0.0)
+    ext = ours.control(1, Extensions(1, ExtensionFeature.KEYFRAME_REQUEST), 0.0)
+    assert replies(ext) == [Extensions(1, ExtensionFeature.KEYFRAME_REQUEST)]
+    ours.datagram(UDP, bytes(Cookie(5)), 0.0)
+    ours.control(1, Kick(KickFlags.VIDEO), 0.0)
+    ours.keyframes.should_force(0.0)
+    ours.control(1, Progress(10, 0, 1, 0, 1), 1.0)
+    assert not ours.keyframes.should_force(1.0)  # it asks explicitly instead
+    ours.control(1, RequestKeyframe(), 1.1)
+    assert ours.keyframes.should_force(1.1)
+
+
+def test_a_viewer_whose_idr_never_arrived_gets_another() -> None:
+    s = make()
+    kicked(s)
+    s.keyframes.should_force(0.0)
+    [conn] = s.video_targets(idr=True)
+    s.idr_sent(conn, 0.0)
+    s.control(1, Progress(0, 0, 0, 0, 0), 0.5)
+    assert not s.keyframes.should_force(0.5)  # too early to tell
+    s.control(1, Progress(0, 0, 0, 0, 0), 1.5)
+    assert s.keyframes.should_force(1.5)
+
+
+def test_unknown_and_host_only_messages_get_nak_and_do_not_close() -> None:
+    s = make()
+    s.open(1, PEER, 5, 0.0)
+    assert replies(s.control(1, UnknownControl(45, b"xyz"), 0.0)) == [Nak()]
+    assert replies(s.control(1, PARAMS, 0.0)) == [Nak()]
+    assert s.connection(1) is not None
+
+
+def test_extension_grants_only_what_both_support() -> None:
+    s = HostSessions(
+        make_packetizer=Packetizer.for_cookie, config=HostSessionConfig(extensions=ExtensionFeature.NONE)
+    )
+    s.open(1, PEER, 5, 0.0)
+    assert replies(s.control(1, Extensions(1, 0xFFFF), 0.0)) == [Extensions(1, 0)]
+
+
+def test_cookies_must_be_unique() -> None:
+    s = make()
+    s.open(1, PEER, 5, 0.0)
+    with pytest.raises(ValueError):
+        s.open(2, PEER, 5, 0.0)
+
+
+def test_close_forgets_the_udp_binding() -> None:
+    s = make()
+    kicked(s, cookie=9)
+    s.close(1)
+    assert s.datagram((UDP[0], UDP[1] + 1), bytes(Ping(1)), 0.0) == []
+    assert s.discarded["unknown_peer"] == 1

@@ -1,0 +1,133 @@
+"""Test scene, frame marker and bitstream inspection, through the real libx264 encoder and FFmpeg decoder."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pyrofling.client.decoder import DecodeError, VideoDecoder
+from pyrofling.client.uri import parse_uri
+from pyrofling.core import frame_marker
+from pyrofling.core.bitstream import key_info, nal_units
+from pyrofling.server.encoder import EncoderConfig, VideoEncoder
+from pyrofling.server.scene import TestScene, rgb_to_yuv709_full
+from pyrofling.wire import VideoCodec
+
+
+def _encode(n: int, *, force_at: int | None = None, encoder: str = "libx264") -> tuple[VideoEncoder, list]:  # type: ignore[type-arg]
+    enc = VideoEncoder(EncoderConfig(encoder=encoder, width=320, height=240, fps=30, bitrate_kbits=800, refresh_s=0.5))
+    scene = TestScene(320, 240)
+    out = []
+    for i in range(n):
+        out += enc.encode_array(scene.render(i, 1_000_000 + i * 33_333), 1_000_000 + i * 33_333, force_keyframe=i == force_at)
+    return enc, out
+
+
+def test_marker_round_trips_and_rejects_damage() -> None:
+    layout = frame_marker.layout_for(320)
+    assert layout is not None and layout.block == 8 and layout.rows == 3
+    luma = np.full((240, 320), 16, np.uint8)
+    stamp = frame_marker.FrameStamp(0xFFFFFFFF, (1 << 48) - 5)
+    frame_marker.paint(luma, stamp, layout)
+    assert frame_marker.read(luma, layout) == stamp
+    luma[4, 4] ^= 0xFF  # flip the first bit's block centre
+    assert frame_marker.read(luma, layout) is None
+    assert frame_marker.layout_for(100) is None  # too narrow to carry 96 bits
+
+
+def test_capture_time_unwraps_to_the_nearest_48_bit_period() -> None:
+    near = (5 << 48) + 10
+    assert frame_marker.unwrap_capture_us(20, near) == (5 << 48) + 20
+    assert frame_marker.unwrap_capture_us((1 << 48) - 3, near) == (5 << 48) - 3
+
+
+def test_scene_colour_bars_are_bt709_full_range() -> None:
+    assert rgb_to_yuv709_full(1.0, 1.0, 1.0) == (255, 128, 128)
+    assert rgb_to_yuv709_full(0.0, 0.0, 0.0) == (0, 128, 128)
+    scene = TestScene(320, 240)
+    a = scene.render(0, 0).copy()
+    b = scene.render(10, 0)
+    assert not np.array_equal(a[:240], b[:240])  # it moves
+    with pytest.raises(ValueError):
+        TestScene(321, 240)
+
+
+def test_every_frame_survives_encode_and_decode_with_its_id_and_time() -> None:
+    enc, packets = _encode(30)
+    dec = VideoDecoder(VideoCodec.H264)
+    layout = frame_marker.layout_for(320)
+    assert layout is not None
+    ids = []
+    for p in packets:
+        for f in dec.decode(p.data, p.pts_us):
+            luma = np.frombuffer(memoryview(f.planes[0]), np.uint8).reshape(f.height, f.planes[0].line_size)
+            stamp = frame_marker.read(luma, layout)
+            assert stamp is not None
+            assert stamp.capture_us == p.pts_us  # the scene stamps the capture time the packet carries
+            ids.append(stamp.frame_id)
+    assert ids == list(range(30))  # one picture out per packet in: no decoder delay
+
+
+def test_forced_idr_and_intra_refresh_recovery_points_are_told_apart() -> None:
+    _, packets = _encode(40, force_at=20)
+    keys = {i: key_info(p.data, VideoCodec.H264) for i, p in enumerate(packets) if p.key_frame}
+    assert keys[0] is not None and keys[0].idr
+    assert keys[20] is not None and keys[20].idr and packets[20].idr
+    recovery = [k for k in keys.values() if k is not None and not k.idr]
+    assert recovery and all(k.recovery_frames == 14 for k in recovery)  # 15-frame wave at 30 fps, 0.5 s
+    assert not any(p.idr for i, p in enumerate(packets) if i not in (0, 20))
+
+
+def test_hevc_idr_is_recognised() -> None:
+    _, packets = _encode(3, encoder="libx265")
+    info = key_info(packets[0].data, VideoCodec.H265)
+    assert info is not None and info.idr
+
+
+@given(st.binary(max_size=300))
+def test_bitstream_inspection_never_raises(data: bytes) -> None:
+    key_info(data, VideoCodec.H264)
+    key_info(data, VideoCodec.H265)
+    assert len(nal_units(data)) <= data.count(b"\x00\x00\x01")
+
+
+def test_decoder_errors_are_reported_not_raised_raw() -> None:
+    dec = VideoDecoder(VideoCodec.H264)
+    with pytest.raises(DecodeError):
+        for _ in range(3):
+            dec.decode(b"\x00\x00\x01\x65" + bytes(range(256)) * 4, 0)
+
+
+def test_unknown_encoder_says_what_is_available() -> None:
+    with pytest.raises(ValueError, match="libx264"):
+        VideoEncoder(EncoderConfig(encoder="no_such_encoder"))
+
+
+@pytest.mark.parametrize(
+    ("text", "host", "port"),
+    [
+        ("pyro://127.0.0.1:9000", "127.0.0.1", 9000),
+        ("pyro://[::1]:9000?phase_locked=0.0&deadline=0.008", "::1", 9000),
+        ("example.org:1234", "example.org", 1234),
+        ("pyro://example.org", "example.org", 9876),
+    ],
+)
+def test_uri_forms(text: str, host: str, port: int) -> None:
+    uri = parse_uri(text)
+    assert (uri.host, uri.port) == (host, port)
+
+
+def test_uri_parameters_and_errors() -> None:
+    uri = parse_uri("pyro://[::1]:9000?phase_locked=0.001&deadline=0.008")
+    assert uri.phase_locked == 0.001 and uri.deadline_s == 0.008
+    for bad, msg in [
+        ("http://x:1", "scheme"),
+        ("pyro://:1", "no host"),
+        ("pyro://x:99999", "port"),
+        ("pyro://x:1?deadline=soon", "not a number"),
+        ("pyro://x:1?speed=2", "unknown"),
+    ]:
+        with pytest.raises(ValueError, match=msg):
+            parse_uri(bad)

@@ -1,0 +1,233 @@
+"""A real host and real viewers over real loopback sockets with real libx264 (small frames to stay fast)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import pytest
+
+from pyrofling.bench.stream import free_port
+from pyrofling.client.viewer import Viewer, ViewerConfig
+from pyrofling.netsim.models import ImpairmentConfig
+from pyrofling.netsim.relay import NetsimRelay, RelayConfig
+from pyrofling.server.encoder import EncoderConfig
+from pyrofling.server.host import Host, HostConfig
+from pyrofling.wire import Hello, Kick, KickFlags, Nak, parse_control
+
+T = TypeVar("T")
+SMALL = EncoderConfig(width=320, height=240, fps=30, bitrate_kbits=800)
+
+
+def run(coro: Callable[[], Awaitable[T]], timeout_s: float = 60.0) -> T:
+    async def main() -> T:
+        return await asyncio.wait_for(coro(), timeout_s)
+
+    return asyncio.run(main())
+
+
+async def start_host(port: int = 0, **kwargs: Any) -> tuple[Host, asyncio.Task[Any]]:
+    host = Host(HostConfig(port=port, encoder=SMALL, status_interval_s=0, **kwargs))
+    task = asyncio.create_task(host.run())
+    await asyncio.wait_for(host.ready.wait(), 15)
+    return host, task
+
+
+async def stop_host(host: Host, task: asyncio.Task[Any]) -> None:
+    host.stop()
+    await asyncio.wait_for(task, 10)
+
+
+async def wait_until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    async def poll() -> None:
+        while not check():
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(poll(), timeout_s)
+
+
+def test_host_to_viewer_end_to_end() -> None:
+    async def scenario() -> tuple[Host, Viewer]:
+        host, task = await start_host()
+        viewer = Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0, duration_s=2.0))
+        await viewer.run()
+        await stop_host(host, task)
+        return host, viewer
+
+    host, viewer = run(scenario)
+    st = viewer.stats
+    assert st.sessions_streaming == 1 and st.reconnects == 0
+    assert st.frames_shown >= 40  # 2 s at 30 fps, minus start-up
+    assert st.frames_hidden == 0 and st.decode_errors == 0 and st.packets_lost_video == 0
+    assert st.markers_read == st.frames_decoded  # every picture carried its id through the codec
+    assert len(st.latency_ms) == st.frames_shown  # capture → decoded measured on every frame
+    assert all(0 < x < 1000 for x in st.latency_ms)
+    assert host.stats.idrs >= 1 and host.keyframes.forced_for_join == 1
+    assert host.keyframes.forced_for_loss == 0
+    summary = viewer.summary()
+    assert summary["connect_to_first_frame_ms"] and summary["rtt_ms"] is not None
+
+
+def test_through_netsim_with_loss_fec_recovers_and_key_frames_heal() -> None:
+    async def scenario() -> tuple[Host, Viewer, dict[str, Any]]:
+        host, task = await start_host()
+        relay = NetsimRelay(
+            RelayConfig(upstream_host="127.0.0.1", upstream_port=host.port or 0, down=ImpairmentConfig(loss=0.05))
+        )
+        _, port = await relay.start()
+        viewer = Viewer(ViewerConfig(host="127.0.0.1", port=port, duration_s=3.0))
+        await viewer.run()
+        await relay.close()
+        await stop_host(host, task)
+        return host, viewer, relay.report()
+
+    host, viewer, report = run(scenario)
+    st = viewer.stats
+    assert report["down"]["dropped"] > 10
+    assert viewer.summary()["packets_recovered"] > 0  # FEC rebuilt packets that lost datagrams
+    assert st.frames_shown >= 45
+    # Whatever FEC could not rebuild was asked for and healed by a key frame.
+    assert st.packets_lost_video == 0 or (st.keyframe_requests > 0 and host.keyframes.forced_for_loss > 0)
+
+
+def test_a_native_style_viewer_is_served_without_extensions() -> None:
+    async def scenario() -> Viewer:
+        host, task = await start_host()
+        viewer = Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0, duration_s=1.5, extensions=False))
+        await viewer.run()
+        assert all(not c.extensions for c in host.sessions.connections)
+        await stop_host(host, task)
+        return viewer
+
+    viewer = run(scenario)
+    assert viewer.stats.frames_shown >= 25
+
+
+def test_four_viewers_each_get_the_full_stream() -> None:
+    async def scenario() -> list[Viewer]:
+        host, task = await start_host()
+        viewers = [Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0, duration_s=2.0)) for _ in range(4)]
+        await asyncio.gather(*(v.run() for v in viewers))
+        await stop_host(host, task)
+        assert host.sessions.connections_total == 4
+        return viewers
+
+    viewers = run(scenario)
+    shown = [v.stats.frames_shown for v in viewers]
+    assert min(shown) >= 40, shown
+    assert all(v.stats.packets_lost_video == 0 for v in viewers)
+
+
+def test_viewer_killed_mid_stream_is_reclaimed_by_the_host() -> None:
+    async def scenario() -> Host:
+        host, task = await start_host()
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pyrofling", "view", f"pyro://127.0.0.1:{host.port}", "--headless", "-q"], env=env
+        )
+        try:
+            await wait_until(lambda: any(c.kicked for c in host.sessions.connections), 20)
+            await asyncio.sleep(0.5)
+            proc.send_signal(signal.SIGKILL)
+            await wait_until(lambda: not host.sessions.connections, 10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(5)
+        await stop_host(host, task)
+        return host
+
+    host = run(scenario)
+    assert host.sessions.connections_total == 1 and not host.sessions.connections
+
+
+def test_viewer_reconnects_when_the_host_restarts() -> None:
+    port = free_port()
+
+    async def scenario() -> Viewer:
+        host, task = await start_host(port)
+        viewer = Viewer(ViewerConfig(host="127.0.0.1", port=port))
+        viewer_task = asyncio.create_task(viewer.run())
+        await wait_until(lambda: viewer.stats.frames_shown > 10, 15)
+        await stop_host(host, task)
+        shown_before = viewer.stats.frames_shown
+        host, task = await start_host(port)
+        await wait_until(lambda: viewer.stats.frames_shown > shown_before + 10, 20)
+        viewer.stop()
+        await asyncio.wait_for(viewer_task, 10)
+        await stop_host(host, task)
+        return viewer
+
+    viewer = run(scenario)
+    assert viewer.stats.sessions_streaming == 2
+    assert viewer.stats.reconnects >= 1
+
+
+def test_hostile_datagrams_and_control_messages_never_stop_the_host() -> None:
+    rng = random.Random(7)
+
+    async def scenario() -> tuple[Host, Viewer]:
+        host, task = await start_host()
+        port = host.port or 0
+        viewer = Viewer(ViewerConfig(host="127.0.0.1", port=port, duration_s=3.0))
+        viewer_task = asyncio.create_task(viewer.run())
+        await wait_until(lambda: viewer.stats.frames_shown > 5, 15)
+        # Random and mutated UDP from an unknown peer.
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            valid = bytes(Kick(KickFlags.VIDEO))
+            for i in range(3000):
+                if i % 2:
+                    junk = bytearray(valid)
+                    junk[rng.randrange(len(junk))] ^= 1 << rng.randrange(8)
+                else:
+                    junk = bytearray(rng.randbytes(rng.randrange(0, 1500)))
+                s.sendto(bytes(junk), ("127.0.0.1", port))
+                if i % 50 == 0:
+                    await asyncio.sleep(0.002)  # let the host read: we test its parser, not the kernel's buffer
+        # A control connection speaking garbage is closed; one speaking an unknown id gets NAK.
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"\x12\x34\x56\x78" * 4)
+        await writer.drain()
+        assert await asyncio.wait_for(reader.read(100), 5) == b""  # closed by the host
+        writer.close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(bytes(Hello()) + bytes.fromhex("2d80 96ef 0000 0000"))  # HELLO, then id 45
+        reply = await asyncio.wait_for(reader.readexactly(16 + 8), 5)
+        assert parse_control(reply[16:]) == Nak()
+        writer.close()
+        await asyncio.wait_for(viewer_task, 20)
+        await stop_host(host, task)
+        return host, viewer
+
+    host, viewer = run(scenario)
+    assert sum(host.sessions.discarded.values()) >= 2700  # counted, not fatal
+    assert host.sessions.discarded["unexpected_control"] == 1
+    assert viewer.stats.frames_shown >= 60  # the real viewer never noticed
+    assert viewer.stats.packets_lost_video == 0
+
+
+@pytest.mark.parametrize("family", ["ipv6"])
+def test_ipv6_loopback(family: str) -> None:
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 on this machine")
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        pytest.skip("IPv6 loopback is not configured here")
+
+    async def scenario() -> Viewer:
+        host, task = await start_host(bind="::1")
+        viewer = Viewer(ViewerConfig(host="::1", port=host.port or 0, duration_s=1.5))
+        await viewer.run()
+        await stop_host(host, task)
+        return viewer
+
+    assert run(scenario).stats.frames_shown >= 25

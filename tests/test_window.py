@@ -1,0 +1,71 @@
+"""The pyglet viewer window on a real X server (Xvfb, started here), checked by a screenshot."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+from pyrofling.bench.stream import free_port
+from pyrofling.server.scene import BARS_RGB
+
+
+@pytest.fixture
+def xvfb() -> Iterator[str]:
+    if shutil.which("Xvfb") is None:
+        pytest.skip("Xvfb is not installed (scripts/setup installs it)")
+    read_fd, write_fd = os.pipe()
+    proc = subprocess.Popen(
+        ["Xvfb", "-displayfd", str(write_fd), "-screen", "0", "1280x800x24", "-nolisten", "tcp"],
+        pass_fds=(write_fd,),
+        stderr=subprocess.DEVNULL,
+    )
+    os.close(write_fd)
+    try:
+        with os.fdopen(read_fd) as f:
+            display = f.readline().strip()  # Xvfb writes the display number once it is ready
+        assert display, "Xvfb did not start"
+        yield f":{display}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_window_shows_the_test_scene(xvfb: str, tmp_path: Path) -> None:
+    port = free_port()
+    env = dict(os.environ, PYTHONUNBUFFERED="1", DISPLAY=xvfb)
+    host = subprocess.Popen(
+        [sys.executable, "-m", "pyrofling", "host", "-q", "--port", str(port), "--width", "640", "--height", "360"]
+        + ["--fps", "30", "--bitrate-kbits", "2000", "--duration", "30"],
+        env=env,
+    )
+    shot = tmp_path / "window.png"
+    try:
+        view = subprocess.run(
+            [sys.executable, "-m", "pyrofling", "view", f"pyro://127.0.0.1:{port}", "-q"]
+            + ["--duration", "3", "--screenshot", str(shot)],
+            env=env,
+            timeout=60,
+            capture_output=True,
+            text=True,
+        )
+    finally:
+        host.terminate()
+        host.wait(15)
+    assert view.returncode == 0, view.stderr
+    with av.open(str(shot)) as container:
+        image = next(container.decode(video=0)).to_ndarray(format="rgb24")
+    h, w, _ = image.shape
+    # The window scales 640x360 to fill 1280x720: the seven colour bars span its lower half.
+    row = image[int(h * 0.8)]
+    for i, rgb in enumerate(BARS_RGB):
+        x = int((i + 0.5) * w / len(BARS_RGB))
+        expected = np.array(rgb) * 255
+        assert np.abs(row[x].astype(float) - expected).max() < 40, (i, row[x], expected)
