@@ -343,7 +343,7 @@ def _ratio_or_zero(text: str) -> float:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from pyrofling.bench.stream import StreamScenario, format_live, run_scenario
+    from pyrofling.bench.stream import StreamScenario, format_live, format_table, run_scenario, summarize
 
     args.verbose = 0
     args.quiet = True  # the live line is the output
@@ -369,7 +369,9 @@ def run_demo(args: argparse.Namespace) -> int:
     result = run_scenario(scenario, live=None if args.json else format_live)
     if args.json:
         print(json.dumps(result, indent=1))
-    return 0 if result["viewers"][0]["frames_shown"] else 1
+    else:
+        print(format_table([summarize(result)]))
+    return 0 if result["viewers"][0].get("frames_shown") else 1
 
 
 # --------------------------------------------------------------------------------------------

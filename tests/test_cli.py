@@ -1,3 +1,4 @@
+import json
 import subprocess
 import sys
 
@@ -11,7 +12,7 @@ def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
-    assert "bench" in out and "netsim" in out
+    assert all(cmd in out for cmd in ("host", "view", "demo", "bench", "netsim"))
 
 
 @pytest.mark.parametrize(
@@ -23,6 +24,10 @@ def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
         (["netsim", "--upstream", "127.0.0.1:1", "--loss", "2"], "not between 0 and 1"),
         (["netsim", "--upstream", "::1:5"], "IPv6"),
         (["netsim"], "--upstream"),
+        (["host", "--width", "13"], "even size"),
+        (["host", "--fps", "0"], "out of range"),
+        (["host", "--fec", "x"], "not a ratio"),
+        (["bench", "stream", "--loss", "150%"], "below 1"),
     ],
 )
 def test_bad_flags_say_what_is_wrong(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -53,3 +58,55 @@ def test_netsim_runs_and_reports_as_a_program() -> None:
         check=True,
     )
     assert '"down"' in out.stdout and "viewers connect to 127.0.0.1:" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["view", "http://127.0.0.1:1", "--headless"], "unsupported scheme"),
+        (["view", "pyro://127.0.0.1:1?fps=2", "--headless"], "unknown URI parameter"),
+        (["bench", "stream", "--viewers", "a"], "give numbers"),
+    ],
+)
+def test_bad_values_are_explained(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_view_without_a_display_says_to_use_headless(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    assert main(["view", "pyro://127.0.0.1:1"]) == 2
+    assert "--headless" in capsys.readouterr().err
+
+
+def test_host_with_an_unknown_encoder_fails_clearly() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pyrofling", "host", "--port", "0", "--encoder", "nope", "--duration", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert "encoder 'nope' is not available" in proc.stderr and "libx264" in proc.stderr
+
+
+def test_bench_stream_smoke_through_netsim() -> None:
+    """The real processes (host, netsim, viewer) for two seconds at a tiny size; the table has its numbers."""
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "pyrofling", "bench", "stream", "--duration", "2", "--width", "320"),
+            *("--height", "240", "--fps", "30", "--bitrate-kbits", "500", "--loss", "2%", "--json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    [row] = json.loads(proc.stdout)["rows"]
+    assert row["frames_shown"] >= 30
+    assert row["datagrams_dropped_by_netsim"] is not None
+    assert row["latency_ms_median"] is not None and row["latency_ms_median"] > 0
+    assert row["host_cpu_pct"] > 0 and row["viewer_cpu_pct"][0] > 0

@@ -207,9 +207,7 @@ def test_unknown_and_host_only_messages_get_nak_and_do_not_close() -> None:
 
 
 def test_extension_grants_only_what_both_support() -> None:
-    s = HostSessions(
-        make_packetizer=Packetizer.for_cookie, config=HostSessionConfig(extensions=ExtensionFeature.NONE)
-    )
+    s = HostSessions(make_packetizer=Packetizer.for_cookie, config=HostSessionConfig(extensions=ExtensionFeature.NONE))
     s.open(1, PEER, 5, 0.0)
     assert replies(s.control(1, Extensions(1, 0xFFFF), 0.0)) == [Extensions(1, 0)]
 

@@ -21,7 +21,9 @@ def _encode(n: int, *, force_at: int | None = None, encoder: str = "libx264") ->
     scene = TestScene(320, 240)
     out = []
     for i in range(n):
-        out += enc.encode_array(scene.render(i, 1_000_000 + i * 33_333), 1_000_000 + i * 33_333, force_keyframe=i == force_at)
+        out += enc.encode_array(
+            scene.render(i, 1_000_000 + i * 33_333), 1_000_000 + i * 33_333, force_keyframe=i == force_at
+        )
     return enc, out
 
 
@@ -55,7 +57,7 @@ def test_scene_colour_bars_are_bt709_full_range() -> None:
 
 
 def test_every_frame_survives_encode_and_decode_with_its_id_and_time() -> None:
-    enc, packets = _encode(30)
+    _, packets = _encode(30)
     dec = VideoDecoder(VideoCodec.H264)
     layout = frame_marker.layout_for(320)
     assert layout is not None

@@ -53,3 +53,13 @@ def test_oversize_packet_is_refused() -> None:
 def test_audio_key_frames_are_refused() -> None:
     with pytest.raises(ValueError, match="ping reply"):
         Packetizer().packetize(MediaPacket(b"a", 1, StreamType.AUDIO, key_frame=True))
+
+
+def test_key_frames_get_their_own_planner() -> None:
+    p = Packetizer(video_planner=make_planner("tuned", ratio=0.25), key_planner=make_planner("tuned", ratio=0.5))
+    frame = bytes(40 * 1024)
+    repair = [
+        sum(parse_media_datagram(d)[0].fec for d in p.packetize(MediaPacket(frame, i, key_frame=k)))
+        for i, k in ((0, False), (1, True))
+    ]
+    assert repair == [11, 21]  # 25 % + 1 for a P-frame, 50 % + 1 for the key frame

@@ -14,8 +14,8 @@ from pyrofling.core.viewer_session import (
     SendControl,
     SendDatagram,
     SessionFailed,
-    StreamStalled,
     Streaming,
+    StreamStalled,
     ViewerSession,
     ViewerSessionConfig,
 )
@@ -121,7 +121,7 @@ def test_progress_every_second_even_when_nothing_arrives() -> None:
             break
         now = due
         s.datagram_received(now)  # keep the stall timer quiet
-        for kind, msg in sent(s.handle_timer(now)):
+        for _kind, msg in sent(s.handle_timer(now)):
             if isinstance(msg, Progress):
                 progress_times.append(round(now, 3))
     assert progress_times == [1.003, 2.003, 3.003]

@@ -42,15 +42,19 @@ def test_window_shows_the_test_scene(xvfb: str, tmp_path: Path) -> None:
     port = free_port()
     env = dict(os.environ, PYTHONUNBUFFERED="1", DISPLAY=xvfb)
     host = subprocess.Popen(
-        [sys.executable, "-m", "pyrofling", "host", "-q", "--port", str(port), "--width", "640", "--height", "360"]
-        + ["--fps", "30", "--bitrate-kbits", "2000", "--duration", "30"],
+        [
+            *(sys.executable, "-m", "pyrofling", "host", "-q", "--port", str(port), "--width", "640"),
+            *("--height", "360", "--fps", "30", "--bitrate-kbits", "2000", "--duration", "30"),
+        ],
         env=env,
     )
     shot = tmp_path / "window.png"
     try:
         view = subprocess.run(
-            [sys.executable, "-m", "pyrofling", "view", f"pyro://127.0.0.1:{port}", "-q"]
-            + ["--duration", "3", "--screenshot", str(shot)],
+            [
+                *(sys.executable, "-m", "pyrofling", "view", f"pyro://127.0.0.1:{port}", "-q"),
+                *("--duration", "3", "--screenshot", str(shot)),
+            ],
             env=env,
             timeout=60,
             capture_output=True,

@@ -167,6 +167,7 @@ class Viewer:
         self._decode_queue: queue.Queue[_DecodeItem | None] = queue.Queue(maxsize=config.max_decode_queue)
         self._lock = threading.Lock()  # guards stats written by both threads
         self._last_shown_s: float | None = None
+        self._first_frame_of_connect: float | None = None
         self._cpu_start = time.process_time()
         self._started_s = time.monotonic()
         self._counters_before: dict[str, int] = {}
@@ -370,7 +371,7 @@ class Viewer:
         self,
         events: list[ReassemblyEvent],
         session: ViewerSession,
-        perform: Any,
+        perform: Callable[[list[ViewerOutput]], None],
         connect_s: float,
     ) -> None:
         for ev in events:
@@ -455,7 +456,8 @@ class Viewer:
                     if latency is not None:
                         st.latency_ms.append(latency * 1000)
                         st.network_ms.append((latency - (done - item.complete_s)) * 1000)
-                    if not st.connect_to_first_frame_ms or self._last_shown_s is None:
+                    if item.connect_s != self._first_frame_of_connect:  # first picture of this connection
+                        self._first_frame_of_connect = item.connect_s
                         st.connect_to_first_frame_ms.append((done - item.connect_s) * 1000)
                     if self._last_shown_s is not None:
                         gap = (done - self._last_shown_s) * 1000

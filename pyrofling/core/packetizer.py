@@ -40,6 +40,8 @@ class Packetizer:
 
     ``video_planner`` chooses FEC for video (the reference sends none for audio;
     ``audio_planner`` adds audio repair blocks, which native viewers ignore).
+    ``key_planner``, when given, plans key frames instead: they are the largest
+    packets, so the likeliest to be hit, and the ones recovery from loss waits for.
     """
 
     def __init__(
@@ -49,10 +51,12 @@ class Packetizer:
         audio_seq: int = 0,
         video_planner: FecPlanner | None = None,
         audio_planner: FecPlanner | None = None,
+        key_planner: FecPlanner | None = None,
     ) -> None:
         self._next_seq = {StreamType.VIDEO: video_seq & SEQ14_MASK, StreamType.AUDIO: audio_seq & SEQ14_MASK}
         self.video_planner: FecPlanner = video_planner or NoFecPlanner()
         self.audio_planner: FecPlanner = audio_planner or NoFecPlanner()
+        self.key_planner = key_planner
         self.packets_sent = 0
         self.datagrams_sent = 0
         self.repair_datagrams_sent = 0
@@ -66,7 +70,12 @@ class Packetizer:
         return self._next_seq[stream]
 
     def plan_for(self, packet: MediaPacket) -> FecPlan:
-        planner = self.video_planner if packet.stream == StreamType.VIDEO else self.audio_planner
+        if packet.stream == StreamType.AUDIO:
+            planner = self.audio_planner
+        elif packet.key_frame and self.key_planner is not None:
+            planner = self.key_planner
+        else:
+            planner = self.video_planner
         n = block_count(len(packet.data))
         return planner.plan(n) if n else NO_FEC
 

@@ -150,8 +150,8 @@ class ViewerSessionConfig:
     ping_interval_s: float = 0.25
     #: No UDP this long while streaming = stalled (protocol.md §3.3).
     stall_timeout_s: float = 5.0
-    #: While still waiting for a key frame after asking, ask again after this long.
-    keyframe_retry_s: float = 0.25
+    #: While still waiting for a key frame after asking, ask again after this long (the IDR itself may be lost).
+    keyframe_retry_s: float = 0.1
 
 
 @dataclass(slots=True)

@@ -60,6 +60,8 @@ class HostConfig:
     fec: str = "tuned"
     #: Repair blocks as a share of data blocks (0.25: the reference's ~25 % + 1).
     fec_ratio: float = REFERENCE_RATIO
+    #: Overhead for key frames, which recovery from loss waits for (0: same as other frames).
+    key_fec_ratio: float = 0.5
     #: Pacing cap per viewer, Mbit/s (0: unpaced, like the reference).
     max_rate_mbits: float = 200.0
     #: Stop after this many seconds (None: until Ctrl-C).
@@ -119,8 +121,12 @@ class Host:
         self._started_s = time.monotonic()
 
     def _make_packetizer(self, cookie: int) -> Packetizer:
-        planner = make_planner(self.config.fec, ratio=self.config.fec_ratio)
-        return Packetizer.for_cookie(cookie, video_planner=planner)
+        cfg = self.config
+        planner = make_planner(cfg.fec, ratio=cfg.fec_ratio)
+        key_planner = None
+        if cfg.fec != "none" and cfg.key_fec_ratio > cfg.fec_ratio:
+            key_planner = make_planner(cfg.fec, ratio=cfg.key_fec_ratio)
+        return Packetizer.for_cookie(cookie, video_planner=planner, key_planner=key_planner)
 
     def stop(self) -> None:
         self._stop.set()

@@ -1,4 +1,4 @@
-"""The built-in test scene: colour bars, a scrolling checkerboard, a bouncing box, a frame counter.
+"""The built-in test scene: colour bars, a scrolling checkerboard, film grain, a bouncing box, a frame counter.
 
 Rendered straight into YUV 4:2:0 (BT.709, full range) planes with numpy, so a
 1080p60 frame costs well under a millisecond of copying and no colour
@@ -23,6 +23,9 @@ BARS_RGB = [
     (0.75, 0, 0),
     (0, 0, 0.75),
 ]
+
+#: Distinct grain fields cycled through (prime, so the pattern never lines up with the motion).
+GRAIN_FIELDS = 7
 
 # 5×7 digit glyphs, one string per row.
 _GLYPHS = {
@@ -72,6 +75,16 @@ class TestScene:
         yy, xx = np.mgrid[0 : self._checker_h, 0 : 2 * width]
         self._checker = np.where(((yy // cell) + (xx // cell)) % 2 == 0, 200, 40).astype(np.uint8)
         self._cell = cell
+        # Film grain over the middle band: a few precomputed fields cycled, so every frame has detail the
+        # encoder cannot predict from the last one (like a real game) at the cost of one copy.
+        grain_top = self._checker_top + self._checker_h
+        self._grain_rows = (grain_top, h // 2)
+        rng = np.random.default_rng(1)
+        base = self._background[grain_top : h // 2].astype(np.int16)
+        self._grain = [
+            np.clip(base + rng.integers(-24, 25, size=base.shape, dtype=np.int16) + 40, 0, 255).astype(np.uint8)
+            for _ in range(GRAIN_FIELDS)
+        ]
 
     def _render_background(self) -> npt.NDArray[np.uint8]:
         w, h = self.width, self.height
@@ -104,6 +117,8 @@ class TestScene:
         top, ch = self._checker_top, self._checker_h
         shift = (index * self._cell // 30) % w
         y[top : top + ch] = self._checker[:, shift : shift + w]
+        g0, g1 = self._grain_rows
+        y[g0:g1] = self._grain[index % GRAIN_FIELDS]
         # A box bouncing across the middle band.
         box = max(16, h // 8) // 2 * 2
         span_x, span_y = w - box, max(1, h // 2 - (top + ch) - box)
