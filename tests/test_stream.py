@@ -91,7 +91,8 @@ def test_through_netsim_with_loss_fec_recovers_and_key_frames_heal() -> None:
     host, viewer, report = run(scenario)
     st = viewer.stats
     assert report["down"]["dropped"] > 10
-    assert viewer.summary()["packets_recovered"] > 0  # FEC rebuilt packets that lost datagrams
+    # FEC rebuilt packets that lost datagrams; each lost datagram can cost at most one packet.
+    assert 0 < viewer.summary()["packets_recovered"] <= report["down"]["dropped"]
     assert st.frames_shown >= 45
     # Whatever FEC could not rebuild was asked for and healed by a key frame.
     assert st.packets_lost_video == 0 or (st.keyframe_requests > 0 and host.keyframes.forced_for_loss > 0)

@@ -350,7 +350,7 @@ class Viewer:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), 1.0)
             self._bank_counters(reassembler, session)
-            self.session = None
+            self.session = self.reassembler = None  # banked: summary() must not count them twice
             self._perform = None
         if reason != "stopped":
             log.warning("lost the stream: %s", reason)
@@ -491,6 +491,9 @@ class Viewer:
             recovered += live.counters.fec_recovered
         out["discarded"] = discarded
         out["packets_recovered"] = recovered
+        live_session = self.session
+        if live_session is not None:
+            out["keyframe_requests"] = st.keyframe_requests + live_session.keyframe_requests
         out["cpu_s"] = time.process_time() - self._cpu_start
         out["elapsed_s"] = time.monotonic() - self._started_s
         out["received_mbits"] = st.bytes_received * 8 / max(out["elapsed_s"], 1e-6) / 1e6
