@@ -309,10 +309,15 @@ class Viewer:
             schedule()
 
         family = sock.family if sock is not None else socket.AF_INET
-        transport, _ = await loop.create_datagram_endpoint(
-            lambda: _UdpProtocol(on_datagram), remote_addr=(cfg.host, cfg.port), family=family
-        )
-        udp = transport
+        try:
+            udp, _ = await loop.create_datagram_endpoint(
+                lambda: _UdpProtocol(on_datagram), remote_addr=(cfg.host, cfg.port), family=family
+            )
+        except OSError as exc:
+            log.warning("cannot open a UDP socket to %s port %d: %s", cfg.host, cfg.port, exc)
+            writer.close()
+            self.session = self.reassembler = None
+            return False
         with contextlib.suppress(OSError):
             udp.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
 
