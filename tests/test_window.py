@@ -73,3 +73,28 @@ def test_window_shows_the_test_scene(xvfb: str, tmp_path: Path) -> None:
         x = int((i + 0.5) * w / len(BARS_RGB))
         expected = np.array(rgb) * 255
         assert np.abs(row[x].astype(float) - expected).max() < 40, (i, row[x], expected)
+
+
+def test_v_toggles_the_statistics_overlay(xvfb: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DISPLAY", xvfb)
+    from pyglet.window import key
+
+    from pyrofling.client.window import ViewerWindow
+
+    class Stats:
+        codec_parameters = None
+
+        def summary(self) -> dict[str, float]:
+            return {"frames_shown": 10, "received_mbits": 7.5, "decode_ms_median": 1.0, "rtt_ms": 0.3}
+
+    window = ViewerWindow()
+    try:
+        window.stats_source = Stats()
+        assert not window.hud_visible
+        window._on_key(key.V, 0)
+        assert window.hud_visible
+        assert "frames shown: 10" in window._hud.text and "7.50 Mbit/s" in window._hud.text
+        window._on_key(key.V, 0)
+        assert not window.hud_visible
+    finally:
+        window.window.close()

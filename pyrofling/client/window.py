@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ class ViewerWindow:
         self._texture: Any = None
         self._closing = threading.Event()
         self._screenshot: Path | None = None
+        self._fps_mark = (time.monotonic(), 0)
         self._hud = pyglet.text.Label(
             "",
             x=10,
@@ -127,7 +129,11 @@ class ViewerWindow:
         lines = []
         if params is not None:
             lines.append(f"{params.width}x{params.height} @ {params.frame_rate_num} fps")
-        lines.append(f"bitrate {s.get('received_mbits', 0):.2f} Mbit/s")
+        now, shown = time.monotonic(), int(s.get("frames_shown", 0))
+        last_t, last_shown = self._fps_mark
+        self._fps_mark = (now, shown)
+        fps = (shown - last_shown) / (now - last_t) if now > last_t else 0.0
+        lines.append(f"{fps:.1f} fps shown, bitrate {s.get('received_mbits', 0):.2f} Mbit/s")
         lines += [f"{label}: {s.get(k, 0)}" for k, label in HUD_KEYS]
         lines.append(f"decode {ms('decode_ms_median')}, capture->decoded {ms('latency_ms_median')}")
         lines.append(f"ping {ms('rtt_ms')}, longest freeze {s.get('max_freeze_ms', 0):.0f} ms")
