@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -13,6 +15,7 @@ from pyrofling.core import frame_marker
 from pyrofling.core.bitstream import key_info, nal_units
 from pyrofling.server.encoder import EncoderConfig, VideoEncoder
 from pyrofling.server.scene import TestScene, rgb_to_yuv709_full
+from pyrofling.server.sources import open_source
 from pyrofling.wire import VideoCodec
 
 
@@ -133,3 +136,24 @@ def test_uri_parameters_and_errors() -> None:
     ]:
         with pytest.raises(ValueError, match=msg):
             parse_uri(bad)
+
+
+def test_raw_file_source_loops_and_rgb_input_is_converted(tmp_path: Path) -> None:
+    frames = [np.full((240 * 3 // 2, 320), i * 40, np.uint8) for i in range(3)]
+    path = tmp_path / "clip.yuv"
+    path.write_bytes(b"".join(f.tobytes() for f in frames))
+    src = open_source(f"file:{path}", 320, 240)
+    got = [src.read(i, 0) for i in range(5)]
+    src.close()
+    assert [int(g[0, 0]) for g in got if g is not None] == [0, 40, 80, 0, 40]  # loops at the end of the file
+    rgb = open_source(f"file:{path}", 160, 120, "rgb24")  # same bytes read as 160x120 RGB
+    frame = rgb.read(0, 0)
+    rgb.close()
+    assert frame is not None and frame.shape == (120, 160, 3)
+    enc = VideoEncoder(EncoderConfig(width=160, height=120))
+    [packet] = enc.encode_array(frame, 0, pixel_format="rgb24")
+    assert packet.idr and packet.convert_s > 0
+    with pytest.raises(ValueError, match="cannot open"):
+        open_source("file:/nonexistent/clip.yuv", 320, 240)
+    with pytest.raises(ValueError, match="unknown source"):
+        open_source("webcam", 320, 240)
