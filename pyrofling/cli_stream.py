@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,45 +20,47 @@ from pyrofling.fec.planner import PLANNERS
 log = logging.getLogger("pyrofling")
 
 
-def _kbits(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of kbit/s (e.g. 10000)") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError("the bitrate must be positive")
-    return value
+def _whole_number(low: int, high: int, unit: str, *, even: bool = False) -> Callable[[str], int]:
+    """An argparse type for a whole number of ``unit`` in ``low..high``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of {unit}") from None
+        if not low <= value <= high or (even and value % 2):
+            parity = ", even" if even else ""
+            raise argparse.ArgumentTypeError(f"{value} {unit} is out of range {low}..{high}{parity}")
+        return value
+
+    return parse
 
 
-def _dimension(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of pixels") from None
-    if value < 64 or value > 8192 or value % 2:
-        raise argparse.ArgumentTypeError(f"{value}: use an even size between 64 and 8192")
-    return value
+def _share(*, what: str, zero_ok: bool, upper: float, upper_ok: bool, example: str) -> Callable[[str], float]:
+    """An argparse type for a fraction written as 0.25 or 25%, bounded by 0 and ``upper``."""
+
+    def parse(text: str) -> float:
+        t = text.strip()
+        try:
+            value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {what} (use {example})") from None
+        above_low = value >= 0 if zero_ok else value > 0
+        below_high = value <= upper if upper_ok else value < upper
+        if not (above_low and below_high):
+            low = "at least 0" if zero_ok else "above 0"
+            high = f"at most {upper:g}" if upper_ok else f"below {upper:g}"
+            raise argparse.ArgumentTypeError(f"{text!r}: the {what} must be {low} and {high}")
+        return value
+
+    return parse
 
 
-def _fps(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of frames per second") from None
-    if not 1 <= value <= 240:
-        raise argparse.ArgumentTypeError(f"{value} fps is out of range 1..240")
-    return value
-
-
-def _ratio(text: str) -> float:
-    t = text.strip()
-    try:
-        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a ratio (use 0.25 or 25%)") from None
-    if not 0 < value <= 4:
-        raise argparse.ArgumentTypeError(f"{text!r}: the FEC ratio must be above 0 and at most 4")
-    return value
+_kbits = _whole_number(1, 10_000_000, "kbit/s")
+_dimension = _whole_number(64, 8192, "pixels", even=True)
+_fps = _whole_number(1, 240, "fps")
+_ratio = _share(what="FEC ratio", zero_ok=False, upper=4.0, upper_ok=True, example="0.25 or 25%")
+_loss = _share(what="loss rate", zero_ok=True, upper=1.0, upper_ok=False, example="0.02 or 2%")
 
 
 def _setup_logging(args: argparse.Namespace) -> None:
@@ -318,7 +321,7 @@ def add_demo(sub: Any) -> None:
         ),
         epilog="Example: pyrofling demo --loss 2%% --duration 20",
     )
-    p.add_argument("--loss", type=_ratio_or_zero, default=0.0, help="i.i.d. datagram loss between them (e.g. 2%%)")
+    p.add_argument("--loss", type=_loss, default=0.0, help="i.i.d. datagram loss between them (e.g. 2%%)")
     p.add_argument("--ge", action="store_true", help="bursty (Gilbert-Elliott) loss instead of i.i.d.")
     p.add_argument("--duration", type=float, default=None, help="stop after this many seconds (default: Ctrl-C)")
     p.add_argument("--headless", action="store_true", help="no window even if a display exists")
@@ -329,17 +332,6 @@ def add_demo(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the final statistics as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
     p.set_defaults(func=run_demo)
-
-
-def _ratio_or_zero(text: str) -> float:
-    t = text.strip()
-    try:
-        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a loss rate (use 0.02 or 2%)") from None
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: loss must be at least 0 and below 1")
-    return value
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -401,7 +393,7 @@ def add_bench_stream(sub: Any) -> None:
     p.add_argument("--bitrate-kbits", type=_kbits, default=10_000)
     p.add_argument("--encoder", default="libx264")
     p.add_argument("--preset", default="ultrafast")
-    p.add_argument("--loss", type=_ratio_or_zero, default=0.0, help="i.i.d. datagram loss host->viewer (e.g. 2%%)")
+    p.add_argument("--loss", type=_loss, default=0.0, help="i.i.d. datagram loss host->viewer (e.g. 2%%)")
     p.add_argument("--ge", action="store_true", help="Gilbert-Elliott burst loss (about 5%% in bursts)")
     p.add_argument("--viewers", default="1", help="viewers per run; a list (1,4) runs each and reports the cost")
     p.add_argument("--fec-planner", choices=PLANNERS, default="tuned")

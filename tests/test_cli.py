@@ -24,9 +24,9 @@ def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
         (["netsim", "--upstream", "127.0.0.1:1", "--loss", "2"], "not between 0 and 1"),
         (["netsim", "--upstream", "::1:5"], "IPv6"),
         (["netsim"], "--upstream"),
-        (["host", "--width", "13"], "even size"),
+        (["host", "--width", "13"], "out of range 64..8192, even"),
         (["host", "--fps", "0"], "out of range"),
-        (["host", "--fec", "x"], "not a ratio"),
+        (["host", "--fec", "x"], "not a FEC ratio"),
         (["bench", "stream", "--loss", "150%"], "below 1"),
     ],
 )
