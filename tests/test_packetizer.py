@@ -63,3 +63,18 @@ def test_key_frames_get_their_own_planner() -> None:
         for i, k in ((0, False), (1, True))
     ]
     assert repair == [11, 21]  # 25 % + 1 for a P-frame, 50 % + 1 for the key frame
+
+
+def test_viewers_share_one_repair_encode_and_get_identical_blocks() -> None:
+    frame = bytes(range(256)) * 80
+    packet = MediaPacket(frame, pts_us=123_456)
+    cache: dict = {}  # type: ignore[type-arg]
+    a = Packetizer.for_cookie(1, video_planner=make_planner("tuned")).packetize(packet, repair_cache=cache)
+    assert len(cache) == 1
+    [(plan, blocks)] = cache.items()
+    cache[plan] = [b"\xab" * len(b) for b in blocks]  # proves the second viewer reads the cache
+    b = Packetizer.for_cookie(2, video_planner=make_planner("tuned")).packetize(packet, repair_cache=cache)
+    plain = Packetizer.for_cookie(2, video_planner=make_planner("tuned")).packetize(packet)
+    assert [bytes(parse_media_datagram(d)[1]) for d in a[20:]] == blocks
+    assert all(bytes(parse_media_datagram(d)[1]) == b"\xab" * 1024 for d in b[20:])
+    assert [parse_media_datagram(d)[0] for d in b] == [parse_media_datagram(d)[0] for d in plain]

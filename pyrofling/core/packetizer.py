@@ -79,8 +79,12 @@ class Packetizer:
         n = block_count(len(packet.data))
         return planner.plan(n) if n else NO_FEC
 
-    def packetize(self, packet: MediaPacket) -> list[bytes]:
-        """Datagrams for one packet, in send order.  An empty packet still uses a sequence number."""
+    def packetize(self, packet: MediaPacket, *, repair_cache: dict[FecPlan, list[bytes]] | None = None) -> list[bytes]:
+        """Datagrams for one packet, in send order.  An empty packet still uses a sequence number.
+
+        Repair blocks depend only on the data, the plan and the pts, not on the viewer: a host fanning one
+        packet out to several viewers passes the same ``repair_cache`` to each so they are computed once.
+        """
         size = len(packet.data)
         if packet.key_frame and packet.stream == StreamType.AUDIO:
             raise ValueError("audio packets cannot be key frames: KEY|AUDIO marks a ping reply on the wire")
@@ -108,7 +112,11 @@ class Packetizer:
             for i, start in enumerate(range(0, size, BLOCK_BYTES))
         ]
         if plan.repair_blocks:
-            repair = encode_repair(packet.data, plan, seed_for_pts(packet.pts_us))
+            repair = repair_cache.get(plan) if repair_cache is not None else None
+            if repair is None:
+                repair = encode_repair(packet.data, plan, seed_for_pts(packet.pts_us))
+                if repair_cache is not None:
+                    repair_cache[plan] = repair
             out.extend(
                 b"".join(
                     (

@@ -37,6 +37,7 @@ from pyrofling.core.host_session import (
 from pyrofling.core.keyframes import KeyframePolicy
 from pyrofling.core.pacer import PacedQueue, TokenBucketPacer
 from pyrofling.core.packetizer import MediaPacket, Packetizer
+from pyrofling.fec.codec import FecPlan
 from pyrofling.fec.planner import REFERENCE_RATIO, make_planner
 from pyrofling.server.encoder import EncodedVideo, EncoderConfig, VideoEncoder
 from pyrofling.server.sources import VideoSource, open_source
@@ -368,14 +369,17 @@ class Host:
             st.idrs += 1
         media = MediaPacket(packet.data, packet.pts_us, StreamType.VIDEO, key_frame=packet.key_frame)
         now = time.monotonic()
+        repair_cache: dict[FecPlan, list[bytes]] = {}  # one FEC encode per packet, whatever the viewer count
         for conn in self.sessions.video_targets(idr=packet.idr):
-            self._send_packet(conn, media, now)
+            self._send_packet(conn, media, now, repair_cache)
             if packet.idr:
                 self.sessions.idr_sent(conn, now)
 
-    def _send_packet(self, conn: ViewerConnection, media: MediaPacket, now: float) -> None:
+    def _send_packet(
+        self, conn: ViewerConnection, media: MediaPacket, now: float, repair_cache: dict[FecPlan, list[bytes]]
+    ) -> None:
         assert conn.packetizer is not None and conn.udp_address is not None
-        datagrams = conn.packetizer.packetize(media)
+        datagrams = conn.packetizer.packetize(media, repair_cache=repair_cache)
         queue = self._queues.get(conn.conn_id)
         if queue is None:
             rate = self.config.max_rate_mbits
