@@ -1,0 +1,295 @@
+"""``pyrofling bench phase``: the phase loop simulated with a fake clock, controller against controller.
+
+A discrete-event simulation of the whole loop with the real pure objects: the
+host's :class:`~pyrofling.core.frame_clock.FrameClock` ticks, each frame takes a
+pipeline delay (capture + encode + network + decode, with jitter) to be decoded
+at the viewer, whose :class:`~pyrofling.core.presentation.PresentationLoop`
+presents it on a :class:`~pyrofling.core.presentation.RefreshClock` running at a
+skew from the host and sends the phase error back, which reaches the host after
+a return delay.  Every controller sees the same trace (same seed, same jitter
+per frame, same starting phase).
+
+The *true* phase error is what the viewer would measure without jitter: the
+target (refresh + offset) minus the frame's mean arrival, folded into ± half a
+refresh.  "Locked" means |true error| < ``lock_threshold_s`` for at least a second from then on.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import statistics
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from pyrofling.core.frame_clock import CONTROLLERS, FrameClock, wrap_phase
+from pyrofling.core.presentation import Present, PresentationConfig, PresentationLoop, RefreshClock, Repeat, Wait
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseSimConfig:
+    host_fps: float = 60.0
+    #: Viewer display clock against the host's, parts per million (positive: display slower).
+    skew_ppm: float = 500.0
+    duration_s: float = 10.0
+    #: Mean capture → decoded delay and its per-frame jitter (Gaussian σ, or uniform half-width).
+    pipeline_delay_s: float = 0.008
+    jitter_s: float = 0.002
+    jitter_model: str = "gauss"  # gauss | uniform
+    #: Viewer → host delay of the feedback.
+    return_delay_s: float = 0.001
+    #: The phase error at the start, as a share of a frame.
+    initial_phase: float = 0.5
+    offset_s: float = 0.0
+    deadline_s: float = 0.008
+    #: A pipeline stall: nothing arrives between these times, then everything at once.
+    stall_at_s: float | None = None
+    stall_s: float = 0.1
+    lock_threshold_s: float = 0.001
+    seed: int = 1
+
+
+@dataclass(slots=True)
+class PhaseSimResult:
+    controller: str
+    lock_s: float | None  # None: never locked for good
+    sigma_ms: float | None  # σ of the true phase error in the steady state (second half of the run)
+    mean_ms: float | None
+    max_abs_ms: float | None  # after lock
+    recover_s: float | None  # after the stall ended, time to be locked again
+    presented: int
+    repeated_after_lock: int
+    dropped_after_lock: int
+    feedback: int
+    trace: list[tuple[float, float, float]] = field(default_factory=list)  # (t, true error, rate trim ppm)
+
+
+def simulate(cfg: PhaseSimConfig, controller: str) -> PhaseSimResult:
+    """Run one controller (``pi``, ``reference`` or ``none``: free-running) over the trace ``cfg``."""
+    period = 1.0 / cfg.host_fps
+    clock = FrameClock(fps=cfg.host_fps, start_s=0.0, controller="pi" if controller == "none" else controller)
+    # Refreshes start where the first frame's true phase error is ``initial_phase`` of a frame.
+    display = RefreshClock(
+        cfg.host_fps, cfg.initial_phase * period + cfg.pipeline_delay_s - cfg.offset_s, skew_ppm=cfg.skew_ppm
+    )
+    loop: PresentationLoop[int] = PresentationLoop(
+        PresentationConfig(phase_locked=controller != "none", offset_s=cfg.offset_s, deadline_s=cfg.deadline_s),
+        display.period_s,
+    )
+    rng = random.Random(cfg.seed)
+    jitter_of: dict[int, float] = {}
+
+    def jitter(index: int) -> float:  # the same jitter for frame i whichever controller runs
+        while len(jitter_of) <= index:
+            if cfg.jitter_model == "uniform":
+                jitter_of[len(jitter_of)] = rng.uniform(-cfg.jitter_s, cfg.jitter_s)
+            else:
+                jitter_of[len(jitter_of)] = rng.gauss(0.0, cfg.jitter_s)
+        return jitter_of[index]
+
+    # Events: (time, order, kind, payload).  Order breaks ties deterministically.
+    events: list[tuple[float, int, str, Any]] = []
+    order = 0
+
+    def push(t: float, kind: str, payload: Any = None) -> None:
+        nonlocal order
+        order += 1
+        heapq.heappush(events, (t, order, kind, payload))
+
+    push(clock.next_timer(), "tick")
+    push(display.next_vblank(0.0), "vblank")
+    inbox: list[tuple[float, int]] = []  # frames decoded, not yet handed to the loop: (done, index)
+    trace: list[tuple[float, float, float]] = []
+    wait_until: float | None = None
+    stall_end = None if cfg.stall_at_s is None else cfg.stall_at_s + cfg.stall_s
+    presented_at: list[tuple[float, bool]] = []  # (time, repeated?) per refresh
+    dropped_at: list[float] = []
+    feedback = 0
+
+    def drain(now: float) -> None:
+        while inbox and inbox[0][0] <= now:
+            done, index = heapq.heappop(inbox)
+            loop.frame_ready(index, done)
+
+    def decide(now: float) -> None:
+        nonlocal wait_until, feedback
+        drain(now)
+        d = loop.poll(now)
+        if isinstance(d, Wait):
+            wait_until = d.until_s
+            nxt = inbox[0][0] if inbox else math.inf
+            push(min(nxt, d.until_s), "poll")
+            return
+        wait_until = None
+        if isinstance(d, Present):
+            presented_at.append((now, False))
+            if d.dropped:
+                dropped_at.append(now)
+            if d.phase_error_us is not None and controller != "none":
+                feedback += 1
+                push(now + cfg.return_delay_s, "feedback", d.phase_error_us)
+        elif isinstance(d, Repeat):
+            presented_at.append((now, True))
+
+    while events:
+        now, _, kind, payload = heapq.heappop(events)
+        if now > cfg.duration_s:
+            break
+        if kind == "tick":
+            tick = clock.handle_timer(now)
+            if tick is not None and tick.encode:
+                arrival = tick.due_s + cfg.pipeline_delay_s + jitter(tick.index)
+                if cfg.stall_at_s is not None and stall_end is not None and cfg.stall_at_s <= arrival < stall_end:
+                    arrival = stall_end
+                heapq.heappush(inbox, (max(arrival, tick.due_s), tick.index))
+                true_error = wrap_phase(
+                    display.start_s + cfg.offset_s - (tick.due_s + cfg.pipeline_delay_s), display.period_s
+                )
+                trace.append((tick.due_s, true_error, clock.rate_trim_ppm))
+            push(clock.next_timer(), "tick")
+        elif kind == "vblank":
+            loop.vblank(now)
+            decide(now)
+            push(display.next_vblank(now), "vblank")
+        elif kind == "poll":
+            if wait_until is not None:
+                decide(now)
+        elif kind == "feedback":
+            clock.feedback(1, payload, now)
+
+    lock_s = _lock_time(trace, cfg.lock_threshold_s, after=0.0)
+    recover_s = None
+    if stall_end is not None:
+        again = _lock_time(trace, cfg.lock_threshold_s, after=stall_end)
+        recover_s = None if again is None else again - stall_end
+    # Steady state: the second half of the run (and at least half a second after lock).
+    settle_s = max(cfg.duration_s / 2, (lock_s or 0.0) + 0.5)
+    settled = [e for t, e, _ in trace if t >= settle_s and not _in_stall(t, cfg)]
+    if lock_s is None and controller != "none":
+        settled = []
+    after = lock_s if lock_s is not None else math.inf
+    return PhaseSimResult(
+        controller=controller,
+        lock_s=lock_s,
+        sigma_ms=statistics.pstdev(settled) * 1000 if len(settled) > 2 else None,
+        mean_ms=statistics.fmean(settled) * 1000 if settled else None,
+        max_abs_ms=max(abs(e) for e in settled) * 1000 if settled else None,
+        recover_s=recover_s,
+        presented=loop.counters.presented,
+        repeated_after_lock=sum(1 for t, rep in presented_at if rep and t > after and not _in_stall(t, cfg)),
+        dropped_after_lock=sum(1 for t in dropped_at if t > after and not _in_stall(t, cfg)),
+        feedback=feedback,
+        trace=trace,
+    )
+
+
+def _in_stall(t: float, cfg: PhaseSimConfig) -> bool:
+    """Within the stall or the second after it (recovery is measured separately)."""
+    return cfg.stall_at_s is not None and cfg.stall_at_s <= t < cfg.stall_at_s + cfg.stall_s + 1.0
+
+
+def _lock_time(
+    trace: list[tuple[float, float, float]], threshold_s: float, *, after: float, hold_s: float = 1.0
+) -> float | None:
+    """First time ≥ ``after`` from which |error| stays below the threshold for ``hold_s``."""
+    start: float | None = None
+    for t, e, _ in trace:
+        if t < after:
+            continue
+        if abs(e) >= threshold_s:
+            start = None
+            continue
+        if start is None:
+            start = t
+        if t - start >= hold_s:
+            return start
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    config: PhaseSimConfig
+
+
+def standard_scenarios(duration_s: float = 10.0, seed: int = 1) -> list[Scenario]:
+    """The traces the must-hold numbers use: 500 ppm skew and 2 ms jitter, plus load and a stall."""
+    base = PhaseSimConfig(duration_s=duration_s, seed=seed)
+    return [
+        Scenario("500 ppm, jitter σ 2 ms", base),
+        Scenario("-500 ppm, jitter σ 2 ms", replace(base, skew_ppm=-500.0, initial_phase=-0.45)),
+        Scenario("59.94 Hz (1000 ppm), σ 2 ms", replace(base, skew_ppm=1000.0, initial_phase=0.3)),
+        Scenario("load: ±3 ms encode/decode", replace(base, jitter_model="uniform", jitter_s=0.003)),
+        Scenario("100 ms stall at 6 s", replace(base, stall_at_s=min(6.0, duration_s / 2), initial_phase=0.25)),
+    ]
+
+
+def run(
+    scenarios: list[Scenario], controllers: tuple[str, ...] = (*CONTROLLERS, "none"), phases: int = 8
+) -> dict[str, Any]:
+    """Each scenario from ``phases`` starting phases spread over a frame; worst and median lock."""
+    rows = []
+    for sc in scenarios:
+        for name in controllers:
+            results = []
+            for i in range(phases):
+                start = -0.5 + (i + 0.5) / phases if phases > 1 else sc.config.initial_phase
+                results.append(simulate(replace(sc.config, initial_phase=start, seed=sc.config.seed + i), name))
+            rows.append(_row(sc.name, name, results))
+    return {"rows": rows}
+
+
+def _row(scenario: str, controller: str, results: list[PhaseSimResult]) -> dict[str, Any]:
+    locks = [r.lock_s for r in results]
+    sigmas = [r.sigma_ms for r in results if r.sigma_ms is not None]
+    recovers = [r.recover_s for r in results]
+    return {
+        "scenario": scenario,
+        "controller": controller,
+        "runs": len(results),
+        "locked_runs": sum(1 for x in locks if x is not None),
+        "lock_s_median": _median_or_none(locks),
+        "lock_s_worst": None if any(x is None for x in locks) else max(x for x in locks if x is not None),
+        "sigma_ms_median": statistics.median(sigmas) if sigmas else None,
+        "sigma_ms_worst": max(sigmas) if sigmas else None,
+        "max_abs_ms_worst": max((r.max_abs_ms for r in results if r.max_abs_ms is not None), default=None),
+        "recover_s_worst": None
+        if any(r is None for r in recovers) or (results[0].recover_s is None and recovers[0] is None)
+        else max(x for x in recovers if x is not None),
+        "repeated_after_lock": sum(r.repeated_after_lock for r in results),
+        "dropped_after_lock": sum(r.dropped_after_lock for r in results),
+        "results": [{k: v for k, v in asdict(r).items() if k != "trace"} for r in results],
+    }
+
+
+def _median_or_none(values: list[float | None]) -> float | None:
+    """Median, counting never-locked runs as infinitely slow; None when most never locked."""
+    ordered = sorted(math.inf if v is None else v for v in values)
+    m = (
+        ordered[len(ordered) // 2]
+        if len(ordered) % 2
+        else (ordered[len(ordered) // 2 - 1] + ordered[len(ordered) // 2]) / 2
+    )
+    return None if math.isinf(m) else m
+
+
+def format_table(result: dict[str, Any]) -> str:
+    def f(v: float | None, fmt: str, never: str = "never") -> str:
+        return never if v is None else format(v, fmt)
+
+    header = (
+        f"{'scenario':30} {'controller':10} {'locked':>7} {'lock med':>9} {'lock worst':>10} "
+        f"{'σ med':>7} {'σ worst':>8} {'|e| max':>8} {'recover':>8} {'rep':>4} {'drop':>5}"
+    )
+    lines = [header, "-" * len(header)]
+    for r in result["rows"]:
+        lines.append(
+            f"{r['scenario']:30} {r['controller']:10} {r['locked_runs']:>3}/{r['runs']:<3} "
+            f"{f(r['lock_s_median'], '.2f') + ' s':>9} {f(r['lock_s_worst'], '.2f') + ' s':>10} "
+            f"{f(r['sigma_ms_median'], '.3f', '-'):>7} {f(r['sigma_ms_worst'], '.3f', '-'):>8} "
+            f"{f(r['max_abs_ms_worst'], '.2f', '-'):>8} {f(r['recover_s_worst'], '.2f', '-'):>8} "
+            f"{r['repeated_after_lock']:>4} {r['dropped_after_lock']:>5}"
+        )
+    lines.append("σ and |e| max: true phase error after lock (ms); rep/drop: presentation repeats/drops after lock")
+    return "\n".join(lines)

@@ -1,0 +1,185 @@
+"""The viewer's presentation loop: which picture each display refresh shows, and the phase error.
+
+Pure.  The shell (``pyrofling.client.presenter``) drives it once per display
+refresh: :meth:`PresentationLoop.vblank` at the refresh, :meth:`frame_ready` for
+every decoded picture (from any thread, via the shell), then :meth:`poll` until
+it returns a :class:`Present` or :class:`Repeat`; a :class:`Wait` means "wait for
+a picture until ``until_s``, then poll again".
+
+Two ways to present, as in the reference viewer (anchor §7.2):
+
+* **FIFO** (phase-locked, or a deadline is set): at each refresh show the newest
+  picture meant for it (older ones are dropped), or wait for one up to the
+  deadline (most of a refresh without a deadline).  A picture chosen during refresh *k* is
+  on screen at refresh *k+1*.  No picture in time: the old one stays (a miss).
+* **Mailbox** (free-running, neither): the newest picture finished before a
+  refresh is on screen at that refresh; older ones are dropped.
+
+In phase-locked mode each new picture yields the phase error the host steers
+on: ``(refresh + offset) − decode_done``, folded into ± half a refresh (positive:
+it was done early, "deliver later").
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from pyrofling.core.frame_clock import wrap_phase
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class PresentationConfig:
+    """How the viewer presents (URI ``phase_locked=OFFSET&deadline=SECONDS``; reference defaults: off, 0)."""
+
+    #: Lock the host's frame clock to this display; frames should be done at refresh + ``offset_s``.
+    phase_locked: bool = False
+    offset_s: float = 0.0
+    #: Wait at most this long after a refresh for the next picture (0: no deadline).
+    deadline_s: float = 0.0
+
+    @property
+    def fifo(self) -> bool:
+        return self.phase_locked or self.deadline_s > 0
+
+
+@dataclass(frozen=True, slots=True)
+class Present(Generic[T]):
+    """Show ``frame``; it reaches the screen at ``on_screen_s``."""
+
+    frame: T
+    done_s: float
+    on_screen_s: float
+    phase_error_us: int | None  # to send as PHASE_OFFSET (phase-locked mode only)
+    dropped: int  # pictures skipped to get to this one
+
+
+@dataclass(frozen=True, slots=True)
+class Repeat:
+    """No new picture this refresh: the previous one stays on screen."""
+
+    missed_deadline: bool  # FIFO mode waited in vain
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Wait for a picture until ``until_s``, then :meth:`PresentationLoop.poll` again."""
+
+    until_s: float
+
+
+Decision = Present[T] | Repeat | Wait
+
+
+class RefreshClock:
+    """A software display clock: refreshes every ``period_s`` from ``start_s``.
+
+    For displays without usable vsync (Xvfb, headless) and to simulate one:
+    ``hz`` 59.94, or ``skew_ppm`` to run the clock that much slow (negative: fast).
+    """
+
+    def __init__(self, hz: float, start_s: float, *, skew_ppm: float = 0.0) -> None:
+        if hz <= 0:
+            raise ValueError("refresh rate must be positive")
+        self.hz = hz / (1.0 + skew_ppm * 1e-6)
+        self.period_s = 1.0 / self.hz
+        self.start_s = start_s
+
+    def next_vblank(self, now: float) -> float:
+        """The first refresh after ``now`` (a refresh within a µs of ``now`` counts as ``now``'s own)."""
+        n = math.floor((now - self.start_s) / self.period_s + 1e-4) + 1
+        return self.start_s + n * self.period_s
+
+
+@dataclass(slots=True)
+class PresentationCounters:
+    refreshes: int = 0
+    presented: int = 0
+    repeated: int = 0  # refreshes that showed the previous picture again (duplicates)
+    missed_deadlines: int = 0  # FIFO waits that ended without a picture
+    dropped: int = 0  # pictures decoded but never shown
+
+
+class PresentationLoop(Generic[T]):
+    """Decides per refresh.  See the module docstring for the driving protocol."""
+
+    def __init__(self, config: PresentationConfig, refresh_period_s: float) -> None:
+        self.config = config
+        self.period_s = refresh_period_s
+        self.counters = PresentationCounters()
+        self._ready: deque[tuple[T, float]] = deque()
+        self._vblank_s: float | None = None
+        self._decided = True
+        self._shown_any = False
+
+    def set_refresh_period(self, period_s: float) -> None:
+        self.period_s = period_s
+
+    def frame_ready(self, frame: T, done_s: float) -> None:
+        """A decoded picture, ready to show since ``done_s``."""
+        self._ready.append((frame, done_s))
+
+    def vblank(self, now: float) -> None:
+        """A display refresh happened at ``now``; a new decision is due."""
+        if not self._decided:  # the shell skipped a poll: the previous refresh showed nothing new
+            self._repeat(missed=False)
+        self._vblank_s = now
+        self._decided = False
+        self.counters.refreshes += 1
+
+    def poll(self, now: float) -> Decision[T]:
+        if self._vblank_s is None or self._decided:
+            raise RuntimeError("poll() is only valid once after each vblank()")
+        v = self._vblank_s
+        cfg = self.config
+        if not cfg.fifo:  # mailbox: the newest picture finished by the refresh is on screen now
+            due = [item for item in self._ready if item[1] <= v]
+            if not due:
+                return self._repeat(missed=False)
+            for _ in due:
+                self._ready.popleft()
+            frame, done = due[-1]
+            return self._present(frame, done, on_screen_s=v, dropped=len(due) - 1)
+        # The picture for this refresh is the newest one done by refresh + offset + half a refresh;
+        # older ones are stale (dropped), a newer one belongs to the next refresh (kept).  The
+        # reference keeps one picture back whenever two are waiting, which holds a frame of extra
+        # latency after every burst; this catches up at once instead.
+        cutoff = v + cfg.offset_s + self.period_s / 2 if cfg.phase_locked else math.inf
+        eligible = 0
+        for _frame, done in self._ready:
+            if done > cutoff:
+                break
+            eligible += 1
+        if eligible:
+            for _ in range(eligible - 1):
+                self._ready.popleft()
+            frame, done = self._ready.popleft()
+            return self._present(frame, done, on_screen_s=v + self.period_s, dropped=eligible - 1)
+        wait = cfg.deadline_s if cfg.deadline_s > 0 else self.period_s * 0.95
+        if now < v + wait:
+            return Wait(v + wait)
+        return self._repeat(missed=True)
+
+    def _present(self, frame: T, done_s: float, *, on_screen_s: float, dropped: int) -> Present[T]:
+        assert self._vblank_s is not None
+        self._decided = True
+        self._shown_any = True
+        self.counters.presented += 1
+        self.counters.dropped += dropped
+        error_us = None
+        if self.config.phase_locked:
+            error = wrap_phase(self._vblank_s + self.config.offset_s - done_s, self.period_s)
+            error_us = round(error * 1e6)
+        return Present(frame, done_s, on_screen_s, error_us, dropped)
+
+    def _repeat(self, *, missed: bool) -> Repeat:
+        self._decided = True
+        if self._shown_any:  # before the first picture there is nothing to repeat
+            self.counters.repeated += 1
+            if missed:
+                self.counters.missed_deadlines += 1
+        return Repeat(missed_deadline=missed and self._shown_any)

@@ -1,0 +1,289 @@
+"""Frame clock, phase controllers and the presentation loop (pure, fake clock), and the simulated loop."""
+
+import statistics
+from dataclasses import replace
+
+import pytest
+
+from pyrofling.bench.phase import PhaseSimConfig, format_table, run, simulate, standard_scenarios
+from pyrofling.core.frame_clock import FrameClock, PiConfig, PiController, ReferenceController, wrap_phase
+from pyrofling.core.presentation import (
+    Present,
+    PresentationConfig,
+    PresentationLoop,
+    RefreshClock,
+    Repeat,
+    Wait,
+)
+
+PERIOD = 1 / 60
+
+
+# -- reference controller -------------------------------------------------------------------
+
+
+def test_reference_controller_matches_the_reference_step_for_step():
+    c = ReferenceController(PERIOD)
+    assert (c.base_ns, c.frac_ns) == (16_666_666, 1_666)
+    adj = c.update(150)  # inside the 200 µs dead-band: nothing but relaxing
+    assert adj.phase_shift_s == 0 and adj.interval_s == pytest.approx(16_666_666e-9)
+    adj = c.update(250)  # deliver later: +60 steps of phase, k += 2, then relax by 1
+    assert adj.phase_shift_s == pytest.approx(60 * 1666e-9)
+    assert c.steps == 1 and adj.interval_s == pytest.approx((16_666_666 + 1666) * 1e-9)
+    adj = c.update(-250)
+    assert adj.phase_shift_s == pytest.approx(-60 * 1666e-9) and c.steps == 0
+    for _ in range(200):  # the trim saturates at ±50 steps (a step is 0.01 %)
+        c.update(10_000)
+    assert c.steps in (49, 50)
+    for _ in range(100):
+        c.update(None)  # no feedback: it relaxes back to nominal
+    assert c.steps == 0
+
+
+# -- PI controller ----------------------------------------------------------------------------
+
+
+def test_pi_controller_corrects_in_the_direction_asked_and_within_limits():
+    c = PiController(PERIOD)
+    assert c.update(None).phase_shift_s == 0
+    later = c.update(1000)
+    assert 0 < later.phase_shift_s <= 0.1 * PERIOD
+    huge = PiController(PERIOD).update(8000)
+    assert huge.phase_shift_s == pytest.approx(0.1 * PERIOD)  # a step is limited to 10 % of a frame
+    sooner = PiController(PERIOD).update(-1000)
+    assert sooner.phase_shift_s < 0
+
+
+def test_pi_controller_learns_a_rate_offset_and_its_trim_is_bounded():
+    c = PiController(PERIOD)
+    for _ in range(2000):
+        adj = c.update(500)  # always "later": the display is slower than the host
+    assert adj.interval_s > PERIOD
+    assert adj.interval_s <= PERIOD * 1.005 + 1e-12  # ±0.5 % at most
+
+
+def test_pi_controller_ignores_a_lone_outlier_but_follows_a_real_jump():
+    c = PiController(PERIOD, PiConfig())
+    for _ in range(50):
+        c.update(0)
+    assert c.update(7000).phase_shift_s == 0 and c.rejected == 1
+    assert c.update(0).phase_shift_s == 0
+    for _ in range(7):  # the phase really moved: after max_outliers it acquires again
+        adj = c.update(7000)
+    assert c.reacquisitions == 1 and adj.phase_shift_s > 0
+
+
+# -- frame clock --------------------------------------------------------------------------------
+
+
+def test_frame_clock_ticks_at_the_nominal_rate_without_feedback():
+    clock = FrameClock(fps=60, start_s=1.0)
+    assert clock.handle_timer(0.999) is None
+    times = []
+    for _ in range(5):
+        tick = clock.handle_timer(clock.next_timer())
+        assert tick is not None and tick.missed == 0 and tick.encode and tick.error_us is None
+        times.append(tick.due_s)
+    assert [b - a for a, b in zip(times, times[1:], strict=False)] == pytest.approx([PERIOD] * 4)
+
+
+def test_frame_clock_counts_missed_ticks_and_keeps_its_cadence():
+    clock = FrameClock(fps=60, start_s=0.0)
+    clock.handle_timer(0.0)
+    tick = clock.handle_timer(3.5 * PERIOD)  # the host was busy for two and a half frames
+    assert tick is not None and tick.missed == 2 and tick.index == 3
+    assert tick.due_s == pytest.approx(3 * PERIOD)
+    assert clock.next_timer() == pytest.approx(4 * PERIOD)
+    assert clock.missed_total == 2
+
+
+def test_client_rate_multiplier_encodes_every_nth_heartbeat():
+    clock = FrameClock(fps=60, start_s=0.0, multiplier=2)
+    assert clock.nominal_s == pytest.approx(1 / 120)
+    encodes = []
+    for _ in range(6):
+        tick = clock.handle_timer(clock.next_timer())
+        assert tick is not None
+        encodes.append(tick.encode)
+    assert encodes == [True, False, True, False, True, False]
+    tick = clock.handle_timer(clock.next_timer() + 1.5 / 120)  # a missed encoding heartbeat moves here
+    assert tick is not None and tick.missed == 1 and tick.encode
+
+
+def test_frame_clock_moves_later_when_viewers_ask_for_later():
+    clock = FrameClock(fps=60, start_s=0.0, controller="pi")
+    clock.handle_timer(0.0)
+    clock.feedback(1, 2000, 0.001)
+    due_before = clock.next_timer()
+    tick = clock.handle_timer(due_before)
+    assert tick is not None and tick.error_us == 2000
+    assert clock.next_timer() > due_before + PERIOD  # the next tick comes later than nominal
+
+
+def test_leader_policy_follows_the_first_viewer_until_it_goes_quiet():
+    clock = FrameClock(fps=60, start_s=0.0, policy="leader", leader_timeout_s=1.0)
+    clock.feedback(1, 100, 0.0)
+    clock.feedback(2, -900, 0.001)
+    clock.feedback(1, 300, 0.002)
+    tick = clock.handle_timer(0.01)
+    assert tick is not None and tick.error_us == 200  # viewer 1's mean; viewer 2 measured, not steering
+    assert clock.leader == 1 and clock.feedback_ignored == 1
+    clock.feedback(2, -500, 1.5)  # viewer 1 silent for more than a second: viewer 2 leads
+    tick = clock.handle_timer(1.5)
+    assert tick is not None and tick.error_us == -500 and clock.leader == 2
+    clock.viewer_left(2)
+    tick = clock.handle_timer(clock.next_timer())
+    assert tick is not None and tick.error_us is None and clock.leader is None
+
+
+def test_sum_policy_adds_every_viewers_offsets_like_the_reference():
+    clock = FrameClock(fps=60, start_s=0.0, policy="sum")
+    clock.feedback(1, 100, 0.0)
+    clock.feedback(2, -900, 0.0)
+    clock.feedback(1, 300, 0.0)
+    tick = clock.handle_timer(0.0)
+    assert tick is not None and tick.error_us == -500
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"fps": 0}, "fps"),
+        ({"fps": 60, "multiplier": 0}, "multiplier"),
+        ({"fps": 60, "policy": "vote"}, "policy"),
+        ({"fps": 60, "controller": "magic"}, "controller"),
+    ],
+)
+def test_frame_clock_rejects_bad_settings_clearly(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        FrameClock(start_s=0.0, **kwargs)
+
+
+def test_wrap_phase_folds_into_half_a_period():
+    assert wrap_phase(0.001, PERIOD) == pytest.approx(0.001)
+    assert wrap_phase(PERIOD + 0.001, PERIOD) == pytest.approx(0.001)
+    assert wrap_phase(0.6 * PERIOD, PERIOD) == pytest.approx(-0.4 * PERIOD)
+    assert wrap_phase(-0.6 * PERIOD, PERIOD) == pytest.approx(0.4 * PERIOD)
+
+
+# -- refresh clock and presentation loop ----------------------------------------------------
+
+
+def test_refresh_clock_runs_at_its_rate_and_skew():
+    clock = RefreshClock(60.0, start_s=0.5)
+    assert clock.next_vblank(0.5) == pytest.approx(0.5 + PERIOD)
+    v = clock.next_vblank(0.51)
+    assert clock.next_vblank(v) == pytest.approx(v + PERIOD)  # never the same refresh twice
+    slow = RefreshClock(60.0, start_s=0.0, skew_ppm=1000)
+    assert slow.hz == pytest.approx(60 / 1.001)
+    assert RefreshClock(59.94, 0.0).period_s == pytest.approx(1 / 59.94)
+    with pytest.raises(ValueError):
+        RefreshClock(0, 0.0)
+
+
+def test_mailbox_shows_the_newest_finished_picture_at_the_refresh():
+    loop: PresentationLoop[str] = PresentationLoop(PresentationConfig(), PERIOD)
+    loop.vblank(1.0)
+    assert isinstance(loop.poll(1.0), Repeat)  # nothing yet (and nothing to count as repeated)
+    assert loop.counters.repeated == 0
+    loop.frame_ready("a", 1.002)
+    loop.frame_ready("b", 1.010)
+    loop.frame_ready("c", 1.0175)  # finished after the next refresh: not on screen yet
+    loop.vblank(1.0 + PERIOD)
+    d = loop.poll(1.0 + PERIOD)
+    assert isinstance(d, Present) and d.frame == "b" and d.dropped == 1
+    assert d.on_screen_s == pytest.approx(1.0 + PERIOD) and d.phase_error_us is None
+    loop.vblank(1.0 + 2 * PERIOD)
+    d = loop.poll(1.0 + 2 * PERIOD)
+    assert isinstance(d, Present) and d.frame == "c"
+    loop.vblank(1.0 + 3 * PERIOD)
+    assert isinstance(loop.poll(1.0 + 3 * PERIOD), Repeat)
+    c = loop.counters
+    assert (c.presented, c.dropped, c.repeated, c.missed_deadlines) == (2, 1, 1, 0)
+
+
+def test_phase_locked_waits_up_to_the_deadline_and_reports_the_phase_error():
+    cfg = PresentationConfig(phase_locked=True, offset_s=0.0, deadline_s=0.008)
+    loop: PresentationLoop[str] = PresentationLoop(cfg, PERIOD)
+    loop.vblank(2.0)
+    d = loop.poll(2.0)
+    assert isinstance(d, Wait) and d.until_s == pytest.approx(2.008)
+    loop.frame_ready("late", 2.003)
+    d = loop.poll(2.003)
+    assert isinstance(d, Present) and d.frame == "late"
+    assert d.phase_error_us == -3000  # done 3 ms after the target: "deliver sooner"
+    assert d.on_screen_s == pytest.approx(2.0 + PERIOD)  # FIFO: on screen at the next refresh
+    loop.frame_ready("early", 2.0 + PERIOD - 0.002)
+    loop.vblank(2.0 + PERIOD)
+    d = loop.poll(2.0 + PERIOD)
+    assert isinstance(d, Present) and d.phase_error_us == 2000  # done 2 ms early: "deliver later"
+    loop.vblank(2.0 + 2 * PERIOD)
+    assert isinstance(loop.poll(2.0 + 2 * PERIOD), Wait)
+    d = loop.poll(2.0 + 2 * PERIOD + 0.008)
+    assert isinstance(d, Repeat) and d.missed_deadline
+    assert loop.counters.missed_deadlines == 1 and loop.counters.repeated == 1
+    with pytest.raises(RuntimeError):
+        loop.poll(2.05)  # already decided for this refresh
+
+
+def test_phase_locked_catches_up_after_a_burst_and_keeps_a_picture_meant_for_the_next_refresh():
+    cfg = PresentationConfig(phase_locked=True, offset_s=-0.012, deadline_s=0.008)
+    loop: PresentationLoop[str] = PresentationLoop(cfg, PERIOD)
+    for name, done in (("old1", 0.95), ("old2", 0.97), ("now", 0.986), ("next", 0.999)):
+        loop.frame_ready(name, done)
+    loop.vblank(1.0)  # target: done at 0.988; "next" is nearer to the following refresh's target
+    d = loop.poll(1.0)
+    assert isinstance(d, Present) and d.frame == "now" and d.dropped == 2
+    loop.vblank(1.0 + PERIOD)
+    d = loop.poll(1.0 + PERIOD)
+    assert isinstance(d, Present) and d.frame == "next"
+
+
+# -- the loop simulated: what issue 4 must hold -----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def headline():
+    """500 ppm skew, 2 ms (σ) of jitter, eight starting phases spread over a frame, both controllers."""
+    return run([standard_scenarios(10.0)[0]], controllers=("pi", "reference"), phases=8)["rows"]
+
+
+def test_pi_locks_within_two_seconds_and_holds_half_a_millisecond(headline):
+    pi = next(r for r in headline if r["controller"] == "pi")
+    assert pi["locked_runs"] == pi["runs"] == 8
+    assert pi["lock_s_worst"] < 2.0
+    assert pi["sigma_ms_worst"] <= 0.5
+
+
+def test_pi_locks_twice_as_fast_with_half_the_jitter_of_the_reference(headline):
+    pi, ref = (next(r for r in headline if r["controller"] == c) for c in ("pi", "reference"))
+    assert ref["locked_runs"] == 8  # the reference does lock, just slower and noisier
+    assert pi["lock_s_median"] * 2 <= ref["lock_s_median"]
+    assert pi["sigma_ms_median"] * 2 <= ref["sigma_ms_median"]
+    pairs = list(zip(pi["results"], ref["results"], strict=True))  # same trace, same starting phase
+    assert statistics.median(p["sigma_ms"] / r["sigma_ms"] for p, r in pairs) <= 0.5
+    assert "pi" in format_table({"rows": headline})
+
+
+def test_loop_is_stable_under_encode_and_decode_load():
+    load = standard_scenarios(10.0)[3].config  # ±3 ms of extra, uniform variation per frame
+    for start in (-0.4, 0.1, 0.45):
+        r = simulate(replace(load, initial_phase=start), "pi")
+        assert r.lock_s is not None and r.lock_s < 2.0
+        assert r.sigma_ms is not None and r.sigma_ms <= 0.5
+        assert r.repeated_after_lock == 0
+
+
+def test_loop_recovers_from_a_100_ms_stall_within_a_second():
+    stall = standard_scenarios(10.0)[4].config
+    for controller in ("pi", "reference"):
+        for start in (-0.3, 0.25):
+            r = simulate(replace(stall, initial_phase=start), controller)
+            assert r.recover_s is not None and r.recover_s < 1.0, (controller, start)
+
+
+def test_free_running_drifts_through_the_frame():
+    r = simulate(PhaseSimConfig(duration_s=10.0, skew_ppm=1000.0, initial_phase=0.0), "none")
+    assert r.feedback == 0
+    errors = [e for _, e, _ in r.trace]
+    assert max(errors) - min(errors) > 0.008  # 1000 ppm: 10 ms of drift in 10 s, nothing pulls it back
