@@ -1,5 +1,6 @@
 """Frame clock, phase controllers and the presentation loop (pure, fake clock), and the simulated loop."""
 
+import itertools
 import statistics
 from dataclasses import replace
 
@@ -84,7 +85,7 @@ def test_frame_clock_ticks_at_the_nominal_rate_without_feedback():
         tick = clock.handle_timer(clock.next_timer())
         assert tick is not None and tick.missed == 0 and tick.encode and tick.error_us is None
         times.append(tick.due_s)
-    assert [b - a for a, b in zip(times, times[1:], strict=False)] == pytest.approx([PERIOD] * 4)
+    assert [b - a for a, b in itertools.pairwise(times)] == pytest.approx([PERIOD] * 4)
 
 
 def test_frame_clock_counts_missed_ticks_and_keeps_its_cadence():
