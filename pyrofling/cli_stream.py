@@ -59,6 +59,7 @@ def _share(*, what: str, zero_ok: bool, upper: float, upper_ok: bool, example: s
 _kbits = _whole_number(1, 10_000_000, "kbit/s")
 _dimension = _whole_number(64, 8192, "pixels", even=True)
 _fps = _whole_number(1, 240, "fps")
+_multiplier = _whole_number(1, 8, "heartbeats per frame")
 _ratio = _share(what="FEC ratio", zero_ok=False, upper=4.0, upper_ok=True, example="0.25 or 25%")
 _loss = _share(what="loss rate", zero_ok=True, upper=1.0, upper_ok=False, example="0.02 or 2%")
 
@@ -117,6 +118,29 @@ def add_host_options(p: argparse.ArgumentParser) -> None:
         default=200.0,
         help="pace each viewer's datagrams to this rate, Mbit/s (default 200; 0 = bursts, like the reference)",
     )
+    from pyrofling.core.frame_clock import CONTROLLERS, POLICIES
+
+    g = p.add_argument_group("frame clock (steered by phase-locked viewers)")
+    g.add_argument(
+        "--phase-controller",
+        choices=CONTROLLERS,
+        default="pi",
+        help="pi: pyrofling's (locks faster, jitters less); reference: PyroFling's sign-only nudge (default pi)",
+    )
+    g.add_argument(
+        "--phase-policy",
+        choices=POLICIES,
+        default="leader",
+        help="with several phase-locked viewers: leader follows the first one (the others cannot all be locked "
+        "when their displays differ); sum adds their offsets like the reference (default leader)",
+    )
+    g.add_argument(
+        "--client-rate-multiplier",
+        type=_multiplier,
+        default=1,
+        metavar="N",
+        help="run the heartbeat at fps x N and encode every N-th beat (a game at 120 Hz, a stream at 60; default 1)",
+    )
 
 
 def host_config(args: argparse.Namespace, **overrides: Any) -> Any:
@@ -143,6 +167,9 @@ def host_config(args: argparse.Namespace, **overrides: Any) -> Any:
         fec="none" if args.no_fec else args.fec_planner,
         fec_ratio=args.fec,
         max_rate_mbits=args.max_rate_mbits,
+        phase_controller=args.phase_controller,
+        phase_policy=args.phase_policy,
+        client_rate_multiplier=args.client_rate_multiplier,
         duration_s=getattr(args, "duration", None),
         stats_json=getattr(args, "stats_json", None),
     )

@@ -1,11 +1,15 @@
 """``pyrofling host``: the asyncio shell around the host core.
 
 One TCP listener and one UDP socket on the same port (protocol.md §1).  The
-frame loop ticks at ``fps``; each tick renders/reads a frame and encodes it
-in the encode thread, then fans the packets out to every kicked viewer through
+frame clock (:class:`~pyrofling.core.frame_clock.FrameClock`) ticks at ``fps``,
+steered by the phase-locked viewers' PHASE_OFFSET; a heartbeat thread sleeps
+precisely until each tick (asyncio's timers are only good to a millisecond) and
+hands it to the event loop.  Each tick renders/reads a frame and encodes it in
+the encode thread, then fans the packets out to every kicked viewer through
 that viewer's packetizer (own sequence numbers and FEC) and paced queue.
-Decisions live in :class:`~pyrofling.core.host_session.HostSessions` and
-:class:`~pyrofling.core.keyframes.KeyframePolicy`; this module only moves bytes.
+Decisions live in :class:`~pyrofling.core.host_session.HostSessions`,
+:class:`~pyrofling.core.keyframes.KeyframePolicy` and the frame clock; this
+module only moves bytes.
 """
 
 from __future__ import annotations
@@ -17,12 +21,14 @@ import logging
 import secrets
 import socket
 import statistics
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pyrofling.core.frame_clock import FrameClock, Tick
 from pyrofling.core.host_session import (
     Address,
     CloseConnection,
@@ -70,12 +76,18 @@ class HostConfig:
     stats_json: Path | None = None
     #: Seconds between status lines in the log (0: none).
     status_interval_s: float = 5.0
+    #: Phase controller for the frame clock: pi (pyrofling's) or reference (PyroFling's).
+    phase_controller: str = "pi"
+    #: Which phase-locked viewers steer: leader (the longest-locked one) or sum (the reference).
+    phase_policy: str = "leader"
+    #: Heartbeat at fps × this; a frame is encoded on every n-th (a game at 120 Hz, a 60 Hz stream).
+    client_rate_multiplier: int = 1
 
 
 @dataclass(slots=True)
 class HostStats:
     frames_encoded: int = 0
-    frames_skipped: int = 0  # ticks missed because the previous frame was still encoding
+    frames_skipped: int = 0  # heartbeats with no frame: the host was busy or the encoder still running
     key_frames: int = 0
     idrs: int = 0
     bytes_encoded: int = 0
@@ -120,6 +132,20 @@ class Host:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pyrofling-encode")
         self._cpu_start = time.process_time()
         self._started_s = time.monotonic()
+        fps = config.encoder.fps
+        self.clock = FrameClock(
+            fps=fps,
+            start_s=time.monotonic(),
+            controller=config.phase_controller,
+            multiplier=config.client_rate_multiplier,
+            policy=config.phase_policy,
+        )
+        self._next_tick_s = self.clock.next_timer()  # read by the heartbeat thread
+        self._tick_handled = threading.Event()
+        self._halt = threading.Event()
+        self._encoding = False
+        self._encode_task: asyncio.Future[None] | None = None
+        self._frame_index = 0
 
     def _make_packetizer(self, cookie: int) -> Packetizer:
         cfg = self.config
@@ -165,10 +191,12 @@ class Host:
             self.port,
         )
         self.ready.set()
-        tasks = [
-            asyncio.create_task(self._frame_loop(source, encoder)),
-            asyncio.create_task(self._timer_loop()),
-        ]
+        self.clock.next_tick_s = self._next_tick_s = time.monotonic()
+        heartbeat = threading.Thread(
+            target=self._heartbeat, args=(loop, source, encoder), name="pyrofling-heartbeat", daemon=True
+        )
+        heartbeat.start()
+        tasks = [asyncio.create_task(self._timer_loop())]
         if cfg.status_interval_s > 0:
             tasks.append(asyncio.create_task(self._status_loop()))
         try:
@@ -178,9 +206,12 @@ class Host:
             else:
                 await self._stop.wait()
         finally:
+            self._halt.set()
+            self._tick_handled.set()
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            await loop.run_in_executor(None, heartbeat.join, 2.0)
             server.close()
             for writer in list(self._writers.values()):
                 writer.close()
@@ -269,6 +300,7 @@ class Host:
         handle = self._pump_handles.pop(conn_id, None)
         if handle is not None:
             handle.cancel()
+        self.clock.viewer_left(conn_id)
         if writer is not None:
             log.info("connection %d%s ended: %s", conn_id, f" ({conn.label})" if conn else "", reason)
 
@@ -285,7 +317,7 @@ class Host:
             elif isinstance(out, CloseConnection):
                 self._drop(out.conn_id, out.reason)
             elif isinstance(out, PhaseFeedback):
-                pass  # the frame clock takes these (phase-locked presentation)
+                self.clock.feedback(out.conn_id, out.offset_us, time.monotonic())
 
     # -- UDP ---------------------------------------------------------------------------------
 
@@ -312,40 +344,64 @@ class Host:
 
     # -- media -------------------------------------------------------------------------------
 
-    async def _frame_loop(self, source: VideoSource, encoder: VideoEncoder) -> None:
-        loop = asyncio.get_running_loop()
-        period = 1.0 / self.config.encoder.fps
-        next_tick = time.monotonic()
-        index = 0
-        while True:
-            now = time.monotonic()
-            if next_tick > now:
-                await asyncio.sleep(next_tick - now)
-            now = time.monotonic()
-            if now - next_tick > period:  # we are late by whole frames: skip them, keep the cadence
-                missed = int((now - next_tick) / period)
-                self.stats.frames_skipped += missed
-                next_tick += missed * period
-            next_tick += period
-            capture_us = int(now * 1_000_000)
-            force = self.keyframes.should_force(now)
-            try:
-                packets = await loop.run_in_executor(
-                    self._executor, self._capture_and_encode, source, encoder, index, capture_us, force
-                )
-            except Exception:
-                # One bad frame must not end the stream; the next frame is an IDR.
-                self.stats.encode_errors += 1
-                self.keyframes.loss_reported()
-                log.exception("encoding frame %d failed", index)
-                packets = []
-            if packets is None:
-                log.info("source ended after %d frames", index)
-                self.stop()
+    def _heartbeat(self, loop: asyncio.AbstractEventLoop, source: VideoSource, encoder: VideoEncoder) -> None:
+        """Heartbeat thread: sleep until the next tick, hand it to the loop, wait until it is handled."""
+        while not self._halt.is_set():
+            delay = self._next_tick_s - time.monotonic()
+            if delay > 0 and self._halt.wait(min(delay, 0.5)):
                 return
-            index += 1
-            for packet in packets:
-                self._fan_out(packet)
+            woke = time.monotonic()
+            if woke < self._next_tick_s:
+                continue  # woke early (or the loop moved the tick): sleep again
+            self._tick_handled.clear()
+            try:
+                loop.call_soon_threadsafe(self._on_tick, woke, source, encoder)
+            except RuntimeError:
+                return  # the loop is closed
+            self._tick_handled.wait(1.0)
+
+    def _on_tick(self, woke: float, source: VideoSource, encoder: VideoEncoder) -> None:
+        """On the loop: advance the frame clock, then capture and encode unless still busy."""
+        try:
+            tick = self.clock.handle_timer(woke)
+            self._next_tick_s = self.clock.next_timer()
+        finally:
+            self._tick_handled.set()
+        if tick is None:
+            return
+        self.stats.frames_skipped += tick.missed // self.clock.multiplier
+        if not tick.encode or self._halt.is_set():
+            return
+        if self._encoding:  # the previous frame is still encoding: this heartbeat stalls
+            self.stats.frames_skipped += 1
+            return
+        self._encoding = True
+        self._encode_task = asyncio.ensure_future(self._encode_and_send(tick, woke, source, encoder))
+
+    async def _encode_and_send(self, tick: Tick, woke: float, source: VideoSource, encoder: VideoEncoder) -> None:
+        loop = asyncio.get_running_loop()
+        index = self._frame_index
+        capture_us = int(woke * 1_000_000)
+        force = self.keyframes.should_force(woke)
+        try:
+            packets = await loop.run_in_executor(
+                self._executor, self._capture_and_encode, source, encoder, index, capture_us, force
+            )
+        except Exception:
+            # One bad frame must not end the stream; the next frame is an IDR.
+            self.stats.encode_errors += 1
+            self.keyframes.loss_reported()
+            log.exception("encoding frame %d failed", index)
+            packets = []
+        finally:
+            self._encoding = False
+        if packets is None:
+            log.info("source ended after %d frames", index)
+            self.stop()
+            return
+        self._frame_index += 1
+        for packet in packets:
+            self._fan_out(packet)
 
     def _capture_and_encode(
         self, source: VideoSource, encoder: VideoEncoder, index: int, capture_us: int, force: bool
@@ -417,15 +473,23 @@ class Host:
             dt = max(1e-6, now - last_t)
             recent = st.encode_ms[-120:]
             log.info(
-                "%.1f fps, %.2f Mbit/s encoded, encode %.1f ms, %d viewer(s), %d key frames forced, %d skipped",
+                "%.1f fps, %.2f Mbit/s encoded, encode %.1f ms, %d viewer(s), %d key frames forced, %d skipped%s",
                 (st.frames_encoded - last_frames) / dt,
                 (st.bytes_encoded - last_bytes) * 8 / dt / 1e6,
                 statistics.median(recent) if recent else 0.0,
                 len(self.sessions.connections),
                 self.keyframes.forced,
                 st.frames_skipped,
+                self._phase_status(),
             )
             last_frames, last_bytes, last_t = st.frames_encoded, st.bytes_encoded, now
+
+    def _phase_status(self) -> str:
+        clock = self.clock
+        if clock.leader is None and clock.policy == "leader":
+            return "; frame clock free-running"
+        steering = f"viewer {clock.leader}" if clock.policy == "leader" else "all viewers (sum)"
+        return f"; frame clock locked to {steering} ({clock.controller.name}), rate {clock.rate_trim_ppm:+.0f} ppm"
 
     def summary(self) -> dict[str, Any]:
         st = self.stats
@@ -444,6 +508,12 @@ class Host:
             timed_out=self.sessions.timed_out,
             discarded=dict(self.sessions.discarded),
             encoded_mbits=st.bytes_encoded * 8 / max(elapsed, 1e-6) / 1e6,
+            phase_controller=self.clock.controller.name,
+            phase_feedback=self.clock.feedback_total,
+            phase_feedback_ignored=self.clock.feedback_ignored,
+            heartbeats=self.clock.index + 1,
+            heartbeats_missed=self.clock.missed_total,
+            rate_trim_ppm=self.clock.rate_trim_ppm,
         )
         return out
 
