@@ -241,6 +241,7 @@ def add_view(sub: Any) -> None:
     )
     p.add_argument("uri", help="pyro://HOST:PORT[?phase_locked=S&deadline=S] or HOST:PORT")
     p.add_argument("--headless", action="store_true", help="decode and count frames, no window")
+    add_presentation_options(p)
     p.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
     p.add_argument("--no-reconnect", action="store_true", help="exit when the host goes away instead of reconnecting")
     p.add_argument(
@@ -255,12 +256,80 @@ def add_view(sub: Any) -> None:
     p.set_defaults(func=run_view)
 
 
+def add_presentation_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "presentation",
+        "Phase lock steers the host's frame clock so pictures finish decoding just as this display refreshes: "
+        "smooth pacing at low latency. Recommended: --phase-locked 0 --deadline 0.008 "
+        "(or pyro://HOST:PORT?phase_locked=0.0&deadline=0.008). These flags override the URI.",
+    )
+    g.add_argument(
+        "--phase-locked",
+        type=_seconds(-0.1, 0.1),
+        default=None,
+        metavar="OFFSET",
+        help="lock to this display; pictures should be done OFFSET seconds after each refresh (default: off)",
+    )
+    g.add_argument(
+        "--deadline",
+        type=_seconds(0.0, 0.1),
+        default=None,
+        metavar="SECONDS",
+        help="wait at most this long after a refresh for the next picture, else repeat the last (default 0: off)",
+    )
+    g.add_argument(
+        "--refresh-hz",
+        type=_seconds(1.0, 1000.0, unit="Hz"),
+        default=None,
+        help="run a software display clock at this rate, e.g. 59.94 (default: the display's, else the stream's)",
+    )
+    g.add_argument(
+        "--refresh-skew-ppm",
+        type=_seconds(-50_000.0, 50_000.0, unit="ppm"),
+        default=0.0,
+        metavar="PPM",
+        help="run the display clock this many ppm slow (negative: fast), to see the lock at work",
+    )
+
+
+def _seconds(low: float, high: float, *, unit: str = "seconds") -> Callable[[str], float]:
+    """An argparse type for a number of ``unit`` in ``low..high``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of {unit}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value:g} {unit} is out of range {low:g}..{high:g}")
+        return value
+
+    return parse
+
+
+def presentation_config(args: argparse.Namespace, uri: Any) -> Any:
+    from pyrofling.core.presentation import PresentationConfig
+
+    offset = args.phase_locked if args.phase_locked is not None else uri.phase_locked
+    deadline = args.deadline if args.deadline is not None else uri.deadline_s
+    if offset is not None and not -0.1 <= offset <= 0.1:
+        raise ValueError(f"phase_locked={offset:g} is out of range: an offset in seconds, -0.1..0.1 (e.g. 0.0)")
+    if deadline is not None and not 0.0 <= deadline <= 0.1:
+        raise ValueError(f"deadline={deadline:g} is out of range: seconds, 0..0.1 (e.g. 0.008)")
+    return PresentationConfig(
+        phase_locked=offset is not None, offset_s=offset or 0.0, deadline_s=max(0.0, deadline or 0.0)
+    )
+
+
 def viewer_config(args: argparse.Namespace) -> Any:
     from pyrofling.client.uri import parse_uri
     from pyrofling.client.viewer import ViewerConfig
 
     uri = parse_uri(args.uri)
     return ViewerConfig(
+        presentation=presentation_config(args, uri),
+        refresh_hz=args.refresh_hz,
+        refresh_skew_ppm=args.refresh_skew_ppm,
         host=uri.host,
         port=uri.port,
         extensions=not args.native,
@@ -307,13 +376,14 @@ def _view_headless(cfg: Any) -> int:
 
 
 def view_in_window(cfg: Any, *, screenshot: Path | None = None, title: str = "pyrofling") -> int:
-    """pyglet owns the main thread; the viewer's event loop runs in a second one."""
+    """pyglet and the presenter own the main thread; the viewer's event loop runs in a second one."""
     from pyrofling.client.viewer import Viewer
     from pyrofling.client.window import ViewerWindow
 
     window = ViewerWindow(title=title)
-    viewer = Viewer(cfg, sink=window)
+    viewer = Viewer(cfg, display=window, run_presenter=False)
     window.stats_source = viewer
+    stop = viewer.presenter_stop
     result: dict[str, int] = {}
 
     def network() -> None:
@@ -321,14 +391,19 @@ def view_in_window(cfg: Any, *, screenshot: Path | None = None, title: str = "py
             stats = asyncio.run(viewer.run())
             result["rc"] = 0 if stats.sessions_streaming else 1
         finally:
-            window.close_soon()
+            stop.set()
+
+    def close_requested() -> None:
+        viewer.stop()
+        stop.set()
 
     thread = threading.Thread(target=network, name="pyrofling-network", daemon=True)
     thread.start()
-    window.on_close_requested = viewer.stop
+    window.on_close_requested = close_requested
     with contextlib.suppress(KeyboardInterrupt):
-        window.run(screenshot=screenshot)
+        viewer.presenter.run(stop)
     viewer.stop()
+    window.close(screenshot=screenshot)
     thread.join(10)
     return result.get("rc", 1)
 

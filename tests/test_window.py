@@ -75,26 +75,56 @@ def test_window_shows_the_test_scene(xvfb: str, tmp_path: Path) -> None:
         assert np.abs(row[x].astype(float) - expected).max() < 40, (i, row[x], expected)
 
 
-def test_v_toggles_the_statistics_overlay(xvfb: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_v_toggles_the_overlay_with_its_graphs(xvfb: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DISPLAY", xvfb)
     from pyglet.window import key
 
+    from pyrofling.client.presenter import HeadlessDisplay, Presenter
     from pyrofling.client.window import ViewerWindow
+    from pyrofling.core.presentation import PresentationConfig
+
+    presenter = Presenter(PresentationConfig(phase_locked=True), HeadlessDisplay())
+    st = presenter.stats
+    st.graph_phase_ms.extend([0.5, -0.3, 0.2])
+    st.graph_pace_ms.extend([16.7, 16.6, 16.7])
+    st.graph_glass_ms.extend([25.0, 26.0, 24.0])
+    st.graph_repeat.extend([False, True, False])
 
     class Stats:
         codec_parameters = None
 
-        def summary(self) -> dict[str, float]:
-            return {"frames_shown": 10, "received_mbits": 7.5, "decode_ms_median": 1.0, "rtt_ms": 0.3}
+        def __init__(self) -> None:
+            self.presenter = presenter
+
+        def summary(self) -> dict[str, object]:
+            return {
+                "frames_shown": 10,
+                "received_mbits": 7.5,
+                "decode_ms_median": 1.0,
+                "rtt_ms": 0.3,
+                "presentation": {"presented": 9, "repeated": 2, "missed_deadlines": 1, "refresh_hz": 59.94},
+            }
 
     window = ViewerWindow()
     try:
+        assert not window.vsync_blocks  # Xvfb's flips do not wait for a refresh
         window.stats_source = Stats()
         assert not window.hud_visible
         window._on_key(key.V, 0)
         assert window.hud_visible
-        assert "frames shown: 10" in window._hud.text and "7.50 Mbit/s" in window._hud.text
+        text = window._hud.text
+        assert "frames decoded: 10" in text and "7.50 Mbit/s" in text
+        assert "repeated 2, missed deadline 1" in text and "59.94 Hz" in text
+        labels = [s.text for s in window._graph_shapes if hasattr(s, "text")]
+        assert [label.split(":")[0] for label in labels] == [
+            "phase error",
+            "frame pace",
+            "capture->on screen",
+            "repeated refreshes",
+        ]
+        assert "phase error: 0.13 ms" in labels  # the average of the samples shown
+        window.present(None)  # draws the overlay without a picture
         window._on_key(key.V, 0)
         assert not window.hud_visible
     finally:
-        window.window.close()
+        window.close()

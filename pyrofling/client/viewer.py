@@ -3,9 +3,11 @@
 Network (asyncio): TCP control through :class:`~pyrofling.core.viewer_session.ViewerSession`,
 UDP media through :class:`~pyrofling.core.reassembler.Reassembler`; complete
 video packets go to the decode thread through a bounded queue.  The decode
-thread decodes with PyAV, reads the test scene's frame marker for latency, and
-hands whole pictures to a :class:`FrameSink` (the window, or a counter when
-headless).  When the host goes away the viewer reconnects.
+thread decodes with PyAV, reads the test scene's frame marker for latency, lets
+the display prepare whole pictures and hands them to the
+:class:`~pyrofling.client.presenter.Presenter`, which shows one per display
+refresh and sends the phase error back as PHASE_OFFSET.  When the host goes
+away the viewer reconnects.
 """
 
 from __future__ import annotations
@@ -22,14 +24,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-import av
 import numpy as np
 
 from pyrofling.client.decoder import DecodeError, VideoDecoder
+from pyrofling.client.presenter import Display, HeadlessDisplay, Picture, Presenter
 from pyrofling.core import frame_marker
 from pyrofling.core.bitstream import key_info
+from pyrofling.core.presentation import PresentationConfig
 from pyrofling.core.reassembler import (
     PacketReady,
     PacketsLost,
@@ -83,22 +86,12 @@ class ViewerConfig:
     connect_timeout_s: float = 5.0
     #: Rewrite ``stats_json`` this often while running (0: only on exit), for live displays.
     stats_interval_s: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class ShownFrame:
-    """What the decode thread knows about a picture it hands to the sink."""
-
-    pts_us: int
-    decode_done_s: float
-    frame_id: int | None  # from the test scene's marker
-    latency_s: float | None  # capture → decoded, host clock mapped to ours
-
-
-class FrameSink(Protocol):
-    """Receives whole decoded pictures, on the decode thread.  Must not block."""
-
-    def show(self, frame: av.VideoFrame, info: ShownFrame) -> None: ...
+    #: Phase lock and deadline (URI ``phase_locked=…&deadline=…``).
+    presentation: PresentationConfig = field(default_factory=PresentationConfig)
+    #: Refresh rate of the software display clock (None: the display's, else the stream's).
+    refresh_hz: float | None = None
+    #: Run the software display clock this many ppm slow (negative: fast), to show locking.
+    refresh_skew_ppm: float = 0.0
 
 
 @dataclass(slots=True)
@@ -113,7 +106,7 @@ class ViewerStats:
     packets_lost_video: int = 0
     packets_recovered: int = 0
     frames_decoded: int = 0
-    frames_shown: int = 0
+    frames_shown: int = 0  # whole pictures handed to the presenter
     frames_hidden: int = 0  # decoded but not whole (after loss, before the key frame)
     decode_errors: int = 0
     decode_queue_overflows: int = 0
@@ -153,11 +146,27 @@ class _UdpProtocol(asyncio.DatagramProtocol):
 
 
 class Viewer:
-    """Connects, streams, reconnects.  ``await viewer.run()``; :meth:`stop` from any thread."""
+    """Connects, streams, reconnects.  ``await viewer.run()``; :meth:`stop` from any thread.
 
-    def __init__(self, config: ViewerConfig, sink: FrameSink | None = None) -> None:
+    With no ``display`` the viewer is headless and runs its presenter on a thread of its
+    own; a window runs :attr:`presenter` on its main thread (``run_presenter=False``).
+    """
+
+    def __init__(
+        self, config: ViewerConfig, display: Display | None = None, *, run_presenter: bool | None = None
+    ) -> None:
         self.config = config
-        self.sink = sink
+        self.display: Display = display or HeadlessDisplay()
+        self.presenter = Presenter(
+            config.presentation,
+            self.display,
+            refresh_hz=config.refresh_hz,
+            skew_ppm=config.refresh_skew_ppm,
+            stream_hz=self._stream_hz,
+            on_phase_error=self._phase_error_from_presenter,
+        )
+        self._run_presenter = display is None if run_presenter is None else run_presenter
+        self.presenter_stop = threading.Event()
         self.stats = ViewerStats()
         self.session: ViewerSession | None = None
         self.reassembler: Reassembler | None = None
@@ -185,6 +194,12 @@ class Viewer:
         self._stop = asyncio.Event()
         decoder = threading.Thread(target=self._decode_thread, name="pyrofling-decode", daemon=True)
         decoder.start()
+        presenter = None
+        if self._run_presenter:
+            presenter = threading.Thread(
+                target=self.presenter.run, args=(self.presenter_stop,), name="pyrofling-present", daemon=True
+            )
+            presenter.start()
         stopper = None
         if self.config.duration_s is not None:
             stopper = self._loop.call_later(self.config.duration_s, self._stop.set)
@@ -207,7 +222,10 @@ class Viewer:
             if writer_task is not None:
                 writer_task.cancel()
             self._decode_queue.put(None)
+            self.presenter_stop.set()
             await asyncio.get_running_loop().run_in_executor(None, decoder.join, 5.0)
+            if presenter is not None:
+                await asyncio.get_running_loop().run_in_executor(None, presenter.join, 5.0)
             if self.config.stats_json is not None:
                 self.config.stats_json.write_text(json.dumps(self.summary(), indent=2))
         return self.stats
@@ -406,6 +424,21 @@ class Viewer:
             elif isinstance(ev, PingReplyReceived):
                 session.ping_reply(ev.seq, ev.server_time_us, ev.received_s)
 
+    def _stream_hz(self) -> float | None:
+        p = self.codec_parameters
+        return p.frame_rate_num / max(1, p.frame_rate_den) if p is not None and p.frame_rate_num else None
+
+    def _phase_error_from_presenter(self, offset_us: int) -> None:
+        """Presenter thread: send PHASE_OFFSET from the event loop."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._send_phase_offset, offset_us)
+
+    def _send_phase_offset(self, offset_us: int) -> None:
+        if self.session is not None and self._perform is not None:
+            self._perform(self.session.phase_offset(offset_us))
+
     def _decode_failed(self) -> None:
         """On the event loop: the decoder rejected a packet, so pictures are broken until a key frame."""
         if self.session is not None and self._perform is not None:
@@ -434,7 +467,7 @@ class Viewer:
                 continue
             decode_ms = (time.perf_counter() - t0) * 1000
             for frame in frames:
-                done = time.monotonic()
+                decoded = time.monotonic()
                 if layout is None or layout.per_row * layout.block > frame.width:
                     layout = frame_marker.layout_for(frame.width)
                 stamp = None
@@ -442,12 +475,10 @@ class Viewer:
                     plane = frame.planes[0]
                     luma = np.frombuffer(memoryview(plane), np.uint8).reshape(frame.height, plane.line_size)
                     stamp = frame_marker.read(luma, layout)
-                latency = None
+                capture_s = None
                 if stamp is not None:
                     capture_us = frame_marker.unwrap_capture_us(stamp.capture_us, item.pts_us)
-                    local = item.clock.to_local(capture_us)
-                    if local is not None:
-                        latency = done - local
+                    capture_s = item.clock.to_local(capture_us)
                 with self._lock:
                     st = self.stats
                     st.frames_decoded += 1
@@ -457,10 +488,13 @@ class Viewer:
                     if not item.whole:
                         st.frames_hidden += 1
                         continue
+                prepared = self.display.prepare(frame)
+                done = time.monotonic()  # decoded and ready to show: what the phase loop measures
+                with self._lock:
                     st.frames_shown += 1
-                    if latency is not None:
-                        st.latency_ms.append(latency * 1000)
-                        st.network_ms.append((latency - (done - item.complete_s)) * 1000)
+                    if capture_s is not None:
+                        st.latency_ms.append((decoded - capture_s) * 1000)
+                        st.network_ms.append((item.complete_s - capture_s) * 1000)
                     if item.connect_s != self._first_frame_of_connect:  # first picture of this connection
                         self._first_frame_of_connect = item.connect_s
                         st.connect_to_first_frame_ms.append((done - item.connect_s) * 1000)
@@ -470,8 +504,9 @@ class Viewer:
                         if gap > 250:
                             st.freezes_over_250ms += 1
                     self._last_shown_s = done
-                if self.sink is not None:
-                    self.sink.show(frame, ShownFrame(item.pts_us, done, stamp.frame_id if stamp else None, latency))
+                self.presenter.submit(
+                    Picture(prepared, item.pts_us, done, capture_s, stamp.frame_id if stamp is not None else None)
+                )
 
     # -- reporting ---------------------------------------------------------------------------
 
@@ -499,6 +534,10 @@ class Viewer:
         live_session = self.session
         if live_session is not None:
             out["keyframe_requests"] = st.keyframe_requests + live_session.keyframe_requests
+        out["presentation"] = self.presenter.summary()
+        glass = out["presentation"]["glass_ms"]
+        out["glass_ms_median"] = statistics.median(glass) if glass else None
+        out["glass_ms_p95"] = float(np.percentile(glass, 95)) if glass else None
         out["cpu_s"] = time.process_time() - self._cpu_start
         out["elapsed_s"] = time.monotonic() - self._started_s
         out["received_mbits"] = st.bytes_received * 8 / max(out["elapsed_s"], 1e-6) / 1e6

@@ -1,17 +1,23 @@
-"""The viewer window (pyglet): the newest decoded picture, scaled to fit, and a statistics overlay.
+"""The viewer window (pyglet): a :class:`~pyrofling.client.presenter.Display` with a statistics overlay.
 
-pyglet owns the main thread.  The decode thread calls :meth:`ViewerWindow.show`,
-which converts the picture to RGB at most at the window's size and parks it in
-a one-slot mailbox; the window uploads the newest picture on its next tick and
-draws it letterboxed.  Keys: V statistics overlay, F full screen, Esc/Q quit.
+pyglet owns the main thread, and the presenter runs there: once per refresh it
+calls :meth:`ViewerWindow.present`, which uploads the chosen picture (converted
+to RGB at most at the window's size on the decode thread, in :meth:`prepare`),
+draws it letterboxed and flips.  Where the flip blocks until the refresh (vsync
+on a real display) that paces the loop; under Xvfb it does not, and the
+presenter keeps a software refresh clock instead.
+
+Keys: V statistics overlay with graphs (phase error, frame pace, latency, repeated
+refreshes), F full screen, Esc/Q quit.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
-import threading
+import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,92 +25,97 @@ import av
 import pyglet
 from pyglet.window import key
 
-from pyrofling.client.viewer import ShownFrame
+from pyrofling.client.presenter import Picture
 
 log = logging.getLogger(__name__)
 
 HUD_KEYS = (
-    ("frames_shown", "frames shown"),
+    ("frames_shown", "frames decoded"),
     ("packets_lost_video", "packets lost"),
     ("packets_recovered", "FEC recovered"),
     ("keyframe_requests", "key-frame requests"),
     ("reconnects", "reconnects"),
 )
+GRAPH_W, GRAPH_H = 300, 46
+REFERENCE_FRAME_MS = 1000 / 60  # graphs are scaled in 60 Hz frames, like the reference's
 
 
 class ViewerWindow:
-    """A :class:`~pyrofling.client.viewer.FrameSink` that shows frames in a pyglet window."""
+    """A pyglet window that shows what the presenter chooses."""
 
     def __init__(self, *, title: str = "pyrofling", width: int = 1280, height: int = 720) -> None:
-        self.window = pyglet.window.Window(width, height, caption=title, resizable=True, vsync=False)
+        self.window = pyglet.window.Window(width, height, caption=title, resizable=True, vsync=True)
+        self.refresh_hz = _screen_rate(self.window)
+        self.vsync_blocks = _flip_blocks(self.window)
+        if not self.vsync_blocks:
+            self.window.set_vsync(False)  # the presenter's software clock paces instead
         self.stats_source: Any = None  # a Viewer, for the overlay
         self.on_close_requested: Callable[[], None] | None = None
         self.hud_visible = False
         self.frames_drawn = 0
-        self._mailbox: tuple[bytes, int, int, ShownFrame] | None = None
-        self._lock = threading.Lock()
+        self.closed = False
         self._texture: Any = None
-        self._closing = threading.Event()
-        self._screenshot: Path | None = None
         self._fps_mark = (time.monotonic(), 0)
+        self._hud_due = 0.0
         self._hud = pyglet.text.Label(
             "",
             x=10,
             y=height - 10,
             anchor_y="top",
             multiline=True,
-            width=520,
+            width=560,
             font_size=12,
             color=(255, 255, 80, 255),
         )
-        self.window.push_handlers(on_draw=self._on_draw, on_key_press=self._on_key, on_close=self._on_close)
+        self._graph_batch = pyglet.graphics.Batch()
+        self._graph_shapes: list[Any] = []
+        self.window.push_handlers(on_key_press=self._on_key, on_close=self._on_close)
 
     # -- decode thread -------------------------------------------------------------------------
 
-    def show(self, frame: av.VideoFrame, info: ShownFrame) -> None:
-        w, h = self.window.get_size() if not self._closing.is_set() else (frame.width, frame.height)
+    def prepare(self, frame: av.VideoFrame) -> tuple[bytes, int, int]:
+        w, h = self.window.get_size() if not self.closed else (frame.width, frame.height)
         scale = min(1.0, w / frame.width, h / frame.height)  # never convert more pixels than we can show
         out_w = max(2, int(frame.width * scale) // 2 * 2)
         out_h = max(2, int(frame.height * scale) // 2 * 2)
         rgb = frame.reformat(width=out_w, height=out_h, format="rgb24")
         data = bytes(rgb.planes[0]) if rgb.planes[0].line_size == out_w * 3 else rgb.to_ndarray().tobytes()
-        with self._lock:
-            self._mailbox = (data, out_w, out_h, info)
+        return data, out_w, out_h
 
-    def close_soon(self) -> None:
-        """From any thread: close the window at its next tick."""
-        self._closing.set()
+    # -- main thread (the presenter) -----------------------------------------------------------
 
-    # -- main thread ---------------------------------------------------------------------------
-
-    def run(self, *, screenshot: Path | None = None) -> None:
-        self._screenshot = screenshot
-        pyglet.clock.schedule_interval(self._tick, 1 / 240)
-        pyglet.clock.schedule_interval(self._update_hud, 0.5)
-        pyglet.app.run(interval=None)
-
-    def _tick(self, _dt: float) -> None:
-        if self._closing.is_set():
-            if self._screenshot is not None:
-                self._save_screenshot(self._screenshot)
-            self.window.close()
-            pyglet.app.exit()
+    def present(self, picture: Picture | None) -> None:
+        if self.closed:
             return
-        with self._lock:
-            item, self._mailbox = self._mailbox, None
-        if item is None:
-            return
-        data, w, h, _info = item
-        image = pyglet.image.ImageData(w, h, "RGB", data, pitch=-w * 3)  # rows top-down; GL is bottom-up
-        if self._texture is None or (self._texture.width, self._texture.height) != (w, h):
-            self._texture = image.get_texture()
-        else:
-            self._texture.blit_into(image, 0, 0, 0)
-        self.frames_drawn += 1
-        self.window.dispatch_event("on_draw")
+        if picture is not None and picture.prepared is not None:
+            data, w, h = picture.prepared
+            image = pyglet.image.ImageData(w, h, "RGB", data, pitch=-w * 3)  # rows top-down; GL is bottom-up
+            if self._texture is None or (self._texture.width, self._texture.height) != (w, h):
+                self._texture = image.get_texture()
+            else:
+                self._texture.blit_into(image, 0, 0, 0)
+            self.frames_drawn += 1
+        self.window.switch_to()
+        self._draw()
         self.window.flip()
 
-    def _on_draw(self) -> None:
+    def pump_events(self) -> bool:
+        if not self.closed:
+            self.window.dispatch_events()
+            if self.hud_visible and time.monotonic() >= self._hud_due:
+                self._hud_due = time.monotonic() + 0.2
+                self._update_hud()
+        return not self.closed
+
+    def close(self, *, screenshot: Path | None = None) -> None:
+        if self.closed:
+            return
+        if screenshot is not None:
+            self.save_screenshot(screenshot)
+        self.closed = True
+        self.window.close()
+
+    def _draw(self) -> None:
         self.window.clear()
         tex = self._texture
         if tex is not None:
@@ -115,9 +126,10 @@ class ViewerWindow:
         if self.hud_visible:
             self._hud.y = self.window.height - 10
             self._hud.draw()
+            self._graph_batch.draw()
 
-    def _update_hud(self, _dt: float) -> None:
-        if not self.hud_visible or self.stats_source is None:
+    def _update_hud(self) -> None:
+        if self.stats_source is None:
             return
         s = self.stats_source.summary()
 
@@ -126,23 +138,79 @@ class ViewerWindow:
             return "-" if v is None else f"{v:.1f} ms"
 
         params = self.stats_source.codec_parameters
+        pres = s.get("presentation", {})
         lines = []
         if params is not None:
             lines.append(f"{params.width}x{params.height} @ {params.frame_rate_num} fps")
-        now, shown = time.monotonic(), int(s.get("frames_shown", 0))
+        now, shown = time.monotonic(), int(pres.get("presented", 0))
         last_t, last_shown = self._fps_mark
         self._fps_mark = (now, shown)
         fps = (shown - last_shown) / (now - last_t) if now > last_t else 0.0
-        lines.append(f"{fps:.1f} fps shown, bitrate {s.get('received_mbits', 0):.2f} Mbit/s")
+        hz = pres.get("refresh_hz")
+        refresh = f" at {hz:.2f} Hz ({pres.get('refresh_clock')})" if hz else ""
+        lines.append(f"{fps:.1f} fps presented{refresh}, bitrate {s.get('received_mbits', 0):.2f} Mbit/s")
+        lines.append(
+            f"repeated {pres.get('repeated', 0)}, missed deadline {pres.get('missed_deadlines', 0)}, "
+            f"dropped {pres.get('dropped', 0)}"
+        )
         lines += [f"{label}: {s.get(k, 0)}" for k, label in HUD_KEYS]
-        lines.append(f"decode {ms('decode_ms_median')}, capture->decoded {ms('latency_ms_median')}")
+        lines.append(f"decode {ms('decode_ms_median')}, capture->on screen {ms('glass_ms_median')}")
         lines.append(f"ping {ms('rtt_ms')}, longest freeze {s.get('max_freeze_ms', 0):.0f} ms")
         self._hud.text = "\n".join(lines)
+        self._update_graphs()
+
+    def _update_graphs(self) -> None:
+        """Four 150-sample graphs under the text, scaled in 60 Hz frames like the reference's HUD."""
+        presenter = getattr(self.stats_source, "presenter", None)
+        if presenter is None:
+            return
+        st = presenter.stats
+        with st.lock:
+            series = [
+                ("phase error", list(st.graph_phase_ms), -REFERENCE_FRAME_MS, REFERENCE_FRAME_MS),
+                ("frame pace", list(st.graph_pace_ms), 0.0, 2 * REFERENCE_FRAME_MS),
+                ("capture->on screen", list(st.graph_glass_ms), 0.0, 6 * REFERENCE_FRAME_MS),
+                ("repeated refreshes", [1.0 if r else 0.0 for r in st.graph_repeat], 0.0, 1.0),
+            ]
+        for shape in self._graph_shapes:
+            shape.delete()
+        self._graph_shapes = []
+        top = self._hud.y - self._hud.content_height - 20
+        for i, (name, values, low, high) in enumerate(series):
+            y0 = top - (i + 1) * (GRAPH_H + 22)
+            self._graph(name, values, 10, y0, low, high)
+
+    def _graph(self, name: str, values: Sequence[float], x0: float, y0: float, low: float, high: float) -> None:
+        b = self._graph_batch
+        self._graph_shapes.append(pyglet.shapes.Rectangle(x0, y0, GRAPH_W, GRAPH_H, color=(0, 0, 0, 150), batch=b))
+        if low < 0 < high:  # the zero line
+            zy = y0 + GRAPH_H * (0 - low) / (high - low)
+            self._graph_shapes.append(pyglet.shapes.Line(x0, zy, x0 + GRAPH_W, zy, color=(90, 90, 90), batch=b))
+        avg = statistics.fmean(values) if values else 0.0
+        self._graph_shapes.append(
+            pyglet.text.Label(
+                f"{name}: {avg:.2f}" + ("" if high == 1.0 else " ms"),
+                x=x0,
+                y=y0 + GRAPH_H + 3,
+                font_size=10,
+                color=(200, 255, 200, 255),
+                batch=b,
+            )
+        )
+        if len(values) < 2:
+            return
+        step = GRAPH_W / max(1, len(values) - 1)
+        points = []
+        for j, v in enumerate(values):
+            f = min(1.0, max(0.0, (v - low) / (high - low)))
+            points.append((x0 + j * step, y0 + f * GRAPH_H))
+        self._graph_shapes.append(pyglet.shapes.MultiLine(*points, thickness=1.5, color=(80, 255, 80, 255), batch=b))
 
     def _on_key(self, symbol: int, _modifiers: int) -> bool:
         if symbol == key.V:
             self.hud_visible = not self.hud_visible
-            self._update_hud(0.0)
+            if self.hud_visible:
+                self._update_hud()
         elif symbol == key.F:
             self.window.set_fullscreen(not self.window.fullscreen)
         elif symbol in (key.ESCAPE, key.Q):
@@ -152,11 +220,30 @@ class ViewerWindow:
     def _on_close(self) -> bool:
         if self.on_close_requested is not None:
             self.on_close_requested()
-        self._closing.set()
         return True
 
-    def _save_screenshot(self, path: Path) -> None:
+    def save_screenshot(self, path: Path) -> None:
         self.window.switch_to()
-        self._on_draw()
+        self._draw()
         pyglet.image.get_buffer_manager().get_color_buffer().save(str(path))
         log.info("saved a screenshot to %s", path)
+
+
+def _screen_rate(window: Any) -> float | None:
+    """The screen's refresh rate, if the platform says (Xvfb says 0)."""
+    try:
+        rate = float(window.screen.get_mode().rate)
+    except Exception:  # no XRandR / vidmode: not an error, just unknown
+        return None
+    return rate if rate > 1 else None
+
+
+def _flip_blocks(window: Any, flips: int = 6) -> bool:
+    """Does a vsync'd flip wait for the refresh here?  Times a few flips of an empty window."""
+    times = []
+    for _ in range(flips):
+        window.clear()
+        window.flip()
+        times.append(time.perf_counter())
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    return statistics.median(gaps) > 0.003  # > 3 ms: something (the refresh) is pacing the flips

@@ -34,6 +34,7 @@ from pyrofling.wire import (
     Kick,
     KickFlags,
     Nak,
+    PhaseOffset,
     Ping,
     RequestKeyframe,
     UnknownControl,
@@ -206,6 +207,7 @@ class ViewerSession:
         self.gate = KeyGate()
         self.keyframe_requests = 0
         self.progress_sent = 0
+        self.phase_offsets_sent = 0
         self._started_s = 0.0
         self._last_udp_s: float | None = None
         self._timers = _Timers()
@@ -311,6 +313,14 @@ class ViewerSession:
             return [SendControl(bytes(RequestKeyframe()))]
         # A native host forces an IDR when the dropped-video counter in PROGRESS changes.
         return self._progress(now)
+
+    def phase_offset(self, offset_us: int) -> list[ViewerOutput]:
+        """The presentation loop's phase error for the host's frame clock (protocol.md §7.3)."""
+        if self.phase != Phase.STREAMING:
+            return []
+        self.phase_offsets_sent += 1
+        clamped = max(-(2**31), min(2**31 - 1, offset_us))
+        return [SendDatagram(bytes(PhaseOffset(clamped)))]
 
     def ping_reply(self, seq: int, server_time_us: int, received_s: float) -> None:
         sent = self._ping_sent.pop(seq & 0xFF, None)

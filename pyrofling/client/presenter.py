@@ -1,0 +1,282 @@
+"""The presentation shell: runs :class:`~pyrofling.core.presentation.PresentationLoop` against a display.
+
+Once per display refresh it waits for the vblank — the return of a blocking
+vsync'd flip where the display has one, else a software
+:class:`~pyrofling.core.presentation.RefreshClock` at the display's rate (Xvfb,
+headless, or ``--refresh-hz`` to simulate 59.94 Hz) — then lets the pure loop
+choose a picture (waiting for one up to the deadline), hands it to the display,
+and reports the phase error for PHASE_OFFSET.  The window runs it on pyglet's
+main thread; headless viewers run it on a thread of its own.
+
+Decoded pictures arrive from the decode thread through :meth:`Presenter.submit`.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pyrofling.core.presentation import (
+    Present,
+    PresentationConfig,
+    PresentationLoop,
+    RefreshClock,
+    Repeat,
+    Wait,
+)
+
+log = logging.getLogger(__name__)
+
+#: Samples kept for the HUD graphs (the reference keeps 150).
+GRAPH_SAMPLES = 150
+
+
+@dataclass(frozen=True, slots=True)
+class Picture:
+    """A decoded picture waiting to be presented."""
+
+    prepared: Any  # what the display made of it on the decode thread (an RGB texture source, or None)
+    pts_us: int
+    done_s: float  # decoded and prepared: ready to show
+    capture_s: float | None  # the host's capture time on our clock (from the frame marker), if known
+    frame_id: int | None
+
+
+class Display(Protocol):
+    """Where pictures go.  ``prepare`` runs on the decode thread, the rest on the presenter's."""
+
+    #: The display's refresh rate if it knows it (None: use the stream's).
+    refresh_hz: float | None
+    #: True when :meth:`present` blocks until the refresh (a working vsync): then the flip's
+    #: return is the vblank.  False: the presenter keeps a software refresh clock.
+    vsync_blocks: bool
+
+    def prepare(self, frame: Any) -> Any: ...
+
+    def present(self, picture: Picture | None) -> None:
+        """Show ``picture`` (None: the previous one stays; redraw if needed)."""
+        ...
+
+    def pump_events(self) -> bool:
+        """Handle window events; False when the display was closed."""
+        ...
+
+
+class HeadlessDisplay:
+    """No screen: pictures are counted, not drawn (bench, tests, ``--headless``)."""
+
+    refresh_hz: float | None = None
+    vsync_blocks = False
+
+    def prepare(self, frame: Any) -> Any:
+        return None
+
+    def present(self, picture: Picture | None) -> None:
+        pass
+
+    def pump_events(self) -> bool:
+        return True
+
+
+@dataclass(slots=True)
+class PresentationStats:
+    """Written by the presenter thread; read (copied) by others under ``lock``."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    refresh_hz: float | None = None
+    clock: str = ""  # "vsync" or "software"
+    presented: int = 0
+    repeated: int = 0
+    missed_deadlines: int = 0
+    dropped: int = 0
+    phase_offsets_sent: int = 0
+    glass_ms: list[float] = field(default_factory=list)  # capture → on screen
+    phase_trace: list[tuple[float, int]] = field(default_factory=list)  # (time since start, µs)
+    # Last GRAPH_SAMPLES refreshes, for the HUD: phase error ms, frame pace ms, latency ms, repeat flag.
+    graph_phase_ms: deque[float] = field(default_factory=lambda: deque(maxlen=GRAPH_SAMPLES))
+    graph_pace_ms: deque[float] = field(default_factory=lambda: deque(maxlen=GRAPH_SAMPLES))
+    graph_glass_ms: deque[float] = field(default_factory=lambda: deque(maxlen=GRAPH_SAMPLES))
+    graph_repeat: deque[bool] = field(default_factory=lambda: deque(maxlen=GRAPH_SAMPLES))
+
+
+class Presenter:
+    """Drives the presentation loop; :meth:`run` blocks until ``stop`` is set or the display closes."""
+
+    def __init__(
+        self,
+        config: PresentationConfig,
+        display: Display,
+        *,
+        refresh_hz: float | None = None,
+        skew_ppm: float = 0.0,
+        stream_hz: Callable[[], float | None] = lambda: None,
+        on_phase_error: Callable[[int], None] = lambda _us: None,
+        max_pending: int = 16,
+    ) -> None:
+        self.config = config
+        self.display = display
+        self.refresh_hz = refresh_hz
+        self.skew_ppm = skew_ppm
+        self.stream_hz = stream_hz
+        self.on_phase_error = on_phase_error
+        self.stats = PresentationStats()
+        self._inbox: queue.Queue[Picture] = queue.Queue(maxsize=max_pending)
+        self._started_s = time.monotonic()
+        self._last_on_screen_s: float | None = None
+
+    # -- decode thread -------------------------------------------------------------------------
+
+    def submit(self, picture: Picture) -> None:
+        """Hand over a decoded picture.  Never blocks: if the presenter is far behind, the oldest goes."""
+        while True:
+            try:
+                self._inbox.put_nowait(picture)
+                return
+            except queue.Full:
+                try:
+                    self._inbox.get_nowait()
+                    with self.stats.lock:
+                        self.stats.dropped += 1
+                except queue.Empty:
+                    pass
+
+    # -- presenter thread ----------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        first = self._first_picture(stop)
+        if first is None:
+            return
+        hz = self.refresh_hz or self.display.refresh_hz or self.stream_hz() or 60.0
+        clock = RefreshClock(hz, time.monotonic(), skew_ppm=self.skew_ppm)
+        vsync = self.display.vsync_blocks and not self.refresh_hz and not self.skew_ppm
+        with self.stats.lock:
+            self.stats.refresh_hz = clock.hz
+            self.stats.clock = "vsync" if vsync else "software"
+        log.info(
+            "presenting at %.3f Hz (%s refresh clock)%s",
+            clock.hz,
+            "vsync" if vsync else "software",
+            self._mode_text(),
+        )
+        loop: PresentationLoop[Picture] = PresentationLoop(self.config, clock.period_s)
+        loop.frame_ready(first, first.done_s)
+        vblank = time.monotonic()
+        while not stop.is_set():
+            if not vsync:
+                vblank = clock.next_vblank(time.monotonic())
+                if self._sleep_until(vblank, stop):
+                    return
+            loop.vblank(vblank)
+            decision = self._decide(loop, vblank, stop)
+            if decision is None:
+                return
+            self._record(loop, decision)
+            self.display.present(decision.frame if isinstance(decision, Present) else None)
+            if vsync:
+                vblank = time.monotonic()  # the flip returned: that was the refresh
+            if not self.display.pump_events():
+                return
+
+    def _first_picture(self, stop: threading.Event) -> Picture | None:
+        while not stop.is_set():
+            if not self.display.pump_events():
+                return None
+            try:
+                return self._inbox.get(timeout=0.02)
+            except queue.Empty:
+                continue
+        return None
+
+    def _decide(
+        self, loop: PresentationLoop[Picture], vblank: float, stop: threading.Event
+    ) -> Present[Picture] | Repeat | None:
+        self._drain(loop)
+        while True:
+            decision = loop.poll(time.monotonic())
+            if not isinstance(decision, Wait):
+                return decision
+            timeout = decision.until_s - time.monotonic()
+            if timeout > 0:
+                try:
+                    picture = self._inbox.get(timeout=timeout)
+                except queue.Empty:
+                    continue
+                loop.frame_ready(picture, picture.done_s)
+                self._drain(loop)
+            if stop.is_set():
+                return None
+
+    def _drain(self, loop: PresentationLoop[Picture]) -> None:
+        while True:
+            try:
+                picture = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            loop.frame_ready(picture, picture.done_s)
+
+    def _record(self, loop: PresentationLoop[Picture], decision: Present[Picture] | Repeat) -> None:
+        c = loop.counters
+        st = self.stats
+        error_us = decision.phase_error_us if isinstance(decision, Present) else None
+        with st.lock:
+            st.presented, st.repeated, st.missed_deadlines = c.presented, c.repeated, c.missed_deadlines
+            st.dropped += decision.dropped if isinstance(decision, Present) else 0
+            st.graph_repeat.append(isinstance(decision, Repeat) and c.presented > 0)
+            if isinstance(decision, Present):
+                picture = decision.frame
+                if self._last_on_screen_s is not None:
+                    st.graph_pace_ms.append((decision.on_screen_s - self._last_on_screen_s) * 1000)
+                self._last_on_screen_s = decision.on_screen_s
+                if picture.capture_s is not None:
+                    glass = (decision.on_screen_s - picture.capture_s) * 1000
+                    st.glass_ms.append(glass)
+                    st.graph_glass_ms.append(glass)
+                if error_us is not None:
+                    st.phase_offsets_sent += 1
+                    st.graph_phase_ms.append(error_us / 1000)
+                    if len(st.phase_trace) < 100_000:
+                        st.phase_trace.append((round(decision.on_screen_s - self._started_s, 4), error_us))
+        if error_us is not None:
+            self.on_phase_error(error_us)
+
+    @staticmethod
+    def _sleep_until(deadline: float, stop: threading.Event) -> bool:
+        """Sleep precisely until ``deadline``; True if stopped meanwhile."""
+        while True:
+            delay = deadline - time.monotonic()
+            if delay <= 0:
+                return stop.is_set()
+            if stop.wait(min(delay, 0.1)):
+                return True
+
+    def _mode_text(self) -> str:
+        cfg = self.config
+        parts = []
+        if cfg.phase_locked:
+            parts.append(f"phase-locked, offset {cfg.offset_s * 1000:+.1f} ms")
+        if cfg.deadline_s > 0:
+            parts.append(f"deadline {cfg.deadline_s * 1000:.1f} ms")
+        if not cfg.fifo:
+            parts.append("free-running (newest picture at each refresh)")
+        return "; " + ", ".join(parts)
+
+    def summary(self) -> dict[str, Any]:
+        with self.stats.lock:
+            st = self.stats
+            return {
+                "refresh_hz": st.refresh_hz,
+                "refresh_clock": st.clock,
+                "presented": st.presented,
+                "repeated": st.repeated,
+                "missed_deadlines": st.missed_deadlines,
+                "dropped": st.dropped,
+                "phase_offsets_sent": st.phase_offsets_sent,
+                "glass_ms": list(st.glass_ms[-20_000:]),
+                "phase_trace": list(st.phase_trace),
+            }
