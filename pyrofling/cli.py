@@ -6,6 +6,8 @@ Subcommands:
   demo          a host and a viewer on this machine, optionally through loss
   bench fec     packet-loss recovery and FEC throughput (table, --json, --plot)
   bench stream  host + viewers end to end: frames, loss, CPU, latency
+  bench latency glass-to-glass latency and pacing, phase-locked vs free-running
+  bench phase   the phase loop simulated: pyrofling's controller vs the reference
   netsim        a loss-simulating relay to put between a host and its viewers
 """
 
@@ -363,6 +365,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench_sub.required = True
     _add_bench_fec(bench_sub)
     cli_stream.add_bench_stream(bench_sub)
+    cli_stream.add_bench_latency(bench_sub)
+    cli_stream.add_bench_phase(bench_sub)
     _add_netsim(sub)
     return parser
 

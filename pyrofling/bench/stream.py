@@ -43,10 +43,16 @@ class StreamScenario:
     preset: str = "ultrafast"
     window: bool = False
     seed: int = 1
+    #: Extra uniform delay 0..N ms per datagram host→viewer (through netsim).
+    jitter_ms: float = 0.0
+    #: Extra arguments for the host and for the first viewer (phase lock, refresh clock...).
+    host_args: tuple[str, ...] = ()
+    view_args: tuple[str, ...] = ()
 
     @property
     def lossy(self) -> bool:
-        return self.loss > 0 or self.ge
+        """Whether the first viewer goes through netsim."""
+        return self.loss > 0 or self.ge or self.jitter_ms > 0
 
     def label(self) -> str:
         net = "loopback"
@@ -136,6 +142,7 @@ def _run(
         str(host_json),
     ]
     host_cmd += ["--no-fec"] if sc.fec == "none" else ["--fec-planner", sc.fec]
+    host_cmd += list(sc.host_args)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     netsim_out = tmp / "netsim.json"
     try:
@@ -157,6 +164,8 @@ def _run(
                 "--json",
             ]
             net_cmd += ["--ge", ",".join(map(str, DEFAULT_GE))] if sc.ge else ["--loss", str(sc.loss)]
+            if sc.jitter_ms > 0:
+                net_cmd += ["--jitter-ms", str(sc.jitter_ms)]
             with netsim_out.open("wb") as out:
                 netsim = subprocess.Popen(net_cmd, env=env, stdout=out)
             procs.append(netsim)
@@ -169,6 +178,8 @@ def _run(
             cmd += ["--stats-interval", "1"]
             if not sc.window or i > 0:
                 cmd.append("--headless")
+            if i == 0:
+                cmd += list(sc.view_args)
             if sc.duration_s is not None:
                 cmd += ["--duration", str(sc.duration_s)]
             viewers.append(subprocess.Popen(cmd, env=env))

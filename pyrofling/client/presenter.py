@@ -98,6 +98,7 @@ class PresentationStats:
     phase_offsets_sent: int = 0
     glass_ms: list[float] = field(default_factory=list)  # capture → on screen
     phase_trace: list[tuple[float, int]] = field(default_factory=list)  # (time since start, µs)
+    repeat_times: list[float] = field(default_factory=list)  # time since start of each repeated refresh
     # Last GRAPH_SAMPLES refreshes, for the HUD: phase error ms, frame pace ms, latency ms, repeat flag.
     graph_phase_ms: deque[float] = field(default_factory=lambda: deque(maxlen=GRAPH_SAMPLES))
     graph_pace_ms: deque[float] = field(default_factory=lambda: deque(maxlen=GRAPH_SAMPLES))
@@ -224,10 +225,13 @@ class Presenter:
         c = loop.counters
         st = self.stats
         error_us = decision.phase_error_us if isinstance(decision, Present) else None
+        repeated = c.repeated > st.repeated
         with st.lock:
             st.presented, st.repeated, st.missed_deadlines = c.presented, c.repeated, c.missed_deadlines
             st.dropped += decision.dropped if isinstance(decision, Present) else 0
-            st.graph_repeat.append(isinstance(decision, Repeat) and c.presented > 0)
+            st.graph_repeat.append(repeated)
+            if repeated and len(st.repeat_times) < 100_000:
+                st.repeat_times.append(round(time.monotonic() - self._started_s, 4))
             if isinstance(decision, Present):
                 picture = decision.frame
                 if self._last_on_screen_s is not None:
@@ -238,11 +242,12 @@ class Presenter:
                     st.glass_ms.append(glass)
                     st.graph_glass_ms.append(glass)
                 if error_us is not None:
-                    st.phase_offsets_sent += 1
                     st.graph_phase_ms.append(error_us / 1000)
                     if len(st.phase_trace) < 100_000:
                         st.phase_trace.append((round(decision.on_screen_s - self._started_s, 4), error_us))
-        if error_us is not None:
+                    if self.config.phase_locked:
+                        st.phase_offsets_sent += 1
+        if error_us is not None and self.config.phase_locked:
             self.on_phase_error(error_us)
 
     @staticmethod
@@ -279,4 +284,5 @@ class Presenter:
                 "phase_offsets_sent": st.phase_offsets_sent,
                 "glass_ms": list(st.glass_ms[-20_000:]),
                 "phase_trace": list(st.phase_trace),
+                "repeat_times": list(st.repeat_times),
             }

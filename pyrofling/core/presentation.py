@@ -15,9 +15,9 @@ Two ways to present, as in the reference viewer (anchor §7.2):
 * **Mailbox** (free-running, neither): the newest picture finished before a
   refresh is on screen at that refresh; older ones are dropped.
 
-In phase-locked mode each new picture yields the phase error the host steers
-on: ``(refresh + offset) − decode_done``, folded into ± half a refresh (positive:
-it was done early, "deliver later").
+Each new picture yields the phase error: ``(refresh + offset) − decode_done``,
+folded into ± half a refresh (positive: it was done early, "deliver later").  In
+phase-locked mode the viewer sends it to the host, which steers on it.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class Present(Generic[T]):
     frame: T
     done_s: float
     on_screen_s: float
-    phase_error_us: int | None  # to send as PHASE_OFFSET (phase-locked mode only)
+    phase_error_us: int  # (refresh + offset) − done, folded; sent as PHASE_OFFSET when phase-locked
     dropped: int  # pictures skipped to get to this one
 
 
@@ -170,11 +170,8 @@ class PresentationLoop(Generic[T]):
         self._shown_any = True
         self.counters.presented += 1
         self.counters.dropped += dropped
-        error_us = None
-        if self.config.phase_locked:
-            error = wrap_phase(self._vblank_s + self.config.offset_s - done_s, self.period_s)
-            error_us = round(error * 1e6)
-        return Present(frame, done_s, on_screen_s, error_us, dropped)
+        error = wrap_phase(self._vblank_s + self.config.offset_s - done_s, self.period_s)
+        return Present(frame, done_s, on_screen_s, round(error * 1e6), dropped)
 
     def _repeat(self, *, missed: bool) -> Repeat:
         self._decided = True

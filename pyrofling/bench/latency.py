@@ -1,0 +1,214 @@
+"""``pyrofling bench latency``: glass-to-glass latency and frame pacing, locked against free-running.
+
+One run per mode, back to back, each a real ``pyrofling host`` (test scene) and a
+real headless ``pyrofling view`` on loopback (or through ``pyrofling netsim``):
+
+* ``free`` — no phase lock: the newest picture at each refresh of the viewer's clock;
+* ``reference`` — phase-locked, host steered by PyroFling's controller;
+* ``pi`` — phase-locked, host steered by pyrofling's.
+
+The viewer's refresh clock runs at ``--refresh-hz`` (59.94 by default: the
+59.94-against-60 case users of other systems complain about) and ``--skew-ppm``.
+Glass-to-glass is the time from the host's capture (stamped in the picture's
+frame marker) to the refresh at which the picture is on screen, on the viewer's
+clock (the host's clock is mapped through the RTT midpoint).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyrofling.bench.stream import StreamScenario, run_scenario
+
+MODES = ("free", "reference", "pi")
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyBenchConfig:
+    duration_s: float = 20.0
+    width: int = 1280
+    height: int = 720
+    fps: int = 60
+    bitrate_kbits: int = 10_000
+    refresh_hz: float = 59.94
+    skew_ppm: float = 0.0
+    offset_s: float = 0.0
+    deadline_s: float = 0.008
+    loss: float = 0.0
+    jitter_ms: float = 0.0
+    modes: tuple[str, ...] = MODES
+    #: A phase error whose 0.5 s mean stays within this for 2 s counts as locked.
+    lock_threshold_ms: float = 1.0
+    seed: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def scenario_for(cfg: LatencyBenchConfig, mode: str) -> StreamScenario:
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
+    view_args = ["--refresh-hz", f"{cfg.refresh_hz:g}", "--refresh-skew-ppm", f"{cfg.skew_ppm:g}"]
+    host_args: list[str] = []
+    if mode != "free":
+        view_args += ["--phase-locked", f"{cfg.offset_s:g}", "--deadline", f"{cfg.deadline_s:g}"]
+        host_args += ["--phase-controller", mode]
+    return StreamScenario(
+        width=cfg.width,
+        height=cfg.height,
+        fps=cfg.fps,
+        bitrate_kbits=cfg.bitrate_kbits,
+        duration_s=cfg.duration_s,
+        loss=cfg.loss,
+        jitter_ms=cfg.jitter_ms,
+        seed=cfg.seed,
+        host_args=tuple(host_args),
+        view_args=tuple(view_args),
+    )
+
+
+def run(cfg: LatencyBenchConfig, *, progress: Callable[[str], None] = lambda _s: None) -> dict[str, Any]:
+    rows = []
+    for mode in cfg.modes:
+        progress(f"running {mode} for {cfg.duration_s:g} s ...")
+        raw = run_scenario(scenario_for(cfg, mode))
+        rows.append(summarize(mode, raw, cfg))
+        progress(format_row(rows[-1]))
+    return {"config": {k: v for k, v in cfg.__dict__.items() if k != "extra"}, "rows": rows}
+
+
+def summarize(mode: str, raw: dict[str, Any], cfg: LatencyBenchConfig) -> dict[str, Any]:
+    v = raw["viewers"][0] if raw["viewers"] else {}
+    host = raw["host"]
+    pres = v.get("presentation") or {}
+    trace = [(float(t), int(e)) for t, e in pres.get("phase_trace", [])]
+    glass = pres.get("glass_ms", [])
+    lock_s = lock_time(trace, cfg.lock_threshold_ms) if mode != "free" else None
+    after = lock_s if lock_s is not None else math.inf
+    settled = [e / 1000 for t, e in trace if t >= after + 0.5]
+    repeats = pres.get("repeat_times", [])
+    return {
+        "mode": mode,
+        "frames_encoded": host.get("frames_encoded", 0),
+        "presented": pres.get("presented", 0),
+        "repeated": pres.get("repeated", 0),
+        "missed_deadlines": pres.get("missed_deadlines", 0),
+        "dropped": pres.get("dropped", 0),
+        "repeated_after_lock": sum(1 for t in repeats if t > after) if mode != "free" else None,
+        "lock_s": lock_s,
+        "phase_sigma_ms": statistics.pstdev(settled) if len(settled) > 2 else None,
+        "phase_sigma_free_ms": statistics.pstdev([e / 1000 for _, e in trace]) if len(trace) > 2 else None,
+        "glass_ms_median": _pct(glass, 50),
+        "glass_ms_p5": _pct(glass, 5),
+        "glass_ms_p95": _pct(glass, 95),
+        "glass_ms_p99": _pct(glass, 99),
+        "decoded_ms_median": v.get("latency_ms_median"),
+        "packets_lost": v.get("packets_lost_video", 0),
+        "rate_trim_ppm": host.get("rate_trim_ppm"),
+        "refresh_hz": pres.get("refresh_hz"),
+        "phase_trace": trace,
+        "glass_ms": glass,
+    }
+
+
+def lock_time(
+    trace: list[tuple[float, int]], threshold_ms: float, window_s: float = 0.5, hold_s: float = 2.0
+) -> float | None:
+    """First time from which the phase error's ``window_s`` means stay within the threshold for ``hold_s``."""
+    if not trace:
+        return None
+    windows: dict[int, list[int]] = {}
+    for t, e in trace:
+        windows.setdefault(int(t / window_s), []).append(e)
+    start: float | None = None
+    for w in sorted(windows):
+        mean_ms = statistics.fmean(windows[w]) / 1000
+        if abs(mean_ms) >= threshold_ms:
+            start = None
+            continue
+        if start is None:
+            start = w * window_s
+        if (w + 1) * window_s - start >= hold_s:
+            return start
+    return None
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q / 100))]
+
+
+def _f(v: float | None, fmt: str, none: str = "-") -> str:
+    return none if v is None else format(v, fmt)
+
+
+HEADER = (
+    f"{'mode':10} {'presented':>9} {'repeated':>8} {'after lock':>10} {'dropped':>7} {'lock':>7} "
+    f"{'σ phase':>8} {'glass med':>9} {'p5..p95':>13} {'decoded':>8} {'trim':>9}"
+)
+
+
+def format_row(r: dict[str, Any]) -> str:
+    band = f"{_f(r['glass_ms_p5'], '.1f')}..{_f(r['glass_ms_p95'], '.1f')}"
+    lock = "-" if r["mode"] == "free" else ("never" if r["lock_s"] is None else f"{r['lock_s']:.1f} s")
+    return (
+        f"{r['mode']:10} {r['presented']:>9} {r['repeated']:>8} {_f(r['repeated_after_lock'], 'd'):>10} "
+        f"{r['dropped']:>7} {lock:>7} "
+        f"{_f(r['phase_sigma_ms'], '.2f'):>8} {_f(r['glass_ms_median'], '.1f') + ' ms':>9} {band:>13} "
+        f"{_f(r['decoded_ms_median'], '.1f') + ' ms':>8} {_f(r['rate_trim_ppm'], '+.0f') + ' ppm':>9}"
+    )
+
+
+def format_table(result: dict[str, Any]) -> str:
+    c = result["config"]
+    net = "loopback"
+    if c["loss"] or c["jitter_ms"]:
+        net = f"netsim (loss {c['loss']:.1%}, jitter 0..{c['jitter_ms']:g} ms)"
+    skew = f" {c['skew_ppm']:+g} ppm" if c["skew_ppm"] else ""
+    lines = [
+        f"{c['height']}p{c['fps']} {c['bitrate_kbits'] / 1000:g} Mbit/s, viewer refresh {c['refresh_hz']:g} Hz{skew}, "
+        f"{net}, {c['duration_s']:g} s per mode; locked modes: offset {c['offset_s'] * 1000:+g} ms, "
+        f"deadline {c['deadline_s'] * 1000:g} ms",
+        HEADER,
+        "-" * len(HEADER),
+    ]
+    lines += [format_row(r) for r in result["rows"]]
+    lines.append(
+        "repeated: refreshes that showed the previous picture again; glass: capture -> on screen; "
+        "decoded: capture -> decoded; σ phase: measured phase error after lock; trim: host frame clock vs nominal"
+    )
+    return "\n".join(lines)
+
+
+def plot(result: dict[str, Any], path: str) -> None:
+    """Phase error over time and the glass-to-glass distribution per mode (needs matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.5))
+    for r in result["rows"]:
+        trace = r["phase_trace"]
+        if trace:
+            ax1.plot([t for t, _ in trace], [e / 1000 for _, e in trace], ".", ms=1.5, label=r["mode"], alpha=0.6)
+        glass = sorted(r["glass_ms"])
+        if glass:
+            label = f"{r['mode']} (median {r['glass_ms_median']:.1f} ms)"
+            ax2.plot(glass, [i / len(glass) for i in range(len(glass))], label=label)
+    ax1.set_xlabel("time (s)")
+    ax1.set_ylabel("phase error (ms, + = picture early)")
+    ax1.set_title("phase error at the viewer")
+    ax1.axhline(0, color="grey", lw=0.5)
+    ax1.legend(markerscale=8)
+    ax2.set_xlabel("capture -> on screen (ms)")
+    ax2.set_ylabel("share of frames")
+    ax2.set_title("glass-to-glass latency (CDF)")
+    ax2.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
