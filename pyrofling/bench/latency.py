@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from pyrofling.bench.stream import StreamScenario, run_scenario
@@ -44,7 +44,6 @@ class LatencyBenchConfig:
     #: A phase error whose 0.5 s mean stays within this for 2 s counts as locked.
     lock_threshold_ms: float = 1.0
     seed: int = 1
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def scenario_for(cfg: LatencyBenchConfig, mode: str) -> StreamScenario:
@@ -76,7 +75,7 @@ def run(cfg: LatencyBenchConfig, *, progress: Callable[[str], None] = lambda _s:
         raw = run_scenario(scenario_for(cfg, mode))
         rows.append(summarize(mode, raw, cfg))
         progress(format_row(rows[-1]))
-    return {"config": {k: v for k, v in cfg.__dict__.items() if k != "extra"}, "rows": rows}
+    return {"config": asdict(cfg), "rows": rows}
 
 
 def summarize(mode: str, raw: dict[str, Any], cfg: LatencyBenchConfig) -> dict[str, Any]:
