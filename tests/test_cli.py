@@ -110,3 +110,55 @@ def test_bench_stream_smoke_through_netsim() -> None:
     assert row["datagrams_dropped_by_netsim"] is not None
     assert row["latency_ms_median"] is not None and row["latency_ms_median"] > 0
     assert row["host_cpu_pct"] > 0 and row["viewer_cpu_pct"][0] > 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["view", "pyro://127.0.0.1:1?phase_locked=2", "--headless"], "phase_locked=2 is out of range"),
+        (["view", "pyro://127.0.0.1:1?deadline=-1", "--headless"], "deadline=-1 is out of range"),
+        (["bench", "latency", "--modes", "fast"], "--modes takes free, reference, pi"),
+    ],
+)
+def test_bad_presentation_values_are_explained(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["view", "x:1", "--phase-locked", "5"], ["view", "x:1", "--refresh-hz", "0"], ["host", "--phase-controller", "x"]],
+)
+def test_bad_presentation_flags_are_refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2 and "error" in capsys.readouterr().err
+
+
+def test_bench_phase_is_deterministic_and_prints_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "phase", "--duration", "3", "--phases", "2", "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert main(["bench", "phase", "--duration", "3", "--phases", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == first
+    assert {r["controller"] for r in first["rows"]} == {"pi", "reference", "none"}
+
+
+def test_bench_latency_smoke_locks_and_measures_glass_to_glass() -> None:
+    """Real host and viewer for a few seconds at a tiny size, phase-locked with pyrofling's controller."""
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "pyrofling", "bench", "latency", "--duration", "4", "--width", "320"),
+            *("--height", "240", "--fps", "30", "--bitrate-kbits", "500", "--refresh-hz", "29.97"),
+            *("--modes", "pi", "--json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    [row] = json.loads(proc.stdout)["rows"]
+    assert row["presented"] >= 60
+    assert row["glass_ms_median"] is not None and row["glass_ms_median"] > row["decoded_ms_median"] > 0
+    assert row["phase_trace"] and row["rate_trim_ppm"] is not None

@@ -232,3 +232,36 @@ def test_ipv6_loopback(family: str) -> None:
         return viewer
 
     assert run(scenario).stats.frames_shown >= 25
+
+
+def test_phase_locked_viewer_steers_the_host_frame_clock() -> None:
+    """A viewer whose display runs 3000 ppm slow pulls the host's frame clock slower; a free one does not."""
+
+    async def scenario() -> tuple[Host, Viewer, Viewer]:
+        from pyrofling.core.presentation import PresentationConfig
+
+        host, task = await start_host()
+        port = host.port or 0
+        locked = Viewer(
+            ViewerConfig(
+                host="127.0.0.1",
+                port=port,
+                duration_s=5.0,
+                presentation=PresentationConfig(phase_locked=True, deadline_s=0.02),
+                refresh_hz=30.0,
+                refresh_skew_ppm=3000,
+            )
+        )
+        free = Viewer(ViewerConfig(host="127.0.0.1", port=port, duration_s=5.0, refresh_hz=30.0))
+        await asyncio.gather(locked.run(), free.run())
+        await stop_host(host, task)
+        return host, locked, free
+
+    host, locked, free = run(scenario)
+    summary = host.summary()
+    lp, fp = locked.summary()["presentation"], free.summary()["presentation"]
+    assert lp["phase_offsets_sent"] >= 100 and fp["phase_offsets_sent"] == 0
+    assert summary["phase_feedback"] >= lp["phase_offsets_sent"] - 5  # UDP on loopback: all but the last few
+    assert summary["rate_trim_ppm"] > 500  # the host slowed down toward the viewer's display
+    assert lp["presented"] >= 100 and fp["presented"] >= 100
+    assert locked.summary()["glass_ms_median"] is not None

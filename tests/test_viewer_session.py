@@ -29,6 +29,7 @@ from pyrofling.wire import (
     Kick,
     KickFlags,
     Nak,
+    PhaseOffset,
     Ping,
     Progress,
     RequestKeyframe,
@@ -205,3 +206,15 @@ def test_keyframe_policy_rate_limits_loss_but_serves_joins_fast() -> None:
     assert not p.should_force(0.16)
     assert p.should_force(0.17)
     assert (p.forced, p.forced_for_join, p.forced_for_loss) == (4, 3, 1)
+
+
+def test_phase_offsets_go_out_over_udp_only_while_streaming() -> None:
+    s = ViewerSession(ProgressCounters())
+    s.start(0.0)
+    assert s.phase_offset(1500) == []  # not streaming yet: nothing to steer
+    s = streaming()
+    [(kind, msg)] = sent(s.phase_offset(-2500))
+    assert kind == "udp" and msg == PhaseOffset(-2500)
+    [(_, clamped)] = sent(s.phase_offset(2**40))
+    assert clamped == PhaseOffset(2**31 - 1)  # an i32 on the wire
+    assert s.phase_offsets_sent == 2

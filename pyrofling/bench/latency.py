@@ -91,6 +91,7 @@ def summarize(mode: str, raw: dict[str, Any], cfg: LatencyBenchConfig) -> dict[s
     return {
         "mode": mode,
         "frames_encoded": host.get("frames_encoded", 0),
+        "host_skipped": host.get("frames_skipped", 0),
         "presented": pres.get("presented", 0),
         "repeated": pres.get("repeated", 0),
         "missed_deadlines": pres.get("missed_deadlines", 0),

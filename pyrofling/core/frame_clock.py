@@ -1,4 +1,4 @@
-"""The host's frame clock: a heartbeat the phase-locked viewers steer (protocol.md §7.3).
+"""The host's frame clock: a heartbeat the phase-locked viewers steer (protocol.md §7.4).
 
 Pure.  The host shell sleeps until :meth:`FrameClock.next_timer`, then calls
 :meth:`FrameClock.handle_timer` with the time it woke up; the returned

@@ -315,7 +315,7 @@ class ViewerSession:
         return self._progress(now)
 
     def phase_offset(self, offset_us: int) -> list[ViewerOutput]:
-        """The presentation loop's phase error for the host's frame clock (protocol.md §7.3)."""
+        """The presentation loop's phase error for the host's frame clock (protocol.md §7.4)."""
         if self.phase != Phase.STREAMING:
             return []
         self.phase_offsets_sent += 1

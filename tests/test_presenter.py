@@ -1,0 +1,80 @@
+"""The presenter shell on real threads and a real clock, with a headless display (generous timeouts)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from pyrofling.client.presenter import HeadlessDisplay, Picture, Presenter
+from pyrofling.core.presentation import PresentationConfig
+
+
+def feed(presenter: Presenter, count: int, hz: float, *, capture_lag_s: float = 0.01) -> None:
+    period = 1 / hz
+    start = time.monotonic()
+    for i in range(count):
+        due = start + i * period
+        time.sleep(max(0.0, due - time.monotonic()))
+        now = time.monotonic()
+        presenter.submit(Picture(None, i, now, capture_s=now - capture_lag_s, frame_id=i))
+
+
+def run_presenter(presenter: Presenter, feeder: threading.Thread, linger_s: float) -> None:
+    stop = threading.Event()
+    thread = threading.Thread(target=presenter.run, args=(stop,))
+    thread.start()
+    feeder.start()
+    feeder.join(30)
+    time.sleep(linger_s)
+    stop.set()
+    thread.join(10)
+    assert not thread.is_alive()
+
+
+def test_phase_locked_presenter_shows_pictures_and_reports_every_phase_error() -> None:
+    errors: list[int] = []
+    presenter = Presenter(
+        PresentationConfig(phase_locked=True, deadline_s=0.008),
+        HeadlessDisplay(),
+        refresh_hz=60.0,
+        on_phase_error=errors.append,
+    )
+    run_presenter(presenter, threading.Thread(target=feed, args=(presenter, 45, 60.0)), linger_s=0.3)
+    s = presenter.summary()
+    assert s["refresh_hz"] == 60.0 and s["refresh_clock"] == "software"
+    assert s["presented"] + s["dropped"] >= 40  # a busy machine may drop one, never lose many
+    assert len(errors) == s["presented"] == s["phase_offsets_sent"]
+    assert all(-8334 <= e <= 8334 for e in errors)  # folded into half a refresh
+    assert len(s["glass_ms"]) == s["presented"]
+    assert all(10 <= g < 10 + 2 * 16.7 + 20 for g in s["glass_ms"])  # 10 ms lag + at most two refreshes
+    assert s["repeated"] >= 5  # the 0.3 s after the last picture repeat it
+
+
+def test_free_running_presenter_sends_nothing_and_a_skewed_clock_is_reported() -> None:
+    errors: list[int] = []
+    presenter = Presenter(
+        PresentationConfig(), HeadlessDisplay(), refresh_hz=60.0, skew_ppm=1000, on_phase_error=errors.append
+    )
+    run_presenter(presenter, threading.Thread(target=feed, args=(presenter, 20, 60.0)), linger_s=0.1)
+    s = presenter.summary()
+    assert errors == [] and s["phase_offsets_sent"] == 0
+    assert abs(s["refresh_hz"] - 60 / 1.001) < 1e-9
+    assert s["presented"] >= 15 and s["phase_trace"]  # the phase is still measured, for the bench
+
+
+def test_presenter_stops_promptly_before_any_picture() -> None:
+    presenter = Presenter(PresentationConfig(phase_locked=True), HeadlessDisplay())
+    stop = threading.Event()
+    thread = threading.Thread(target=presenter.run, args=(stop,))
+    thread.start()
+    time.sleep(0.1)
+    stop.set()
+    thread.join(2)
+    assert not thread.is_alive() and presenter.summary()["presented"] == 0
+
+
+def test_submit_never_blocks_and_drops_the_oldest_when_the_presenter_is_stuck() -> None:
+    presenter = Presenter(PresentationConfig(), HeadlessDisplay(), max_pending=4)
+    for i in range(10):
+        presenter.submit(Picture(None, i, float(i), None, None))
+    assert presenter.summary()["dropped"] == 6
