@@ -9,8 +9,8 @@ a picture until ``until_s``, then poll again".
 Two ways to present, as in the reference viewer (anchor §7.2):
 
 * **FIFO** (phase-locked, or a deadline is set): at each refresh show the newest
-  picture meant for it (older ones are dropped), or wait for one up to the
-  deadline (most of a refresh without a deadline).  A picture chosen during refresh *k* is
+  picture (older ones are dropped), or wait for one up to the deadline (most of
+  a refresh without a deadline).  A picture chosen during refresh *k* is
   on screen at refresh *k+1*.  No picture in time: the old one stays (a miss).
 * **Mailbox** (free-running, neither): the newest picture finished before a
   refresh is on screen at that refresh; older ones are dropped.
@@ -144,21 +144,14 @@ class PresentationLoop(Generic[T]):
                 self._ready.popleft()
             frame, done = due[-1]
             return self._present(frame, done, on_screen_s=v, dropped=len(due) - 1)
-        # The picture for this refresh is the newest one done by refresh + offset + half a refresh;
-        # older ones are stale (dropped), a newer one belongs to the next refresh (kept).  The
+        # Everything finished by now is for this refresh: show the newest, drop the older ones.  (The
         # reference keeps one picture back whenever two are waiting, which holds a frame of extra
-        # latency after every burst; this catches up at once instead.
-        cutoff = v + cfg.offset_s + self.period_s / 2 if cfg.phase_locked else math.inf
-        eligible = 0
-        for _frame, done in self._ready:
-            if done > cutoff:
-                break
-            eligible += 1
-        if eligible:
-            for _ in range(eligible - 1):
-                self._ready.popleft()
-            frame, done = self._ready.popleft()
-            return self._present(frame, done, on_screen_s=v + self.period_s, dropped=eligible - 1)
+        # latency after every burst; this catches up at once instead.)
+        if self._ready:
+            dropped = len(self._ready) - 1
+            frame, done = self._ready[-1]
+            self._ready.clear()
+            return self._present(frame, done, on_screen_s=v + self.period_s, dropped=dropped)
         wait = cfg.deadline_s if cfg.deadline_s > 0 else self.period_s * 0.95
         if now < v + wait:
             return Wait(v + wait)
