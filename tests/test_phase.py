@@ -293,3 +293,22 @@ def test_free_running_drifts_through_the_frame():
     assert r.feedback == 0
     errors = [e for _, e, _ in r.trace]
     assert max(errors) - min(errors) > 0.008  # 1000 ppm: 10 ms of drift in 10 s, nothing pulls it back
+
+
+def test_phase_locked_does_not_keep_a_frame_of_backlog() -> None:
+    """A picture left over from an earlier refresh waits for a fresher one, which replaces it."""
+    cfg = PresentationConfig(phase_locked=True, offset_s=0.008, deadline_s=0.012)
+    loop: PresentationLoop[str] = PresentationLoop(cfg, PERIOD)
+    loop.frame_ready("leftover", 0.9915)  # done 8.5 ms before this refresh; its target was 1.008
+    loop.vblank(1.0)
+    d = loop.poll(1.0)
+    assert isinstance(d, Wait) and d.until_s == pytest.approx(1.012)
+    loop.frame_ready("fresh", 1.0075)
+    d = loop.poll(1.0075)
+    assert isinstance(d, Present) and d.frame == "fresh" and d.dropped == 1 and d.phase_error_us == 500
+    loop.frame_ready("alone", 1.0 + PERIOD - 0.0085)  # nothing fresher comes: shown at the deadline
+    loop.vblank(1.0 + PERIOD)
+    assert isinstance(loop.poll(1.0 + PERIOD), Wait)
+    d = loop.poll(1.0 + PERIOD + 0.012)
+    assert isinstance(d, Present) and d.frame == "alone"
+    assert loop.counters.repeated == 0

@@ -10,7 +10,8 @@ Two ways to present, as in the reference viewer (anchor §7.2):
 
 * **FIFO** (phase-locked, or a deadline is set): at each refresh show the newest
   picture (older ones are dropped), or wait for one up to the deadline (most of
-  a refresh without a deadline).  A picture chosen during refresh *k* is
+  a refresh without a deadline); phase-locked, a picture left over from an
+  earlier refresh is only shown if no fresher one comes by the deadline.  A picture chosen during refresh *k* is
   on screen at refresh *k+1*.  No picture in time: the old one stays (a miss).
 * **Mailbox** (free-running, neither): the newest picture finished before a
   refresh is on screen at that refresh; older ones are dropped.
@@ -144,15 +145,21 @@ class PresentationLoop(Generic[T]):
                 self._ready.popleft()
             frame, done = due[-1]
             return self._present(frame, done, on_screen_s=v, dropped=len(due) - 1)
-        # Everything finished by now is for this refresh: show the newest, drop the older ones.  (The
-        # reference keeps one picture back whenever two are waiting, which holds a frame of extra
-        # latency after every burst; this catches up at once instead.)
-        if self._ready:
-            dropped = len(self._ready) - 1
-            frame, done = self._ready[-1]
-            self._ready.clear()
-            return self._present(frame, done, on_screen_s=v + self.period_s, dropped=dropped)
         wait = cfg.deadline_s if cfg.deadline_s > 0 else self.period_s * 0.95
+        # The newest picture is shown and older ones dropped (the reference keeps one back whenever
+        # two are waiting, which holds a frame of extra latency after every burst).  In phase-locked
+        # mode a picture finished more than half a refresh before its target is left over from an
+        # earlier refresh: showing it would keep a frame of backlog forever, one in, one out, and
+        # its phase would fold to look right.  So wait for a fresher one until the deadline first.
+        if self._ready:
+            newest_done = self._ready[-1][1]
+            stale = cfg.phase_locked and newest_done < v + cfg.offset_s - self.period_s / 2
+            if not stale or now >= v + wait:
+                dropped = len(self._ready) - 1
+                frame, done = self._ready[-1]
+                self._ready.clear()
+                return self._present(frame, done, on_screen_s=v + self.period_s, dropped=dropped)
+            return Wait(v + wait)
         if now < v + wait:
             return Wait(v + wait)
         return self._repeat(missed=True)
