@@ -88,6 +88,14 @@ def add_video_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--refresh-s", type=float, default=1.0, help="intra-refresh period, seconds (default 1; heals loss)")
 
 
+def add_stream_size_options(p: argparse.ArgumentParser) -> None:
+    """Picture size, rate and bitrate for the commands that start a host for you (demo, benches)."""
+    p.add_argument("--width", type=_dimension, default=1280, help="frame width (default 1280)")
+    p.add_argument("--height", type=_dimension, default=720, help="frame height (default 720)")
+    p.add_argument("--fps", type=_fps, default=60, help="frames per second (default 60)")
+    p.add_argument("--bitrate-kbits", type=_kbits, default=10_000, help="video bitrate, kbit/s (default 10000)")
+
+
 def add_host_options(p: argparse.ArgumentParser) -> None:
     from pyrofling.server.host import DEFAULT_PORT
 
@@ -427,10 +435,7 @@ def add_demo(sub: Any) -> None:
     p.add_argument("--ge", action="store_true", help="bursty (Gilbert-Elliott) loss instead of i.i.d.")
     p.add_argument("--duration", type=float, default=None, help="stop after this many seconds (default: Ctrl-C)")
     p.add_argument("--headless", action="store_true", help="no window even if a display exists")
-    p.add_argument("--width", type=_dimension, default=1280)
-    p.add_argument("--height", type=_dimension, default=720)
-    p.add_argument("--fps", type=_fps, default=60)
-    p.add_argument("--bitrate-kbits", type=_kbits, default=10_000)
+    add_stream_size_options(p)
     p.add_argument("--json", action="store_true", help="print the final statistics as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
     p.set_defaults(func=run_demo)
@@ -489,10 +494,7 @@ def add_bench_stream(sub: Any) -> None:
         ),
     )
     p.add_argument("--duration", type=float, default=10.0, help="seconds per run (default 10)")
-    p.add_argument("--width", type=_dimension, default=1280)
-    p.add_argument("--height", type=_dimension, default=720)
-    p.add_argument("--fps", type=_fps, default=60)
-    p.add_argument("--bitrate-kbits", type=_kbits, default=10_000)
+    add_stream_size_options(p)
     p.add_argument("--encoder", default="libx264")
     p.add_argument("--preset", default="ultrafast")
     p.add_argument("--loss", type=_loss, default=0.0, help="i.i.d. datagram loss host->viewer (e.g. 2%%)")
@@ -568,10 +570,7 @@ def add_bench_latency(sub: Any) -> None:
         epilog="Example: pyrofling bench latency --duration 60 --refresh-hz 59.94 --plot latency.png",
     )
     p.add_argument("--duration", type=_seconds(1.0, 3600.0), default=20.0, help="seconds per mode (default 20)")
-    p.add_argument("--width", type=_dimension, default=1280)
-    p.add_argument("--height", type=_dimension, default=720)
-    p.add_argument("--fps", type=_fps, default=60)
-    p.add_argument("--bitrate-kbits", type=_kbits, default=10_000)
+    add_stream_size_options(p)
     p.add_argument("--refresh-hz", type=_seconds(1.0, 1000.0, unit="Hz"), default=59.94)
     p.add_argument(
         "--skew-ppm", type=_seconds(-50_000.0, 50_000.0, unit="ppm"), default=0.0, help="viewer clock skew on top"
@@ -613,14 +612,7 @@ def run_bench_latency(args: argparse.Namespace) -> int:
         print(json.dumps(result))
     else:
         print(format_table(result))
-    if args.plot:
-        try:
-            plot(result, args.plot)
-        except ImportError:
-            print("pyrofling bench latency: --plot needs matplotlib: pip install 'pyrofling[plot]'", file=sys.stderr)
-            return 1
-        print(f"plot written to {args.plot}", file=sys.stderr)
-    return 0
+    return _write_plot("bench latency", args.plot, lambda: plot(result, args.plot)) if args.plot else 0
 
 
 def add_bench_phase(sub: Any) -> None:
@@ -647,11 +639,15 @@ def run_bench_phase(args: argparse.Namespace) -> int:
 
     result = run(standard_scenarios(args.duration, args.seed), phases=args.phases)
     print(json.dumps(result) if args.json else format_table(result))
-    if args.plot:
-        try:
-            plot(args.duration, args.seed, args.plot)
-        except ImportError:
-            print("pyrofling bench phase: --plot needs matplotlib: pip install 'pyrofling[plot]'", file=sys.stderr)
-            return 1
-        print(f"plot written to {args.plot}", file=sys.stderr)
+    return _write_plot("bench phase", args.plot, lambda: plot(args.duration, args.seed, args.plot)) if args.plot else 0
+
+
+def _write_plot(command: str, path: str, draw: Callable[[], None]) -> int:
+    """Run a --plot drawing; matplotlib is an optional extra, so say how to get it."""
+    try:
+        draw()
+    except ImportError:
+        print(f"pyrofling {command}: --plot needs matplotlib: pip install 'pyrofling[plot]'", file=sys.stderr)
+        return 1
+    print(f"plot written to {path}", file=sys.stderr)
     return 0
