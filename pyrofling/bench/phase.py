@@ -254,9 +254,8 @@ def _row(scenario: str, controller: str, results: list[PhaseSimResult]) -> dict[
         "sigma_ms_median": statistics.median(sigmas) if sigmas else None,
         "sigma_ms_worst": max(sigmas) if sigmas else None,
         "max_abs_ms_worst": max((r.max_abs_ms for r in results if r.max_abs_ms is not None), default=None),
-        "recover_s_worst": None
-        if any(r is None for r in recovers) or (results[0].recover_s is None and recovers[0] is None)
-        else max(x for x in recovers if x is not None),
+        # None when there was no stall, or when some run never locked again after it.
+        "recover_s_worst": None if any(r is None for r in recovers) else max(r for r in recovers if r is not None),
         "repeated_after_lock": sum(r.repeated_after_lock for r in results),
         "dropped_after_lock": sum(r.dropped_after_lock for r in results),
         "results": [{k: v for k, v in asdict(r).items() if k != "trace"} for r in results],
