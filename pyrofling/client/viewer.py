@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from pyrofling.client.audio import AudioPlayer, AudioPlayerConfig
 from pyrofling.client.decoder import DecodeError, VideoDecoder
 from pyrofling.client.presenter import Display, HeadlessDisplay, Picture, Presenter
 from pyrofling.core import frame_marker
@@ -92,6 +93,8 @@ class ViewerConfig:
     refresh_hz: float | None = None
     #: Run the software display clock this many ppm slow (negative: fast), to show locking.
     refresh_skew_ppm: float = 0.0
+    #: Audio playback (None: no audio; the AUDIO bit in ``flags`` asks the host for it).
+    audio: AudioPlayerConfig | None = None
 
 
 @dataclass(slots=True)
@@ -181,6 +184,9 @@ class Viewer:
         self._started_s = time.monotonic()
         self._counters_before: dict[str, int] = {}
         self._perform: Callable[[list[ViewerOutput]], None] | None = None
+        self.audio: AudioPlayer | None = None
+        if config.audio is not None and config.flags & KickFlags.AUDIO:
+            self.audio = AudioPlayer(config.audio)
 
     def stop(self) -> None:
         if self._loop is not None and self._stop is not None and not self._loop.is_closed():
@@ -223,6 +229,8 @@ class Viewer:
                 writer_task.cancel()
             self._decode_queue.put(None)
             self.presenter_stop.set()
+            if self.audio is not None:
+                await asyncio.get_running_loop().run_in_executor(None, self.audio.close)
             await asyncio.get_running_loop().run_in_executor(None, decoder.join, 5.0)
             if presenter is not None:
                 await asyncio.get_running_loop().run_in_executor(None, presenter.join, 5.0)
@@ -282,6 +290,8 @@ class Viewer:
                     self.stats.sessions_streaming += 1
                     self.stats.handshake_ms.append(out.handshake_s * 1000)
                     p = out.codec_parameters
+                    if self.audio is not None and p.audio_codec and p.channels and p.rate:
+                        self.audio.configure(p.audio_codec, p.rate, p.channels)
                     log.info(
                         "streaming %dx%d@%d/%d %s from %s (handshake %.1f ms%s)",
                         p.width,
@@ -401,6 +411,8 @@ class Viewer:
             if isinstance(ev, PacketReady):
                 if ev.stream != StreamType.VIDEO:
                     self.stats.packets_audio += 1
+                    if self.audio is not None:
+                        self.audio.packet(ev.data, ev.pts_us, session.clock, ev.complete_s)
                     continue
                 self.stats.packets_video += 1
                 params = session.codec_parameters
@@ -418,6 +430,8 @@ class Viewer:
                     perform(session.video_lost(ev.complete_s))
                 self.stats.decode_queue_max = max(self.stats.decode_queue_max, self._decode_queue.qsize())
             elif isinstance(ev, PacketsLost):
+                if ev.stream == StreamType.AUDIO and self.audio is not None:
+                    self.audio.lost(ev.count)
                 if ev.stream == StreamType.VIDEO:
                     self.stats.packets_lost_video += ev.count
                     perform(session.video_lost(time.monotonic()))
@@ -538,6 +552,11 @@ class Viewer:
         glass = out["presentation"]["glass_ms"]
         out["glass_ms_median"] = statistics.median(glass) if glass else None
         out["glass_ms_p95"] = float(np.percentile(glass, 95)) if glass else None
+        if self.audio is not None:
+            audio = self.audio.summary()
+            out["audio"] = audio
+            lat = audio.get("latency_ms_median")
+            out["av_offset_ms"] = lat - out["glass_ms_median"] if lat is not None and out["glass_ms_median"] else None
         out["cpu_s"] = time.process_time() - self._cpu_start
         out["elapsed_s"] = time.monotonic() - self._started_s
         out["received_mbits"] = st.bytes_received * 8 / max(out["elapsed_s"], 1e-6) / 1e6

@@ -45,6 +45,7 @@ from pyrofling.core.pacer import PacedQueue, TokenBucketPacer
 from pyrofling.core.packetizer import MediaPacket, Packetizer
 from pyrofling.fec.codec import FecPlan
 from pyrofling.fec.planner import REFERENCE_RATIO, make_planner
+from pyrofling.server.audio import AudioChunk, AudioConfig, AudioEncoder, EncodedAudio, open_audio_source
 from pyrofling.server.encoder import EncodedVideo, EncoderConfig, VideoEncoder
 from pyrofling.server.sources import VideoSource, open_source
 from pyrofling.wire import CodecParameters, ControlFramer, ProtocolError, StreamType
@@ -82,6 +83,8 @@ class HostConfig:
     phase_policy: str = "leader"
     #: Heartbeat at fps × this; a frame is encoded on every n-th (a game at 120 Hz, a 60 Hz stream).
     client_rate_multiplier: int = 1
+    #: Audio source and codec (source "none": video only).
+    audio: AudioConfig = field(default_factory=AudioConfig)
 
 
 @dataclass(slots=True)
@@ -96,6 +99,10 @@ class HostStats:
     send_errors: int = 0
     queue_dropped: int = 0
     encode_errors: int = 0
+    audio_chunks: int = 0
+    audio_packets: int = 0
+    audio_bytes: int = 0
+    audio_encode_errors: int = 0
     encode_ms: list[float] = field(default_factory=list)
     convert_ms: list[float] = field(default_factory=list)
     render_ms: list[float] = field(default_factory=list)
@@ -165,16 +172,18 @@ class Host:
         loop = asyncio.get_running_loop()
         source = open_source(cfg.source, cfg.encoder.width, cfg.encoder.height, cfg.raw_format)
         encoder = await loop.run_in_executor(self._executor, VideoEncoder, cfg.encoder)
+        audio_source = open_audio_source(cfg.audio)
+        audio_encoder = AudioEncoder(cfg.audio, audio_source.rate) if audio_source is not None else None
         self.sessions.codec_parameters = CodecParameters(
             video_codec=int(encoder.video_codec),
             color_profile=int(encoder.color_profile),
-            audio_codec=0,
+            audio_codec=int(audio_encoder.codec) if audio_encoder is not None else 0,
             frame_rate_num=cfg.encoder.fps,
             frame_rate_den=1,
             width=cfg.encoder.width,
             height=cfg.encoder.height,
-            channels=0,
-            rate=0,
+            channels=cfg.audio.channels if audio_source is not None else 0,
+            rate=audio_source.rate if audio_source is not None else 0,
         )
         server = await self._listen()
         log.info(
@@ -190,6 +199,17 @@ class Host:
             _uri_host(cfg.bind),
             self.port,
         )
+        if audio_source is not None and audio_encoder is not None:
+            log.info(
+                "audio: %s, %d Hz %s, %s in %g ms chunks",
+                "test tone" if cfg.audio.source == "tone" else f"capture device {cfg.audio.device or '(default)'}",
+                audio_source.rate,
+                "stereo" if cfg.audio.channels == 2 else "mono",
+                audio_encoder.codec.name,
+                cfg.audio.chunk_ms,
+            )
+            encoder_ref = audio_encoder
+            audio_source.start(lambda chunk: self._on_audio_chunk(loop, encoder_ref, chunk))
         self.ready.set()
         self.clock.next_tick_s = self._next_tick_s = time.monotonic()
         heartbeat = threading.Thread(
@@ -223,6 +243,8 @@ class Host:
                 await asyncio.wait_for(server.wait_closed(), 1.0)
             self._executor.shutdown(wait=True)
             source.close()
+            if audio_source is not None:
+                audio_source.close()
             if cfg.stats_json is not None:
                 cfg.stats_json.write_text(json.dumps(self.summary(), indent=2))
             log.info("host stopped after %d frames", self.stats.frames_encoded)
@@ -461,6 +483,30 @@ class Host:
         if due is not None and conn_id not in self._pump_handles:
             loop = asyncio.get_running_loop()
             self._pump_handles[conn_id] = loop.call_at(loop.time() + max(0.0, due - now), self._pump, conn_id, addr)
+
+    def _on_audio_chunk(self, loop: asyncio.AbstractEventLoop, encoder: AudioEncoder, chunk: AudioChunk) -> None:
+        """Audio thread: encode the chunk there, send it from the loop."""
+        self.stats.audio_chunks += 1
+        try:
+            packets = encoder.encode(chunk)
+        except Exception:
+            self.stats.audio_encode_errors += 1
+            log.exception("audio encode failed")
+            return
+        if packets and not self._halt.is_set():
+            with contextlib.suppress(RuntimeError):  # the loop closed while stopping
+                loop.call_soon_threadsafe(self._fan_out_audio, packets)
+
+    def _fan_out_audio(self, packets: list[EncodedAudio]) -> None:
+        """Audio goes out at once, past the pacer: it is small and any queueing is latency."""
+        for packet in packets:
+            self.stats.audio_packets += 1
+            self.stats.audio_bytes += len(packet.data)
+            media = MediaPacket(packet.data, packet.pts_us, StreamType.AUDIO)
+            for conn in self.sessions.audio_targets():
+                assert conn.packetizer is not None and conn.udp_address is not None
+                for d in conn.packetizer.packetize(media):
+                    self._send_datagram(d, conn.udp_address)
 
     # -- reporting ---------------------------------------------------------------------------
 
