@@ -233,8 +233,9 @@ class SoundDeviceOutput:
         dev: Any = int(device) if device is not None and device.isdigit() else device
         if _no_output_devices(sd):
             # PortAudio lists devices once, when it starts; a sound server started since is missed.
-            sd._terminate()
-            sd._initialize()
+            from pyrofling.client.portaudio import reinitialize_portaudio
+
+            reinitialize_portaudio()
         if _no_output_devices(sd):
             raise OSError("no audio output device (no sound card or sound server; start JACK or use --no-audio)")
         self._ring = ring

@@ -1,6 +1,6 @@
 """Sample-level audio helpers with no I/O: the test tone, click detection, concealment fades, PCM packing.
 
-The test tone (:class:`TestTone`) is a quiet sine with a loud click at every whole
+The test tone (:class:`ClickTone`) is a quiet sine with a loud click at every whole
 ``click_period_s`` of the host's clock, so a viewer that finds the click at its
 output knows exactly when it was captured (the nearest click instant to the
 chunk's pts) and can time audio end to end, as the frame marker does for video.
@@ -21,7 +21,7 @@ CLICK_THRESHOLD = 0.55
 TONE_LEVEL = 0.2
 
 
-class TestTone:
+class ClickTone:
     """A 440 Hz sine at −14 dBFS with a 1 ms click at every multiple of ``click_period_s``.
 
     ``render(first_time_s, n, sample_rate_hz)`` returns the next ``n`` frames when the

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import av
 import numpy as np
 
-from pyrofling.core.audio_signal import Frames, TestTone, to_s16le
+from pyrofling.core.audio_signal import ClickTone, Frames, to_s16le
 from pyrofling.wire import AudioCodec
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ class ToneSource:
         self.config = config
         self.rate = config.rate
         self.channels = config.channels
-        self.tone = TestTone(config.channels, click_period_s=config.click_period_s)
+        self.tone = ClickTone(config.channels, click_period_s=config.click_period_s)
         self.actual_rate = config.rate * (1.0 + config.skew_ppm * 1e-6)
         self.chunks = 0
         self._halt = threading.Event()
