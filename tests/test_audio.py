@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
@@ -126,7 +127,7 @@ def test_opus_round_trip_is_low_delay_and_small() -> None:
     packets = [p for c in chunks for p in enc.encode(c)]
     assert len(packets) >= len(chunks) - 2  # one 5 ms frame per chunk, after the look-ahead
     assert max(len(p.data) for p in packets) < 200  # 128 kbit/s: 80 bytes per 5 ms
-    assert all(b.pts_us > a.pts_us for a, b in zip(packets, packets[1:], strict=False))
+    assert all(b.pts_us > a.pts_us for a, b in itertools.pairwise(packets))
     decoded = np.concatenate([dec.decode(p.data) for p in packets])
     assert decoded.shape[1] == 2 and decoded.dtype == np.float32
     source = np.concatenate([c.frames for c in chunks])
