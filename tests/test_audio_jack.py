@@ -1,0 +1,170 @@
+"""Audio through a real audio clock: a JACK dummy server started by the test, played into with sounddevice.
+
+Also a real host and viewer with audio over loopback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import statistics
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from pyrofling.bench.jack import JackUnavailable, dummy_jack
+from pyrofling.client.audio import AudioPlayer, AudioPlayerConfig
+from pyrofling.client.portaudio import reinitialize_portaudio
+from pyrofling.client.viewer import Viewer, ViewerConfig
+from pyrofling.core.viewer_session import ClockSync
+from pyrofling.server.audio import AudioConfig, AudioEncoder, DeviceSource, ToneSource
+from pyrofling.server.encoder import EncoderConfig
+from pyrofling.server.host import Host, HostConfig
+from pyrofling.wire import AudioCodec, KickFlags
+
+RATE = 48_000
+PERIOD_S = 256 / RATE
+
+
+@pytest.fixture(scope="module")
+def jack() -> Iterator[str]:
+    if shutil.which("jackd") is None:
+        pytest.skip("jackd is not installed (scripts/setup installs Debian's jackd2)")
+    try:
+        with dummy_jack(rate=RATE, period=256) as name:
+            reinitialize_portaudio()
+            yield name
+    except JackUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+def stream_tone(player: AudioPlayer, seconds: float, *, skew_ppm: float = 0.0, pause: tuple[float, float] = (0, 0)) -> None:
+    """The host's tone source and raw encoder, in this process, into the player; ``pause`` drops a stretch."""
+    cfg = AudioConfig(skew_ppm=skew_ppm)
+    enc = AudioEncoder(cfg, RATE)
+    clock = ClockSync()
+    now = time.monotonic()
+    clock.add(now, now, round(now * 1e6))
+    start = time.monotonic()
+
+    def sink(chunk: object) -> None:
+        t = time.monotonic() - start
+        if pause[0] <= t < pause[0] + pause[1]:
+            return  # a network stall: nothing arrives, nothing is reported lost
+        for p in enc.encode(chunk):  # type: ignore[arg-type]
+            player.packet(p.data, p.pts_us, clock, time.monotonic())
+
+    source = ToneSource(cfg)
+    player.configure(int(AudioCodec.RAW_S16LE), RATE, 2)
+    source.start(sink)
+    try:
+        time.sleep(seconds)
+    finally:
+        source.close()
+
+
+def test_playback_holds_the_target_on_a_real_audio_clock(jack: str) -> None:
+    player = AudioPlayer(AudioPlayerConfig(target_s=0.030))
+    try:
+        stream_tone(player, 8.0, skew_ppm=500)
+        underruns = player.ring.underruns if player.ring else -1
+        samples = list(player.samples)
+    finally:
+        player.close()
+    assert player.error is None, player.error
+    assert player.device_name is not None and "JACK" in player.device_name
+    assert underruns == 0 and player.stats.primes == 1
+    settled = [b for t, b, _s in samples if t >= 4.0]
+    assert len(settled) > 500
+    dev = sorted(abs(b - 30.0) for b in settled)
+    assert dev[int(0.99 * (len(dev) - 1))] <= 5.0
+    speeds = [s for t, _b, s in samples if t >= 4.0]
+    assert max(abs(s - 1) for s in speeds) <= 0.005
+    assert statistics.mean(speeds) > 1.0  # the source runs fast: the viewer plays faster
+    # The clicks were found at the output and timed end to end: 5 ms chunks + the 30 ms buffer.
+    assert player.stats.clicks >= 6
+    assert 30.0 <= statistics.median(player.latency_ms) <= 45.0
+
+
+def test_callback_never_blocks_even_when_the_producer_stalls(jack: str) -> None:
+    """Run time of every callback through JACK, and callbacks keep their pace through a 300 ms stall."""
+    player = AudioPlayer(AudioPlayerConfig())
+    try:
+        stream_tone(player, 3.0, pause=(1.5, 0.3))
+        ring = player.ring
+        assert ring is not None
+        runs = ring.run_times_s()
+        records = ring.records[: min(ring.callbacks, len(ring.records))].copy()
+    finally:
+        player.close()
+    assert len(runs) > 400
+    # Copying 256 frames takes microseconds; a lock or an allocation storm would show in the tail.
+    assert float(np.median(runs)) < 200e-6
+    assert float(np.percentile(runs, 99)) < 1e-3
+    assert float(runs.max()) < PERIOD_S
+    # The device kept calling back at its own pace through the stall (zero-filled, counted) ...
+    local = records[:, 3]
+    gaps = np.diff(local)
+    assert float(np.median(gaps)) == pytest.approx(PERIOD_S, rel=0.1)
+    assert ring.underruns >= 1
+    # ... and playback started again, primed to the target, when audio came back.
+    assert player.stats.primes == 2
+    assert ring.playing
+
+
+def test_capture_device_through_jack(jack: str) -> None:
+    """The capture path reads JACK's dummy inputs (silence) in 5 ms chunks stamped on our clock."""
+    source = DeviceSource(AudioConfig(source="device"))
+    chunks: list[object] = []
+    source.start(chunks.append)
+    try:
+        time.sleep(0.5)
+    finally:
+        source.close()
+    assert len(chunks) >= 50
+    first = chunks[0]
+    assert first.frames.shape == (240, 2) and first.frames.dtype == np.float32  # type: ignore[attr-defined]
+    pts = [c.pts_us for c in chunks]  # type: ignore[attr-defined]
+    assert abs(pts[-1] / 1e6 - time.monotonic()) < 1.0
+    assert statistics.median(np.diff(pts)) == pytest.approx(5000, rel=0.2)
+
+
+SMALL = EncoderConfig(width=320, height=240, fps=30, bitrate_kbits=800)
+
+
+@pytest.mark.parametrize("codec", ["raw", "opus"])
+def test_host_to_viewer_with_audio(jack: str, codec: str) -> None:
+    async def scenario() -> tuple[Host, Viewer]:
+        host = Host(HostConfig(port=0, encoder=SMALL, status_interval_s=0, audio=AudioConfig(codec=codec)))
+        task = asyncio.create_task(host.run())
+        await asyncio.wait_for(host.ready.wait(), 15)
+        viewer = Viewer(
+            ViewerConfig(
+                host="127.0.0.1",
+                port=host.port or 0,
+                duration_s=4.0,
+                flags=KickFlags.VIDEO | KickFlags.AUDIO,
+                audio=AudioPlayerConfig(),
+            )
+        )
+        await asyncio.wait_for(viewer.run(), 30)
+        host.stop()
+        await asyncio.wait_for(task, 10)
+        return host, viewer
+
+    host, viewer = asyncio.run(scenario())
+    assert viewer.codec_parameters is not None
+    assert viewer.codec_parameters.audio_codec == (AudioCodec.RAW_S16LE if codec == "raw" else AudioCodec.OPUS)
+    assert (viewer.codec_parameters.rate, viewer.codec_parameters.channels) == (RATE, 2)
+    assert host.stats.audio_packets > 600 and host.stats.audio_encode_errors == 0
+    summary = viewer.summary()
+    audio = summary["audio"]
+    assert audio["error"] is None
+    assert audio["packets"] > 600 and audio["packets_lost"] == 0 and audio["decode_errors"] == 0
+    assert audio["underruns"] <= 1  # the stream's end may run dry before the viewer stops
+    assert audio["clicks"] >= 2
+    extra = 0.0 if codec == "raw" else 10.0  # Opus look-ahead and decoder delay
+    assert 30.0 <= audio["latency_ms_median"] <= 45.0 + extra
+    assert summary["av_offset_ms"] is not None
