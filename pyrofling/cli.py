@@ -367,6 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_stream.add_bench_stream(bench_sub)
     cli_stream.add_bench_latency(bench_sub)
     cli_stream.add_bench_phase(bench_sub)
+    cli_stream.add_bench_audio(bench_sub)
     _add_netsim(sub)
     return parser
 

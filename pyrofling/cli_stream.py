@@ -768,6 +768,66 @@ def run_bench_phase(args: argparse.Namespace) -> int:
     return _write_plot("bench phase", args.plot, lambda: plot(args.duration, args.seed, args.plot)) if args.plot else 0
 
 
+def add_bench_audio(sub: Any) -> None:
+    from pyrofling.core.audio_control import RATE_CONTROLLERS
+
+    p = sub.add_parser(
+        "audio",
+        help="audio buffer control, underruns, rate wobble and end-to-end latency through a real audio clock",
+        description=(
+            "Runs a real host (test scene + click tone with a skewed clock), netsim where the run has jitter or "
+            "loss, and a headless viewer playing into a JACK dummy server the bench starts. Default runs: "
+            "+500 and -500 ppm skew with 0..5 ms jitter, 2%% loss, and plain loopback, per controller. Reports "
+            "buffered audio, underruns, playback speed (mean/max |speed-1|, wobble), click-timed end-to-end latency, "
+            "A/V offset and concealment per lost packet."
+        ),
+        epilog="Example: pyrofling bench audio --duration 60 --controllers drift,reference --plot audio.png",
+    )
+    p.add_argument("--duration", type=_seconds(5.0, 3600.0), default=60.0, help="seconds per run (default 60)")
+    p.add_argument(
+        "--controllers",
+        default="drift",
+        help=f"comma list of {', '.join(RATE_CONTROLLERS)} (default drift; add reference to compare)",
+    )
+    p.add_argument("--jitter-ms", type=_seconds(0.0, 50.0, unit="ms"), default=5.0, help="jitter of the skew runs")
+    p.add_argument("--target-ms", type=_seconds(5.0, 500.0, unit="ms"), default=30.0, help="viewer buffer target")
+    p.add_argument("--codec", choices=("raw", "opus"), default="raw", help="audio codec (default raw)")
+    p.add_argument(
+        "--no-jack",
+        action="store_true",
+        help="play into this machine's default output instead of a JACK dummy server started for the bench",
+    )
+    p.add_argument("--json", action="store_true", help="print the result as JSON (with traces)")
+    p.add_argument("--plot", metavar="FILE.png", help="buffer, speed and latency CDF per run (needs matplotlib)")
+    p.set_defaults(func=run_bench_audio)
+
+
+def run_bench_audio(args: argparse.Namespace) -> int:
+    from pyrofling.bench.audio import AudioBenchConfig, format_table, plot, run, standard_rows
+    from pyrofling.bench.jack import JackUnavailable
+    from pyrofling.core.audio_control import RATE_CONTROLLERS
+
+    controllers = tuple(c.strip() for c in args.controllers.split(",") if c.strip())
+    if not controllers or any(c not in RATE_CONTROLLERS for c in controllers):
+        choices = ", ".join(RATE_CONTROLLERS)
+        print(f"pyrofling bench audio: --controllers takes {choices}; got {args.controllers!r}", file=sys.stderr)
+        return 2
+    cfg = AudioBenchConfig(
+        duration_s=args.duration,
+        target_ms=args.target_ms,
+        codec=args.codec,
+        rows=standard_rows(controllers, jitter_ms=args.jitter_ms),
+        start_jack=not args.no_jack,
+    )
+    try:
+        result = run(cfg, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    except JackUnavailable as exc:
+        print(f"pyrofling bench audio: {exc}; or pass --no-jack to use this machine's sound", file=sys.stderr)
+        return 1
+    print(json.dumps(result) if args.json else format_table(result))
+    return _write_plot("bench audio", args.plot, lambda: plot(result, args.plot)) if args.plot else 0
+
+
 def _write_plot(command: str, path: str, draw: Callable[[], None]) -> int:
     """Run a --plot drawing; matplotlib is an optional extra, so say how to get it."""
     try:

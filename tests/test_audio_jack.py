@@ -40,7 +40,9 @@ def jack() -> Iterator[str]:
         pytest.skip(str(exc))
 
 
-def stream_tone(player: AudioPlayer, seconds: float, *, skew_ppm: float = 0.0, pause: tuple[float, float] = (0, 0)) -> None:
+def stream_tone(
+    player: AudioPlayer, seconds: float, *, skew_ppm: float = 0.0, pause: tuple[float, float] = (0, 0)
+) -> None:
     """The host's tone source and raw encoder, in this process, into the player; ``pause`` drops a stretch."""
     cfg = AudioConfig(skew_ppm=skew_ppm)
     enc = AudioEncoder(cfg, RATE)

@@ -121,7 +121,7 @@ class OutputRing:
     attribute stores are atomic under the GIL, so neither side ever waits.
     """
 
-    def __init__(self, capacity: int, channels: int, *, fade_frames: int = 32) -> None:
+    def __init__(self, capacity: int, channels: int, *, fade_frames: int = 120) -> None:
         self.capacity = capacity
         self.channels = channels
         self.buf = np.zeros((capacity, channels), dtype=np.float32)
@@ -132,11 +132,15 @@ class OutputRing:
         self.underrun_frames = 0
         self.device_xruns = 0  # the device's own underflow flag
         self.callbacks = 0
+        #: Set with ``playing``: the first played block drops what is queued beyond this many frames.
+        self.start_level: int | None = None
+        self.start_trimmed = 0
         # Per callback: read position at the block's start, DAC time, device now, local now, run time,
         # and whether the block was played from the ring (1) or was silence while priming (0).
         self.records = np.zeros((RECORD_SLOTS, 6), dtype=np.float64)
         self.max_run_s = 0.0
         self._fade = np.linspace(1.0, 0.0, fade_frames + 2, dtype=np.float32)[1:-1, None]
+        self._rise = np.ascontiguousarray(self._fade[::-1])
 
     @property
     def level(self) -> int:
@@ -163,6 +167,12 @@ class OutputRing:
         n = 0
         played = self.playing
         if played:
+            start_level = self.start_level
+            if start_level is not None:  # playback starts: begin exactly start_level frames ahead
+                self.start_level = None
+                if self.write_pos - r > start_level:
+                    self.start_trimmed += self.write_pos - start_level - r
+                    r = self.write_pos - start_level
             avail = self.write_pos - r
             n = frames if avail >= frames else max(0, avail)
             i = r % self.capacity
@@ -170,6 +180,9 @@ class OutputRing:
             out[:first] = self.buf[i : i + first]
             if n > first:
                 out[first:n] = self.buf[: n - first]
+            if start_level is not None:
+                k = min(n, len(self._rise))
+                np.multiply(out[:k], self._rise[:k], out=out[:k])
             if n < frames:
                 fade = self._fade
                 k = min(n, len(fade))
@@ -605,11 +618,10 @@ class AudioPlayer:
         excess = ring.level - want
         if excess:
             ring.read_pos += excess
-            self.stats.skipped_frames += round(excess * self._stream_rate / rate)
-        start = ring.read_pos % ring.capacity
-        n = min(ring.level, self._fade_frames, ring.capacity - start)
-        fade_in(ring.buf[start : start + n], n)
         self.controller.reset()
+        # Audio keeps arriving until the callback plays the first block: it trims to ``want`` then,
+        # and fades the block in.
+        ring.start_level = want
         ring.playing = True
         self._was_playing = True
         self.stats.primes += 1
@@ -672,6 +684,7 @@ class AudioPlayer:
             underruns=ring.underruns if ring else 0,
             underrun_ms=ring.underrun_frames / self.device_rate * 1000 if ring and self.device_rate else 0.0,
             underruns_after_start=max(0, st.primes - 1) if ring else 0,
+            start_trimmed_ms=ring.start_trimmed / self.device_rate * 1000 if ring and self.device_rate else 0.0,
             device_xruns=ring.device_xruns if ring else 0,
             callbacks=ring.callbacks if ring else 0,
         )
