@@ -789,6 +789,11 @@ def add_bench_audio(sub: Any) -> None:
         default="drift",
         help=f"comma list of {', '.join(RATE_CONTROLLERS)} (default drift; add reference to compare)",
     )
+    p.add_argument(
+        "--cases",
+        default="fast,slow,loss,loopback",
+        help="comma list: fast/slow (host clock +/-500 ppm, with jitter), loss (2%%), loopback (default all)",
+    )
     p.add_argument("--jitter-ms", type=_seconds(0.0, 50.0, unit="ms"), default=5.0, help="jitter of the skew runs")
     p.add_argument("--target-ms", type=_seconds(5.0, 500.0, unit="ms"), default=30.0, help="viewer buffer target")
     p.add_argument("--codec", choices=("raw", "opus"), default="raw", help="audio codec (default raw)")
@@ -812,11 +817,18 @@ def run_bench_audio(args: argparse.Namespace) -> int:
         choices = ", ".join(RATE_CONTROLLERS)
         print(f"pyrofling bench audio: --controllers takes {choices}; got {args.controllers!r}", file=sys.stderr)
         return 2
+    try:
+        rows = standard_rows(
+            controllers, jitter_ms=args.jitter_ms, cases=tuple(c.strip() for c in args.cases.split(",") if c.strip())
+        )
+    except ValueError as exc:
+        print(f"pyrofling bench audio: --cases: {exc}", file=sys.stderr)
+        return 2
     cfg = AudioBenchConfig(
         duration_s=args.duration,
         target_ms=args.target_ms,
         codec=args.codec,
-        rows=standard_rows(controllers, jitter_ms=args.jitter_ms),
+        rows=rows,
         start_jack=not args.no_jack,
     )
     try:

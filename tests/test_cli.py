@@ -28,6 +28,10 @@ def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
         (["host", "--fps", "0"], "out of range"),
         (["host", "--fec", "x"], "not a FEC ratio"),
         (["bench", "stream", "--loss", "150%"], "below 1"),
+        (["host", "--audio-skew-ppm", "9000"], "out of range -5000..5000"),
+        (["host", "--audio-codec", "mp3"], "invalid choice"),
+        (["view", "127.0.0.1:1", "--audio-target-ms", "1"], "out of range 5..500"),
+        (["view", "127.0.0.1:1", "--audio-controller", "pid"], "invalid choice"),
     ],
 )
 def test_bad_flags_say_what_is_wrong(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -66,6 +70,10 @@ def test_netsim_runs_and_reports_as_a_program() -> None:
         (["view", "http://127.0.0.1:1", "--headless"], "unsupported scheme"),
         (["view", "pyro://127.0.0.1:1?fps=2", "--headless"], "unknown URI parameter"),
         (["bench", "stream", "--viewers", "a"], "give numbers"),
+        (["host", "--audio-codec", "opus", "--audio-rate", "44100"], "Opus needs a rate of 8000"),
+        (["host", "--audio-codec", "opus", "--audio-chunk-ms", "3"], "Opus frames are 2.5, 5, 10, 20 ms"),
+        (["bench", "audio", "--controllers", "pid"], "--controllers takes drift, reference"),
+        (["bench", "audio", "--cases", "fast,windy"], "unknown case 'windy'"),
     ],
 )
 def test_bad_values_are_explained(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -162,3 +170,24 @@ def test_bench_latency_smoke_locks_and_measures_glass_to_glass() -> None:
     assert row["presented"] >= 60
     assert row["glass_ms_median"] is not None and row["glass_ms_median"] > row["decoded_ms_median"] > 0
     assert row["phase_trace"] and row["rate_trim_ppm"] is not None
+
+
+def test_bench_audio_smoke_plays_into_jack_and_times_the_clicks() -> None:
+    """Real host, netsim (jitter) and viewer playing into a JACK dummy server the bench starts, for 6 s."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pyrofling", "bench", "audio", "--duration", "6", "--cases", "fast", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if proc.returncode == 1 and "jackd" in proc.stderr:
+        pytest.skip(proc.stderr.strip())
+    assert proc.returncode == 0, proc.stderr
+    [row] = json.loads(proc.stdout)["rows"]
+    assert row["label"] == "drift +500 ppm jitter 5 ms"
+    assert row["error"] is None and "JACK" in row["device"]
+    assert row["packets"] > 900 and row["underruns_after_start"] == 0
+    assert 20 < row["buffered_ms_median"] < 40
+    assert row["rate_mean_ppm"] > 0  # the host's clock runs fast: the viewer plays faster
+    assert row["latency_ms_median"] is not None and row["av_offset_ms"] is not None
+    assert row["series"] and row["latency_ms_samples"]

@@ -90,13 +90,27 @@ def test_v_toggles_the_overlay_with_its_graphs(xvfb: str, monkeypatch: pytest.Mo
     st.graph_glass_ms.extend([25.0, 26.0, 24.0])
     st.graph_repeat.extend([False, True, False])
 
+    class Audio:
+        def live(self) -> dict[str, object]:
+            return {
+                "buffered_ms": 30.2,
+                "speed_ppm": 512.0,
+                "target_ms": 30.0,
+                "underruns": 0,
+                "latency_ms": 36.5,
+                "recent_buffered_ms": [29.0, 30.5, 30.2],
+                "error": None,
+            }
+
     class Stats:
         codec_parameters = None
 
         def __init__(self) -> None:
             self.presenter = presenter
+            self.audio = Audio()
 
-        def summary(self) -> dict[str, object]:
+        def summary(self, *, audio: bool = True) -> dict[str, object]:
+            assert not audio  # the overlay must not ask for the costly audio statistics
             return {
                 "frames_shown": 10,
                 "received_mbits": 7.5,
@@ -115,12 +129,14 @@ def test_v_toggles_the_overlay_with_its_graphs(xvfb: str, monkeypatch: pytest.Mo
         text = window._hud.text
         assert "frames decoded: 10" in text and "7.50 Mbit/s" in text
         assert "repeated 2, missed deadline 1" in text and "59.94 Hz" in text
+        assert "audio 30.2 ms buffered (target 30), speed +512 ppm, underruns 0, click latency 36 ms" in text
         labels = [s.text for s in window._graph_shapes if hasattr(s, "text")]
         assert [label.split(":")[0] for label in labels] == [
             "phase error",
             "frame pace",
             "capture->on screen",
             "repeated refreshes",
+            "audio buffer",
         ]
         assert "phase error: 0.13 ms" in labels  # the average of the samples shown
         window.present(None)  # draws the overlay without a picture

@@ -57,17 +57,24 @@ class AudioBenchConfig:
     seed: int = 1
 
 
-def standard_rows(controllers: tuple[str, ...] = ("drift",), *, jitter_ms: float = 5.0) -> tuple[AudioRow, ...]:
-    """The issue's cases: ±500 ppm with jitter, 2 % loss, plain loopback (for latency)."""
-    rows: list[AudioRow] = []
-    for c in controllers:
-        rows += [
-            AudioRow(c, +500.0, jitter_ms),
-            AudioRow(c, -500.0, jitter_ms),
-            AudioRow(c, 0.0, 0.0, 0.02),
-            AudioRow(c, 0.0, 0.0),
-        ]
-    return tuple(rows)
+#: The standard cases: ±500 ppm with jitter, 2 % loss, plain loopback (for latency).
+CASES = ("fast", "slow", "loss", "loopback")
+
+
+def standard_rows(
+    controllers: tuple[str, ...] = ("drift",), *, jitter_ms: float = 5.0, cases: tuple[str, ...] = CASES
+) -> tuple[AudioRow, ...]:
+    """One row per controller and case: ``fast``/``slow`` are the host's clock ±500 ppm with jitter."""
+    unknown = [c for c in cases if c not in CASES]
+    if unknown:
+        raise ValueError(f"unknown case {unknown[0]!r}; choose from {', '.join(CASES)}")
+    make = {
+        "fast": lambda c: AudioRow(c, +500.0, jitter_ms),
+        "slow": lambda c: AudioRow(c, -500.0, jitter_ms),
+        "loss": lambda c: AudioRow(c, 0.0, 0.0, 0.02),
+        "loopback": lambda c: AudioRow(c, 0.0, 0.0),
+    }
+    return tuple(make[case](c) for c in controllers for case in cases)
 
 
 def scenario_for(cfg: AudioBenchConfig, row: AudioRow) -> StreamScenario:

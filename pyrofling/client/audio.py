@@ -32,12 +32,7 @@ import av
 import numpy as np
 import numpy.typing as npt
 
-from pyrofling.core.audio_control import (
-    DeviceClock,
-    RateController,
-    cents,
-    make_rate_controller,
-)
+from pyrofling.core.audio_control import DeviceClock, RateController, make_rate_controller
 from pyrofling.core.audio_signal import ClickDetector, Frames, fade_in, fade_out, fade_out_from, from_s16le
 from pyrofling.core.viewer_session import ClockSync
 from pyrofling.wire import AudioCodec
@@ -620,8 +615,9 @@ class AudioPlayer:
             ring.read_pos += excess
         self.controller.reset()
         # Audio keeps arriving until the callback plays the first block: it trims to ``want`` then,
-        # and fades the block in.
-        ring.start_level = want
+        # and fades the block in.  The buffer is measured just before each arrival, when it is lowest:
+        # half a chunk more makes those readings centre on the target from the start.
+        ring.start_level = want + round(self._chunk_frames * rate / max(1, self._stream_rate) / 2)
         ring.playing = True
         self._was_playing = True
         self.stats.primes += 1
@@ -663,6 +659,23 @@ class AudioPlayer:
                 del self.samples[:200_000]
 
     # -- reporting ----------------------------------------------------------------------------
+
+    def live(self, samples: int = 150) -> dict[str, Any]:
+        """Cheap figures for an overlay: the latest state and the last ``samples`` buffer readings."""
+        with self._lock:
+            recent = self.samples[-samples:]
+            latency = self.latency_ms[-1] if self.latency_ms else None
+        ring = self.ring
+        return {
+            "buffered_ms": recent[-1][1] if recent else None,
+            "speed_ppm": (recent[-1][2] - 1) * 1e6 if recent else None,
+            "target_ms": self.controller.target_s * 1000,
+            "underruns": ring.underruns if ring is not None else 0,
+            "concealed_ms": self.stats.concealed_frames / self._stream_rate * 1000 if self._stream_rate else 0.0,
+            "latency_ms": latency,
+            "recent_buffered_ms": [b for _t, b, _s in recent],
+            "error": self.error,
+        }
 
     def summary(self, *, settle_s: float = 10.0) -> dict[str, Any]:
         """Statistics; ``settled`` ones leave out the first ``settle_s`` of playback."""
@@ -727,12 +740,14 @@ def _distribution(name: str, values: list[float], target: float) -> dict[str, An
 def _rates(name: str, speeds: list[float]) -> dict[str, Any]:
     if not speeds:
         return {f"{name}_mean_abs_ppm": None}
-    a = np.asarray(speeds) - 1.0
+    s = np.asarray(speeds)
+    a = s - 1.0
+    c = np.abs(1200.0 * np.log2(s))  # cents
     return {
         f"{name}_mean_abs_ppm": float(np.mean(np.abs(a)) * 1e6),
         f"{name}_max_abs_ppm": float(np.max(np.abs(a)) * 1e6),
         f"{name}_mean_ppm": float(np.mean(a) * 1e6),
         f"{name}_wobble_ppm": float(np.std(a) * 1e6),
-        f"{name}_mean_abs_cents": float(np.mean(np.abs([cents(1 + x) for x in a]))),
-        f"{name}_max_abs_cents": float(np.max(np.abs([cents(1 + x) for x in a]))),
+        f"{name}_mean_abs_cents": float(np.mean(c)),
+        f"{name}_max_abs_cents": float(np.max(c)),
     }

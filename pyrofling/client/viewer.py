@@ -244,7 +244,12 @@ class Viewer:
         while True:
             await asyncio.sleep(self.config.stats_interval_s)
             tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(self.summary()))
+            # Live updates skip the audio distributions: computing them on this loop every second
+            # would hold up datagrams (and the audio they carry) as the run grows.
+            live = self.summary(audio=False)
+            if self.audio is not None:
+                live["audio_live"] = self.audio.live()
+            tmp.write_text(json.dumps(live))
             tmp.replace(path)  # readers never see half a file
 
     async def _one_session(self) -> bool:
@@ -524,7 +529,8 @@ class Viewer:
 
     # -- reporting ---------------------------------------------------------------------------
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, *, audio: bool = True) -> dict[str, Any]:
+        """Counters and distributions; ``audio=False`` leaves out the audio statistics (costly on long runs)."""
         with self._lock:
             st = self.stats
             out: dict[str, Any] = {k: getattr(st, k) for k in st.__dataclass_fields__ if not k.endswith("_ms")}
@@ -552,10 +558,10 @@ class Viewer:
         glass = out["presentation"]["glass_ms"]
         out["glass_ms_median"] = statistics.median(glass) if glass else None
         out["glass_ms_p95"] = float(np.percentile(glass, 95)) if glass else None
-        if self.audio is not None:
-            audio = self.audio.summary()
-            out["audio"] = audio
-            lat = audio.get("latency_ms_median")
+        if self.audio is not None and audio:
+            audio_stats = self.audio.summary()
+            out["audio"] = audio_stats
+            lat = audio_stats.get("latency_ms_median")
             out["av_offset_ms"] = lat - out["glass_ms_median"] if lat is not None and out["glass_ms_median"] else None
         out["cpu_s"] = time.process_time() - self._cpu_start
         out["elapsed_s"] = time.monotonic() - self._started_s

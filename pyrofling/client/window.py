@@ -56,6 +56,7 @@ class ViewerWindow:
         self.closed = False
         self._texture: Any = None
         self._fps_mark = (time.monotonic(), 0)
+        self._audio_live: dict[str, Any] | None = None
         self._hud_due = 0.0
         self._hud = pyglet.text.Label(
             "",
@@ -131,7 +132,7 @@ class ViewerWindow:
     def _update_hud(self) -> None:
         if self.stats_source is None:
             return
-        s = self.stats_source.summary()
+        s = self.stats_source.summary(audio=False)  # the audio line uses the player's cheap live figures
 
         def ms(name: str) -> str:
             v = s.get(name)
@@ -156,11 +157,23 @@ class ViewerWindow:
         lines += [f"{label}: {s.get(k, 0)}" for k, label in HUD_KEYS]
         lines.append(f"decode {ms('decode_ms_median')}, capture->on screen {ms('glass_ms_median')}")
         lines.append(f"ping {ms('rtt_ms')}, longest freeze {s.get('max_freeze_ms', 0):.0f} ms")
+        audio = getattr(self.stats_source, "audio", None)
+        self._audio_live = audio.live() if audio is not None else None
+        if self._audio_live is not None:
+            a = self._audio_live
+            if a["error"]:
+                lines.append(f"audio: {a['error']}")
+            elif a["buffered_ms"] is not None:
+                latency = "-" if a["latency_ms"] is None else f"{a['latency_ms']:.0f} ms"
+                lines.append(
+                    f"audio {a['buffered_ms']:.1f} ms buffered (target {a['target_ms']:.0f}), speed "
+                    f"{a['speed_ppm']:+.0f} ppm, underruns {a['underruns']}, click latency {latency}"
+                )
         self._hud.text = "\n".join(lines)
         self._update_graphs()
 
     def _update_graphs(self) -> None:
-        """Four 150-sample graphs under the text, scaled in 60 Hz frames like the reference's HUD."""
+        """150-sample graphs under the text, scaled in 60 Hz frames like the reference's HUD."""
         presenter = getattr(self.stats_source, "presenter", None)
         if presenter is None:
             return
@@ -172,6 +185,9 @@ class ViewerWindow:
                 ("capture->on screen", list(st.graph_glass_ms), 0.0, 6 * REFERENCE_FRAME_MS),
                 ("repeated refreshes", [1.0 if r else 0.0 for r in st.graph_repeat], 0.0, 1.0),
             ]
+        audio = self._audio_live
+        if audio is not None and audio["recent_buffered_ms"]:
+            series.append(("audio buffer", audio["recent_buffered_ms"], 0.0, 2 * REFERENCE_FRAME_MS))
         for shape in self._graph_shapes:
             shape.delete()
         self._graph_shapes = []
