@@ -186,7 +186,7 @@ def play(player: AudioPlayer, chunks: list[AudioChunk], lose: set[int], *, codec
             player.lost(missing)  # as the reassembler reports it: when a later packet completes
             missing = 0
         for p in enc.encode(chunk):
-            player.packet(p.data, p.pts_us, clock, time.monotonic())
+            player.packet(p.data, p.pts_us, clock)
     time.sleep(0.01)
     return player.ring.underruns if player.ring is not None else -1  # before the end of the stream runs dry
 
@@ -238,3 +238,15 @@ def test_player_without_an_output_device_disables_audio_and_keeps_going() -> Non
         player.close()
     assert player.error == "no audio output device"
     assert player.stats.packets == 0  # nothing decoded without a device
+
+
+def test_unknown_audio_codec_from_the_host_leaves_audio_off() -> None:
+    player = AudioPlayer(AudioPlayerConfig(), factory=lambda ring, rate, device: FakeOutput(ring, rate, device))
+    try:
+        player.configure(99, RATE, 2)
+        assert player.error is not None and "codec 99" in player.error
+        player.configure(int(AudioCodec.AAC), RATE, 2)  # known to the protocol, not decodable here
+        time.sleep(0.2)
+    finally:
+        player.close()
+    assert player.error is not None and "not supported" in player.error

@@ -56,7 +56,7 @@ def stream_tone(
         if pause[0] <= t < pause[0] + pause[1]:
             return  # a network stall: nothing arrives, nothing is reported lost
         for p in enc.encode(chunk):  # type: ignore[arg-type]
-            player.packet(p.data, p.pts_us, clock, time.monotonic())
+            player.packet(p.data, p.pts_us, clock)
 
     source = ToneSource(cfg)
     player.configure(int(AudioCodec.RAW_S16LE), RATE, 2)

@@ -170,7 +170,7 @@ HEADER = (
 
 
 def format_row(r: dict[str, Any]) -> str:
-    if r.get("error") or r.get("packets") is None:
+    if not r.get("packets"):
         return f"{r['label']:34} no audio: {r.get('error') or 'the viewer reported nothing'}"
     band = f"{_f(r['buffered_ms_p1'], '.1f')}/{_f(r['buffered_ms_median'], '.1f')}/{_f(r['buffered_ms_p99'], '.1f')}"
     return (

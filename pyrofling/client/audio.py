@@ -354,7 +354,6 @@ class _Packet:
     data: bytes
     pts_us: int
     clock: ClockSync
-    arrived_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -419,10 +418,16 @@ class AudioPlayer:
     # -- any thread -----------------------------------------------------------------------
 
     def configure(self, codec: int, rate: int, channels: int) -> None:
-        self._put(_Configure(AudioCodec(codec), rate, channels))
+        """The host announced its audio (CODEC_PARAMETERS); an unknown codec leaves audio off."""
+        try:
+            self._put(_Configure(AudioCodec(codec), rate, channels))
+        except ValueError:
+            self.error = f"the host sends audio codec {codec}, which this viewer does not know"
+            log.warning("audio disabled: %s", self.error)
 
-    def packet(self, data: bytes, pts_us: int, clock: ClockSync, arrived_s: float) -> None:
-        self._put(_Packet(data, pts_us, clock, arrived_s))
+    def packet(self, data: bytes, pts_us: int, clock: ClockSync) -> None:
+        """A complete audio packet, in sequence order; ``clock`` maps the host's µs to ours."""
+        self._put(_Packet(data, pts_us, clock))
 
     def lost(self, count: int) -> None:
         self._put(_Lost(count))

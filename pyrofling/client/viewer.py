@@ -417,7 +417,7 @@ class Viewer:
                 if ev.stream != StreamType.VIDEO:
                     self.stats.packets_audio += 1
                     if self.audio is not None:
-                        self.audio.packet(ev.data, ev.pts_us, session.clock, ev.complete_s)
+                        self.audio.packet(ev.data, ev.pts_us, session.clock)
                     continue
                 self.stats.packets_video += 1
                 params = session.codec_parameters
