@@ -569,7 +569,7 @@ class AudioPlayer:
             # The callback ran dry: the block it played faded out; prime again and fade in.
             self._was_playing = False
             self._fade_in_next = False
-        speed = getattr(self.controller, "speed", 1.0)
+        speed = self.controller.speed
         if ring.playing:
             buffered = self._buffered_s(now)
             if buffered is not None:

@@ -38,6 +38,8 @@ class RateController(Protocol):
 
     name: str
     target_s: float
+    #: The speed last returned (1.0 before the first update).
+    speed: float
 
     def update(self, now_s: float, buffered_s: float) -> float: ...
 
@@ -53,10 +55,12 @@ class ReferenceRateController:
 
     def __init__(self, target_s: float) -> None:
         self.target_s = target_s
+        self.speed = 1.0
 
     def update(self, now_s: float, buffered_s: float) -> float:
         delta = buffered_s - self.target_s
-        return 1.0 + max(-MAX_TRIM, min(MAX_TRIM, 0.05 * delta))
+        self.speed = 1.0 + max(-MAX_TRIM, min(MAX_TRIM, 0.05 * delta))
+        return self.speed
 
     def reset(self) -> None:
         pass
