@@ -120,7 +120,6 @@ class ToneSource:
         self.channels = config.channels
         self.tone = ClickTone(config.channels, click_period_s=config.click_period_s)
         self.actual_rate = config.rate * (1.0 + config.skew_ppm * 1e-6)
-        self.chunks = 0
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -140,7 +139,6 @@ class ToneSource:
                 return
             frames = self.tone.render(first_s, n, self.actual_rate)
             produced += n
-            self.chunks += 1
             sink(AudioChunk(frames, round(first_s * 1_000_000)))
 
     def close(self) -> None:

@@ -45,7 +45,14 @@ from pyrofling.core.pacer import PacedQueue, TokenBucketPacer
 from pyrofling.core.packetizer import MediaPacket, Packetizer
 from pyrofling.fec.codec import FecPlan
 from pyrofling.fec.planner import REFERENCE_RATIO, make_planner
-from pyrofling.server.audio import AudioChunk, AudioConfig, AudioEncoder, EncodedAudio, open_audio_source
+from pyrofling.server.audio import (
+    AudioChunk,
+    AudioConfig,
+    AudioEncoder,
+    AudioSource,
+    EncodedAudio,
+    open_audio_source,
+)
 from pyrofling.server.encoder import EncodedVideo, EncoderConfig, VideoEncoder
 from pyrofling.server.sources import VideoSource, open_source
 from pyrofling.wire import CodecParameters, ControlFramer, ProtocolError, StreamType
@@ -153,6 +160,7 @@ class Host:
         self._encoding = False
         self._encode_task: asyncio.Future[None] | None = None
         self._frame_index = 0
+        self._audio_source: AudioSource | None = None
 
     def _make_packetizer(self, cookie: int) -> Packetizer:
         cfg = self.config
@@ -172,7 +180,7 @@ class Host:
         loop = asyncio.get_running_loop()
         source = open_source(cfg.source, cfg.encoder.width, cfg.encoder.height, cfg.raw_format)
         encoder = await loop.run_in_executor(self._executor, VideoEncoder, cfg.encoder)
-        audio_source = open_audio_source(cfg.audio)
+        audio_source = self._audio_source = open_audio_source(cfg.audio)
         audio_encoder = AudioEncoder(cfg.audio, audio_source.rate) if audio_source is not None else None
         self.sessions.codec_parameters = CodecParameters(
             video_codec=int(encoder.video_codec),
@@ -560,6 +568,7 @@ class Host:
             heartbeats=self.clock.index + 1,
             heartbeats_missed=self.clock.missed_total,
             rate_trim_ppm=self.clock.rate_trim_ppm,
+            audio_capture_overflows=getattr(self._audio_source, "overflows", 0),  # device capture only
         )
         return out
 
