@@ -173,9 +173,9 @@ def test_bench_latency_smoke_locks_and_measures_glass_to_glass() -> None:
 
 
 def test_bench_audio_smoke_plays_into_jack_and_times_the_clicks() -> None:
-    """Real host, netsim (jitter) and viewer playing into a JACK dummy server the bench starts, for 6 s."""
+    """Real host, netsim (jitter) and viewer playing into a JACK dummy server the bench starts, for 8 s."""
     proc = subprocess.run(
-        [sys.executable, "-m", "pyrofling", "bench", "audio", "--duration", "6", "--cases", "fast", "--json"],
+        [sys.executable, "-m", "pyrofling", "bench", "audio", "--duration", "8", "--cases", "fast", "--json"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -188,6 +188,9 @@ def test_bench_audio_smoke_plays_into_jack_and_times_the_clicks() -> None:
     assert row["error"] is None and "JACK" in row["device"]
     assert row["packets"] > 900 and row["underruns_after_start"] == 0
     assert 20 < row["buffered_ms_median"] < 40
-    assert row["rate_mean_ppm"] > 0  # the host's clock runs fast: the viewer plays faster
+    # The host's clock runs fast, so once the controller has learned the skew the viewer plays faster. The
+    # whole-run mean includes start-up, which on a loaded machine can pull it either way; judge the last 2 s.
+    late_speeds_ppm = sorted(ppm for t, _, ppm in row["series"] if t >= row["series"][-1][0] - 2.0)
+    assert late_speeds_ppm[len(late_speeds_ppm) // 2] > 0
     assert row["latency_ms_median"] is not None and row["av_offset_ms"] is not None
     assert row["series"] and row["latency_ms_samples"]
