@@ -23,7 +23,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from pyrofling import __version__, cli_stream
+from pyrofling import __version__, cli_gamepad, cli_stream
 
 log = logging.getLogger("pyrofling")
 
@@ -360,6 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_stream.add_host(sub)
     cli_stream.add_view(sub)
     cli_stream.add_demo(sub)
+    cli_gamepad.add_gamepad(sub)
     bench = sub.add_parser("bench", help="measure pyrofling (FEC recovery and speed, end-to-end streaming)")
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH")
     bench_sub.required = True
@@ -368,6 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_stream.add_bench_latency(bench_sub)
     cli_stream.add_bench_phase(bench_sub)
     cli_stream.add_bench_audio(bench_sub)
+    cli_gamepad.add_bench_input(bench_sub)
     _add_netsim(sub)
     return parser
 

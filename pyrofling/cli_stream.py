@@ -249,6 +249,8 @@ def host_config(args: argparse.Namespace, **overrides: Any) -> Any:
         audio=audio_config(args),
         duration_s=getattr(args, "duration", None),
         stats_json=getattr(args, "stats_json", None),
+        virtual_pad=getattr(args, "virtual_pad", "uinput"),
+        gamepad_trace=getattr(args, "gamepad_trace", None),
     )
     values.update(overrides)
     return HostConfig(**values)
@@ -276,6 +278,9 @@ def add_host(sub: Any) -> None:
         epilog="Example: pyrofling host --port 9876 --width 1280 --height 720 --fps 60 --bitrate-kbits 10000",
     )
     add_host_options(p)
+    from pyrofling.cli_gamepad import add_host_gamepad_options  # it imports helpers from here
+
+    add_host_gamepad_options(p)
     p.add_argument("--duration", type=float, default=None, help="stop after this many seconds (default: Ctrl-C)")
     p.add_argument("--stats-json", type=Path, default=None, help="write host statistics here on exit")
     p.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
@@ -316,7 +321,8 @@ def add_view(sub: Any) -> None:
         help="watch a stream from a pyrofling or PyroFling host",
         description=(
             "Connect to a host, reassemble and decode its stream and show it in a window (or count frames with "
-            "--headless). Keys in the window: V toggles the statistics overlay, F toggles full screen, Esc quits."
+            "--headless). Keys in the window: V toggles the statistics overlay, F toggles full screen, Esc quits; "
+            "the keyboard pad's keys are listed under 'gamepad'."
         ),
         epilog="Example: pyrofling view pyro://127.0.0.1:9876   (IPv6: pyro://[::1]:9876)",
     )
@@ -324,6 +330,9 @@ def add_view(sub: Any) -> None:
     p.add_argument("--headless", action="store_true", help="decode and count frames, no window")
     add_presentation_options(p)
     add_view_audio_options(p)
+    from pyrofling.cli_gamepad import add_view_gamepad_options  # it imports helpers from here
+
+    add_view_gamepad_options(p)
     p.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
     p.add_argument("--no-reconnect", action="store_true", help="exit when the host goes away instead of reconnecting")
     p.add_argument(
@@ -456,11 +465,20 @@ def viewer_config(args: argparse.Namespace) -> Any:
     from pyrofling.client.viewer import ViewerConfig
     from pyrofling.wire import KickFlags
 
+    from pyrofling.cli_gamepad import gamepad_config
+
     uri = parse_uri(args.uri)
     audio = audio_player_config(args)
+    gamepad = gamepad_config(args)
+    flags = KickFlags.VIDEO
+    if audio is not None:
+        flags |= KickFlags.AUDIO
+    if gamepad is not None:
+        flags |= KickFlags.GAMEPAD
     return ViewerConfig(
-        flags=KickFlags.VIDEO | KickFlags.AUDIO if audio is not None else KickFlags.VIDEO,
+        flags=flags,
         audio=audio,
+        gamepad=gamepad,
         presentation=presentation_config(args, uri),
         refresh_hz=args.refresh_hz,
         refresh_skew_ppm=args.refresh_skew_ppm,
@@ -517,6 +535,7 @@ def view_in_window(cfg: Any, *, screenshot: Path | None = None, title: str = "py
     window = ViewerWindow(title=title)
     viewer = Viewer(cfg, display=window, run_presenter=False)
     window.stats_source = viewer
+    window.gamepad = viewer.gamepad
     stop = viewer.presenter_stop
     result: dict[str, int] = {}
 

@@ -125,8 +125,10 @@ def test_phase_offsets_and_gamepad_states_are_passed_on() -> None:
     kicked(s, cookie=9)
     addr = (UDP[0], UDP[1] + 1)
     assert s.datagram(addr, bytes(PhaseOffset(-250)), 0.0) == [PhaseFeedback(1, -250)]
-    state = GamepadState(seq=1, buttons=1)
-    assert s.datagram(addr, bytes(state), 0.0) == [GamepadInput(1, state)]
+    out = s.datagram(addr, bytes(GamepadState(seq=1, buttons=1)), 0.0)
+    [pad] = [o for o in out if isinstance(o, GamepadInput)]
+    assert (pad.update.conn_id, pad.update.seq, pad.update.state.buttons) == (1, 1, 1)
+    assert pad.update.events == [(1, 0x130, 1), (0, 0, 0)]  # BTN_SOUTH down, SYN_REPORT
 
 
 def test_malformed_datagrams_are_counted_by_reason() -> None:

@@ -30,6 +30,7 @@ import numpy as np
 
 from pyrofling.client.audio import AudioPlayer, AudioPlayerConfig
 from pyrofling.client.decoder import DecodeError, VideoDecoder
+from pyrofling.client.gamepad import GamepadConfig, GamepadLink
 from pyrofling.client.presenter import Display, HeadlessDisplay, Picture, Presenter
 from pyrofling.core import frame_marker
 from pyrofling.core.bitstream import key_info
@@ -95,6 +96,8 @@ class ViewerConfig:
     refresh_skew_ppm: float = 0.0
     #: Audio playback (None: no audio; the AUDIO bit in ``flags`` asks the host for it).
     audio: AudioPlayerConfig | None = None
+    #: The pad to send (None: none; the GAMEPAD bit in ``flags`` tells the host to expect it).
+    gamepad: GamepadConfig | None = None
 
 
 @dataclass(slots=True)
@@ -187,6 +190,9 @@ class Viewer:
         self.audio: AudioPlayer | None = None
         if config.audio is not None and config.flags & KickFlags.AUDIO:
             self.audio = AudioPlayer(config.audio)
+        self.gamepad: GamepadLink | None = None
+        if config.gamepad is not None and config.flags & KickFlags.GAMEPAD:
+            self.gamepad = GamepadLink(config.gamepad)
 
     def stop(self) -> None:
         if self._loop is not None and self._stop is not None and not self._loop.is_closed():
@@ -198,10 +204,15 @@ class Viewer:
     async def run(self) -> ViewerStats:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        decoder = threading.Thread(target=self._decode_thread, name="pyrofling-decode", daemon=True)
-        decoder.start()
+        video = bool(self.config.flags & KickFlags.VIDEO)  # a gamepad-only client decodes nothing
+        decoder = None
+        if video:
+            decoder = threading.Thread(target=self._decode_thread, name="pyrofling-decode", daemon=True)
+            decoder.start()
+        if self.gamepad is not None:
+            self.gamepad.start(self._loop)
         presenter = None
-        if self._run_presenter:
+        if self._run_presenter and video:
             presenter = threading.Thread(
                 target=self.presenter.run, args=(self.presenter_stop,), name="pyrofling-present", daemon=True
             )
@@ -231,7 +242,10 @@ class Viewer:
             self.presenter_stop.set()
             if self.audio is not None:
                 await asyncio.get_running_loop().run_in_executor(None, self.audio.close)
-            await asyncio.get_running_loop().run_in_executor(None, decoder.join, 5.0)
+            if self.gamepad is not None:
+                self.gamepad.close()
+            if decoder is not None:
+                await asyncio.get_running_loop().run_in_executor(None, decoder.join, 5.0)
             if presenter is not None:
                 await asyncio.get_running_loop().run_in_executor(None, presenter.join, 5.0)
             if self.config.stats_json is not None:
@@ -297,6 +311,8 @@ class Viewer:
                     p = out.codec_parameters
                     if self.audio is not None and p.audio_codec and p.channels and p.rate:
                         self.audio.configure(p.audio_codec, p.rate, p.channels)
+                    if self.gamepad is not None:
+                        self.gamepad.attach(send_udp)
                     log.info(
                         "streaming %dx%d@%d/%d %s from %s (handshake %.1f ms%s)",
                         p.width,
@@ -312,6 +328,10 @@ class Viewer:
                     end(f"handshake failed: {out.reason}")
                 elif isinstance(out, StreamStalled):
                     end(f"no media for {out.silent_s:.1f} s")
+
+        def send_udp(data: bytes) -> None:
+            if not udp.is_closing():
+                udp.sendto(data)
 
         def on_timer() -> None:
             nonlocal timer
@@ -381,6 +401,8 @@ class Viewer:
             reason = ended.result() if ended.done() else "stopped"
             if timer is not None:
                 timer.cancel()
+            if self.gamepad is not None:
+                self.gamepad.detach()
             reader_task.cancel()
             stop_task.cancel()
             udp.close()
@@ -563,6 +585,8 @@ class Viewer:
             out["audio"] = audio_stats
             lat = audio_stats.get("latency_ms_median")
             out["av_offset_ms"] = lat - out["glass_ms_median"] if lat is not None and out["glass_ms_median"] else None
+        if self.gamepad is not None:
+            out["gamepad"] = self.gamepad.summary()
         out["cpu_s"] = time.process_time() - self._cpu_start
         out["elapsed_s"] = time.monotonic() - self._started_s
         out["received_mbits"] = st.bytes_received * 8 / max(out["elapsed_s"], 1e-6) / 1e6

@@ -8,7 +8,8 @@ on a real display) that paces the loop; under Xvfb it does not, and the
 presenter keeps a software refresh clock instead.
 
 Keys: V statistics overlay with graphs (phase error, frame pace, latency, repeated
-refreshes), F full screen, Esc/Q quit.
+refreshes), F full screen, Esc quit (and Q, when the keyboard is not a pad).  With a
+gamepad link, the keys of :data:`~pyrofling.core.gamepad.KEYBOARD_HELP` play.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class ViewerWindow:
             self.window.set_vsync(False)  # the presenter's software clock paces instead
         self.stats_source: Any = None  # a Viewer, for the overlay
         self.on_close_requested: Callable[[], None] | None = None
+        self.gamepad: Any = None  # a GamepadLink: the keyboard is a pad too
         self.hud_visible = False
         self.frames_drawn = 0
         self.closed = False
@@ -70,7 +72,12 @@ class ViewerWindow:
         )
         self._graph_batch = pyglet.graphics.Batch()
         self._graph_shapes: list[Any] = []
-        self.window.push_handlers(on_key_press=self._on_key, on_close=self._on_close)
+        self.window.push_handlers(
+            on_key_press=self._on_key,
+            on_key_release=self._on_key_release,
+            on_deactivate=self._on_deactivate,
+            on_close=self._on_close,
+        )
 
     # -- decode thread -------------------------------------------------------------------------
 
@@ -223,14 +230,26 @@ class ViewerWindow:
         self._graph_shapes.append(pyglet.shapes.MultiLine(*points, thickness=1.5, color=(80, 255, 80, 255), batch=b))
 
     def _on_key(self, symbol: int, _modifiers: int) -> bool:
+        if self.gamepad is not None and self.gamepad.key(key.symbol_string(symbol), True):
+            return True
         if symbol == key.V:
             self.hud_visible = not self.hud_visible
             if self.hud_visible:
                 self._update_hud()
         elif symbol == key.F:
             self.window.set_fullscreen(not self.window.fullscreen)
-        elif symbol in (key.ESCAPE, key.Q):
+        elif symbol == key.ESCAPE or (symbol == key.Q and self.gamepad is None):
             self._on_close()
+        return True
+
+    def _on_key_release(self, symbol: int, _modifiers: int) -> bool:
+        if self.gamepad is not None:
+            self.gamepad.key(key.symbol_string(symbol), False)
+        return True
+
+    def _on_deactivate(self) -> bool:
+        if self.gamepad is not None:
+            self.gamepad.release_keys()  # a key let go in another window must not stay held here
         return True
 
     def _on_close(self) -> bool:

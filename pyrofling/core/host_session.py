@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
+from pyrofling.core.gamepad import GamepadRouter, PadUpdate, Verdict
 from pyrofling.core.keyframes import KeyframePolicy
 from pyrofling.core.packetizer import Packetizer
 from pyrofling.wire import (
@@ -92,8 +93,9 @@ class PhaseFeedback(HostOutput):
 
 @dataclass(frozen=True, slots=True)
 class GamepadInput(HostOutput):
-    conn_id: int
-    state: GamepadState
+    """A state for the virtual pad: write ``update.events`` to it (they may be empty: nothing changed)."""
+
+    update: PadUpdate
 
 
 # --------------------------------------------------------------------------------------------
@@ -170,6 +172,9 @@ class HostSessions:
         self.discarded: Counter[str] = Counter()
         self.connections_total = 0
         self.timed_out = 0
+        #: Who drives the one virtual pad (protocol.md §3.4).
+        self.gamepad = GamepadRouter()
+        self._pad_holder: int | None = None
 
     # -- connections ---------------------------------------------------------------------
 
@@ -182,14 +187,18 @@ class HostSessions:
         self.connections_total += 1
         return []
 
-    def close(self, conn_id: int) -> None:
-        """The shell saw the connection end (or closed it)."""
+    def close(self, conn_id: int) -> list[HostOutput]:
+        """The shell saw the connection end (or closed it).  If it held the gamepad, the pad lets go."""
         conn = self._connections.pop(conn_id, None)
         if conn is None:
-            return
+            return []
         self._by_cookie.pop(conn.cookie, None)
         if conn.udp_address is not None and self._by_address.get(conn.udp_address) is conn:
             del self._by_address[conn.udp_address]
+        release = self.gamepad.connection_closed(conn_id)
+        if self._pad_holder == conn_id:
+            self._pad_holder = None
+        return [GamepadInput(release)] if release is not None else []
 
     def connection(self, conn_id: int) -> ViewerConnection | None:
         return self._connections.get(conn_id)
@@ -237,6 +246,8 @@ class HostSessions:
     def _kick(self, conn: ViewerConnection, flags: KickFlags, now: float) -> list[HostOutput]:
         conn.flags = flags
         conn.last_alive_s = now
+        if flags & KickFlags.GAMEPAD:
+            self.gamepad.reset_ownership()  # as the reference: a (re)joining player may take the pad
         if conn.kicked:
             return [LogLine(conn.conn_id, f"redundant KICK from {conn.label}")]
         if conn.udp_address is None:
@@ -322,12 +333,24 @@ class HostSessions:
             conn.phase_offsets += 1
             return [PhaseFeedback(conn.conn_id, msg.ideal_phase_offset_us)]
         if isinstance(msg, GamepadState):
-            if not conn.flags & KickFlags.GAMEPAD:
-                self.discarded["gamepad_not_requested"] += 1
-                return []
-            conn.gamepad_states += 1
-            return [GamepadInput(conn.conn_id, msg)]
+            return self._gamepad(conn, msg)
         return []
+
+    def _gamepad(self, conn: ViewerConnection, msg: GamepadState) -> list[HostOutput]:
+        if not conn.flags & KickFlags.GAMEPAD:
+            self.discarded["gamepad_not_requested"] += 1
+            return []
+        conn.gamepad_states += 1
+        verdict, update = self.gamepad.offer(conn.conn_id, msg)
+        if verdict is not Verdict.APPLIED or update is None:
+            self.discarded[f"gamepad_{verdict.value}"] += 1
+            return []
+        out: list[HostOutput] = [GamepadInput(update)]
+        if self._pad_holder != conn.conn_id:
+            self._pad_holder = conn.conn_id
+            how = "took the gamepad over" if update.took_over else "has the gamepad"
+            out.append(LogLine(conn.conn_id, f"{conn.label} {how}"))
+        return out
 
     # -- timers ----------------------------------------------------------------------------
 
@@ -341,7 +364,7 @@ class HostSessions:
         for conn in list(self._connections.values()):
             if now - conn.last_alive_s >= self.config.keepalive_timeout_s:
                 self.timed_out += 1
-                self.close(conn.conn_id)
+                out += self.close(conn.conn_id)
                 reason = f"no KICK or PROGRESS for {self.config.keepalive_timeout_s:g} s"
                 out.append(CloseConnection(conn.conn_id, reason))
         return out

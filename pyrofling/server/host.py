@@ -32,6 +32,7 @@ from pyrofling.core.frame_clock import FrameClock, Tick
 from pyrofling.core.host_session import (
     Address,
     CloseConnection,
+    GamepadInput,
     HostOutput,
     HostSessions,
     LogLine,
@@ -54,6 +55,7 @@ from pyrofling.server.audio import (
     open_audio_source,
 )
 from pyrofling.server.encoder import EncodedVideo, EncoderConfig, VideoEncoder
+from pyrofling.server.gamepad import PadOutput, VirtualPad, open_virtual_pad
 from pyrofling.server.sources import VideoSource, open_source
 from pyrofling.wire import CodecParameters, ControlFramer, ProtocolError, StreamType
 
@@ -92,6 +94,10 @@ class HostConfig:
     client_rate_multiplier: int = 1
     #: Audio source and codec (source "none": video only).
     audio: AudioConfig = field(default_factory=AudioConfig)
+    #: The virtual gamepad viewers drive: uinput (a warning and no pad without /dev/uinput) or none.
+    virtual_pad: str = "uinput"
+    #: Write every state applied to the virtual pad, with its time, as JSON lines.
+    gamepad_trace: Path | None = None
 
 
 @dataclass(slots=True)
@@ -130,7 +136,8 @@ class _UdpProtocol(asyncio.DatagramProtocol):
 class Host:
     """Runs a host until :meth:`stop` (or the configured duration).  ``await host.run()``."""
 
-    def __init__(self, config: HostConfig) -> None:
+    def __init__(self, config: HostConfig, *, pad: VirtualPad | None = None) -> None:
+        """``pad``: a virtual pad to use instead of opening ``config.virtual_pad`` (tests)."""
         self.config = config
         self.stats = HostStats()
         self.keyframes = KeyframePolicy()
@@ -161,6 +168,8 @@ class Host:
         self._encode_task: asyncio.Future[None] | None = None
         self._frame_index = 0
         self._audio_source: AudioSource | None = None
+        self._pad = pad
+        self.pad_output: PadOutput | None = None
 
     def _make_packetizer(self, cookie: int) -> Packetizer:
         cfg = self.config
@@ -193,6 +202,9 @@ class Host:
             channels=cfg.audio.channels if audio_source is not None else 0,
             rate=audio_source.rate if audio_source is not None else 0,
         )
+        pad = self._pad if self._pad is not None else open_virtual_pad(cfg.virtual_pad)
+        self.pad_output = PadOutput(pad, trace=cfg.gamepad_trace)
+        log.info("gamepad: %s", pad.description)
         server = await self._listen()
         log.info(
             "hosting %dx%d@%d %s %d kbit/s on %s port %d (TCP+UDP); FEC %s; join with: pyrofling view pyro://%s:%d",
@@ -253,6 +265,8 @@ class Host:
             source.close()
             if audio_source is not None:
                 audio_source.close()
+            if self.pad_output is not None:
+                self.pad_output.close()
             if cfg.stats_json is not None:
                 cfg.stats_json.write_text(json.dumps(self.summary(), indent=2))
             log.info("host stopped after %d frames", self.stats.frames_encoded)
@@ -320,7 +334,7 @@ class Host:
 
     def _drop(self, conn_id: int, reason: str) -> None:
         conn = self.sessions.connection(conn_id)
-        self.sessions.close(conn_id)
+        self._perform(self.sessions.close(conn_id))
         writer = self._writers.pop(conn_id, None)
         if writer is not None:
             writer.close()
@@ -348,6 +362,9 @@ class Host:
                 self._drop(out.conn_id, out.reason)
             elif isinstance(out, PhaseFeedback):
                 self.clock.feedback(out.conn_id, out.offset_us, time.monotonic())
+            elif isinstance(out, GamepadInput):
+                if self.pad_output is not None:
+                    self.pad_output.apply(out.update)
 
     # -- UDP ---------------------------------------------------------------------------------
 
@@ -569,8 +586,22 @@ class Host:
             heartbeats_missed=self.clock.missed_total,
             rate_trim_ppm=self.clock.rate_trim_ppm,
             audio_capture_overflows=getattr(self._audio_source, "overflows", 0),  # device capture only
+            gamepad=self._gamepad_summary(),
         )
         return out
+
+    def _gamepad_summary(self) -> dict[str, Any]:
+        router = self.sessions.gamepad
+        pad = self.pad_output
+        return {
+            "pad": pad.pad.description if pad is not None else None,
+            "states_applied": router.stats.applied,
+            "takeovers": router.stats.takeovers,
+            "owner": router.owner,
+            "verdicts": dict(router.stats.verdicts),
+            "events_written": pad.events_written if pad is not None else 0,
+            "write_errors": pad.write_errors if pad is not None else 0,
+        }
 
 
 def _new_cookie(sessions: HostSessions) -> int:
