@@ -461,11 +461,10 @@ def presentation_config(args: argparse.Namespace, uri: Any) -> Any:
 
 
 def viewer_config(args: argparse.Namespace) -> Any:
+    from pyrofling.cli_gamepad import gamepad_config
     from pyrofling.client.uri import parse_uri
     from pyrofling.client.viewer import ViewerConfig
     from pyrofling.wire import KickFlags
-
-    from pyrofling.cli_gamepad import gamepad_config
 
     uri = parse_uri(args.uri)
     audio = audio_player_config(args)

@@ -12,7 +12,7 @@ def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
-    assert all(cmd in out for cmd in ("host", "view", "demo", "bench", "netsim"))
+    assert all(cmd in out for cmd in ("host", "view", "demo", "gamepad", "bench", "netsim"))
 
 
 @pytest.mark.parametrize(
@@ -32,6 +32,11 @@ def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
         (["host", "--audio-codec", "mp3"], "invalid choice"),
         (["view", "127.0.0.1:1", "--audio-target-ms", "1"], "out of range 5..500"),
         (["view", "127.0.0.1:1", "--audio-controller", "pid"], "invalid choice"),
+        (["view", "127.0.0.1:1", "--gamepad-interval-ms", "0"], "out of range 1..1000"),
+        (["view", "127.0.0.1:1", "--gamepad-source", "sdl"], "invalid choice"),
+        (["gamepad"], "uri"),
+        (["host", "--virtual-pad", "xinput"], "invalid choice"),
+        (["bench", "input", "--duration", "1"], "out of range 2..3600"),
     ],
 )
 def test_bad_flags_say_what_is_wrong(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -194,3 +199,27 @@ def test_bench_audio_smoke_plays_into_jack_and_times_the_clicks() -> None:
     assert late_speeds_ppm[len(late_speeds_ppm) // 2] > 0
     assert row["latency_ms_median"] is not None and row["av_offset_ms"] is not None
     assert row["series"] and row["latency_ms_samples"]
+
+
+def test_gamepad_client_with_a_bad_address_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["gamepad", "pyro://host:notaport"]) == 2
+    assert "pyrofling gamepad:" in capsys.readouterr().err
+
+
+def test_bench_input_smoke_times_sends_to_the_virtual_pad() -> None:
+    """Real host (with its gamepad trace) and the gamepad-only client with a sweeping synthetic pad, 3 s."""
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "pyrofling", "bench", "input", "--duration", "3", "--cases", "loopback"),
+            *("--client", "gamepad", "--width", "320", "--height", "240", "--json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    [row] = json.loads(proc.stdout)["rows"]
+    assert row["label"] == "loopback"
+    assert row["sent"] > 300 and row["applied"] == row["sent"]  # every state moved the pad on loopback
+    assert len(row["latency_ms_samples"]) == row["applied"]
+    assert 0 < row["latency_ms_median"] <= row["latency_ms_p99"] <= row["latency_ms_max"] < 1000

@@ -227,3 +227,49 @@ def test_close_forgets_the_udp_binding() -> None:
     s.close(1)
     assert s.datagram((UDP[0], UDP[1] + 1), bytes(Ping(1)), 0.0) == []
     assert s.discarded["unknown_peer"] == 1
+
+
+def gamepad_inputs(outputs: list[object]) -> list[GamepadInput]:
+    return [o for o in outputs if isinstance(o, GamepadInput)]
+
+
+def test_gamepad_states_need_the_gamepad_bit_and_a_kick() -> None:
+    s = make()
+    s.open(1, PEER, 5, 0.0)
+    s.control(1, Hello(), 0.0)
+    s.datagram(UDP, bytes(Cookie(5)), 0.0)
+    assert s.datagram(UDP, bytes(GamepadState(seq=1, buttons=1)), 0.0) == []  # bound, not kicked
+    assert s.discarded["not_kicked"] == 1
+    s.control(1, Kick(KickFlags.VIDEO), 0.0)
+    assert s.datagram(UDP, bytes(GamepadState(seq=2, buttons=1)), 0.0) == []
+    assert s.discarded["gamepad_not_requested"] == 1
+    s.control(1, Kick(KickFlags.VIDEO | KickFlags.GAMEPAD), 0.0)  # a repeated KICK updates the flags
+    assert len(gamepad_inputs(s.datagram(UDP, bytes(GamepadState(seq=3, buttons=1)), 0.0))) == 1
+    assert s.gamepad.stats.applied == 1
+
+
+def test_gamepad_kick_resets_ownership_and_closing_the_owner_releases_the_pad() -> None:
+    s = make()
+    kicked(s, 1, cookie=11)
+    out = s.datagram((UDP[0], UDP[1] + 1), bytes(GamepadState(seq=1, buttons=1)), 0.0)
+    assert [o.text for o in out if isinstance(o, LogLine)] == ["10.0.0.2 @ 40000 has the gamepad"]
+    assert s.gamepad.owner == 1
+    kicked(s, 2, cookie=12)  # another player joins asking for the gamepad
+    assert s.gamepad.owner is None
+    assert gamepad_inputs(s.datagram((UDP[0], UDP[1] + 2), bytes(GamepadState(seq=1, buttons=2)), 0.0))
+    assert s.gamepad.owner == 2
+    assert gamepad_inputs(s.datagram((UDP[0], UDP[1] + 1), bytes(GamepadState(seq=2, buttons=1)), 0.0)) == []
+    assert s.discarded["gamepad_not_owner"] == 1
+    [release] = gamepad_inputs(s.close(2))
+    assert release.update.conn_id is None and release.update.events == [(1, 0x131, 0), (0, 0, 0)]
+    assert s.close(1) == []  # not the owner: nothing to let go
+
+
+def test_a_timed_out_owner_lets_go_of_the_pad() -> None:
+    s = make()
+    kicked(s, cookie=9)
+    s.datagram((UDP[0], UDP[1] + 1), bytes(GamepadState(seq=1, buttons=1)), 0.0)
+    out = s.handle_timer(100.0)
+    assert any(isinstance(o, CloseConnection) for o in out)
+    [release] = gamepad_inputs(out)
+    assert release.update.events == [(1, 0x130, 0), (0, 0, 0)]

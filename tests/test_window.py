@@ -17,8 +17,9 @@ from pyrofling.bench.stream import free_port
 from pyrofling.server.scene import BARS_RGB
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def xvfb() -> Iterator[str]:
+    """One X server for the module: pyglet stays connected to the first display it opens."""
     if shutil.which("Xvfb") is None:
         pytest.skip("Xvfb is not installed (scripts/setup installs it)")
     read_fd, write_fd = os.pipe()
@@ -142,5 +143,46 @@ def test_v_toggles_the_overlay_with_its_graphs(xvfb: str, monkeypatch: pytest.Mo
         window.present(None)  # draws the overlay without a picture
         window._on_key(key.V, 0)
         assert not window.hud_visible
+    finally:
+        window.close()
+
+
+def test_the_keyboard_is_a_pad_when_the_viewer_sends_one(xvfb: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DISPLAY", xvfb)
+    from pyglet.window import key
+
+    from pyrofling.client.window import ViewerWindow
+
+    class Link:
+        def __init__(self) -> None:
+            self.calls: list[tuple[str, bool]] = []
+            self.released = 0
+
+        def key(self, name: str, down: bool) -> bool:
+            self.calls.append((name, down))
+            return name in ("Z", "Q", "W")
+
+        def release_keys(self) -> None:
+            self.released += 1
+
+    closed: list[bool] = []
+    window = ViewerWindow()
+    try:
+        window.on_close_requested = lambda: closed.append(True)
+        link = Link()
+        window.gamepad = link
+        window._on_key(key.Z, 0)
+        window._on_key_release(key.Z, 0)
+        window._on_key(key.Q, 0)  # L1 now, not quit
+        assert link.calls == [("Z", True), ("Z", False), ("Q", True)] and not closed
+        window._on_key(key.V, 0)  # not a pad key: still the overlay
+        assert window.hud_visible
+        window._on_deactivate()
+        assert link.released == 1
+        window._on_key(key.ESCAPE, 0)
+        assert closed == [True]
+        window.gamepad = None
+        window._on_key(key.Q, 0)  # without a pad, Q quits as before
+        assert closed == [True, True]
     finally:
         window.close()

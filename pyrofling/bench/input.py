@@ -197,8 +197,7 @@ def format_table(result: dict[str, Any]) -> str:
         f"a state every {cfg['interval_ms']:g} ms (and on every change)\n"
     )
     lines = [
-        f"{'run':36} {'sent':>7} {'applied':>8} {'lost':>6} {'stale':>6} "
-        f"{'median':>8} {'p90':>8} {'p99':>8} {'max':>8}"
+        f"{'run':36} {'sent':>7} {'applied':>8} {'lost':>6} {'stale':>6} {'median':>8} {'p90':>8} {'p99':>8} {'max':>8}"
     ]
     for r in result["rows"]:
         lines.append(

@@ -20,7 +20,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -53,7 +53,7 @@ class GamepadConfig:
     #: evdev: the first physical pad; sweep: a synthetic pad whose left stick never stops moving
     #: (every state differs, for tests and ``bench input``); none: only the window's keyboard.
     source: str = "evdev"
-    sender: SenderConfig = SenderConfig()
+    sender: SenderConfig = field(default_factory=SenderConfig)
     #: Write each sent state's sequence number and send time as JSON lines (for ``bench input``).
     send_log: Path | None = None
     #: Seconds between looks for a pad while there is none.
@@ -327,6 +327,7 @@ class GamepadLink:
                 self._loop.call_soon_threadsafe(self._key_on_loop, None, False)
 
     def _key_on_loop(self, name: str | None, down: bool) -> None:
+        state: PadState | None
         if name is None:
             state = self.keyboard.release_all()
         else:

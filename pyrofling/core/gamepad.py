@@ -637,4 +637,3 @@ class GamepadRouter:
     def _count(self, verdict: Verdict) -> Verdict:
         self.stats.verdicts[verdict.value] += 1
         return verdict
-

@@ -362,9 +362,8 @@ class Host:
                 self._drop(out.conn_id, out.reason)
             elif isinstance(out, PhaseFeedback):
                 self.clock.feedback(out.conn_id, out.offset_us, time.monotonic())
-            elif isinstance(out, GamepadInput):
-                if self.pad_output is not None:
-                    self.pad_output.apply(out.update)
+            elif isinstance(out, GamepadInput) and self.pad_output is not None:
+                self.pad_output.apply(out.update)
 
     # -- UDP ---------------------------------------------------------------------------------
 
