@@ -38,7 +38,3 @@ def seq14_add(a: int, n: int) -> int:
     """``a + n`` wrapped to 14 bits."""
     return (a + n) & SEQ14_MASK
 
-
-def seq16_newer_or_equal(a: int, last: int) -> bool:
-    """True when 16-bit ``a`` is the same as or ahead of ``last`` (the gamepad acceptance rule)."""
-    return ((a - last) & 0x8000) == 0

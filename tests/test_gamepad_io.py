@@ -233,6 +233,28 @@ def test_reader_rereads_the_pad_after_the_kernel_dropped_events() -> None:
     assert states[-1] == PadState(buttons=GamepadButton.EAST, ly=-32767)
 
 
+def test_a_pad_unplugged_while_being_opened_is_skipped_and_looked_for_again() -> None:
+    fake = FakeInput()
+
+    class Vanishing(FakeDevice):
+        def absinfo(self, code: int) -> AbsInfo:
+            raise OSError(errno.ENODEV, "No such device")
+
+    fake.plugged["/dev/input/event0"] = lambda: Vanishing("/dev/input/event0")
+
+    async def scenario() -> EvdevPadReader:
+        reader = EvdevPadReader(lambda s: None, scan_interval_s=0.02, list_devices=fake.list_devices,
+                                open_device=fake.open_device)  # fmt: skip
+        reader.start(asyncio.get_running_loop())
+        assert reader.connects == 0 and fake.opened[0].closed
+        fake.plugged["/dev/input/event0"] = lambda: FakeDevice("/dev/input/event0")  # plugged back in
+        await until(lambda: reader.connects == 1)
+        reader.close()
+        return reader
+
+    asyncio.run(scenario())
+
+
 @pytest.mark.skipif(not os.path.isdir("/dev/input"), reason="no /dev/input on this machine (no input devices)")
 def test_reader_lists_real_input_devices_without_error() -> None:
     async def scenario() -> EvdevPadReader:

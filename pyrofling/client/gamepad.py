@@ -15,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import glob
 import json
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -113,13 +115,13 @@ class EvdevPadReader:
     ) -> None:
         self.on_change = on_change
         self.scan_interval_s = scan_interval_s
-        if list_devices is None or open_device is None:
+        if open_device is None:
             import evdev
 
-            list_devices = list_devices or (lambda: evdev.list_devices(writable=False))
-            open_device = open_device or evdev.InputDevice
-        self._list_devices = list_devices
+            open_device = evdev.InputDevice
+        self._list_devices = list_devices or self._readable_input_devices
         self._open_device = open_device
+        self._said_unreadable = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._device: Any = None
         self._mapper: EvdevMapper | None = None
@@ -162,22 +164,36 @@ class EvdevPadReader:
         device = next(dev for cand, dev in found if cand.path == chosen.path)
         self._take(chosen, device)
 
+    def _readable_input_devices(self) -> list[str]:
+        paths = sorted(glob.glob("/dev/input/event*"))
+        readable = [p for p in paths if os.access(p, os.R_OK)]
+        if paths and not readable and not self._said_unreadable:
+            self._said_unreadable = True
+            log.warning("this user cannot read /dev/input (add it to the 'input' group to use a gamepad)")
+        return readable
+
     def _schedule_scan(self) -> None:
         if self._loop is not None and not self._loop.is_closed():
             self._scan_handle = self._loop.call_later(self.scan_interval_s, self._scan)
 
     def _take(self, cand: PadCandidate, device: Any) -> None:
-        axes = {code: AxisInfo(info.min, info.max, info.flat) for code, info in device.capabilities(absinfo=True)
-                .get(EV_ABS, [])}  # fmt: skip
-        self._device = device
-        self._mapper = EvdevMapper(axes, face_layout_for(cand.vendor))
+        assert self._loop is not None
+        try:
+            abs_caps = device.capabilities(absinfo=True).get(EV_ABS, [])
+            axes = {code: AxisInfo(info.min, info.max, info.flat) for code, info in abs_caps}
+            self._device = device
+            self._mapper = EvdevMapper(axes, face_layout_for(cand.vendor))
+            self._resync()
+        except OSError as exc:  # unplugged between the scan and now
+            log.debug("cannot read %s: %s", cand.path, exc)
+            self._release()
+            self._schedule_scan()
+            return
         self.connects += 1
         self._said_none = False
         self.description = f"{cand.name} ({cand.path})"
         log.info("gamepad: %s, %s face-button layout", self.description, self._mapper.layout.value)
-        assert self._loop is not None
         self._loop.add_reader(device.fd, self._readable)
-        self._resync()
         self.on_change(self.state)  # even at rest: a pad is there, so this client starts sending
 
     def _resync(self) -> None:

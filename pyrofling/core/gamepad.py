@@ -3,7 +3,7 @@
 Client side
     :class:`EvdevMapper` turns a Linux input device's events (evdev codes, no
     evdev import here) into a :class:`PadState`, as the reference maps an SDL
-    gamepad (protocol.md §2.3): sticks ``int16(32767·x)``, triggers
+    gamepad (protocol.md §2.3, §7.6): sticks ``int16(32767·x)``, triggers
     ``uint8(255·x)``, the d-pad as a hat.  :func:`choose_pad` picks the first
     real pad and never pyrofling's own virtual pad (a host and viewer on one
     machine would otherwise feed each other).  :class:`KeyboardPad` is the

@@ -172,7 +172,7 @@ class HostSessions:
         self.discarded: Counter[str] = Counter()
         self.connections_total = 0
         self.timed_out = 0
-        #: Who drives the one virtual pad (protocol.md §3.4).
+        #: Who drives the one virtual pad (protocol.md §7.6).
         self.gamepad = GamepadRouter()
         self._pad_holder: int | None = None
 
