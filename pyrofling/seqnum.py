@@ -37,4 +37,3 @@ def seq16_delta(a: int, b: int) -> int:
 def seq14_add(a: int, n: int) -> int:
     """``a + n`` wrapped to 14 bits."""
     return (a + n) & SEQ14_MASK
-

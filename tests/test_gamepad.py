@@ -337,11 +337,34 @@ def test_sender_sends_every_interval_and_changes_at_once() -> None:
     assert s.poll(NEUTRAL, 10.002) is None  # nothing changed, not due
     change = s.poll(PadState(lx=5), 10.003)
     assert change is not None and GamepadState.parse(change[1]) == GamepadState(seq=1, lx=5)
-    assert s.next_timer() == pytest.approx(10.007)
-    assert s.poll(PadState(lx=5), 10.0069) is None
-    again = s.poll(PadState(lx=5), 10.007)
+    assert s.next_timer() == pytest.approx(10.004)  # the change did not move the cadence
+    assert s.poll(PadState(lx=5), 10.0039) is None
+    again = s.poll(PadState(lx=5), 10.004)
     assert again is not None and again[0] == 2  # the same state again: the reference's steady 250 Hz
+    assert s.next_timer() == pytest.approx(10.008)
     assert (s.stats.sent, s.stats.sent_on_change) == (3, 1)
+
+
+def test_changes_closer_than_the_minimum_gap_wait_for_it() -> None:
+    s = GamepadSender(SenderConfig(interval_s=0.004, min_gap_s=0.001))
+    s.poll(NEUTRAL, 0.0)
+    assert s.poll(PadState(lx=1), 0.0015) is not None
+    assert s.poll(PadState(lx=2), 0.0020) is None  # 0.5 ms after the last send
+    assert s.next_timer() == pytest.approx(0.0025)
+    out = s.poll(PadState(lx=2), 0.0025)
+    assert out is not None and GamepadState.parse(out[1]).lx == 2
+    assert s.next_timer() == pytest.approx(0.004)
+
+
+def test_late_wake_ups_keep_the_250_hz_cadence() -> None:
+    s = GamepadSender(SenderConfig(interval_s=0.004))
+    now, sent = 0.0, 0
+    while now < 4.0:
+        sent += s.poll(NEUTRAL, now) is not None
+        now = s.next_timer() + 0.0003  # type: ignore[operator]  # every wake-up 0.3 ms late
+    assert sent == pytest.approx(1000, abs=2)
+    s.poll(NEUTRAL, 10.0)  # a long stall: start over instead of sending a burst to catch up
+    assert s.next_timer() == pytest.approx(10.004)
 
 
 def test_without_send_on_change_a_change_waits_for_the_tick() -> None:
