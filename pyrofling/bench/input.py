@@ -162,8 +162,13 @@ def summarize(sc: InputScenario, result: dict[str, Any]) -> dict[str, Any]:
         "scenario": asdict(sc),
         "sent": result["sent"],
         "applied": result["applied"],
-        "lost_pct": 100 * (1 - result["applied"] / result["sent"]) if result["sent"] else None,
+        # Sent but never applied: lost on the way, or arrived after a newer state and dropped as stale.
         "stale_dropped": verdicts.get("stale_seq", 0),
+        "lost_pct": (
+            100 * (result["sent"] - result["applied"] - verdicts.get("stale_seq", 0)) / result["sent"]
+            if result["sent"]
+            else None
+        ),
         "latency_ms_median": statistics.median(lat) if lat else None,
         "latency_ms_p90": float(np.percentile(lat, 90)) if lat else None,
         "latency_ms_p99": float(np.percentile(lat, 99)) if lat else None,

@@ -176,6 +176,9 @@ class ViewerWindow:
                     f"audio {a['buffered_ms']:.1f} ms buffered (target {a['target_ms']:.0f}), speed "
                     f"{a['speed_ppm']:+.0f} ppm, underruns {a['underruns']}, click latency {latency}"
                 )
+        pad = s.get("gamepad")
+        if pad is not None:
+            lines.append(f"gamepad: {pad['pad'] or 'window keys'}, {pad['states_sent']} states sent")
         self._hud.text = "\n".join(lines)
         self._update_graphs()
 
