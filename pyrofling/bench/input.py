@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import statistics
 import subprocess
 import tempfile
@@ -27,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from pyrofling.bench.stream import _cli, _read_json, _wait_for_port, free_port
+from pyrofling.bench.stream import _cli, _read_json, _wait_for_port, free_port, kill_leftovers, stop_processes
 from pyrofling.seqnum import seq16_delta
 
 CASES = ("loopback", "netsim")
@@ -136,16 +135,9 @@ def run_one(cfg: InputBenchConfig, sc: InputScenario, tmp: Path) -> dict[str, An
         viewer = subprocess.Popen(client, env=env)
         procs.append(viewer)
         viewer.wait(timeout=cfg.duration_s + 60)
-        for p in procs[:-1]:
-            p.send_signal(signal.SIGINT)
-        for p in procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.wait(timeout=15)
+        stop_processes(procs[:-1], procs)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        kill_leftovers(procs)
     result = match(read_jsonl(sends), read_jsonl(trace))
     result["host"] = _read_json(host_json) or {}
     result["client"] = _read_json(client_json) or {}

@@ -188,20 +188,29 @@ def _run(
         _watch(viewers, viewer_files, started, live)
         # Viewers are done: let the host see them leave, then stop it and the relay.
         time.sleep(min(settle_s, 0.5))
-        for p in procs[: 2 if netsim else 1]:
-            p.send_signal(signal.SIGINT)
-        for p in procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.wait(timeout=15)
+        stop_processes(procs[: 2 if netsim else 1], procs)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        kill_leftovers(procs)
     host = _read_json(host_json) or {}
     viewer_stats = [_read_json(f) or {} for f in viewer_files]
     net = _read_json(netsim_out) if sc.lossy else None
     return {"scenario": asdict(sc), "host": host, "viewers": viewer_stats, "netsim": net}
+
+
+def stop_processes(interrupt: list[subprocess.Popen[bytes]], wait_for: list[subprocess.Popen[bytes]]) -> None:
+    """Ctrl-C the long-running ones (host, relay) so they write their statistics, then wait for all."""
+    for p in interrupt:
+        p.send_signal(signal.SIGINT)
+    for p in wait_for:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(timeout=15)
+
+
+def kill_leftovers(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
 
 
 def _watch(
