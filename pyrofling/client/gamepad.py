@@ -158,7 +158,7 @@ class EvdevPadReader:
         if chosen is None:
             if not self._said_none:
                 self._said_none = True
-                log.info("no gamepad found; plug one in at any time (the window's keys work meanwhile)")
+                log.info("no gamepad found yet; plug one in at any time")
             self._schedule_scan()
             return
         device = next(dev for cand, dev in found if cand.path == chosen.path)
