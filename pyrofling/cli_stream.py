@@ -108,7 +108,23 @@ def add_host_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--source",
         default="scene",
-        help="scene (built-in test scene, default), file:PATH (raw frames, looped) or rawvideo (raw frames on stdin)",
+        help="scene (built-in test scene, default); capture (games presenting through the capture socket, see "
+        "pyrofling.capture and pyrofling example-game); x11[:DISPLAY] (grab an X11 screen, e.g. x11::0); "
+        "file:PATH (raw frames, looped) or rawvideo (raw frames on stdin)",
+    )
+    g = p.add_argument_group("game capture (--source capture)")
+    g.add_argument(
+        "--capture-socket",
+        default=None,
+        metavar="PATH",
+        help="the Unix socket games connect to (default $XDG_RUNTIME_DIR/pyrofling-capture, or "
+        "$PYROFLING_CAPTURE_SOCKET; games read the same variable)",
+    )
+    g.add_argument(
+        "--immediate-encode",
+        action="store_true",
+        help="encode a game's frame the moment it is presented instead of on the next heartbeat "
+        "(up to a frame less latency; heartbeats still pace the game)",
     )
     p.add_argument(
         "--raw-format", choices=("yuv420p", "rgb24"), default="yuv420p", help="pixel format of raw input frames"
@@ -251,7 +267,11 @@ def host_config(args: argparse.Namespace, **overrides: Any) -> Any:
         stats_json=getattr(args, "stats_json", None),
         virtual_pad=getattr(args, "virtual_pad", "uinput"),
         gamepad_trace=getattr(args, "gamepad_trace", None),
+        capture_socket=getattr(args, "capture_socket", None),
+        immediate_encode=getattr(args, "immediate_encode", False),
     )
+    if values["immediate_encode"] and values["source"] != "capture":
+        raise ValueError("--immediate-encode applies to games (--source capture)")
     values.update(overrides)
     return HostConfig(**values)
 

@@ -28,6 +28,7 @@ PURE = [
     *sorted((ROOT / "fec").glob("*.py")),
     *sorted((ROOT / "core").glob("*.py")),
     ROOT / "netsim" / "models.py",
+    ROOT / "capture" / "messages.py",
 ]
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -175,6 +176,36 @@ class VideoEncoder:
             frame.color_range = 2  # the scene renders full range
         if frame.format.name != self.pix_fmt:
             frame = frame.reformat(format=self.pix_fmt, dst_colorspace=1, dst_color_range=2)
+        return self.encode_frame(frame, pts_us, force_keyframe=force_keyframe, convert_s=time.perf_counter() - t0)
+
+    def encode_shared(
+        self,
+        array: npt.NDArray[np.uint8],
+        pts_us: int,
+        *,
+        pixel_format: str,
+        force_keyframe: bool = False,
+        on_read: Callable[[], None] | None = None,
+    ) -> list[EncodedVideo]:
+        """Encode packed RGB pixels in memory someone else owns (a game's shared image), without copying them.
+
+        PyAV wraps the array as it is; the colour conversion (and scaling, if the
+        image is not the stream's size) is the one pass that reads it, and then
+        ``on_read`` says the memory may be reused, before the encoder itself runs.
+        """
+        t0 = time.perf_counter()
+        try:
+            frame = av.VideoFrame.from_numpy_buffer(array, format=pixel_format)
+            frame = frame.reformat(
+                width=self.config.width,
+                height=self.config.height,
+                format=self.pix_fmt,
+                dst_colorspace=1,
+                dst_color_range=2,
+            )
+        finally:
+            if on_read is not None:
+                on_read()
         return self.encode_frame(frame, pts_us, force_keyframe=force_keyframe, convert_s=time.perf_counter() - t0)
 
     def encode_frame(

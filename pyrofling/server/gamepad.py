@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from pyrofling.core.gamepad import EV_SYN, SYN_REPORT, VIRTUAL_PAD, Event, PadState, PadUpdate, VirtualPadSpec
+from pyrofling.core.gamepad import EV_SYN, SYN_REPORT, VIRTUAL_PAD, Event, PadUpdate, VirtualPadSpec
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ class PadOutput:
 
     def __init__(self, pad: VirtualPad, *, trace: Path | None = None) -> None:
         self.pad = pad
-        self.listeners: list[Callable[[PadState], None]] = []
+        self.listeners: list[Callable[[PadUpdate], None]] = []
         self.states_applied = 0
         self.events_written = 0
         self.write_errors = 0
@@ -159,7 +159,7 @@ class PadOutput:
             record["events"] = update.events
             self._trace.write(json.dumps(record, separators=(",", ":")) + "\n")
         for listener in self.listeners:
-            listener(update.state)
+            listener(update)
 
     def close(self) -> None:
         if self._trace is not None:

@@ -28,7 +28,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyrofling.core.frame_clock import FrameClock, Tick
+import av
+
+from pyrofling.capture.messages import default_socket_path
+from pyrofling.core.frame_clock import FrameClock
 from pyrofling.core.host_session import (
     Address,
     CloseConnection,
@@ -54,9 +57,10 @@ from pyrofling.server.audio import (
     EncodedAudio,
     open_audio_source,
 )
+from pyrofling.server.capture import CapturedFrame, CaptureServer
 from pyrofling.server.encoder import EncodedVideo, EncoderConfig, VideoEncoder
 from pyrofling.server.gamepad import PadOutput, VirtualPad, open_virtual_pad
-from pyrofling.server.sources import VideoSource, open_source
+from pyrofling.server.sources import VideoSource, open_source, placeholder_frame
 from pyrofling.wire import CodecParameters, ControlFramer, ProtocolError, StreamType
 
 log = logging.getLogger(__name__)
@@ -98,6 +102,10 @@ class HostConfig:
     virtual_pad: str = "uinput"
     #: Write every state applied to the virtual pad, with its time, as JSON lines.
     gamepad_trace: Path | None = None
+    #: With source "capture": the games' socket (None: $XDG_RUNTIME_DIR/pyrofling-capture).
+    capture_socket: str | None = None
+    #: Encode a game's frame the moment it is presented instead of on the next heartbeat.
+    immediate_encode: bool = False
 
 
 @dataclass(slots=True)
@@ -170,6 +178,9 @@ class Host:
         self._audio_source: AudioSource | None = None
         self._pad = pad
         self.pad_output: PadOutput | None = None
+        self.capture: CaptureServer | None = None
+        self._encodes_this_period = 0  # capture: at most one encode per heartbeat period
+        self._encoder: VideoEncoder | None = None
 
     def _make_packetizer(self, cookie: int) -> Packetizer:
         cfg = self.config
@@ -187,8 +198,10 @@ class Host:
     async def run(self) -> HostStats:
         cfg = self.config
         loop = asyncio.get_running_loop()
-        source = open_source(cfg.source, cfg.encoder.width, cfg.encoder.height, cfg.raw_format)
-        encoder = await loop.run_in_executor(self._executor, VideoEncoder, cfg.encoder)
+        source: VideoSource | None = None
+        if cfg.source != "capture":
+            source = open_source(cfg.source, cfg.encoder.width, cfg.encoder.height, cfg.raw_format)
+        encoder = self._encoder = await loop.run_in_executor(self._executor, VideoEncoder, cfg.encoder)
         audio_source = self._audio_source = open_audio_source(cfg.audio)
         audio_encoder = AudioEncoder(cfg.audio, audio_source.rate) if audio_source is not None else None
         self.sessions.codec_parameters = CodecParameters(
@@ -205,6 +218,15 @@ class Host:
         pad = self._pad if self._pad is not None else open_virtual_pad(cfg.virtual_pad)
         self.pad_output = PadOutput(pad, trace=cfg.gamepad_trace)
         log.info("gamepad: %s", pad.description)
+        if cfg.source == "capture":
+            self.capture = CaptureServer(
+                cfg.capture_socket or default_socket_path(),
+                period_ns=round(1e9 / (cfg.encoder.fps * cfg.client_rate_multiplier)),
+                immediate=cfg.immediate_encode,
+                on_new_image=self._on_new_image,
+            )
+            self.capture.start(loop)
+            self.pad_output.listeners.append(self.capture.pad_update)
         server = await self._listen()
         log.info(
             "hosting %dx%d@%d %s %d kbit/s on %s port %d (TCP+UDP); FEC %s; join with: pyrofling view pyro://%s:%d",
@@ -262,7 +284,10 @@ class Host:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 1.0)
             self._executor.shutdown(wait=True)
-            source.close()
+            if source is not None:
+                source.close()
+            if self.capture is not None:
+                self.capture.close()
             if audio_source is not None:
                 audio_source.close()
             if self.pad_output is not None:
@@ -390,7 +415,7 @@ class Host:
 
     # -- media -------------------------------------------------------------------------------
 
-    def _heartbeat(self, loop: asyncio.AbstractEventLoop, source: VideoSource, encoder: VideoEncoder) -> None:
+    def _heartbeat(self, loop: asyncio.AbstractEventLoop, source: VideoSource | None, encoder: VideoEncoder) -> None:
         """Heartbeat thread: sleep until the next tick, hand it to the loop, wait until it is handled."""
         while not self._halt.is_set():
             delay = self._next_tick_s - time.monotonic()
@@ -406,7 +431,7 @@ class Host:
                 return  # the loop is closed
             self._tick_handled.wait(1.0)
 
-    def _on_tick(self, woke: float, source: VideoSource, encoder: VideoEncoder) -> None:
+    def _on_tick(self, woke: float, source: VideoSource | None, encoder: VideoEncoder) -> None:
         """On the loop: advance the frame clock, then capture and encode unless still busy."""
         try:
             tick = self.clock.handle_timer(woke)
@@ -415,24 +440,53 @@ class Host:
             self._tick_handled.set()
         if tick is None:
             return
+        if self.capture is not None:
+            self.capture.beat(woke, self._next_tick_s)
         self.stats.frames_skipped += tick.missed // self.clock.multiplier
         if not tick.encode or self._halt.is_set():
+            return
+        encoded_early = self._encodes_this_period > 0  # --immediate-encode sent this period's frame already
+        self._encodes_this_period = 0
+        if encoded_early:
             return
         if self._encoding:  # the previous frame is still encoding: this heartbeat stalls
             self.stats.frames_skipped += 1
             return
-        self._encoding = True
-        self._encode_task = asyncio.ensure_future(self._encode_and_send(tick, woke, source, encoder))
+        captured = self.capture.take() if self.capture is not None else None
+        self._start_encode(woke, source, encoder, captured)
 
-    async def _encode_and_send(self, tick: Tick, woke: float, source: VideoSource, encoder: VideoEncoder) -> None:
+    def _on_new_image(self) -> None:
+        """--immediate-encode: the streamed game presented; encode it now if this period has no frame yet."""
+        if self._encoding or self._encodes_this_period or self.capture is None or self._encoder is None:
+            return
+        captured = self.capture.take()
+        if captured is not None:
+            self._encodes_this_period += 1
+            self._start_encode(time.monotonic(), None, self._encoder, captured)
+
+    def _start_encode(
+        self, now: float, source: VideoSource | None, encoder: VideoEncoder, captured: CapturedFrame | None
+    ) -> None:
+        self._encoding = True
+        self._encode_task = asyncio.ensure_future(self._encode_and_send(now, source, encoder, captured))
+
+    async def _encode_and_send(
+        self, woke: float, source: VideoSource | None, encoder: VideoEncoder, captured: CapturedFrame | None
+    ) -> None:
         loop = asyncio.get_running_loop()
         index = self._frame_index
         capture_us = int(woke * 1_000_000)
         force = self.keyframes.should_force(woke)
+        packets: list[EncodedVideo] | None
         try:
-            packets = await loop.run_in_executor(
-                self._executor, self._capture_and_encode, source, encoder, index, capture_us, force
-            )
+            if source is None:
+                packets = await loop.run_in_executor(
+                    self._executor, self._encode_captured, loop, encoder, captured, capture_us, force
+                )
+            else:
+                packets = await loop.run_in_executor(
+                    self._executor, self._capture_and_encode, source, encoder, index, capture_us, force
+                )
         except Exception:
             # One bad frame must not end the stream; the next frame is an IDR.
             self.stats.encode_errors += 1
@@ -441,6 +495,8 @@ class Host:
             packets = []
         finally:
             self._encoding = False
+        if self.capture is not None and self.config.immediate_encode and not self._halt.is_set():
+            self._on_new_image()  # a present that came while this frame encoded
         if packets is None:
             log.info("source ended after %d frames", index)
             self.stop()
@@ -457,7 +513,31 @@ class Host:
         if array is None:
             return None
         self.stats.render_ms.append((time.perf_counter() - t0) * 1000)
+        if isinstance(array, av.VideoFrame):
+            return encoder.encode_frame(array, capture_us, force_keyframe=force)
         return encoder.encode_array(array, capture_us, pixel_format=source.pixel_format, force_keyframe=force)
+
+    def _encode_captured(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        encoder: VideoEncoder,
+        captured: CapturedFrame | None,
+        capture_us: int,
+        force: bool,
+    ) -> list[EncodedVideo]:
+        """Encode thread: a game's shared image (given back to the game once converted), or the placeholder."""
+        if captured is None:
+            return encoder.encode_frame(placeholder_frame(encoder.pix_fmt), capture_us, force_keyframe=force)
+        capture = self.capture
+        assert capture is not None
+
+        def give_back() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed while stopping
+                loop.call_soon_threadsafe(capture.release, captured)
+
+        return encoder.encode_shared(
+            captured.array, capture_us, pixel_format=captured.pixel_format, force_keyframe=force, on_read=give_back
+        )
 
     def _fan_out(self, packet: EncodedVideo) -> None:
         st = self.stats
@@ -550,9 +630,15 @@ class Host:
                 len(self.sessions.connections),
                 self.keyframes.forced,
                 st.frames_skipped,
-                self._phase_status(),
+                self._phase_status() + self._capture_status(),
             )
             last_frames, last_bytes, last_t = st.frames_encoded, st.bytes_encoded, now
+
+    def _capture_status(self) -> str:
+        if self.capture is None:
+            return ""
+        name = self.capture.active_name
+        return f"; streaming game {name!r}" if name else f"; waiting for a game on {self.capture.path}"
 
     def _phase_status(self) -> str:
         clock = self.clock
@@ -586,6 +672,7 @@ class Host:
             rate_trim_ppm=self.clock.rate_trim_ppm,
             audio_capture_overflows=getattr(self._audio_source, "overflows", 0),  # device capture only
             gamepad=self._gamepad_summary(),
+            capture=self.capture.summary() if self.capture is not None else None,
         )
         return out
 

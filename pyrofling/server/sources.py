@@ -1,15 +1,19 @@
-"""Video sources for the host: the test scene, or raw frames from a file or a pipe.
+"""Video sources for the host: the test scene, raw frames from a file or a pipe, an X11 screen.
 
 A source returns one frame per call as a ``(height * 3 // 2, width)`` yuv420p
-array (the scene, raw yuv420p input) or an ``(height, width, 3)`` rgb24 array,
-which the encoder converts (and times as "convert").
+array (the scene, raw yuv420p input), an ``(height, width, 3)`` rgb24 array,
+or a PyAV frame (the X11 grab), which the encoder converts (and times as
+"convert").  Games presenting through the capture socket are not a source of
+this kind: the host takes their images on its heartbeat (server/capture.py).
 """
 
 from __future__ import annotations
 
 import sys
-from typing import BinaryIO, Protocol
+import threading
+from typing import Any, BinaryIO, Protocol
 
+import av
 import numpy as np
 import numpy.typing as npt
 
@@ -22,7 +26,7 @@ class VideoSource(Protocol):
     #: "yuv420p" or "rgb24": the layout of what :meth:`read` returns.
     pixel_format: str
 
-    def read(self, index: int, capture_us: int) -> npt.NDArray[np.uint8] | None:
+    def read(self, index: int, capture_us: int) -> npt.NDArray[np.uint8] | av.VideoFrame | None:
         """The next frame, or None at the end of the input."""
         ...
 
@@ -71,10 +75,51 @@ class RawSource:
             self._stream.close()
 
 
+class X11GrabSource:
+    """An X11 screen grabbed on demand with FFmpeg's x11grab (MIT-SHM), at the moment the heartbeat asks.
+
+    x11grab paces reads to its frame rate; asking for a rate far above the
+    stream's makes it grab at once, so the picture is as fresh as the tick.
+    """
+
+    pixel_format = "frame"
+
+    def __init__(self, display: str, *, draw_mouse: bool = True) -> None:
+        options = {"framerate": "1000", "draw_mouse": "1" if draw_mouse else "0"}
+        try:
+            self._container: Any = av.open(display, format="x11grab", options=options)
+        except (av.FFmpegError, OSError) as exc:
+            raise ValueError(f"cannot grab X11 display {display!r}: {exc} (is the display running and yours?)") from exc
+        self._stream = self._container.streams.video[0]
+        self.display = display
+        self.width, self.height = self._stream.codec_context.width, self._stream.codec_context.height
+        self._lock = threading.Lock()
+
+    def read(self, index: int, capture_us: int) -> av.VideoFrame | None:
+        with self._lock:
+            for packet in self._container.demux(self._stream):
+                for frame in packet.decode():
+                    return frame
+        return None
+
+    def close(self) -> None:
+        with self._lock:
+            self._container.close()
+
+
 def open_source(spec: str, width: int, height: int, raw_format: str = "yuv420p") -> VideoSource:
-    """``scene`` | ``file:PATH`` | ``rawvideo`` (stdin).  Raises ValueError with what to fix."""
+    """``scene`` | ``file:PATH`` | ``rawvideo`` (stdin) | ``x11[:DISPLAY]``.  Raises ValueError with what to fix."""
     if spec == "scene":
         return SceneSource(width, height)
+    if spec == "x11" or spec.startswith("x11:"):
+        import os
+
+        display = spec[4:] or os.environ.get("DISPLAY", "")
+        if not display:
+            raise ValueError("--source x11 needs a display: x11:DISPLAY (e.g. x11::0) or $DISPLAY set")
+        if not display.startswith(":") and ":" not in display:
+            display = f":{display}"
+        return X11GrabSource(display)
     if spec in ("rawvideo", "-", "file:-"):
         return RawSource(sys.stdin.buffer, width, height, raw_format, loop=False)
     if spec.startswith("file:"):
@@ -84,4 +129,26 @@ def open_source(spec: str, width: int, height: int, raw_format: str = "yuv420p")
         except OSError as exc:
             raise ValueError(f"cannot open source file {path!r}: {exc.strerror}") from exc
         return RawSource(stream, width, height, raw_format, loop=True)
-    raise ValueError(f"unknown source {spec!r}: use scene, file:PATH (raw frames) or rawvideo (raw frames on stdin)")
+    raise ValueError(
+        f"unknown source {spec!r}: use scene, capture (games on the capture socket), x11[:DISPLAY], "
+        "file:PATH (raw frames) or rawvideo (raw frames on stdin)"
+    )
+
+
+_PLACEHOLDERS: dict[str, av.VideoFrame] = {}
+
+
+def placeholder_frame(pix_fmt: str) -> av.VideoFrame:
+    """What the host streams while no game presents: 16×16 of PyroFling's dark blue (0.1, 0.2, 0.3).
+
+    Tiny, so it costs nothing to scale and encode; the encoder scales it to the stream size.
+    """
+    frame = _PLACEHOLDERS.get(pix_fmt)
+    if frame is None:
+        rgb = np.empty((16, 16, 3), np.uint8)
+        rgb[:] = (26, 51, 77)
+        frame = av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(
+            format=pix_fmt, dst_colorspace=1, dst_color_range=2
+        )
+        _PLACEHOLDERS[pix_fmt] = frame
+    return frame

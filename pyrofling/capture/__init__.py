@@ -1,0 +1,11 @@
+"""Stream a Python game with pyrofling: present numpy frames into the host's capture socket.
+
+See :class:`~pyrofling.capture.client.CaptureClient`, and
+:mod:`pyrofling.capture.pyglet_helper` for pyglet games.  The protocol is
+protocol.md §9.
+"""
+
+from pyrofling.capture.client import CaptureClient, CaptureRequestError, Frame
+from pyrofling.capture.messages import PixelFormat, default_socket_path
+
+__all__ = ["CaptureClient", "CaptureRequestError", "Frame", "PixelFormat", "default_socket_path"]

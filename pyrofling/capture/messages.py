@@ -1,0 +1,351 @@
+"""The local capture protocol (protocol.md §9): messages between a game and the host.
+
+Pure: packing and parsing only, no sockets.  One message per ``SOCK_SEQPACKET``
+datagram: a 32-byte header (magic, serial, type, payload length, reserved) and a
+payload, at most 1024 bytes in all; file descriptors (one ``memfd`` per image)
+travel beside it as ``SCM_RIGHTS``.  The framing and the numbers of the messages
+both sides share are PyroFling's (anchor §9); the image group describes shared
+memory in a pixel format instead of Vulkan memory, and pyrofling adds gamepad
+events, audio and error texts.
+
+Requests carry serials 1, 2, 3…; the host answers each with a reply of the same
+serial, in order.  Events from the host carry serial 0 and the EVENT bit in their
+type.  A request with the ONE_WAY bit gets no reply (audio, which must not wait).
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+from typing import ClassVar, Self
+
+from pyrofling.wire import Buffer, FieldError, GamepadState, LengthError, ProtocolError, TruncatedError
+
+MAGIC = 0x7538244ABD122F9F
+HEADER = struct.Struct("<QQIIQ")
+MAX_MESSAGE_BYTES = 1024
+MAX_PAYLOAD_BYTES = MAX_MESSAGE_BYTES - HEADER.size
+MAX_FDS = 16
+EVENT = 0x8000_0000
+ONE_WAY = 0x4000_0000
+VERSION = 1
+
+
+class CaptureError(ProtocolError):
+    """A capture message that does not follow protocol.md §9."""
+
+    reason = "capture_protocol"
+
+
+class BadMagic(CaptureError):
+    reason = "bad_magic"
+
+
+class MessageType(enum.IntEnum):
+    OK = 1
+    ERROR_PROTOCOL = 2
+    ERROR = 3
+    ERROR_PARAMETER = 4
+    IMAGE_GROUP = 102
+    PRESENT_IMAGE = 103
+    ACQUIRE_IMAGE = 104 | EVENT
+    FRAME_COMPLETE = 105 | EVENT
+    RETIRE_IMAGE = 106 | EVENT
+    CLIENT_HELLO = 200
+    SERVER_HELLO = 201
+    # pyrofling additions
+    GAMEPAD_STATE = 300 | EVENT
+    AUDIO_FORMAT = 301
+    AUDIO_SAMPLES = 302 | ONE_WAY
+
+
+REPLIES = (MessageType.OK, MessageType.ERROR_PROTOCOL, MessageType.ERROR, MessageType.ERROR_PARAMETER)
+
+
+class Intent(enum.IntEnum):
+    VULKAN_EXTERNAL_STREAM = 1  # PyroFling's Vulkan layer: GPU memory pyrofling cannot import
+    ECHO = 2
+    SHARED_MEMORY_FRAMES = 3  # pyrofling: CPU images in memfds
+
+
+class PixelFormat(enum.IntEnum):
+    """Byte order of a pixel in memory, as PyAV names it."""
+
+    RGBA = 1
+    BGRA = 2
+    RGB = 3
+    BGR = 4
+
+    @property
+    def bytes_per_pixel(self) -> int:
+        return 4 if self in (PixelFormat.RGBA, PixelFormat.BGRA) else 3
+
+    @property
+    def av_name(self) -> str:
+        return {1: "rgba", 2: "bgra", 3: "rgb24", 4: "bgr24"}[self.value]
+
+    @classmethod
+    def named(cls, name: str) -> PixelFormat:
+        aliases = {"rgba": 1, "bgra": 2, "rgb": 3, "rgb24": 3, "bgr": 4, "bgr24": 4, "rgbx": 1, "bgrx": 2}
+        try:
+            return cls(aliases[name.lower()])
+        except KeyError:
+            raise ValueError(f"unknown pixel format {name!r}; use rgba, bgra, rgb or bgr") from None
+
+
+class ServerCapability(enum.IntFlag):
+    GAMEPAD_EVENTS = 1
+    AUDIO = 2
+
+
+class ImageFlags(enum.IntFlag):
+    NONE = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    serial: int
+    type: int
+    payload_bytes: int
+
+
+def pack(serial: int, type_: int, payload: bytes = b"") -> bytes:
+    if len(payload) > MAX_PAYLOAD_BYTES:
+        raise ValueError(f"capture payload of {len(payload)} bytes exceeds {MAX_PAYLOAD_BYTES}")
+    return HEADER.pack(MAGIC, serial, type_, len(payload), 0) + payload
+
+
+def unpack(data: Buffer) -> tuple[Header, memoryview]:
+    """Split one datagram into its header and payload; CaptureError if it is not a whole message."""
+    view = memoryview(data).cast("B")
+    if len(view) < HEADER.size:
+        raise TruncatedError(f"capture message of {len(view)} bytes is shorter than its {HEADER.size}-byte header")
+    if len(view) > MAX_MESSAGE_BYTES:
+        raise LengthError(f"capture message of {len(view)} bytes exceeds {MAX_MESSAGE_BYTES}")
+    magic, serial, type_, length, _reserved = HEADER.unpack_from(view)
+    if magic != MAGIC:
+        raise BadMagic(f"bad capture magic {magic:#018x}")
+    if length != len(view) - HEADER.size:
+        raise LengthError(f"capture header says {length} payload bytes, the datagram has {len(view) - HEADER.size}")
+    return Header(serial, type_, length), view[HEADER.size :]
+
+
+# --------------------------------------------------------------------------------------------
+# Payloads
+# --------------------------------------------------------------------------------------------
+
+
+class Payload:
+    TYPE: ClassVar[MessageType]
+    STRUCT: ClassVar[struct.Struct]
+
+    def encode(self) -> bytes:
+        return self.STRUCT.pack(*(getattr(self, name) for name in self.__slots__))  # type: ignore[attr-defined]
+
+    @classmethod
+    def decode(cls, payload: Buffer) -> Self:
+        view = memoryview(payload).cast("B")
+        if len(view) != cls.STRUCT.size:
+            raise LengthError(f"{cls.TYPE.name} payload must be {cls.STRUCT.size} bytes, not {len(view)}")
+        out = cls(*cls.STRUCT.unpack(view))
+        out.check()
+        return out
+
+    def check(self) -> None:
+        """Raise FieldError for values protocol.md §9 does not allow."""
+
+    def message(self, serial: int) -> bytes:
+        return pack(serial, self.TYPE, self.encode())
+
+
+@dataclass(frozen=True, slots=True)
+class ClientHello(Payload):
+    TYPE = MessageType.CLIENT_HELLO
+    STRUCT = struct.Struct("<I252s")
+    intent: int
+    name: bytes = b""
+
+    @classmethod
+    def of(cls, name: str, intent: Intent = Intent.SHARED_MEMORY_FRAMES) -> ClientHello:
+        return cls(int(intent), name.encode()[:251])
+
+    @classmethod
+    def decode(cls, payload: Buffer) -> ClientHello:
+        raw = super(ClientHello, cls).decode(payload)
+        return cls(raw.intent, raw.name.split(b"\0", 1)[0])
+
+    @property
+    def text_name(self) -> str:
+        return self.name.split(b"\0", 1)[0].decode(errors="replace")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerHello(Payload):
+    TYPE = MessageType.SERVER_HELLO
+    STRUCT = struct.Struct("<IIII48x")
+    version: int
+    capabilities: int
+    #: The host's nominal heartbeat period in ns (games may use it before the first FrameComplete).
+    period_ns: int
+    reserved: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ImageGroup(Payload):
+    """``num_images`` images of ``height`` rows of ``stride`` bytes; one memfd each rides along."""
+
+    TYPE = MessageType.IMAGE_GROUP
+    STRUCT = struct.Struct("<IIIIII")
+    num_images: int
+    width: int
+    height: int
+    pixel_format: int
+    stride: int
+    flags: int = 0
+
+    MAX_IMAGES: ClassVar[int] = MAX_FDS
+    MAX_SIDE: ClassVar[int] = 8192
+
+    def check(self) -> None:
+        if not 1 <= self.num_images <= self.MAX_IMAGES:
+            raise FieldError(f"an image group has 1..{self.MAX_IMAGES} images, not {self.num_images}")
+        if not (16 <= self.width <= self.MAX_SIDE and 16 <= self.height <= self.MAX_SIDE):
+            raise FieldError(f"image size {self.width}x{self.height} is outside 16..{self.MAX_SIDE}")
+        try:
+            fmt = PixelFormat(self.pixel_format)
+        except ValueError:
+            raise FieldError(f"unknown pixel format {self.pixel_format}") from None
+        if self.stride < self.width * fmt.bytes_per_pixel or self.stride > 4 * self.MAX_SIDE:
+            raise FieldError(f"stride {self.stride} does not fit {self.width} {fmt.name} pixels")
+        if self.flags & ~int(ImageFlags.NONE) != 0:
+            raise FieldError(f"unknown image flags {self.flags:#x}")
+
+    @property
+    def format(self) -> PixelFormat:
+        return PixelFormat(self.pixel_format)
+
+    @property
+    def image_bytes(self) -> int:
+        return self.stride * self.height
+
+
+@dataclass(frozen=True, slots=True)
+class PresentImage(Payload):
+    """``period`` ≥ 1: FIFO (each present a later heartbeat); 0: MAILBOX (the newest wins)."""
+
+    TYPE = MessageType.PRESENT_IMAGE
+    STRUCT = struct.Struct("<QHHIQ")
+    image_group_serial: int
+    period: int
+    index: int
+    flags: int
+    present_id: int
+
+    def check(self) -> None:
+        if self.present_id == 0:
+            raise FieldError("present ids start at 1")
+
+
+@dataclass(frozen=True, slots=True)
+class AcquireImage(Payload):
+    TYPE = MessageType.ACQUIRE_IMAGE
+    STRUCT = struct.Struct("<QII")
+    image_group_serial: int
+    index: int
+    semaphore_type: int = 0  # PyroFling's field; 0 = none (CPU images need no semaphore)
+
+
+@dataclass(frozen=True, slots=True)
+class RetireImage(Payload):
+    TYPE = MessageType.RETIRE_IMAGE
+    STRUCT = struct.Struct("<QII")
+    image_group_serial: int
+    index: int
+    padding: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class FrameComplete(Payload):
+    """A heartbeat completed ``presented_id``: FIFO games present again when they see it."""
+
+    TYPE = MessageType.FRAME_COMPLETE
+    STRUCT = struct.Struct("<QQQQIIQ")
+    image_group_serial: int
+    timestamp: int  # heartbeats completed
+    period_ns: int
+    presented_id: int
+    flags: int = 0
+    delayed_count: int = 0  # presents superseded before they were encoded, so far
+    headroom_ns: int = 0  # time from this event to the next heartbeat
+
+
+@dataclass(frozen=True, slots=True)
+class GamepadEvent(Payload):
+    """The state the host applied to its pad, the GAMEPAD_STATE payload as viewers send it (protocol.md §2.3)."""
+
+    TYPE = MessageType.GAMEPAD_STATE
+    STRUCT = GamepadState.PAYLOAD
+    seq: int
+    buttons: int
+    lx: int
+    ly: int
+    rx: int
+    ry: int
+    lz: int
+    rz: int
+    hat_x: int
+    hat_y: int
+
+
+@dataclass(frozen=True, slots=True)
+class AudioFormat(Payload):
+    """Audio will follow as interleaved S16LE at this rate and channel count."""
+
+    TYPE = MessageType.AUDIO_FORMAT
+    STRUCT = struct.Struct("<II")
+    rate: int
+    channels: int
+
+    def check(self) -> None:
+        if not 8000 <= self.rate <= 192_000 or self.channels not in (1, 2):
+            raise FieldError(f"audio must be 8000..192000 Hz, 1 or 2 channels (got {self.rate} Hz, {self.channels})")
+
+
+def error_text(payload: Buffer) -> str:
+    """The reason an error reply carries (pyrofling sends one; PyroFling sends none)."""
+    return bytes(payload).decode(errors="replace")
+
+
+def audio_samples(serial: int, pcm: bytes) -> bytes:
+    """An AUDIO_SAMPLES message (one way): whole S16LE frames, at most 992 bytes."""
+    return pack(serial, MessageType.AUDIO_SAMPLES, pcm)
+
+
+PAYLOADS: dict[int, type[Payload]] = {
+    cls.TYPE: cls
+    for cls in (
+        ClientHello,
+        ServerHello,
+        ImageGroup,
+        PresentImage,
+        AcquireImage,
+        RetireImage,
+        FrameComplete,
+        GamepadEvent,
+        AudioFormat,
+    )
+}
+
+
+def default_socket_path() -> str:
+    """``$PYROFLING_CAPTURE_SOCKET``, else ``$XDG_RUNTIME_DIR/pyrofling-capture``, else one per user in /tmp."""
+    import os
+
+    explicit = os.environ.get("PYROFLING_CAPTURE_SOCKET")
+    if explicit:
+        return explicit
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isdir(runtime):
+        return os.path.join(runtime, "pyrofling-capture")
+    return f"/tmp/pyrofling-capture-{os.getuid()}"

@@ -1,0 +1,478 @@
+"""The host's capture socket: games present frames in shared memory (protocol.md §9).
+
+A ``SOCK_SEQPACKET`` Unix socket served from the host's event loop (``add_reader``,
+non-blocking).  Each game's images are ``memfd``s it passed with ``SCM_RIGHTS``;
+the host maps them read-only and hands the encoder a numpy view of the newest
+ready one, which PyAV wraps without a copy (``VideoFrame.from_numpy_buffer``).
+The colour conversion to YUV is the one pass over the pixels; the image goes back
+to the game as soon as it is done, before the encoder runs.
+
+Decisions (which image, when to retire, FrameComplete) live in
+:class:`~pyrofling.core.swapchain.Swapchain`; this module moves bytes and file
+descriptors.  Any number of games may connect; the one that created its image
+group last is the one streamed (like a window taking focus), the others are
+paced but not encoded.
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import contextlib
+import errno
+import fcntl
+import logging
+import mmap
+import os
+import socket
+import stat
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from pyrofling.capture import messages as m
+from pyrofling.core.gamepad import PadUpdate
+from pyrofling.core.swapchain import EncodeImage, Retire, Swapchain
+from pyrofling.wire import ProtocolError
+
+log = logging.getLogger(__name__)
+
+#: A game's requests that failed, after which the host gives up on it.
+MAX_ERRORS_PER_CLIENT = 64
+
+
+@dataclass(frozen=True, slots=True)
+class CapturedFrame:
+    """An image the encoder may read until :meth:`CaptureServer.release` is called with it."""
+
+    conn_id: int
+    taken: EncodeImage
+    array: npt.NDArray[np.uint8]  # (height, width, bytes per pixel), rows ``stride`` apart, shared memory
+    pixel_format: str  # PyAV's name: rgba, bgra, rgb24, bgr24
+
+
+@dataclass(slots=True)
+class _Game:
+    conn_id: int
+    sock: socket.socket
+    name: str = "?"
+    hello: bool = False
+    last_serial: int = 0
+    swapchain: Swapchain | None = None
+    group: m.ImageGroup | None = None
+    images: list[npt.NDArray[np.uint8]] = field(default_factory=list)
+    audio: m.AudioFormat | None = None
+    errors: int = 0
+    events_dropped: int = 0
+
+
+@dataclass(slots=True)
+class CaptureStats:
+    games_total: int = 0
+    image_groups: int = 0
+    presents: int = 0
+    encoded: int = 0
+    repeats: int = 0
+    superseded: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+    events_dropped: int = 0
+    audio_bytes: int = 0
+
+
+class CaptureServer:
+    """Serves the capture socket on the running loop; the host calls :meth:`beat`, :meth:`take`, :meth:`release`."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        period_ns: int,
+        immediate: bool = False,
+        on_new_image: Callable[[], None] | None = None,
+        on_audio: Callable[[m.AudioFormat, bytes], None] | None = None,
+    ) -> None:
+        """``on_new_image``: called (on the loop) when the streamed game presents; ``on_audio``: its samples."""
+        self.path = path
+        self.period_ns = period_ns
+        self.immediate = immediate
+        self.stats = CaptureStats()
+        self._on_new_image = on_new_image
+        self._on_audio = on_audio
+        self._listener: socket.socket | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._games: dict[int, _Game] = {}
+        self._next_id = 1
+        self._active: int | None = None  # the game being streamed
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        _claim_path(self.path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+        try:
+            sock.bind(self.path)
+            os.chmod(self.path, 0o600)  # only this user's games
+            sock.listen(16)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        self._listener = sock
+        loop.add_reader(sock.fileno(), self._accept)
+        log.info("capture socket: %s (games connect with pyrofling.capture)", self.path)
+
+    def close(self) -> None:
+        for game in list(self._games.values()):
+            self._drop(game, "host stopping", log_it=False)
+        if self._listener is not None:
+            if self._loop is not None:
+                self._loop.remove_reader(self._listener.fileno())
+            self._listener.close()
+            self._listener = None
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+
+    @property
+    def active_name(self) -> str | None:
+        game = self._games.get(self._active) if self._active is not None else None
+        return game.name if game is not None else None
+
+    @property
+    def games(self) -> int:
+        return len(self._games)
+
+    # -- host side -------------------------------------------------------------------------------
+
+    def beat(self, now: float, next_beat_s: float) -> None:
+        """A heartbeat: every game's swapchain advances; FrameComplete and retires go out."""
+        for game in list(self._games.values()):
+            if game.swapchain is not None:
+                self._perform(game, game.swapchain.beat(now, next_beat_s))
+
+    def take(self) -> CapturedFrame | None:
+        """The streamed game's newest ready image, or None (no game, or nothing presented yet)."""
+        game = self._games.get(self._active) if self._active is not None else None
+        if game is None or game.swapchain is None or game.group is None:
+            return None
+        taken = game.swapchain.take()
+        if taken is None:
+            return None
+        return CapturedFrame(game.conn_id, taken, game.images[taken.index], game.group.format.av_name)
+
+    def has_new(self) -> bool:
+        game = self._games.get(self._active) if self._active is not None else None
+        return game is not None and game.swapchain is not None and game.swapchain.has_new()
+
+    def release(self, frame: CapturedFrame) -> None:
+        """The encoder has read ``frame``'s pixels."""
+        game = self._games.get(frame.conn_id)
+        if game is not None and game.swapchain is not None:
+            self._perform(game, game.swapchain.release(frame.taken))
+
+    def pad_update(self, update: PadUpdate) -> None:
+        """A PadOutput listener: every game gets the state the host applied to its pad."""
+        s = update.state
+        seq = update.seq if update.seq is not None else 0
+        event = m.GamepadEvent(seq, s.buttons, s.lx, s.ly, s.rx, s.ry, s.lz, s.rz, s.hat_x, s.hat_y).message(0)
+        for game in list(self._games.values()):
+            if game.hello:
+                self._send(game, event, droppable=True)
+
+    def summary(self) -> dict[str, Any]:
+        st = self.stats
+        chains = [g.swapchain for g in self._games.values() if g.swapchain is not None]
+        return {
+            "socket": self.path,
+            "games": len(self._games),
+            "games_total": st.games_total,
+            "streamed": self.active_name,
+            "image_groups": st.image_groups,
+            "presents": st.presents + sum(c.stats.presents for c in chains),
+            "encoded": st.encoded + sum(c.stats.encoded for c in chains),
+            "repeats": st.repeats + sum(c.stats.repeats for c in chains),
+            "superseded": st.superseded + sum(c.stats.superseded for c in chains),
+            "errors": dict(st.errors),
+            "events_dropped": st.events_dropped + sum(g.events_dropped for g in self._games.values()),
+            "audio_bytes": st.audio_bytes,
+        }
+
+    # -- socket ----------------------------------------------------------------------------------
+
+    def _accept(self) -> None:
+        assert self._listener is not None and self._loop is not None
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                log.warning("capture socket accept failed: %s", exc)
+                return
+            sock.setblocking(False)
+            game = _Game(self._next_id, sock)
+            self._next_id += 1
+            self._games[game.conn_id] = game
+            self.stats.games_total += 1
+            self._loop.add_reader(sock.fileno(), self._readable, game)
+
+    def _readable(self, game: _Game) -> None:
+        while game.conn_id in self._games:
+            try:
+                data, ancdata, flags, _ = game.sock.recvmsg(
+                    m.MAX_MESSAGE_BYTES + 1, socket.CMSG_SPACE(m.MAX_FDS * array.array("i").itemsize)
+                )
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self._drop(game, f"receive failed: {exc}")
+                return
+            fds = _fds_of(ancdata)
+            try:
+                if not data and not fds:
+                    self._drop(game, "game disconnected")
+                    return
+                self._handle(game, data, fds, flags)
+            finally:
+                for fd in fds:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)  # mappings hold their own reference
+
+    def _handle(self, game: _Game, data: bytes, fds: list[int], flags: int) -> None:
+        if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+            self._error(game, 0, m.MessageType.ERROR_PROTOCOL, "message or file descriptors truncated", "truncated")
+            return
+        try:
+            header, payload = m.unpack(data)
+        except ProtocolError as exc:
+            self._error(game, 0, m.MessageType.ERROR_PROTOCOL, str(exc), exc.reason)
+            return
+        if header.type & m.EVENT:
+            self._error(game, header.serial, m.MessageType.ERROR_PROTOCOL, "games send requests, not events", "event")
+            return
+        one_way = bool(header.type & m.ONE_WAY)
+        if header.serial <= game.last_serial:
+            if not one_way:
+                self._error(
+                    game,
+                    header.serial,
+                    m.MessageType.ERROR_PROTOCOL,
+                    f"serial {header.serial} does not follow {game.last_serial}",
+                    "serial",
+                )
+            return
+        game.last_serial = header.serial
+        try:
+            reply = self._request(game, header, payload, fds)
+        except ProtocolError as exc:
+            kind = m.MessageType.ERROR_PARAMETER if exc.reason == "bad_field" else m.MessageType.ERROR_PROTOCOL
+            reply = (kind, str(exc), exc.reason)
+        if one_way or reply is None:
+            return
+        kind, text, reason = reply
+        if kind is m.MessageType.OK:
+            self._send(game, m.pack(header.serial, m.MessageType.OK))
+        elif kind is m.MessageType.SERVER_HELLO:
+            hello = m.ServerHello(m.VERSION, int(m.ServerCapability.GAMEPAD_EVENTS | self._audio_cap), self.period_ns)
+            self._send(game, hello.message(header.serial))
+        else:
+            self._error(game, header.serial, kind, text, reason)
+
+    @property
+    def _audio_cap(self) -> m.ServerCapability:
+        return m.ServerCapability.AUDIO if self._on_audio is not None else m.ServerCapability(0)
+
+    def _request(
+        self, game: _Game, header: m.Header, payload: memoryview, fds: list[int]
+    ) -> tuple[m.MessageType, str, str] | None:
+        t = header.type
+        if fds and t != m.MessageType.IMAGE_GROUP:
+            raise ProtocolError(f"message type {t} carries no file descriptors")
+        if t == m.MessageType.CLIENT_HELLO:
+            hello = m.ClientHello.decode(payload)
+            if hello.intent != m.Intent.SHARED_MEMORY_FRAMES:
+                what = "PyroFling's Vulkan capture layer" if hello.intent == m.Intent.VULKAN_EXTERNAL_STREAM else ""
+                text = f"intent {hello.intent} is not supported: this host takes shared-memory frames"
+                if what:
+                    text += f" ({what} needs the native PyroFling host)"
+                return m.MessageType.ERROR, text, "intent"
+            game.hello, game.name = True, hello.text_name or f"game {game.conn_id}"
+            log.info("capture: %s connected", game.name)
+            return m.MessageType.SERVER_HELLO, "", ""
+        if not game.hello:
+            return m.MessageType.ERROR_PROTOCOL, "say CLIENT_HELLO first", "no_hello"
+        if t == m.MessageType.IMAGE_GROUP:
+            return self._image_group(game, header.serial, m.ImageGroup.decode(payload), fds)
+        if t == m.MessageType.PRESENT_IMAGE:
+            return self._present(game, m.PresentImage.decode(payload))
+        if t == m.MessageType.AUDIO_FORMAT:
+            if self._on_audio is None:
+                return m.MessageType.ERROR, "this host does not take audio from games (host --audio game)", "no_audio"
+            game.audio = m.AudioFormat.decode(payload)
+            return m.MessageType.OK, "", ""
+        if t == m.MessageType.AUDIO_SAMPLES:
+            if game.audio is not None and self._on_audio is not None and game.conn_id == self._active:
+                frame_bytes = 2 * game.audio.channels
+                pcm = bytes(payload[: len(payload) - len(payload) % frame_bytes])
+                self.stats.audio_bytes += len(pcm)
+                self._on_audio(game.audio, pcm)
+            return None
+        return m.MessageType.ERROR_PROTOCOL, f"unknown message type {t}", "unknown_type"
+
+    def _image_group(
+        self, game: _Game, serial: int, group: m.ImageGroup, fds: list[int]
+    ) -> tuple[m.MessageType, str, str]:
+        if len(fds) != group.num_images:
+            return m.MessageType.ERROR_PARAMETER, f"{group.num_images} images need as many fds, got {len(fds)}", "fds"
+        images = []
+        for fd in fds:
+            problem = _check_memfd(fd, group.image_bytes)
+            if problem is not None:
+                return m.MessageType.ERROR_PARAMETER, problem, "memfd"
+            mapping = mmap.mmap(fd, group.image_bytes, mmap.MAP_SHARED, mmap.PROT_READ)
+            bpp = group.format.bytes_per_pixel
+            images.append(np.ndarray((group.height, group.width, bpp), np.uint8, mapping, 0, (group.stride, bpp, 1)))
+        if game.swapchain is not None:
+            self._absorb(game.swapchain)
+            game.swapchain.replace(serial, group.num_images)
+        else:
+            game.swapchain = Swapchain(serial, group.num_images, self.period_ns, immediate=self.immediate)
+        game.group, game.images = group, images
+        self.stats.image_groups += 1
+        if self._active != game.conn_id:
+            self._active = game.conn_id
+            log.info(
+                "capture: streaming %s, %d images of %dx%d %s",
+                game.name,
+                group.num_images,
+                group.width,
+                group.height,
+                group.format.name,
+            )
+        return m.MessageType.OK, "", ""
+
+    def _present(self, game: _Game, present: m.PresentImage) -> tuple[m.MessageType, str, str]:
+        if game.swapchain is None:
+            return m.MessageType.ERROR_PROTOCOL, "send an IMAGE_GROUP before presenting", "no_group"
+        assert self._loop is not None
+        error, events = game.swapchain.present(present, self._loop.time())
+        if error is not None:
+            return m.MessageType.ERROR_PARAMETER, error, "present"
+        self._perform(game, events)
+        if self.immediate and game.conn_id == self._active and self._on_new_image is not None:
+            self._on_new_image()
+        return m.MessageType.OK, "", ""
+
+    def _perform(self, game: _Game, events: list[Any]) -> None:
+        for event in events:
+            if isinstance(event, Retire):
+                serial = game.swapchain.group_serial if game.swapchain is not None else 0
+                self._send(game, m.AcquireImage(serial, event.index).message(0))
+                self._send(game, m.RetireImage(serial, event.index).message(0))
+            else:
+                self._send(game, event.message(0))
+
+    def _send(self, game: _Game, data: bytes, *, droppable: bool = False) -> None:
+        if game.conn_id not in self._games:
+            return
+        try:
+            game.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            if droppable:
+                game.events_dropped += 1
+            else:
+                self._drop(game, "it stopped reading its socket")
+        except OSError as exc:
+            self._drop(game, f"send failed: {exc}")
+
+    def _error(self, game: _Game, serial: int, kind: m.MessageType, text: str, reason: str) -> None:
+        self.stats.errors[reason] += 1
+        game.errors += 1
+        log.debug("capture: %s: %s", game.name, text)
+        self._send(game, m.pack(serial, kind, text.encode()[: m.MAX_PAYLOAD_BYTES]))
+        if game.errors >= MAX_ERRORS_PER_CLIENT:
+            self._drop(game, f"{game.errors} bad requests (last: {text})")
+
+    def _absorb(self, chain: Swapchain) -> None:
+        st, cs = self.stats, chain.stats
+        st.presents += cs.presents
+        st.encoded += cs.encoded
+        st.repeats += cs.repeats
+        st.superseded += cs.superseded
+        chain.stats = type(cs)()
+
+    def _drop(self, game: _Game, reason: str, *, log_it: bool = True) -> None:
+        if self._games.pop(game.conn_id, None) is None:
+            return
+        if game.swapchain is not None:
+            self._absorb(game.swapchain)
+        self.stats.events_dropped += game.events_dropped
+        if self._loop is not None:
+            with contextlib.suppress(ValueError, OSError):
+                self._loop.remove_reader(game.sock.fileno())
+        game.sock.close()
+        game.images = []  # an image the encoder still reads keeps its mapping alive until it is done
+        if log_it and game.hello:
+            log.info("capture: %s left (%s)", game.name, reason)
+        if self._active == game.conn_id:
+            with_group = [g for g in self._games.values() if g.group is not None]
+            self._active = with_group[-1].conn_id if with_group else None
+            if self._active is not None:
+                log.info("capture: streaming %s", self._games[self._active].name)
+
+
+def _fds_of(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
+    fds: list[int] = []
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            ints = array.array("i")
+            ints.frombytes(data[: len(data) - len(data) % ints.itemsize])
+            fds.extend(ints)
+    return fds
+
+
+def _check_memfd(fd: int, needed: int) -> str | None:
+    """Why ``fd`` cannot back an image of ``needed`` bytes, or None.
+
+    It must be sealed against shrinking: a game that truncated a mapped file
+    under the encoder would crash the host with SIGBUS.
+    """
+    try:
+        st = os.fstat(fd)
+    except OSError as exc:
+        return f"cannot stat the image fd: {exc.strerror}"
+    if not stat.S_ISREG(st.st_mode):
+        return "an image fd must be a memfd"
+    if st.st_size < needed:
+        return f"the image memfd has {st.st_size} bytes, the image needs {needed}"
+    try:
+        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+    except OSError:
+        return "the image fd is not a memfd (no seals)"
+    if not seals & fcntl.F_SEAL_SHRINK:
+        return "the image memfd must be sealed with F_SEAL_SHRINK"
+    return None
+
+
+def _claim_path(path: str) -> None:
+    """Remove a stale socket left by a host that died; refuse if a live host or a non-socket is there."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise OSError(errno.EEXIST, f"{path} exists and is not a socket; pass another --capture-socket")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        probe.settimeout(0.5)
+        probe.connect(path)
+    except OSError:
+        os.unlink(path)  # nobody listening: left over from a host that died
+        return
+    finally:
+        probe.close()
+    raise OSError(errno.EADDRINUSE, f"another host is serving the capture socket {path}; pass another --capture-socket")
