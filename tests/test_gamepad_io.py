@@ -366,7 +366,8 @@ def test_pad_output_writes_the_pad_the_trace_and_tells_listeners(tmp_path: Path)
     out.apply(PadUpdate(3, 42, SOUTH, []))  # accepted, nothing changed: no write
     out.close()
     assert [e for _, e in pad.events] == events and pad.reports() == [[(EV_KEY, BTN_SOUTH, 1)]]
-    assert [(u.seq, u.state) for u in heard] == [(41, SOUTH), (42, SOUTH)] and out.states_applied == 2 and out.events_written == 2
+    assert [(u.seq, u.state) for u in heard] == [(41, SOUTH), (42, SOUTH)]
+    assert out.states_applied == 2 and out.events_written == 2
     lines = [json.loads(line) for line in trace.read_text().splitlines()]
     assert [(r["conn"], r["seq"], r["events"]) for r in lines] == [(3, 41, [[1, BTN_SOUTH, 1], [0, 0, 0]]), (3, 42, [])]
     assert pad.closed

@@ -1,0 +1,354 @@
+"""The capture socket for real: SOCK_SEQPACKET, memfds over SCM_RIGHTS, a real host, encoder and viewer.
+
+Hostile and broken games talk raw bytes to :class:`CaptureServer`; well-behaved
+games use :class:`CaptureClient`.  Every wait has a timeout.
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import fcntl
+import os
+import socket
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import pytest
+
+from pyrofling.capture import CaptureClient
+from pyrofling.capture import messages as m
+from pyrofling.client.gamepad import GamepadConfig
+from pyrofling.client.presenter import HeadlessDisplay
+from pyrofling.client.viewer import Viewer, ViewerConfig
+from pyrofling.core.viewer_session import Phase
+from pyrofling.server.capture import CaptureServer
+from pyrofling.server.encoder import EncoderConfig
+from pyrofling.server.gamepad import RecordingPad
+from pyrofling.server.host import Host, HostConfig
+from pyrofling.wire import KickFlags
+
+T = TypeVar("T")
+SMALL = EncoderConfig(width=160, height=120, fps=30, bitrate_kbits=500)
+
+
+def run(coro: Callable[[], Awaitable[T]], timeout_s: float = 60.0) -> T:
+    async def main() -> T:
+        return await asyncio.wait_for(coro(), timeout_s)
+
+    return asyncio.run(main())
+
+
+async def until(check: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    async def poll() -> None:
+        while not check():
+            await asyncio.sleep(0.005)
+
+    await asyncio.wait_for(poll(), timeout_s)
+
+
+# -- a raw game: bytes and fds by hand --------------------------------------------------------------
+
+
+class RawGame:
+    def __init__(self, path: str) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.sock.settimeout(2.0)
+        self.sock.connect(path)
+        self.serial = 0
+
+    def send(self, data: bytes, fds: list[int] | None = None) -> None:
+        anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())] if fds else []
+        self.sock.sendmsg([data], anc)
+
+    def request(self, payload: m.Payload | None, *, type_: int = 0, fds: list[int] | None = None) -> m.Header:
+        self.serial += 1
+        data = payload.message(self.serial) if payload is not None else m.pack(self.serial, type_)
+        self.send(data, fds)
+        return self.reply()
+
+    def reply(self) -> m.Header:
+        """The next reply, skipping events."""
+        while True:
+            header, body = m.unpack(self.sock.recv(2048))
+            if not header.type & m.EVENT:
+                self.last_text = m.error_text(body)
+                return header
+
+    def hello(self) -> None:
+        assert self.request(m.ClientHello.of("raw")).type == m.MessageType.SERVER_HELLO
+
+
+def memfd(size: int, *, seal: bool = True) -> int:
+    fd = os.memfd_create("test", os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, size)
+    if seal:
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+    return fd
+
+
+async def serving(tmp_path: Path, **kwargs: Any) -> CaptureServer:
+    server = CaptureServer(str(tmp_path / "cap.sock"), period_ns=16_666_667, **kwargs)
+    server.start(asyncio.get_running_loop())
+    return server
+
+
+async def in_thread(fn: Callable[[], T]) -> T:
+    return await asyncio.get_running_loop().run_in_executor(None, fn)
+
+
+def test_malformed_and_out_of_order_requests_get_error_replies_and_the_server_goes_on(tmp_path: Path) -> None:
+    async def scenario() -> CaptureServer:
+        server = await serving(tmp_path)
+
+        def talk() -> list[tuple[int, str]]:
+            game = RawGame(server.path)
+            out = []
+            game.send(b"\x01\x02\x03")  # shorter than a header
+            out.append((game.reply().type, game.last_text))
+            game.send(b"\0" * 40)  # bad magic
+            out.append((game.reply().type, game.last_text))
+            out.append((game.request(m.PresentImage(1, 1, 0, 0, 1)).type, game.last_text))  # before hello
+            out.append((game.request(m.ClientHello(1, b"vk")).type, game.last_text))  # PyroFling's Vulkan layer
+            game.hello()
+            game.serial -= 2
+            out.append((game.request(None, type_=m.MessageType.OK).type, game.last_text))  # an old serial
+            game.serial += 5
+            out.append((game.request(None, type_=m.MessageType.FRAME_COMPLETE).type, game.last_text))  # an event
+            out.append((game.request(None, type_=555).type, game.last_text))
+            group = m.ImageGroup(2, 64, 32, m.PixelFormat.BGRA, 256)
+            fds = [memfd(256 * 32), memfd(256 * 32, seal=False)]
+            out.append((game.request(group, fds=fds).type, game.last_text))  # one fd not sealed
+            out.append((game.request(group, fds=fds[:1]).type, game.last_text))  # too few fds
+            small = [memfd(100), memfd(100)]
+            out.append((game.request(group, fds=small).type, game.last_text))  # too small
+            out.append((game.request(m.PresentImage(1, 1, 0, 0, 1)).type, game.last_text))  # no group yet
+            good = [memfd(256 * 32), memfd(256 * 32)]
+            assert game.request(group, fds=good).type == m.MessageType.OK
+            out.append((game.request(m.PresentImage(1, 1, 0, 0, 1), fds=[good[0]]).type, game.last_text))
+            out.append((game.request(m.PresentImage(99, 1, 0, 0, 1)).type, game.last_text))  # wrong group
+            for fd in fds + small + good:
+                os.close(fd)
+            return out
+
+        replies = await in_thread(talk)
+        kinds = [kind for kind, _ in replies]
+        texts = " | ".join(text for _, text in replies)
+        P, E, X = m.MessageType.ERROR_PROTOCOL, m.MessageType.ERROR, m.MessageType.ERROR_PARAMETER
+        assert kinds == [P, P, P, E, P, P, P, X, X, X, P, P, X], texts
+        for fragment in ("shorter", "magic", "CLIENT_HELLO", "native PyroFling host", "does not follow", "events",
+                         "unknown message type 555", "F_SEAL_SHRINK", "need as many fds", "the image needs",
+                         "IMAGE_GROUP before", "carries no file descriptors", "image group 99"):  # fmt: skip
+            assert fragment in texts, fragment
+        assert server.stats.errors["truncated"] == 1 and server.stats.errors["bad_magic"] == 1
+        await until(lambda: server.games == 0)  # the raw game closed its socket: cleaned up
+        server.close()
+        return server
+
+    run(scenario)
+
+
+def test_a_game_that_floods_bad_requests_is_dropped(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        server = await serving(tmp_path)
+
+        def flood() -> bool:
+            game = RawGame(server.path)
+            for _ in range(200):
+                try:
+                    game.send(b"junk")
+                except OSError:
+                    return True
+            try:
+                while game.sock.recv(2048):
+                    pass
+            except OSError:
+                pass
+            return True
+
+        await in_thread(flood)
+        await until(lambda: server.games == 0 and server.stats.games_total == 1)
+        assert sum(server.stats.errors.values()) >= 64
+        server.close()
+
+    run(scenario)
+
+
+def test_a_stale_socket_is_replaced_and_a_live_one_is_not_stolen(tmp_path: Path) -> None:
+    path = tmp_path / "cap.sock"
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    stale.bind(str(path))
+    stale.close()  # a host that died leaves its file behind
+
+    async def scenario() -> None:
+        server = await serving(tmp_path)
+        assert oct(path.stat().st_mode & 0o777) == "0o600"
+        with pytest.raises(OSError, match="another host"):
+            await serving(tmp_path)
+        assert server.games == 0  # the probe's connection came and went
+        server.close()
+        assert not path.exists()
+        path.write_text("not a socket")
+        with pytest.raises(OSError, match="not a socket"):
+            await serving(tmp_path)
+
+    run(scenario)
+
+
+def test_the_server_maps_presents_and_hands_the_encoder_the_game_pixels_without_copying(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        server = await serving(tmp_path)
+        loop = asyncio.get_running_loop()
+        client = CaptureClient(64, 32, pixel_format="bgra", images=2, sync="mailbox", path=server.path)
+        frame = await in_thread(client.acquire)
+        frame.array[:] = (10, 20, 30, 255)
+        await in_thread(lambda: client.present(frame))
+        server.beat(loop.time(), loop.time() + 0.016)
+        captured = server.take()
+        assert captured is not None and captured.pixel_format == "bgra"
+        assert captured.array.shape == (32, 64, 4) and not captured.array.flags.writeable
+        frame.array[0, 0, 0] = 99  # the game's memory *is* what the host reads
+        assert captured.array[0, 0, 0] == 99 and captured.array[5, 5, 2] == 30
+        server.release(captured)
+        client.close()
+        await until(lambda: server.games == 0)
+        server.close()
+
+    run(scenario)
+
+
+# -- a real host, a real game, a real viewer ----------------------------------------------------------
+
+
+class ColourDisplay(HeadlessDisplay):
+    """Remembers the centre colour of every decoded picture."""
+
+    def __init__(self) -> None:
+        self.colours: list[tuple[int, int, int]] = []
+
+    def prepare(self, frame: Any) -> Any:
+        rgb = frame.to_ndarray(format="rgb24")
+        r, g, b = (int(v) for v in rgb[rgb.shape[0] // 2, rgb.shape[1] // 2])
+        self.colours.append((r, g, b))
+        return None
+
+
+class Game(threading.Thread):
+    """A game on its own thread: fills its frames with ``colour`` and presents until stopped."""
+
+    def __init__(self, path: str, colour: tuple[int, int, int], **kwargs: Any) -> None:
+        super().__init__(daemon=True)
+        self.client = CaptureClient(SMALL.width, SMALL.height, path=path, reconnect_s=0.1, **kwargs)
+        self.colour = colour
+        self.halt = threading.Event()
+        self.pads: list[tuple[int | None, int]] = []
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            frame = self.client.acquire()
+            frame.array[:, :, :3] = self.colour
+            frame.array[:, :, 3] = 255
+            self.client.present(frame)
+            self.pads.append((self.client.gamepad_seq, self.client.gamepad.buttons))
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(5)
+        self.client.close()
+
+
+async def start_host(path: str, port: int = 0, **kwargs: Any) -> tuple[Host, asyncio.Task[Any]]:
+    cfg = HostConfig(port=port, encoder=SMALL, status_interval_s=0, source="capture", capture_socket=path, **kwargs)
+    host = Host(cfg, pad=RecordingPad())
+    task = asyncio.create_task(host.run())
+    await asyncio.wait_for(host.ready.wait(), 15)
+    return host, task
+
+
+def near(colour: tuple[int, int, int], want: tuple[int, int, int]) -> bool:
+    return all(abs(a - b) <= 6 for a, b in zip(colour, want, strict=True))
+
+
+@pytest.mark.parametrize("immediate", [False, True], ids=["heartbeat", "immediate"])
+def test_a_game_streams_to_a_viewer_paced_by_the_host_and_played_by_the_viewer_pad(
+    tmp_path: Path, immediate: bool
+) -> None:
+    path = str(tmp_path / "cap.sock")
+    display = ColourDisplay()
+
+    async def scenario() -> tuple[Game, dict[str, Any]]:
+        host, task = await start_host(path, immediate_encode=immediate)
+        viewer = Viewer(
+            ViewerConfig(
+                host="127.0.0.1",
+                port=host.port or 0,
+                flags=KickFlags.VIDEO | KickFlags.GAMEPAD,
+                gamepad=GamepadConfig(source="none"),
+            ),
+            display,
+            run_presenter=True,
+        )
+        vtask = asyncio.create_task(viewer.run())
+        await until(lambda: viewer.session is not None and viewer.session.phase is Phase.STREAMING, 10)
+        await until(lambda: len(display.colours) >= 3, 10)
+        assert near(display.colours[-1], (26, 51, 77))  # no game yet: the placeholder
+        game = Game(path, (200, 40, 90))
+        game.start()
+        await until(lambda: bool(display.colours) and near(display.colours[-1], (200, 40, 90)), 10)
+        assert viewer.gamepad is not None
+        viewer.gamepad.key("Z", True)  # A
+        await until(lambda: any(buttons for _, buttons in game.pads), 5)
+        await asyncio.sleep(1.0)
+        game.stop()
+        summary = host.summary()
+        viewer.stop()
+        await asyncio.wait_for(vtask, 10)
+        host.stop()
+        await asyncio.wait_for(task, 10)
+        return game, summary
+
+    game, summary = run(scenario)
+    cap = summary["capture"]
+    stats = game.client.stats
+    assert stats.connects == 1 and stats.presents >= 20 and stats.gamepad_states > 0
+    # FIFO: the game runs at the host's 30 Hz, not as fast as it can.
+    intervals = np.diff(list(stats.present_times)[5:])
+    assert 0.030 < float(np.median(intervals)) < 0.037
+    assert cap["presents"] == stats.presents and cap["encoded"] >= cap["presents"] - 2
+    assert cap["errors"] == {} and summary["encode_errors"] == 0
+
+
+def test_host_restart_under_a_running_game_and_viewer(tmp_path: Path) -> None:
+    path = str(tmp_path / "cap.sock")
+    display = ColourDisplay()
+
+    async def scenario() -> tuple[Game, Viewer]:
+        host, task = await start_host(path)
+        port = host.port or 0
+        viewer = Viewer(ViewerConfig(host="127.0.0.1", port=port), display, run_presenter=True)
+        vtask = asyncio.create_task(viewer.run())
+        game = Game(path, (30, 200, 60))
+        game.start()
+        await until(lambda: bool(display.colours) and near(display.colours[-1], (30, 200, 60)), 10)
+        host.stop()
+        await asyncio.wait_for(task, 10)
+        await until(lambda: not game.client.connected, 5)
+        await asyncio.sleep(0.3)  # the game keeps running on its own
+        presents_alone = game.client.stats.presents_local
+        host, task = await start_host(path, port=port)
+        game.colour = (250, 250, 20)
+        await until(lambda: game.client.stats.connects == 2, 10)
+        await until(lambda: bool(display.colours) and near(display.colours[-1], (250, 250, 20)), 20)
+        assert presents_alone > 0
+        game.stop()
+        viewer.stop()
+        await asyncio.wait_for(vtask, 10)
+        host.stop()
+        await asyncio.wait_for(task, 10)
+        return game, viewer
+
+    game, viewer = run(scenario, 90)
+    assert game.client.stats.disconnects == 1 and viewer.stats.reconnects >= 1
