@@ -23,7 +23,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from pyrofling import __version__, cli_gamepad, cli_stream
+from pyrofling import __version__, cli_capture, cli_gamepad, cli_stream
 
 log = logging.getLogger("pyrofling")
 
@@ -361,6 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_stream.add_view(sub)
     cli_stream.add_demo(sub)
     cli_gamepad.add_gamepad(sub)
+    cli_capture.add_example_game(sub)
     bench = sub.add_parser("bench", help="measure pyrofling (FEC recovery and speed, end-to-end streaming)")
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH")
     bench_sub.required = True

@@ -1,0 +1,214 @@
+"""``pyrofling example-game``: a small pyglet game that presents through the capture socket.
+
+A ball you steer with the viewer's pad (left stick, d-pad; on a keyboard in the
+viewer window: WASD or the arrows), A (Z or Space) makes it jump in size, a
+second ball bounces on its own, a grid scrolls: enough motion to see how smooth
+the stream is.  Without a display it renders headless (EGL, software GL).
+
+``--stamp`` writes a frame marker into the top rows of every frame: the newest
+pad sequence number the game had when it drew the frame, and the time it
+presented it.  The viewer reads it after decoding, which is how
+``pyrofling bench input`` times a pad change to the picture that shows it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from pyrofling.core import frame_marker
+from pyrofling.core.gamepad import STICK_MAX, PadState
+from pyrofling.wire import GamepadButton
+
+log = logging.getLogger(__name__)
+
+NO_PAD_YET = 0xFFFFFFFF  # marker frame id before the first pad state
+SPEED_PX_S = 700.0
+
+
+@dataclass(frozen=True, slots=True)
+class GameConfig:
+    width: int = 1280
+    height: int = 720
+    socket: str | None = None
+    sync: str = "fifo"
+    images: int = 3
+    frames_in_flight: int = 1
+    headless: bool = False
+    duration_s: float | None = None
+    stamp: bool = False
+    stats_json: Path | None = None
+
+
+class World:
+    """The game's state; pure, advanced by ``step(pad, dt)``."""
+
+    def __init__(self, width: int, height: int) -> None:
+        self.width, self.height = width, height
+        self.x, self.y = width / 2, height / 2
+        self.size = 1.0
+        self.bx, self.by = width * 0.25, height * 0.7
+        self.vx, self.vy = 310.0, 230.0
+        self.scroll = 0.0
+        self._was_pressed = False
+
+    def step(self, pad: PadState, dt: float) -> None:
+        dx = pad.lx / STICK_MAX + pad.hat_x
+        dy = pad.ly / STICK_MAX + pad.hat_y  # +y is down on a pad, up on screen
+        self.x = min(max(self.x + dx * SPEED_PX_S * dt, 0.0), self.width)
+        self.y = min(max(self.y - dy * SPEED_PX_S * dt, 0.0), self.height)
+        pressed = pad.pressed(GamepadButton.SOUTH)  # A
+        if pressed and not self._was_pressed:
+            self.size = 1.8
+        self._was_pressed = pressed
+        self.size = 1.0 + (self.size - 1.0) * math.exp(-4.0 * dt)
+        self.bx += self.vx * dt
+        self.by += self.vy * dt
+        if not 0 <= self.bx <= self.width:
+            self.vx = -self.vx
+            self.bx = min(max(self.bx, 0.0), self.width)
+        if not 0 <= self.by <= self.height:
+            self.vy = -self.vy
+            self.by = min(max(self.by, 0.0), self.height)
+        self.scroll = (self.scroll + 60.0 * dt) % 80.0
+
+
+def stamp_marker(image: npt.NDArray[np.uint8], frame_id: int, when_s: float) -> None:
+    """Paint the frame marker (white/black blocks, all colour channels) into the top of an RGB(A) image."""
+    layout = frame_marker.layout_for(image.shape[1])
+    if layout is None:
+        return
+    band = np.zeros((layout.height, image.shape[1]), np.uint8)
+    frame_marker.paint(band, frame_marker.FrameStamp(frame_id & 0xFFFFFFFF, int(when_s * 1_000_000)), layout)
+    image[: layout.height, :, :3] = band[:, :, None]
+
+
+def run_game(cfg: GameConfig) -> dict[str, Any]:
+    """Run until the duration, Ctrl-C/SIGTERM, or the window closing; return the statistics."""
+    import pyglet
+
+    if cfg.headless:
+        pyglet.options["headless"] = True
+    from pyglet import shapes, text
+
+    from pyrofling.capture.pyglet_helper import PygletCapture
+
+    window = pyglet.window.Window(
+        cfg.width, cfg.height, caption="pyrofling example game", visible=not cfg.headless, vsync=False
+    )
+    capture = PygletCapture(
+        window,
+        name="pyrofling example game",
+        path=cfg.socket,
+        sync=cfg.sync,
+        images=cfg.images,
+        frames_in_flight=cfg.frames_in_flight,
+    )
+    world = World(cfg.width, cfg.height)
+    batch = pyglet.graphics.Batch()
+    background = pyglet.graphics.Group(order=0)
+    foreground = pyglet.graphics.Group(order=1)
+    grid = [
+        shapes.Line(0, 0, 0, 0, thickness=2, color=(40, 60, 90), batch=batch, group=background)
+        for _ in range(cfg.width // 80 + cfg.height // 80 + 4)
+    ]
+    bouncer = shapes.Circle(0, 0, 28, color=(240, 170, 40), batch=batch, group=foreground)
+    player = shapes.Circle(0, 0, 40, color=(80, 200, 255), batch=batch, group=foreground)
+    labels = [
+        text.Label(
+            "pyrofling example game - steer with the pad (WASD/arrows in the viewer), A (Z) to pulse",
+            x=16,
+            y=16,
+            font_size=14,
+            color=(220, 220, 220, 255),
+            batch=batch,
+            group=foreground,
+        ),
+        text.Label("", x=16, y=40, font_size=12, color=(160, 200, 160, 255), batch=batch, group=foreground),
+    ]
+
+    stop = False
+
+    def on_signal(_signum: int, _frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    client = capture.client
+    started = last = time.monotonic()
+    frames = 0
+    try:
+        while not stop:
+            now = time.monotonic()
+            if cfg.duration_s is not None and now - started >= cfg.duration_s:
+                break
+            window.dispatch_events()
+            if window.has_exit:
+                break
+            pad_seq = client.gamepad_seq
+            world.step(client.gamepad, min(now - last, 0.1))
+            last = now
+            n_vertical = cfg.width // 80 + 2
+            for i, line in enumerate(grid):
+                if i < n_vertical:
+                    x = i * 80 - world.scroll
+                    line.x, line.y, line.x2, line.y2 = x, 0, x, cfg.height
+                else:
+                    y = (i - n_vertical) * 80 - world.scroll
+                    line.x, line.y, line.x2, line.y2 = 0, y, cfg.width, y
+            player.x, player.y, player.radius = world.x, world.y, 40 * world.size
+            bouncer.x, bouncer.y = world.bx, world.by
+            if frames % 30 == 0:
+                state = "streaming" if client.connected else f"waiting for a host on {client.path}"
+                labels[1].text = f"{state} - pad states received: {client.stats.gamepad_states}"
+            window.switch_to()
+            window.clear()
+            batch.draw()
+            if cfg.stamp:
+                seq = NO_PAD_YET if pad_seq is None else pad_seq
+
+                def stamp(image: npt.NDArray[np.uint8], seq: int = seq) -> None:
+                    stamp_marker(image, seq, time.monotonic())
+
+                capture.present(stamp)
+            else:
+                capture.present()
+            if not cfg.headless:
+                window.flip()
+            frames += 1
+    finally:
+        stats = client.stats
+        result: dict[str, Any] = {
+            "frames": frames,
+            "elapsed_s": time.monotonic() - started,
+            "presents": stats.presents,
+            "presents_local": stats.presents_local,
+            "connects": stats.connects,
+            "disconnects": stats.disconnects,
+            "frame_completes": stats.frame_completes,
+            "gamepad_states": stats.gamepad_states,
+            "period_ns": client.period_ns,
+            "sync": cfg.sync,
+            "readback_inverted_in_gl": capture.invert_in_gl,
+            "present_times": list(stats.present_times),
+        }
+        capture.close()
+        window.close()
+        if cfg.stats_json is not None:
+            cfg.stats_json.write_text(json.dumps(result))
+    return result
+
+
+def default_headless() -> bool:
+    return not os.environ.get("DISPLAY")
