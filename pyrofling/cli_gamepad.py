@@ -65,6 +65,8 @@ def add_client_gamepad_options(g: Any) -> None:
         help="send the state at least this often (default 4, as PyroFling)",
     )
     g.add_argument("--gamepad-log", type=Path, default=None, metavar="FILE", help=argparse.SUPPRESS)
+    # Benches: every decoded frame's marker and time, to time a pad change to the picture showing it.
+    g.add_argument("--marker-log", type=Path, default=None, metavar="FILE", help=argparse.SUPPRESS)
 
 
 def gamepad_config(args: argparse.Namespace) -> Any:
@@ -151,7 +153,7 @@ def run_gamepad(args: argparse.Namespace) -> int:
 def add_bench_input(sub: Any) -> None:
     p = sub.add_parser(
         "input",
-        help="input-to-host latency: a viewer's gamepad send to the host's virtual pad write",
+        help="input latency: a viewer's gamepad send to the host's virtual pad, and to the game's reaction on screen",
         description=(
             "Runs a real host streaming its test scene and a real client (a headless viewer decoding the stream, "
             "or the gamepad-only client) whose synthetic pad changes on every send, on loopback and through "
@@ -161,7 +163,12 @@ def add_bench_input(sub: Any) -> None:
         epilog="Example: pyrofling bench input --duration 30 --json",
     )
     p.add_argument("--duration", type=_seconds(2.0, 3600.0), default=10.0, help="seconds per run (default 10)")
-    p.add_argument("--cases", default="loopback,netsim", help="comma list: loopback, netsim (default both)")
+    p.add_argument(
+        "--cases",
+        default="loopback,netsim",
+        help="comma list: loopback, netsim (default both); game, game-immediate: stream the example game "
+        "through the capture socket and also time input to photon (pad send to the decoded frame showing it)",
+    )
     p.add_argument("--client", choices=("view", "gamepad"), default="view", help="which client sends (default view)")
     p.add_argument("--jitter-ms", type=_seconds(0.0, 100.0, unit="ms"), default=5.0, help="netsim jitter (default 5)")
     p.add_argument("--loss", type=_seconds(0.0, 0.5, unit="(probability)"), default=0.01, help="netsim loss (0.01)")

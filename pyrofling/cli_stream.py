@@ -508,6 +508,7 @@ def viewer_config(args: argparse.Namespace) -> Any:
         reconnect=not args.no_reconnect,
         stats_json=args.stats_json,
         stats_interval_s=args.stats_interval,
+        marker_log=getattr(args, "marker_log", None),
     )
 
 

@@ -1,4 +1,5 @@
-"""``pyrofling bench input``: how long a pad state takes from the viewer's send to the host's virtual pad.
+"""``pyrofling bench input``: how long a pad state takes from the viewer's send to the host's virtual pad,
+and (case ``game``) to the picture that shows the game reacting to it.
 
 A real host (``pyrofling host``, streaming its test scene, with ``--gamepad-trace``)
 and a real client (``pyrofling view --headless`` decoding the stream, or
@@ -8,6 +9,13 @@ each state's sequence number and send time, the host each state it applied to th
 pad with the time right after the write; both are ``CLOCK_MONOTONIC``, one clock
 for every process on the machine.  Optionally through ``pyrofling netsim`` with
 jitter and loss on the viewer → host direction.
+
+The ``game`` cases stream ``pyrofling example-game --stamp`` through the capture
+socket instead of the test scene.  The game writes the newest pad sequence it
+has into a frame marker of every frame; the viewer logs each decoded frame's
+marker.  A state's input-to-photon latency is from its send to the decode of the
+first frame whose marker shows it (or a later state): for states sent at every
+moment of a frame, that is what a key press at a random moment waits.
 """
 
 from __future__ import annotations
@@ -29,7 +37,10 @@ import numpy as np
 from pyrofling.bench.stream import _cli, _read_json, _wait_for_port, free_port, kill_leftovers, stop_processes
 from pyrofling.seqnum import seq16_delta
 
-CASES = ("loopback", "netsim")
+CASES = ("loopback", "netsim", "game", "game-immediate")
+NO_PAD_YET = 0xFFFFFFFF  # the example game's marker before its first pad state
+#: Seconds at the start of a game run left out of pacing and latency (connecting, phase lock).
+WARMUP_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +50,10 @@ class InputScenario:
     netsim: bool = False
     jitter_ms: float = 0.0
     loss: float = 0.0
+    #: Stream the example game through the capture socket (and time input to photon).
+    game: bool = False
+    immediate: bool = False
+    sync: str = "fifo"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +77,10 @@ def standard_scenarios(cases: Iterable[str], *, jitter_ms: float, loss: float) -
         elif case == "netsim":
             label = f"netsim jitter 0-{jitter_ms:g} ms, loss {loss:.0%}"
             out.append(InputScenario(label, netsim=True, jitter_ms=jitter_ms, loss=loss))
+        elif case == "game":
+            out.append(InputScenario("game, heartbeat encode", game=True))
+        elif case == "game-immediate":
+            out.append(InputScenario("game, --immediate-encode", game=True, immediate=True))
         else:
             raise ValueError(f"unknown case {case!r}; choose from {', '.join(CASES)}")
     return tuple(out)
@@ -105,19 +124,63 @@ def match(sent: list[dict[str, Any]], applied: list[dict[str, Any]]) -> dict[str
     }
 
 
+def photon(sent: list[dict[str, Any]], markers: list[dict[str, Any]], *, after_s: float) -> list[float]:
+    """Input-to-photon latencies, ms: each state sent after ``after_s`` → the first decoded frame showing it."""
+    marks = [r for r in markers if r.get("whole") and r.get("id") != NO_PAD_YET]
+    if not sent or not marks:
+        return []
+    sends = unwrap(r["seq"] for r in sent)
+    shown = np.maximum.accumulate(np.array(unwrap([sent[0]["seq"], *(r["id"] & 0xFFFF for r in marks)])[1:]))
+    t_shown = np.array([r["t"] for r in marks])
+    out = []
+    for n, r in zip(sends, sent, strict=True):
+        if r["t"] < after_s:
+            continue
+        i = int(np.searchsorted(shown, n, side="left"))
+        if i < len(shown):
+            out.append(float(t_shown[i] - r["t"]) * 1000)
+    return out
+
+
+def pacing(present_times: list[float], *, after_s: float) -> dict[str, Any]:
+    """The game's frame interval after ``after_s``: median, σ, 99th percentile of |interval − median|, ms."""
+    times = np.array([t for t in present_times if t >= after_s])
+    if len(times) < 3:
+        return {"intervals": 0}
+    iv = np.diff(times) * 1000
+    median = float(np.median(iv))
+    return {
+        "intervals": len(iv),
+        "interval_ms_median": median,
+        "interval_ms_sd": float(iv.std()),
+        "interval_ms_p99_dev": float(np.percentile(np.abs(iv - median), 99)),
+        "interval_ms_max": float(iv.max()),
+    }
+
+
 def run_one(cfg: InputBenchConfig, sc: InputScenario, tmp: Path) -> dict[str, Any]:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     host_port = free_port()
-    trace, sends = tmp / "trace.jsonl", tmp / "sends.jsonl"
+    trace, sends, markers = tmp / "trace.jsonl", tmp / "sends.jsonl", tmp / "markers.jsonl"
     host_json, client_json, netsim_out = tmp / "host.json", tmp / "client.json", tmp / "netsim.json"
+    game_json, capture_socket = tmp / "game.json", str(tmp / "capture.sock")
     host_cmd = [*_cli(), "host", "-q", "--port", str(host_port), "--width", str(cfg.width), "--height",
                 str(cfg.height), "--fps", str(cfg.fps), "--bitrate-kbits", str(cfg.bitrate_kbits), "--no-audio",
                 "--gamepad-trace", str(trace), "--stats-json", str(host_json)]  # fmt: skip
+    if sc.game:
+        host_cmd += ["--source", "capture", "--capture-socket", capture_socket]
+        host_cmd += ["--immediate-encode"] if sc.immediate else []
     procs: list[subprocess.Popen[bytes]] = []
     netsim = None
+    started = time.monotonic()
     try:
         procs.append(subprocess.Popen(host_cmd, env=env))
         _wait_for_port(host_port, procs[0], timeout_s=30)
+        if sc.game:
+            game_cmd = [*_cli(), "example-game", "-q", "--headless", "--stamp", "--capture-socket", capture_socket,
+                        "--width", str(cfg.width), "--height", str(cfg.height), "--sync", sc.sync,
+                        "--stats-json", str(game_json)]  # fmt: skip
+            procs.append(subprocess.Popen(game_cmd, env=env))
         port = host_port
         if sc.netsim:
             port = free_port()
@@ -132,16 +195,24 @@ def run_one(cfg: InputBenchConfig, sc: InputScenario, tmp: Path) -> dict[str, An
                   str(cfg.interval_ms), "--stats-json", str(client_json)]  # fmt: skip
         if cfg.client == "view":
             client += ["--headless", "--no-audio"]
+        if sc.game:  # the whole chain phase-locked, game to display
+            client += ["--marker-log", str(markers), "--phase-locked", "0"]
         viewer = subprocess.Popen(client, env=env)
         procs.append(viewer)
         viewer.wait(timeout=cfg.duration_s + 60)
         stop_processes(procs[:-1], procs)
     finally:
         kill_leftovers(procs)
-    result = match(read_jsonl(sends), read_jsonl(trace))
+    sent = read_jsonl(sends)
+    result = match(sent, read_jsonl(trace))
     result["host"] = _read_json(host_json) or {}
     result["client"] = _read_json(client_json) or {}
     result["netsim"] = _read_json(netsim_out) if sc.netsim else None
+    if sc.game:
+        game = _read_json(game_json) or {}
+        result["game"] = {k: v for k, v in game.items() if k != "present_times"}
+        result["game"].update(pacing(game.get("present_times", []), after_s=started + WARMUP_S + 2.0))
+        result["photon_ms"] = photon(sent, read_jsonl(markers), after_s=started + WARMUP_S + 2.0)
     return result
 
 
@@ -169,6 +240,23 @@ def summarize(sc: InputScenario, result: dict[str, Any]) -> dict[str, Any]:
         "host_cpu_s": result["host"].get("cpu_s"),
         "frames_encoded": result["host"].get("frames_encoded"),
         "latency_ms_samples": lat[-5000:],
+        **(_game_summary(result) if sc.game else {}),
+    }
+
+
+def _game_summary(result: dict[str, Any]) -> dict[str, Any]:
+    ph = result.get("photon_ms", [])
+    capture = result["host"].get("capture") or {}
+    presents = capture.get("presents", 0)
+    return {
+        "photon_ms_median": statistics.median(ph) if ph else None,
+        "photon_ms_p90": float(np.percentile(ph, 90)) if ph else None,
+        "photon_ms_p99": float(np.percentile(ph, 99)) if ph else None,
+        "photon_samples": len(ph),
+        "game": result.get("game", {}),
+        "capture": capture,
+        "encoded_pct": 100 * capture.get("encoded", 0) / presents if presents else None,
+        "present_to_decoded_ms_median": result["client"].get("latency_ms_median"),
     }
 
 
@@ -204,4 +292,41 @@ def format_table(result: dict[str, Any]) -> str:
         )
     pads = {r["pad"] for r in result["rows"] if r.get("pad")}
     tail = f"\nvirtual pad: {', '.join(sorted(pads))}" if pads else ""
+    games = [r for r in result["rows"] if "photon_ms_median" in r]
+    if games:
+        frame_ms = 1000 / cfg["fps"]
+        tail += (
+            "\n\ninput to photon: viewer pad send → game draws it → encoded → decoded at the viewer (loopback)\n"
+            + f"{'run':36} {'median':>8} {'frames':>6} {'p90':>8} {'p99':>8} {'samples':>8}"
+        )
+        for r in games:
+            med = r["photon_ms_median"]
+            tail += (
+                f"\n{r['label']:36} {f(med):>5} ms {f(med / frame_ms if med else None, '.2f'):>6} "
+                f"{f(r['photon_ms_p90']):>5} ms {f(r['photon_ms_p99']):>5} ms {r['photon_samples']:>8}"
+            )
+        tail += "\n\n" + format_pacing(games)
     return head + "\n".join(lines) + tail
+
+
+def format_pacing(rows: list[dict[str, Any]]) -> str:
+    """The game's side: frames encoded, its frame interval when paced by the host, present → decoded."""
+
+    def f(x: Any, spec: str = ".2f") -> str:
+        return "-" if x is None else format(x, spec)
+
+    out = [
+        "game pacing (after the first 4 s): game frames encoded, its frame interval, present → decoded",
+        f"{'run':36} {'presents':>8} {'encoded':>8} {'superseded':>10} {'repeats':>7} {'interval':>9} {'σ':>7} "
+        f"{'p99 |dev|':>9} {'reconnects':>10} {'to decoded':>10}",
+    ]
+    for r in rows:
+        g, c = r["game"], r["capture"]
+        out.append(
+            f"{r['label']:36} {c.get('presents', 0):>8} {f(r['encoded_pct'], '.2f'):>7}% {c.get('superseded', 0):>10} "
+            f"{c.get('repeats', 0):>7} {f(g.get('interval_ms_median'), '.3f'):>6} ms "
+            f"{f(g.get('interval_ms_sd'), '.3f'):>4} ms "
+            f"{f(g.get('interval_ms_p99_dev'), '.3f'):>6} ms {g.get('disconnects', 0):>10} "
+            f"{f(r['present_to_decoded_ms_median']):>7} ms"
+        )
+    return "\n".join(out)

@@ -98,6 +98,8 @@ class ViewerConfig:
     audio: AudioPlayerConfig | None = None
     #: The pad to send (None: none; the GAMEPAD bit in ``flags`` tells the host to expect it).
     gamepad: GamepadConfig | None = None
+    #: Write each decoded frame's marker (id, capture time) and decode time here, as JSON lines (benches).
+    marker_log: Path | None = None
 
 
 @dataclass(slots=True)
@@ -490,9 +492,12 @@ class Viewer:
     def _decode_thread(self) -> None:
         decoder: VideoDecoder | None = None
         layout: frame_marker.MarkerLayout | None = None
+        marker_log = self.config.marker_log.open("w") if self.config.marker_log is not None else None
         while True:
             item = self._decode_queue.get()
             if item is None:
+                if marker_log is not None:
+                    marker_log.close()
                 return
             if decoder is None or decoder.codec != item.codec:
                 decoder = VideoDecoder(item.codec, threads=self.config.decode_threads)
@@ -528,7 +533,11 @@ class Viewer:
                         st.markers_read += 1
                     if not item.whole:
                         st.frames_hidden += 1
-                        continue
+                if marker_log is not None and stamp is not None:
+                    record = {"t": decoded, "id": stamp.frame_id, "capture": capture_s, "whole": item.whole}
+                    marker_log.write(json.dumps(record) + "\n")
+                if not item.whole:
+                    continue
                 prepared = self.display.prepare(frame)
                 done = time.monotonic()  # decoded and ready to show: what the phase loop measures
                 with self._lock:
