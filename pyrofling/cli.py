@@ -371,6 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_stream.add_bench_phase(bench_sub)
     cli_stream.add_bench_audio(bench_sub)
     cli_gamepad.add_bench_input(bench_sub)
+    cli_capture.add_bench_capture(bench_sub)
     _add_netsim(sub)
     return parser
 

@@ -86,3 +86,52 @@ def run_example_game(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def add_bench_capture(sub: Any) -> None:
+    from pyrofling.cli_stream import _seconds
+
+    p = sub.add_parser(
+        "capture",
+        help="game capture: frames encoded, the game's pacing, input to photon (the example game, end to end)",
+        description=(
+            "Runs a real host (--source capture), the example game presenting through the capture socket "
+            "(headless, stamping each frame) and a phase-locked headless viewer whose synthetic pad changes every "
+            "4 ms. Reports the share of game frames encoded, the game's frame interval while the host paces it "
+            "(FIFO), and input to photon: a pad send to the decode of the first frame that shows the game's "
+            "reaction. Same runs as 'bench input --cases game,game-immediate'."
+        ),
+        epilog="Example: pyrofling bench capture --duration 60",
+    )
+    p.add_argument("--duration", type=_seconds(5.0, 3600.0), default=20.0, help="seconds per run (default 20)")
+    p.add_argument(
+        "--cases",
+        default="game,game-immediate",
+        help="comma list: game (heartbeat encode), game-immediate (--immediate-encode); default both",
+    )
+    p.add_argument("--width", type=_whole_number(16, 8192, "pixels", even=True), default=1280, help="default 1280")
+    p.add_argument("--height", type=_whole_number(16, 8192, "pixels", even=True), default=720, help="default 720")
+    p.add_argument("--fps", type=_whole_number(1, 240, "fps"), default=60, help="default 60")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=run_bench_capture)
+
+
+def run_bench_capture(args: argparse.Namespace) -> int:
+    from pyrofling.bench.input import InputBenchConfig, format_table, run, standard_scenarios
+
+    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    if any(not c.startswith("game") for c in cases):
+        print("pyrofling bench capture: --cases takes game and game-immediate", file=sys.stderr)
+        return 2
+    try:
+        scenarios = standard_scenarios(cases, jitter_ms=0.0, loss=0.0)
+    except ValueError as exc:
+        print(f"pyrofling bench capture: --cases: {exc}", file=sys.stderr)
+        return 2
+    cfg = InputBenchConfig(
+        duration_s=args.duration, width=args.width, height=args.height, fps=args.fps, scenarios=scenarios
+    )
+    result = run(cfg, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    print(json.dumps(result) if args.json else format_table(result))
+    ok = all(r.get("photon_samples") and r["capture"].get("encoded") for r in result["rows"])
+    return 0 if ok else 1

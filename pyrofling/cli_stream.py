@@ -600,6 +600,12 @@ def add_demo(sub: Any) -> None:
     p.add_argument("--ge", action="store_true", help="bursty (Gilbert-Elliott) loss instead of i.i.d.")
     p.add_argument("--duration", type=float, default=None, help="stop after this many seconds (default: Ctrl-C)")
     p.add_argument("--headless", action="store_true", help="no window even if a display exists")
+    p.add_argument(
+        "--game",
+        action="store_true",
+        help="stream the example game through the capture socket instead of the test scene: your key presses "
+        "in the viewer window (WASD/arrows, Z) steer its ball (headless: a synthetic pad does)",
+    )
     add_stream_size_options(p)
     p.add_argument("--json", action="store_true", help="print the final statistics as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
@@ -622,9 +628,11 @@ def run_demo(args: argparse.Namespace) -> int:
         loss=args.loss,
         ge=args.ge,
         window=window,
+        game=args.game,
     )
     print(
-        f"pyrofling demo: host {args.width}x{args.height}@{args.fps} {args.bitrate_kbits} kbit/s -> "
+        f"pyrofling demo: host {'example game ' if args.game else ''}"
+        f"{args.width}x{args.height}@{args.fps} {args.bitrate_kbits} kbit/s -> "
         f"{'window' if window else 'headless viewer'}"
         + (f" through netsim ({'GE bursts' if args.ge else f'{args.loss:.1%} loss'})" if args.loss or args.ge else "")
         + ("" if args.duration else "; Ctrl-C to stop"),

@@ -352,3 +352,75 @@ def test_host_restart_under_a_running_game_and_viewer(tmp_path: Path) -> None:
 
     game, viewer = run(scenario, 90)
     assert game.client.stats.disconnects == 1 and viewer.stats.reconnects >= 1
+
+
+# -- the example game, end to end ------------------------------------------------------------------
+
+
+class BallFinder(HeadlessDisplay):
+    """Finds the example game's blue ball (80, 200, 255) in every decoded picture."""
+
+    def __init__(self) -> None:
+        self.positions: list[tuple[float, float] | None] = []
+
+    def prepare(self, frame: Any) -> Any:
+        rgb = frame.to_ndarray(format="rgb24").astype(np.int16)
+        mask = (abs(rgb[:, :, 0] - 80) < 30) & (abs(rgb[:, :, 1] - 200) < 30) & (rgb[:, :, 2] > 215)
+        ys, xs = np.nonzero(mask)
+        self.positions.append((float(xs.mean()), float(ys.mean())) if len(xs) > 50 else None)
+        return None
+
+
+def test_a_viewer_key_press_moves_the_example_game_ball_in_the_streamed_picture(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "cap.sock")
+    display = BallFinder()
+    size = EncoderConfig(width=320, height=240, fps=30, bitrate_kbits=1500)
+
+    async def scenario() -> list[tuple[float, float] | None]:
+        host = Host(
+            HostConfig(port=0, encoder=size, status_interval_s=0, source="capture", capture_socket=path),
+            pad=RecordingPad(),
+        )
+        task = asyncio.create_task(host.run())
+        await asyncio.wait_for(host.ready.wait(), 15)
+        game = subprocess.Popen(
+            [sys.executable, "-m", "pyrofling", "example-game", "-q", "--headless", "--width", "320",
+             "--height", "240", "--capture-socket", path]  # fmt: skip
+        )
+        try:
+            cfg = ViewerConfig(
+                host="127.0.0.1",
+                port=host.port or 0,
+                flags=KickFlags.VIDEO | KickFlags.GAMEPAD,
+                gamepad=GamepadConfig(source="none"),
+            )
+            viewer = Viewer(cfg, display, run_presenter=True)
+            vtask = asyncio.create_task(viewer.run())
+            await until(lambda: len(display.positions) > 5 and display.positions[-1] is not None, 30)
+            start = display.positions[-1]
+            assert start is not None and abs(start[0] - 160) < 20 and abs(start[1] - 120) < 20  # centred
+            assert viewer.gamepad is not None
+            viewer.gamepad.key("D", True)  # left stick right
+            await asyncio.sleep(0.1)
+            viewer.gamepad.key("D", False)
+            viewer.gamepad.key("W", True)  # left stick up
+            await asyncio.sleep(0.1)
+            viewer.gamepad.key("W", False)
+            await asyncio.sleep(0.5)
+            viewer.stop()
+            await asyncio.wait_for(vtask, 10)
+        finally:
+            game.terminate()
+            game.wait(10)
+            host.stop()
+            await asyncio.wait_for(task, 10)
+        return display.positions
+
+    positions = run(scenario, 90)
+    end = positions[-1]
+    assert end is not None
+    # 700 px/s for ~0.1 s each way: right by ~70 px and up (smaller y in the picture) by ~70 px.
+    assert 30 < end[0] - 160 < 120 and 30 < 120 - end[1] < 120, end

@@ -48,6 +48,8 @@ class StreamScenario:
     #: Extra arguments for the host and for the first viewer (phase lock, refresh clock...).
     host_args: tuple[str, ...] = ()
     view_args: tuple[str, ...] = ()
+    #: Stream ``pyrofling example-game`` through the capture socket instead of the test scene.
+    game: bool = False
 
     @property
     def lossy(self) -> bool:
@@ -143,11 +145,20 @@ def _run(
     ]
     host_cmd += ["--no-fec"] if sc.fec == "none" else ["--fec-planner", sc.fec]
     host_cmd += list(sc.host_args)
+    capture_socket = str(tmp / "capture.sock")
+    if sc.game:
+        host_cmd += ["--source", "capture", "--capture-socket", capture_socket, "--immediate-encode"]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     netsim_out = tmp / "netsim.json"
+    services = procs  # what runs until the viewers are done: host, relay, game
     try:
         procs.append(subprocess.Popen(host_cmd, env=env))
         _wait_for_port(host_port, procs[0], timeout_s=30)
+        if sc.game:
+            game_cmd = [*_cli(), "example-game", "-q", "--headless", "--capture-socket", capture_socket,
+                        "--width", str(sc.width), "--height", str(sc.height),
+                        "--stats-json", str(tmp / "game.json")]  # fmt: skip
+            procs.append(subprocess.Popen(game_cmd, env=env))
         view_port = host_port
         netsim: subprocess.Popen[bytes] | None = None
         if sc.lossy:
@@ -180,21 +191,27 @@ def _run(
                 cmd.append("--headless")
             if i == 0:
                 cmd += list(sc.view_args)
+                if sc.game and not sc.window:
+                    cmd += ["--gamepad-source", "sweep"]  # no keyboard without a window: steer the ball anyway
             if sc.duration_s is not None:
                 cmd += ["--duration", str(sc.duration_s)]
             viewers.append(subprocess.Popen(cmd, env=env))
+        services = list(procs)
         procs.extend(viewers)
         started = time.monotonic()
         _watch(viewers, viewer_files, started, live)
         # Viewers are done: let the host see them leave, then stop it and the relay.
         time.sleep(min(settle_s, 0.5))
-        stop_processes(procs[: 2 if netsim else 1], procs)
+        stop_processes(services, procs)
     finally:
         kill_leftovers(procs)
     host = _read_json(host_json) or {}
     viewer_stats = [_read_json(f) or {} for f in viewer_files]
     net = _read_json(netsim_out) if sc.lossy else None
-    return {"scenario": asdict(sc), "host": host, "viewers": viewer_stats, "netsim": net}
+    game = _read_json(tmp / "game.json") if sc.game else None
+    if game is not None:
+        game.pop("present_times", None)
+    return {"scenario": asdict(sc), "host": host, "viewers": viewer_stats, "netsim": net, "game": game}
 
 
 def stop_processes(interrupt: list[subprocess.Popen[bytes]], wait_for: list[subprocess.Popen[bytes]]) -> None:
