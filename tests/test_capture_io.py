@@ -386,10 +386,9 @@ def test_a_viewer_key_press_moves_the_example_game_ball_in_the_streamed_picture(
         )
         task = asyncio.create_task(host.run())
         await asyncio.wait_for(host.ready.wait(), 15)
-        game = subprocess.Popen(
-            [sys.executable, "-m", "pyrofling", "example-game", "-q", "--headless", "--width", "320",
-             "--height", "240", "--capture-socket", path]  # fmt: skip
-        )
+        game_cmd = [sys.executable, "-m", "pyrofling", "example-game", "-q", "--headless", "--width", "320",
+                    "--height", "240", "--capture-socket", path]  # fmt: skip
+        game = subprocess.Popen(game_cmd)
         try:
             cfg = ViewerConfig(
                 host="127.0.0.1",
