@@ -175,10 +175,11 @@ def add_host_audio_options(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--audio",
-        choices=("tone", "device", "none"),
+        choices=("tone", "device", "game", "none"),
         default=None,
         help="tone: a 440 Hz test tone with a click every second, for timing (default with the test scene); "
-        "device: a capture device (see --audio-device); none: no audio (default with other sources)",
+        "device: a capture device (see --audio-device); game: what the streamed game sends through the capture "
+        "socket (--source capture); none: no audio (default with other sources)",
     )
     g.add_argument(
         "--audio-device",
@@ -232,6 +233,8 @@ def audio_config(args: argparse.Namespace) -> Any:
         skew_ppm=args.audio_skew_ppm,
     )
     cfg.check()
+    if source == "game" and args.source != "capture":
+        raise ValueError("--audio game takes audio from games: it needs --source capture")
     return cfg
 
 

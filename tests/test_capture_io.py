@@ -423,3 +423,37 @@ def test_a_viewer_key_press_moves_the_example_game_ball_in_the_streamed_picture(
     assert end is not None
     # 700 px/s for ~0.1 s each way: right by ~70 px and up (smaller y in the picture) by ~70 px.
     assert 30 < end[0] - 160 < 120 and 30 < 120 - end[1] < 120, end
+
+
+def test_a_game_can_send_its_audio_when_the_host_takes_it(tmp_path: Path) -> None:
+    from pyrofling.server.audio import AudioConfig
+
+    path = str(tmp_path / "cap.sock")
+
+    async def scenario() -> tuple[Host, CaptureClient, CaptureClient]:
+        host, task = await start_host(path, audio=AudioConfig(source="game"))
+        good = CaptureClient(SMALL.width, SMALL.height, path=path, name="sound")
+        wrong = CaptureClient(SMALL.width, SMALL.height, path=path, name="wrong rate")
+
+        def play() -> None:
+            wrong.acquire()  # connects
+            wrong.start_audio(44_100, 2)  # refused: the host streams 48 kHz stereo
+            frame = good.acquire()
+            good.present(frame)  # connects, and it is the newest game: the one streamed
+            good.start_audio(48_000, 2)
+            tone = (np.sin(np.arange(4800) * 2 * np.pi * 440 / 48_000) * 8000).astype(np.int16)
+            good.send_audio(np.repeat(tone, 2))  # 100 ms of stereo
+
+        await in_thread(play)
+        await until(lambda: host.stats.audio_chunks >= 20, 5)
+        await asyncio.sleep(0.1)
+        host.stop()
+        await asyncio.wait_for(task, 10)
+        return host, good, wrong
+
+    host, good, wrong = run(scenario)
+    assert host.stats.audio_chunks == 20 and host.stats.audio_encode_errors == 0  # 100 ms in 5 ms chunks
+    assert host.capture is not None and host.capture.stats.audio_bytes == 4800 * 4
+    assert host.capture.stats.errors["audio_format"] == 1
+    good.close()
+    wrong.close()

@@ -2,7 +2,7 @@
 
 See :class:`~pyrofling.capture.client.CaptureClient`, and
 :mod:`pyrofling.capture.pyglet_helper` for pyglet games.  The protocol is
-protocol.md §9.
+protocol.md §8.
 """
 
 from pyrofling.capture.client import CaptureClient, CaptureRequestError, Frame

@@ -1,4 +1,4 @@
-"""The local capture protocol (protocol.md §9): messages between a game and the host.
+"""The local capture protocol (protocol.md §8): messages between a game and the host.
 
 Pure: packing and parsing only, no sockets.  One message per ``SOCK_SEQPACKET``
 datagram: a 32-byte header (magic, serial, type, payload length, reserved) and a
@@ -33,7 +33,7 @@ VERSION = 1
 
 
 class CaptureError(ProtocolError):
-    """A capture message that does not follow protocol.md §9."""
+    """A capture message that does not follow protocol.md §8."""
 
     reason = "capture_protocol"
 
@@ -153,7 +153,7 @@ class Payload:
         return out
 
     def check(self) -> None:
-        """Raise FieldError for values protocol.md §9 does not allow."""
+        """Raise FieldError for values protocol.md §8 does not allow."""
 
     def message(self, serial: int) -> bytes:
         return pack(serial, self.TYPE, self.encode())

@@ -1,4 +1,4 @@
-"""The host's side of one game's swapchain (protocol.md §9.4): which image to encode, when to retire, FrameComplete.
+"""The host's side of one game's swapchain (protocol.md §8.4): which image to encode, when to retire, FrameComplete.
 
 Pure: the capture shell feeds it presents and heartbeats with ``now`` and performs
 the events it returns.  An image moves

@@ -39,7 +39,8 @@ OPUS_FRAME_MS = (2.5, 5.0, 10.0, 20.0)
 class AudioConfig:
     """Host audio settings (CLI: ``--audio``, ``--audio-rate``, ``--audio-codec`` …)."""
 
-    #: "tone" (the test signal), "device" (a capture device through sounddevice) or "none".
+    #: "tone" (the test signal), "device" (a capture device through sounddevice), "game" (sent by the
+    #: streamed game through the capture socket) or "none".
     source: str = "tone"
     #: Capture device name or index for source "device" (None: the default input).
     device: str | None = None
@@ -64,8 +65,8 @@ class AudioConfig:
 
     def check(self) -> None:
         """Raises ValueError saying what to change."""
-        if self.source not in ("tone", "device", "none"):
-            raise ValueError(f"unknown audio source {self.source!r}: use tone, device or none")
+        if self.source not in ("tone", "device", "game", "none"):
+            raise ValueError(f"unknown audio source {self.source!r}: use tone, device, game or none")
         if self.codec not in AUDIO_CODECS:
             raise ValueError(f"unknown audio codec {self.codec!r}: use {' or '.join(AUDIO_CODECS)}")
         if not 8000 <= self.rate <= 192_000:
@@ -209,12 +210,59 @@ class DeviceSource:
         self._stream.close(ignore_errors=True)
 
 
+class GameAudioSource:
+    """Audio the streamed game sends through the capture socket, cut into chunks as it arrives.
+
+    :meth:`feed` runs on the host's event loop; a chunk is stamped with the
+    arrival time of its last frame minus its length (the game sends as it
+    produces, so that is close to when it was made).
+    """
+
+    def __init__(self, config: AudioConfig) -> None:
+        self.config = config
+        self.rate = config.rate
+        self.channels = config.channels
+        self._sink: ChunkSink | None = None
+        self._pending = np.zeros((0, config.channels), np.float32)
+        self.refused_formats = 0
+
+    def start(self, sink: ChunkSink) -> None:
+        self._sink = sink
+
+    def accepts(self, rate: int, channels: int) -> str | None:
+        """Why a game's audio format cannot be streamed, or None."""
+        if (rate, channels) != (self.rate, self.channels):
+            self.refused_formats += 1
+            layout = "stereo" if self.channels == 2 else "mono"
+            return f"this host streams {self.rate} Hz {layout} audio; send that (got {rate} Hz, {channels} ch)"
+        return None
+
+    def feed(self, pcm: bytes) -> None:
+        if self._sink is None:
+            return
+        samples = np.frombuffer(pcm, "<i2").astype(np.float32) / 32768.0
+        frames = np.concatenate([self._pending, samples.reshape(-1, self.channels)])
+        n = self.config.chunk_frames
+        now_us = time.monotonic() * 1_000_000
+        whole = len(frames) // n
+        for i in range(whole):
+            chunk = frames[i * n : (i + 1) * n]
+            first_us = now_us - (len(frames) - i * n) * 1_000_000 / self.rate
+            self._sink(AudioChunk(np.ascontiguousarray(chunk), round(first_us)))
+        self._pending = frames[whole * n :]
+
+    def close(self) -> None:
+        self._sink = None
+
+
 def open_audio_source(config: AudioConfig) -> AudioSource | None:
     config.check()
     if config.source == "none":
         return None
     if config.source == "device":
         return DeviceSource(config)
+    if config.source == "game":
+        return GameAudioSource(config)
     return ToneSource(config)
 
 

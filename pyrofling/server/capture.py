@@ -1,4 +1,4 @@
-"""The host's capture socket: games present frames in shared memory (protocol.md §9).
+"""The host's capture socket: games present frames in shared memory (protocol.md §8).
 
 A ``SOCK_SEQPACKET`` Unix socket served from the host's event loop (``add_reader``,
 non-blocking).  Each game's images are ``memfd``s it passed with ``SCM_RIGHTS``;
@@ -29,7 +29,7 @@ import stat
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -43,6 +43,14 @@ log = logging.getLogger(__name__)
 
 #: A game's requests that failed, after which the host gives up on it.
 MAX_ERRORS_PER_CLIENT = 64
+
+
+class GameAudio(Protocol):
+    """Where the streamed game's audio goes (server/audio.py's GameAudioSource)."""
+
+    def accepts(self, rate: int, channels: int) -> str | None: ...
+
+    def feed(self, pcm: bytes) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,15 +101,15 @@ class CaptureServer:
         period_ns: int,
         immediate: bool = False,
         on_new_image: Callable[[], None] | None = None,
-        on_audio: Callable[[m.AudioFormat, bytes], None] | None = None,
+        audio: GameAudio | None = None,
     ) -> None:
-        """``on_new_image``: called (on the loop) when the streamed game presents; ``on_audio``: its samples."""
+        """``on_new_image``: called (on the loop) when the streamed game presents; ``audio``: takes its samples."""
         self.path = path
         self.period_ns = period_ns
         self.immediate = immediate
         self.stats = CaptureStats()
         self._on_new_image = on_new_image
-        self._on_audio = on_audio
+        self._audio = audio
         self._listener: socket.socket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._games: dict[int, _Game] = {}
@@ -284,7 +292,7 @@ class CaptureServer:
 
     @property
     def _audio_cap(self) -> m.ServerCapability:
-        return m.ServerCapability.AUDIO if self._on_audio is not None else m.ServerCapability(0)
+        return m.ServerCapability.AUDIO if self._audio is not None else m.ServerCapability(0)
 
     def _request(
         self, game: _Game, header: m.Header, payload: memoryview, fds: list[int]
@@ -310,16 +318,20 @@ class CaptureServer:
         if t == m.MessageType.PRESENT_IMAGE:
             return self._present(game, m.PresentImage.decode(payload))
         if t == m.MessageType.AUDIO_FORMAT:
-            if self._on_audio is None:
+            if self._audio is None:
                 return m.MessageType.ERROR, "this host does not take audio from games (host --audio game)", "no_audio"
-            game.audio = m.AudioFormat.decode(payload)
+            fmt = m.AudioFormat.decode(payload)
+            problem = self._audio.accepts(fmt.rate, fmt.channels)
+            if problem is not None:
+                return m.MessageType.ERROR_PARAMETER, problem, "audio_format"
+            game.audio = fmt
             return m.MessageType.OK, "", ""
         if t == m.MessageType.AUDIO_SAMPLES:
-            if game.audio is not None and self._on_audio is not None and game.conn_id == self._active:
+            if game.audio is not None and self._audio is not None and game.conn_id == self._active:
                 frame_bytes = 2 * game.audio.channels
                 pcm = bytes(payload[: len(payload) - len(payload) % frame_bytes])
                 self.stats.audio_bytes += len(pcm)
-                self._on_audio(game.audio, pcm)
+                self._audio.feed(pcm)
             return None
         return m.MessageType.ERROR_PROTOCOL, f"unknown message type {t}", "unknown_type"
 

@@ -55,6 +55,7 @@ from pyrofling.server.audio import (
     AudioEncoder,
     AudioSource,
     EncodedAudio,
+    GameAudioSource,
     open_audio_source,
 )
 from pyrofling.server.capture import CapturedFrame, CaptureServer
@@ -179,7 +180,8 @@ class Host:
         self._pad = pad
         self.pad_output: PadOutput | None = None
         self.capture: CaptureServer | None = None
-        self._encodes_this_period = 0  # capture: at most one encode per heartbeat period
+        self._last_encode_s = 0.0
+        self._stream_period_s = 1.0 / config.encoder.fps
         self._encoder: VideoEncoder | None = None
 
     def _make_packetizer(self, cookie: int) -> Packetizer:
@@ -224,6 +226,7 @@ class Host:
                 period_ns=round(1e9 / (cfg.encoder.fps * cfg.client_rate_multiplier)),
                 immediate=cfg.immediate_encode,
                 on_new_image=self._on_new_image,
+                audio=audio_source if isinstance(audio_source, GameAudioSource) else None,
             )
             self.capture.start(loop)
             self.pad_output.listeners.append(self.capture.pad_update)
@@ -244,7 +247,9 @@ class Host:
         if audio_source is not None and audio_encoder is not None:
             log.info(
                 "audio: %s, %d Hz %s, %s in %g ms chunks",
-                "test tone" if cfg.audio.source == "tone" else f"capture device {cfg.audio.device or '(default)'}",
+                {"tone": "test tone", "game": "from the game"}.get(
+                    cfg.audio.source, f"capture device {cfg.audio.device or '(default)'}"
+                ),
                 audio_source.rate,
                 "stereo" if cfg.audio.channels == 2 else "mono",
                 audio_encoder.codec.name,
@@ -445,29 +450,34 @@ class Host:
         self.stats.frames_skipped += tick.missed // self.clock.multiplier
         if not tick.encode or self._halt.is_set():
             return
-        encoded_early = self._encodes_this_period > 0  # --immediate-encode sent this period's frame already
-        self._encodes_this_period = 0
-        if encoded_early:
-            return
-        if self._encoding:  # the previous frame is still encoding: this heartbeat stalls
+        capture = self.capture
+        if capture is not None and self.config.immediate_encode:
+            # Presents are encoded as they come; the heartbeat only takes one that had to wait, or repeats
+            # the last picture when the game has sent nothing for a while (a stalled game, a loading screen).
+            if self._encoding or (not capture.has_new() and woke - self._last_encode_s < 1.5 * self._stream_period_s):
+                return
+        elif self._encoding:  # the previous frame is still encoding: this heartbeat stalls
             self.stats.frames_skipped += 1
             return
-        captured = self.capture.take() if self.capture is not None else None
+        captured = capture.take() if capture is not None else None
         self._start_encode(woke, source, encoder, captured)
 
     def _on_new_image(self) -> None:
-        """--immediate-encode: the streamed game presented; encode it now if this period has no frame yet."""
-        if self._encoding or self._encodes_this_period or self.capture is None or self._encoder is None:
+        """--immediate-encode: the streamed game presented (or an encode finished); encode its newest image now."""
+        if self._encoding or self.capture is None or self._encoder is None or not self.capture.has_new():
             return
+        now = time.monotonic()
+        if now - self._last_encode_s < 0.5 * self._stream_period_s:
+            return  # a game presenting faster than the stream: the next heartbeat takes the newest
         captured = self.capture.take()
         if captured is not None:
-            self._encodes_this_period += 1
-            self._start_encode(time.monotonic(), None, self._encoder, captured)
+            self._start_encode(now, None, self._encoder, captured)
 
     def _start_encode(
         self, now: float, source: VideoSource | None, encoder: VideoEncoder, captured: CapturedFrame | None
     ) -> None:
         self._encoding = True
+        self._last_encode_s = now
         self._encode_task = asyncio.ensure_future(self._encode_and_send(now, source, encoder, captured))
 
     async def _encode_and_send(
