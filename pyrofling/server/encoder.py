@@ -214,7 +214,13 @@ class VideoEncoder:
         """Encode a PyAV frame (converted here if its format differs from the encoder's)."""
         t0 = time.perf_counter()
         if frame.format.name != self.pix_fmt or frame.width != self.config.width or frame.height != self.config.height:
-            frame = frame.reformat(width=self.config.width, height=self.config.height, format=self.pix_fmt)
+            frame = frame.reformat(
+                width=self.config.width,
+                height=self.config.height,
+                format=self.pix_fmt,
+                dst_colorspace=1,  # BT.709, full range: what CODEC_PARAMETERS announces
+                dst_color_range=2,
+            )
             convert_s += time.perf_counter() - t0
             t0 = time.perf_counter()
         # pts must increase strictly even if the clock stalls (anchor §5, low-latency).
