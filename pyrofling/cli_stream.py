@@ -241,7 +241,9 @@ def audio_config(args: argparse.Namespace) -> Any:
 def host_config(args: argparse.Namespace, **overrides: Any) -> Any:
     from pyrofling.server.encoder import EncoderConfig
     from pyrofling.server.host import HostConfig
+    from pyrofling.server.sources import check_source
 
+    check_source(args.source)
     encoder = EncoderConfig(
         encoder=args.encoder,
         width=args.width,

@@ -12,7 +12,7 @@ def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
-    assert all(cmd in out for cmd in ("host", "view", "demo", "gamepad", "bench", "netsim"))
+    assert all(cmd in out for cmd in ("host", "view", "demo", "gamepad", "example-game", "bench", "netsim"))
 
 
 @pytest.mark.parametrize(
@@ -37,6 +37,11 @@ def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
         (["gamepad"], "uri"),
         (["host", "--virtual-pad", "xinput"], "invalid choice"),
         (["bench", "input", "--duration", "1"], "out of range 2..3600"),
+        (["example-game", "--width", "17"], "out of range 16..8192, even"),
+        (["example-game", "--sync", "vsync"], "invalid choice"),
+        (["example-game", "--images", "1"], "out of range 2..16"),
+        (["example-game", "--headless", "--window"], "not allowed with"),
+        (["bench", "capture", "--duration", "1"], "out of range 5..3600"),
     ],
 )
 def test_bad_flags_say_what_is_wrong(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -79,6 +84,10 @@ def test_netsim_runs_and_reports_as_a_program() -> None:
         (["host", "--audio-codec", "opus", "--audio-chunk-ms", "3"], "Opus frames are 2.5, 5, 10, 20 ms"),
         (["bench", "audio", "--controllers", "pid"], "--controllers takes drift, reference"),
         (["bench", "audio", "--cases", "fast,windy"], "unknown case 'windy'"),
+        (["host", "--immediate-encode"], "applies to games (--source capture)"),
+        (["host", "--audio", "game"], "needs --source capture"),
+        (["host", "--source", "webcam"], "unknown source 'webcam'"),
+        (["bench", "capture", "--cases", "loopback"], "takes game and game-immediate"),
     ],
 )
 def test_bad_values_are_explained(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -224,3 +233,23 @@ def test_bench_input_smoke_times_sends_to_the_virtual_pad() -> None:
     assert row["sent"] > 300 and row["sent"] - 2 <= row["applied"] <= row["sent"]
     assert len(row["latency_ms_samples"]) == row["applied"]
     assert 0 < row["latency_ms_median"] <= row["latency_ms_p99"] <= row["latency_ms_max"] < 1000
+
+
+def test_bench_capture_smoke_streams_the_example_game_and_times_input_to_photon() -> None:
+    """Host (--source capture --immediate-encode), the example game headless, a phase-locked viewer, 6 s at 320x240."""
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "pyrofling", "bench", "capture", "--duration", "6", "--cases", "game-immediate"),
+            *("--width", "320", "--height", "240", "--json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    [row] = json.loads(proc.stdout)["rows"]
+    capture, game = row["capture"], row["game"]
+    assert capture["presents"] > 100 and capture["encoded"] >= capture["presents"] - 5
+    assert game["connects"] == 1 and game["disconnects"] == 0 and game["gamepad_states"] > 100
+    assert 15.0 < game["interval_ms_median"] < 18.5  # paced by the host's 60 Hz heartbeat
+    assert row["photon_samples"] > 100 and 0 < row["photon_ms_median"] < 200

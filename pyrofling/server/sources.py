@@ -107,6 +107,16 @@ class X11GrabSource:
             self._container.close()
 
 
+def check_source(spec: str) -> None:
+    """ValueError (saying what to use) unless ``spec`` names a kind of source; opening it may still fail."""
+    known = spec in ("scene", "capture", "rawvideo", "-", "x11") or spec.startswith(("file:", "x11:"))
+    if not known:
+        raise ValueError(
+            f"unknown source {spec!r}: use scene, capture (games on the capture socket), x11[:DISPLAY], "
+            "file:PATH (raw frames) or rawvideo (raw frames on stdin)"
+        )
+
+
 def open_source(spec: str, width: int, height: int, raw_format: str = "yuv420p") -> VideoSource:
     """``scene`` | ``file:PATH`` | ``rawvideo`` (stdin) | ``x11[:DISPLAY]``.  Raises ValueError with what to fix."""
     if spec == "scene":
@@ -129,10 +139,8 @@ def open_source(spec: str, width: int, height: int, raw_format: str = "yuv420p")
         except OSError as exc:
             raise ValueError(f"cannot open source file {path!r}: {exc.strerror}") from exc
         return RawSource(stream, width, height, raw_format, loop=True)
-    raise ValueError(
-        f"unknown source {spec!r}: use scene, capture (games on the capture socket), x11[:DISPLAY], "
-        "file:PATH (raw frames) or rawvideo (raw frames on stdin)"
-    )
+    check_source(spec)
+    raise ValueError(f"source {spec!r} is not opened here: games connect to the host's capture socket")
 
 
 _PLACEHOLDERS: dict[str, av.VideoFrame] = {}
