@@ -12,12 +12,13 @@ import fcntl
 import os
 import socket
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 import pytest
+from aio_helpers import run, until
 
 from pyrofling.capture import CaptureClient
 from pyrofling.capture import messages as m
@@ -33,21 +34,6 @@ from pyrofling.wire import KickFlags
 
 T = TypeVar("T")
 SMALL = EncoderConfig(width=160, height=120, fps=30, bitrate_kbits=500)
-
-
-def run(coro: Callable[[], Awaitable[T]], timeout_s: float = 60.0) -> T:
-    async def main() -> T:
-        return await asyncio.wait_for(coro(), timeout_s)
-
-    return asyncio.run(main())
-
-
-async def until(check: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    async def poll() -> None:
-        while not check():
-            await asyncio.sleep(0.005)
-
-    await asyncio.wait_for(poll(), timeout_s)
 
 
 # -- a raw game: bytes and fds by hand --------------------------------------------------------------

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
+
+from aio_helpers import run, until
 
 from pyrofling.client.gamepad import GamepadConfig
 from pyrofling.client.viewer import Viewer, ViewerConfig
@@ -29,23 +30,7 @@ from pyrofling.wire import (
     KickFlags,
 )
 
-T = TypeVar("T")
 SMALL = EncoderConfig(width=160, height=120, fps=30, bitrate_kbits=300)
-
-
-def run(coro: Callable[[], Awaitable[T]], timeout_s: float = 60.0) -> T:
-    async def main() -> T:
-        return await asyncio.wait_for(coro(), timeout_s)
-
-    return asyncio.run(main())
-
-
-async def until(check: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    async def poll() -> None:
-        while not check():
-            await asyncio.sleep(0.005)
-
-    await asyncio.wait_for(poll(), timeout_s)
 
 
 async def start_host(pad: RecordingPad) -> tuple[Host, asyncio.Task[Any]]:
