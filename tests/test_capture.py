@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from pyrofling.capture import messages as m
 from pyrofling.core.swapchain import EncodeImage, ImageState, Retire, Swapchain
-from pyrofling.wire import ProtocolError
+from pyrofling.wire import GamepadState, ProtocolError
 
 PERIOD_NS = 16_666_667
 
@@ -24,7 +24,6 @@ SAMPLES: list[m.Payload] = [
     m.AcquireImage(7, 1),
     m.RetireImage(7, 1),
     m.FrameComplete(7, 120, PERIOD_NS, 98, 0, 2, 5_000_000),
-    m.GamepadEvent(65535, 0x1234, -32768, 32767, 1, -1, 0, 255, -1, 1),
     m.AudioFormat(48_000, 2),
 ]
 
@@ -47,6 +46,16 @@ def test_every_truncation_and_extension_is_refused(payload: m.Payload) -> None:
             payload.decode(body)
     with pytest.raises(ProtocolError):
         payload.decode(payload.encode() + b"\0")
+
+
+def test_gamepad_events_carry_the_viewer_payload_unchanged() -> None:
+    state = GamepadState(65535, 0x1234, -32768, 32767, 1, -1, 0, 255, -1, 1)
+    header, body = m.unpack(m.gamepad_event(state))
+    assert (header.serial, header.type) == (0, m.MessageType.GAMEPAD_STATE) and bytes(body) == state.payload()
+    assert m.parse_gamepad_event(body) == state
+    for cut in range(len(body)):
+        with pytest.raises(ProtocolError):
+            m.parse_gamepad_event(body[:cut])
 
 
 def test_reference_framing_is_kept_byte_for_byte() -> None:

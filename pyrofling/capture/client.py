@@ -32,6 +32,7 @@ import logging
 import mmap
 import os
 import socket
+import struct
 import threading
 import time
 from collections import deque
@@ -422,8 +423,8 @@ class CaptureClient:
                         self.stats.frame_completes += 1
                         self._cond.notify_all()
             elif type_ == m.MessageType.GAMEPAD_STATE:
-                g = m.GamepadEvent.decode(payload)
-                self._pad = PadState(g.buttons, g.lx, g.ly, g.rx, g.ry, g.lz, g.rz, g.hat_x, g.hat_y)
+                g = m.parse_gamepad_event(payload)
+                self._pad = PadState.of(g)
                 self._pad_seq = g.seq
                 self.stats.gamepad_states += 1
                 if self.on_gamepad is not None:
@@ -461,7 +462,5 @@ class CaptureClient:
 
 
 def _timeval(seconds: float) -> bytes:
-    import struct
-
     whole = int(seconds)
     return struct.pack("ll", whole, int((seconds - whole) * 1e6))

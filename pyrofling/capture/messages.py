@@ -60,9 +60,6 @@ class MessageType(enum.IntEnum):
     AUDIO_SAMPLES = 302 | ONE_WAY
 
 
-REPLIES = (MessageType.OK, MessageType.ERROR_PROTOCOL, MessageType.ERROR, MessageType.ERROR_PARAMETER)
-
-
 class Intent(enum.IntEnum):
     VULKAN_EXTERNAL_STREAM = 1  # PyroFling's Vulkan layer: GPU memory pyrofling cannot import
     ECHO = 2
@@ -97,10 +94,6 @@ class PixelFormat(enum.IntEnum):
 class ServerCapability(enum.IntFlag):
     GAMEPAD_EVENTS = 1
     AUDIO = 2
-
-
-class ImageFlags(enum.IntFlag):
-    NONE = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,8 +211,8 @@ class ImageGroup(Payload):
             raise FieldError(f"unknown pixel format {self.pixel_format}") from None
         if self.stride < self.width * fmt.bytes_per_pixel or self.stride > 4 * self.MAX_SIDE:
             raise FieldError(f"stride {self.stride} does not fit {self.width} {fmt.name} pixels")
-        if self.flags & ~int(ImageFlags.NONE) != 0:
-            raise FieldError(f"unknown image flags {self.flags:#x}")
+        if self.flags:
+            raise FieldError(f"unknown image flags {self.flags:#x} (none are defined)")
 
     @property
     def format(self) -> PixelFormat:
@@ -280,22 +273,13 @@ class FrameComplete(Payload):
     headroom_ns: int = 0  # time from this event to the next heartbeat
 
 
-@dataclass(frozen=True, slots=True)
-class GamepadEvent(Payload):
-    """The state the host applied to its pad, the GAMEPAD_STATE payload as viewers send it (protocol.md §2.3)."""
+def gamepad_event(state: GamepadState) -> bytes:
+    """A GAMEPAD_STATE event: the state the host applied to its pad, as the viewer sent it (protocol.md §2.3)."""
+    return pack(0, MessageType.GAMEPAD_STATE, state.payload())
 
-    TYPE = MessageType.GAMEPAD_STATE
-    STRUCT = GamepadState.PAYLOAD
-    seq: int
-    buttons: int
-    lx: int
-    ly: int
-    rx: int
-    ry: int
-    lz: int
-    rz: int
-    hat_x: int
-    hat_y: int
+
+def parse_gamepad_event(payload: Buffer) -> GamepadState:
+    return GamepadState.parse_payload(payload)
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,11 +301,6 @@ def error_text(payload: Buffer) -> str:
     return bytes(payload).decode(errors="replace")
 
 
-def audio_samples(serial: int, pcm: bytes) -> bytes:
-    """An AUDIO_SAMPLES message (one way): whole S16LE frames, at most 992 bytes."""
-    return pack(serial, MessageType.AUDIO_SAMPLES, pcm)
-
-
 PAYLOADS: dict[int, type[Payload]] = {
     cls.TYPE: cls
     for cls in (
@@ -332,7 +311,6 @@ PAYLOADS: dict[int, type[Payload]] = {
         AcquireImage,
         RetireImage,
         FrameComplete,
-        GamepadEvent,
         AudioFormat,
     )
 }

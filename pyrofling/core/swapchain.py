@@ -223,7 +223,3 @@ class Swapchain:
         if image.superseded:
             return [self._retire(image)]
         return []
-
-    @property
-    def last_complete_id(self) -> int:
-        return self._last_complete_id

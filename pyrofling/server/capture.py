@@ -184,9 +184,7 @@ class CaptureServer:
 
     def pad_update(self, update: PadUpdate) -> None:
         """A PadOutput listener: every game gets the state the host applied to its pad."""
-        s = update.state
-        seq = update.seq if update.seq is not None else 0
-        event = m.GamepadEvent(seq, s.buttons, s.lx, s.ly, s.rx, s.ry, s.lz, s.rz, s.hat_x, s.hat_y).message(0)
+        event = m.gamepad_event(update.state.message(update.seq or 0))
         for game in list(self._games.values()):
             if game.hello:
                 self._send(game, event, droppable=True)
