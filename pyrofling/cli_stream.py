@@ -274,11 +274,70 @@ def host_config(args: argparse.Namespace, **overrides: Any) -> Any:
         gamepad_trace=getattr(args, "gamepad_trace", None),
         capture_socket=getattr(args, "capture_socket", None),
         immediate_encode=getattr(args, "immediate_encode", False),
+        outputs=output_config(args),
     )
     if values["immediate_encode"] and values["source"] != "capture":
         raise ValueError("--immediate-encode applies to games (--source capture)")
     values.update(overrides)
     return HostConfig(**values)
+
+
+def add_output_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "recording and broadcasting",
+        "Both take the packets already encoded for the viewers (no second encode) and never delay them.",
+    )
+    g.add_argument(
+        "--record",
+        type=Path,
+        default=None,
+        metavar="FILE.mkv",
+        help="also record the stream, with its audio, to this Matroska file; it is finished when the host "
+        "stops (Ctrl-C, SIGTERM), and a crash loses at most the last second",
+    )
+    g.add_argument(
+        "--broadcast",
+        default=None,
+        metavar="URL",
+        help="also send the stream to an RTMP ingest (rtmp://HOST/APP/KEY or rtmps://…: nginx-rtmp, a CDN, "
+        "Twitch, YouTube…) as H.264 + AAC; reconnects on its own if the server goes away",
+    )
+    g.add_argument(
+        "--broadcast-bitrate-kbits",
+        type=_whole_number(100, 200_000, "kbit/s"),
+        default=None,
+        metavar="N",
+        help="give the broadcast its own H.264 encoder at this bitrate, with a normal GOP (costs a second "
+        "encode; default: send the viewers' packets as they are)",
+    )
+    g.add_argument(
+        "--broadcast-keyint",
+        type=_seconds(0.1, 20.0),
+        default=2.0,
+        metavar="S",
+        help="key frame interval of the broadcast's own encoder, seconds (default 2, what CDNs ask for)",
+    )
+    g.add_argument(
+        "--broadcast-audio-kbits",
+        type=_whole_number(32, 512, "kbit/s"),
+        default=160,
+        metavar="N",
+        help="AAC bitrate of the broadcast (default 160)",
+    )
+
+
+def output_config(args: argparse.Namespace) -> Any:
+    from pyrofling.server.outputs import OutputConfig
+
+    cfg = OutputConfig(
+        record=getattr(args, "record", None),
+        broadcast=getattr(args, "broadcast", None),
+        broadcast_bitrate_kbits=getattr(args, "broadcast_bitrate_kbits", None),
+        broadcast_keyint_s=getattr(args, "broadcast_keyint", 2.0),
+        broadcast_audio_kbits=getattr(args, "broadcast_audio_kbits", 160),
+    )
+    cfg.check()
+    return cfg
 
 
 def _install_stop(loop: asyncio.AbstractEventLoop, stop: Any) -> None:
@@ -306,6 +365,7 @@ def add_host(sub: Any) -> None:
     from pyrofling.cli_gamepad import add_host_gamepad_options  # it imports helpers from here
 
     add_host_gamepad_options(p)
+    add_output_options(p)
     p.add_argument("--duration", type=float, default=None, help="stop after this many seconds (default: Ctrl-C)")
     p.add_argument("--stats-json", type=Path, default=None, help="write host statistics here on exit")
     p.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")

@@ -88,6 +88,12 @@ def test_netsim_runs_and_reports_as_a_program() -> None:
         (["host", "--audio", "game"], "needs --source capture"),
         (["host", "--source", "webcam"], "unknown source 'webcam'"),
         (["bench", "capture", "--cases", "loopback"], "takes game and game-immediate"),
+        (["host", "--record", "game.mp4"], "name the file .mkv"),
+        (["host", "--broadcast", "http://example.com/live/key"], "RTMP ingest URL"),
+        (["host", "--broadcast", "rtmp://h/app/k", "--broadcast-keyint", "4"], "add --broadcast-bitrate-kbits"),
+        (["host", "--broadcast-bitrate-kbits", "3000"], "applies to --broadcast"),
+        (["bench", "outputs", "--modes", "both"], "must include plain"),
+        (["bench", "outputs", "--modes", "plain,tape"], "unknown mode(s) tape"),
     ],
 )
 def test_bad_values_are_explained(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -253,3 +259,27 @@ def test_bench_capture_smoke_streams_the_example_game_and_times_input_to_photon(
     assert game["connects"] == 1 and game["disconnects"] == 0 and game["gamepad_states"] > 100
     assert 15.0 < game["interval_ms_median"] < 18.5  # paced by the host's 60 Hz heartbeat
     assert row["photon_samples"] > 100 and 0 < row["photon_ms_median"] < 200
+
+
+def test_bench_outputs_smoke_records_broadcasts_and_compares_with_plain() -> None:
+    """Host + viewer with no outputs and with --record + --broadcast to a real nginx-rtmp, 3 s each at 320x240."""
+    from pyrofling.bench import nginx
+
+    if nginx.missing():
+        pytest.skip(nginx.missing() or "")
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "pyrofling", "bench", "outputs", "--duration", "3", "--rounds", "1"),
+            *("--width", "320", "--height", "240", "--fps", "30", "--bitrate-kbits", "500", "--json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    plain, both = json.loads(proc.stdout)["modes"]
+    assert plain["mode"] == "plain" and plain["output_cpu_pct"] == 0 and plain["recorded_packets"] == 0
+    assert both["mode"] == "both" and both["output_failures"] == 0 and both["output_dropped"] == 0
+    assert both["recorded_frames"] == both["recorded_packets"] > 60  # the file decodes to every packet muxed
+    assert both["broadcast_packets"] > 60 and both["output_cpu_pct"] > 0
+    assert "extra_cpu_pct" in both and "extra_latency_ms" in both

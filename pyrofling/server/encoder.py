@@ -146,6 +146,8 @@ class VideoEncoder:
         ctx.open()
         self._ctx = ctx
         self._last_pts: int | None = None
+        #: Called with each picture after it was encoded, and owning it from then on (a second encoder).
+        self.frame_tap: Callable[[av.VideoFrame, int], None] | None = None
         self.frames = 0
         self.errors = 0
 
@@ -233,6 +235,8 @@ class VideoEncoder:
         packets = self._ctx.encode(frame)
         encode_s = time.perf_counter() - t0
         self.frames += 1
+        if self.frame_tap is not None:
+            self.frame_tap(frame, pts_us)  # x264 has copied the picture: the frame is free to hand on
         return [self._wrap(p, encode_s, convert_s) for p in packets]
 
     def _wrap(self, packet: av.Packet, encode_s: float, convert_s: float) -> EncodedVideo:

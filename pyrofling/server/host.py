@@ -61,8 +61,9 @@ from pyrofling.server.audio import (
 from pyrofling.server.capture import CapturedFrame, CaptureServer
 from pyrofling.server.encoder import EncodedVideo, EncoderConfig, VideoEncoder
 from pyrofling.server.gamepad import PadOutput, VirtualPad, open_virtual_pad
+from pyrofling.server.outputs import OutputConfig, Outputs, StreamInfo
 from pyrofling.server.sources import VideoSource, open_source, placeholder_frame
-from pyrofling.wire import CodecParameters, ControlFramer, ProtocolError, StreamType
+from pyrofling.wire import AudioCodec, CodecParameters, ControlFramer, ProtocolError, StreamType
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,8 @@ class HostConfig:
     capture_socket: str | None = None
     #: Encode a game's frame the moment it is presented instead of on the next heartbeat.
     immediate_encode: bool = False
+    #: A recording and/or an RTMP broadcast of the stream.
+    outputs: OutputConfig = field(default_factory=OutputConfig)
 
 
 @dataclass(slots=True)
@@ -183,6 +186,7 @@ class Host:
         self._last_encode_s = 0.0
         self._stream_period_s = 1.0 / config.encoder.fps
         self._encoder: VideoEncoder | None = None
+        self.outputs = Outputs()
 
     def _make_packetizer(self, cookie: int) -> Packetizer:
         cfg = self.config
@@ -217,6 +221,22 @@ class Host:
             channels=cfg.audio.channels if audio_source is not None else 0,
             rate=audio_source.rate if audio_source is not None else 0,
         )
+        if cfg.outputs.enabled:
+            self.outputs = Outputs.open(
+                cfg.outputs,
+                StreamInfo(
+                    width=cfg.encoder.width,
+                    height=cfg.encoder.height,
+                    fps=cfg.encoder.fps,
+                    video_codec=encoder.video_codec,
+                    preset=cfg.encoder.preset,
+                    audio_codec=audio_encoder.codec if audio_encoder is not None else AudioCodec.NONE,
+                    audio_rate=audio_source.rate if audio_source is not None else 0,
+                    audio_channels=cfg.audio.channels,
+                ),
+            )
+            if self.outputs.wants_frames:
+                encoder.frame_tap = self.outputs.push_frame
         pad = self._pad if self._pad is not None else open_virtual_pad(cfg.virtual_pad)
         self.pad_output = PadOutput(pad, trace=cfg.gamepad_trace)
         log.info("gamepad: %s", pad.description)
@@ -295,6 +315,7 @@ class Host:
                 self.capture.close()
             if audio_source is not None:
                 audio_source.close()
+            self.outputs.close()  # after the last packet: the recording is finished and indexed
             if self.pad_output is not None:
                 self.pad_output.close()
             if cfg.stats_json is not None:
@@ -566,6 +587,7 @@ class Host:
             self._send_packet(conn, media, now, repair_cache)
             if packet.idr:
                 self.sessions.idr_sent(conn, now)
+        self.outputs.push_video(packet)  # after the viewers, and it never waits
 
     def _send_packet(
         self, conn: ViewerConnection, media: MediaPacket, now: float, repair_cache: dict[FecPlan, list[bytes]]
@@ -601,12 +623,15 @@ class Host:
     def _on_audio_chunk(self, loop: asyncio.AbstractEventLoop, encoder: AudioEncoder, chunk: AudioChunk) -> None:
         """Audio thread: encode the chunk there, send it from the loop."""
         self.stats.audio_chunks += 1
+        self.outputs.push_pcm(chunk)
         try:
             packets = encoder.encode(chunk)
         except Exception:
             self.stats.audio_encode_errors += 1
             log.exception("audio encode failed")
             return
+        if packets:
+            self.outputs.push_audio(packets)
         if packets and not self._halt.is_set():
             with contextlib.suppress(RuntimeError):  # the loop closed while stopping
                 loop.call_soon_threadsafe(self._fan_out_audio, packets)
@@ -640,7 +665,7 @@ class Host:
                 len(self.sessions.connections),
                 self.keyframes.forced,
                 st.frames_skipped,
-                self._phase_status() + self._capture_status(),
+                self._phase_status() + self._capture_status() + self.outputs.status(),
             )
             last_frames, last_bytes, last_t = st.frames_encoded, st.bytes_encoded, now
 
@@ -683,6 +708,7 @@ class Host:
             audio_capture_overflows=getattr(self._audio_source, "overflows", 0),  # device capture only
             gamepad=self._gamepad_summary(),
             capture=self.capture.summary() if self.capture is not None else None,
+            outputs=self.outputs.summary(),
         )
         return out
 

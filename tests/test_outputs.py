@@ -1,0 +1,314 @@
+"""Recording and broadcasting: the pure decisions, then real files and a real nginx-rtmp server."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import av
+import pytest
+
+from pyrofling.bench import nginx
+from pyrofling.client.viewer import Viewer, ViewerConfig
+from pyrofling.core.outputs import Backoff, KeyGate, StreamClock
+from pyrofling.server.audio import AudioConfig
+from pyrofling.server.encoder import EncoderConfig
+from pyrofling.server.host import Host, HostConfig
+from pyrofling.server.outputs import OutputConfig, redact_url
+from tests.aio_helpers import run, until
+
+SMALL = EncoderConfig(width=320, height=240, fps=30, bitrate_kbits=800)
+
+# -- pure decisions ------------------------------------------------------------------------------
+
+
+def test_key_gate_opens_at_a_key_frame_and_closes_after_a_loss() -> None:
+    gate = KeyGate()
+    assert [gate.offer(k) for k in (False, False, True, False)] == [False, False, True, True]
+    gate.lost()
+    assert [gate.offer(k) for k in (False, True, False)] == [False, True, True]
+    assert gate.skipped == 3
+
+
+def test_stream_clock_starts_at_zero_drops_earlier_audio_and_never_goes_back() -> None:
+    clock = StreamClock()
+    assert clock.stamp("video", 5_000) is None  # not started
+    clock.start(1_000_000)
+    assert clock.stamp("audio", 999_000) is None  # captured before the first frame
+    assert clock.stamp("video", 1_000_000) == 0
+    assert clock.stamp("video", 1_033_333) == 33_333
+    assert clock.stamp("video", 1_033_333) == 33_334  # a repeated pts still increases
+    assert clock.stamp("video", 1_020_000) == 33_335
+    assert clock.stamp("audio", 1_005_000) == 5_000  # streams are independent
+    clock.start(2_000_000)  # a new container (a reconnect) starts from zero again
+    assert clock.stamp("video", 2_000_000) == 0
+
+
+def test_backoff_doubles_to_its_cap_and_resets_after_a_stable_connection() -> None:
+    b = Backoff(initial_s=0.5, max_s=4.0, stable_s=10.0)
+    retries = [b.failed(100.0) - 100.0 for _ in range(6)]
+    assert retries == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
+    assert b.failed(200.0, up_since=195.0) - 200.0 == 4.0  # up only 5 s: still backing off
+    assert b.failed(300.0, up_since=250.0) - 300.0 == 0.5  # up 50 s: a fresh outage
+    with pytest.raises(ValueError):
+        Backoff(initial_s=0.0)
+
+
+def test_stream_keys_stay_out_of_logs() -> None:
+    assert redact_url("rtmp://live.example.com/app/sk_live_123") == "rtmp://live.example.com/app/…"
+    assert redact_url("rtmps://a.b:443/live2/key?x=1") == "rtmps://a.b:443/live2/…"
+    assert "secret" not in redact_url("garbage secret")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"record": Path("out.mp4")}, "name the file .mkv"),
+        ({"record": Path("/nonexistent-dir/x.mkv")}, "does not exist"),
+        ({"broadcast": "http://example.com/live/key"}, "RTMP ingest URL"),
+        ({"broadcast": "rtmp://example.com"}, "RTMP ingest URL"),
+        ({"broadcast_bitrate_kbits": 2000}, "applies to --broadcast"),
+        ({"broadcast": "rtmp://h/app/k", "broadcast_keyint_s": 4.0}, "add --broadcast-bitrate-kbits"),
+    ],
+)
+def test_output_config_says_what_to_change(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        OutputConfig(**kwargs).check()
+
+
+def test_an_existing_recording_is_never_overwritten(tmp_path: Path) -> None:
+    old = tmp_path / "old.mkv"
+    old.write_bytes(b"precious")
+    with pytest.raises(ValueError, match="already exists"):
+        OutputConfig(record=old).check()
+    assert old.read_bytes() == b"precious"
+
+
+# -- recordings ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Decoded:
+    video_frames: int = 0
+    video_end_s: float = 0.0
+    audio_s: float = 0.0
+    audio_codec: str = ""
+    duration_s: float | None = None
+    key_packets: int = 0
+    first_frame_key: bool = False
+    sizes: set[tuple[int, int]] = field(default_factory=set)
+
+
+def decode_file(path: Path) -> Decoded:
+    out = Decoded()
+    with av.open(str(path)) as c:
+        out.duration_s = c.duration / 1e6 if c.duration else None
+        for packet in c.demux():
+            if packet.stream.type == "video" and packet.is_keyframe:
+                out.key_packets += 1
+            for frame in packet.decode():
+                if isinstance(frame, av.VideoFrame):
+                    if out.video_frames == 0:
+                        out.first_frame_key = frame.key_frame
+                    out.video_frames += 1
+                    out.sizes.add((frame.width, frame.height))
+                    out.video_end_s = max(out.video_end_s, float(frame.time or 0.0))
+                elif isinstance(frame, av.AudioFrame):
+                    out.audio_s += frame.samples / frame.sample_rate
+                    out.audio_codec = packet.stream.codec_context.name
+    return out
+
+
+async def _host(**kwargs: Any) -> tuple[Host, asyncio.Task[Any]]:
+    host = Host(HostConfig(port=0, encoder=SMALL, status_interval_s=0, virtual_pad="none", **kwargs))
+    task = asyncio.create_task(host.run())
+    await asyncio.wait_for(host.ready.wait(), 15)
+    return host, task
+
+
+@pytest.mark.parametrize("codec", ["raw", "opus"])
+def test_a_recording_holds_the_viewers_packets_and_the_audio(tmp_path: Path, codec: str) -> None:
+    path = tmp_path / "game.mkv"
+
+    async def scenario() -> tuple[Host, Viewer]:
+        host, task = await _host(outputs=OutputConfig(record=path), audio=AudioConfig(source="tone", codec=codec))
+        viewer = Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0, duration_s=2.5))
+        await viewer.run()
+        host.stop()
+        await asyncio.wait_for(task, 15)
+        return host, viewer
+
+    host, viewer = run(scenario)
+    rec = host.summary()["outputs"][0]
+    assert rec["state"] == "finished" and rec["dropped"] == 0 and rec["failures"] == 0
+    # The very packets the viewers got: one per encoded frame, no second encode.
+    assert rec["video_packets"] == host.stats.frames_encoded >= 60
+    assert host.stats.idrs >= 1 and viewer.stats.frames_shown >= 50
+    got = decode_file(path)
+    assert got.video_frames == host.stats.frames_encoded  # every frame decodes
+    assert got.first_frame_key and got.sizes == {(320, 240)}
+    assert got.duration_s is not None  # finished: the header knows the duration
+    assert got.audio_codec == {"raw": "pcm_s16le", "opus": "opus"}[codec]
+    assert abs(got.audio_s - got.video_end_s) < 0.25  # audio all the way through, in step with the video
+
+
+def _start_recording_host(tmp_path: Path, path: Path) -> tuple[subprocess.Popen[bytes], float]:
+    # Key frames only every 8 s: a Matroska muxer left to itself would start clusters only there.
+    cmd = [sys.executable, "-m", "pyrofling", "host", "--port", "0", "--width", "320", "--height", "240",
+           "--fps", "30", "--bitrate-kbits", "800", "--refresh-s", "8", "--virtual-pad", "none",
+           "--record", str(path), "--stats-json", str(tmp_path / "host.json")]  # fmt: skip
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline().decode()
+        if "recording to" in line:
+            return proc, time.monotonic()
+        if not line and proc.poll() is not None:
+            break
+    proc.kill()
+    raise AssertionError("the host never started recording")
+
+
+def test_sigterm_finishes_the_recording_and_it_plays_to_its_last_second(tmp_path: Path) -> None:
+    path = tmp_path / "sigterm.mkv"
+    proc, started = _start_recording_host(tmp_path, path)
+    time.sleep(4.0)
+    proc.send_signal(signal.SIGTERM)
+    stopped = time.monotonic()
+    assert proc.wait(20) == 0
+    got = decode_file(path)
+    recorded_s = stopped - started
+    assert got.duration_s is not None  # finalized: Matroska duration and index written
+    assert got.video_end_s >= recorded_s - 0.5  # nothing lost at the end (0.5 s: process start-up slack)
+    assert got.audio_s >= recorded_s - 0.5
+    assert abs(got.audio_s - got.video_end_s) < 0.25
+
+
+def test_a_crash_loses_at_most_the_last_second(tmp_path: Path) -> None:
+    path = tmp_path / "crash.mkv"
+    proc, started = _start_recording_host(tmp_path, path)
+    time.sleep(4.0)
+    proc.kill()  # SIGKILL: no chance to finish the file
+    killed = time.monotonic()
+    proc.wait(10)
+    got = decode_file(path)
+    assert got.video_frames > 0
+    assert got.video_end_s >= (killed - started) - 1.0 - 0.3  # ≤ 1 s lost (0.3 s: scheduling slack)
+
+
+# -- broadcasting to a real nginx-rtmp -------------------------------------------------------------
+
+needs_nginx = pytest.mark.skipif(nginx.missing() is not None, reason=nginx.missing() or "")
+
+
+@dataclass
+class Played:
+    video_frames: int = 0
+    audio_s: float = 0.0
+    audio_codec: str = ""
+    video_codec: str = ""
+    key_packets: int = 0
+    sizes: set[tuple[int, int]] = field(default_factory=set)
+
+
+def play_rtmp(url: str, *, frames: int, audio_s: float, timeout_s: float = 20.0) -> Played:
+    """Read a live stream back from the server until ``frames`` video frames and ``audio_s`` of audio decoded."""
+    out = Played()
+    deadline = time.monotonic() + timeout_s
+    with av.open(url, timeout=(timeout_s, 5.0), options={"analyzeduration": "1000000"}) as c:
+        for packet in c.demux():
+            if time.monotonic() > deadline:
+                break
+            if packet.stream.type == "video" and packet.is_keyframe:
+                out.key_packets += 1
+            for frame in packet.decode():
+                if isinstance(frame, av.VideoFrame):
+                    out.video_frames += 1
+                    out.video_codec = packet.stream.codec_context.name
+                    out.sizes.add((frame.width, frame.height))
+                elif isinstance(frame, av.AudioFrame):
+                    out.audio_s += frame.samples / frame.sample_rate
+                    out.audio_codec = packet.stream.codec_context.name
+            if out.video_frames >= frames and out.audio_s >= audio_s:
+                break
+    return out
+
+
+@needs_nginx
+def test_broadcast_through_nginx_survives_the_server_dying_without_disturbing_viewers(tmp_path: Path) -> None:
+    server = nginx.NginxRtmp(tmp_path / "nginx")
+    server.start()
+    url = server.url("game")
+
+    async def scenario() -> tuple[Host, Viewer, Played, Played, float]:
+        outputs = OutputConfig(broadcast=url, retry_max_s=1.0)
+        host, task = await _host(outputs=outputs, audio=AudioConfig(source="tone"))
+        viewer = Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0, duration_s=14.0))
+        viewing = asyncio.create_task(viewer.run())
+        first = await asyncio.to_thread(play_rtmp, url, frames=45, audio_s=1.0)
+        broadcast = host.outputs.outputs[0]
+        server.kill()
+        await until(lambda: broadcast.stats.failures >= 1, 10.0)
+        shown_during_outage = viewer.stats.frames_shown
+        await asyncio.sleep(1.5)
+        shown_during_outage = viewer.stats.frames_shown - shown_during_outage
+        await asyncio.to_thread(server.start)
+        await until(lambda: broadcast.stats.connects >= 2, 15.0)
+        second = await asyncio.to_thread(play_rtmp, url, frames=45, audio_s=1.0)
+        await asyncio.wait_for(viewing, 30)
+        host.stop()
+        await asyncio.wait_for(task, 15)
+        return host, viewer, first, second, shown_during_outage
+
+    try:
+        host, viewer, first, second, shown_during_outage = run(scenario, timeout_s=120)
+    finally:
+        server.stop()
+    for played in (first, second):
+        assert played.video_frames >= 45 and played.video_codec == "h264" and played.sizes == {(320, 240)}
+        assert played.audio_s >= 1.0 and played.audio_codec == "aac"
+    st = host.summary()["outputs"][0]
+    assert st["kind"] == "broadcast" and st["connects"] >= 2 and st["failures"] >= 1
+    # The direct viewer never noticed: frames kept coming through the outage, no freeze, no reconnect.
+    assert shown_during_outage >= 30  # 1.5 s at 30 fps, with slack for a busy machine
+    assert viewer.stats.reconnects == 0 and viewer.stats.freezes_over_250ms == 0
+
+
+@needs_nginx
+def test_broadcast_with_its_own_encoder_has_a_normal_gop_and_bitrate(tmp_path: Path) -> None:
+    with nginx.NginxRtmp(tmp_path / "nginx") as server:
+        url = server.url("cdn")
+
+        async def scenario() -> tuple[Host, Played]:
+            outputs = OutputConfig(broadcast=url, broadcast_bitrate_kbits=300, broadcast_keyint_s=0.5)
+            host, task = await _host(outputs=outputs, audio=AudioConfig(source="tone"))
+            played = await asyncio.to_thread(play_rtmp, url, frames=75, audio_s=2.0)
+            host.stop()
+            await asyncio.wait_for(task, 15)
+            return host, played
+
+        host, played = run(scenario, timeout_s=90)
+    assert played.video_frames >= 75 and played.audio_codec == "aac"
+    assert played.key_packets >= 4  # an IDR every 0.5 s (15 frames) in 75 frames
+    st = host.summary()["outputs"][0]
+    assert st["failures"] == 0 and st["video_packets"] > 0
+    seconds = st["seconds"]
+    video_kbits = st["bytes_written"] * 8 / 1000 / seconds
+    assert video_kbits < 800 * 0.8  # its own, lower bitrate (audio included), not the viewers' 800 kbit/s
+
+
+def test_h265_cannot_go_to_rtmp_without_its_own_encoder() -> None:
+    from pyrofling.server.outputs import Broadcaster, StreamInfo
+    from pyrofling.wire import VideoCodec
+
+    info = StreamInfo(width=320, height=240, fps=30, video_codec=VideoCodec.H265)
+    with pytest.raises(ValueError, match="--broadcast-bitrate-kbits"):
+        Broadcaster("rtmp://h/app/k", info, OutputConfig(broadcast="rtmp://h/app/k"))
