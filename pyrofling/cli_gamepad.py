@@ -109,10 +109,14 @@ def add_gamepad(sub: Any) -> None:
     )
     p.add_argument("--stats-json", type=Path, default=None, help="write counters here on exit")
     p.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+    from pyrofling.cli_stream import add_viewer_security_options
+
+    add_viewer_security_options(p)
     p.set_defaults(func=run_gamepad)
 
 
 def run_gamepad(args: argparse.Namespace) -> int:
+    from pyrofling.cli_stream import viewer_password
     from pyrofling.client.uri import parse_uri
     from pyrofling.client.viewer import Viewer, ViewerConfig
     from pyrofling.wire import KickFlags
@@ -126,6 +130,8 @@ def run_gamepad(args: argparse.Namespace) -> int:
             flags=KickFlags.GAMEPAD,
             gamepad=gamepad_config(args),
             extensions=not args.native,
+            password=viewer_password(args),
+            require_auth=args.require_auth,
             duration_s=args.duration,
             reconnect=not args.no_reconnect,
             stats_json=args.stats_json,

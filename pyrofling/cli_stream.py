@@ -275,11 +275,62 @@ def host_config(args: argparse.Namespace, **overrides: Any) -> Any:
         capture_socket=getattr(args, "capture_socket", None),
         immediate_encode=getattr(args, "immediate_encode", False),
         outputs=output_config(args),
+        password=host_password(args),
+        encrypt=not getattr(args, "no_encrypt", False),
     )
     if values["immediate_encode"] and values["source"] != "capture":
         raise ValueError("--immediate-encode applies to games (--source capture)")
     values.update(overrides)
     return HostConfig(**values)
+
+
+PASSWORD_ENV = "PYROFLING_PASSWORD"
+
+
+def add_host_security_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "security",
+        "Without a secret anyone who reaches the port can watch and take the pad, as with PyroFling: fine on a "
+        "trusted LAN. With one, viewers must prove they know it (it never crosses the network) and their "
+        "datagrams are sealed with AES-GCM; native PyroFling viewers cannot connect then.",
+    )
+    g.add_argument(
+        "--password",
+        default=None,
+        metavar="SECRET",
+        help=f"require this secret from viewers (or set ${PASSWORD_ENV}, which keeps it out of the process list)",
+    )
+    g.add_argument(
+        "--pairing-code",
+        action="store_true",
+        help="require a fresh random code, printed once at start (not logged): give it to your friends",
+    )
+    g.add_argument(
+        "--no-encrypt",
+        action="store_true",
+        help="authenticate viewers but send media in the clear (saves a little CPU; anyone on the path can watch)",
+    )
+
+
+def host_password(args: argparse.Namespace) -> str | None:
+    """The secret the host requires, from --password, $PYROFLING_PASSWORD or a new pairing code."""
+    from pyrofling.core.secure import pairing_code
+
+    password = getattr(args, "password", None) or os.environ.get(PASSWORD_ENV) or None
+    if getattr(args, "pairing_code", False):
+        if password:
+            raise ValueError(f"--pairing-code makes up a secret: drop --password (and ${PASSWORD_ENV})")
+        password = pairing_code()
+        print(
+            f"pairing code: {password}\n  viewers join with: pyrofling view pyro://HOST:PORT --password {password}",
+            file=sys.stderr,
+            flush=True,
+        )
+    if getattr(args, "no_encrypt", False) and not password:
+        raise ValueError("--no-encrypt applies with a secret (--password or --pairing-code)")
+    if password is not None and len(password) < 6:
+        raise ValueError("the password is too short: use at least 6 characters, or --pairing-code")
+    return password
 
 
 def add_output_options(p: argparse.ArgumentParser) -> None:
@@ -365,6 +416,7 @@ def add_host(sub: Any) -> None:
     from pyrofling.cli_gamepad import add_host_gamepad_options  # it imports helpers from here
 
     add_host_gamepad_options(p)
+    add_host_security_options(p)
     add_output_options(p)
     p.add_argument("--duration", type=float, default=None, help="stop after this many seconds (default: Ctrl-C)")
     p.add_argument("--stats-json", type=Path, default=None, help="write host statistics here on exit")
@@ -418,6 +470,7 @@ def add_view(sub: Any) -> None:
     from pyrofling.cli_gamepad import add_view_gamepad_options  # it imports helpers from here
 
     add_view_gamepad_options(p)
+    add_viewer_security_options(p)
     p.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
     p.add_argument("--no-reconnect", action="store_true", help="exit when the host goes away instead of reconnecting")
     p.add_argument(
@@ -545,6 +598,30 @@ def presentation_config(args: argparse.Namespace, uri: Any) -> Any:
     )
 
 
+def add_viewer_security_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("security")
+    g.add_argument(
+        "--password",
+        default=None,
+        metavar="SECRET",
+        help=f"the host's password or pairing code, if it asks for one (or set ${PASSWORD_ENV})",
+    )
+    g.add_argument(
+        "--require-auth",
+        action="store_true",
+        help="connect only to a host that proves it knows the password (refuses an open or impostor host)",
+    )
+
+
+def viewer_password(args: argparse.Namespace) -> str | None:
+    password = getattr(args, "password", None) or os.environ.get(PASSWORD_ENV) or None
+    if getattr(args, "require_auth", False) and not password:
+        raise ValueError("--require-auth needs the password (--password or $PYROFLING_PASSWORD)")
+    if password is not None and getattr(args, "native", False):
+        raise ValueError("--native viewers cannot authenticate: drop --native to use a password")
+    return password
+
+
 def viewer_config(args: argparse.Namespace) -> Any:
     from pyrofling.cli_gamepad import gamepad_config
     from pyrofling.client.uri import parse_uri
@@ -569,6 +646,8 @@ def viewer_config(args: argparse.Namespace) -> Any:
         host=uri.host,
         port=uri.port,
         extensions=not args.native,
+        password=viewer_password(args),
+        require_auth=getattr(args, "require_auth", False),
         duration_s=args.duration,
         reconnect=not args.no_reconnect,
         stats_json=args.stats_json,

@@ -100,6 +100,9 @@ class MessageId(enum.IntEnum):
     # pyrofling extensions (protocol.md §7.2): ids 32–63, only sent to a peer that negotiated them.
     EXTENSIONS = 32
     REQUEST_KEYFRAME = 33
+    AUTH_CHALLENGE = 34
+    AUTH_RESPONSE = 35
+    AUTH_RESULT = 36
 
 
 def type_word(message_id: int, payload_bytes: int) -> int:
@@ -346,6 +349,10 @@ class ExtensionFeature(enum.IntFlag):
     NONE = 0
     #: The viewer may send REQUEST_KEYFRAME instead of waiting for PROGRESS to show loss.
     KEYFRAME_REQUEST = 1 << 0
+    #: Challenge–response authentication with a shared secret (protocol.md §7.7).  A host that grants it requires it.
+    AUTH = 1 << 1
+    #: Datagrams in both directions sealed with AES-GCM under keys from the authentication (protocol.md §7.7).
+    ENCRYPTION = 1 << 2
 
 
 #: Version of the pyrofling extension set this build speaks.
@@ -374,6 +381,38 @@ class RequestKeyframe(ControlMessage):
     ID = MessageId.REQUEST_KEYFRAME
 
 
+@dataclass(frozen=True, slots=True)
+class AuthChallenge(ControlMessage):
+    """pyrofling extension (protocol.md §7.7), host → viewer: prove you know the secret."""
+
+    ID = MessageId.AUTH_CHALLENGE
+    PAYLOAD = struct.Struct("<16s32sII")
+    salt: bytes  # the host's scrypt salt (the same for the whole run)
+    host_nonce: bytes  # fresh for this connection
+    scrypt_log2_n: int
+    flags: int  # bit 0: the host will seal datagrams (ENCRYPTION granted)
+
+
+@dataclass(frozen=True, slots=True)
+class AuthResponse(ControlMessage):
+    """pyrofling extension (protocol.md §7.7), viewer → host: its nonce and its proof."""
+
+    ID = MessageId.AUTH_RESPONSE
+    PAYLOAD = struct.Struct("<32s32s")
+    viewer_nonce: bytes
+    proof: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class AuthResult(ControlMessage):
+    """pyrofling extension (protocol.md §7.7), host → viewer: accepted (with the host's own proof) or not."""
+
+    ID = MessageId.AUTH_RESULT
+    PAYLOAD = struct.Struct("<I32s")
+    accepted: int
+    proof: bytes
+
+
 CONTROL_TYPES: dict[int, type[ControlMessage]] = {
     cls.ID: cls
     for cls in (
@@ -390,8 +429,25 @@ CONTROL_TYPES: dict[int, type[ControlMessage]] = {
         Ping,
         Extensions,
         RequestKeyframe,
+        AuthChallenge,
+        AuthResponse,
+        AuthResult,
     )
 }
+
+#: A sealed viewer → host datagram (protocol.md §7.7) starts with these 4 bytes and the connection's cookie, so the
+#: host knows whose key opens it.  They are not a type word (the magic bits differ): a native host drops it.
+SEALED_MAGIC = b"PYRS"
+SEALED_HEAD = struct.Struct("<4sQ")
+
+
+def sealed_cookie(data: Buffer) -> int | None:
+    """The cookie of a sealed viewer → host datagram, or None when it is not one."""
+    if len(data) < SEALED_HEAD.size or bytes(data[:4]) != SEALED_MAGIC:
+        return None
+    cookie: int = SEALED_HEAD.unpack_from(data)[1]
+    return cookie
+
 
 #: Messages a client may send over UDP (protocol.md §3.2); anything else there is dropped.
 UDP_CLIENT_TYPES = frozenset({MessageId.COOKIE, MessageId.PHASE_OFFSET, MessageId.GAMEPAD_STATE, MessageId.PING})

@@ -8,8 +8,13 @@ from pyrofling.wire import (
     CONTROL_TYPES,
     EXTENSIONS_VERSION,
     MAX_MEDIA_DATAGRAM_BYTES,
+    SEALED_HEAD,
+    SEALED_MAGIC,
     TYPE_MAGIC,
     Again,
+    AuthChallenge,
+    AuthResponse,
+    AuthResult,
     BadMagicError,
     CodecParameters,
     ControlFramer,
@@ -39,6 +44,7 @@ from pyrofling.wire import (
     parse_control,
     parse_media_datagram,
     parse_udp_control,
+    sealed_cookie,
     type_word,
     type_word_wide,
 )
@@ -57,6 +63,9 @@ SAMPLES = [
     Ping(255),
     Extensions(EXTENSIONS_VERSION, ExtensionFeature.KEYFRAME_REQUEST),
     RequestKeyframe(),
+    AuthChallenge(bytes(range(16)), b"n" * 32, 14, 1),
+    AuthResponse(b"v" * 32, b"p" * 32),
+    AuthResult(1, b"h" * 32),
 ]
 
 
@@ -81,6 +90,9 @@ NATIVE_WIDE = {
     # pyrofling extensions follow the same rule: sign-extended when a payload follows.
     MessageId.EXTENSIONS: 0xFFFFFFFF_EF968220,
     MessageId.REQUEST_KEYFRAME: 0x00000000_EF968021,
+    MessageId.AUTH_CHALLENGE: 0xFFFFFFFF_EF968E22,  # 56-byte payload
+    MessageId.AUTH_RESPONSE: 0xFFFFFFFF_EF969023,  # 64
+    MessageId.AUTH_RESULT: 0xFFFFFFFF_EF968924,  # 36
 }
 
 
@@ -253,7 +265,17 @@ def test_extensions_drop_unknown_feature_bits() -> None:
     msg = parse_control(bytes(Extensions(1, 0xFFFF_FFFF)))
     assert isinstance(msg, Extensions)
     assert msg.features == 0xFFFF_FFFF  # kept on the wire object
-    assert msg.feature_flags == ExtensionFeature.KEYFRAME_REQUEST  # but only known ones are usable
+    known = ExtensionFeature.KEYFRAME_REQUEST | ExtensionFeature.AUTH | ExtensionFeature.ENCRYPTION
+    assert msg.feature_flags == known  # but only known ones are usable
+
+
+def test_sealed_viewer_datagrams_are_not_type_words() -> None:
+    """A native host must drop a sealed datagram as bad magic, and ours must find its cookie."""
+    data = SEALED_HEAD.pack(SEALED_MAGIC, 0xFEED) + b"x" * 40
+    assert sealed_cookie(data) == 0xFEED
+    with pytest.raises(ProtocolError):
+        parse_control(data)
+    assert sealed_cookie(bytes(Cookie(0xFEED))) is None and sealed_cookie(SEALED_MAGIC) is None
 
 
 @pytest.mark.parametrize("width", [4, 8])

@@ -22,7 +22,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +76,10 @@ class ViewerConfig:
     flags: KickFlags = KickFlags.VIDEO
     #: Ask for pyrofling extensions (explicit key-frame requests); off = behave like a native viewer.
     extensions: bool = True
+    #: The host's password or pairing code (protocol.md §7.7).
+    password: str | None = field(default=None, repr=False)
+    #: Only connect to a host that authenticates itself (it must know ``password``).
+    require_auth: bool = False
     #: Stop after this many seconds of streaming time (None: until Ctrl-C or the window closes).
     duration_s: float | None = None
     reconnect: bool = True
@@ -195,6 +199,8 @@ class Viewer:
         self.gamepad: GamepadLink | None = None
         if config.gamepad is not None and config.flags & KickFlags.GAMEPAD:
             self.gamepad = GamepadLink(config.gamepad)
+        #: Why authentication failed (a wrong password...): the viewer stops instead of reconnecting.
+        self.auth_failure: str | None = None
 
     def stop(self) -> None:
         if self._loop is not None and self._stop is not None and not self._loop.is_closed():
@@ -229,7 +235,7 @@ class Viewer:
         try:
             while not self._stop.is_set():
                 streamed = await self._one_session()
-                if self._stop.is_set() or not self.config.reconnect:
+                if self._stop.is_set() or not self.config.reconnect or self.auth_failure is not None:
                     break
                 backoff = 0.25 if streamed else min(2.0, backoff * 2)
                 self.stats.reconnects += 1
@@ -286,8 +292,10 @@ class Viewer:
         peer = writer.get_extra_info("peername")
         ended: asyncio.Future[str] = loop.create_future()
         reassembler = Reassembler(cfg.reassembler)
-        extensions = ExtensionFeature.KEYFRAME_REQUEST if cfg.extensions else ExtensionFeature.NONE
-        session = ViewerSession(reassembler.counters, ViewerSessionConfig(flags=cfg.flags, extensions=extensions))
+        session_config = ViewerSessionConfig(flags=cfg.flags, secret=cfg.password, require_auth=cfg.require_auth)
+        if not cfg.extensions:
+            session_config = replace(session_config, extensions=ExtensionFeature.NONE)
+        session = ViewerSession(reassembler.counters, session_config)
         self.session, self.reassembler = session, reassembler
         streamed = False
         timer: asyncio.TimerHandle | None = None
@@ -327,13 +335,15 @@ class Viewer:
                         ", pyrofling host" if out.extensions else "",
                     )
                 elif isinstance(out, SessionFailed):
+                    if session.auth_failed:
+                        self.auth_failure = out.reason
                     end(f"handshake failed: {out.reason}")
                 elif isinstance(out, StreamStalled):
                     end(f"no media for {out.silent_s:.1f} s")
 
         def send_udp(data: bytes) -> None:
             if not udp.is_closing():
-                udp.sendto(data)
+                udp.sendto(session.udp(data))
 
         def on_timer() -> None:
             nonlocal timer
@@ -355,8 +365,11 @@ class Viewer:
                 timer.cancel()
             timer = loop.call_at(loop.time() + max(0.0, due - time.monotonic()), on_timer)
 
-        def on_datagram(data: bytes) -> None:
+        def on_datagram(wire_data: bytes) -> None:
             now = time.monotonic()
+            data = session.open_datagram(wire_data)
+            if data is None:
+                return  # forged, replayed or plaintext on a sealed session: counted by the session
             self.stats.datagrams += 1
             self.stats.bytes_received += len(data)
             session.datagram_received(now)
@@ -422,7 +435,7 @@ class Viewer:
         c = reassembler.counters
         self.stats.packets_recovered += c.fec_recovered
         self.stats.keyframe_requests += session.keyframe_requests
-        for reason, n in reassembler.discarded.items():
+        for reason, n in [*reassembler.discarded.items(), *session.refused.items()]:
             self._counters_before[reason] = self._counters_before.get(reason, 0) + n
         if session.clock.last_rtt_s is not None:
             self.stats.rtt_ms = session.clock.last_rtt_s * 1000
@@ -580,6 +593,9 @@ class Viewer:
             for reason, n in live.discarded.items():
                 discarded[reason] = discarded.get(reason, 0) + n
             recovered += live.counters.fec_recovered
+        if self.session is not None:
+            for reason, n in self.session.refused.items():
+                discarded[reason] = discarded.get(reason, 0) + n
         out["discarded"] = discarded
         out["packets_recovered"] = recovered
         live_session = self.session

@@ -16,6 +16,7 @@ sends through each viewer's own :class:`~pyrofling.core.packetizer.Packetizer`.
 
 from __future__ import annotations
 
+import secrets
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,9 +25,26 @@ from typing import Any, TypeAlias
 from pyrofling.core.gamepad import GamepadRouter, PadUpdate, Verdict
 from pyrofling.core.keyframes import KeyframePolicy
 from pyrofling.core.packetizer import Packetizer
+from pyrofling.core.secure import (
+    NONCE_BYTES,
+    PROOF_BYTES,
+    SCRYPT_LOG2_N,
+    AuthError,
+    FailureLimiter,
+    Opener,
+    Sealer,
+    check_proof,
+    host_proof,
+    session_keys,
+    viewer_proof,
+)
 from pyrofling.wire import (
     EXTENSIONS_VERSION,
+    SEALED_HEAD,
     Again,
+    AuthChallenge,
+    AuthResponse,
+    AuthResult,
     CodecParameters,
     ControlMessage,
     Cookie,
@@ -45,6 +63,7 @@ from pyrofling.wire import (
     RequestKeyframe,
     UnknownControl,
     parse_udp_control,
+    sealed_cookie,
 )
 
 #: A socket address as asyncio reports it: (host, port) or (host, port, flowinfo, scope_id).
@@ -115,6 +134,15 @@ class HostSessionConfig:
     progress_log_interval_s: float = 1.0
     #: A kicked viewer whose PROGRESS still shows no key frame this long after we sent one asks for another.
     key_frame_grace_s: float = 1.0
+    #: The key stretched from the host's secret (protocol.md §7.7); None: no authentication, as the reference.
+    auth_key: bytes | None = None
+    #: The salt ``auth_key`` was stretched with, and scrypt's cost, both sent in AUTH_CHALLENGE.
+    auth_salt: bytes = b""
+    scrypt_log2_n: int = SCRYPT_LOG2_N
+    #: Seal datagrams for authenticated viewers that support it.
+    encrypt: bool = True
+    #: With a secret: a connection that has not authenticated this long after it opened is closed.
+    auth_timeout_s: float = 10.0
 
 
 @dataclass(slots=True)
@@ -142,10 +170,21 @@ class ViewerConnection:
     phase_offsets: int = 0
     gamepad_states: int = 0
     pings: int = 0
+    #: Authentication (protocol.md §7.7): the challenge's nonce, and whether the proof checked out.
+    host_nonce: bytes | None = None
+    authenticated: bool = False
+    refusal_logged: bool = False
+    #: With ENCRYPTION: seals what goes to this viewer, opens what it sends.
+    sealer: Sealer | None = None
+    opener: Opener | None = None
 
     @property
     def label(self) -> str:
         return f"{self.peer[0]} @ {self.peer[1]}"
+
+    def outgoing(self, datagram: bytes) -> bytes:
+        """A datagram as it goes on the wire to this viewer: sealed when the connection is encrypted."""
+        return self.sealer.seal(datagram) if self.sealer is not None else datagram
 
     def wants(self, flag: KickFlags) -> bool:
         return self.kicked and self.udp_address is not None and bool(self.flags & flag)
@@ -160,8 +199,15 @@ class HostSessions:
         make_packetizer: Callable[[int], Packetizer],
         keyframes: KeyframePolicy | None = None,
         config: HostSessionConfig | None = None,
+        random_bytes: Callable[[int], bytes] = secrets.token_bytes,
+        limiter: FailureLimiter | None = None,
     ) -> None:
         self.config = config or HostSessionConfig()
+        self._random_bytes = random_bytes
+        #: Failed authentications per address (protocol.md §7.7).
+        self.limiter = limiter or FailureLimiter()
+        self.auth_failures = 0
+        self.auth_successes = 0
         self.keyframes = keyframes or KeyframePolicy()
         self.codec_parameters: CodecParameters | None = None
         self._make_packetizer = make_packetizer
@@ -214,6 +260,10 @@ class HostSessions:
     def audio_targets(self) -> list[ViewerConnection]:
         return [c for c in self._connections.values() if c.wants(KickFlags.AUDIO)]
 
+    @property
+    def auth_required(self) -> bool:
+        return self.config.auth_key is not None
+
     def idr_sent(self, conn: ViewerConnection, now: float) -> None:
         conn.awaiting_idr = False
         conn.idr_sent_s = now
@@ -228,9 +278,11 @@ class HostSessions:
             conn.hello = True
             return [SendControl(conn_id, bytes(Cookie(conn.cookie)))]
         if isinstance(msg, Extensions):
-            granted = msg.feature_flags & self.config.extensions
-            conn.extensions = granted
-            return [SendControl(conn_id, bytes(Extensions(EXTENSIONS_VERSION, int(granted))))]
+            return self._extensions(conn, msg)
+        if isinstance(msg, AuthResponse):
+            return self._auth_response(conn, msg, now)
+        if self.auth_required and not conn.authenticated:
+            return self._refuse(conn, msg)
         if isinstance(msg, Kick):
             return self._kick(conn, msg.flags, now)
         if isinstance(msg, Progress):
@@ -242,6 +294,83 @@ class HostSessions:
         # Anything else (unknown ids, messages only the host sends): NAK, as the reference does.
         self.discarded["unexpected_control"] += 1
         return [SendControl(conn_id, bytes(Nak()))]
+
+    # -- authentication (protocol.md §7.7) --------------------------------------------------
+
+    def _extensions(self, conn: ViewerConnection, msg: Extensions) -> list[HostOutput]:
+        offered = self.config.extensions
+        if self.auth_required:
+            offered |= ExtensionFeature.AUTH
+            if self.config.encrypt:
+                offered |= ExtensionFeature.ENCRYPTION
+        granted = msg.feature_flags & offered
+        if not granted & ExtensionFeature.AUTH:
+            granted &= ~ExtensionFeature.ENCRYPTION  # keys come from the authentication
+        conn.extensions = granted
+        out: list[HostOutput] = [SendControl(conn.conn_id, bytes(Extensions(EXTENSIONS_VERSION, int(granted))))]
+        if granted & ExtensionFeature.AUTH:
+            conn.host_nonce = self._random_bytes(NONCE_BYTES)
+            challenge = AuthChallenge(
+                self.config.auth_salt,
+                conn.host_nonce,
+                self.config.scrypt_log2_n,
+                1 if granted & ExtensionFeature.ENCRYPTION else 0,
+            )
+            out.append(SendControl(conn.conn_id, bytes(challenge)))
+        return out
+
+    def _auth_response(self, conn: ViewerConnection, msg: AuthResponse, now: float) -> list[HostOutput]:
+        key = self.config.auth_key
+        if key is None or conn.host_nonce is None or conn.authenticated:
+            self.discarded["unexpected_auth"] += 1
+            return [SendControl(conn.conn_id, bytes(Nak()))]
+        address = str(conn.peer[0])
+        refused = bytes(AuthResult(0, bytes(PROOF_BYTES)))
+        if self.limiter.blocked(address, now):
+            self.discarded["auth_blocked"] += 1
+            return [
+                SendControl(conn.conn_id, refused),
+                CloseConnection(conn.conn_id, f"{address} is blocked after repeated wrong secrets"),
+            ]
+        nonce = conn.host_nonce
+        conn.host_nonce = None  # one response per challenge
+        if not check_proof(viewer_proof(key, conn.cookie, nonce, msg.viewer_nonce), msg.proof):
+            self.auth_failures += 1
+            blocked = self.limiter.failed(address, now)
+            note = f"; {address} blocked for {self.limiter.block_s:g} s" if blocked else ""
+            return [
+                SendControl(conn.conn_id, refused),
+                LogLine(conn.conn_id, f"{conn.label}: wrong secret{note}"),
+                CloseConnection(conn.conn_id, "authentication failed"),
+            ]
+        self.limiter.succeeded(address)
+        self.auth_successes += 1
+        conn.authenticated = True
+        encrypted = bool(conn.extensions & ExtensionFeature.ENCRYPTION)
+        if encrypted:
+            keys = session_keys(key, conn.cookie, nonce, msg.viewer_nonce)
+            conn.sealer, conn.opener = Sealer(keys.host_to_viewer), Opener(keys.viewer_to_host)
+        proof = host_proof(key, conn.cookie, nonce, msg.viewer_nonce)
+        return [
+            SendControl(conn.conn_id, bytes(AuthResult(1, proof))),
+            LogLine(conn.conn_id, f"{conn.label} authenticated" + (", datagrams sealed" if encrypted else "")),
+        ]
+
+    def _refuse(self, conn: ViewerConnection, msg: ControlMessage | UnknownControl) -> list[HostOutput]:
+        """This host has a secret and this connection has not proved it knows it: NAK, no media, no pad."""
+        self.discarded["unauthenticated_control"] += 1
+        out: list[HostOutput] = [SendControl(conn.conn_id, bytes(Nak()))]
+        if isinstance(msg, Kick) and not conn.refusal_logged:
+            conn.refusal_logged = True
+            if conn.extensions & ExtensionFeature.AUTH:
+                why = "it has not authenticated"
+            else:
+                why = (
+                    "this host needs a password and the viewer cannot authenticate (a native PyroFling viewer, "
+                    "or an old pyrofling); run the host without --password only on a trusted network"
+                )
+            out.append(LogLine(conn.conn_id, f"refused {conn.label}: {why}"))
+        return out
 
     def _kick(self, conn: ViewerConnection, flags: KickFlags, now: float) -> list[HostOutput]:
         conn.flags = flags
@@ -301,6 +430,9 @@ class HostSessions:
 
     def datagram(self, address: Address, data: bytes, now: float) -> list[HostOutput]:
         """A datagram from a viewer.  ``now`` is also the server clock a ping reply carries."""
+        cookie = sealed_cookie(data)
+        if cookie is not None:
+            return self._sealed(address, cookie, data, now)
         try:
             msg = parse_udp_control(data)
         except ProtocolError as exc:
@@ -310,6 +442,8 @@ class HostSessions:
             conn = self._by_cookie.get(msg.cookie)
             if conn is None:
                 self.discarded["unknown_cookie"] += 1
+            elif not self._plain_allowed(conn):
+                pass
             elif conn.udp_address is None:
                 if address in self._by_address:
                     self.discarded["address_taken"] += 1
@@ -323,12 +457,59 @@ class HostSessions:
         if conn is None:
             self.discarded["unknown_peer"] += 1
             return []
+        if not self._plain_allowed(conn):
+            return []
+        return self._udp_message(conn, msg, now)
+
+    def _plain_allowed(self, conn: ViewerConnection) -> bool:
+        """Whether a plaintext datagram may act for ``conn``: not before authenticating, never when sealed."""
+        if self.auth_required and not conn.authenticated:
+            self.discarded["unauthenticated_udp"] += 1
+            return False
+        if conn.opener is not None:
+            self.discarded["plaintext_refused"] += 1
+            return False
+        return True
+
+    def _sealed(self, address: Address, cookie: int, data: bytes, now: float) -> list[HostOutput]:
+        conn = self._by_cookie.get(cookie)
+        if conn is None or conn.opener is None:
+            self.discarded["sealed_unknown"] += 1
+            return []
+        head = SEALED_HEAD.size
+        try:
+            plain = conn.opener.open(data[head:], aad=data[:head])
+        except AuthError as exc:
+            self.discarded[str(exc)] += 1
+            return []
+        try:
+            msg = parse_udp_control(plain)
+        except ProtocolError as exc:
+            self.discarded[f"sealed_{exc.reason}"] += 1
+            return []
+        if conn.udp_address != address:
+            # Genuine (it opened under this connection's key), so following a new address is safe:
+            # a NAT rebinding or a roaming viewer keeps its stream.  A spoofed source cannot get here.
+            if self._by_address.get(address, conn) is not conn:
+                self.discarded["address_taken"] += 1
+                return []
+            if conn.udp_address is not None:
+                self._by_address.pop(conn.udp_address, None)
+            conn.udp_address = address
+            self._by_address[address] = conn
+        if isinstance(msg, Cookie):
+            return []
+        return self._udp_message(conn, msg, now)
+
+    def _udp_message(self, conn: ViewerConnection, msg: ControlMessage, now: float) -> list[HostOutput]:
         if not conn.kicked:
             self.discarded["not_kicked"] += 1
             return []
+        assert conn.udp_address is not None
         if isinstance(msg, Ping):
             conn.pings += 1
-            return [SendDatagram(address, bytes(PingReply(msg.seq, int(now * 1_000_000))))]
+            reply = bytes(PingReply(msg.seq, int(now * 1_000_000)))
+            return [SendDatagram(conn.udp_address, conn.outgoing(reply))]
         if isinstance(msg, PhaseOffset):
             conn.phase_offsets += 1
             return [PhaseFeedback(conn.conn_id, msg.ideal_phase_offset_us)]
@@ -357,7 +538,12 @@ class HostSessions:
     def next_timer(self) -> float | None:
         if not self._connections:
             return None
-        return min(c.last_alive_s for c in self._connections.values()) + self.config.keepalive_timeout_s
+        due = min(c.last_alive_s for c in self._connections.values()) + self.config.keepalive_timeout_s
+        if self.auth_required:
+            waiting = [c.opened_s for c in self._connections.values() if not c.authenticated]
+            if waiting:
+                due = min(due, min(waiting) + self.config.auth_timeout_s)
+        return due
 
     def handle_timer(self, now: float) -> list[HostOutput]:
         out: list[HostOutput] = []
@@ -367,6 +553,10 @@ class HostSessions:
                 out += self.close(conn.conn_id)
                 reason = f"no KICK or PROGRESS for {self.config.keepalive_timeout_s:g} s"
                 out.append(CloseConnection(conn.conn_id, reason))
+            elif self.auth_required and not conn.authenticated and now - conn.opened_s >= self.config.auth_timeout_s:
+                self.timed_out += 1
+                out += self.close(conn.conn_id)
+                out.append(CloseConnection(conn.conn_id, f"not authenticated after {self.config.auth_timeout_s:g} s"))
         return out
 
 

@@ -17,14 +17,33 @@ and an explicit key-frame request when the host negotiated it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import secrets
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from enum import Enum
 
 from pyrofling.core.bitstream import KeyInfo
 from pyrofling.core.reassembler import ProgressCounters
+from pyrofling.core.secure import (
+    NONCE_BYTES,
+    AuthError,
+    Opener,
+    Sealer,
+    check_proof,
+    derive_key,
+    host_proof,
+    session_keys,
+    viewer_proof,
+)
 from pyrofling.wire import (
     EXTENSIONS_VERSION,
+    SEALED_HEAD,
+    SEALED_MAGIC,
     Again,
+    AuthChallenge,
+    AuthResponse,
+    AuthResult,
     CodecParameters,
     ControlMessage,
     Cookie,
@@ -130,6 +149,7 @@ class Phase(Enum):
     IDLE = "idle"
     HELLO = "waiting for cookie"
     EXTENSIONS = "negotiating extensions"
+    AUTH = "authenticating"
     KICKING = "kicking"
     STREAMING = "streaming"
     FAILED = "failed"
@@ -142,7 +162,13 @@ class ViewerSessionConfig:
     #: What to subscribe to (KICK flags).
     flags: KickFlags = KickFlags.VIDEO | KickFlags.AUDIO
     #: Extension features to ask for; NONE behaves exactly like a native viewer.
-    extensions: ExtensionFeature = ExtensionFeature.KEYFRAME_REQUEST
+    extensions: ExtensionFeature = (
+        ExtensionFeature.KEYFRAME_REQUEST | ExtensionFeature.AUTH | ExtensionFeature.ENCRYPTION
+    )
+    #: The host's password or pairing code, for a host that asks (protocol.md §7.7).
+    secret: str | None = field(default=None, repr=False)
+    #: Refuse a host that does not authenticate itself (with a secret: it must prove it knows it too).
+    require_auth: bool = False
     #: Pause between KICK attempts answered NAK/AGAIN.
     kick_retry_s: float = 0.01
     #: Give up on the handshake after this long.
@@ -195,8 +221,24 @@ class KeyGate:
 class ViewerSession:
     """Handshake, keep-alive, pings and key-frame requests of one connection."""
 
-    def __init__(self, counters: ProgressCounters, config: ViewerSessionConfig | None = None) -> None:
+    def __init__(
+        self,
+        counters: ProgressCounters,
+        config: ViewerSessionConfig | None = None,
+        *,
+        random_bytes: Callable[[int], bytes] = secrets.token_bytes,
+    ) -> None:
         self.config = config or ViewerSessionConfig()
+        self._random_bytes = random_bytes
+        self._challenge: AuthChallenge | None = None
+        self._viewer_nonce = b""
+        self._key = b""
+        self.authenticated = False
+        self.auth_failed = False
+        self._sealer: Sealer | None = None
+        self._opener: Opener | None = None
+        #: Datagrams from the host refused unopened, by reason (forged, replayed, plaintext on a sealed session).
+        self.refused: Counter[str] = Counter()
         self.counters = counters
         self.phase = Phase.IDLE
         self.cookie: int | None = None
@@ -242,7 +284,16 @@ class ViewerSession:
                 self.extensions = msg.feature_flags & self.config.extensions
             elif not isinstance(msg, Nak):  # NAK: a native host; plain protocol
                 return self._fail(f"expected EXTENSIONS or NAK, got {_name(msg)}")
+            if self.extensions & ExtensionFeature.AUTH:
+                if not self.config.secret:
+                    return self._fail("this host needs a password: pyrofling view … --password SECRET", auth=True)
+                self.phase = Phase.AUTH
+                return []
+            if self.config.require_auth:
+                return self._fail("the host did not authenticate itself (--require-auth): not connecting", auth=True)
             return self._kick(now)
+        if self.phase == Phase.AUTH:
+            return self._auth(msg, now)
         if self.phase == Phase.KICKING:
             if isinstance(msg, CodecParameters):
                 return self._streaming(msg, now)
@@ -254,12 +305,59 @@ class ViewerSession:
             self.codec_parameters = msg  # a host may announce new parameters; keep the latest
         return []
 
+    def _auth(self, msg: ControlMessage | UnknownControl, now: float) -> list[ViewerOutput]:
+        """Challenge → response → result (protocol.md §7.7)."""
+        assert self.cookie is not None and self.config.secret
+        if isinstance(msg, AuthChallenge) and self._challenge is None:
+            try:
+                self._key = derive_key(self.config.secret, msg.salt, msg.scrypt_log2_n)
+            except ValueError as exc:
+                return self._fail(f"the host's challenge is unusable: {exc}", auth=True)
+            self._challenge = msg
+            self._viewer_nonce = self._random_bytes(NONCE_BYTES)
+            proof = viewer_proof(self._key, self.cookie, msg.host_nonce, self._viewer_nonce)
+            return [SendControl(bytes(AuthResponse(self._viewer_nonce, proof)))]
+        if isinstance(msg, AuthResult) and self._challenge is not None:
+            if not msg.accepted:
+                return self._fail("the host refused the password", auth=True)
+            nonce = self._challenge.host_nonce
+            if not check_proof(host_proof(self._key, self.cookie, nonce, self._viewer_nonce), msg.proof):
+                return self._fail("the host could not prove it knows the password: not the host you meant?", auth=True)
+            self.authenticated = True
+            if self.extensions & ExtensionFeature.ENCRYPTION:
+                keys = session_keys(self._key, self.cookie, nonce, self._viewer_nonce)
+                self._sealer, self._opener = Sealer(keys.viewer_to_host), Opener(keys.host_to_viewer)
+            self._key = b""
+            return self._kick(now)
+        return self._fail(f"expected AUTH_CHALLENGE or AUTH_RESULT, got {_name(msg)}")
+
+    @property
+    def encrypted(self) -> bool:
+        return self._sealer is not None
+
+    def udp(self, message: bytes) -> bytes:
+        """A viewer → host UDP message as it goes on the wire: sealed, with the cookie in front, when encrypted."""
+        if self._sealer is None or self.cookie is None:
+            return message
+        head = SEALED_HEAD.pack(SEALED_MAGIC, self.cookie)
+        return head + self._sealer.seal(message, aad=head)
+
+    def open_datagram(self, data: bytes) -> bytes | None:
+        """A datagram from the host as the reassembler reads it; None (counted) when it must be dropped."""
+        if self._opener is None:
+            return data
+        try:
+            return self._opener.open(data)
+        except AuthError as exc:
+            self.refused[str(exc)] += 1
+            return None
+
     def _kick(self, now: float) -> list[ViewerOutput]:
         assert self.cookie is not None
         self.phase = Phase.KICKING
         self.kick_attempts += 1
         self._timers.kick = None
-        return [SendDatagram(bytes(Cookie(self.cookie))), SendControl(bytes(Kick(self.config.flags)))]
+        return [SendDatagram(self.udp(bytes(Cookie(self.cookie)))), SendControl(bytes(Kick(self.config.flags)))]
 
     def _streaming(self, params: CodecParameters, now: float) -> list[ViewerOutput]:
         if params.video_codec == 0 and self.config.flags & KickFlags.VIDEO:
@@ -272,9 +370,10 @@ class ViewerSession:
         self._timers.ping = now
         return [Streaming(params, self.extensions, now - self._started_s)]
 
-    def _fail(self, reason: str) -> list[ViewerOutput]:
+    def _fail(self, reason: str, *, auth: bool = False) -> list[ViewerOutput]:
         self.phase = Phase.FAILED
         self.failure = reason
+        self.auth_failed = auth  # trying again would fail the same way (and get the address blocked)
         self._timers = _Timers()
         return [SessionFailed(reason)]
 
@@ -320,7 +419,7 @@ class ViewerSession:
             return []
         self.phase_offsets_sent += 1
         clamped = max(-(2**31), min(2**31 - 1, offset_us))
-        return [SendDatagram(bytes(PhaseOffset(clamped)))]
+        return [SendDatagram(self.udp(bytes(PhaseOffset(clamped))))]
 
     def ping_reply(self, seq: int, server_time_us: int, received_s: float) -> None:
         sent = self._ping_sent.pop(seq & 0xFF, None)
@@ -336,7 +435,7 @@ class ViewerSession:
 
     def next_timer(self) -> float | None:
         times = [t for t in (self._timers.kick, self._timers.progress, self._timers.ping) if t is not None]
-        if self.phase in (Phase.HELLO, Phase.EXTENSIONS, Phase.KICKING):
+        if self.phase in (Phase.HELLO, Phase.EXTENSIONS, Phase.AUTH, Phase.KICKING):
             times.append(self._started_s + self.config.handshake_timeout_s)
         if self.phase == Phase.STREAMING and self._last_udp_s is not None:
             times.append(self._last_udp_s + self.config.stall_timeout_s)
@@ -345,7 +444,7 @@ class ViewerSession:
         return min(times) if times else None
 
     def handle_timer(self, now: float) -> list[ViewerOutput]:
-        if self.phase in (Phase.HELLO, Phase.EXTENSIONS, Phase.KICKING):
+        if self.phase in (Phase.HELLO, Phase.EXTENSIONS, Phase.AUTH, Phase.KICKING):
             if now - self._started_s >= self.config.handshake_timeout_s:
                 return self._fail(
                     f"handshake did not finish in {self.config.handshake_timeout_s:g} s "
@@ -368,7 +467,7 @@ class ViewerSession:
             self._ping_seq = (seq + 1) & 0xFF
             self._ping_sent[seq] = now
             self._timers.ping = now + self.config.ping_interval_s
-            out.append(SendDatagram(bytes(Ping(seq))))
+            out.append(SendDatagram(self.udp(bytes(Ping(seq)))))
         if (
             self._key_requested_s is not None
             and not self.gate.whole

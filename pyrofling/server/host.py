@@ -24,7 +24,7 @@ import statistics
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from pyrofling.core.host_session import (
     CloseConnection,
     GamepadInput,
     HostOutput,
+    HostSessionConfig,
     HostSessions,
     LogLine,
     PhaseFeedback,
@@ -47,6 +48,7 @@ from pyrofling.core.host_session import (
 from pyrofling.core.keyframes import KeyframePolicy
 from pyrofling.core.pacer import PacedQueue, TokenBucketPacer
 from pyrofling.core.packetizer import MediaPacket, Packetizer
+from pyrofling.core.secure import SALT_BYTES, derive_key
 from pyrofling.fec.codec import FecPlan
 from pyrofling.fec.planner import REFERENCE_RATIO, make_planner
 from pyrofling.server.audio import (
@@ -110,6 +112,10 @@ class HostConfig:
     immediate_encode: bool = False
     #: A recording and/or an RTMP broadcast of the stream.
     outputs: OutputConfig = field(default_factory=OutputConfig)
+    #: The secret viewers must prove they know (protocol.md §7.7); None: open to anyone, as the reference.
+    password: str | None = field(default=None, repr=False)
+    #: Seal the datagrams of authenticated viewers (AES-GCM).
+    encrypt: bool = True
 
 
 @dataclass(slots=True)
@@ -153,7 +159,14 @@ class Host:
         self.config = config
         self.stats = HostStats()
         self.keyframes = KeyframePolicy()
-        self.sessions = HostSessions(make_packetizer=self._make_packetizer, keyframes=self.keyframes)
+        session_config = HostSessionConfig(encrypt=config.encrypt)
+        if config.password is not None:
+            salt = secrets.token_bytes(SALT_BYTES)
+            # Stretched once per run (~50 ms); the secret itself is not kept.
+            session_config = replace(session_config, auth_key=derive_key(config.password, salt), auth_salt=salt)
+        self.sessions = HostSessions(
+            make_packetizer=self._make_packetizer, keyframes=self.keyframes, config=session_config
+        )
         self.port: int | None = None
         self.ready = asyncio.Event()
         self._stop = asyncio.Event()
@@ -594,6 +607,8 @@ class Host:
     ) -> None:
         assert conn.packetizer is not None and conn.udp_address is not None
         datagrams = conn.packetizer.packetize(media, repair_cache=repair_cache)
+        if conn.sealer is not None:
+            datagrams = [conn.sealer.seal(d) for d in datagrams]
         queue = self._queues.get(conn.conn_id)
         if queue is None:
             rate = self.config.max_rate_mbits
@@ -645,7 +660,7 @@ class Host:
             for conn in self.sessions.audio_targets():
                 assert conn.packetizer is not None and conn.udp_address is not None
                 for d in conn.packetizer.packetize(media):
-                    self._send_datagram(d, conn.udp_address)
+                    self._send_datagram(conn.outgoing(d), conn.udp_address)
 
     # -- reporting ---------------------------------------------------------------------------
 
@@ -696,6 +711,12 @@ class Host:
             keyframes_forced_for_join=self.keyframes.forced_for_join,
             keyframes_forced_for_loss=self.keyframes.forced_for_loss,
             connections_total=self.sessions.connections_total,
+            auth={
+                "required": self.sessions.auth_required,
+                "encrypt": self.config.encrypt,
+                "successes": self.sessions.auth_successes,
+                "failures": self.sessions.auth_failures,
+            },
             timed_out=self.sessions.timed_out,
             discarded=dict(self.sessions.discarded),
             encoded_mbits=st.bytes_encoded * 8 / max(elapsed, 1e-6) / 1e6,
