@@ -373,6 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_gamepad.add_bench_input(bench_sub)
     cli_capture.add_bench_capture(bench_sub)
     cli_outputs.add_bench_outputs(bench_sub)
+    cli_outputs.add_bench_security(bench_sub)
     _add_netsim(sub)
     return parser
 

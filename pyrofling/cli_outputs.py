@@ -1,4 +1,4 @@
-"""``pyrofling bench outputs``: the cost of recording and broadcasting, measured with real processes."""
+"""``pyrofling bench outputs`` and ``bench security``: what recording, broadcasting and sealing cost."""
 
 from __future__ import annotations
 
@@ -62,3 +62,54 @@ def run_bench_outputs(args: argparse.Namespace) -> int:
         print(format_table(result))
     failed = any(m["recording_errors"] or m["output_failures"] for m in result["modes"])
     return 1 if failed else 0
+
+
+def add_bench_security(sub: Any) -> None:
+    from pyrofling.bench.security import DEFAULT_MODES, MODES
+
+    p = sub.add_parser(
+        "security",
+        help="what --password and sealed datagrams cost: host and viewer CPU and latency, against an open host",
+        description=(
+            "Run a real host and a headless viewer with no secret (open), with a password (sealed: "
+            "authenticated, AES-GCM on every datagram) and with a password and --no-encrypt (auth-only), the "
+            "modes taking turns. Report median host and viewer CPU and capture-to-decoded latency next to open's."
+        ),
+        epilog="Example: pyrofling bench security --width 1920 --height 1080 --bitrate-kbits 20000 --rounds 3",
+    )
+    p.add_argument("--duration", type=_seconds(2.0, 3600.0), default=15.0, help="seconds per run (default 15)")
+    p.add_argument("--rounds", type=_whole_number(1, 50, "rounds"), default=2, help="runs per mode (default 2)")
+    p.add_argument(
+        "--modes",
+        default=",".join(DEFAULT_MODES),
+        help=f"comma-separated, from {', '.join(MODES)} (default {','.join(DEFAULT_MODES)})",
+    )
+    add_stream_size_options(p)
+    p.add_argument("--preset", default="ultrafast")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=run_bench_security)
+
+
+def run_bench_security(args: argparse.Namespace) -> int:
+    from pyrofling.bench.security import check_modes, format_table, run_security_bench
+    from pyrofling.bench.stream import StreamScenario
+
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    problem = check_modes(modes)
+    if problem:
+        print(f"pyrofling bench security: {problem}", file=sys.stderr)
+        return 2
+    base = StreamScenario(
+        width=args.width,
+        height=args.height,
+        fps=args.fps,
+        bitrate_kbits=args.bitrate_kbits,
+        duration_s=args.duration,
+        preset=args.preset,
+    )
+    result = run_security_bench(
+        base, modes, args.rounds, progress=lambda text: print(text, file=sys.stderr, flush=True)
+    )
+    print(json.dumps(result, indent=1) if args.json else format_table(result))
+    authenticated = all(m["authenticated"] >= m["runs"] for m in result["modes"] if m["mode"] != "open")
+    return 0 if authenticated else 1
