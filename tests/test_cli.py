@@ -94,6 +94,12 @@ def test_netsim_runs_and_reports_as_a_program() -> None:
         (["host", "--broadcast-bitrate-kbits", "3000"], "applies to --broadcast"),
         (["bench", "outputs", "--modes", "both"], "must include plain"),
         (["bench", "outputs", "--modes", "plain,tape"], "unknown mode(s) tape"),
+        (["bench", "security", "--modes", "sealed"], "must include open"),
+        (["host", "--password", "abc"], "too short"),
+        (["host", "--no-encrypt"], "applies with a secret"),
+        (["host", "--pairing-code", "--password", "abcdefgh"], "drop --password"),
+        (["view", "127.0.0.1:1", "--require-auth"], "needs the password"),
+        (["view", "127.0.0.1:1", "--native", "--password", "abcdefgh"], "cannot authenticate"),
     ],
 )
 def test_bad_values_are_explained(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -283,3 +289,21 @@ def test_bench_outputs_smoke_records_broadcasts_and_compares_with_plain() -> Non
     assert both["recorded_frames"] == both["recorded_packets"] > 60  # the file decodes to every packet muxed
     assert both["broadcast_packets"] > 60 and both["output_cpu_pct"] > 0
     assert "extra_cpu_pct" in both and "extra_latency_ms" in both
+
+
+def test_bench_security_smoke_authenticates_and_seals_every_run() -> None:
+    """Open host vs. password host with sealed datagrams, 3 s each at 320x240."""
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "pyrofling", "bench", "security", "--duration", "3", "--rounds", "1"),
+            *("--width", "320", "--height", "240", "--fps", "30", "--bitrate-kbits", "500", "--json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    open_mode, sealed = json.loads(proc.stdout)["modes"]
+    assert open_mode["authenticated"] == 0 and sealed["authenticated"] == 1
+    assert sealed["shown_of_expected_pct"] > 50 and sealed["viewer_refused"] == 0
+    assert "extra_host_cpu_pct" in sealed

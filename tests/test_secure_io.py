@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 from typing import Any
+
+import pytest
 
 from pyrofling.client.gamepad import GamepadConfig
 from pyrofling.client.viewer import Viewer, ViewerConfig
@@ -39,7 +42,8 @@ def viewer_for(host: Host, password: str | None, **kwargs: Any) -> Viewer:
     return Viewer(cfg)
 
 
-def test_the_right_password_streams_sealed_and_drives_the_pad() -> None:
+def test_the_right_password_streams_sealed_and_drives_the_pad(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
     pad = RecordingPad()
 
     async def scenario() -> tuple[Host, Viewer]:
@@ -60,6 +64,9 @@ def test_the_right_password_streams_sealed_and_drives_the_pad() -> None:
     assert viewer.summary()["discarded"].get("sealed_forged", 0) == 0
     assert host.summary()["auth"] == {"required": True, "encrypt": True, "successes": 1, "failures": 0}
     assert pad.reports()[0] == [(1, 304, 1)]  # BTN_SOUTH pressed
+    assert any("authenticated, datagrams sealed" in r.getMessage() for r in caplog.records)
+    assert not any(SECRET in r.getMessage() for r in caplog.records)  # never logged
+    assert SECRET not in repr(host.config) and SECRET not in repr(viewer.config)
 
 
 def test_wrong_password_and_native_viewers_get_no_media_and_never_move_the_pad() -> None:

@@ -11,7 +11,6 @@ also checks the recording: the file is decoded and its frames counted.
 
 from __future__ import annotations
 
-import statistics
 import tempfile
 from collections.abc import Callable
 from dataclasses import replace
@@ -21,7 +20,7 @@ from typing import Any
 import av
 
 from pyrofling.bench import nginx
-from pyrofling.bench.stream import StreamScenario, run_scenario, summarize
+from pyrofling.bench.stream import StreamScenario, median_of, run_scenario, summarize
 
 #: Mode → what it adds to the host's command line ({rec} and {url} filled in per run).
 MODES: dict[str, tuple[str, ...]] = {
@@ -98,11 +97,6 @@ def run_outputs_bench(
     return {"scenario": base.label(), "modes": summarize_modes(runs, modes), "runs": runs}
 
 
-def _median(values: list[float]) -> float | None:
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
 def summarize_modes(runs: list[dict[str, Any]], modes: list[str]) -> list[dict[str, Any]]:
     out = []
     for mode in modes:
@@ -113,11 +107,11 @@ def summarize_modes(runs: list[dict[str, Any]], modes: list[str]) -> list[dict[s
             {
                 "mode": mode,
                 "runs": len(rows),
-                "host_cpu_pct": _median([r["host_cpu_pct"] for r in rows]),
-                "output_cpu_pct": _median([r["output_cpu_pct"] for r in rows]),
-                "latency_ms_median": _median([r["latency_ms_median"] for r in rows]),
-                "latency_ms_p95": _median([r["latency_ms_p95"] for r in rows]),
-                "shown_of_expected_pct": _median([r["shown_of_expected_pct"] for r in rows]),
+                "host_cpu_pct": median_of([r["host_cpu_pct"] for r in rows]),
+                "output_cpu_pct": median_of([r["output_cpu_pct"] for r in rows]),
+                "latency_ms_median": median_of([r["latency_ms_median"] for r in rows]),
+                "latency_ms_p95": median_of([r["latency_ms_p95"] for r in rows]),
+                "shown_of_expected_pct": median_of([r["shown_of_expected_pct"] for r in rows]),
                 "max_freeze_ms": max((r["max_freeze_ms"] for r in rows), default=0.0),
                 "frames_sent": sum(r["frames_sent"] for r in rows),
                 "output_dropped": sum(o.get("dropped", 0) for o in outputs),

@@ -9,12 +9,11 @@ each mode's median host CPU, viewer CPU and latency next to the open host's.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from pyrofling.bench.stream import StreamScenario, run_scenario, summarize
+from pyrofling.bench.stream import StreamScenario, median_of, run_scenario, summarize
 
 BENCH_SECRET = "bench-secret-not-for-use"
 #: Mode → (host arguments, viewer arguments).
@@ -50,11 +49,6 @@ def run_security_bench(
     return {"scenario": base.label(), "modes": summarize_modes(runs, modes), "runs": runs}
 
 
-def _median(values: list[Any]) -> float | None:
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
 def summarize_modes(runs: list[dict[str, Any]], modes: list[str]) -> list[dict[str, Any]]:
     out = []
     for mode in modes:
@@ -63,12 +57,12 @@ def summarize_modes(runs: list[dict[str, Any]], modes: list[str]) -> list[dict[s
             {
                 "mode": mode,
                 "runs": len(rows),
-                "host_cpu_pct": _median([r["host_cpu_pct"] for r in rows]),
-                "viewer_cpu_pct": _median([r["viewer_cpu_pct"][0] for r in rows if r["viewer_cpu_pct"]]),
-                "latency_ms_median": _median([r["latency_ms_median"] for r in rows]),
-                "latency_ms_p95": _median([r["latency_ms_p95"] for r in rows]),
-                "shown_of_expected_pct": _median([r["shown_of_expected_pct"] for r in rows]),
-                "bitrate_mbits": _median([r["bitrate_mbits"] for r in rows]),
+                "host_cpu_pct": median_of([r["host_cpu_pct"] for r in rows]),
+                "viewer_cpu_pct": median_of([r["viewer_cpu_pct"][0] for r in rows if r["viewer_cpu_pct"]]),
+                "latency_ms_median": median_of([r["latency_ms_median"] for r in rows]),
+                "latency_ms_p95": median_of([r["latency_ms_p95"] for r in rows]),
+                "shown_of_expected_pct": median_of([r["shown_of_expected_pct"] for r in rows]),
+                "bitrate_mbits": median_of([r["bitrate_mbits"] for r in rows]),
                 "authenticated": sum(r["auth"].get("successes", 0) for r in rows),
                 "auth_failures": sum(r["auth"].get("failures", 0) for r in rows),
                 "viewer_refused": sum(

@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -271,6 +272,12 @@ def _wait_for_port(port: int, proc: subprocess.Popen[bytes], *, timeout_s: float
 # --------------------------------------------------------------------------------------------
 # Rows and the table
 # --------------------------------------------------------------------------------------------
+
+
+def median_of(values: list[Any]) -> float | None:
+    """The median of the values that were measured (None where a run had none); None if there are none."""
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
 
 
 def summarize(result: dict[str, Any]) -> dict[str, Any]:
