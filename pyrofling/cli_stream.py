@@ -287,6 +287,11 @@ def host_config(args: argparse.Namespace, **overrides: Any) -> Any:
 PASSWORD_ENV = "PYROFLING_PASSWORD"
 
 
+def _given_password(args: argparse.Namespace) -> str | None:
+    """--password, else $PYROFLING_PASSWORD (which keeps the secret out of the process list)."""
+    return getattr(args, "password", None) or os.environ.get(PASSWORD_ENV) or None
+
+
 def add_host_security_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group(
         "security",
@@ -316,7 +321,7 @@ def host_password(args: argparse.Namespace) -> str | None:
     """The secret the host requires, from --password, $PYROFLING_PASSWORD or a new pairing code."""
     from pyrofling.core.secure import pairing_code
 
-    password = getattr(args, "password", None) or os.environ.get(PASSWORD_ENV) or None
+    password = _given_password(args)
     if getattr(args, "pairing_code", False):
         if password:
             raise ValueError(f"--pairing-code makes up a secret: drop --password (and ${PASSWORD_ENV})")
@@ -614,7 +619,7 @@ def add_viewer_security_options(p: argparse.ArgumentParser) -> None:
 
 
 def viewer_password(args: argparse.Namespace) -> str | None:
-    password = getattr(args, "password", None) or os.environ.get(PASSWORD_ENV) or None
+    password = _given_password(args)
     if getattr(args, "require_auth", False) and not password:
         raise ValueError("--require-auth needs the password (--password or $PYROFLING_PASSWORD)")
     if password is not None and getattr(args, "native", False):

@@ -161,6 +161,8 @@ class MediaOutput:
     kind = "output"
     #: Whether it takes the encoded video packets or (own encoder) the pictures.
     wants_packets = True
+    #: Which audio it takes: the packets as they go on the wire, or the captured samples (to encode itself).
+    audio_input = "packets"
 
     def __init__(self, target: str, info: StreamInfo) -> None:
         self.info = info
@@ -417,6 +419,7 @@ class Broadcaster(MediaOutput):
     """``--broadcast rtmp://…``: FLV with H.264 and AAC to an RTMP ingest, reconnecting when it goes away."""
 
     kind = "broadcast"
+    audio_input = "pcm"  # RTMP carries AAC: encoded here from the captured audio
 
     def __init__(self, url: str, info: StreamInfo, config: OutputConfig) -> None:
         super().__init__(redact_url(url), info)
@@ -595,13 +598,13 @@ class Outputs:
 
     def push_audio(self, packets: list[EncodedAudio]) -> None:
         for o in self.outputs:
-            if isinstance(o, Recorder):
+            if o.audio_input == "packets":
                 for p in packets:
                     o.push(("audio", p))
 
     def push_pcm(self, chunk: AudioChunk) -> None:
         for o in self.outputs:
-            if isinstance(o, Broadcaster):
+            if o.audio_input == "pcm":
                 o.push(("pcm", chunk))
 
     def close(self) -> None:
