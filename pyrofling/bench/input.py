@@ -200,6 +200,8 @@ def run_one(cfg: InputBenchConfig, sc: InputScenario, tmp: Path) -> dict[str, An
         viewer = subprocess.Popen(client, env=env)
         procs.append(viewer)
         viewer.wait(timeout=cfg.duration_s + 60)
+        if sc.game:  # the game first, so it leaves before the host does and never counts a disconnect
+            stop_processes(procs[1:2], procs[1:2])
         stop_processes(procs[:-1], procs)
     finally:
         kill_leftovers(procs)
