@@ -23,7 +23,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from pyrofling import __version__, cli_capture, cli_gamepad, cli_outputs, cli_stream
+from pyrofling import __version__, cli_capture, cli_gamepad, cli_outputs, cli_soak, cli_stream
 
 log = logging.getLogger("pyrofling")
 
@@ -374,6 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_capture.add_bench_capture(bench_sub)
     cli_outputs.add_bench_outputs(bench_sub)
     cli_outputs.add_bench_security(bench_sub)
+    cli_soak.add_bench_soak(bench_sub)
     _add_netsim(sub)
     return parser
 

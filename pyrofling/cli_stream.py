@@ -270,6 +270,7 @@ def host_config(args: argparse.Namespace, **overrides: Any) -> Any:
         audio=audio_config(args),
         duration_s=getattr(args, "duration", None),
         stats_json=getattr(args, "stats_json", None),
+        stats_interval_s=getattr(args, "stats_interval", 0.0),
         virtual_pad=getattr(args, "virtual_pad", "uinput"),
         gamepad_trace=getattr(args, "gamepad_trace", None),
         capture_socket=getattr(args, "capture_socket", None),
@@ -425,6 +426,9 @@ def add_host(sub: Any) -> None:
     add_output_options(p)
     p.add_argument("--duration", type=float, default=None, help="stop after this many seconds (default: Ctrl-C)")
     p.add_argument("--stats-json", type=Path, default=None, help="write host statistics here on exit")
+    p.add_argument(
+        "--stats-interval", type=float, default=0.0, help="also rewrite --stats-json every this many seconds"
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
     p.set_defaults(func=run_host)
 

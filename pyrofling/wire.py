@@ -521,14 +521,17 @@ class ControlFramer:
 
     def feed(self, data: bytes) -> list[ControlMessage | UnknownControl]:
         self._buf += data
-        if len(self._buf) > self._max_buffer_bytes:
-            raise LengthError("control stream buffer overflow")
         out: list[ControlMessage | UnknownControl] = []
         while True:
             msg = self._next()
             if msg is None:
-                return out
+                break
             out.append(msg)
+        # What is left is the start of one message; the limit bounds it, not what one read brought
+        # (a read of many whole messages plus a partial one is normal for a busy peer).
+        if len(self._buf) > self._max_buffer_bytes:
+            raise LengthError("control stream buffer overflow")
+        return out
 
     def _next(self) -> ControlMessage | UnknownControl | None:
         buf = self._buf

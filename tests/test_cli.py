@@ -307,3 +307,30 @@ def test_bench_security_smoke_authenticates_and_seals_every_run() -> None:
     assert open_mode["authenticated"] == 0 and sealed["authenticated"] == 1
     assert sealed["shown_of_expected_pct"] > 50 and sealed["viewer_refused"] == 0
     assert "extra_host_cpu_pct" in sealed
+
+
+def test_bench_soak_smoke_watches_memory_cpu_and_frames_of_a_host_and_three_viewers() -> None:
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "pyrofling", "bench", "soak", "--duration", "14", "--sample", "2"),
+            *("--warmup", "4", "--width", "160", "--height", "120", "--json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
+    r = json.loads(proc.stdout)
+    assert r["ok"] and r["errors"] == {} and r["memory_flat"]
+    assert set(r["memory"]) == {"host", "viewer1", "viewer2", "viewer3"}
+    assert all(m["baseline_mb"] > 10 for m in r["memory"].values())
+    assert len(r["samples"]) >= 5 and all(s["host"]["alive"] for s in r["samples"])
+    assert all(v["frames_shown"] > 300 for v in r["viewers"])  # 60 fps for 14 s, one through 5 % bursty loss
+    assert r["viewers"][0]["network"].startswith("Gilbert") and r["host"]["auth"]["successes"] == 3
+
+
+def test_bench_soak_explains_a_bad_duration() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pyrofling", "bench", "soak", "--duration", "3"], capture_output=True, text=True
+    )
+    assert proc.returncode == 2 and "from 10 s to a week (e.g. 600, 30m, 2h)" in proc.stderr

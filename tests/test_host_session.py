@@ -273,3 +273,27 @@ def test_a_timed_out_owner_lets_go_of_the_pad() -> None:
     assert any(isinstance(o, CloseConnection) for o in out)
     [release] = gamepad_inputs(out)
     assert release.update.events == [(1, 0x130, 0), (0, 0, 0)]
+
+
+def test_connections_are_bounded_overall_and_per_address_until_they_kick() -> None:
+    s = HostSessions(
+        make_packetizer=Packetizer.for_cookie,
+        keyframes=KeyframePolicy(),
+        config=HostSessionConfig(max_connections=6, max_pending_per_address=3),
+    )
+    s.codec_parameters = PARAMS
+    kicked(s, conn_id=1, cookie=101)  # streaming: no longer pending
+    for conn_id in (2, 3, 4):
+        assert s.open(conn_id, PEER, 100 + conn_id, 0.0) == []
+    refused = s.open(5, PEER, 105, 0.0)  # a fourth from the same address that has not kicked
+    assert [type(o) for o in refused] == [CloseConnection] and s.connection(5) is None
+    assert s.discarded["pending_limit"] == 1
+    # Another address is not held up by the first one's pending connections...
+    assert s.open(6, ("10.0.0.3", 5000), 106, 0.0) == []
+    assert s.open(7, ("10.0.0.4", 5000), 107, 0.0) == []
+    # ...until the host is full.
+    assert [type(o) for o in s.open(8, ("10.0.0.5", 5000), 108, 0.0)] == [CloseConnection]
+    assert s.discarded["connection_limit"] == 1 and len(s.connections) == 6
+    # A pending one that leaves makes room again.
+    s.close(2)
+    assert s.open(9, PEER, 109, 0.0) == []

@@ -206,3 +206,55 @@ def test_memory_is_bounded_by_in_flight_and_byte_caps() -> None:
         assert r.in_flight(StreamType.VIDEO) <= 4
         assert r.buffered_bytes <= 64 * 1024
     assert r.discarded["gave_up_packet"] > 40
+
+
+def test_a_forged_sequence_number_far_ahead_stalls_the_stream_only_until_it_resyncs() -> None:
+    """One complete packet with a sequence number 5000 ahead moves the floor past the real stream; the
+    real datagrams that follow are stale until, half a second and 32 of them later, the stream re-anchors."""
+    rng = random.Random(3)
+    frames = _frames(80, rng, (200, 900))  # one datagram each
+    packets = _packetize(frames)
+    real_seq = MediaHeader.parse(packets[10][0]).packet_seq
+    forged = Packetizer(video_seq=(real_seq + 5000) & 0x3FFF, audio_seq=0, video_planner=make_planner("none"))
+    r = Reassembler()
+    shown: list[tuple[float, bytes]] = []
+    for i, datagrams in enumerate(packets):
+        now = i / 60
+        if i == 10:
+            for d in forged.packetize(MediaPacket(b"forged", 0, StreamType.VIDEO, key_frame=False)):
+                shown += [(now, e.data) for e in _ready(r.receive(d, now))]
+        for d in datagrams:
+            shown += [(now, e.data) for e in _ready(r.receive(d, now))]
+    forged_at = next(t for t, data in shown if data == b"forged")  # once its reorder wait is over
+    delivered_real = [data for _, data in shown if data != b"forged"]
+    assert r.discarded["stream_resync"] == 1
+    # Stale for ~0.5 s (30 frames at 60 per second, ≥ 32 datagrams), then every frame again.
+    first_after = next(t for t, data in shown if data != b"forged" and t > forged_at)
+    assert 0.5 <= first_after - forged_at <= 0.75
+    assert delivered_real[-1] == frames[-1] and len(delivered_real) >= 80 - 45
+    # (The jump itself is counted as ~5000 packets lost: the forged packet looked like the newest.)
+
+
+def test_a_healthy_stream_with_late_duplicates_never_resyncs() -> None:
+    rng = random.Random(4)
+    packets = _packetize(_frames(200, rng, (200, 3000)))
+    r = Reassembler()
+    out = []
+    for i, datagrams in enumerate(packets):
+        for d in datagrams + datagrams[:1]:  # every packet's first datagram again, stale
+            out += _ready(r.receive(d, i / 60))
+    assert len(out) == 200 and "stream_resync" not in r.discarded
+
+
+def test_once_the_picture_size_is_known_a_forged_huge_packet_size_reserves_nothing() -> None:
+    big = _packetize([bytes(300_000)], "none")[0]  # a real 300 kB packet: bigger than two 320x240 frames
+    r = Reassembler()
+    r.receive(big[0], 0.0)
+    assert r.buffered_bytes >= 300_000  # before the size is known, the header's word is taken
+    r = Reassembler()
+    r.expect_picture(320, 240)
+    assert r.receive(big[0], 0.0) == [] and r.buffered_bytes == 0
+    assert r.discarded["oversize_packet"] == 1
+    r.expect_picture(1920, 1080)  # a 300 kB key frame of a 1080p stream is fine
+    r.receive(big[0], 0.0)
+    assert r.buffered_bytes >= 300_000

@@ -33,6 +33,7 @@ from pyrofling.wire import (
     Ping,
     Progress,
     RequestKeyframe,
+    UnknownControl,
     parse_control,
 )
 
@@ -162,7 +163,7 @@ def test_loss_asks_for_a_key_frame_rate_limited_and_retried() -> None:
     s = streaming()
     assert s.video_packet(IDR, 0.01)[0]
     assert sent(s.video_lost(0.1)) == [("tcp", RequestKeyframe())]
-    assert s.video_lost(0.15) == []  # already asked
+    assert s.video_lost(0.13) == []  # already asked (a retry waits 50 ms)
     assert not s.video_packet(None, 0.2)[0]  # broken until a key frame
     retry = sent(s.handle_timer(0.36))
     assert ("tcp", RequestKeyframe()) in retry  # the IDR did not come: ask again
@@ -220,3 +221,10 @@ def test_phase_offsets_go_out_over_udp_only_while_streaming() -> None:
     [(_, clamped)] = sent(s.phase_offset(2**40))
     assert clamped == PhaseOffset(2**31 - 1)  # an i32 on the wire
     assert s.phase_offsets_sent == 2
+
+
+def test_control_messages_a_streaming_viewer_has_no_use_for_are_counted_and_ignored() -> None:
+    s = streaming()
+    for msg in (Nak(), Again(), UnknownControl(50, b"x" * 7)):
+        assert s.control(msg, 1.0) == []
+    assert s.refused["control_ignored"] == 3 and s.phase is Phase.STREAMING

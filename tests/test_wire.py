@@ -208,6 +208,15 @@ def test_framer_rejects_garbage_and_overflow() -> None:
         framer.feed(struct.pack("<Q", type_word_wide(MessageId.PROGRESS, 40)) + b"\0" * 20)
 
 
+def test_framer_limit_bounds_the_partial_message_not_one_reads_worth_of_whole_ones() -> None:
+    """A busy peer's read can hold many whole messages and the start of the next: not an overflow."""
+    framer = ControlFramer(max_buffer_bytes=64)
+    stream = bytes(Hello()) + bytes(Nak()) * 200 + bytes(Kick(KickFlags.VIDEO))
+    out = framer.feed(stream[:-3])  # 1600+ bytes at once, the KICK cut short
+    assert len(out) == 201 and isinstance(out[-1], Nak)
+    assert framer.feed(stream[-3:]) == [Kick(KickFlags.VIDEO)]
+
+
 # --- media datagrams -----------------------------------------------------------------------
 
 

@@ -24,6 +24,7 @@ import queue
 import statistics
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -34,6 +35,7 @@ import numpy.typing as npt
 
 from pyrofling.core.audio_control import DeviceClock, RateController, make_rate_controller
 from pyrofling.core.audio_signal import ClickDetector, Frames, fade_in, fade_out, fade_out_from, from_s16le
+from pyrofling.core.samples import recent_samples, tail
 from pyrofling.core.viewer_session import ClockSync
 from pyrofling.wire import AudioCodec
 
@@ -44,6 +46,8 @@ AUDIO_BACKENDS = ("sounddevice", "pyaudio")
 RECORD_SLOTS = 8192
 #: The test tone's click period (on the host's clock), seconds.
 CLICK_PERIOD_S = 1.0
+#: Playback readings and latencies kept for the statistics (flat memory): ~2.5 min at ~40 updates a second.
+AUDIO_SAMPLES_KEPT = 6_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -409,8 +413,8 @@ class AudioPlayer:
         self._pending_clicks: list[tuple[int, float, int]] = []  # (ring pos, capture local s, underruns then)
         self._lock = threading.Lock()  # guards the sample lists for summary()
         #: Per update while playing: (seconds since the first audio, buffered ms, speed).
-        self.samples: list[tuple[float, float, float]] = []
-        self.latency_ms: list[float] = []
+        self.samples: deque[tuple[float, float, float]] = recent_samples(AUDIO_SAMPLES_KEPT)
+        self.latency_ms: deque[float] = recent_samples(AUDIO_SAMPLES_KEPT)
         self._started_s: float | None = None
         self._thread = threading.Thread(target=self._run, name="pyrofling-audio", daemon=True)
         self._thread.start()
@@ -660,15 +664,13 @@ class AudioPlayer:
         assert self._started_s is not None
         with self._lock:
             self.samples.append((now - self._started_s, buffered * 1000, speed))
-            if len(self.samples) > 400_000:  # about half an hour at 5 ms chunks
-                del self.samples[:200_000]
 
     # -- reporting ----------------------------------------------------------------------------
 
     def live(self, samples: int = 150) -> dict[str, Any]:
         """Cheap figures for an overlay: the latest state and the last ``samples`` buffer readings."""
         with self._lock:
-            recent = self.samples[-samples:]
+            recent = tail(self.samples, samples)
             latency = self.latency_ms[-1] if self.latency_ms else None
         ring = self.ring
         return {

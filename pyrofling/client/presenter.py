@@ -30,6 +30,7 @@ from pyrofling.core.presentation import (
     Repeat,
     Wait,
 )
+from pyrofling.core.samples import recent_samples, tail
 
 log = logging.getLogger(__name__)
 
@@ -96,9 +97,9 @@ class PresentationStats:
     missed_deadlines: int = 0
     dropped: int = 0
     phase_offsets_sent: int = 0
-    glass_ms: list[float] = field(default_factory=list)  # capture → on screen
-    phase_trace: list[tuple[float, int]] = field(default_factory=list)  # (time since start, µs)
-    repeat_times: list[float] = field(default_factory=list)  # time since start of each repeated refresh
+    glass_ms: deque[float] = field(default_factory=recent_samples)  # capture → on screen
+    phase_trace: deque[tuple[float, int]] = field(default_factory=recent_samples)  # (time since start, µs)
+    repeat_times: deque[float] = field(default_factory=recent_samples)  # time since start of each repeated refresh
     # Last GRAPH_SAMPLES refreshes, for the HUD: phase error ms, frame pace ms, latency ms, repeat flag.
     graph_phase_ms: deque[float] = field(default_factory=lambda: deque(maxlen=GRAPH_SAMPLES))
     graph_pace_ms: deque[float] = field(default_factory=lambda: deque(maxlen=GRAPH_SAMPLES))
@@ -230,7 +231,7 @@ class Presenter:
             st.presented, st.repeated, st.missed_deadlines = c.presented, c.repeated, c.missed_deadlines
             st.dropped += decision.dropped if isinstance(decision, Present) else 0
             st.graph_repeat.append(repeated)
-            if repeated and len(st.repeat_times) < 100_000:
+            if repeated:
                 st.repeat_times.append(round(time.monotonic() - self._started_s, 4))
             if isinstance(decision, Present):
                 picture = decision.frame
@@ -243,8 +244,7 @@ class Presenter:
                     st.graph_glass_ms.append(glass)
                 if error_us is not None:
                     st.graph_phase_ms.append(error_us / 1000)
-                    if len(st.phase_trace) < 100_000:
-                        st.phase_trace.append((round(decision.on_screen_s - self._started_s, 4), error_us))
+                    st.phase_trace.append((round(decision.on_screen_s - self._started_s, 4), error_us))
                     if self.config.phase_locked:
                         st.phase_offsets_sent += 1
         if error_us is not None and self.config.phase_locked:
@@ -282,7 +282,7 @@ class Presenter:
                 "missed_deadlines": st.missed_deadlines,
                 "dropped": st.dropped,
                 "phase_offsets_sent": st.phase_offsets_sent,
-                "glass_ms": list(st.glass_ms[-20_000:]),
+                "glass_ms": tail(st.glass_ms, 20_000),
                 "phase_trace": list(st.phase_trace),
                 "repeat_times": list(st.repeat_times),
             }

@@ -21,6 +21,7 @@ import socket
 import statistics
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -43,6 +44,7 @@ from pyrofling.core.reassembler import (
     ReassemblerConfig,
     ReassemblyEvent,
 )
+from pyrofling.core.samples import recent_samples, tail
 from pyrofling.core.viewer_session import (
     ClockSync,
     SendControl,
@@ -54,6 +56,7 @@ from pyrofling.core.viewer_session import (
     ViewerSession,
     ViewerSessionConfig,
 )
+from pyrofling.stats_file import write_stats
 from pyrofling.wire import (
     CodecParameters,
     ControlFramer,
@@ -88,6 +91,9 @@ class ViewerConfig:
     decode_threads: int = 2
     #: Complete packets waiting for the decoder; beyond this the viewer is falling behind.
     max_decode_queue: int = 8
+    #: After a loss, pictures wait for the key frame that repairs them; once the picture has been still this
+    #: long, show the decoder's concealed pictures instead (intra refresh heals them).  None: wait, frozen.
+    conceal_after_ms: float | None = 100.0
     #: Seconds to wait for the TCP connection.
     connect_timeout_s: float = 5.0
     #: Rewrite ``stats_json`` this often while running (0: only on exit), for live displays.
@@ -120,16 +126,17 @@ class ViewerStats:
     frames_decoded: int = 0
     frames_shown: int = 0  # whole pictures handed to the presenter
     frames_hidden: int = 0  # decoded but not whole (after loss, before the key frame)
+    frames_concealed: int = 0  # not whole, but shown: the picture had been still for conceal_after_ms
     decode_errors: int = 0
     decode_queue_overflows: int = 0
     decode_queue_max: int = 0
     markers_read: int = 0
     keyframe_requests: int = 0
-    handshake_ms: list[float] = field(default_factory=list)
-    connect_to_first_frame_ms: list[float] = field(default_factory=list)
-    decode_ms: list[float] = field(default_factory=list)
-    latency_ms: list[float] = field(default_factory=list)  # capture → decoded
-    network_ms: list[float] = field(default_factory=list)  # capture → packet complete
+    handshake_ms: deque[float] = field(default_factory=recent_samples)
+    connect_to_first_frame_ms: deque[float] = field(default_factory=recent_samples)
+    decode_ms: deque[float] = field(default_factory=recent_samples)
+    latency_ms: deque[float] = field(default_factory=recent_samples)  # capture → decoded
+    network_ms: deque[float] = field(default_factory=recent_samples)  # capture → packet complete
     max_freeze_ms: float = 0.0
     freezes_over_250ms: int = 0
     rtt_ms: float | None = None
@@ -257,7 +264,7 @@ class Viewer:
             if presenter is not None:
                 await asyncio.get_running_loop().run_in_executor(None, presenter.join, 5.0)
             if self.config.stats_json is not None:
-                self.config.stats_json.write_text(json.dumps(self.summary(), indent=2))
+                write_stats(self.config.stats_json, self.summary())
         return self.stats
 
     async def _write_stats_periodically(self) -> None:
@@ -265,14 +272,12 @@ class Viewer:
         path = self.config.stats_json
         while True:
             await asyncio.sleep(self.config.stats_interval_s)
-            tmp = path.with_suffix(".tmp")
             # Live updates skip the audio distributions: computing them on this loop every second
             # would hold up datagrams (and the audio they carry) as the run grows.
             live = self.summary(audio=False)
             if self.audio is not None:
                 live["audio_live"] = self.audio.live()
-            tmp.write_text(json.dumps(live))
-            tmp.replace(path)  # readers never see half a file
+            write_stats(path, live)
 
     async def _one_session(self) -> bool:
         """One connection from TCP connect to its end; returns whether it got as far as streaming."""
@@ -319,6 +324,7 @@ class Viewer:
                     self.stats.sessions_streaming += 1
                     self.stats.handshake_ms.append(out.handshake_s * 1000)
                     p = out.codec_parameters
+                    reassembler.expect_picture(p.width, p.height)
                     if self.audio is not None and p.audio_codec and p.channels and p.rate:
                         self.audio.configure(p.audio_codec, p.rate, p.channels)
                     if self.gamepad is not None:
@@ -538,6 +544,7 @@ class Viewer:
                 if stamp is not None:
                     capture_us = frame_marker.unwrap_capture_us(stamp.capture_us, item.pts_us)
                     capture_s = item.clock.to_local(capture_us)
+                show = item.whole or self._conceal(item, decoded)
                 with self._lock:
                     st = self.stats
                     st.frames_decoded += 1
@@ -545,11 +552,14 @@ class Viewer:
                     if stamp is not None:
                         st.markers_read += 1
                     if not item.whole:
-                        st.frames_hidden += 1
+                        if show:
+                            st.frames_concealed += 1
+                        else:
+                            st.frames_hidden += 1
                 if marker_log is not None and stamp is not None:
                     record = {"t": decoded, "id": stamp.frame_id, "capture": capture_s, "whole": item.whole}
                     marker_log.write(json.dumps(record) + "\n")
-                if not item.whole:
+                if not show:
                     continue
                 prepared = self.display.prepare(frame)
                 done = time.monotonic()  # decoded and ready to show: what the phase loop measures
@@ -571,6 +581,14 @@ class Viewer:
                     Picture(prepared, item.pts_us, done, capture_s, stamp.frame_id if stamp is not None else None)
                 )
 
+    def _conceal(self, item: _DecodeItem, now: float) -> bool:
+        """Show a damaged picture: only after this connection's first whole one, once the screen has been
+        still for ``conceal_after_ms`` (a freeze bounded in time rather than by the next key frame)."""
+        limit = self.config.conceal_after_ms
+        if limit is None or self._last_shown_s is None or item.connect_s != self._first_frame_of_connect:
+            return False
+        return (now - self._last_shown_s) * 1000 >= limit
+
     # -- reporting ---------------------------------------------------------------------------
 
     def summary(self, *, audio: bool = True) -> dict[str, Any]:
@@ -582,7 +600,7 @@ class Viewer:
                 values = list(getattr(st, name))
                 out[f"{name}_median"] = statistics.median(values) if values else None
                 out[f"{name}_p95"] = float(np.percentile(values, 95)) if values else None
-            out["latency_ms_samples"] = st.latency_ms[-2000:]
+            out["latency_ms_samples"] = tail(st.latency_ms, 2000)
             out["connect_to_first_frame_ms"] = list(st.connect_to_first_frame_ms)
             out["max_freeze_ms"] = st.max_freeze_ms
             out["rtt_ms"] = st.rtt_ms

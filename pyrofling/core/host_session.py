@@ -143,6 +143,10 @@ class HostSessionConfig:
     encrypt: bool = True
     #: With a secret: a connection that has not authenticated this long after it opened is closed.
     auth_timeout_s: float = 10.0
+    #: Connections at once; more are closed at once (a flood cannot exhaust the host).
+    max_connections: int = 64
+    #: Connections from one IP address that have not KICKed yet; more from it are closed at once.
+    max_pending_per_address: int = 8
 
 
 @dataclass(slots=True)
@@ -218,6 +222,8 @@ class HostSessions:
         self.discarded: Counter[str] = Counter()
         self.connections_total = 0
         self.timed_out = 0
+        #: TCP messages read from viewers, whatever became of them.
+        self.control_messages = 0
         #: Who drives the one virtual pad (protocol.md §7.6).
         self.gamepad = GamepadRouter()
         self._pad_holder: int | None = None
@@ -225,8 +231,17 @@ class HostSessions:
     # -- connections ---------------------------------------------------------------------
 
     def open(self, conn_id: int, peer: Address, cookie: int, now: float) -> list[HostOutput]:
+        """A new TCP connection; a CloseConnection back means it was refused (and is not tracked)."""
         if cookie in self._by_cookie:
             raise ValueError("cookie already in use; draw another")
+        cfg = self.config
+        if len(self._connections) >= cfg.max_connections:
+            self.discarded["connection_limit"] += 1
+            return [CloseConnection(conn_id, f"refused: already {cfg.max_connections} connections")]
+        pending = sum(1 for c in self._connections.values() if not c.kicked and c.peer[0] == peer[0])
+        if pending >= cfg.max_pending_per_address:
+            self.discarded["pending_limit"] += 1
+            return [CloseConnection(conn_id, f"refused: {pending} connections from {peer[0]} not streaming yet")]
         conn = ViewerConnection(conn_id=conn_id, peer=peer, cookie=cookie, opened_s=now, last_alive_s=now)
         self._connections[conn_id] = conn
         self._by_cookie[cookie] = conn
@@ -274,6 +289,7 @@ class HostSessions:
         conn = self._connections.get(conn_id)
         if conn is None:
             return []
+        self.control_messages += 1
         if isinstance(msg, Hello):
             conn.hello = True
             return [SendControl(conn_id, bytes(Cookie(conn.cookie)))]

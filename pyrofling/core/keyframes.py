@@ -22,7 +22,7 @@ class KeyframeConfig:
     """Rate limits for forced key frames.  Seconds."""
 
     #: Least time between two key frames forced because viewers lost video.
-    loss_interval_s: float = 0.1
+    loss_interval_s: float = 0.05
     #: Least time between two key frames forced for joining viewers.
     join_interval_s: float = 0.05
 

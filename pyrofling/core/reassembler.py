@@ -94,6 +94,11 @@ class ReassemblerConfig:
     deadline_s: float = 0.25
     #: Decode with GF(2) elimination after peeling (False = peeling only, like the reference).
     elimination: bool = True
+    #: A stream whose datagrams have all been stale (at or behind the floor) for this long, at least
+    #: ``resync_after_stale`` of them and none delivered, is re-anchored on the next one: a forged or
+    #: corrupted sequence number far ahead cannot stall it for good.
+    resync_after_s: float = 0.5
+    resync_after_stale: int = 32
 
 
 @dataclass(slots=True)
@@ -126,6 +131,9 @@ class _StreamState:
     last_delivered: int | None = None
     #: Newest sequence delivered or given up; anything at or before it is stale.
     floor: int | None = None
+    #: Stale datagrams since the last delivery, and when the first of them came.
+    stale_run: int = 0
+    stale_since_s: float | None = None
 
 
 class Reassembler:
@@ -133,6 +141,8 @@ class Reassembler:
 
     def __init__(self, config: ReassemblerConfig | None = None) -> None:
         self.config = config or ReassemblerConfig()
+        #: A tighter limit than ``config.max_packet_bytes`` once the stream is known (see :meth:`expect_picture`).
+        self.packet_bytes_limit = self.config.max_packet_bytes
         self.counters = ProgressCounters()
         self.discarded: Counter[str] = Counter()
         self.datagrams = 0
@@ -185,6 +195,12 @@ class Reassembler:
                         times.append(part.blocked_since_s + cfg.reorder_timeout_s)
         return min(times) if times else None
 
+    def expect_picture(self, width: int, height: int) -> None:
+        """The stream's picture size is known: no packet can sensibly be larger than two raw 4:2:0 frames
+        (256 KiB at least), so a forged or corrupted size cannot make the viewer reserve megabytes."""
+        if width > 0 and height > 0:
+            self.packet_bytes_limit = min(self.config.max_packet_bytes, max(256 * 1024, width * height * 3))
+
     @property
     def buffered_bytes(self) -> int:
         return self._buffered_bytes
@@ -204,8 +220,10 @@ class Reassembler:
         state = self._streams[header.stream]
         seq = header.packet_seq
         if state.floor is not None and seq14_delta(seq, state.floor) <= 0:
-            # Repair blocks of a packet that completed without them are the normal case, not lateness.
-            return self._discard("unneeded_repair" if header.fec else "late")
+            if not self._stuck(state, now):
+                # Repair blocks of a packet that completed without them are the normal case, not lateness.
+                return self._discard("unneeded_repair" if header.fec else "late")
+            self._resync(state)
         reason = _check_datagram(header, len(body))
         if reason:
             return self._discard(reason)
@@ -257,7 +275,7 @@ class Reassembler:
     def _check_new(self, header: MediaHeader) -> str | None:
         """Why the first datagram of a packet cannot start a reassembly, or None."""
         size = header.payload_size
-        if size > self.config.max_packet_bytes:
+        if size > min(self.config.max_packet_bytes, self.packet_bytes_limit):
             return "oversize_packet"
         plan = FecPlan(header.num_fec_blocks, header.num_xor_blocks_even, header.num_xor_blocks_odd)
         try:
@@ -332,6 +350,23 @@ class Reassembler:
             state.floor = seq
         return part
 
+    def _stuck(self, state: _StreamState, now: float) -> bool:
+        """Count one stale datagram; True when the floor must be wrong (only stale ones for a while)."""
+        if state.stale_since_s is None:
+            state.stale_since_s = now
+        state.stale_run += 1
+        cfg = self.config
+        return state.stale_run >= cfg.resync_after_stale and now - state.stale_since_s >= cfg.resync_after_s
+
+    def _resync(self, state: _StreamState) -> None:
+        """Forget the stream's position and what it holds; the next packet starts it afresh."""
+        for part in state.in_flight.values():
+            self._buffered_bytes -= part.buffer_bytes
+        state.in_flight.clear()
+        state.floor = state.last_delivered = state.stale_since_s = None
+        state.stale_run = 0
+        self.discarded["stream_resync"] += 1  # an event, not a datagram: the stream was re-anchored
+
     def _give_up(self, state: _StreamState, seq: int) -> None:
         """Abandon an incomplete packet; it is counted as dropped when a later one is delivered."""
         self._release(state, seq)
@@ -340,6 +375,7 @@ class Reassembler:
     def _deliver(self, stream: StreamType, seq: int, part: _Partial) -> list[ReassemblyEvent]:
         state = self._streams[stream]
         self._release(state, seq)
+        state.stale_run, state.stale_since_s = 0, None
         events: list[ReassemblyEvent] = []
         c = self.counters
         if state.last_delivered is not None:

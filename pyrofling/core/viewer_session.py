@@ -178,7 +178,7 @@ class ViewerSessionConfig:
     #: No UDP this long while streaming = stalled (protocol.md §3.3).
     stall_timeout_s: float = 5.0
     #: While still waiting for a key frame after asking, ask again after this long (the IDR itself may be lost).
-    keyframe_retry_s: float = 0.1
+    keyframe_retry_s: float = 0.05
 
 
 @dataclass(slots=True)
@@ -303,6 +303,8 @@ class ViewerSession:
             return self._fail(f"expected CODEC_PARAMETERS, AGAIN or NAK, got {_name(msg)}")
         if self.phase == Phase.STREAMING and isinstance(msg, CodecParameters):
             self.codec_parameters = msg  # a host may announce new parameters; keep the latest
+        else:
+            self.refused["control_ignored"] += 1  # nothing to do with it now (an unknown id, a late NAK...)
         return []
 
     def _auth(self, msg: ControlMessage | UnknownControl, now: float) -> list[ViewerOutput]:

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import secrets
 import socket
 import statistics
 import threading
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -48,6 +48,7 @@ from pyrofling.core.host_session import (
 from pyrofling.core.keyframes import KeyframePolicy
 from pyrofling.core.pacer import PacedQueue, TokenBucketPacer
 from pyrofling.core.packetizer import MediaPacket, Packetizer
+from pyrofling.core.samples import recent_samples, tail
 from pyrofling.core.secure import SALT_BYTES, derive_key
 from pyrofling.fec.codec import FecPlan
 from pyrofling.fec.planner import REFERENCE_RATIO, make_planner
@@ -65,11 +66,14 @@ from pyrofling.server.encoder import EncodedVideo, EncoderConfig, VideoEncoder
 from pyrofling.server.gamepad import PadOutput, VirtualPad, open_virtual_pad
 from pyrofling.server.outputs import OutputConfig, Outputs, StreamInfo
 from pyrofling.server.sources import VideoSource, open_source, placeholder_frame
+from pyrofling.stats_file import write_stats
 from pyrofling.wire import AudioCodec, CodecParameters, ControlFramer, ProtocolError, StreamType
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 9876
+#: Control replies queued for a connection before it counts as not reading them (and is closed).
+CONTROL_BACKLOG_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +96,8 @@ class HostConfig:
     #: Stop after this many seconds (None: until Ctrl-C).
     duration_s: float | None = None
     stats_json: Path | None = None
+    #: Rewrite ``stats_json`` this often while running (0: only on exit), for soak runs and dashboards.
+    stats_interval_s: float = 0.0
     #: Seconds between status lines in the log (0: none).
     status_interval_s: float = 5.0
     #: Phase controller for the frame clock: pi (pyrofling's) or reference (PyroFling's).
@@ -134,9 +140,9 @@ class HostStats:
     audio_packets: int = 0
     audio_bytes: int = 0
     audio_encode_errors: int = 0
-    encode_ms: list[float] = field(default_factory=list)
-    convert_ms: list[float] = field(default_factory=list)
-    render_ms: list[float] = field(default_factory=list)
+    encode_ms: deque[float] = field(default_factory=recent_samples)
+    convert_ms: deque[float] = field(default_factory=recent_samples)
+    render_ms: deque[float] = field(default_factory=recent_samples)
 
 
 class _UdpProtocol(asyncio.DatagramProtocol):
@@ -299,6 +305,8 @@ class Host:
         tasks = [asyncio.create_task(self._timer_loop())]
         if cfg.status_interval_s > 0:
             tasks.append(asyncio.create_task(self._status_loop()))
+        if cfg.stats_json is not None and cfg.stats_interval_s > 0:
+            tasks.append(asyncio.create_task(self._stats_loop(cfg.stats_json, cfg.stats_interval_s)))
         try:
             if cfg.duration_s is not None:
                 with contextlib.suppress(TimeoutError):
@@ -332,7 +340,7 @@ class Host:
             if self.pad_output is not None:
                 self.pad_output.close()
             if cfg.stats_json is not None:
-                cfg.stats_json.write_text(json.dumps(self.summary(), indent=2))
+                write_stats(cfg.stats_json, self.summary())
             log.info("host stopped after %d frames", self.stats.frames_encoded)
         return self.stats
 
@@ -371,7 +379,9 @@ class Host:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._writers[conn_id] = writer
-        self.sessions.open(conn_id, peer, _new_cookie(self.sessions), time.monotonic())
+        self._perform(self.sessions.open(conn_id, peer, _new_cookie(self.sessions), time.monotonic()))
+        if self.sessions.connection(conn_id) is None:  # refused: too many connections
+            return
         log.info("connection %d from %s", conn_id, _fmt(peer))
         framer = ControlFramer(max_buffer_bytes=4096)
         reason = "closed by viewer"
@@ -418,6 +428,10 @@ class Host:
                 writer = self._writers.get(out.conn_id)
                 if writer is not None and not writer.is_closing():
                     writer.write(out.data)  # one message, one write (TCP_NODELAY is on)
+                    if writer.transport.get_write_buffer_size() > CONTROL_BACKLOG_BYTES:
+                        # A peer that sends but never reads its replies would grow this buffer forever.
+                        self.sessions.discarded["tcp_not_reading"] += 1
+                        self._drop(out.conn_id, "not reading its replies")
             elif isinstance(out, SendDatagram):
                 self._send_datagram(out.data, out.address)
             elif isinstance(out, LogLine):
@@ -671,7 +685,7 @@ class Host:
             now = time.monotonic()
             st = self.stats
             dt = max(1e-6, now - last_t)
-            recent = st.encode_ms[-120:]
+            recent = tail(st.encode_ms, 120)
             log.info(
                 "%.1f fps, %.2f Mbit/s encoded, encode %.1f ms, %d viewer(s), %d key frames forced, %d skipped%s",
                 (st.frames_encoded - last_frames) / dt,
@@ -697,10 +711,15 @@ class Host:
         steering = f"viewer {clock.leader}" if clock.policy == "leader" else "all viewers (sum)"
         return f"; frame clock locked to {steering} ({clock.controller.name}), rate {clock.rate_trim_ppm:+.0f} ppm"
 
+    async def _stats_loop(self, path: Path, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            write_stats(path, self.summary())
+
     def summary(self) -> dict[str, Any]:
         st = self.stats
         elapsed = time.monotonic() - self._started_s
-        out: dict[str, Any] = {k: v for k, v in asdict(st).items() if not isinstance(v, list)}
+        out: dict[str, Any] = {k: v for k, v in asdict(st).items() if not isinstance(v, deque)}
         for name in ("encode_ms", "convert_ms", "render_ms"):
             values = getattr(st, name)
             out[f"{name}_median"] = statistics.median(values) if values else None
@@ -711,6 +730,7 @@ class Host:
             keyframes_forced_for_join=self.keyframes.forced_for_join,
             keyframes_forced_for_loss=self.keyframes.forced_for_loss,
             connections_total=self.sessions.connections_total,
+            control_messages=self.sessions.control_messages,
             auth={
                 "required": self.sessions.auth_required,
                 "encrypt": self.config.encrypt,
