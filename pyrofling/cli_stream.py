@@ -695,9 +695,20 @@ def _view_headless(cfg: Any) -> int:
             stats.packets_lost_video,
             stats.reconnects,
         )
-        return 0 if stats.sessions_streaming else 1
+        rc = 0 if stats.sessions_streaming else 1
+        if viewer.audio is not None and viewer.audio.close_stuck:
+            _exit_now(rc)  # PortAudio's exit handler would wait for the stuck device forever
+        return rc
 
     return asyncio.run(main())
+
+
+def _exit_now(rc: int) -> None:
+    """Leave without exit handlers (the statistics are already written)."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)
 
 
 def view_in_window(cfg: Any, *, screenshot: Path | None = None, title: str = "pyrofling") -> int:
@@ -731,7 +742,10 @@ def view_in_window(cfg: Any, *, screenshot: Path | None = None, title: str = "py
     viewer.stop()
     window.close(screenshot=screenshot)
     thread.join(10)
-    return result.get("rc", 1)
+    rc = result.get("rc", 1)
+    if viewer.audio is not None and viewer.audio.close_stuck:
+        _exit_now(rc)
+    return rc
 
 
 # --------------------------------------------------------------------------------------------

@@ -250,3 +250,32 @@ def test_unknown_audio_codec_from_the_host_leaves_audio_off() -> None:
     finally:
         player.close()
     assert player.error is not None and "not supported" in player.error
+
+
+class _DroppedByTheServer(FakeOutput):
+    """A device that stops calling back (as JACK does to a client it finds too slow) and whose close then
+    waits for a callback that never comes."""
+
+    def close(self) -> None:
+        self._halt.set()
+        threading.Event().wait()  # forever
+
+
+def test_an_output_that_stops_calling_back_is_reported_and_cannot_hold_up_close() -> None:
+    player = AudioPlayer(
+        AudioPlayerConfig(), factory=lambda ring, rate, device: _DroppedByTheServer(ring, rate, device)
+    )
+    try:
+        play(player, tone_chunks(AudioConfig(), 0.5), set())
+        assert player.device_stalled_s() == 0.0  # calling back
+        assert isinstance(player.output, _DroppedByTheServer)
+        player.output._halt.set()  # the server drops the client
+        time.sleep(0.05)
+        player.device_stalled_s()
+        time.sleep(0.3)
+        assert player.device_stalled_s() >= 0.25
+    finally:
+        started = time.monotonic()
+        player.close()
+        took = time.monotonic() - started
+    assert player.close_stuck and took < 6.0

@@ -195,6 +195,7 @@ def _sample(
             entry["frames_encoded"] = stats.get("frames_encoded", 0)
         else:
             entry.update({k: stats.get(k, 0) for k in _VIEWER_COUNTERS})
+            entry["audio_stalled_s"] = (stats.get("audio_live") or {}).get("device_stalled_s", 0.0)
         row[name] = entry
     return row
 
@@ -202,6 +203,7 @@ def _sample(
 _VIEWER_COUNTERS = (
     "frames_shown",
     "frames_hidden",
+    "frames_concealed",
     "packets_lost_video",
     "packets_recovered",
     "freezes_over_250ms",
@@ -257,6 +259,7 @@ def summarize(
                 "network": cfg.network() if name == "viewer1" else "direct",
                 "frames_shown": v.get("frames_shown", 0),
                 "frames_not_shown": max(0, round(expected) - v.get("frames_shown", 0)),
+                "frames_concealed": v.get("frames_concealed", 0),
                 "shown_of_expected_pct": 100 * v.get("frames_shown", 0) / max(expected, 1),
                 "packets_lost_after_fec": v.get("packets_lost_video", 0),
                 "packets_recovered_by_fec": v.get("packets_recovered", 0),
@@ -264,6 +267,7 @@ def summarize(
                 "max_freeze_ms": v.get("max_freeze_ms", 0.0),
                 "reconnects": v.get("reconnects", 0),
                 "latency_ms_median": v.get("latency_ms_median"),
+                "audio_underruns": (v.get("audio") or {}).get("underruns_after_start"),
             }
         )
     errors: dict[str, int] = {}
@@ -278,6 +282,11 @@ def summarize(
         for key in ("decode_errors", "reconnects"):
             if v.get(key):
                 errors[f"{name} {key}"] = v[key]
+        stalled = [s[name].get("audio_stalled_s", 0.0) for s in samples]
+        if any(t > 1.0 for t in stalled):
+            errors[f"{name} audio output stopped calling back (s)"] = round(max(stalled))
+        if (v.get("audio") or {}).get("close_stuck"):
+            errors[f"{name} audio output did not close"] = 1
     for name in names[1:]:
         ran_s = final.get(name, {}).get("elapsed_s", 0.0)
         if ran_s < cfg.duration_s - 5:
@@ -367,9 +376,10 @@ def format_table(result: dict[str, Any]) -> str:
     for v in result["viewers"]:
         lines.append(
             f"  {v['name']} ({v['network']}): shown {v['frames_shown']} ({v['shown_of_expected_pct']:.2f} % of "
-            f"duration x fps), packets lost after FEC {v['packets_lost_after_fec']} (recovered "
+            f"duration x fps, {v.get('frames_concealed', 0)} of them concealed), packets lost after FEC "
+            f"{v['packets_lost_after_fec']} (recovered "
             f"{v['packets_recovered_by_fec']}), freezes > 250 ms {v['freezes_over_250ms']} (longest "
-            f"{v['max_freeze_ms']:.0f} ms), reconnects {v['reconnects']}"
+            f"{v['max_freeze_ms']:.0f} ms), reconnects {v['reconnects']}, audio underruns {v['audio_underruns']}"
         )
     if result["errors"]:
         lines.append("errors: " + ", ".join(f"{k}: {v}" for k, v in result["errors"].items()))

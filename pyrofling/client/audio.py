@@ -48,6 +48,8 @@ RECORD_SLOTS = 8192
 CLICK_PERIOD_S = 1.0
 #: Playback readings and latencies kept for the statistics (flat memory): ~2.5 min at ~40 updates a second.
 AUDIO_SAMPLES_KEPT = 6_000
+#: Seconds to wait for the output device to close before leaving it.
+CLOSE_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,6 +418,9 @@ class AudioPlayer:
         self.samples: deque[tuple[float, float, float]] = recent_samples(AUDIO_SAMPLES_KEPT)
         self.latency_ms: deque[float] = recent_samples(AUDIO_SAMPLES_KEPT)
         self._started_s: float | None = None
+        #: The output's close did not return (the process should exit without PortAudio's exit handler).
+        self.close_stuck = False
+        self._callbacks_seen: tuple[int, float] | None = None  # (callbacks, when that count was first seen)
         self._thread = threading.Thread(target=self._run, name="pyrofling-audio", daemon=True)
         self._thread.start()
 
@@ -446,9 +451,17 @@ class AudioPlayer:
         with contextlib.suppress(queue.Full):
             self._queue.put(None, timeout=1.0)
         self._thread.join(3.0)
-        if self.output is not None:
-            self.output.close()
-            self.output = None
+        output, self.output = self.output, None
+        if output is None:
+            return
+        # PortAudio waits for the device's callback to acknowledge the stop; a device that stopped
+        # calling back (JACK drops a client it finds too slow) would hold the viewer forever.
+        closer = threading.Thread(target=output.close, name="pyrofling-audio-close", daemon=True)
+        closer.start()
+        closer.join(CLOSE_TIMEOUT_S)
+        if closer.is_alive():
+            self.close_stuck = True
+            log.warning("audio: the output did not close in %g s; leaving it", CLOSE_TIMEOUT_S)
 
     # -- player thread ----------------------------------------------------------------------
 
@@ -667,6 +680,18 @@ class AudioPlayer:
 
     # -- reporting ----------------------------------------------------------------------------
 
+    def device_stalled_s(self, now: float | None = None) -> float:
+        """How long the output has not called back for more samples while started (0: it is calling)."""
+        ring = self.ring
+        if ring is None or self.output is None or ring.callbacks == 0:
+            return 0.0
+        now = time.monotonic() if now is None else now
+        seen = self._callbacks_seen
+        if seen is None or seen[0] != ring.callbacks:
+            self._callbacks_seen = (ring.callbacks, now)
+            return 0.0
+        return now - seen[1]
+
     def live(self, samples: int = 150) -> dict[str, Any]:
         """Cheap figures for an overlay: the latest state and the last ``samples`` buffer readings."""
         with self._lock:
@@ -680,6 +705,7 @@ class AudioPlayer:
             "underruns": ring.underruns if ring is not None else 0,
             "concealed_ms": self.stats.concealed_frames / self._stream_rate * 1000 if self._stream_rate else 0.0,
             "latency_ms": latency,
+            "device_stalled_s": self.device_stalled_s(),
             "recent_buffered_ms": [b for _t, b, _s in recent],
             "error": self.error,
         }
@@ -707,6 +733,7 @@ class AudioPlayer:
             start_trimmed_ms=ring.start_trimmed / self.device_rate * 1000 if ring and self.device_rate else 0.0,
             device_xruns=ring.device_xruns if ring else 0,
             callbacks=ring.callbacks if ring else 0,
+            close_stuck=self.close_stuck,
         )
         settled = [x for x in samples if x[0] >= settle_s]
         out.update(_distribution("buffered_ms", [b for _t, b, _s in samples], target_ms))
