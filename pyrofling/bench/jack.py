@@ -13,6 +13,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 
 from pyrofling.client.portaudio import terminate_portaudio
@@ -29,11 +30,14 @@ def dummy_jack(*, rate: int = 48_000, period: int = 256, name: str | None = None
     if jackd is None:
         raise JackUnavailable("jackd is not installed (scripts/setup installs Debian's jackd2)")
     name = name or f"pyrofling-{os.getpid()}"
+    # Its messages go to a file: a pipe nobody reads fills up in a few minutes of xrun reports, and
+    # then jackd blocks writing to it and stops calling every client (the soak found that).
+    log_file = tempfile.TemporaryFile()  # noqa: SIM115 (closed in the finally below, after jackd)
     proc = subprocess.Popen(
         [jackd, "--no-realtime", "-n", name, "-d", "dummy", "-r", str(rate), "-p", str(period)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=log_file,
     )
     before = os.environ.get("JACK_DEFAULT_SERVER")
     try:
@@ -46,7 +50,9 @@ def dummy_jack(*, rate: int = 48_000, period: int = 256, name: str | None = None
             ready = result.returncode == 0 and proc.poll() is None
         if not ready:
             proc.kill()
-            err = proc.communicate(timeout=5)[1].decode(errors="replace").strip()
+            proc.wait(timeout=5)
+            log_file.seek(0)
+            err = log_file.read().decode(errors="replace").strip()
             raise JackUnavailable(f"jackd did not start: {err.splitlines()[-1] if err else 'no output'}")
         os.environ["JACK_DEFAULT_SERVER"] = name
         yield name
@@ -64,5 +70,4 @@ def dummy_jack(*, rate: int = 48_000, period: int = 256, name: str | None = None
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
+        log_file.close()

@@ -127,6 +127,7 @@ def _run(cfg: SoakConfig, tmp: Path, progress: Callable[[str], None]) -> dict[st
         return procs[name]
 
     samples: list[dict[str, Any]] = []
+    hung: list[str] = []
     started = time.monotonic()
     try:
         _wait_for_port(host_port, start("host", host_cmd), timeout_s=30)
@@ -158,8 +159,11 @@ def _run(cfg: SoakConfig, tmp: Path, progress: Callable[[str], None]) -> dict[st
             sample = _sample(names, procs, stats_files, previous, time.monotonic() - started)
             samples.append(sample)
             progress(format_progress(sample, names))
-        for v in viewers:
-            v.wait(timeout=30)
+        for name in names[1:]:
+            try:
+                procs[name].wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                hung.append(name)  # killed below; the report says so
         time.sleep(0.5)  # let the host see the viewers leave
         stop_processes([procs["host"], procs["netsim"]], list(procs.values()))
     finally:
@@ -169,6 +173,8 @@ def _run(cfg: SoakConfig, tmp: Path, progress: Callable[[str], None]) -> dict[st
     final = {name: _read_json(path) or {} for name, path in stats_files.items()}
     exits = {name: p.returncode for name, p in procs.items()}
     problems = {name: _problem_lines(path) for name, path in logs.items()}
+    for name in hung:
+        problems[name].append(f"{name} did not exit within 30 s of its --duration (killed)")
     return summarize(cfg, names, samples, final, exits, problems, time.monotonic() - started)
 
 
