@@ -124,8 +124,8 @@ class ViewerStats:
     packets_lost_video: int = 0
     packets_recovered: int = 0
     frames_decoded: int = 0
-    frames_shown: int = 0  # whole pictures handed to the presenter
-    frames_hidden: int = 0  # decoded but not whole (after loss, before the key frame)
+    frames_shown: int = 0  # pictures handed to the presenter: whole ones, and concealed ones (below)
+    frames_hidden: int = 0  # decoded but not whole (after loss, before the key frame), and not shown
     frames_concealed: int = 0  # not whole, but shown: the picture had been still for conceal_after_ms
     decode_errors: int = 0
     decode_queue_overflows: int = 0
