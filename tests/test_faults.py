@@ -24,7 +24,7 @@ from pyrofling.client.viewer import Viewer, ViewerConfig
 from pyrofling.core.host_session import HostSessionConfig
 from pyrofling.server import host as host_module
 from pyrofling.server.encoder import EncoderConfig
-from pyrofling.server.host import Host, HostConfig
+from pyrofling.server.host import Host
 from pyrofling.server.sources import SceneSource
 from pyrofling.wire import Again, Hello, Kick, KickFlags, Nak, type_word_wide
 from tests.aio_helpers import run, until
@@ -40,6 +40,7 @@ from tests.faults import (
     udp_drops,
     wait_for,
 )
+from tests.test_stream import start_host, stop_host
 
 SMALL = EncoderConfig(width=320, height=240, fps=30, bitrate_kbits=800)
 DATAGRAMS = 1_000_000
@@ -249,24 +250,14 @@ def test_a_million_hostile_datagrams_and_100k_control_messages_at_a_running_view
 # -- in-process: connection floods, silence, sustained loss, a bad frame -------------------------
 
 
-async def _start_host(**kwargs: Any) -> tuple[Host, asyncio.Task[Any]]:
-    host = Host(HostConfig(port=0, encoder=SMALL, status_interval_s=0, virtual_pad="none", **kwargs))
-    task = asyncio.create_task(host.run())
-    await asyncio.wait_for(host.ready.wait(), 15)
-    return host, task
-
-
-async def _stop_host(host: Host, task: asyncio.Task[Any]) -> None:
-    host.stop()
-    await asyncio.wait_for(task, 15)
-
-
 def test_a_hundred_connections_at_once_are_bounded_and_silent_ones_are_freed() -> None:
     """100 connection attempts at once from one address, most of which never speak: the host keeps at most
     its pending limit of them, frees the silent ones after its keep-alive, and the viewer streams on."""
 
     async def scenario() -> dict[str, Any]:
-        host, task = await _start_host()
+        host, task = await start_host(
+            virtual_pad="none",
+        )
         host.sessions.config = replace(host.sessions.config, keepalive_timeout_s=2.0)
         port = host.port or 0
         viewer = Viewer(ViewerConfig(host="127.0.0.1", port=port, duration_s=6.0))
@@ -296,7 +287,7 @@ def test_a_hundred_connections_at_once_are_bounded_and_silent_ones_are_freed() -
         late = Viewer(ViewerConfig(host="127.0.0.1", port=port, duration_s=1.5))
         await asyncio.wait_for(late.run(), 15)
         await asyncio.wait_for(vtask, 20)
-        await _stop_host(host, task)
+        await stop_host(host, task)
         return dict(
             streams=len(streams), tracked=tracked, closed_at_once=closed_at_once, still_open=still_open,
             freed=freed, viewer=viewer.stats, shown_during=viewer.stats.frames_shown - shown_before,
@@ -360,10 +351,12 @@ def test_an_encoder_error_on_one_frame_costs_that_frame_and_the_stream_goes_on(
     monkeypatch.setattr(host_module, "open_source", lambda *_args: _GlitchySource(SMALL.width, SMALL.height, 45))
 
     async def scenario() -> tuple[Host, Viewer]:
-        host, task = await _start_host()
+        host, task = await start_host(
+            virtual_pad="none",
+        )
         viewer = Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0, duration_s=4.0))
         await viewer.run()
-        await _stop_host(host, task)
+        await stop_host(host, task)
         return host, viewer
 
     host, viewer = run(scenario, 60)
