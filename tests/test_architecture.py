@@ -1,55 +1,184 @@
-"""The pure core imports no I/O: sockets, event loops, threads, clocks, codecs or devices (design.md)."""
+"""The layout holds: the pure core loads no I/O, however deep its imports go, and no module imports in a cycle.
+
+Imports are followed through pyrofling's own modules, transitively, counting the
+package ``__init__`` every import runs and the imports inside functions (they
+run too, only later).  Modules outside pyrofling are leaves: what they import
+is theirs.
+"""
+
+from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 import pyrofling
 
-FORBIDDEN = {
-    "socket",
-    "asyncio",
-    "threading",
-    "time",
-    "select",
-    "selectors",
-    "subprocess",
-    "multiprocessing",
-    "av",
-    "sounddevice",
-    "evdev",
-    "uinput",
-    "pyglet",
-    "pyaudio",
-}
 ROOT = Path(pyrofling.__file__).parent
-PURE = [
-    ROOT / "wire.py",
-    ROOT / "seqnum.py",
-    *sorted((ROOT / "fec").glob("*.py")),
-    *sorted((ROOT / "core").glob("*.py")),
-    ROOT / "netsim" / "models.py",
-    ROOT / "capture" / "messages.py",
-]
+#: What a pure module may not import: clocks, sockets, threads, event loops, the OS, processes, codecs, devices.
+FORBIDDEN = frozenset(
+    {
+        "os",
+        "socket",
+        "asyncio",
+        "threading",
+        "time",
+        "select",
+        "selectors",
+        "signal",
+        "subprocess",
+        "multiprocessing",
+        "concurrent",
+        "pathlib",
+        "tempfile",
+        "av",
+        "sounddevice",
+        "samplerate",
+        "evdev",
+        "uinput",
+        "pyglet",
+        "pyaudio",
+    }
+)
+#: The pure core: decisions that take ``now`` and return what to do (design.md, conventions §1).
+PURE_PACKAGES = ("pyrofling.wire", "pyrofling.fec", "pyrofling.core")
+PURE_MODULES = ("pyrofling.seqnum", "pyrofling.units", "pyrofling.netsim.models")
 
 
-def _imports(path: Path) -> set[str]:
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES: dict[str, Path] = {_module_name(p): p for p in ROOT.rglob("*.py")}
+PURE = sorted(m for m in MODULES if m.startswith(PURE_PACKAGES) or m in PURE_MODULES)
+
+
+def _resolve(module: str, level: int, importer: str) -> str:
+    if not level:
+        return module
+    base = importer.split(".")
+    if MODULES[importer].name != "__init__.py":
+        base = base[:-1]
+    base = base[: len(base) - (level - 1)]
+    return ".".join([*base, module] if module else base)
+
+
+def imports_of(module: str) -> tuple[set[str], set[str]]:
+    """(pyrofling modules it imports directly, other top-level modules it imports), anywhere in the file."""
+    ours: set[str] = set()
+    others: set[str] = set()
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        names: list[str] = []
         if isinstance(node, ast.Import):
-            names |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module.split(".")[0])
-    return names
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            target = _resolve(node.module or "", node.level, module)
+            # ``from package import name`` imports the submodule when ``name`` is one.
+            names = [f"{target}.{a.name}" if f"{target}.{a.name}" in MODULES else target for a in node.names]
+        for name in names:
+            if name.split(".")[0] == "pyrofling":
+                ours.add(name)
+            else:
+                others.add(name.split(".")[0])
+    return ours - {module}, others
 
 
-def test_pure_core_has_no_io_imports() -> None:
-    assert len(PURE) >= 9
-    for path in PURE:
-        bad = _imports(path) & FORBIDDEN
-        assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+def _with_packages(module: str) -> set[str]:
+    """A module and every package ``__init__`` that importing it runs."""
+    parts = module.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts) + 1)} & set(MODULES)
 
 
-def test_the_check_itself_catches_an_io_import(tmp_path: Path) -> None:
-    sample = tmp_path / "x.py"
-    sample.write_text("import socket\nfrom asyncio import sleep\n")
-    assert _imports(sample) & FORBIDDEN == {"socket", "asyncio"}
+def loaded_by(module: str) -> dict[str, set[str]]:
+    """Every pyrofling module importing ``module`` runs, transitively, with what each imports from outside."""
+    seen: dict[str, set[str]] = {}
+    todo = list(_with_packages(module))
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        ours, others = imports_of(name)
+        seen[name] = others
+        for dep in ours:
+            todo += _with_packages(dep)
+    return seen
+
+
+def test_the_pure_set_is_the_core() -> None:
+    assert {"pyrofling.wire.control", "pyrofling.core.viewer_connection", "pyrofling.core.host_session"} <= set(PURE)
+    assert not [m for m in PURE if m.startswith(("pyrofling.server", "pyrofling.client", "pyrofling.cli"))]
+
+
+@pytest.mark.parametrize("module", PURE)
+def test_the_pure_core_loads_no_io_however_deep(module: str) -> None:
+    for name, others in loaded_by(module).items():
+        assert name in PURE or name in ("pyrofling", "pyrofling.netsim"), f"{module} loads {name}, not pure"
+        bad = others & FORBIDDEN
+        assert not bad, f"{module} loads {name}, which imports {sorted(bad)}"
+
+
+def test_importing_the_pure_core_loads_no_socket_loop_or_codec() -> None:
+    """The same, measured in a fresh interpreter: what ``sys.modules`` holds after importing every pure module."""
+    code = f"import sys; import {', '.join(PURE)}; print(' '.join(sorted(sys.modules)))"
+    loaded = set(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    )
+    assert not loaded & {"socket", "asyncio", "threading", "av", "pyglet", "sounddevice", "evdev", "uinput"}
+
+
+def _cycles() -> list[list[str]]:
+    """Strongly connected groups of more than one module in the import graph (Tarjan)."""
+    graph = {m: imports_of(m)[0] & set(MODULES) for m in MODULES}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for m in sorted(graph):
+        if m not in index:
+            visit(m)
+    return groups
+
+
+def test_no_import_cycles_anywhere() -> None:
+    assert _cycles() == []
+
+
+def test_the_checks_catch_what_they_look_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two fake modules that import each other, one of them a pure one that loads a socket through the other."""
+    pure = tmp_path / "a.py"
+    shell = tmp_path / "b.py"
+    pure.write_text("def f():\n    from pyrofling.server import b\n")
+    shell.write_text("import socket\nfrom pyrofling.core import a\n")
+    monkeypatch.setitem(MODULES, "pyrofling.core.a", pure)
+    monkeypatch.setitem(MODULES, "pyrofling.server.b", shell)
+    loaded = loaded_by("pyrofling.core.a")
+    assert "pyrofling.server.b" in loaded and "socket" in loaded["pyrofling.server.b"]
+    assert ["pyrofling.core.a", "pyrofling.server.b"] in _cycles()

@@ -9,15 +9,9 @@ import time
 import numpy as np
 import pytest
 
-from pyrofling.client.audio import (
-    AudioDecoder,
-    AudioPlayer,
-    AudioPlayerConfig,
-    DecodeError,
-    OutputRing,
-    output_factory,
-)
-from pyrofling.core.viewer_session import ClockSync
+from pyrofling.client.audio import AudioPlayer, AudioPlayerConfig, OutputRing, output_factory
+from pyrofling.client.codecs import AudioDecoder, DecodeError
+from pyrofling.core.clock_sync import ClockSync
 from pyrofling.server.audio import AudioChunk, AudioConfig, AudioEncoder, ToneSource, open_audio_source
 from pyrofling.wire import AudioCodec
 

@@ -16,9 +16,9 @@ import pytest
 
 from pyrofling.bench.jack import JackUnavailable, dummy_jack
 from pyrofling.client.audio import AudioPlayer, AudioPlayerConfig
-from pyrofling.client.portaudio import reinitialize_portaudio
+from pyrofling.client.audio.devices import reinitialize_portaudio
 from pyrofling.client.viewer import Viewer, ViewerConfig
-from pyrofling.core.viewer_session import ClockSync
+from pyrofling.core.clock_sync import ClockSync
 from pyrofling.server.audio import AudioConfig, AudioEncoder, DeviceSource, ToneSource
 from pyrofling.server.encoder import EncoderConfig
 from pyrofling.server.host import Host, HostConfig
@@ -72,7 +72,7 @@ def test_playback_holds_the_target_on_a_real_audio_clock(jack: str) -> None:
     try:
         stream_tone(player, 8.0, skew_ppm=500)
         underruns = player.ring.underruns if player.ring else -1
-        samples = list(player.samples)
+        samples = list(player.readings.samples)
     finally:
         player.close()
     assert player.error is None, player.error
@@ -87,7 +87,7 @@ def test_playback_holds_the_target_on_a_real_audio_clock(jack: str) -> None:
     assert statistics.mean(speeds) > 1.0  # the source runs fast: the viewer plays faster
     # The clicks were found at the output and timed end to end: 5 ms chunks + the 30 ms buffer.
     assert player.stats.clicks >= 6
-    assert 30.0 <= statistics.median(player.latency_ms) <= 45.0
+    assert 30.0 <= statistics.median(player.readings.latency_ms) <= 45.0
 
 
 def test_callback_never_blocks_even_when_the_producer_stalls(jack: str) -> None:

@@ -8,15 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyrofling.capture import messages as m
 from pyrofling.core.swapchain import EncodeImage, ImageState, Retire, Swapchain
-from pyrofling.wire import GamepadState, ProtocolError
+from pyrofling.wire import BadMagicError, GamepadState, ProtocolError
+from pyrofling.wire import capture as m
 
 PERIOD_NS = 16_666_667
 
 # -- messages -----------------------------------------------------------------------------------
 
-SAMPLES: list[m.Payload] = [
+SAMPLES: list[m.CaptureMessage] = [
     m.ClientHello.of("my game"),
     m.ServerHello(m.VERSION, 3, PERIOD_NS),
     m.ImageGroup(3, 1280, 720, m.PixelFormat.RGBA, 1280 * 4),
@@ -29,23 +29,23 @@ SAMPLES: list[m.Payload] = [
 
 
 @pytest.mark.parametrize("payload", SAMPLES, ids=lambda p: type(p).__name__)
-def test_every_message_round_trips_through_header_and_payload(payload: m.Payload) -> None:
-    data = payload.message(42)
+def test_every_message_round_trips_through_header_and_payload(payload: m.CaptureMessage) -> None:
+    data = payload.encode(42)
     header, body = m.unpack(data)
     assert (header.serial, header.type, header.payload_bytes) == (42, payload.TYPE, len(body))
-    assert m.PAYLOADS[header.type].decode(body) == payload
+    assert m.PAYLOADS[header.type].parse_payload(body) == payload
     assert len(data) <= m.MAX_MESSAGE_BYTES
 
 
 @pytest.mark.parametrize("payload", SAMPLES, ids=lambda p: type(p).__name__)
-def test_every_truncation_and_extension_is_refused(payload: m.Payload) -> None:
-    data = payload.message(1)
+def test_every_truncation_and_extension_is_refused(payload: m.CaptureMessage) -> None:
+    data = payload.encode(1)
     for cut in range(len(data)):
         with pytest.raises(ProtocolError):
             _, body = m.unpack(data[:cut])
-            payload.decode(body)
+            payload.parse_payload(body)
     with pytest.raises(ProtocolError):
-        payload.decode(payload.encode() + b"\0")
+        payload.parse_payload(payload.payload() + b"\0")
 
 
 def test_gamepad_events_carry_the_viewer_payload_unchanged() -> None:
@@ -62,13 +62,17 @@ def test_reference_framing_is_kept_byte_for_byte() -> None:
     """PyroFling's 32-byte header: magic, serial, type, payload length, reserved (anchor §9)."""
     data = m.pack(5, m.MessageType.OK)
     assert data == bytes.fromhex("9f2f12bd4a243875050000000000000001000000000000000000000000000000")
-    assert m.MessageType.FRAME_COMPLETE == 0x80000069 and m.FrameComplete.STRUCT.size == 48
-    assert m.ClientHello.STRUCT.size == 256 and m.ServerHello.STRUCT.size == 64 and m.AcquireImage.STRUCT.size == 16
+    assert m.MessageType.FRAME_COMPLETE == 0x80000069 and m.FrameComplete.payload_bytes() == 48
+    assert (
+        m.ClientHello.payload_bytes() == 256
+        and m.ServerHello.payload_bytes() == 64
+        and m.AcquireImage.payload_bytes() == 16
+    )
 
 
 def test_header_lies_and_bad_magic_are_refused() -> None:
     good = m.pack(1, m.MessageType.OK, b"abc")
-    with pytest.raises(m.BadMagic):
+    with pytest.raises(BadMagicError):
         m.unpack(b"\0" + good[1:])
     with pytest.raises(ProtocolError, match="payload bytes"):
         m.unpack(good[:-1])
@@ -93,14 +97,14 @@ def test_header_lies_and_bad_magic_are_refused() -> None:
 )
 def test_image_groups_outside_the_rules_are_refused(group: m.ImageGroup, complaint: str) -> None:
     with pytest.raises(ProtocolError, match=complaint):
-        m.ImageGroup.decode(group.encode())
+        m.ImageGroup.parse_payload(group.payload())
 
 
 def test_present_ids_start_at_one_and_audio_formats_are_checked() -> None:
     with pytest.raises(ProtocolError, match="start at 1"):
-        m.PresentImage.decode(m.PresentImage(1, 1, 0, 0, 0).encode())
+        m.PresentImage.parse_payload(m.PresentImage(1, 1, 0, 0, 0).payload())
     with pytest.raises(ProtocolError):
-        m.AudioFormat.decode(m.AudioFormat(48_000, 6).encode())
+        m.AudioFormat.parse_payload(m.AudioFormat(48_000, 6).payload())
     assert m.PixelFormat.named("BGRX") is m.PixelFormat.BGRA and m.PixelFormat.RGB.av_name == "rgb24"
     with pytest.raises(ValueError, match="unknown pixel format"):
         m.PixelFormat.named("yuv")
@@ -116,19 +120,19 @@ def test_arbitrary_bytes_only_ever_raise_protocol_errors(data: bytes) -> None:
     cls = m.PAYLOADS.get(header.type)
     if cls is not None:
         with contextlib.suppress(ProtocolError):
-            cls.decode(body)
+            cls.parse_payload(body)
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.sampled_from(SAMPLES), st.integers(0, 1023), st.integers(0, 255))
-def test_mutated_messages_only_ever_raise_protocol_errors(payload: m.Payload, at: int, value: int) -> None:
-    data = bytearray(payload.message(3))
+def test_mutated_messages_only_ever_raise_protocol_errors(payload: m.CaptureMessage, at: int, value: int) -> None:
+    data = bytearray(payload.encode(3))
     data[at % len(data)] = value
     try:
         header, body = m.unpack(bytes(data))
         cls = m.PAYLOADS.get(header.type)
         if cls is not None:
-            cls.decode(body)
+            cls.parse_payload(body)
     except ProtocolError:
         pass
 

@@ -21,16 +21,15 @@ import pytest
 from aio_helpers import run, until
 
 from pyrofling.capture import CaptureClient
-from pyrofling.capture import messages as m
 from pyrofling.client.gamepad import GamepadConfig
 from pyrofling.client.presenter import HeadlessDisplay
 from pyrofling.client.viewer import Viewer, ViewerConfig
-from pyrofling.core.viewer_session import Phase
 from pyrofling.server.capture import CaptureServer
 from pyrofling.server.encoder import EncoderConfig
 from pyrofling.server.gamepad import RecordingPad
 from pyrofling.server.host import Host, HostConfig
 from pyrofling.wire import KickFlags
+from pyrofling.wire import capture as m
 
 T = TypeVar("T")
 SMALL = EncoderConfig(width=160, height=120, fps=30, bitrate_kbits=500)
@@ -50,9 +49,9 @@ class RawGame:
         anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())] if fds else []
         self.sock.sendmsg([data], anc)
 
-    def request(self, payload: m.Payload | None, *, type_: int = 0, fds: list[int] | None = None) -> m.Header:
+    def request(self, payload: m.CaptureMessage | None, *, type_: int = 0, fds: list[int] | None = None) -> m.Header:
         self.serial += 1
-        data = payload.message(self.serial) if payload is not None else m.pack(self.serial, type_)
+        data = payload.encode(self.serial) if payload is not None else m.pack(self.serial, type_)
         self.send(data, fds)
         return self.reply()
 
@@ -278,7 +277,7 @@ def test_a_game_streams_to_a_viewer_paced_by_the_host_and_played_by_the_viewer_p
             run_presenter=True,
         )
         vtask = asyncio.create_task(viewer.run())
-        await until(lambda: viewer.session is not None and viewer.session.phase is Phase.STREAMING, 10)
+        await until(lambda: viewer.connection is not None and viewer.connection.streaming, 10)
         await until(lambda: len(display.colours) >= 3, 10)
         assert near(display.colours[-1], (26, 51, 77))  # no game yet: the placeholder
         game = Game(path, (200, 40, 90))
@@ -337,7 +336,7 @@ def test_host_restart_under_a_running_game_and_viewer(tmp_path: Path) -> None:
         return game, viewer
 
     game, viewer = run(scenario, 90)
-    assert game.client.stats.disconnects == 1 and viewer.stats.reconnects >= 1
+    assert game.client.stats.disconnects == 1 and viewer.summary()["reconnects"] >= 1
 
 
 # -- the example game, end to end ------------------------------------------------------------------

@@ -15,7 +15,6 @@ from aio_helpers import run, until
 from pyrofling.client.gamepad import GamepadConfig
 from pyrofling.client.viewer import Viewer, ViewerConfig
 from pyrofling.core.gamepad import ABS_X, BTN_EAST, BTN_SOUTH, BTN_WEST, EV_ABS, EV_KEY
-from pyrofling.core.viewer_session import Phase
 from pyrofling.server.encoder import EncoderConfig
 from pyrofling.server.gamepad import RecordingPad
 from pyrofling.server.host import Host, HostConfig
@@ -55,7 +54,7 @@ async def gamepad_client(host: Host) -> tuple[Viewer, asyncio.Task[Any]]:
     )
     viewer = Viewer(cfg)
     task = asyncio.create_task(viewer.run())
-    await until(lambda: viewer.session is not None and viewer.session.phase is Phase.STREAMING)
+    await until(lambda: viewer.connection is not None and viewer.connection.streaming)
     return viewer, task
 
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pyrofling.client.decoder import DecodeError, VideoDecoder
+from pyrofling.client.codecs import DecodeError, VideoDecoder
 from pyrofling.client.uri import parse_uri
 from pyrofling.core import frame_marker
 from pyrofling.core.bitstream import key_info, nal_units

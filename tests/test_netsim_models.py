@@ -25,14 +25,13 @@ def test_gilbert_elliott_is_bursty_with_the_stationary_rate() -> None:
     assert sum(after_loss) / len(after_loss) > 5 * rate
 
 
-def test_trace_replays_and_cycles(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    path = tmp_path / "trace.txt"
-    path.write_text("# a recorded pattern\n0 0 1\n1,0\n")
-    t = TraceLoss.from_file(path)
+def test_trace_replays_and_cycles() -> None:
+    t = TraceLoss(TraceLoss.parse("# a recorded pattern\n0 0 1\n1,0\n"))
     assert [t.lose() for _ in range(10)] == [False, False, True, True, False] * 2
-    path.write_text("01x")
-    with pytest.raises(ValueError, match="only hold 0 and 1"):
-        TraceLoss.from_file(path)
+    with pytest.raises(ValueError, match=r"trace\.txt:2: a loss trace holds only 0 and 1"):
+        TraceLoss.parse("0\n01x", name="trace.txt")
+    with pytest.raises(ValueError, match="empty"):
+        TraceLoss.parse("# nothing\n")
 
 
 def test_rate_cap_serializes_and_tail_drops() -> None:

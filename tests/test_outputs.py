@@ -17,7 +17,8 @@ import pytest
 
 from pyrofling.bench import nginx
 from pyrofling.client.viewer import Viewer, ViewerConfig
-from pyrofling.core.outputs import Backoff, KeyGate, StreamClock
+from pyrofling.core.bitstream import KeyGate, KeyInfo
+from pyrofling.core.outputs import Backoff, StreamClock
 from pyrofling.server.audio import AudioConfig
 from pyrofling.server.encoder import EncoderConfig
 from pyrofling.server.host import Host, HostConfig
@@ -29,12 +30,18 @@ SMALL = EncoderConfig(width=320, height=240, fps=30, bitrate_kbits=800)
 # -- pure decisions ------------------------------------------------------------------------------
 
 
-def test_key_gate_opens_at_a_key_frame_and_closes_after_a_loss() -> None:
+def test_key_gate_opens_the_recording_at_a_key_frame_and_closes_after_a_loss() -> None:
     gate = KeyGate()
-    assert [gate.offer(k) for k in (False, False, True, False)] == [False, False, True, True]
+
+    def offer(key_frame: bool) -> bool:  # as the outputs offer encoded packets: any key frame is an entry point
+        return gate.packet(KeyInfo(idr=False, recovery_frames=0) if key_frame else None)
+
+    assert [offer(k) for k in (False, False, True, False)] == [False, False, True, True]
     gate.lost()
-    assert [gate.offer(k) for k in (False, True, False)] == [False, True, True]
+    assert [offer(k) for k in (False, True, False)] == [False, True, True]
     assert gate.skipped == 3
+    gate.stop()  # a recording that failed a write stays closed
+    assert [offer(k) for k in (True, False)] == [False, False] and gate.skipped == 5
 
 
 def test_stream_clock_starts_at_zero_drops_earlier_audio_and_never_goes_back() -> None:
@@ -150,7 +157,7 @@ def test_a_recording_holds_the_viewers_packets_and_the_audio(tmp_path: Path, cod
     assert rec["state"] == "finished" and rec["dropped"] == 0 and rec["failures"] == 0
     # The very packets the viewers got: one per encoded frame, no second encode.
     assert rec["video_packets"] == host.stats.frames_encoded >= 60
-    assert host.stats.idrs >= 1 and viewer.stats.frames_shown >= 50
+    assert host.stats.idrs >= 1 and viewer.summary()["frames_shown"] >= 50
     got = decode_file(path)
     assert got.video_frames == host.stats.frames_encoded  # every frame decodes
     assert got.first_frame_key and got.sizes == {(320, 240)}
@@ -257,9 +264,9 @@ def test_broadcast_through_nginx_survives_the_server_dying_without_disturbing_vi
         broadcast = host.outputs.outputs[0]
         server.kill()
         await until(lambda: broadcast.stats.failures >= 1, 10.0)
-        shown_during_outage = viewer.stats.frames_shown
+        shown_during_outage = viewer.summary()["frames_shown"]
         await asyncio.sleep(1.5)
-        shown_during_outage = viewer.stats.frames_shown - shown_during_outage
+        shown_during_outage = viewer.summary()["frames_shown"] - shown_during_outage
         await asyncio.to_thread(server.start)
         await until(lambda: broadcast.stats.connects >= 2, 15.0)
         second = await asyncio.to_thread(play_rtmp, url, frames=45, audio_s=1.0)
@@ -279,7 +286,7 @@ def test_broadcast_through_nginx_survives_the_server_dying_without_disturbing_vi
     assert st["kind"] == "broadcast" and st["connects"] >= 2 and st["failures"] >= 1
     # The direct viewer never noticed: frames kept coming through the outage, no freeze, no reconnect.
     assert shown_during_outage >= 30  # 1.5 s at 30 fps, with slack for a busy machine
-    assert viewer.stats.reconnects == 0 and viewer.stats.freezes_over_250ms == 0
+    assert viewer.summary()["reconnects"] == 0 and viewer.summary()["freezes_over_250ms"] == 0
 
 
 @needs_nginx

@@ -37,16 +37,12 @@ from pyrofling.core.secure import (
     viewer_proof,
 )
 from pyrofling.core.viewer_session import (
+    ControlToHost,
+    DatagramToHost,
     Phase,
     SessionFailed,
     ViewerSession,
     ViewerSessionConfig,
-)
-from pyrofling.core.viewer_session import (
-    SendControl as ViewerControl,
-)
-from pyrofling.core.viewer_session import (
-    SendDatagram as ViewerDatagram,
 )
 from pyrofling.wire import (
     AuthChallenge,
@@ -202,10 +198,10 @@ class Pair:
         pending = list(self.vs.start(now))
         while pending:
             out = pending.pop(0)
-            if isinstance(out, ViewerControl):
+            if isinstance(out, ControlToHost):
                 for msg in self.framer.feed(out.data):
                     self._host(self.hs.control(self.conn_id, msg, now), pending, now)
-            elif isinstance(out, ViewerDatagram):
+            elif isinstance(out, DatagramToHost):
                 self.to_host_udp.append(out.data)
                 self._host(self.hs.datagram(self.address, out.data, now), pending, now)
             elif isinstance(out, SessionFailed):
@@ -315,7 +311,7 @@ def test_an_impostor_host_is_caught_by_its_proof() -> None:
     vs.control(Cookie(0xC0FFEE01), 0.0)
     vs.control(Extensions(1, int(ExtensionFeature.AUTH | ExtensionFeature.KEYFRAME_REQUEST)), 0.0)
     out = vs.control(AuthChallenge(SALT, b"n" * 32, FAST, 0), 0.0)
-    assert isinstance(out[0], ViewerControl) and isinstance(parse_control(out[0].data), AuthResponse)
+    assert isinstance(out[0], ControlToHost) and isinstance(parse_control(out[0].data), AuthResponse)
     failed = vs.control(AuthResult(1, b"\x00" * 32), 0.0)  # "accepted", without knowing the key
     assert isinstance(failed[0], SessionFailed) and "could not prove" in failed[0].reason
 

@@ -11,7 +11,6 @@ import pytest
 
 from pyrofling.client.gamepad import GamepadConfig
 from pyrofling.client.viewer import Viewer, ViewerConfig
-from pyrofling.core.viewer_session import Phase
 from pyrofling.server.encoder import EncoderConfig
 from pyrofling.server.gamepad import RecordingPad
 from pyrofling.server.host import Host, HostConfig
@@ -50,8 +49,8 @@ def test_the_right_password_streams_sealed_and_drives_the_pad(caplog: pytest.Log
         host, task = await start_host(pad)
         viewer = viewer_for(host, SECRET, duration_s=2.5)
         vtask = asyncio.create_task(viewer.run())
-        await until(lambda: viewer.session is not None and viewer.session.phase is Phase.STREAMING, 10)
-        assert viewer.session is not None and viewer.session.encrypted
+        await until(lambda: viewer.connection is not None and viewer.connection.streaming, 10)
+        assert viewer.connection is not None and viewer.connection.session.encrypted
         assert viewer.gamepad is not None and viewer.gamepad.key("Z", True)
         await until(lambda: len(pad.reports()) >= 1, 5)
         await asyncio.wait_for(vtask, 15)
@@ -60,7 +59,7 @@ def test_the_right_password_streams_sealed_and_drives_the_pad(caplog: pytest.Log
         return host, viewer
 
     host, viewer = run(scenario)
-    assert viewer.stats.frames_shown >= 40 and viewer.stats.reconnects == 0
+    assert viewer.summary()["frames_shown"] >= 40 and viewer.summary()["reconnects"] == 0
     assert viewer.summary()["discarded"].get("sealed_forged", 0) == 0
     assert host.summary()["auth"] == {"required": True, "encrypt": True, "successes": 1, "failures": 0}
     assert pad.reports()[0] == [(1, 304, 1)]  # BTN_SOUTH pressed
@@ -84,8 +83,8 @@ def test_wrong_password_and_native_viewers_get_no_media_and_never_move_the_pad()
         return host, [wrong, native]
 
     host, (wrong, native) = run(scenario)
-    assert wrong.auth_failure == "the host refused the password" and wrong.stats.connects == 1
-    assert native.stats.datagrams == 0 and native.stats.frames_shown == 0
+    assert wrong.auth_failure == "the host refused the password" and wrong.summary()["connects"] == 1
+    assert native.summary()["datagrams"] == 0 and native.summary()["frames_shown"] == 0
     assert host.stats.datagrams_sent == 0  # not one media datagram, not even a ping reply
     assert pad.reports() == []
     assert host.summary()["auth"]["failures"] == 1
@@ -99,7 +98,7 @@ def test_spoofed_plaintext_states_from_the_viewers_address_do_not_move_the_pad()
         host, task = await start_host(pad)
         viewer = viewer_for(host, SECRET)
         vtask = asyncio.create_task(viewer.run())
-        await until(lambda: viewer.session is not None and viewer.session.phase is Phase.STREAMING, 10)
+        await until(lambda: viewer.connection is not None and viewer.connection.streaming, 10)
         [conn] = host.sessions.connections
 
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as attacker:

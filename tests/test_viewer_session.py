@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from pyrofling.core.bitstream import KeyInfo
+from pyrofling.core.bitstream import KeyGate, KeyInfo
+from pyrofling.core.clock_sync import ClockSync
 from pyrofling.core.keyframes import KeyframeConfig, KeyframePolicy
 from pyrofling.core.reassembler import ProgressCounters
 from pyrofling.core.viewer_session import (
-    ClockSync,
-    KeyGate,
+    ControlToHost,
+    DatagramToHost,
     Phase,
-    SendControl,
-    SendDatagram,
     SessionFailed,
     Streaming,
     StreamStalled,
@@ -44,9 +43,9 @@ IDR = KeyInfo(idr=True)
 def sent(outputs: list[object]) -> list[object]:
     out: list[object] = []
     for o in outputs:
-        if isinstance(o, SendControl):
+        if isinstance(o, ControlToHost):
             out.append(("tcp", parse_control(o.data)))
-        elif isinstance(o, SendDatagram):
+        elif isinstance(o, DatagramToHost):
             out.append(("udp", parse_control(o.data)))
     return out
 

@@ -105,6 +105,7 @@ def test_v_toggles_the_overlay_with_its_graphs(xvfb: str, monkeypatch: pytest.Mo
 
     class Stats:
         codec_parameters = None
+        state = "connecting to 127.0.0.1 port 9876…"
 
         def __init__(self) -> None:
             self.presenter = presenter
@@ -142,7 +143,8 @@ def test_v_toggles_the_overlay_with_its_graphs(xvfb: str, monkeypatch: pytest.Mo
             "audio buffer",
         ]
         assert "phase error: 0.13 ms" in labels  # the average of the samples shown
-        window.present(None)  # draws the overlay without a picture
+        window.present(None)  # draws the overlay without a picture, and what the viewer is doing
+        assert window._status.text == "connecting to 127.0.0.1 port 9876…"
         window._on_key(key.V, 0)
         assert not window.hud_visible
     finally:

@@ -32,6 +32,8 @@ from typing import Any, TextIO
 
 from pyrofling.fec.codec import NO_FEC, FecPlan, FrameDecoder, decode_frame, encode_repair, split_data
 from pyrofling.fec.planner import REFERENCE_RATIO, binomial_tail, reference_plan, repair_count, tuned_plan
+from pyrofling.netsim.models import GilbertElliottLoss
+from pyrofling.units import parse_fraction
 
 STANDARD_KS = (5, 10, 20, 40, 100, 200)
 STANDARD_LOSS = ("n=1", "n=2", "iid:0.5%", "iid:1%", "iid:2%", "iid:5%", "ge")
@@ -63,8 +65,7 @@ class LossSpec:
             if t.startswith("data="):
                 return cls("data", int(t[5:]))
             if t.startswith("iid:"):
-                v = t[4:]
-                p = float(v[:-1]) / 100 if v.endswith("%") else float(v)
+                p = parse_fraction(t[4:])
                 if not 0 <= p <= 1:
                     raise ValueError
                 return cls("iid", p)
@@ -78,6 +79,24 @@ class LossSpec:
         except ValueError:
             pass
         raise ValueError(f"bad loss model {text!r}: use n=2, data=2, iid:1% (or iid:0.01), ge, or ge:0.01,0.3,0.5")
+
+    @classmethod
+    def parse_list(cls, text: str) -> list[LossSpec]:
+        """A comma list of models; ``ge:a,b,c`` holds commas of its own, so its three parameters stay together."""
+        specs = []
+        parts = text.split(",")
+        i = 0
+        while i < len(parts):
+            if parts[i].strip().lower().startswith("ge:"):
+                specs.append(cls.parse(",".join(parts[i : i + 3])))
+                i += 3
+            else:
+                if parts[i].strip():
+                    specs.append(cls.parse(parts[i]))
+                i += 1
+        if not specs:
+            raise ValueError("give at least one loss model, e.g. iid:1%,ge")
+        return specs
 
     @property
     def label(self) -> str:
@@ -98,7 +117,9 @@ class _LossDrawer:
     def __init__(self, spec: LossSpec, rng: random.Random) -> None:
         self.spec = spec
         self.rng = rng
-        self.bad = False
+        gb, bg, bad = spec.ge
+        # One chain over the whole stream of frames: a burst may run from one frame into the next.
+        self.bursts = GilbertElliottLoss(p_good_bad=gb, p_bad_good=bg, loss_bad=bad, rng=rng)
 
     def draw(self, k: int, f: int) -> set[int]:
         spec, rng = self.spec, self.rng
@@ -110,17 +131,7 @@ class _LossDrawer:
         if spec.kind == "iid":
             p = spec.value
             return {i for i in range(total) if rng.random() < p}
-        gb, bg, bad_loss = spec.ge
-        lost = set()
-        for i in range(total):
-            if self.bad:
-                if rng.random() < bad_loss:
-                    lost.add(i)
-                if rng.random() < bg:
-                    self.bad = False
-            elif rng.random() < gb:
-                self.bad = True
-        return lost
+        return {i for i in range(total) if self.bursts.lose()}
 
 
 # --------------------------------------------------------------------------------------------

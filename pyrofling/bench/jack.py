@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 
-from pyrofling.client.portaudio import terminate_portaudio
+from pyrofling.client.audio.devices import terminate_portaudio
 
 
 class JackUnavailable(RuntimeError):

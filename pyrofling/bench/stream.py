@@ -95,10 +95,11 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 def format_live(viewers: list[dict[str, Any]], elapsed_s: float) -> str:
     v = viewers[0]
     lat = v.get("latency_ms_median")
+    latency = f"{lat:5.1f} ms" if lat is not None else "    - ms"  # no picture decoded yet
     return (
         f"{elapsed_s:6.1f} s  shown {v.get('frames_shown', 0):6d}  lost {v.get('packets_lost_video', 0):4d}  "
         f"FEC recovered {v.get('packets_recovered', 0):4d}  key requests {v.get('keyframe_requests', 0):3d}  "
-        f"{v.get('received_mbits', 0):5.1f} Mbit/s  latency {lat if lat is not None else float('nan'):5.1f} ms  "
+        f"{v.get('received_mbits', 0):5.1f} Mbit/s  latency {latency}  "
         f"freeze max {v.get('max_freeze_ms', 0):5.0f} ms"
     )
 

@@ -2,10 +2,11 @@
 
 See :class:`~pyrofling.capture.client.CaptureClient`, and
 :mod:`pyrofling.capture.pyglet_helper` for pyglet games.  The protocol is
-protocol.md §8.
+protocol.md §8 (its messages: :mod:`pyrofling.wire.capture`).
 """
 
 from pyrofling.capture.client import CaptureClient, CaptureRequestError, Frame
-from pyrofling.capture.messages import PixelFormat, default_socket_path
+from pyrofling.capture.paths import default_socket_path
+from pyrofling.wire.capture import PixelFormat
 
 __all__ = ["CaptureClient", "CaptureRequestError", "Frame", "PixelFormat", "default_socket_path"]

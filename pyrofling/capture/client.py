@@ -42,9 +42,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from pyrofling.capture import messages as m
+from pyrofling.capture.paths import default_socket_path
 from pyrofling.core.gamepad import NEUTRAL, PadState
 from pyrofling.wire import ProtocolError
+from pyrofling.wire import capture as m
 
 log = logging.getLogger(__name__)
 
@@ -213,8 +214,9 @@ class CaptureClient:
         self.sync = sync
         self.frames_in_flight = frames_in_flight
         self.name = name
-        self.path = path or m.default_socket_path()
+        self.path = path or default_socket_path()
         self.reconnect_s = reconnect_s
+        self._told_waiting = False
         self.fallback_period_s = 1.0 / fallback_fps
         self.on_gamepad = on_gamepad
         self.stats = CaptureStats()
@@ -286,7 +288,7 @@ class CaptureClient:
         period = 1 if self.sync == "fifo" else 0
         msg = m.PresentImage(self._group_serial, period, frame.index, 0, present_id)
         try:
-            conn.request(m.MessageType.PRESENT_IMAGE, msg.encode())
+            conn.request(m.MessageType.PRESENT_IMAGE, msg.payload())
         except (OSError, CaptureRequestError) as exc:
             self.stats.errors += isinstance(exc, CaptureRequestError)
             self._disconnect(f"present failed: {exc}")
@@ -352,7 +354,12 @@ class CaptureClient:
         try:
             self._connect()
         except (OSError, CaptureRequestError) as exc:
+            if not self._told_waiting:  # once per wait, not every half second
+                self._told_waiting = True
+                log.info("capture: waiting for a host on %s (pyrofling host --source capture)", self.path)
             log.debug("capture: no host at %s: %s", self.path, exc)
+        else:
+            self._told_waiting = False
 
     def _connect(self) -> None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
@@ -366,10 +373,10 @@ class CaptureClient:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _timeval(1.0))
         conn = _Connection(sock, self)
         try:
-            body = conn.request(m.MessageType.CLIENT_HELLO, m.ClientHello.of(self.name).encode())
-            hello = m.ServerHello.decode(body)
+            body = conn.request(m.MessageType.CLIENT_HELLO, m.ClientHello.of(self.name).payload())
+            hello = m.ServerHello.parse_payload(body)
             serial = conn.serial + 1
-            conn.request(m.MessageType.IMAGE_GROUP, self._group.encode(), [i.fd for i in self._images])
+            conn.request(m.MessageType.IMAGE_GROUP, self._group.payload(), [i.fd for i in self._images])
             if self._audio is not None and hello.capabilities & m.ServerCapability.AUDIO:
                 self._announce_audio(conn)
         except (OSError, CaptureRequestError, ProtocolError):
@@ -389,7 +396,7 @@ class CaptureClient:
     def _announce_audio(self, conn: _Connection) -> None:
         assert self._audio is not None
         try:
-            conn.request(m.MessageType.AUDIO_FORMAT, self._audio.encode())
+            conn.request(m.MessageType.AUDIO_FORMAT, self._audio.payload())
         except CaptureRequestError as exc:
             log.warning("capture: the host takes no audio: %s", exc)
 
@@ -409,14 +416,14 @@ class CaptureClient:
         """On the reader thread."""
         try:
             if type_ == m.MessageType.ACQUIRE_IMAGE:
-                acquired = m.AcquireImage.decode(payload)
+                acquired = m.AcquireImage.parse_payload(payload)
                 with self._cond:
                     ours = conn is self._conn and acquired.image_group_serial == self._group_serial
                     if ours and acquired.index not in self._free and acquired.index not in self._held:
                         self._free.append(acquired.index)
                         self._cond.notify_all()
             elif type_ == m.MessageType.FRAME_COMPLETE:
-                done = m.FrameComplete.decode(payload)
+                done = m.FrameComplete.parse_payload(payload)
                 with self._cond:
                     if conn is self._conn and done.image_group_serial == self._group_serial:
                         self._completed_id = max(self._completed_id, done.presented_id)

@@ -14,19 +14,26 @@ gamepad link, the keys of :data:`~pyrofling.core.gamepad.KEYBOARD_HELP` play.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 import logging
+import signal
 import statistics
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import av
 import pyglet
 from pyglet.window import key
 
 from pyrofling.client.presenter import Picture
+
+if TYPE_CHECKING:
+    from pyrofling.client.viewer import Viewer, ViewerConfig
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +57,7 @@ class ViewerWindow:
         self.vsync_blocks = _flip_blocks(self.window)
         if not self.vsync_blocks:
             self.window.set_vsync(False)  # the presenter's software clock paces instead
-        self.stats_source: Any = None  # a Viewer, for the overlay
+        self.stats_source: Viewer | None = None  # for the overlay and the "connecting" line
         self.on_close_requested: Callable[[], None] | None = None
         self.gamepad: Any = None  # a GamepadLink: the keyboard is a pad too
         self.hud_visible = False
@@ -69,6 +76,11 @@ class ViewerWindow:
             width=560,
             font_size=12,
             color=(255, 255, 80, 255),
+        )
+        # Text on a dark panel stays readable over a bright picture.
+        self._hud_panel = pyglet.shapes.Rectangle(4, 0, 572, 0, color=(0, 0, 0, 170))
+        self._status = pyglet.text.Label(
+            "", x=width // 2, y=height // 2, anchor_x="center", anchor_y="center", font_size=16
         )
         self._graph_batch = pyglet.graphics.Batch()
         self._graph_shapes: list[Any] = []
@@ -108,6 +120,8 @@ class ViewerWindow:
         self.window.flip()
 
     def pump_events(self) -> bool:
+        if not self.closed and self._texture is None:
+            self.present(None)  # keep the "connecting" line current until a picture arrives
         if not self.closed:
             self.window.dispatch_events()
             if self.hud_visible and time.monotonic() >= self._hud_due:
@@ -131,8 +145,16 @@ class ViewerWindow:
             scale = min(win_w / tex.width, win_h / tex.height)
             w, h = int(tex.width * scale), int(tex.height * scale)
             tex.blit((win_w - w) // 2, (win_h - h) // 2, 0, w, h)
+        elif self.stats_source is not None:
+            self._status.text = self.stats_source.state  # "connecting to …" until the first picture
+            self._status.x, self._status.y = self.window.width // 2, self.window.height // 2
+            self._status.draw()
         if self.hud_visible:
             self._hud.y = self.window.height - 10
+            panel = self._hud_panel
+            panel.height = self._hud.content_height + 12
+            panel.y = self._hud.y - panel.height + 6
+            panel.draw()
             self._hud.draw()
             self._graph_batch.draw()
 
@@ -146,6 +168,7 @@ class ViewerWindow:
             return "-" if v is None else f"{v:.1f} ms"
 
         params = self.stats_source.codec_parameters
+        audio = self.stats_source.audio
         pres = s.get("presentation", {})
         lines = []
         if params is not None:
@@ -164,7 +187,6 @@ class ViewerWindow:
         lines += [f"{label}: {s.get(k, 0)}" for k, label in HUD_KEYS]
         lines.append(f"decode {ms('decode_ms_median')}, capture->on screen {ms('glass_ms_median')}")
         lines.append(f"ping {ms('rtt_ms')}, longest freeze {s.get('max_freeze_ms', 0):.0f} ms")
-        audio = getattr(self.stats_source, "audio", None)
         self._audio_live = audio.live() if audio is not None else None
         if self._audio_live is not None:
             a = self._audio_live
@@ -184,10 +206,9 @@ class ViewerWindow:
 
     def _update_graphs(self) -> None:
         """150-sample graphs under the text, scaled in 60 Hz frames like the reference's HUD."""
-        presenter = getattr(self.stats_source, "presenter", None)
-        if presenter is None:
+        if self.stats_source is None:
             return
-        st = presenter.stats
+        st = self.stats_source.presenter.stats
         with st.lock:
             series = [
                 ("phase error", list(st.graph_phase_ms), -REFERENCE_FRAME_MS, REFERENCE_FRAME_MS),
@@ -285,3 +306,41 @@ def _flip_blocks(window: Any, flips: int = 6) -> bool:
         times.append(time.perf_counter())
     gaps = [b - a for a, b in itertools.pairwise(times)]
     return statistics.median(gaps) > 0.003  # > 3 ms: something (the refresh) is pacing the flips
+
+
+def watch_in_window(config: ViewerConfig, *, screenshot: Path | None = None, title: str = "pyrofling") -> Viewer:
+    """Watch in a window: pyglet and the presenter own the main thread, the viewer's event loop a second one.
+
+    Closing the window, Esc, Ctrl-C and SIGTERM all stop the viewer the same way (statistics written).
+    """
+    from pyrofling.client.viewer import Viewer
+
+    window = ViewerWindow(title=title)
+    viewer = Viewer(config, display=window, run_presenter=False)
+    window.stats_source = viewer
+    window.gamepad = viewer.gamepad
+    stop = viewer.presenter_stop
+
+    def network() -> None:
+        try:
+            asyncio.run(viewer.run())
+        finally:
+            stop.set()
+
+    def close_requested(*_: object) -> None:
+        viewer.stop()
+        stop.set()
+
+    thread = threading.Thread(target=network, name="pyrofling-network", daemon=True)
+    thread.start()
+    window.on_close_requested = close_requested
+    previous = signal.signal(signal.SIGTERM, close_requested)
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            viewer.presenter.run(stop)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        viewer.stop()
+        window.close(screenshot=screenshot)
+        thread.join(10)
+    return viewer

@@ -26,6 +26,57 @@ class KeyInfo:
     recovery_frames: int | None = None
 
 
+@dataclass(slots=True)
+class KeyGate:
+    """Whether pictures decode whole: closed until a key frame, and again after any loss.
+
+    Both ends keep one.  The viewer shows only whole pictures (an IDR makes the picture whole at
+    once, a recovery point once its refresh wave has passed); the host's recording and broadcast
+    start and resume at a key frame, since a muxed stream with a hole stays broken up to the next
+    one.  Feed it every video packet in decode order and call :meth:`lost` on any loss.
+    """
+
+    whole: bool = False
+    #: Frames still to come before a recovery-point refresh has covered the picture.
+    frames_to_recovery: int | None = None
+    key_frames: int = 0
+    idrs: int = 0
+    #: Packets offered while the gate was closed.
+    skipped: int = 0
+    #: Closed for good: no key frame opens it again (see :meth:`stop`).
+    stopped: bool = False
+
+    def packet(self, key: KeyInfo | None) -> bool:
+        """One packet in decode order (``key``: what it restarts, None for an ordinary frame); whole?"""
+        if self.stopped:
+            self.skipped += 1
+            return False
+        if key is not None:
+            self.key_frames += 1
+            if key.idr:
+                self.idrs += 1
+                self.whole, self.frames_to_recovery = True, None
+            elif not self.whole and self.frames_to_recovery is None:
+                self.frames_to_recovery = key.recovery_frames or 0
+        if not self.whole and self.frames_to_recovery is not None:
+            if self.frames_to_recovery <= 0:
+                self.whole, self.frames_to_recovery = True, None
+            else:
+                self.frames_to_recovery -= 1
+        if not self.whole:
+            self.skipped += 1
+        return self.whole
+
+    def lost(self) -> None:
+        """Packets went missing: nothing is whole until the next key frame."""
+        self.whole, self.frames_to_recovery = False, None
+
+    def stop(self) -> None:
+        """Close for good (a recording that failed a write must not be reopened over what it holds)."""
+        self.lost()
+        self.stopped = True
+
+
 def nal_units(data: bytes) -> list[memoryview]:
     """The NAL units of an Annex B byte stream (start codes removed)."""
     view = memoryview(data)

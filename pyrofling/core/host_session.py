@@ -111,6 +111,13 @@ class PhaseFeedback(HostOutput):
 
 
 @dataclass(frozen=True, slots=True)
+class ViewerLeft(HostOutput):
+    """A connection is gone: its phase feedback no longer steers the frame clock."""
+
+    conn_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class GamepadInput(HostOutput):
     """A state for the virtual pad: write ``update.events`` to it (they may be empty: nothing changed)."""
 
@@ -150,8 +157,8 @@ class HostSessionConfig:
 
 
 @dataclass(slots=True)
-class ViewerConnection:
-    """One TCP connection and what the host knows about it."""
+class RemoteViewer:
+    """One viewer (or gamepad client) as the host sees it: its TCP connection and what the host knows of it."""
 
     conn_id: int
     peer: Address
@@ -215,9 +222,9 @@ class HostSessions:
         self.keyframes = keyframes or KeyframePolicy()
         self.codec_parameters: CodecParameters | None = None
         self._make_packetizer = make_packetizer
-        self._connections: dict[int, ViewerConnection] = {}
-        self._by_cookie: dict[int, ViewerConnection] = {}
-        self._by_address: dict[Address, ViewerConnection] = {}
+        self._connections: dict[int, RemoteViewer] = {}
+        self._by_cookie: dict[int, RemoteViewer] = {}
+        self._by_address: dict[Address, RemoteViewer] = {}
         #: Datagrams and messages ignored, by reason.
         self.discarded: Counter[str] = Counter()
         self.connections_total = 0
@@ -242,14 +249,14 @@ class HostSessions:
         if pending >= cfg.max_pending_per_address:
             self.discarded["pending_limit"] += 1
             return [CloseConnection(conn_id, f"refused: {pending} connections from {peer[0]} not streaming yet")]
-        conn = ViewerConnection(conn_id=conn_id, peer=peer, cookie=cookie, opened_s=now, last_alive_s=now)
+        conn = RemoteViewer(conn_id=conn_id, peer=peer, cookie=cookie, opened_s=now, last_alive_s=now)
         self._connections[conn_id] = conn
         self._by_cookie[cookie] = conn
         self.connections_total += 1
         return []
 
     def close(self, conn_id: int) -> list[HostOutput]:
-        """The shell saw the connection end (or closed it).  If it held the gamepad, the pad lets go."""
+        """The shell saw the connection end (or closed it): it leaves, and if it held the pad, the pad lets go."""
         conn = self._connections.pop(conn_id, None)
         if conn is None:
             return []
@@ -259,27 +266,30 @@ class HostSessions:
         release = self.gamepad.connection_closed(conn_id)
         if self._pad_holder == conn_id:
             self._pad_holder = None
-        return [GamepadInput(release)] if release is not None else []
+        out: list[HostOutput] = [ViewerLeft(conn_id)]
+        if release is not None:
+            out.append(GamepadInput(release))
+        return out
 
-    def connection(self, conn_id: int) -> ViewerConnection | None:
+    def connection(self, conn_id: int) -> RemoteViewer | None:
         return self._connections.get(conn_id)
 
     @property
-    def connections(self) -> list[ViewerConnection]:
+    def connections(self) -> list[RemoteViewer]:
         return list(self._connections.values())
 
-    def video_targets(self, *, idr: bool) -> list[ViewerConnection]:
+    def video_targets(self, *, idr: bool) -> list[RemoteViewer]:
         """Viewers that get this video packet.  Call :meth:`idr_sent` after sending an IDR."""
         return [c for c in self._connections.values() if c.wants(KickFlags.VIDEO) and (idr or not c.awaiting_idr)]
 
-    def audio_targets(self) -> list[ViewerConnection]:
+    def audio_targets(self) -> list[RemoteViewer]:
         return [c for c in self._connections.values() if c.wants(KickFlags.AUDIO)]
 
     @property
     def auth_required(self) -> bool:
         return self.config.auth_key is not None
 
-    def idr_sent(self, conn: ViewerConnection, now: float) -> None:
+    def idr_sent(self, conn: RemoteViewer, now: float) -> None:
         conn.awaiting_idr = False
         conn.idr_sent_s = now
 
@@ -313,7 +323,7 @@ class HostSessions:
 
     # -- authentication (protocol.md §7.7) --------------------------------------------------
 
-    def _extensions(self, conn: ViewerConnection, msg: Extensions) -> list[HostOutput]:
+    def _extensions(self, conn: RemoteViewer, msg: Extensions) -> list[HostOutput]:
         offered = self.config.extensions
         if self.auth_required:
             offered |= ExtensionFeature.AUTH
@@ -335,7 +345,7 @@ class HostSessions:
             out.append(SendControl(conn.conn_id, bytes(challenge)))
         return out
 
-    def _auth_response(self, conn: ViewerConnection, msg: AuthResponse, now: float) -> list[HostOutput]:
+    def _auth_response(self, conn: RemoteViewer, msg: AuthResponse, now: float) -> list[HostOutput]:
         key = self.config.auth_key
         if key is None or conn.host_nonce is None or conn.authenticated:
             self.discarded["unexpected_auth"] += 1
@@ -372,7 +382,7 @@ class HostSessions:
             LogLine(conn.conn_id, f"{conn.label} authenticated" + (", datagrams sealed" if encrypted else "")),
         ]
 
-    def _refuse(self, conn: ViewerConnection, msg: ControlMessage | UnknownControl) -> list[HostOutput]:
+    def _refuse(self, conn: RemoteViewer, msg: ControlMessage | UnknownControl) -> list[HostOutput]:
         """This host has a secret and this connection has not proved it knows it: NAK, no media, no pad."""
         self.discarded["unauthenticated_control"] += 1
         out: list[HostOutput] = [SendControl(conn.conn_id, bytes(Nak()))]
@@ -388,7 +398,7 @@ class HostSessions:
             out.append(LogLine(conn.conn_id, f"refused {conn.label}: {why}"))
         return out
 
-    def _kick(self, conn: ViewerConnection, flags: KickFlags, now: float) -> list[HostOutput]:
+    def _kick(self, conn: RemoteViewer, flags: KickFlags, now: float) -> list[HostOutput]:
         conn.flags = flags
         conn.last_alive_s = now
         if flags & KickFlags.GAMEPAD:
@@ -406,10 +416,10 @@ class HostSessions:
             self.keyframes.viewer_joined()
         return [
             SendControl(conn.conn_id, bytes(self.codec_parameters)),
-            LogLine(conn.conn_id, f"viewer {conn.label} kicked with {_flag_names(flags)}"),
+            LogLine(conn.conn_id, f"viewer {conn.label} joined for {_flag_names(flags)}"),
         ]
 
-    def _progress(self, conn: ViewerConnection, msg: Progress, now: float) -> list[HostOutput]:
+    def _progress(self, conn: RemoteViewer, msg: Progress, now: float) -> list[HostOutput]:
         conn.last_alive_s = now
         previous = conn.progress
         conn.progress = msg
@@ -455,19 +465,7 @@ class HostSessions:
             self.discarded[exc.reason] += 1
             return []
         if isinstance(msg, Cookie):
-            conn = self._by_cookie.get(msg.cookie)
-            if conn is None:
-                self.discarded["unknown_cookie"] += 1
-            elif not self._plain_allowed(conn):
-                pass
-            elif conn.udp_address is None:
-                if address in self._by_address:
-                    self.discarded["address_taken"] += 1
-                else:
-                    conn.udp_address = address
-                    self._by_address[address] = conn
-            elif conn.udp_address != address:
-                self.discarded["rebind_refused"] += 1
+            self._bind(address, msg.cookie)
             return []
         conn = self._by_address.get(address)
         if conn is None:
@@ -477,7 +475,24 @@ class HostSessions:
             return []
         return self._udp_message(conn, msg, now)
 
-    def _plain_allowed(self, conn: ViewerConnection) -> bool:
+    def _bind(self, address: Address, cookie: int) -> None:
+        """A plaintext COOKIE ties its connection to the address it came from: once, and never a sealed one."""
+        conn = self._by_cookie.get(cookie)
+        if conn is None:
+            self.discarded["unknown_cookie"] += 1
+            return
+        if not self._plain_allowed(conn):  # it counts why not
+            return
+        if conn.udp_address is None:
+            if address in self._by_address:
+                self.discarded["address_taken"] += 1
+            else:
+                conn.udp_address = address
+                self._by_address[address] = conn
+        elif conn.udp_address != address:
+            self.discarded["rebind_refused"] += 1
+
+    def _plain_allowed(self, conn: RemoteViewer) -> bool:
         """Whether a plaintext datagram may act for ``conn``: not before authenticating, never when sealed."""
         if self.auth_required and not conn.authenticated:
             self.discarded["unauthenticated_udp"] += 1
@@ -517,7 +532,7 @@ class HostSessions:
             return []
         return self._udp_message(conn, msg, now)
 
-    def _udp_message(self, conn: ViewerConnection, msg: ControlMessage, now: float) -> list[HostOutput]:
+    def _udp_message(self, conn: RemoteViewer, msg: ControlMessage, now: float) -> list[HostOutput]:
         if not conn.kicked:
             self.discarded["not_kicked"] += 1
             return []
@@ -533,7 +548,7 @@ class HostSessions:
             return self._gamepad(conn, msg)
         return []
 
-    def _gamepad(self, conn: ViewerConnection, msg: GamepadState) -> list[HostOutput]:
+    def _gamepad(self, conn: RemoteViewer, msg: GamepadState) -> list[HostOutput]:
         if not conn.flags & KickFlags.GAMEPAD:
             self.discarded["gamepad_not_requested"] += 1
             return []

@@ -2,38 +2,16 @@
 
 The outputs take the packets the host already encoded for its viewers and mux
 them into a container. Three things need deciding. Where a container may
-start: at a key frame, since an intra-refresh stream has no other entry
-point. The timestamps: zero at that frame, and strictly increasing in each
-stream, as muxers demand. When to try again after a broadcast server went
-away: exponential backoff, reset once a connection has stayed up.
+start: at a key frame, since an intra-refresh stream has no other entry point
+(:class:`~pyrofling.core.bitstream.KeyGate`, the viewer's gate too). The
+timestamps: zero at that frame, and strictly increasing in each stream, as
+muxers demand. When to try again after a broadcast server went away:
+exponential backoff, reset once a connection has stayed up.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-
-class KeyGate:
-    """Lets video through from a key frame on: at the start and after any packet was lost.
-
-    Muxing a stream with a hole in it would leave every frame up to the next
-    key frame broken for whoever plays it, so the gap is skipped instead.
-    """
-
-    def __init__(self) -> None:
-        self.open = False
-        self.skipped = 0
-
-    def offer(self, key_frame: bool) -> bool:
-        if not self.open and key_frame:
-            self.open = True
-        if not self.open:
-            self.skipped += 1
-        return self.open
-
-    def lost(self) -> None:
-        """A packet never reached the output (a full queue, a failed write): wait for the next key frame."""
-        self.open = False
 
 
 @dataclass(slots=True)

@@ -117,9 +117,6 @@ class PresentationLoop(Generic[T]):
         self._decided = True
         self._shown_any = False
 
-    def set_refresh_period(self, period_s: float) -> None:
-        self.period_s = period_s
-
     def frame_ready(self, frame: T, done_s: float) -> None:
         """A decoded picture, ready to show since ``done_s``."""
         self._ready.append((frame, done_s))

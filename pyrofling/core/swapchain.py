@@ -27,7 +27,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from pyrofling.capture.messages import FrameComplete, PresentImage
+from pyrofling.wire.capture import FrameComplete, PresentImage
 
 
 class ImageState(enum.Enum):

@@ -23,7 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from pyrofling.core.bitstream import KeyInfo
+from pyrofling.core.bitstream import KeyGate, KeyInfo
+from pyrofling.core.clock_sync import ClockSync
 from pyrofling.core.reassembler import ProgressCounters
 from pyrofling.core.secure import (
     NONCE_BYTES,
@@ -69,12 +70,16 @@ class ViewerOutput:
 
 
 @dataclass(frozen=True, slots=True)
-class SendControl(ViewerOutput):
+class ControlToHost(ViewerOutput):
+    """Write one whole control message on the TCP connection."""
+
     data: bytes
 
 
 @dataclass(frozen=True, slots=True)
-class SendDatagram(ViewerOutput):
+class DatagramToHost(ViewerOutput):
+    """Send one datagram (already sealed when the session is encrypted)."""
+
     data: bytes
 
 
@@ -97,47 +102,6 @@ class StreamStalled(ViewerOutput):
     """No UDP for ``stall_timeout_s``: the shell should reconnect."""
 
     silent_s: float
-
-
-# --------------------------------------------------------------------------------------------
-# Clock mapping
-# --------------------------------------------------------------------------------------------
-
-
-class ClockSync:
-    """Maps the host's µs clock to ours from ping round trips (protocol.md §4.4).
-
-    The host stamped its clock somewhere between our send and receive; the
-    midpoint is the best guess, and the round trip with the smallest RTT among
-    the last ``window`` bounds the error best.  (The reference pairs the stamp
-    with "receive − RTT/2" wrongly signed, a bias of one RTT.)
-    """
-
-    def __init__(self, *, window: int = 32) -> None:
-        self._samples: list[tuple[float, float]] = []  # (rtt_s, offset_s = host − local)
-        self._window = window
-        self.last_rtt_s: float | None = None
-
-    def add(self, sent_s: float, received_s: float, server_time_us: int) -> None:
-        rtt = received_s - sent_s
-        if rtt < 0:
-            return
-        self.last_rtt_s = rtt
-        self._samples.append((rtt, server_time_us / 1e6 - (sent_s + received_s) / 2))
-        del self._samples[: -self._window]
-
-    @property
-    def offset_s(self) -> float | None:
-        """Host clock minus local clock, seconds; None until a ping came back."""
-        return min(self._samples)[1] if self._samples else None
-
-    @property
-    def min_rtt_s(self) -> float | None:
-        return min(self._samples)[0] if self._samples else None
-
-    def to_local(self, server_time_us: int) -> float | None:
-        off = self.offset_s
-        return None if off is None else server_time_us / 1e6 - off
 
 
 # --------------------------------------------------------------------------------------------
@@ -188,36 +152,6 @@ class _Timers:
     ping: float | None = None
 
 
-@dataclass(slots=True)
-class KeyGate:
-    """Whether decoded pictures are whole: false until the first key frame and after any loss."""
-
-    whole: bool = False
-    #: Frames still to come before a recovery-point refresh has covered the picture.
-    frames_to_recovery: int | None = None
-    key_frames: int = 0
-    idrs: int = 0
-
-    def packet(self, key: KeyInfo | None) -> bool:
-        """One video packet in decode order; returns whether its picture is whole."""
-        if key is not None:
-            self.key_frames += 1
-            if key.idr:
-                self.idrs += 1
-                self.whole, self.frames_to_recovery = True, None
-            elif not self.whole and self.frames_to_recovery is None:
-                self.frames_to_recovery = key.recovery_frames or 0
-        if not self.whole and self.frames_to_recovery is not None:
-            if self.frames_to_recovery <= 0:
-                self.whole, self.frames_to_recovery = True, None
-            else:
-                self.frames_to_recovery -= 1
-        return self.whole
-
-    def lost(self) -> None:
-        self.whole, self.frames_to_recovery = False, None
-
-
 class ViewerSession:
     """Handshake, keep-alive, pings and key-frame requests of one connection."""
 
@@ -264,10 +198,10 @@ class ViewerSession:
     def start(self, now: float) -> list[ViewerOutput]:
         self._started_s = now
         self.phase = Phase.HELLO
-        out: list[ViewerOutput] = [SendControl(bytes(Hello()))]
+        out: list[ViewerOutput] = [ControlToHost(bytes(Hello()))]
         if self.config.extensions:
             # Pipelined: the host answers HELLO then EXTENSIONS (or NAK, a native host) in order.
-            out.append(SendControl(bytes(Extensions(EXTENSIONS_VERSION, int(self.config.extensions)))))
+            out.append(ControlToHost(bytes(Extensions(EXTENSIONS_VERSION, int(self.config.extensions)))))
         return out
 
     def control(self, msg: ControlMessage | UnknownControl, now: float) -> list[ViewerOutput]:
@@ -318,7 +252,7 @@ class ViewerSession:
             self._challenge = msg
             self._viewer_nonce = self._random_bytes(NONCE_BYTES)
             proof = viewer_proof(self._key, self.cookie, msg.host_nonce, self._viewer_nonce)
-            return [SendControl(bytes(AuthResponse(self._viewer_nonce, proof)))]
+            return [ControlToHost(bytes(AuthResponse(self._viewer_nonce, proof)))]
         if isinstance(msg, AuthResult) and self._challenge is not None:
             if not msg.accepted:
                 return self._fail("the host refused the password", auth=True)
@@ -359,7 +293,7 @@ class ViewerSession:
         self.phase = Phase.KICKING
         self.kick_attempts += 1
         self._timers.kick = None
-        return [SendDatagram(self.udp(bytes(Cookie(self.cookie)))), SendControl(bytes(Kick(self.config.flags)))]
+        return [DatagramToHost(self.udp(bytes(Cookie(self.cookie)))), ControlToHost(bytes(Kick(self.config.flags)))]
 
     def _streaming(self, params: CodecParameters, now: float) -> list[ViewerOutput]:
         if params.video_codec == 0 and self.config.flags & KickFlags.VIDEO:
@@ -411,7 +345,7 @@ class ViewerSession:
         self._key_requested_s = now
         self.keyframe_requests += 1
         if self.extensions & ExtensionFeature.KEYFRAME_REQUEST:
-            return [SendControl(bytes(RequestKeyframe()))]
+            return [ControlToHost(bytes(RequestKeyframe()))]
         # A native host forces an IDR when the dropped-video counter in PROGRESS changes.
         return self._progress(now)
 
@@ -421,7 +355,7 @@ class ViewerSession:
             return []
         self.phase_offsets_sent += 1
         clamped = max(-(2**31), min(2**31 - 1, offset_us))
-        return [SendDatagram(self.udp(bytes(PhaseOffset(clamped))))]
+        return [DatagramToHost(self.udp(bytes(PhaseOffset(clamped))))]
 
     def ping_reply(self, seq: int, server_time_us: int, received_s: float) -> None:
         sent = self._ping_sent.pop(seq & 0xFF, None)
@@ -431,7 +365,7 @@ class ViewerSession:
     def _progress(self, now: float) -> list[ViewerOutput]:
         self.progress_sent += 1
         self._timers.progress = now + self.config.progress_interval_s
-        return [SendControl(bytes(self.counters.to_message()))]
+        return [ControlToHost(bytes(self.counters.to_message()))]
 
     # -- timers ----------------------------------------------------------------------------
 
@@ -469,7 +403,7 @@ class ViewerSession:
             self._ping_seq = (seq + 1) & 0xFF
             self._ping_sent[seq] = now
             self._timers.ping = now + self.config.ping_interval_s
-            out.append(SendDatagram(self.udp(bytes(Ping(seq)))))
+            out.append(DatagramToHost(self.udp(bytes(Ping(seq)))))
         if (
             self._key_requested_s is not None
             and not self.gate.whole

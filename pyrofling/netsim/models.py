@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Protocol
 
 
@@ -92,7 +92,8 @@ class GilbertElliottLoss:
 
     def lose(self) -> bool:
         rng = self._rng
-        lost = rng.random() < (self.loss_bad if self.bad else self.loss_good)
+        p = self.loss_bad if self.bad else self.loss_good
+        lost = p > 0 and rng.random() < p  # no draw where nothing can be lost: the stream of draws stays short
         if self.bad:
             if rng.random() < self.p_bad_good:
                 self.bad = False
@@ -106,24 +107,26 @@ class TraceLoss:
 
     name = "trace"
 
-    def __init__(self, pattern: list[bool]) -> None:
+    def __init__(self, pattern: Sequence[bool]) -> None:
         if not pattern:
             raise ValueError("loss trace is empty")
         self.pattern = pattern
         self._i = 0
 
-    @classmethod
-    def from_file(cls, path: str | Path) -> TraceLoss:
-        """Read a trace: ``0``/``1`` characters (1 = lost), whitespace and ``#`` comments ignored."""
+    @staticmethod
+    def parse(text: str, *, name: str = "loss trace") -> tuple[bool, ...]:
+        """A trace's flags from its text: ``0``/``1`` (1 = lost); whitespace, commas and ``#`` comments ignored."""
         flags: list[bool] = []
-        for lineno, line in enumerate(Path(path).read_text().splitlines(), 1):
+        for lineno, line in enumerate(text.splitlines(), 1):
             line = line.split("#", 1)[0]
             for ch in line:
                 if ch in "01":
                     flags.append(ch == "1")
                 elif not ch.isspace() and ch != ",":
-                    raise ValueError(f"{path}:{lineno}: loss trace may only hold 0 and 1, found {ch!r}")
-        return cls(flags)
+                    raise ValueError(f"{name}:{lineno}: a loss trace holds only 0 and 1, found {ch!r}")
+        if not flags:
+            raise ValueError(f"{name}: the loss trace is empty")
+        return tuple(flags)
 
     def lose(self) -> bool:
         lost = self.pattern[self._i]
@@ -139,8 +142,9 @@ class ImpairmentConfig:
     loss: float = 0.0
     #: Gilbert–Elliott (p_good_bad, p_bad_good, loss_bad); replaces ``loss`` when set.
     gilbert_elliott: tuple[float, float, float] | None = None
-    #: Loss trace file; replaces the other loss settings when set.
-    loss_trace: str | None = None
+    #: A loss trace (one flag per datagram, True = lost, cycled; see :meth:`TraceLoss.parse`); replaces the
+    #: other loss settings when set.
+    loss_trace: tuple[bool, ...] | None = None
     #: One-way delay added to every datagram, seconds.
     delay_s: float = 0.0
     #: Uniform extra delay in [0, jitter_s], seconds; datagrams may overtake each other.
@@ -186,7 +190,7 @@ class DirectionStats:
 
 def make_loss_model(config: ImpairmentConfig, rng: random.Random) -> LossModel:
     if config.loss_trace:
-        return TraceLoss.from_file(config.loss_trace)
+        return TraceLoss(config.loss_trace)
     if config.gilbert_elliott is not None:
         gb, bg, bad = config.gilbert_elliott
         return GilbertElliottLoss(p_good_bad=gb, p_bad_good=bg, loss_bad=bad, rng=rng)

@@ -74,6 +74,8 @@ class NetsimRelay:
         self.down = Impairment(config.down, seed=config.seed)
         self.up = Impairment(config.up, seed=config.seed + 1)
         self.tcp_connections = 0
+        #: Viewers (UDP source addresses) relayed so far, including those gone since.
+        self.udp_clients = 0
         self.refused_clients = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listen: asyncio.DatagramTransport | None = None
@@ -122,7 +124,7 @@ class NetsimRelay:
             "listen": f"{self.address[0]}:{self.address[1]}",
             "upstream": f"{self.config.upstream_host}:{self.config.upstream_port}",
             "tcp_connections": self.tcp_connections,
-            "udp_clients": len(self._upstreams),
+            "udp_clients": self.udp_clients,
             "refused_clients": self.refused_clients,
             "down": self.down.stats.as_dict(),
             "up": self.up.stats.as_dict(),
@@ -175,6 +177,7 @@ class NetsimRelay:
             self._backlog.pop(addr, None)
             return
         self._upstreams[addr] = side
+        self.udp_clients += 1
         self._pending.discard(addr)
         for data in self._backlog.pop(addr, []):
             self._from_client(data, addr)

@@ -34,10 +34,10 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from pyrofling.capture import messages as m
 from pyrofling.core.gamepad import PadUpdate
 from pyrofling.core.swapchain import EncodeImage, Retire, Swapchain
 from pyrofling.wire import ProtocolError
+from pyrofling.wire import capture as m
 
 log = logging.getLogger(__name__)
 
@@ -284,7 +284,7 @@ class CaptureServer:
             self._send(game, m.pack(header.serial, m.MessageType.OK))
         elif kind is m.MessageType.SERVER_HELLO:
             hello = m.ServerHello(m.VERSION, int(m.ServerCapability.GAMEPAD_EVENTS | self._audio_cap), self.period_ns)
-            self._send(game, hello.message(header.serial))
+            self._send(game, hello.encode(header.serial))
         else:
             self._error(game, header.serial, kind, text, reason)
 
@@ -299,7 +299,7 @@ class CaptureServer:
         if fds and t != m.MessageType.IMAGE_GROUP:
             raise ProtocolError(f"message type {t} carries no file descriptors")
         if t == m.MessageType.CLIENT_HELLO:
-            hello = m.ClientHello.decode(payload)
+            hello = m.ClientHello.parse_payload(payload)
             if hello.intent != m.Intent.SHARED_MEMORY_FRAMES:
                 what = "PyroFling's Vulkan capture layer" if hello.intent == m.Intent.VULKAN_EXTERNAL_STREAM else ""
                 text = f"intent {hello.intent} is not supported: this host takes shared-memory frames"
@@ -312,13 +312,13 @@ class CaptureServer:
         if not game.hello:
             return m.MessageType.ERROR_PROTOCOL, "say CLIENT_HELLO first", "no_hello"
         if t == m.MessageType.IMAGE_GROUP:
-            return self._image_group(game, header.serial, m.ImageGroup.decode(payload), fds)
+            return self._image_group(game, header.serial, m.ImageGroup.parse_payload(payload), fds)
         if t == m.MessageType.PRESENT_IMAGE:
-            return self._present(game, m.PresentImage.decode(payload))
+            return self._present(game, m.PresentImage.parse_payload(payload))
         if t == m.MessageType.AUDIO_FORMAT:
             if self._audio is None:
                 return m.MessageType.ERROR, "this host does not take audio from games (host --audio game)", "no_audio"
-            fmt = m.AudioFormat.decode(payload)
+            fmt = m.AudioFormat.parse_payload(payload)
             problem = self._audio.accepts(fmt.rate, fmt.channels)
             if problem is not None:
                 return m.MessageType.ERROR_PARAMETER, problem, "audio_format"
@@ -381,10 +381,10 @@ class CaptureServer:
         for event in events:
             if isinstance(event, Retire):
                 serial = game.swapchain.group_serial if game.swapchain is not None else 0
-                self._send(game, m.AcquireImage(serial, event.index).message(0))
-                self._send(game, m.RetireImage(serial, event.index).message(0))
+                self._send(game, m.AcquireImage(serial, event.index).encode(0))
+                self._send(game, m.RetireImage(serial, event.index).encode(0))
             else:
-                self._send(game, event.message(0))
+                self._send(game, event.encode(0))
 
     def _send(self, game: _Game, data: bytes, *, droppable: bool = False) -> None:
         if game.conn_id not in self._games:

@@ -27,6 +27,8 @@ from pyrofling.wire import ColorProfile, VideoCodec
 log = logging.getLogger(__name__)
 
 US = Fraction(1, 1_000_000)
+#: The presets x264 and x265 know, fastest first.
+X26X_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +49,15 @@ class EncoderConfig:
     refresh_s: float = 1.0
     #: VBV buffer in frames: ~1 keeps every frame near bitrate/fps.
     vbv_frames: float = 1.0
+
+    def check(self) -> None:
+        """Raises ValueError saying what to change (before any encoder is opened)."""
+        if self.encoder in ("libx264", "libx265") and self.preset not in X26X_PRESETS:
+            raise ValueError(f"unknown preset {self.preset!r} for {self.encoder}: use one of {', '.join(X26X_PRESETS)}")
+        if not self.refresh_s > 0:
+            raise ValueError("the intra-refresh period (--refresh-s) must be more than 0 seconds")
+        if self.width % 2 or self.height % 2:
+            raise ValueError("width and height must be even for 4:2:0 video")
 
     @property
     def video_codec(self) -> VideoCodec:
@@ -86,8 +97,7 @@ class VideoEncoder:
     def __init__(self, config: EncoderConfig) -> None:
         self.config = config
         cfg = config
-        if cfg.width % 2 or cfg.height % 2:
-            raise ValueError("width and height must be even for 4:2:0 video")
+        cfg.check()
         try:
             ctx = av.CodecContext.create(cfg.encoder, "w")
         except (av.FFmpegError, ValueError) as exc:
@@ -143,17 +153,16 @@ class VideoEncoder:
                 "refs": "1",
                 "x264-params": f"vbv-maxrate={cfg.bitrate_kbits}:vbv-bufsize={vbv_kbits}:nal-hrd=none",
             }
-        ctx.open()
+        try:
+            ctx.open()
+        except av.FFmpegError as exc:
+            raise ValueError(_cannot_open(cfg, exc)) from None
         self._ctx = ctx
         self._last_pts: int | None = None
         #: Called with each picture after it was encoded, and owning it from then on (a second encoder).
         self.frame_tap: Callable[[av.VideoFrame, int], None] | None = None
         self.frames = 0
         self.errors = 0
-
-    @property
-    def codec_name(self) -> str:
-        return self.config.encoder
 
     @property
     def video_codec(self) -> VideoCodec:
@@ -251,3 +260,11 @@ class VideoEncoder:
             return [self._wrap(p, 0.0, 0.0) for p in self._ctx.encode(None)]
         except av.FFmpegError:
             return []
+
+
+def _cannot_open(cfg: EncoderConfig, exc: av.FFmpegError) -> str:
+    """Why the encoder would not start, in words (FFmpeg's own message dumps every option)."""
+    said = (exc.strerror or str(exc)).lower()
+    if "nvenc" in cfg.encoder:
+        return f"{cfg.encoder} did not start ({said}): it needs an NVIDIA GPU with its driver; use libx264 here"
+    return f"{cfg.encoder} did not start with these settings ({said}): check --preset, --ten-bit and the size"

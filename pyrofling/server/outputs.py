@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import io
 import logging
-import os
 import re
 import threading
 import time
@@ -37,7 +36,9 @@ import numpy as np
 import numpy.typing as npt
 from av.video.frame import PictureType
 
-from pyrofling.core.outputs import Backoff, KeyGate, StreamClock
+from pyrofling.core.bitstream import KeyGate, KeyInfo
+from pyrofling.core.outputs import Backoff, StreamClock
+from pyrofling.files import unwritable
 from pyrofling.server.audio import AudioChunk, EncodedAudio
 from pyrofling.server.encoder import EncodedVideo
 from pyrofling.wire import AudioCodec, VideoCodec
@@ -83,15 +84,11 @@ class OutputConfig:
             path = self.record
             if path.suffix.lower() not in (".mkv", ".mka"):
                 raise ValueError(f"--record writes Matroska: name the file .mkv (got {str(path)!r})")
-            if path.is_dir():
-                raise ValueError(f"--record {str(path)!r} is a directory: give a file name")
-            if path.exists():
+            if path.exists() and not path.is_dir():
                 raise ValueError(f"--record {str(path)!r} already exists: choose another name or delete it first")
-            parent = path.parent if str(path.parent) else Path(".")
-            if not parent.is_dir():
-                raise ValueError(f"--record: directory {str(parent)!r} does not exist")
-            if not os.access(parent, os.W_OK):
-                raise ValueError(f"--record: cannot write in {str(parent)!r}")
+            problem = unwritable(path)
+            if problem:
+                raise ValueError(f"--record {problem}")
         if self.broadcast is not None and not re.match(r"^rtmps?://[^/]+/.+", self.broadcast):
             raise ValueError(
                 "--broadcast takes an RTMP ingest URL with its stream key, e.g. rtmp://live.example.com/app/KEY "
@@ -250,7 +247,7 @@ class MediaOutput:
             self._on_pcm(item[1])
 
     def _on_video(self, packet: EncodedVideo) -> None:
-        if not self._gate.offer(packet.key_frame):
+        if not self._gate.packet(KeyInfo(idr=packet.idr, recovery_frames=0) if packet.key_frame else None):
             self.stats.skipped += 1
             return
         if self._container is None:
@@ -395,7 +392,7 @@ class Recorder(MediaOutput):
         super()._failed(exc)
         self.stats.state = "failed"
         self._close_container()  # keep what was written; nothing more goes in
-        self._gate = _ClosedGate()
+        self._gate.stop()
 
     def _finish(self) -> None:
         had = self._container is not None
@@ -405,14 +402,6 @@ class Recorder(MediaOutput):
             self.stats.state = "finished"
         elif self.stats.state != "failed":
             log.warning("recording %s: no video arrived, nothing was written", self.path)
-
-
-class _ClosedGate(KeyGate):
-    """After a failed write the recording stays closed (reopening would overwrite what it holds)."""
-
-    def offer(self, key_frame: bool) -> bool:
-        self.skipped += 1
-        return False
 
 
 class Broadcaster(MediaOutput):

@@ -9,6 +9,9 @@ this kind: the host takes their images on its heartbeat (server/capture.py).
 
 from __future__ import annotations
 
+import logging
+import os
+import stat
 import sys
 import threading
 from typing import Any, BinaryIO, Protocol
@@ -18,6 +21,8 @@ import numpy as np
 import numpy.typing as npt
 
 from pyrofling.server.scene import TestScene
+
+log = logging.getLogger(__name__)
 
 RAW_FORMATS = {"yuv420p": (3, 2), "rgb24": (3, 1)}  # bytes per pixel as a fraction (num, den)
 
@@ -66,6 +71,15 @@ class RawSource:
             self._stream.seek(0)
             data = self._stream.read(self.frame_bytes)
         if len(data) < self.frame_bytes:
+            if data:
+                log.warning(
+                    "the input ended in the middle of a frame (%d of %d bytes): are --width, --height and "
+                    "--raw-format those of the input?",
+                    len(data),
+                    self.frame_bytes,
+                )
+            elif not self.frames_read:
+                log.warning("the input ended before its first frame")
             return None
         self.frames_read += 1
         return np.frombuffer(data, dtype=np.uint8).reshape(self.shape)
@@ -122,8 +136,6 @@ def open_source(spec: str, width: int, height: int, raw_format: str = "yuv420p")
     if spec == "scene":
         return SceneSource(width, height)
     if spec == "x11" or spec.startswith("x11:"):
-        import os
-
         display = spec[4:] or os.environ.get("DISPLAY", "")
         if not display:
             raise ValueError("--source x11 needs a display: x11:DISPLAY (e.g. x11::0) or $DISPLAY set")
@@ -138,7 +150,16 @@ def open_source(spec: str, width: int, height: int, raw_format: str = "yuv420p")
             stream = open(path, "rb")  # noqa: SIM115 - owned by the source, closed by close()
         except OSError as exc:
             raise ValueError(f"cannot open source file {path!r}: {exc.strerror}") from exc
-        return RawSource(stream, width, height, raw_format, loop=True)
+        source = RawSource(stream, width, height, raw_format, loop=True)
+        size = os.fstat(stream.fileno()).st_size
+        if stat.S_ISREG(os.fstat(stream.fileno()).st_mode) and (size < source.frame_bytes or size % source.frame_bytes):
+            stream.close()
+            frames = f"{width}x{height} {raw_format} frames of {source.frame_bytes} bytes"
+            raise ValueError(
+                f"{path} holds {size} bytes, not a whole number of {frames}: "
+                "are --width, --height and --raw-format those of the file?"
+            )
+        return source
     check_source(spec)
     raise ValueError(f"source {spec!r} is not opened here: games connect to the host's capture socket")
 

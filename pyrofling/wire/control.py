@@ -1,12 +1,9 @@
-"""The PyroFling wire format: control messages and the media datagram header.
+"""PyroFling's control messages and their framing (protocol.md §2, §3).
 
 Every struct here maps 1:1 to a table in ``protocol.md``; section numbers in the
-comments point there.  Parsers check lengths before unpacking, so nothing but
-:class:`ProtocolError` (a ``ValueError``) ever escapes them.
-
-All integers are little-endian.  The control message *type word* is 8 bytes on
-the wire (protocol.md §2.2): writers always emit 8 bytes with the exact values
-the native x86-64 build sends; readers accept 4 or 8.
+comments point there.  The control message *type word* is 8 bytes on the wire
+(protocol.md §2.2): writers always emit 8 bytes with the exact values the native
+x86-64 build sends; readers accept 4 or 8.  All integers are little-endian.
 """
 
 from __future__ import annotations
@@ -14,50 +11,17 @@ from __future__ import annotations
 import enum
 import struct
 from dataclasses import dataclass
-from typing import ClassVar, Self, TypeAlias
+from typing import ClassVar, Self
 
-from pyrofling.seqnum import SEQ14_MASK
-
-# --------------------------------------------------------------------------------------------
-# Errors (one hierarchy; conventions §6)
-# --------------------------------------------------------------------------------------------
-
-
-class ProtocolError(ValueError):
-    """Peer data that does not follow protocol.md.  ``reason`` is a short counter name."""
-
-    reason: ClassVar[str] = "protocol_error"
-
-
-class TruncatedError(ProtocolError):
-    """Fewer bytes than the structure needs."""
-
-    reason = "truncated"
-
-
-class LengthError(ProtocolError):
-    """A length that is not the one the message type requires, or is out of range."""
-
-    reason = "bad_length"
-
-
-class BadMagicError(ProtocolError):
-    """A type word whose magic bits are not PyroFling's."""
-
-    reason = "bad_magic"
-
-
-class UnknownMessageError(ProtocolError):
-    """A well-formed type word with an id this side does not know."""
-
-    reason = "unknown_type"
-
-
-class FieldError(ProtocolError):
-    """A field value outside what protocol.md allows."""
-
-    reason = "bad_field"
-
+from pyrofling.wire.errors import (
+    BadMagicError,
+    Buffer,
+    FieldError,
+    LengthError,
+    TruncatedError,
+    UnknownMessageError,
+)
+from pyrofling.wire.records import Record
 
 # --------------------------------------------------------------------------------------------
 # Type word (protocol.md §2.1, §2.2)
@@ -75,9 +39,6 @@ TYPE_HIGH_WITH_PAYLOAD = 0xFFFFFFFF
 MAX_CONTROL_PAYLOAD_BYTES = 255
 #: Largest TCP control message: 8-byte type word + 255-byte payload.
 MAX_CONTROL_MESSAGE_BYTES = 8 + MAX_CONTROL_PAYLOAD_BYTES
-
-#: Anything a datagram or message may arrive as.
-Buffer: TypeAlias = bytes | bytearray | memoryview
 
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
@@ -181,30 +142,14 @@ class GamepadButton(enum.IntFlag):
     MODE = 1 << 10
 
 
-class ControlMessage:
+class ControlMessage(Record):
     """Base of every control message.  Subclasses set ``ID`` and ``PAYLOAD``."""
 
     ID: ClassVar[MessageId]
-    PAYLOAD: ClassVar[struct.Struct | None] = None
-    __match_args__: ClassVar[tuple[str, ...]] = ()  # the payload's field order; dataclass fills it in
 
     @classmethod
-    def payload_bytes(cls) -> int:
-        return cls.PAYLOAD.size if cls.PAYLOAD is not None else 0
-
-    def payload(self) -> bytes:
-        """The payload: the dataclass fields, in order, packed with ``PAYLOAD``."""
-        if self.PAYLOAD is None:
-            return b""
-        return self.PAYLOAD.pack(*(getattr(self, name) for name in self.__match_args__))
-
-    @classmethod
-    def parse_payload(cls, data: Buffer) -> Self:
-        """Build the message from exactly its payload bytes."""
-        _check_payload(cls, data)
-        if cls.PAYLOAD is None:
-            return cls()
-        return cls(*cls.PAYLOAD.unpack(data))
+    def record_name(cls) -> str:
+        return cls.ID.name
 
     @classmethod
     def parse(cls, data: Buffer) -> Self:
@@ -215,7 +160,7 @@ class ControlMessage:
         return msg
 
     def encode(self, *, type_width: int = 8) -> bytes:
-        """Type word (8 bytes by default, 4 for a 32-bit peer) followed by the payload."""
+        """The whole message: type word (8 bytes by default, 4 for a 32-bit peer), then the payload."""
         n = self.payload_bytes()
         if type_width == 8:
             head = _U64.pack(type_word_wide(self.ID, n))
@@ -227,14 +172,6 @@ class ControlMessage:
 
     def __bytes__(self) -> bytes:
         return self.encode()
-
-
-def _check_payload(cls: type[ControlMessage], data: Buffer) -> None:
-    want = cls.payload_bytes()
-    if len(data) != want:
-        raise (TruncatedError if len(data) < want else LengthError)(
-            f"{cls.ID.name} payload is {len(data)} bytes, expected {want}"
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,7 +215,7 @@ class Kick(ControlMessage):
 
     @classmethod
     def parse_payload(cls, data: Buffer) -> Self:
-        _check_payload(cls, data)
+        cls.check_length(data)
         # Unknown bits are kept: a newer peer may set them and must not be refused.
         return cls(KickFlags(_U32.unpack(data)[0]))
 
@@ -568,163 +505,3 @@ class ControlFramer:
         payload = bytes(buf[width : width + n])
         del buf[: width + n]
         return cls.parse_payload(payload) if cls else UnknownControl(message_id, payload)
-
-
-# --------------------------------------------------------------------------------------------
-# Media datagrams (protocol.md §4)
-# --------------------------------------------------------------------------------------------
-
-MEDIA_HEADER_BYTES = 24
-MEDIA_BLOCK_BYTES = 1024
-MAX_MEDIA_DATAGRAM_BYTES = MEDIA_HEADER_BYTES + MEDIA_BLOCK_BYTES
-PING_REPLY_BYTES = MEDIA_HEADER_BYTES + 8
-
-FLAG_KEY_FRAME = 1 << 0
-FLAG_STREAM_AUDIO = 1 << 1
-FLAG_FEC = 1 << 2
-FLAG_BEGIN = 1 << 3
-PACKET_SEQ_SHIFT = 4
-SUBPACKET_SEQ_SHIFT = 18
-
-_MEDIA = struct.Struct("<QIIHBBI")
-_MEDIA_PREFIX = struct.Struct("<QIIHBB")  # everything but the flag word
-
-
-def media_header_prefix(
-    pts_us: int, dts_delta_us: int, payload_size: int, num_fec_blocks: int, degree_even: int, degree_odd: int
-) -> bytes:
-    """The first 20 header bytes, shared by every datagram of one packet."""
-    return _MEDIA_PREFIX.pack(
-        pts_us & 0xFFFFFFFFFFFFFFFF, dts_delta_us, payload_size, num_fec_blocks, degree_even, degree_odd
-    )
-
-
-def media_flags(*, packet_seq: int, subpacket_seq: int, key_frame: bool, audio: bool, fec: bool, begin: bool) -> bytes:
-    """The 4-byte flag word that ends the header (protocol.md §4.1)."""
-    return _U32.pack(
-        (FLAG_KEY_FRAME if key_frame else 0)
-        | (FLAG_STREAM_AUDIO if audio else 0)
-        | (FLAG_FEC if fec else 0)
-        | (FLAG_BEGIN if begin else 0)
-        | ((packet_seq & SEQ14_MASK) << PACKET_SEQ_SHIFT)
-        | ((subpacket_seq & SEQ14_MASK) << SUBPACKET_SEQ_SHIFT)
-    )
-
-
-class StreamType(enum.IntEnum):
-    VIDEO = 0
-    AUDIO = 1
-
-
-@dataclass(frozen=True, slots=True)
-class MediaHeader:
-    """The 24-byte header in front of every server→client datagram (protocol.md §4.1)."""
-
-    pts_us: int
-    dts_delta_us: int
-    payload_size: int
-    num_fec_blocks: int
-    num_xor_blocks_even: int
-    num_xor_blocks_odd: int
-    packet_seq: int
-    subpacket_seq: int
-    key_frame: bool = False
-    stream: StreamType = StreamType.VIDEO
-    fec: bool = False
-    begin: bool = False
-
-    SIZE: ClassVar[int] = MEDIA_HEADER_BYTES
-
-    @property
-    def flags(self) -> int:
-        return int(_U32.unpack(self._flag_bytes())[0])
-
-    def _flag_bytes(self) -> bytes:
-        return media_flags(
-            packet_seq=self.packet_seq,
-            subpacket_seq=self.subpacket_seq,
-            key_frame=self.key_frame,
-            audio=self.stream == StreamType.AUDIO,
-            fec=self.fec,
-            begin=self.begin,
-        )
-
-    @property
-    def is_ping_reply(self) -> bool:
-        """KEY and AUDIO together mark a ping reply (real audio is never key)."""
-        return self.key_frame and self.stream == StreamType.AUDIO
-
-    def __bytes__(self) -> bytes:
-        prefix = media_header_prefix(
-            self.pts_us,
-            self.dts_delta_us,
-            self.payload_size,
-            self.num_fec_blocks,
-            self.num_xor_blocks_even,
-            self.num_xor_blocks_odd,
-        )
-        return prefix + self._flag_bytes()
-
-    @classmethod
-    def parse(cls, data: Buffer) -> MediaHeader:
-        if len(data) < MEDIA_HEADER_BYTES:
-            raise TruncatedError(f"media datagram of {len(data)} bytes is shorter than its header")
-        pts, dts_delta, size, nfec, even, odd, flags = _MEDIA.unpack_from(data)
-        return cls(
-            pts_us=pts,
-            dts_delta_us=dts_delta,
-            payload_size=size,
-            num_fec_blocks=nfec,
-            num_xor_blocks_even=even,
-            num_xor_blocks_odd=odd,
-            packet_seq=(flags >> PACKET_SEQ_SHIFT) & SEQ14_MASK,
-            subpacket_seq=(flags >> SUBPACKET_SEQ_SHIFT) & SEQ14_MASK,
-            key_frame=bool(flags & FLAG_KEY_FRAME),
-            stream=StreamType.AUDIO if flags & FLAG_STREAM_AUDIO else StreamType.VIDEO,
-            fec=bool(flags & FLAG_FEC),
-            begin=bool(flags & FLAG_BEGIN),
-        )
-
-
-def parse_media_datagram(data: Buffer) -> tuple[MediaHeader, memoryview]:
-    """Split a server→client datagram into its header and body (≤ 1024 bytes)."""
-    if len(data) > MAX_MEDIA_DATAGRAM_BYTES:
-        raise LengthError(f"media datagram of {len(data)} bytes exceeds {MAX_MEDIA_DATAGRAM_BYTES}")
-    header = MediaHeader.parse(data)
-    return header, memoryview(data)[MEDIA_HEADER_BYTES:]
-
-
-@dataclass(frozen=True, slots=True)
-class PingReply:
-    """Server's answer to PING: a media-format datagram with KEY|AUDIO (protocol.md §4.4)."""
-
-    seq: int
-    server_time_us: int
-
-    def __bytes__(self) -> bytes:
-        header = MediaHeader(
-            pts_us=0,
-            dts_delta_us=0,
-            payload_size=0,
-            num_fec_blocks=0,
-            num_xor_blocks_even=0,
-            num_xor_blocks_odd=0,
-            packet_seq=self.seq & SEQ14_MASK,
-            subpacket_seq=0,
-            key_frame=True,
-            stream=StreamType.AUDIO,
-        )
-        return bytes(header) + _U64.pack(self.server_time_us)
-
-    @classmethod
-    def from_datagram(cls, header: MediaHeader, body: Buffer) -> PingReply:
-        if not header.is_ping_reply:
-            raise FieldError("not a ping reply")
-        if len(body) != 8:
-            raise LengthError(f"ping reply body is {len(body)} bytes, expected 8")
-        return cls(seq=header.packet_seq, server_time_us=_U64.unpack(body)[0])
-
-    @classmethod
-    def parse(cls, data: Buffer) -> PingReply:
-        header, body = parse_media_datagram(data)
-        return cls.from_datagram(header, body)

@@ -1,6 +1,7 @@
 """The local capture protocol (protocol.md §8): messages between a game and the host.
 
-Pure: packing and parsing only, no sockets.  One message per ``SOCK_SEQPACKET``
+Pure: packing and parsing only, no sockets (the game's side is :mod:`pyrofling.capture`,
+the host's :mod:`pyrofling.server.capture`).  One message per ``SOCK_SEQPACKET``
 datagram: a 32-byte header (magic, serial, type, payload length, reserved) and a
 payload, at most 1024 bytes in all; file descriptors (one ``memfd`` per image)
 travel beside it as ``SCM_RIGHTS``.  The framing and the numbers of the messages
@@ -18,9 +19,11 @@ from __future__ import annotations
 import enum
 import struct
 from dataclasses import dataclass
-from typing import ClassVar, Self
+from typing import ClassVar
 
-from pyrofling.wire import Buffer, FieldError, GamepadState, LengthError, ProtocolError, TruncatedError
+from pyrofling.wire.control import GamepadState
+from pyrofling.wire.errors import BadMagicError, Buffer, FieldError, LengthError, TruncatedError
+from pyrofling.wire.records import Record
 
 MAGIC = 0x7538244ABD122F9F
 HEADER = struct.Struct("<QQIIQ")
@@ -30,16 +33,6 @@ MAX_FDS = 16
 EVENT = 0x8000_0000
 ONE_WAY = 0x4000_0000
 VERSION = 1
-
-
-class CaptureError(ProtocolError):
-    """A capture message that does not follow protocol.md §8."""
-
-    reason = "capture_protocol"
-
-
-class BadMagic(CaptureError):
-    reason = "bad_magic"
 
 
 class MessageType(enum.IntEnum):
@@ -110,7 +103,7 @@ def pack(serial: int, type_: int, payload: bytes = b"") -> bytes:
 
 
 def unpack(data: Buffer) -> tuple[Header, memoryview]:
-    """Split one datagram into its header and payload; CaptureError if it is not a whole message."""
+    """Split one datagram into its header and payload; ProtocolError if it is not a whole message."""
     view = memoryview(data).cast("B")
     if len(view) < HEADER.size:
         raise TruncatedError(f"capture message of {len(view)} bytes is shorter than its {HEADER.size}-byte header")
@@ -118,7 +111,7 @@ def unpack(data: Buffer) -> tuple[Header, memoryview]:
         raise LengthError(f"capture message of {len(view)} bytes exceeds {MAX_MESSAGE_BYTES}")
     magic, serial, type_, length, _reserved = HEADER.unpack_from(view)
     if magic != MAGIC:
-        raise BadMagic(f"bad capture magic {magic:#018x}")
+        raise BadMagicError(f"bad capture magic {magic:#018x}")
     if length != len(view) - HEADER.size:
         raise LengthError(f"capture header says {length} payload bytes, the datagram has {len(view) - HEADER.size}")
     return Header(serial, type_, length), view[HEADER.size :]
@@ -129,33 +122,24 @@ def unpack(data: Buffer) -> tuple[Header, memoryview]:
 # --------------------------------------------------------------------------------------------
 
 
-class Payload:
-    TYPE: ClassVar[MessageType]
-    STRUCT: ClassVar[struct.Struct]
+class CaptureMessage(Record):
+    """Base of the capture protocol's fixed-size messages.  Subclasses set ``TYPE`` and ``PAYLOAD``."""
 
-    def encode(self) -> bytes:
-        return self.STRUCT.pack(*(getattr(self, name) for name in self.__slots__))  # type: ignore[attr-defined]
+    TYPE: ClassVar[MessageType]
 
     @classmethod
-    def decode(cls, payload: Buffer) -> Self:
-        view = memoryview(payload).cast("B")
-        if len(view) != cls.STRUCT.size:
-            raise LengthError(f"{cls.TYPE.name} payload must be {cls.STRUCT.size} bytes, not {len(view)}")
-        out = cls(*cls.STRUCT.unpack(view))
-        out.check()
-        return out
+    def record_name(cls) -> str:
+        return cls.TYPE.name
 
-    def check(self) -> None:
-        """Raise FieldError for values protocol.md §8 does not allow."""
-
-    def message(self, serial: int) -> bytes:
-        return pack(serial, self.TYPE, self.encode())
+    def encode(self, serial: int) -> bytes:
+        """The whole message: the 32-byte header with ``serial``, then the payload."""
+        return pack(serial, self.TYPE, self.payload())
 
 
 @dataclass(frozen=True, slots=True)
-class ClientHello(Payload):
+class ClientHello(CaptureMessage):
     TYPE = MessageType.CLIENT_HELLO
-    STRUCT = struct.Struct("<I252s")
+    PAYLOAD = struct.Struct("<I252s")
     intent: int
     name: bytes = b""
 
@@ -164,9 +148,10 @@ class ClientHello(Payload):
         return cls(int(intent), name.encode()[:251])
 
     @classmethod
-    def decode(cls, payload: Buffer) -> ClientHello:
-        raw = super(ClientHello, cls).decode(payload)
-        return cls(raw.intent, raw.name.split(b"\0", 1)[0])
+    def parse_payload(cls, data: Buffer) -> ClientHello:
+        cls.check_length(data)
+        intent, name = cls.PAYLOAD.unpack(data)
+        return cls(intent, name.split(b"\0", 1)[0])
 
     @property
     def text_name(self) -> str:
@@ -174,9 +159,9 @@ class ClientHello(Payload):
 
 
 @dataclass(frozen=True, slots=True)
-class ServerHello(Payload):
+class ServerHello(CaptureMessage):
     TYPE = MessageType.SERVER_HELLO
-    STRUCT = struct.Struct("<IIII48x")
+    PAYLOAD = struct.Struct("<IIII48x")
     version: int
     capabilities: int
     #: The host's nominal heartbeat period in ns (games may use it before the first FrameComplete).
@@ -185,11 +170,11 @@ class ServerHello(Payload):
 
 
 @dataclass(frozen=True, slots=True)
-class ImageGroup(Payload):
+class ImageGroup(CaptureMessage):
     """``num_images`` images of ``height`` rows of ``stride`` bytes; one memfd each rides along."""
 
     TYPE = MessageType.IMAGE_GROUP
-    STRUCT = struct.Struct("<IIIIII")
+    PAYLOAD = struct.Struct("<IIIIII")
     num_images: int
     width: int
     height: int
@@ -224,11 +209,11 @@ class ImageGroup(Payload):
 
 
 @dataclass(frozen=True, slots=True)
-class PresentImage(Payload):
+class PresentImage(CaptureMessage):
     """``period`` ≥ 1: FIFO (each present a later heartbeat); 0: MAILBOX (the newest wins)."""
 
     TYPE = MessageType.PRESENT_IMAGE
-    STRUCT = struct.Struct("<QHHIQ")
+    PAYLOAD = struct.Struct("<QHHIQ")
     image_group_serial: int
     period: int
     index: int
@@ -241,29 +226,29 @@ class PresentImage(Payload):
 
 
 @dataclass(frozen=True, slots=True)
-class AcquireImage(Payload):
+class AcquireImage(CaptureMessage):
     TYPE = MessageType.ACQUIRE_IMAGE
-    STRUCT = struct.Struct("<QII")
+    PAYLOAD = struct.Struct("<QII")
     image_group_serial: int
     index: int
     semaphore_type: int = 0  # PyroFling's field; 0 = none (CPU images need no semaphore)
 
 
 @dataclass(frozen=True, slots=True)
-class RetireImage(Payload):
+class RetireImage(CaptureMessage):
     TYPE = MessageType.RETIRE_IMAGE
-    STRUCT = struct.Struct("<QII")
+    PAYLOAD = struct.Struct("<QII")
     image_group_serial: int
     index: int
     padding: int = 0
 
 
 @dataclass(frozen=True, slots=True)
-class FrameComplete(Payload):
+class FrameComplete(CaptureMessage):
     """A heartbeat completed ``presented_id``: FIFO games present again when they see it."""
 
     TYPE = MessageType.FRAME_COMPLETE
-    STRUCT = struct.Struct("<QQQQIIQ")
+    PAYLOAD = struct.Struct("<QQQQIIQ")
     image_group_serial: int
     timestamp: int  # heartbeats completed
     period_ns: int
@@ -283,11 +268,11 @@ def parse_gamepad_event(payload: Buffer) -> GamepadState:
 
 
 @dataclass(frozen=True, slots=True)
-class AudioFormat(Payload):
+class AudioFormat(CaptureMessage):
     """Audio will follow as interleaved S16LE at this rate and channel count."""
 
     TYPE = MessageType.AUDIO_FORMAT
-    STRUCT = struct.Struct("<II")
+    PAYLOAD = struct.Struct("<II")
     rate: int
     channels: int
 
@@ -301,7 +286,7 @@ def error_text(payload: Buffer) -> str:
     return bytes(payload).decode(errors="replace")
 
 
-PAYLOADS: dict[int, type[Payload]] = {
+PAYLOADS: dict[int, type[CaptureMessage]] = {
     cls.TYPE: cls
     for cls in (
         ClientHello,
@@ -314,16 +299,3 @@ PAYLOADS: dict[int, type[Payload]] = {
         AudioFormat,
     )
 }
-
-
-def default_socket_path() -> str:
-    """``$PYROFLING_CAPTURE_SOCKET``, else ``$XDG_RUNTIME_DIR/pyrofling-capture``, else one per user in /tmp."""
-    import os
-
-    explicit = os.environ.get("PYROFLING_CAPTURE_SOCKET")
-    if explicit:
-        return explicit
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isdir(runtime):
-        return os.path.join(runtime, "pyrofling-capture")
-    return f"/tmp/pyrofling-capture-{os.getuid()}"

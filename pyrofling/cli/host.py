@@ -1,0 +1,402 @@
+"""``pyrofling host``: its flags, the HostConfig they make, and running it."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import errno
+import sys
+from pathlib import Path
+
+from pyrofling.cli.gamepad import add_host_gamepad_options
+from pyrofling.cli.options import (
+    PASSWORD_ENV,
+    add_logging_options,
+    fraction,
+    given_password,
+    install_stop,
+    number,
+    output_file,
+    port_number,
+    refuse,
+    run_time,
+    setup_logging,
+    whole_number,
+)
+from pyrofling.core.frame_clock import CONTROLLERS, POLICIES
+from pyrofling.fec.planner import PLANNERS
+from pyrofling.server.audio import AudioConfig
+from pyrofling.server.encoder import X26X_PRESETS, EncoderConfig
+from pyrofling.server.host import DEFAULT_PORT, Host, HostConfig
+from pyrofling.server.outputs import OutputConfig
+from pyrofling.server.sources import check_source
+
+
+def add_host(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "host",
+        help="host a stream (the built-in test scene by default)",
+        description=(
+            "Host a low-latency stream on one port (TCP control + UDP media), wire-compatible with PyroFling. "
+            "One encode is fanned out to every viewer, each with its own FEC and pacing."
+        ),
+        epilog="Example: pyrofling host --port 9876 --width 1280 --height 720 --fps 60 --bitrate-kbits 10000",
+    )
+    p.add_argument("--port", type=port_number, default=DEFAULT_PORT, help=f"TCP and UDP port (default {DEFAULT_PORT})")
+    p.add_argument(
+        "--bind",
+        default="localhost",
+        help="address to listen on (default localhost: 127.0.0.1 and ::1, this machine only; 0.0.0.0 or :: to "
+        "open it to the network)",
+    )
+    p.add_argument(
+        "--source",
+        default="scene",
+        help="scene (built-in test scene, default); capture (games presenting through the capture socket, see "
+        "pyrofling.capture and pyrofling example-game); x11[:DISPLAY] (grab an X11 screen, e.g. x11::0); "
+        "file:PATH (raw frames, looped) or rawvideo (raw frames on stdin)",
+    )
+    p.add_argument(
+        "--raw-format", choices=("yuv420p", "rgb24"), default="yuv420p", help="pixel format of raw input frames"
+    )
+    g = p.add_argument_group("game capture (--source capture)")
+    g.add_argument(
+        "--capture-socket",
+        default=None,
+        metavar="PATH",
+        help="the Unix socket games connect to (default $XDG_RUNTIME_DIR/pyrofling-capture, or "
+        "$PYROFLING_CAPTURE_SOCKET; games read the same variable)",
+    )
+    g.add_argument(
+        "--immediate-encode",
+        action="store_true",
+        help="encode a game's frame the moment it is presented instead of on the next heartbeat "
+        "(up to a frame less latency; heartbeats still pace the game)",
+    )
+    _add_video_options(p)
+    _add_network_options(p)
+    _add_audio_options(p)
+    add_host_gamepad_options(p)
+    _add_security_options(p)
+    _add_output_options(p)
+    p.add_argument("--duration", type=run_time, default=None, help="stop after this many seconds (default: Ctrl-C)")
+    p.add_argument("--stats-json", type=output_file(), default=None, help="write host statistics here on exit")
+    p.add_argument(
+        "--stats-interval",
+        type=number(0.0, 3600.0),
+        default=0.0,
+        help="also rewrite --stats-json every this many seconds",
+    )
+    add_logging_options(p)
+    p.set_defaults(func=run_host)
+
+
+def _add_video_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("video")
+    g.add_argument("--width", type=whole_number(64, 8192, "pixels", even=True), default=1280, help="default 1280")
+    g.add_argument("--height", type=whole_number(64, 8192, "pixels", even=True), default=720, help="default 720")
+    g.add_argument("--fps", type=whole_number(1, 240, "fps"), default=60, help="frames per second (default 60)")
+    g.add_argument("--bitrate-kbits", type=whole_number(1, 10_000_000, "kbit/s"), default=10_000, help="default 10000")
+    g.add_argument(
+        "--encoder",
+        default="libx264",
+        help="libx264 (default), libx265, h264_nvenc or hevc_nvenc where an NVIDIA GPU is present",
+    )
+    g.add_argument(
+        "--preset", default="ultrafast", help=f"x264/x265 preset: {', '.join(X26X_PRESETS)} (default ultrafast)"
+    )
+    g.add_argument("--ten-bit", action="store_true", help="encode 10-bit 4:2:0")
+    g.add_argument("--encoder-threads", type=whole_number(0, 64, "threads"), default=2, help="default 2")
+    g.add_argument(
+        "--refresh-s",
+        type=number(0.0, 60.0, above_low=True),
+        default=1.0,
+        help="intra-refresh period, seconds (default 1; heals loss)",
+    )
+
+
+def _add_network_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("network")
+    g.add_argument(
+        "--fec",
+        type=fraction("FEC ratio", zero_ok=False, upper=4.0),
+        default=0.25,
+        metavar="RATIO",
+        help="repair overhead (default 0.25 = 25%%)",
+    )
+    g.add_argument("--no-fec", action="store_true", help="send no repair blocks")
+    g.add_argument(
+        "--fec-planner", choices=PLANNERS, default="tuned", help="how repair blocks are chosen (default tuned)"
+    )
+    g.add_argument(
+        "--max-rate-mbits",
+        type=number(0.0, 100_000.0, "Mbit/s"),
+        default=200.0,
+        help="pace each viewer's datagrams to this rate, Mbit/s (default 200; 0 = bursts, like the reference)",
+    )
+    g = p.add_argument_group("frame clock (steered by phase-locked viewers)")
+    g.add_argument(
+        "--phase-controller",
+        choices=CONTROLLERS,
+        default="pi",
+        help="pi: pyrofling's (locks faster, jitters less); reference: PyroFling's sign-only nudge (default pi)",
+    )
+    g.add_argument(
+        "--phase-policy",
+        choices=POLICIES,
+        default="leader",
+        help="with several phase-locked viewers: leader follows the first one (the others cannot all be locked "
+        "when their displays differ); sum adds their offsets like the reference (default leader)",
+    )
+    g.add_argument(
+        "--client-rate-multiplier",
+        type=whole_number(1, 8, "heartbeats per frame"),
+        default=1,
+        metavar="N",
+        help="run the heartbeat at fps x N and encode every N-th beat (a game at 120 Hz, a stream at 60; default 1)",
+    )
+
+
+def _add_audio_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "audio",
+        "Audio is captured in short chunks stamped with the video clock and sent as soon as each is captured.",
+    )
+    g.add_argument(
+        "--audio",
+        choices=("tone", "device", "game", "none"),
+        default=None,
+        help="tone: a 440 Hz test tone with a click every second, for timing (default with the test scene); "
+        "device: a capture device (see --audio-device); game: what the streamed game sends through the capture "
+        "socket (--source capture); none: no audio (default with other sources)",
+    )
+    g.add_argument(
+        "--audio-device",
+        default=None,
+        metavar="NAME",
+        help="capture from this device (name or index from 'python -m sounddevice', e.g. a PipeWire/Pulse "
+        "monitor or a JACK port); implies --audio device",
+    )
+    g.add_argument("--no-audio", action="store_true", help="send no audio")
+    g.add_argument(
+        "--audio-rate", type=whole_number(8000, 192_000, "Hz"), default=48_000, help="sample rate (default 48000)"
+    )
+    g.add_argument(
+        "--audio-codec",
+        choices=("raw", "opus"),
+        default="raw",
+        help="raw: S16LE PCM as PyroFling sends it (native viewers play it); opus: low-delay Opus, about a tenth "
+        "of the bandwidth and 2.5 ms more delay (default raw)",
+    )
+    g.add_argument(
+        "--audio-chunk-ms",
+        type=number(1.0, 100.0, "ms"),
+        default=5.0,
+        help="chunk (Opus frame) length in ms: shorter is lower latency, more packets (default 5: one datagram)",
+    )
+    g.add_argument("--opus-kbits", type=whole_number(6, 510, "kbit/s"), default=128, help="Opus bitrate (default 128)")
+    g.add_argument(
+        "--audio-skew-ppm",
+        type=number(-5000.0, 5000.0, "ppm"),
+        default=0.0,
+        metavar="PPM",
+        help="run the test tone's clock this many ppm fast (negative: slow), to exercise the viewer's drift control",
+    )
+
+
+def _add_security_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "security",
+        "Without a secret anyone who reaches the port can watch and take the pad, as with PyroFling: fine on a "
+        "trusted LAN. With one, viewers must prove they know it (it never crosses the network) and their "
+        "datagrams are sealed with AES-GCM; native PyroFling viewers cannot connect then.",
+    )
+    g.add_argument(
+        "--password",
+        default=None,
+        metavar="SECRET",
+        help=f"require this secret from viewers (or set ${PASSWORD_ENV}, which keeps it out of the process list)",
+    )
+    g.add_argument(
+        "--pairing-code",
+        action="store_true",
+        help="require a fresh random code, printed once at start (not logged): give it to your friends",
+    )
+    g.add_argument(
+        "--no-encrypt",
+        action="store_true",
+        help="authenticate viewers but send media in the clear (saves a little CPU; anyone on the path can watch)",
+    )
+
+
+def _add_output_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "recording and broadcasting",
+        "Both take the packets already encoded for the viewers (no second encode) and never delay them.",
+    )
+    g.add_argument(
+        "--record",
+        type=Path,
+        default=None,
+        metavar="FILE.mkv",
+        help="also record the stream, with its audio, to this Matroska file; it is finished when the host "
+        "stops (Ctrl-C, SIGTERM), and a crash loses at most the last second",
+    )
+    g.add_argument(
+        "--broadcast",
+        default=None,
+        metavar="URL",
+        help="also send the stream to an RTMP ingest (rtmp://HOST/APP/KEY or rtmps://…: nginx-rtmp, a CDN, "
+        "Twitch, YouTube…) as H.264 + AAC; reconnects on its own if the server goes away",
+    )
+    g.add_argument(
+        "--broadcast-bitrate-kbits",
+        type=whole_number(100, 200_000, "kbit/s"),
+        default=None,
+        metavar="N",
+        help="give the broadcast its own H.264 encoder at this bitrate, with a normal GOP (costs a second "
+        "encode; default: send the viewers' packets as they are)",
+    )
+    g.add_argument(
+        "--broadcast-keyint",
+        type=number(0.1, 20.0),
+        default=2.0,
+        metavar="S",
+        help="key frame interval of the broadcast's own encoder, seconds (default 2, what CDNs ask for)",
+    )
+    g.add_argument(
+        "--broadcast-audio-kbits",
+        type=whole_number(32, 512, "kbit/s"),
+        default=160,
+        metavar="N",
+        help="AAC bitrate of the broadcast (default 160)",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Flags → HostConfig
+# --------------------------------------------------------------------------------------------
+
+
+def host_config(args: argparse.Namespace) -> HostConfig:
+    """The host the flags describe; ValueError saying what to change when they do not fit together."""
+    check_source(args.source)
+    encoder = EncoderConfig(
+        encoder=args.encoder,
+        width=args.width,
+        height=args.height,
+        fps=args.fps,
+        bitrate_kbits=args.bitrate_kbits,
+        preset=args.preset,
+        ten_bit=args.ten_bit,
+        threads=args.encoder_threads,
+        refresh_s=args.refresh_s,
+    )
+    encoder.check()
+    if args.immediate_encode and args.source != "capture":
+        raise ValueError("--immediate-encode applies to games (--source capture)")
+    return HostConfig(
+        bind=args.bind,
+        port=args.port,
+        encoder=encoder,
+        source=args.source,
+        raw_format=args.raw_format,
+        fec="none" if args.no_fec else args.fec_planner,
+        fec_ratio=args.fec,
+        max_rate_mbits=args.max_rate_mbits,
+        phase_controller=args.phase_controller,
+        phase_policy=args.phase_policy,
+        client_rate_multiplier=args.client_rate_multiplier,
+        audio=_audio_config(args),
+        duration_s=args.duration,
+        stats_json=args.stats_json,
+        stats_interval_s=args.stats_interval,
+        virtual_pad=args.virtual_pad,
+        gamepad_trace=args.gamepad_trace,
+        capture_socket=args.capture_socket,
+        immediate_encode=args.immediate_encode,
+        outputs=_output_config(args),
+        password=_host_password(args),
+        encrypt=not args.no_encrypt,
+    )
+
+
+def _audio_config(args: argparse.Namespace) -> AudioConfig:
+    source = args.audio
+    if args.no_audio:
+        source = "none"
+    elif source is None:
+        source = "device" if args.audio_device else ("tone" if args.source == "scene" else "none")
+    cfg = AudioConfig(
+        source=source,
+        device=args.audio_device,
+        rate=args.audio_rate,
+        codec=args.audio_codec,
+        chunk_ms=args.audio_chunk_ms,
+        opus_kbits=args.opus_kbits,
+        skew_ppm=args.audio_skew_ppm,
+    )
+    cfg.check()
+    if source == "game" and args.source != "capture":
+        raise ValueError("--audio game takes audio from games: it needs --source capture")
+    return cfg
+
+
+def _output_config(args: argparse.Namespace) -> OutputConfig:
+    cfg = OutputConfig(
+        record=args.record,
+        broadcast=args.broadcast,
+        broadcast_bitrate_kbits=args.broadcast_bitrate_kbits,
+        broadcast_keyint_s=args.broadcast_keyint,
+        broadcast_audio_kbits=args.broadcast_audio_kbits,
+    )
+    cfg.check()
+    return cfg
+
+
+def _host_password(args: argparse.Namespace) -> str | None:
+    """The secret the host requires, from --password, $PYROFLING_PASSWORD or a new pairing code."""
+    from pyrofling.core.secure import pairing_code
+
+    password = given_password(args)
+    if args.pairing_code:
+        if password:
+            raise ValueError(f"--pairing-code makes up a secret: drop --password (and ${PASSWORD_ENV})")
+        password = pairing_code()
+        print(
+            f"pairing code: {password}\n  viewers join with: pyrofling view pyro://HOST:PORT --password {password}",
+            file=sys.stderr,
+            flush=True,
+        )
+    if args.no_encrypt and not password:
+        raise ValueError("--no-encrypt applies with a secret (--password or --pairing-code)")
+    if password is not None and len(password) < 6:
+        raise ValueError("the password is too short: use at least 6 characters, or --pairing-code")
+    return password
+
+
+def run_host(args: argparse.Namespace) -> int:
+    setup_logging(args)
+    try:
+        cfg = host_config(args)
+    except ValueError as exc:
+        return refuse("host", str(exc))
+
+    async def main() -> int:
+        host = Host(cfg)
+        install_stop(asyncio.get_running_loop(), host.stop)
+        try:
+            await host.run()
+        except (OSError, ValueError) as exc:
+            return refuse("host", _why(exc, cfg), 1)
+        return 0
+
+    return asyncio.run(main())
+
+
+def _why(exc: Exception, cfg: HostConfig) -> str:
+    """The host could not start: in one line, with what to try."""
+    if isinstance(exc, OSError) and exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
+        hint = {errno.EADDRINUSE: "; is another host running? choose another --port"}.get(exc.errno, "")
+        return f"cannot listen on {cfg.bind} port {cfg.port}: {(exc.strerror or str(exc)).lower()}{hint}"
+    return str(exc) or type(exc).__name__

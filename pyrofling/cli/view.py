@@ -1,0 +1,244 @@
+"""``pyrofling view``: its flags, the ViewerConfig they make, and watching in a window or headless."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from typing import Any
+
+from pyrofling.cli.gamepad import add_view_gamepad_options, gamepad_config
+from pyrofling.cli.options import (
+    add_logging_options,
+    add_viewer_security_options,
+    exit_now,
+    install_stop,
+    number,
+    output_file,
+    refuse,
+    run_time,
+    setup_logging,
+    viewer_password,
+)
+from pyrofling.client.audio import AUDIO_BACKENDS, AudioPlayerConfig
+from pyrofling.client.display import display_problem
+from pyrofling.client.uri import PyroUri, parse_uri
+from pyrofling.client.viewer import Viewer, ViewerConfig
+from pyrofling.core.audio_control import RATE_CONTROLLERS
+from pyrofling.core.presentation import PresentationConfig
+from pyrofling.wire import KickFlags
+
+log = logging.getLogger("pyrofling")
+
+#: Offsets and deadlines the presentation loop takes, seconds.
+OFFSET_RANGE = (-0.1, 0.1)
+DEADLINE_RANGE = (0.0, 0.1)
+
+
+def add_view(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "view",
+        help="watch a stream from a pyrofling or PyroFling host",
+        description=(
+            "Connect to a host, reassemble and decode its stream and show it in a window (or count frames with "
+            "--headless). Keys in the window: V toggles the statistics overlay, F toggles full screen, Esc quits; "
+            "the keyboard pad's keys are listed under 'gamepad'. A viewer that had a stream follows its host "
+            "through restarts; one that cannot reach the host says why and stops."
+        ),
+        epilog="Example: pyrofling view pyro://127.0.0.1:9876   (IPv6: pyro://[::1]:9876)",
+    )
+    p.add_argument("uri", help="pyro://HOST:PORT[?phase_locked=S&deadline=S] or HOST:PORT")
+    p.add_argument("--headless", action="store_true", help="decode and count frames, no window")
+    _add_presentation_options(p)
+    _add_audio_options(p)
+    add_view_gamepad_options(p)
+    add_viewer_security_options(p)
+    p.add_argument("--duration", type=run_time, default=None, help="stop after this many seconds")
+    p.add_argument("--no-reconnect", action="store_true", help="exit when the host goes away instead of reconnecting")
+    p.add_argument(
+        "--native", action="store_true", help="do not ask for pyrofling extensions (behave like a native viewer)"
+    )
+    p.add_argument(
+        "--stats-json", type=output_file(), default=None, help="write counters and latency samples here on exit"
+    )
+    p.add_argument(
+        "--stats-interval", type=number(0.0, 3600.0), default=0.0, help="also rewrite --stats-json this often, s"
+    )
+    p.add_argument(
+        "--screenshot", type=output_file(".png"), default=None, help="window mode: save the window to this PNG on exit"
+    )
+    add_logging_options(p)
+    p.set_defaults(func=run_view)
+
+
+def _add_presentation_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "presentation",
+        "Phase lock steers the host's frame clock so pictures finish decoding just as this display refreshes: "
+        "smooth pacing at low latency. Recommended: --phase-locked 0 --deadline 0.008 "
+        "(or pyro://HOST:PORT?phase_locked=0.0&deadline=0.008). These flags override the URI.",
+    )
+    g.add_argument(
+        "--phase-locked",
+        type=number(*OFFSET_RANGE),
+        default=None,
+        metavar="OFFSET",
+        help="lock to this display; pictures should be done OFFSET seconds after each refresh (default: off)",
+    )
+    g.add_argument(
+        "--deadline",
+        type=number(*DEADLINE_RANGE),
+        default=None,
+        metavar="SECONDS",
+        help="wait at most this long after a refresh for the next picture, else repeat the last (default 0: off)",
+    )
+    g.add_argument(
+        "--refresh-hz",
+        type=number(1.0, 1000.0, "Hz"),
+        default=None,
+        help="run a software display clock at this rate, e.g. 59.94 (default: the display's, else the stream's)",
+    )
+    g.add_argument(
+        "--refresh-skew-ppm",
+        type=number(-50_000.0, 50_000.0, "ppm"),
+        default=0.0,
+        metavar="PPM",
+        help="run the display clock this many ppm slow (negative: fast), to see the lock at work",
+    )
+
+
+def _add_audio_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "audio",
+        "Audio is held at a small buffer target by playing it a fraction of a percent faster or slower "
+        "(inaudible), so the host's and this machine's clocks never drift apart and nothing pops.",
+    )
+    g.add_argument("--no-audio", action="store_true", help="do not ask for audio")
+    g.add_argument(
+        "--audio-target-ms",
+        type=number(5.0, 500.0, "ms"),
+        default=30.0,
+        help="audio held ahead of the speaker, device latency included (default 30): lower is less delay, "
+        "higher survives more network jitter",
+    )
+    g.add_argument(
+        "--audio-device", default=None, metavar="NAME", help="output device (name or index; default: the default)"
+    )
+    g.add_argument(
+        "--audio-backend",
+        choices=AUDIO_BACKENDS,
+        default="sounddevice",
+        help="sounddevice (default) or pyaudio where it is installed",
+    )
+    g.add_argument(
+        "--audio-controller",
+        choices=RATE_CONTROLLERS,
+        default="drift",
+        help="drift: pyrofling's (learns the clock skew, holds the target with little rate wobble); "
+        "reference: PyroFling's proportional rule (default drift)",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Flags → ViewerConfig
+# --------------------------------------------------------------------------------------------
+
+
+def presentation_config(args: argparse.Namespace, uri: PyroUri) -> PresentationConfig:
+    """The flags win over the URI's ``phase_locked`` and ``deadline``; both are checked here."""
+    offset = args.phase_locked if args.phase_locked is not None else uri.phase_locked
+    deadline = args.deadline if args.deadline is not None else uri.deadline_s
+    if offset is not None and not OFFSET_RANGE[0] <= offset <= OFFSET_RANGE[1]:
+        raise ValueError(f"phase_locked={offset:g} is out of range: an offset in seconds, -0.1..0.1 (e.g. 0.0)")
+    if deadline is not None and not DEADLINE_RANGE[0] <= deadline <= DEADLINE_RANGE[1]:
+        raise ValueError(f"deadline={deadline:g} is out of range: seconds, 0..0.1 (e.g. 0.008)")
+    return PresentationConfig(
+        phase_locked=offset is not None, offset_s=offset or 0.0, deadline_s=max(0.0, deadline or 0.0)
+    )
+
+
+def viewer_config(args: argparse.Namespace) -> ViewerConfig:
+    uri = parse_uri(args.uri)
+    audio = None
+    if not args.no_audio:
+        audio = AudioPlayerConfig(
+            target_s=args.audio_target_ms / 1000,
+            controller=args.audio_controller,
+            backend=args.audio_backend,
+            device=args.audio_device,
+        )
+    gamepad = gamepad_config(args)
+    flags = KickFlags.VIDEO
+    if audio is not None:
+        flags |= KickFlags.AUDIO
+    if gamepad is not None:
+        flags |= KickFlags.GAMEPAD
+    return ViewerConfig(
+        flags=flags,
+        audio=audio,
+        gamepad=gamepad,
+        presentation=presentation_config(args, uri),
+        refresh_hz=args.refresh_hz,
+        refresh_skew_ppm=args.refresh_skew_ppm,
+        host=uri.host,
+        port=uri.port,
+        extensions=not args.native,
+        password=viewer_password(args),
+        require_auth=args.require_auth,
+        duration_s=args.duration,
+        reconnect=not args.no_reconnect,
+        stats_json=args.stats_json,
+        stats_interval_s=args.stats_interval,
+        marker_log=args.marker_log,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Running
+# --------------------------------------------------------------------------------------------
+
+
+def run_view(args: argparse.Namespace) -> int:
+    setup_logging(args)
+    try:
+        cfg = viewer_config(args)
+    except ValueError as exc:
+        return refuse("view", str(exc))
+    if args.headless:
+        viewer, _summary = asyncio.run(_headless(cfg))
+    else:
+        problem = display_problem()
+        if problem:
+            return refuse("view", f"{problem}; use --headless to watch without a window")
+        from pyrofling.client.window import watch_in_window  # pyglet: only once a display is known to work
+
+        viewer = watch_in_window(cfg, screenshot=args.screenshot)
+    return finish(viewer, "view")
+
+
+async def _headless(cfg: ViewerConfig) -> tuple[Viewer, dict[str, Any]]:
+    viewer = Viewer(cfg)
+    install_stop(asyncio.get_running_loop(), viewer.stop)
+    return viewer, await viewer.run()
+
+
+def finish(viewer: Viewer, command: str) -> int:
+    """After the viewer stopped: a summary line, or why it never streamed; the exit status."""
+    status = 0
+    if viewer.streamed:
+        s = viewer.summary(audio=False)
+        log.info(
+            "shown %d frames (%d concealed), %d packets lost after FEC, longest freeze %.0f ms, %d reconnects",
+            s["frames_shown"],
+            s["frames_concealed"],
+            s["packets_lost_video"],
+            s["max_freeze_ms"],
+            s["reconnects"],
+        )
+        if viewer.failure:
+            log.warning("stopped: %s", viewer.failure)
+    else:
+        status = refuse(command, viewer.failure or "stopped before the stream started", 1)
+    if viewer.audio is not None and viewer.audio.close_stuck:
+        exit_now(status)  # PortAudio's exit handler would wait for the stuck device forever
+    return status

@@ -1,0 +1,199 @@
+"""The viewer's decode thread: complete video packets in, pictures for the presenter out.
+
+The network thread queues each :class:`~pyrofling.core.viewer_connection.DecodeVideo`
+(bounded; :meth:`VideoPipeline.offer` never blocks).  This thread decodes it with
+PyAV, reads the test scene's frame marker (capture time, for latency), asks
+:class:`~pyrofling.core.viewer_connection.Concealment` whether the picture is
+shown, lets the display prepare it and hands it to the
+:class:`~pyrofling.client.presenter.Presenter`.  A packet the decoder refuses is
+reported back to the network thread, which asks for a key frame.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import statistics
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import av
+import numpy as np
+
+from pyrofling.client.codecs import DecodeError, VideoDecoder
+from pyrofling.client.presenter import Display, Picture, Presenter
+from pyrofling.core import frame_marker
+from pyrofling.core.clock_sync import ClockSync
+from pyrofling.core.samples import recent_samples, tail
+from pyrofling.core.viewer_connection import Concealment, DecodeVideo
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _Item:
+    packet: DecodeVideo
+    clock: ClockSync  # the connection's: maps the capture time in the picture to ours
+    connection: int  # which connection (the viewer's count) it came on
+    connect_s: float
+
+
+@dataclass(slots=True)
+class VideoStats:
+    """What the decode thread counts; read by others under :attr:`VideoPipeline.lock`."""
+
+    frames_decoded: int = 0
+    frames_shown: int = 0  # pictures handed to the presenter: whole ones, and concealed ones (below)
+    frames_hidden: int = 0  # decoded but not whole (after loss, before the key frame), and not shown
+    frames_concealed: int = 0  # not whole, but shown: the picture had been still for a while
+    decode_errors: int = 0
+    markers_read: int = 0
+    decode_queue_max: int = 0
+    decode_ms: deque[float] = field(default_factory=recent_samples)
+    latency_ms: deque[float] = field(default_factory=recent_samples)  # capture → decoded
+    network_ms: deque[float] = field(default_factory=recent_samples)  # capture → packet complete
+    connect_to_first_frame_ms: deque[float] = field(default_factory=recent_samples)
+
+
+class VideoPipeline:
+    """Runs the decode thread: :meth:`start`, :meth:`offer` per packet, :meth:`close` at the end."""
+
+    def __init__(
+        self,
+        presenter: Presenter,
+        display: Display,
+        *,
+        on_decode_error: Callable[[], None],
+        conceal_after_s: float | None = 0.1,
+        decode_threads: int = 2,
+        max_queue: int = 8,
+        marker_log: Path | None = None,
+    ) -> None:
+        self.presenter = presenter
+        self.display = display
+        self.stats = VideoStats()
+        self.concealment = Concealment(conceal_after_s)
+        self.lock = threading.Lock()
+        self._on_decode_error = on_decode_error
+        self._decode_threads = decode_threads
+        self._marker_log_path = marker_log
+        self._queue: queue.Queue[_Item | None] = queue.Queue(maxsize=max_queue)
+        self._thread = threading.Thread(target=self._run, name="pyrofling-decode", daemon=True)
+        self._first_picture_of: int | None = None  # the connection whose first picture was shown
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def offer(self, packet: DecodeVideo, clock: ClockSync, connection: int, connect_s: float) -> bool:
+        """Queue a packet for the decoder; False when the queue is full (the decoder is falling behind)."""
+        try:
+            self._queue.put_nowait(_Item(packet, clock, connection, connect_s))
+        except queue.Full:
+            return False
+        with self.lock:
+            self.stats.decode_queue_max = max(self.stats.decode_queue_max, self._queue.qsize())
+        return True
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop the thread once what is queued is decoded (or after ``timeout_s``)."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join(timeout_s)
+
+    def summary(self) -> dict[str, Any]:
+        """Counters and medians, in the viewer's statistics' names."""
+        with self.lock:
+            st = self.stats
+            out: dict[str, Any] = {k: getattr(st, k) for k in st.__dataclass_fields__ if not k.endswith("_ms")}
+            for name in ("decode_ms", "latency_ms", "network_ms", "connect_to_first_frame_ms"):
+                values = list(getattr(st, name))
+                out[f"{name}_median"] = statistics.median(values) if values else None
+                out[f"{name}_p95"] = float(np.percentile(values, 95)) if values else None
+            out["latency_ms_samples"] = tail(st.latency_ms, 2000)
+            out["connect_to_first_frame_ms"] = list(st.connect_to_first_frame_ms)
+            out["max_freeze_ms"] = self.concealment.max_still_s * 1000
+            out["freezes_over_250ms"] = self.concealment.freezes
+        return out
+
+    # -- the decode thread -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        marker_log = self._marker_log_path.open("w") if self._marker_log_path is not None else None
+        decoder: VideoDecoder | None = None
+        layout: frame_marker.MarkerLayout | None = None
+        try:
+            while (item := self._queue.get()) is not None:
+                packet = item.packet
+                if decoder is None or decoder.codec != packet.codec:
+                    decoder = VideoDecoder(packet.codec, threads=self._decode_threads)
+                t0 = time.perf_counter()
+                try:
+                    frames = decoder.decode(packet.data, packet.pts_us)
+                except DecodeError as exc:
+                    with self.lock:
+                        self.stats.decode_errors += 1
+                    log.debug("decode error: %s", exc)
+                    self._on_decode_error()
+                    continue
+                decode_ms = (time.perf_counter() - t0) * 1000
+                for frame in frames:
+                    if layout is None or layout.per_row * layout.block > frame.width:
+                        layout = frame_marker.layout_for(frame.width)
+                    self._picture(frame, item, layout, decode_ms, marker_log)
+        finally:
+            if marker_log is not None:
+                marker_log.close()
+
+    def _picture(
+        self,
+        frame: av.VideoFrame,
+        item: _Item,
+        layout: frame_marker.MarkerLayout | None,
+        decode_ms: float,
+        marker_log: TextIO | None,
+    ) -> None:
+        decoded = time.monotonic()
+        packet = item.packet
+        stamp = None
+        if layout is not None:
+            plane = frame.planes[0]
+            luma = np.frombuffer(memoryview(plane), np.uint8).reshape(frame.height, plane.line_size)
+            stamp = frame_marker.read(luma, layout)
+        capture_s = None
+        if stamp is not None:
+            capture_s = item.clock.to_local(frame_marker.unwrap_capture_us(stamp.capture_us, packet.pts_us))
+        with self.lock:
+            show = self.concealment.show(whole=packet.whole, connection=item.connection, now=decoded)
+            st = self.stats
+            st.frames_decoded += 1
+            st.decode_ms.append(decode_ms)
+            st.markers_read += stamp is not None
+            if not packet.whole:
+                if show:
+                    st.frames_concealed += 1
+                else:
+                    st.frames_hidden += 1
+        if marker_log is not None and stamp is not None:
+            record = {"t": decoded, "id": stamp.frame_id, "capture": capture_s, "whole": packet.whole}
+            marker_log.write(json.dumps(record) + "\n")
+        if not show:
+            return
+        prepared = self.display.prepare(frame)
+        done = time.monotonic()  # decoded and ready to show: what the phase loop measures
+        with self.lock:
+            st.frames_shown += 1
+            if capture_s is not None:
+                st.latency_ms.append((decoded - capture_s) * 1000)
+                st.network_ms.append((packet.complete_s - capture_s) * 1000)
+            if item.connection != self._first_picture_of:
+                self._first_picture_of = item.connection
+                st.connect_to_first_frame_ms.append((done - item.connect_s) * 1000)
+            self.concealment.shown(done)
+        frame_id = stamp.frame_id if stamp is not None else None
+        self.presenter.submit(Picture(prepared, packet.pts_us, done, capture_s, frame_id))

@@ -1,0 +1,300 @@
+"""The viewer's side of one connection to a host: control, media, and what the decoder gets (protocol.md §3–§7).
+
+Pure, and shaped like :class:`~pyrofling.core.host_session.HostSessions`.  The
+viewer's shell opens the TCP connection and a UDP socket, then hands over what
+arrives with the time it read it — :meth:`ViewerConnection.start` once,
+:meth:`ViewerConnection.control_received` for each framed control message,
+:meth:`ViewerConnection.datagram_received` for each datagram — calls
+:meth:`ViewerConnection.handle_timer` when :meth:`ViewerConnection.next_timer`
+comes due, and performs the returned outputs in order: bytes to write or send
+(:class:`ControlToHost`, :class:`DatagramToHost`), packets to decode or play
+(:class:`DecodeVideo`, :class:`PlayAudio`, :class:`AudioLost`) and the
+connection's fate (:class:`Streaming`, :class:`SessionFailed`, :class:`StreamStalled`).
+
+It joins the control session (:class:`~pyrofling.core.viewer_session.ViewerSession`:
+handshake, keep-alive, pings, key-frame requests) with the reassembler
+(:class:`~pyrofling.core.reassembler.Reassembler`: datagrams → packets, FEC) and
+the session's key gate, and decides: no video reaches the decoder before the
+first key frame, a picture is marked whole or not, any lost video packet asks
+for a key frame.
+
+:class:`Reconnect` decides whether the viewer tries again after a connection
+ends, and :class:`Concealment`, on the decode thread, which decoded pictures are
+shown.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pyrofling.core.bitstream import key_info
+from pyrofling.core.clock_sync import ClockSync
+from pyrofling.core.reassembler import (
+    PacketReady,
+    PacketsLost,
+    PingReplyReceived,
+    Reassembler,
+    ReassemblerConfig,
+    ReassemblyEvent,
+)
+from pyrofling.core.viewer_session import (
+    ControlToHost,
+    DatagramToHost,
+    Phase,
+    SessionFailed,
+    Streaming,
+    StreamStalled,
+    ViewerOutput,
+    ViewerSession,
+    ViewerSessionConfig,
+)
+from pyrofling.wire import CodecParameters, ControlMessage, StreamType, UnknownControl, VideoCodec
+
+__all__ = [
+    "AudioLost",
+    "Concealment",
+    "ControlToHost",
+    "DatagramToHost",
+    "DecodeVideo",
+    "PlayAudio",
+    "Reconnect",
+    "SessionFailed",
+    "StreamStalled",
+    "Streaming",
+    "ViewerConnection",
+    "ViewerOutput",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeVideo(ViewerOutput):
+    """A complete video packet for the decoder, in sequence order."""
+
+    data: bytes
+    pts_us: int
+    #: Its picture is whole (no loss since the last key frame healed the stream); else show it only to conceal.
+    whole: bool
+    complete_s: float
+    codec: VideoCodec
+
+
+@dataclass(frozen=True, slots=True)
+class PlayAudio(ViewerOutput):
+    """A complete audio packet, in sequence order; its pts is on the host's clock (map it with ``clock``)."""
+
+    data: bytes
+    pts_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class AudioLost(ViewerOutput):
+    """``count`` audio packets will never arrive: conceal them."""
+
+    count: int
+
+
+class ViewerConnection:
+    """One connection to a host, from the first HELLO to its end (see the module docstring for the contract)."""
+
+    def __init__(
+        self,
+        config: ViewerSessionConfig | None = None,
+        *,
+        reassembler: ReassemblerConfig | None = None,
+        random_bytes: Callable[[int], bytes] = secrets.token_bytes,
+    ) -> None:
+        self.reassembler = Reassembler(reassembler)
+        self.session = ViewerSession(self.reassembler.counters, config, random_bytes=random_bytes)
+        #: Datagrams that opened (sealed sessions) and reached the reassembler, and their bytes.
+        self.datagrams = 0
+        self.bytes_received = 0
+        self.packets_video = 0
+        self.packets_audio = 0
+        #: Video packets that never completed (what FEC could not repair).
+        self.packets_lost_video = 0
+        #: Packets the shell could not queue for its decoder (the decoder is falling behind).
+        self.decode_queue_overflows = 0
+
+    # -- what the shell reads --------------------------------------------------------------------
+
+    @property
+    def clock(self) -> ClockSync:
+        """The host's clock on ours (pings); the audio player and the decode thread map timestamps with it."""
+        return self.session.clock
+
+    @property
+    def streaming(self) -> bool:
+        return self.session.phase is Phase.STREAMING
+
+    @property
+    def codec_parameters(self) -> CodecParameters | None:
+        return self.session.codec_parameters
+
+    def counters(self) -> Counter[str]:
+        """Per-connection totals, by name, for the viewer's statistics (the shell adds up its connections)."""
+        return Counter(
+            datagrams=self.datagrams,
+            bytes_received=self.bytes_received,
+            packets_video=self.packets_video,
+            packets_audio=self.packets_audio,
+            packets_lost_video=self.packets_lost_video,
+            packets_recovered=self.reassembler.counters.fec_recovered,
+            keyframe_requests=self.session.keyframe_requests,
+            decode_queue_overflows=self.decode_queue_overflows,
+        )
+
+    def discarded(self) -> Counter[str]:
+        """Datagrams dropped, by reason: malformed or late (the reassembler), refused unopened (the session)."""
+        return self.reassembler.discarded + self.session.refused
+
+    # -- inputs --------------------------------------------------------------------------------
+
+    def start(self, now: float) -> list[ViewerOutput]:
+        """The TCP connection is open: say HELLO (and ask for pyrofling's extensions)."""
+        return self.session.start(now)
+
+    def control_received(self, msg: ControlMessage | UnknownControl, now: float) -> list[ViewerOutput]:
+        out = self.session.control(msg, now)
+        for o in out:
+            if isinstance(o, Streaming):
+                p = o.codec_parameters
+                self.reassembler.expect_picture(p.width, p.height)
+        return out
+
+    def datagram_received(self, data: bytes, now: float) -> list[ViewerOutput]:
+        """A datagram from the host, as it came off the wire.  Never raises on peer data."""
+        opened = self.session.open_datagram(data)
+        if opened is None:
+            return []  # forged, replayed or plaintext on a sealed session: counted by the session
+        self.datagrams += 1
+        self.bytes_received += len(opened)
+        self.session.datagram_received(now)
+        return self._media(self.reassembler.receive(opened, now), now)
+
+    def phase_offset(self, offset_us: int) -> list[ViewerOutput]:
+        """The presentation loop's phase error, for the host's frame clock (protocol.md §7.4)."""
+        return self.session.phase_offset(offset_us)
+
+    def decode_failed(self, now: float) -> list[ViewerOutput]:
+        """The decoder rejected a packet: pictures are broken until a key frame."""
+        return self.session.video_lost(now)
+
+    def decode_queue_full(self, now: float) -> list[ViewerOutput]:
+        """The shell had to drop a :class:`DecodeVideo`: as good as lost."""
+        self.decode_queue_overflows += 1
+        return self.session.video_lost(now)
+
+    def gamepad_state(self, message: bytes) -> DatagramToHost:
+        """A GAMEPAD_STATE datagram as it goes on the wire (sealed on an encrypted session)."""
+        return DatagramToHost(self.session.udp(message))
+
+    # -- timers --------------------------------------------------------------------------------
+
+    def next_timer(self) -> float | None:
+        times = [t for t in (self.session.next_timer(), self.reassembler.next_timer()) if t is not None]
+        return min(times) if times else None
+
+    def handle_timer(self, now: float) -> list[ViewerOutput]:
+        return self.session.handle_timer(now) + self._media(self.reassembler.handle_timer(now), now)
+
+    # -- media ---------------------------------------------------------------------------------
+
+    def _media(self, events: list[ReassemblyEvent], now: float) -> list[ViewerOutput]:
+        out: list[ViewerOutput] = []
+        session = self.session
+        for ev in events:
+            if isinstance(ev, PacketReady):
+                if ev.stream != StreamType.VIDEO:
+                    self.packets_audio += 1
+                    out.append(PlayAudio(ev.data, ev.pts_us))
+                    continue
+                self.packets_video += 1
+                params = session.codec_parameters
+                codec = VideoCodec(params.video_codec) if params is not None else VideoCodec.H264
+                key = key_info(ev.data, codec) if ev.key_frame else None
+                whole, outputs = session.video_packet(key, ev.complete_s)
+                out += outputs
+                if session.gate.key_frames == 0:
+                    continue  # nothing decodes before the first key frame
+                out.append(DecodeVideo(ev.data, ev.pts_us, whole, ev.complete_s, codec))
+            elif isinstance(ev, PacketsLost):
+                if ev.stream == StreamType.AUDIO:
+                    out.append(AudioLost(ev.count))
+                else:
+                    self.packets_lost_video += ev.count
+                    out += session.video_lost(now)
+            elif isinstance(ev, PingReplyReceived):
+                session.ping_reply(ev.seq, ev.server_time_us, ev.received_s)
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# Around the connection: trying again, and what is shown
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Reconnect:
+    """Whether, and how soon, the viewer connects again after a connection ended.
+
+    A viewer that never got a stream does not retry: a wrong address or a host
+    that is not running is said once, not hidden behind endless "reconnects".
+    One that once streamed follows its host through restarts: at once after a
+    connection that streamed, then backing off to ``max_s`` while the host is away.
+    """
+
+    enabled: bool = True
+    initial_s: float = 0.25
+    max_s: float = 2.0
+    delay_s: float = 0.25
+    ever_streamed: bool = False
+
+    def after(self, *, streamed: bool, auth_failed: bool) -> float | None:
+        """A connection ended; seconds until the next attempt, or None to stop."""
+        self.ever_streamed |= streamed
+        if not self.enabled or auth_failed or not self.ever_streamed:
+            return None  # a wrong password fails the same way again (and gets the address blocked)
+        self.delay_s = self.initial_s if streamed else min(self.max_s, self.delay_s * 2)
+        return self.delay_s
+
+
+@dataclass(slots=True)
+class Concealment:
+    """Which decoded pictures are shown, and how long the picture stood still (the decode thread's).
+
+    Whole pictures always are.  After a loss, damaged ones wait for the key frame
+    that repairs them, unless the picture has already been still for
+    ``conceal_after_s``: then they are shown (the freeze is bounded in time rather
+    than by the next key frame, and intra refresh heals what they lack).  Never
+    before a connection's first whole picture: there is nothing to conceal yet.
+    """
+
+    conceal_after_s: float | None = 0.1
+    #: A still picture longer than this counts as a freeze.
+    freeze_s: float = 0.25
+    last_shown_s: float | None = None
+    max_still_s: float = 0.0
+    freezes: int = 0
+    _whole_since: int | None = None  # the connection whose first whole picture has been shown
+
+    def show(self, *, whole: bool, connection: int, now: float) -> bool:
+        """Whether to show a decoded picture of connection number ``connection``."""
+        if whole:
+            self._whole_since = connection
+            return True
+        limit = self.conceal_after_s
+        if limit is None or self.last_shown_s is None or self._whole_since != connection:
+            return False
+        return now - self.last_shown_s >= limit
+
+    def shown(self, now: float) -> None:
+        """A picture went to the presenter at ``now``."""
+        if self.last_shown_s is not None:
+            still = now - self.last_shown_s
+            self.max_still_s = max(self.max_still_s, still)
+            if still > self.freeze_s:
+                self.freezes += 1
+        self.last_shown_s = now

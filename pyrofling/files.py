@@ -1,0 +1,31 @@
+"""Files the commands write: statistics that readers can poll, and checking a path before the work starts."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def write_stats(path: Path, stats: dict[str, Any]) -> None:
+    """Write ``stats`` as JSON beside ``path`` and rename it into place: readers never see half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(stats, indent=2))
+    tmp.replace(path)
+
+
+def unwritable(path: Path) -> str | None:
+    """Why ``path`` cannot be written, or None.  Creates (and removes) a file beside it to be sure:
+    permission bits say nothing to root, and nothing about read-only or special file systems."""
+    if path.is_dir():
+        return f"{path} is a directory: give a file name"
+    parent = path.parent
+    if not parent.is_dir():
+        return f"{path}: the directory {parent} does not exist (create it first)"
+    try:
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=".pyrofling-check-"):
+            pass
+    except OSError as exc:
+        return f"{path}: cannot write in {parent} ({exc.strerror or exc})"
+    return None

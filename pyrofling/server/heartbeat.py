@@ -1,0 +1,203 @@
+"""The host's heartbeat: the frame clock ticked on time, and a frame encoded when the schedule says so.
+
+A thread sleeps precisely until each tick of the
+:class:`~pyrofling.core.frame_clock.FrameClock` (asyncio's timers are only good
+to a millisecond) and hands it to the event loop.  There the
+:class:`~pyrofling.core.encode_schedule.EncodeSchedule` decides whether this
+tick (or, with ``--immediate-encode``, a game's present) starts an encode; the
+encode thread renders or takes the picture, converts and encodes it, and the
+packets go back to the loop through ``on_packets``.  A source that ends stops
+the host through ``on_source_end``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import av
+
+from pyrofling.core.encode_schedule import EncodeSchedule
+from pyrofling.core.frame_clock import FrameClock
+from pyrofling.core.keyframes import KeyframePolicy
+from pyrofling.server.capture import CapturedFrame, CaptureServer
+from pyrofling.server.encoder import EncodedVideo, VideoEncoder
+from pyrofling.server.sources import VideoSource, placeholder_frame
+from pyrofling.server.stats import HostStats
+
+log = logging.getLogger(__name__)
+
+
+class Heartbeat:
+    """Runs the frame clock and the encoder.  :meth:`start` on the loop, :meth:`stop` to end."""
+
+    def __init__(
+        self,
+        *,
+        clock: FrameClock,
+        schedule: EncodeSchedule,
+        keyframes: KeyframePolicy,
+        encoder: VideoEncoder,
+        executor: ThreadPoolExecutor,
+        stats: HostStats,
+        source: VideoSource | None,
+        on_packets: Callable[[list[EncodedVideo]], None],
+        on_source_end: Callable[[], None],
+    ) -> None:
+        self.clock = clock
+        self.schedule = schedule
+        self.keyframes = keyframes
+        self.encoder = encoder
+        self.stats = stats
+        self.source = source
+        #: Games presenting through the capture socket (set once it is open; None with other sources).
+        self.capture: CaptureServer | None = None
+        self._executor = executor
+        self._on_packets = on_packets
+        self._on_source_end = on_source_end
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._next_tick_s = clock.next_timer()  # read by the heartbeat thread
+        self._tick_handled = threading.Event()
+        self._halt = threading.Event()
+        self._frame_index = 0
+        self._encoding: asyncio.Future[None] | None = None  # the encode in progress, held so it is not collected
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.clock.next_tick_s = self._next_tick_s = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="pyrofling-heartbeat", daemon=True)
+        self._thread.start()
+
+    async def stop(self) -> None:
+        """No more ticks or encodes; returns once the heartbeat thread has ended."""
+        self._halt.set()
+        self._tick_handled.set()
+        if self._thread is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 2.0)
+
+    # -- the heartbeat thread ------------------------------------------------------------------
+
+    def _run(self) -> None:
+        """Sleep until the next tick, hand it to the loop, wait until it is handled."""
+        loop = self._loop
+        assert loop is not None
+        while not self._halt.is_set():
+            delay = self._next_tick_s - time.monotonic()
+            if delay > 0 and self._halt.wait(min(delay, 0.5)):
+                return
+            woke = time.monotonic()
+            if woke < self._next_tick_s:
+                continue  # woke early (or the loop moved the tick): sleep again
+            self._tick_handled.clear()
+            try:
+                loop.call_soon_threadsafe(self._on_tick, woke)
+            except RuntimeError:
+                return  # the loop is closed
+            self._tick_handled.wait(1.0)
+
+    # -- the event loop ------------------------------------------------------------------------
+
+    def _on_tick(self, woke: float) -> None:
+        """Advance the frame clock, then encode if the schedule says so."""
+        try:
+            tick = self.clock.handle_timer(woke)
+            self._next_tick_s = self.clock.next_timer()
+        finally:
+            self._tick_handled.set()
+        if tick is None:
+            return
+        capture = self.capture
+        if capture is not None:
+            capture.beat(woke, self._next_tick_s)
+        missed = tick.missed // self.clock.multiplier
+        if not tick.encode or self._halt.is_set():
+            self.schedule.skipped += missed
+            return
+        new_image = capture.has_new() if capture is not None else True
+        if self.schedule.heartbeat(woke, new_image=new_image, missed_frames=missed):
+            self._encode(woke, capture.take() if capture is not None else None)
+
+    def presented(self) -> None:
+        """The streamed game presented (or an encode finished): with --immediate-encode, encode it now."""
+        capture = self.capture
+        if capture is None or self._halt.is_set():
+            return
+        now = time.monotonic()
+        if self.schedule.presented(now, new_image=capture.has_new()):
+            captured = capture.take()
+            if captured is not None:
+                self._encode(now, captured)
+
+    def _encode(self, now: float, captured: CapturedFrame | None) -> None:
+        self.schedule.started(now)
+        self._encoding = asyncio.ensure_future(self._encode_and_send(now, captured))
+
+    async def _encode_and_send(self, woke: float, captured: CapturedFrame | None) -> None:
+        loop = asyncio.get_running_loop()
+        index = self._frame_index
+        capture_us = int(woke * 1_000_000)
+        force = self.keyframes.should_force(woke)
+        packets: list[EncodedVideo] | None
+        try:
+            if self.source is None:
+                packets = await loop.run_in_executor(
+                    self._executor, self._encode_captured, loop, captured, capture_us, force
+                )
+            else:
+                packets = await loop.run_in_executor(
+                    self._executor, self._render_and_encode, self.source, index, capture_us, force
+                )
+        except Exception:
+            # One bad frame must not end the stream; the next frame is an IDR.
+            self.stats.encode_errors += 1
+            self.keyframes.loss_reported()
+            log.exception("encoding frame %d failed", index)
+            packets = []
+        finally:
+            self.schedule.finished()
+        if packets is None:
+            log.info("source ended after %d frames", index)
+            self._on_source_end()
+            return
+        self._frame_index += 1
+        self._on_packets(packets)
+        self.presented()  # a present that came while this frame encoded
+
+    # -- the encode thread ---------------------------------------------------------------------
+
+    def _render_and_encode(
+        self, source: VideoSource, index: int, capture_us: int, force: bool
+    ) -> list[EncodedVideo] | None:
+        t0 = time.perf_counter()
+        array = source.read(index, capture_us)
+        if array is None:
+            return None
+        self.stats.render_ms.append((time.perf_counter() - t0) * 1000)
+        encoder = self.encoder
+        if isinstance(array, av.VideoFrame):
+            return encoder.encode_frame(array, capture_us, force_keyframe=force)
+        return encoder.encode_array(array, capture_us, pixel_format=source.pixel_format, force_keyframe=force)
+
+    def _encode_captured(
+        self, loop: asyncio.AbstractEventLoop, captured: CapturedFrame | None, capture_us: int, force: bool
+    ) -> list[EncodedVideo]:
+        """A game's shared image (given back to the game once converted), or the placeholder."""
+        encoder = self.encoder
+        if captured is None:
+            return encoder.encode_frame(placeholder_frame(encoder.pix_fmt), capture_us, force_keyframe=force)
+        capture = self.capture
+        assert capture is not None
+
+        def give_back() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed while stopping
+                loop.call_soon_threadsafe(capture.release, captured)
+
+        return encoder.encode_shared(
+            captured.array, capture_us, pixel_format=captured.pixel_format, force_keyframe=force, on_read=give_back
+        )

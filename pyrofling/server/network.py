@@ -1,0 +1,302 @@
+"""The host's sockets: TCP control and UDP media on one port (protocol.md §1), moved through HostSessions.
+
+It moves bytes.  Every control message, datagram, connection opening or
+closing goes into :class:`~pyrofling.core.host_session.HostSessions` with the time
+it was read, and this module performs what comes back: writes, datagrams,
+closes and log lines (gamepad input and phase feedback go to the host through
+``on_output``).  One timer is re-armed at
+:meth:`~pyrofling.core.host_session.HostSessions.next_timer` whenever it may have
+moved.  Media datagrams leave through each viewer's own paced queue.
+
+``bind`` ``localhost`` (the default) listens on both loopbacks, 127.0.0.1 and
+::1, so ``pyro://127.0.0.1`` and ``pyro://[::1]`` both reach the host; any other
+address is used as it is (``0.0.0.0`` or ``::`` open it to the network).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import secrets
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pyrofling.core.host_session import (
+    Address,
+    CloseConnection,
+    HostOutput,
+    HostSessions,
+    LogLine,
+    RemoteViewer,
+    SendControl,
+    SendDatagram,
+)
+from pyrofling.core.pacer import PacedQueue, Pacer
+from pyrofling.server.stats import HostStats
+from pyrofling.wire import ControlFramer, ProtocolError
+
+log = logging.getLogger(__name__)
+
+#: Control replies queued for a connection before it counts as not reading them (and is closed).
+CONTROL_BACKLOG_BYTES = 64 * 1024
+#: What ``--bind localhost`` listens on.
+LOOPBACKS = ("127.0.0.1", "::1")
+
+
+class _UdpProtocol(asyncio.DatagramProtocol):
+    def __init__(self, network: HostNetwork) -> None:
+        self.network = network
+
+    def datagram_received(self, data: bytes, addr: Address) -> None:
+        self.network.perform(self.network.sessions.datagram(addr, data, time.monotonic()))
+
+    def error_received(self, exc: Exception) -> None:
+        # ICMP unreachable from a viewer that went away: nothing to do, the keep-alive drops it.
+        log.debug("UDP error: %s", exc)
+
+
+class HostNetwork:
+    """:meth:`listen`, then it runs on the event loop until :meth:`close`."""
+
+    def __init__(
+        self,
+        sessions: HostSessions,
+        *,
+        stats: HostStats,
+        make_pacer: Callable[[], Pacer],
+        on_output: Callable[[HostOutput], None],
+    ) -> None:
+        self.sessions = sessions
+        self.stats = stats
+        self.port: int | None = None
+        #: The addresses actually listened on.
+        self.addresses: list[str] = []
+        self._make_pacer = make_pacer
+        self._on_output = on_output
+        self._servers: list[asyncio.Server] = []
+        self._udp: dict[int, asyncio.DatagramTransport] = {}  # by address family
+        self._writers: dict[int, asyncio.StreamWriter] = {}
+        self._queues: dict[int, PacedQueue] = {}
+        self._pumps: dict[int, asyncio.TimerHandle] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._next_conn_id = 1
+        self._closing = False
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def listen(self, bind: str, port: int) -> int:
+        """Listen on TCP and UDP at ``port`` (0: one free for both, on every address); returns the port."""
+        addresses = list(LOOPBACKS) if bind == "localhost" else [bind]
+        for _attempt in range(20):
+            try:
+                bound = await self._bind_all(addresses, port)
+            except _PortTaken:
+                continue  # port 0: the port the first socket got is taken on another; try another
+            self.port = bound
+            return bound
+        raise OSError("could not find a port free for both TCP and UDP on every address")
+
+    async def _bind_all(self, addresses: list[str], port: int) -> int:
+        loop = asyncio.get_running_loop()
+        any_port = port == 0
+        for i, address in enumerate(addresses):
+            try:
+                server = await asyncio.start_server(self._on_connection, address, port, reuse_address=True)
+                port = server.sockets[0].getsockname()[1]  # the first address fixes the port when it was 0
+                self._servers.append(server)
+                transport, _ = await loop.create_datagram_endpoint(
+                    lambda: _UdpProtocol(self), local_addr=(address, port), reuse_port=False
+                )
+            except OSError as exc:
+                if address == "::1" and i > 0 and exc.errno in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL):
+                    log.debug("no IPv6 loopback here (%s): listening on IPv4 only", exc)
+                    continue
+                self._close_sockets()
+                if any_port and exc.errno == errno.EADDRINUSE:
+                    raise _PortTaken from exc
+                raise
+            sock = transport.get_extra_info("socket")
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 * 1024 * 1024)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024 * 1024)
+            self._udp[sock.family] = transport
+            self.addresses.append(address)
+        return port
+
+    def _close_sockets(self) -> None:
+        for server in self._servers:
+            server.close()
+        for transport in self._udp.values():
+            transport.close()
+        self._servers.clear()
+        self._udp.clear()
+        self.addresses.clear()
+
+    async def close(self) -> None:
+        self._closing = True
+        if self._timer is not None:
+            self._timer.cancel()
+        for writer in list(self._writers.values()):
+            writer.close()
+        for handle in self._pumps.values():
+            handle.cancel()
+        servers = list(self._servers)
+        self._close_sockets()
+        for server in servers:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(server.wait_closed(), 1.0)
+
+    # -- control channel -----------------------------------------------------------------------
+
+    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn_id = self._next_conn_id
+        self._next_conn_id += 1
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._writers[conn_id] = writer
+        self.perform(self.sessions.open(conn_id, peer, self._new_cookie(), time.monotonic()))
+        if self.sessions.connection(conn_id) is None:  # refused: too many connections
+            return
+        log.info("connection %d from %s", conn_id, format_address(peer))
+        framer = ControlFramer(max_buffer_bytes=4096)
+        reason = "closed by viewer"
+        try:
+            while not self._closing and (data := await reader.read(4096)):
+                try:
+                    messages = framer.feed(data)
+                except ProtocolError as exc:
+                    reason = f"protocol error: {exc}"
+                    self.sessions.discarded[f"tcp_{exc.reason}"] += 1
+                    break
+                for msg in messages:
+                    self.perform(self.sessions.control(conn_id, msg, time.monotonic()))
+                if self.sessions.connection(conn_id) is None:
+                    reason = "dropped"
+                    break
+        except (ConnectionError, OSError) as exc:
+            reason = f"connection error: {exc}"
+        finally:
+            self.drop(conn_id, reason)
+
+    def _new_cookie(self) -> int:
+        """A random 64-bit cookie (the reference counts from 1001, which anyone can guess)."""
+        while True:
+            cookie = secrets.randbits(64)
+            if not any(c.cookie == cookie for c in self.sessions.connections):
+                return cookie
+
+    def drop(self, conn_id: int, reason: str) -> None:
+        conn = self.sessions.connection(conn_id)
+        self.perform(self.sessions.close(conn_id))
+        writer = self._writers.pop(conn_id, None)
+        if writer is not None:
+            writer.close()
+        queue = self._queues.pop(conn_id, None)
+        if queue is not None:
+            self.stats.queue_dropped += queue.dropped
+        handle = self._pumps.pop(conn_id, None)
+        if handle is not None:
+            handle.cancel()
+        if writer is not None:
+            log.info("connection %d%s ended: %s", conn_id, f" ({conn.label})" if conn else "", reason)
+
+    def perform(self, outputs: list[HostOutput]) -> None:
+        for out in outputs:
+            if isinstance(out, SendDatagram):
+                self.send_now(out.data, out.address)
+            elif isinstance(out, SendControl):
+                writer = self._writers.get(out.conn_id)
+                if writer is not None and not writer.is_closing():
+                    writer.write(out.data)  # one message, one write (TCP_NODELAY is on)
+                    if writer.transport.get_write_buffer_size() > CONTROL_BACKLOG_BYTES:
+                        # A peer that sends but never reads its replies would grow this buffer forever.
+                        self.sessions.discarded["tcp_not_reading"] += 1
+                        self.drop(out.conn_id, "not reading its replies")
+            elif isinstance(out, LogLine):
+                log.info("%s", out.text)
+            elif isinstance(out, CloseConnection):
+                self.drop(out.conn_id, out.reason)
+            else:
+                self._on_output(out)
+        self._arm_timer()
+
+    def _arm_timer(self) -> None:
+        """One timer at the sessions' next deadline (keep-alive, authentication); a stale one just re-arms."""
+        due = self.sessions.next_timer()
+        if due is None or self._closing:
+            return
+        loop = asyncio.get_running_loop()
+        when = loop.time() + max(0.0, due - time.monotonic())
+        if self._timer is not None and self._timer.when() <= when + 1e-3:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_at(when, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self.perform(self.sessions.handle_timer(time.monotonic()))
+
+    # -- media out -----------------------------------------------------------------------------
+
+    def send_paced(self, conn: RemoteViewer, datagrams: list[bytes]) -> None:
+        """Queue a packet's datagrams for ``conn`` behind its pacer (video)."""
+        assert conn.udp_address is not None
+        queue = self._queues.get(conn.conn_id)
+        if queue is None:
+            queue = self._queues[conn.conn_id] = PacedQueue(self._make_pacer())
+        queue.push(datagrams)
+        self._pump(conn.conn_id, conn.udp_address)
+
+    def _pump(self, conn_id: int, addr: Address) -> None:
+        """Send what the pacer allows now; come back when the next datagram is due."""
+        self._pumps.pop(conn_id, None)
+        queue = self._queues.get(conn_id)
+        if queue is None:
+            return
+        now = time.monotonic()
+        for d in queue.pop_due(now):
+            self.send_now(d, addr)
+        due = queue.next_timer(now)
+        if due is not None and conn_id not in self._pumps:
+            loop = asyncio.get_running_loop()
+            self._pumps[conn_id] = loop.call_at(loop.time() + max(0.0, due - now), self._pump, conn_id, addr)
+
+    def send_now(self, data: bytes, addr: Address) -> None:
+        """One datagram, now, from the socket of the address's family."""
+        transport = self._udp.get(socket.AF_INET6 if ":" in str(addr[0]) else socket.AF_INET)
+        if transport is None or transport.is_closing():
+            return
+        try:
+            transport.sendto(data, addr)
+        except OSError:
+            self.stats.send_errors += 1
+            return
+        self.stats.datagrams_sent += 1
+        self.stats.bytes_sent += len(data)
+
+
+class _PortTaken(Exception):
+    """A free port for the first address was taken on another one."""
+
+
+def format_address(addr: Any) -> str:
+    if not addr:
+        return "?"
+    return f"[{addr[0]}]:{addr[1]}" if ":" in str(addr[0]) else f"{addr[0]}:{addr[1]}"
+
+
+def uri_host(bind: str) -> str:
+    """What a viewer on this machine or the network types for a host bound to ``bind``."""
+    if bind in ("0.0.0.0", "::", ""):
+        return "HOST"
+    if bind == "localhost":
+        return "127.0.0.1"
+    return f"[{bind}]" if ":" in bind else bind
