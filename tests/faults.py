@@ -93,6 +93,10 @@ class HostProcess:
     def stats(self) -> dict[str, Any]:
         return read_stats(self.stats_path)
 
+    def encoded(self) -> int:
+        """Frames encoded so far (as of the last statistics the host wrote, at most half a second old)."""
+        return int(self.stats().get("frames_encoded", 0))
+
     def stop(self) -> tuple[int, str]:
         self.proc.send_signal(2)
         _, err = self.proc.communicate(timeout=20)

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 import pytest
-from aio_helpers import run, until
+from support import run, start_host, until
 
 from pyrofling.capture import CaptureClient
 from pyrofling.client.gamepad import GamepadConfig
@@ -245,12 +245,10 @@ class Game(threading.Thread):
         self.client.close()
 
 
-async def start_host(path: str, port: int = 0, **kwargs: Any) -> tuple[Host, asyncio.Task[Any]]:
-    cfg = HostConfig(port=port, encoder=SMALL, status_interval_s=0, source="capture", capture_socket=path, **kwargs)
-    host = Host(cfg, pad=RecordingPad())
-    task = asyncio.create_task(host.run())
-    await asyncio.wait_for(host.ready.wait(), 15)
-    return host, task
+async def capture_host(path: str, port: int = 0, **kwargs: Any) -> tuple[Host, asyncio.Task[Any]]:
+    return await start_host(
+        encoder=SMALL, pad=RecordingPad(), port=port, source="capture", capture_socket=path, **kwargs
+    )
 
 
 def near(colour: tuple[int, int, int], want: tuple[int, int, int]) -> bool:
@@ -265,7 +263,7 @@ def test_a_game_streams_to_a_viewer_paced_by_the_host_and_played_by_the_viewer_p
     display = ColourDisplay()
 
     async def scenario() -> tuple[Game, dict[str, Any]]:
-        host, task = await start_host(path, immediate_encode=immediate)
+        host, task = await capture_host(path, immediate_encode=immediate)
         viewer = Viewer(
             ViewerConfig(
                 host="127.0.0.1",
@@ -311,7 +309,7 @@ def test_host_restart_under_a_running_game_and_viewer(tmp_path: Path) -> None:
     display = ColourDisplay()
 
     async def scenario() -> tuple[Game, Viewer]:
-        host, task = await start_host(path)
+        host, task = await capture_host(path)
         port = host.port or 0
         viewer = Viewer(ViewerConfig(host="127.0.0.1", port=port), display, run_presenter=True)
         vtask = asyncio.create_task(viewer.run())
@@ -323,7 +321,7 @@ def test_host_restart_under_a_running_game_and_viewer(tmp_path: Path) -> None:
         await until(lambda: not game.client.connected, 5)
         await asyncio.sleep(0.3)  # the game keeps running on its own
         presents_alone = game.client.stats.presents_local
-        host, task = await start_host(path, port=port)
+        host, task = await capture_host(path, port=port)
         game.colour = (250, 250, 20)
         await until(lambda: game.client.stats.connects == 2, 10)
         await until(lambda: bool(display.colours) and near(display.colours[-1], (250, 250, 20)), 20)
@@ -416,7 +414,7 @@ def test_a_game_can_send_its_audio_when_the_host_takes_it(tmp_path: Path) -> Non
     path = str(tmp_path / "cap.sock")
 
     async def scenario() -> tuple[Host, CaptureClient, CaptureClient]:
-        host, task = await start_host(path, audio=AudioConfig(source="game"))
+        host, task = await capture_host(path, audio=AudioConfig(source="game"))
         good = CaptureClient(SMALL.width, SMALL.height, path=path, name="sound")
         wrong = CaptureClient(SMALL.width, SMALL.height, path=path, name="wrong rate")
 

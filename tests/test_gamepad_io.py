@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
 import pytest
+from support import until
 
 from pyrofling.client.gamepad import EvdevPadReader, GamepadConfig, GamepadLink
 from pyrofling.core.gamepad import (
@@ -36,6 +37,7 @@ from pyrofling.core.gamepad import (
     PadState,
     PadUpdate,
     SenderConfig,
+    choose_pad,
 )
 from pyrofling.server.gamepad import (
     NullPad,
@@ -142,13 +144,6 @@ class FakeInput:
         dev = self.plugged[path]()
         self.opened.append(dev)
         return dev
-
-
-async def until(check: Callable[[], bool], timeout_s: float = 3.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.005)
 
 
 SOUTH = PadState(buttons=GamepadButton.SOUTH)
@@ -265,7 +260,17 @@ def test_reader_lists_real_input_devices_without_error() -> None:
         return reader
 
     reader = asyncio.run(scenario())
-    assert reader.connects in (0, 1)
+    # It took the pad that the pure choice picks from the same real devices, or said there is none.
+    import evdev
+
+    from pyrofling.client.gamepad import _evdev_candidates
+
+    found = _evdev_candidates(reader._readable_input_devices(), evdev.InputDevice)
+    chosen = choose_pad(c for c, _ in found)
+    for _, dev in found:
+        dev.close()
+    assert reader.connects == (chosen is not None)
+    assert reader.description == (f"{chosen.name} ({chosen.path})" if chosen else "no gamepad")
 
 
 # -- the uinput pad ---------------------------------------------------------------------------------

@@ -10,14 +10,13 @@ import asyncio
 import socket
 from typing import Any
 
-from aio_helpers import run, until
+from support import TINY, run, start_host, stop_host, until
 
 from pyrofling.client.gamepad import GamepadConfig
 from pyrofling.client.viewer import Viewer, ViewerConfig
 from pyrofling.core.gamepad import ABS_X, BTN_EAST, BTN_SOUTH, BTN_WEST, EV_ABS, EV_KEY
-from pyrofling.server.encoder import EncoderConfig
 from pyrofling.server.gamepad import RecordingPad
-from pyrofling.server.host import Host, HostConfig
+from pyrofling.server.host import Host
 from pyrofling.wire import (
     CodecParameters,
     ControlFramer,
@@ -29,22 +28,12 @@ from pyrofling.wire import (
     KickFlags,
 )
 
-SMALL = EncoderConfig(width=160, height=120, fps=30, bitrate_kbits=300)
-
-
-async def start_host(pad: RecordingPad) -> tuple[Host, asyncio.Task[Any]]:
-    host = Host(HostConfig(port=0, encoder=SMALL, status_interval_s=0), pad=pad)
-    task = asyncio.create_task(host.run())
-    await asyncio.wait_for(host.ready.wait(), 15)
-    return host, task
-
 
 async def stop(host: Host, task: asyncio.Task[Any], *clients: tuple[Viewer, asyncio.Task[Any]]) -> None:
     for viewer, vtask in clients:
         viewer.stop()
         await asyncio.wait_for(vtask, 10)
-    host.stop()
-    await asyncio.wait_for(task, 10)
+    await stop_host(host, task)
 
 
 async def gamepad_client(host: Host) -> tuple[Viewer, asyncio.Task[Any]]:
@@ -66,7 +55,7 @@ def test_a_gamepad_client_drives_the_virtual_pad_and_lets_go_when_it_leaves() ->
     pad = RecordingPad()
 
     async def scenario() -> Host:
-        host, task = await start_host(pad)
+        host, task = await start_host(encoder=TINY, pad=pad)
         viewer, vtask = await gamepad_client(host)
         assert pad.reports() == []  # no input yet: nothing sent, nothing owned
         key(viewer, "Z")
@@ -99,7 +88,7 @@ def test_hand_off_between_two_clients() -> None:
     pad = RecordingPad()
 
     async def scenario() -> Host:
-        host, task = await start_host(pad)
+        host, task = await start_host(encoder=TINY, pad=pad)
         a, a_task = await gamepad_client(host)
         b, b_task = await gamepad_client(host)
         key(a, "Z")  # A sends first: A owns
@@ -136,7 +125,7 @@ def test_a_gamepad_kick_clears_ownership_so_the_new_player_can_drive() -> None:
     pad = RecordingPad()
 
     async def scenario() -> Host:
-        host, task = await start_host(pad)
+        host, task = await start_host(encoder=TINY, pad=pad)
         a = RawClient(host.port or 0)
         await a.join(KickFlags.VIDEO | KickFlags.GAMEPAD)
         a.send(bytes(GamepadState(seq=1, buttons=GamepadButton.SOUTH)))
@@ -199,7 +188,7 @@ def test_out_of_order_duplicate_and_malformed_states_never_reach_the_pad() -> No
     pad = RecordingPad()
 
     async def scenario() -> Host:
-        host, task = await start_host(pad)
+        host, task = await start_host(encoder=TINY, pad=pad)
         client = RawClient(host.port or 0)
         await client.join(KickFlags.GAMEPAD)
         south = bytes(GamepadState(seq=10, buttons=GamepadButton.SOUTH))
@@ -230,7 +219,7 @@ def test_states_without_the_gamepad_bit_or_from_strangers_never_reach_the_pad() 
     pad = RecordingPad()
 
     async def scenario() -> Host:
-        host, task = await start_host(pad)
+        host, task = await start_host(encoder=TINY, pad=pad)
         watcher = RawClient(host.port or 0)
         await watcher.join(KickFlags.VIDEO)  # a viewer that did not ask for the gamepad
         for seq in range(5):

@@ -96,5 +96,6 @@ def test_relay_forwards_udp_and_tcp_and_applies_loss() -> None:
             await relay.close()
             server.close()
             host_udp.close()
+        assert relay.report()["udp_clients"] == 2  # the final report counts the viewers that have gone too
 
     asyncio.run(main())

@@ -14,18 +14,15 @@ from typing import Any
 
 import av
 import pytest
+from support import run, start_host, until
 
 from pyrofling.bench import nginx
 from pyrofling.client.viewer import Viewer, ViewerConfig
 from pyrofling.core.bitstream import KeyGate, KeyInfo
 from pyrofling.core.outputs import Backoff, StreamClock
 from pyrofling.server.audio import AudioConfig
-from pyrofling.server.encoder import EncoderConfig
-from pyrofling.server.host import Host, HostConfig
+from pyrofling.server.host import Host
 from pyrofling.server.outputs import OutputConfig, redact_url
-from tests.aio_helpers import run, until
-
-SMALL = EncoderConfig(width=320, height=240, fps=30, bitrate_kbits=800)
 
 # -- pure decisions ------------------------------------------------------------------------------
 
@@ -134,10 +131,7 @@ def decode_file(path: Path) -> Decoded:
 
 
 async def _host(**kwargs: Any) -> tuple[Host, asyncio.Task[Any]]:
-    host = Host(HostConfig(port=0, encoder=SMALL, status_interval_s=0, virtual_pad="none", **kwargs))
-    task = asyncio.create_task(host.run())
-    await asyncio.wait_for(host.ready.wait(), 15)
-    return host, task
+    return await start_host(virtual_pad="none", **kwargs)
 
 
 @pytest.mark.parametrize("codec", ["raw", "opus"])

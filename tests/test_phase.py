@@ -245,7 +245,7 @@ def test_phase_locked_catches_up_after_a_burst() -> None:
     assert isinstance(d, Present) and d.frame == "late"
 
 
-# -- the loop simulated: what issue 4 must hold -----------------------------------------------
+# -- the loop simulated: lock time and jitter against the reference controller ----------------
 
 
 @pytest.fixture(scope="module")

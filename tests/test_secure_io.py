@@ -8,24 +8,19 @@ import socket
 from typing import Any
 
 import pytest
+from support import TINY, run, start_host, until
 
 from pyrofling.client.gamepad import GamepadConfig
 from pyrofling.client.viewer import Viewer, ViewerConfig
-from pyrofling.server.encoder import EncoderConfig
 from pyrofling.server.gamepad import RecordingPad
-from pyrofling.server.host import Host, HostConfig
+from pyrofling.server.host import Host
 from pyrofling.wire import Cookie, GamepadState, KickFlags
-from tests.aio_helpers import run, until
 
-SMALL = EncoderConfig(width=160, height=120, fps=30, bitrate_kbits=300)
 SECRET = "correct-horse-battery"
 
 
-async def start_host(pad: RecordingPad, **kwargs: Any) -> tuple[Host, asyncio.Task[Any]]:
-    host = Host(HostConfig(port=0, encoder=SMALL, status_interval_s=0, password=SECRET, **kwargs), pad=pad)
-    task = asyncio.create_task(host.run())
-    await asyncio.wait_for(host.ready.wait(), 15)
-    return host, task
+async def sealed_host(pad: RecordingPad, **kwargs: Any) -> tuple[Host, asyncio.Task[Any]]:
+    return await start_host(encoder=TINY, pad=pad, password=SECRET, **kwargs)
 
 
 def viewer_for(host: Host, password: str | None, **kwargs: Any) -> Viewer:
@@ -46,7 +41,7 @@ def test_the_right_password_streams_sealed_and_drives_the_pad(caplog: pytest.Log
     pad = RecordingPad()
 
     async def scenario() -> tuple[Host, Viewer]:
-        host, task = await start_host(pad)
+        host, task = await sealed_host(pad)
         viewer = viewer_for(host, SECRET, duration_s=2.5)
         vtask = asyncio.create_task(viewer.run())
         await until(lambda: viewer.connection is not None and viewer.connection.streaming, 10)
@@ -72,7 +67,7 @@ def test_wrong_password_and_native_viewers_get_no_media_and_never_move_the_pad()
     pad = RecordingPad()
 
     async def scenario() -> tuple[Host, list[Viewer]]:
-        host, task = await start_host(pad)
+        host, task = await sealed_host(pad)
         wrong = viewer_for(host, "not-the-password")
         native = viewer_for(host, None, extensions=False, reconnect=False, duration_s=2.0)
         tasks = [asyncio.create_task(v.run()) for v in (wrong, native)]
@@ -95,7 +90,7 @@ def test_spoofed_plaintext_states_from_the_viewers_address_do_not_move_the_pad()
     pad = RecordingPad()
 
     async def scenario() -> Host:
-        host, task = await start_host(pad)
+        host, task = await sealed_host(pad)
         viewer = viewer_for(host, SECRET)
         vtask = asyncio.create_task(viewer.run())
         await until(lambda: viewer.connection is not None and viewer.connection.streaming, 10)

@@ -9,48 +9,17 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
+from support import run, start_host, stop_host, until
 
 from pyrofling.bench.stream import free_port
 from pyrofling.client.viewer import Viewer, ViewerConfig
 from pyrofling.netsim.models import ImpairmentConfig
 from pyrofling.netsim.relay import NetsimRelay, RelayConfig
-from pyrofling.server.encoder import EncoderConfig
-from pyrofling.server.host import Host, HostConfig
+from pyrofling.server.host import Host
 from pyrofling.wire import Hello, Kick, KickFlags, Nak, parse_control
-
-T = TypeVar("T")
-SMALL = EncoderConfig(width=320, height=240, fps=30, bitrate_kbits=800)
-
-
-def run(coro: Callable[[], Awaitable[T]], timeout_s: float = 60.0) -> T:
-    async def main() -> T:
-        return await asyncio.wait_for(coro(), timeout_s)
-
-    return asyncio.run(main())
-
-
-async def start_host(port: int = 0, **kwargs: Any) -> tuple[Host, asyncio.Task[Any]]:
-    host = Host(HostConfig(port=port, encoder=SMALL, status_interval_s=0, **kwargs))
-    task = asyncio.create_task(host.run())
-    await asyncio.wait_for(host.ready.wait(), 15)
-    return host, task
-
-
-async def stop_host(host: Host, task: asyncio.Task[Any]) -> None:
-    host.stop()
-    await asyncio.wait_for(task, 10)
-
-
-async def wait_until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    async def poll() -> None:
-        while not check():
-            await asyncio.sleep(0.02)
-
-    await asyncio.wait_for(poll(), timeout_s)
 
 
 def test_host_to_viewer_end_to_end() -> None:
@@ -134,10 +103,10 @@ def test_viewer_killed_mid_stream_is_reclaimed_by_the_host() -> None:
             [sys.executable, "-m", "pyrofling", "view", f"pyro://127.0.0.1:{host.port}", "--headless", "-q"], env=env
         )
         try:
-            await wait_until(lambda: any(c.kicked for c in host.sessions.connections), 20)
+            await until(lambda: any(c.kicked for c in host.sessions.connections), 20)
             await asyncio.sleep(0.5)
             proc.send_signal(signal.SIGKILL)
-            await wait_until(lambda: not host.sessions.connections, 10)
+            await until(lambda: not host.sessions.connections, 10)
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -153,14 +122,14 @@ def test_viewer_reconnects_when_the_host_restarts() -> None:
     port = free_port()
 
     async def scenario() -> Viewer:
-        host, task = await start_host(port)
+        host, task = await start_host(port=port)
         viewer = Viewer(ViewerConfig(host="127.0.0.1", port=port))
         viewer_task = asyncio.create_task(viewer.run())
-        await wait_until(lambda: viewer.summary()["frames_shown"] > 10, 15)
+        await until(lambda: viewer.summary()["frames_shown"] > 10, 15)
         await stop_host(host, task)
         shown_before = viewer.summary()["frames_shown"]
-        host, task = await start_host(port)
-        await wait_until(lambda: viewer.summary()["frames_shown"] > shown_before + 10, 20)
+        host, task = await start_host(port=port)
+        await until(lambda: viewer.summary()["frames_shown"] > shown_before + 10, 20)
         viewer.stop()
         await asyncio.wait_for(viewer_task, 10)
         await stop_host(host, task)
@@ -179,7 +148,7 @@ def test_hostile_datagrams_and_control_messages_never_stop_the_host() -> None:
         port = host.port or 0
         viewer = Viewer(ViewerConfig(host="127.0.0.1", port=port, duration_s=3.0))
         viewer_task = asyncio.create_task(viewer.run())
-        await wait_until(lambda: viewer.summary()["frames_shown"] > 5, 15)
+        await until(lambda: viewer.summary()["frames_shown"] > 5, 15)
         # Random and mutated UDP from an unknown peer.
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             valid = bytes(Kick(KickFlags.VIDEO))

@@ -1,12 +1,10 @@
-"""The pyglet viewer window on a real X server (Xvfb, started here), checked by a screenshot."""
+"""The pyglet viewer window on a real X server (Xvfb, the ``xvfb`` fixture), checked by a screenshot."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import av
@@ -15,28 +13,6 @@ import pytest
 
 from pyrofling.bench.stream import free_port
 from pyrofling.server.scene import BARS_RGB
-
-
-@pytest.fixture(scope="module")
-def xvfb() -> Iterator[str]:
-    """One X server for the module: pyglet stays connected to the first display it opens."""
-    if shutil.which("Xvfb") is None:
-        pytest.skip("Xvfb is not installed (scripts/setup installs it)")
-    read_fd, write_fd = os.pipe()
-    proc = subprocess.Popen(
-        ["Xvfb", "-displayfd", str(write_fd), "-screen", "0", "1280x800x24", "-nolisten", "tcp"],
-        pass_fds=(write_fd,),
-        stderr=subprocess.DEVNULL,
-    )
-    os.close(write_fd)
-    try:
-        with os.fdopen(read_fd) as f:
-            display = f.readline().strip()  # Xvfb writes the display number once it is ready
-        assert display, "Xvfb did not start"
-        yield f":{display}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def test_window_shows_the_test_scene(xvfb: str, tmp_path: Path) -> None:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
 import av
@@ -20,31 +18,10 @@ from pyrofling.server.host import Host, HostConfig
 from pyrofling.server.sources import X11GrabSource, open_source
 
 
-def start_xvfb(*extra: str) -> tuple[subprocess.Popen[bytes], str]:
-    read_fd, write_fd = os.pipe()
-    proc = subprocess.Popen(
-        ["Xvfb", "-displayfd", str(write_fd), "-screen", "0", "320x240x24", "-nolisten", "tcp", *extra],
-        pass_fds=(write_fd,),
-        stderr=subprocess.DEVNULL,
-    )
-    os.close(write_fd)
-    with os.fdopen(read_fd) as f:
-        display = f.readline().strip()  # written once the server is ready
-    assert display, "Xvfb did not start"
-    return proc, f":{display}"
-
-
 @pytest.fixture
-def white_screen() -> Iterator[str]:
+def white_screen(x_server: Callable[..., str]) -> str:
     """An X server whose root window is white (-wr)."""
-    if shutil.which("Xvfb") is None:
-        pytest.skip("Xvfb is not installed (scripts/setup installs it)")
-    proc, display = start_xvfb("-wr")
-    try:
-        yield display
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    return x_server("320x240x24", "-wr")
 
 
 def test_the_grab_reads_the_whole_screen_on_demand(white_screen: str) -> None:

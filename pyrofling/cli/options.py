@@ -169,11 +169,11 @@ def output_file(*suffixes: str) -> Callable[[str], Path]:
 
     def parse(text: str) -> Path:
         path = Path(text).expanduser()
-        if suffixes and path.suffix.lower() not in suffixes:
-            raise argparse.ArgumentTypeError(f"{text}: the file name must end in {' or '.join(suffixes)}")
         problem = unwritable(path)
         if problem:
             raise argparse.ArgumentTypeError(problem)
+        if suffixes and path.suffix.lower() not in suffixes:
+            raise argparse.ArgumentTypeError(f"{text}: the file name must end in {' or '.join(suffixes)}")
         return path
 
     return parse

@@ -1,4 +1,6 @@
-"""The viewer and gamepad client (``pyrofling view``): handshake, reassembly, decode, presentation.
+"""The viewer (``pyrofling view``, ``pyrofling gamepad``): the shells around :mod:`pyrofling.core`.
 
-Built on :mod:`pyrofling.core` in the host/viewer issue.
+:mod:`.viewer` moves bytes through a pure ``ViewerConnection``; :mod:`.video` decodes on its own
+thread, :mod:`.presenter` shows a picture per display refresh (in :mod:`.window`, or headless),
+:mod:`.audio` plays, :mod:`.gamepad` reads and sends the player's pad.
 """

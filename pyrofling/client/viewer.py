@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 import statistics
 import threading
@@ -193,8 +194,6 @@ class Viewer:
         video = bool(self.config.flags & KickFlags.VIDEO)  # a gamepad-only client decodes nothing
         if video:
             self.video.start()
-        if self.gamepad is not None:
-            self.gamepad.start(loop)
         presenter = None
         if self._run_presenter and video:
             presenter = threading.Thread(
@@ -375,17 +374,20 @@ class Viewer:
         if self.audio is not None and p.audio_codec and p.channels and p.rate:
             self.audio.configure(p.audio_codec, p.rate, p.channels)
         if self.gamepad is not None:
+            if self.sessions_streaming == 1:  # look for a pad once there is a host to send it to
+                self.gamepad.start(asyncio.get_running_loop())
             self.gamepad.attach(send_gamepad)
-        what = "the gamepad" if not self.config.flags & KickFlags.VIDEO else (
-            f"{p.width}x{p.height}@{p.frame_rate_num / max(1, p.frame_rate_den):g} {_codec_name(p.video_codec)}"
-        )  # fmt: skip
+        how = (
+            f"handshake {out.handshake_s * 1000:.1f} ms"
+            + (", pyrofling host" if out.extensions else "")
+            + (", sealed" if self.connection is not None and self.connection.session.encrypted else "")
+        )
+        if not self.config.flags & KickFlags.VIDEO:  # a controller: no picture to speak of
+            log.info("sending the gamepad to %s (%s)", _fmt(peer), how)
+            return
+        rate = p.frame_rate_num / max(1, p.frame_rate_den)
         log.info(
-            "streaming %s from %s (handshake %.1f ms%s%s)",
-            what,
-            _fmt(peer),
-            out.handshake_s * 1000,
-            ", pyrofling host" if out.extensions else "",
-            ", sealed" if self.connection is not None and self.connection.session.encrypted else "",
+            "streaming %dx%d@%g %s from %s (%s)", p.width, p.height, rate, _codec_name(p.video_codec), _fmt(peer), how
         )
 
     def _bank(self, conn: ViewerConnection) -> None:
@@ -465,9 +467,10 @@ class Viewer:
 
 
 def _os_error(exc: BaseException) -> str:
-    """An OSError as a person reads it: 'connection refused', not '[Errno 111] Connect call failed …'."""
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror[0].lower() + exc.strerror[1:]
+    """An OSError as a person reads it: 'connection refused', not '[Errno 111] Connect call failed (…)'."""
+    if isinstance(exc, OSError) and exc.errno:
+        text = os.strerror(exc.errno)
+        return text[0].lower() + text[1:]
     return str(exc)
 
 

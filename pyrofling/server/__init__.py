@@ -1,4 +1,6 @@
-"""The streaming host (``pyrofling host``): capture, encode, fan-out and pacing.
+"""The host (``pyrofling host``): the shells around :mod:`pyrofling.core` that capture, encode and send.
 
-Built on :mod:`pyrofling.core` in the host/viewer issue.
+:mod:`.host` wires them: :mod:`.network` (TCP and UDP through ``HostSessions``), :mod:`.heartbeat` (the
+frame clock and the encoder), :mod:`.sources` and :mod:`.capture` (what is streamed), :mod:`.audio`,
+:mod:`.gamepad` (the virtual pad) and :mod:`.outputs` (recording and broadcasting).
 """

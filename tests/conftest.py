@@ -1,0 +1,64 @@
+"""Fixtures several test files share: real X servers (Xvfb) to open windows on and to grab."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+
+import pytest
+
+
+def _start_xvfb(screen: str, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
+    if shutil.which("Xvfb") is None:
+        pytest.skip("Xvfb is not installed (scripts/setup installs it)")
+    read_fd, write_fd = os.pipe()
+    proc = subprocess.Popen(
+        ["Xvfb", "-displayfd", str(write_fd), "-screen", "0", screen, "-nolisten", "tcp", *extra],
+        pass_fds=(write_fd,),
+        stderr=subprocess.DEVNULL,
+    )
+    os.close(write_fd)
+    with os.fdopen(read_fd) as f:
+        display = f.readline().strip()  # Xvfb writes the display number once it is ready
+    if not display:
+        proc.kill()
+        pytest.fail("Xvfb did not start")
+    return proc, f":{display}"
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def xvfb() -> Iterator[str]:
+    """One 1280x800 X server for the module (pyglet stays connected to the first display it opens)."""
+    proc, display = _start_xvfb("1280x800x24")
+    try:
+        yield display
+    finally:
+        _stop(proc)
+
+
+@pytest.fixture
+def x_server() -> Iterator[Callable[..., str]]:
+    """Start X servers of a given screen (``x_server("320x240x24", "-wr")``); all stopped after the test."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(screen: str, *extra: str) -> str:
+        proc, display = _start_xvfb(screen, *extra)
+        procs.append(proc)
+        return display
+
+    try:
+        yield start
+    finally:
+        for proc in procs:
+            _stop(proc)
