@@ -17,8 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import socket
 import statistics
 import threading
 import time
@@ -31,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from pyrofling.client.audio import AudioPlayer, AudioPlayerConfig
+from pyrofling.client.connection import ConnectionIO
 from pyrofling.client.gamepad import GamepadConfig, GamepadLink
 from pyrofling.client.presenter import Display, HeadlessDisplay, Presenter
 from pyrofling.client.video import VideoPipeline
@@ -39,20 +38,17 @@ from pyrofling.core.reassembler import ReassemblerConfig
 from pyrofling.core.samples import recent_samples
 from pyrofling.core.viewer_connection import (
     AudioLost,
-    ControlToHost,
-    DatagramToHost,
     DecodeVideo,
     PlayAudio,
     Reconnect,
     SessionFailed,
     Streaming,
-    StreamStalled,
     ViewerConnection,
     ViewerOutput,
 )
 from pyrofling.core.viewer_session import ViewerSessionConfig
 from pyrofling.files import write_stats
-from pyrofling.wire import CodecParameters, ControlFramer, ExtensionFeature, KickFlags, ProtocolError, VideoCodec
+from pyrofling.wire import CodecParameters, ExtensionFeature, KickFlags, VideoCodec
 
 log = logging.getLogger(__name__)
 
@@ -102,17 +98,6 @@ class ViewerConfig:
     def session_config(self) -> ViewerSessionConfig:
         cfg = ViewerSessionConfig(flags=self.flags, secret=self.password, require_auth=self.require_auth)
         return cfg if self.extensions else replace(cfg, extensions=ExtensionFeature.NONE)
-
-
-class _UdpProtocol(asyncio.DatagramProtocol):
-    def __init__(self, on_datagram: Any) -> None:
-        self.on_datagram = on_datagram
-
-    def datagram_received(self, data: bytes, addr: Any) -> None:
-        self.on_datagram(data)
-
-    def error_received(self, exc: Exception) -> None:
-        log.debug("UDP error: %s", exc)  # ICMP refused while the host restarts
 
 
 class Viewer:
@@ -252,117 +237,41 @@ class Viewer:
         """One connection from TCP connect to its end: (whether it streamed, why it ended)."""
         assert self._stop is not None
         cfg = self.config
-        loop = asyncio.get_running_loop()
         connect_s = time.monotonic()
         self.connects += 1
-        where = f"{cfg.host} port {cfg.port}"
-        try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(cfg.host, cfg.port), cfg.connect_timeout_s)
-        except (OSError, TimeoutError) as exc:
-            return False, f"cannot connect to {where}: {_os_error(exc) or 'no answer'}"
-        sock = writer.get_extra_info("socket")
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn = ViewerConnection(cfg.session_config(), reassembler=cfg.reassembler)
-        ended: asyncio.Future[str] = loop.create_future()
-        timer: asyncio.TimerHandle | None = None
-        streamed = False
         number = self.connects
+        conn = ViewerConnection(cfg.session_config(), reassembler=cfg.reassembler)
+        streamed = False
 
-        def end(reason: str) -> None:
-            if not ended.done():
-                ended.set_result(reason)
+        def deliver(out: ViewerOutput) -> None:
+            """What the connection decided beyond the sockets: decode, play, start, fail."""
+            nonlocal streamed
+            if isinstance(out, DecodeVideo):
+                if not self.video.offer(out, conn.clock, number, connect_s):
+                    io.perform(conn.decode_queue_full(time.monotonic()))
+            elif isinstance(out, PlayAudio):
+                if self.audio is not None:
+                    self.audio.packet(out.data, out.pts_us, conn.clock)
+            elif isinstance(out, AudioLost):
+                if self.audio is not None:
+                    self.audio.lost(out.count)
+            elif isinstance(out, Streaming):
+                streamed = True
+                self._streaming(out, io.peer, lambda message: io.perform([conn.gamepad_state(message)]))
+            elif isinstance(out, SessionFailed) and conn.session.auth_failed:
+                self.auth_failure = out.reason
 
-        def perform(outputs: list[ViewerOutput]) -> None:
-            nonlocal streamed, timer
-            for out in outputs:
-                if isinstance(out, DatagramToHost):
-                    if not udp.is_closing():
-                        udp.sendto(out.data)
-                elif isinstance(out, DecodeVideo):
-                    if not self.video.offer(out, conn.clock, number, connect_s):
-                        perform(conn.decode_queue_full(time.monotonic()))
-                elif isinstance(out, PlayAudio):
-                    if self.audio is not None:
-                        self.audio.packet(out.data, out.pts_us, conn.clock)
-                elif isinstance(out, AudioLost):
-                    if self.audio is not None:
-                        self.audio.lost(out.count)
-                elif isinstance(out, ControlToHost):
-                    if not writer.is_closing():
-                        writer.write(out.data)
-                elif isinstance(out, Streaming):
-                    streamed = True
-                    self._streaming(out, writer.get_extra_info("peername"), send_gamepad)
-                elif isinstance(out, SessionFailed):
-                    if conn.session.auth_failed:
-                        self.auth_failure = out.reason
-                    end(out.reason)
-                elif isinstance(out, StreamStalled):
-                    end(f"no media for {out.silent_s:.1f} s")
-            # Re-arm the one timer for the connection's next deadline (a timer that fires early does no harm).
-            due = conn.next_timer()
-            if due is None or ended.done():
-                return
-            when = loop.time() + max(0.0, due - time.monotonic())
-            if timer is not None and timer.when() <= when + 1e-4:
-                return
-            if timer is not None:
-                timer.cancel()
-            timer = loop.call_at(when, on_timer)
-
-        def on_timer() -> None:
-            nonlocal timer
-            timer = None
-            perform(conn.handle_timer(time.monotonic()))
-
-        def send_gamepad(message: bytes) -> None:
-            perform([conn.gamepad_state(message)])
-
+        io = ConnectionIO(conn, deliver)
+        failure = await io.open(cfg.host, cfg.port, cfg.connect_timeout_s)
+        if failure is not None:
+            return False, failure
+        self.connection, self._perform = conn, io.perform
+        io.perform(conn.start(time.monotonic()))
         try:
-            udp, _ = await loop.create_datagram_endpoint(
-                lambda: _UdpProtocol(lambda data: perform(conn.datagram_received(data, time.monotonic()))),
-                remote_addr=(cfg.host, cfg.port),
-                family=sock.family if sock is not None else socket.AF_INET,
-            )
-        except OSError as exc:
-            writer.close()
-            return False, f"cannot open a UDP socket to {where}: {_os_error(exc)}"
-        with contextlib.suppress(OSError):
-            udp.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
-
-        async def read_control() -> None:
-            framer = ControlFramer(max_buffer_bytes=4096)
-            try:
-                while data := await reader.read(4096):
-                    for msg in framer.feed(data):
-                        perform(conn.control_received(msg, time.monotonic()))
-                end("the host closed the connection")
-            except ProtocolError as exc:
-                end(f"protocol error on the control channel: {exc}")
-            except (ConnectionError, OSError) as exc:
-                end(f"control connection error: {_os_error(exc)}")
-
-        self.connection, self._perform = conn, perform
-        perform(conn.start(time.monotonic()))
-        reader_task = asyncio.create_task(read_control())
-        stop_task: asyncio.Future[Any] = asyncio.ensure_future(self._stop.wait())
-        try:
-            await asyncio.wait([ended, stop_task], return_when=asyncio.FIRST_COMPLETED)
+            reason = await io.ended(self._stop)
         finally:
-            reason = ended.result() if ended.done() else "stopped"
-            if not ended.done():
-                ended.set_result(reason)
-            if timer is not None:
-                timer.cancel()
             if self.gamepad is not None:
                 self.gamepad.detach()
-            reader_task.cancel()
-            stop_task.cancel()
-            udp.close()
-            writer.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(writer.wait_closed(), 1.0)
             self._bank(conn)
         return streamed, reason
 
@@ -464,14 +373,6 @@ class Viewer:
         out["elapsed_s"] = time.monotonic() - self._started_s
         out["received_mbits"] = totals["bytes_received"] * 8 / max(out["elapsed_s"], 1e-6) / 1e6
         return out
-
-
-def _os_error(exc: BaseException) -> str:
-    """An OSError as a person reads it: 'connection refused', not '[Errno 111] Connect call failed (…)'."""
-    if isinstance(exc, OSError) and exc.errno:
-        text = os.strerror(exc.errno)
-        return text[0].lower() + text[1:]
-    return str(exc)
 
 
 def _codec_name(code: int) -> str:

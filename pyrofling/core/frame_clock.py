@@ -291,6 +291,17 @@ class FrameClock:
         """How far the interval is from nominal, parts per million (positive = slower)."""
         return (self.interval_s / self.nominal_s - 1.0) * 1e6
 
+    def summary(self) -> dict[str, object]:
+        """What the clock did, for the host's statistics."""
+        return {
+            "phase_controller": self.controller.name,
+            "phase_feedback": self.feedback_total,
+            "phase_feedback_ignored": self.feedback_ignored,
+            "heartbeats": self.index + 1,
+            "heartbeats_missed": self.missed_total,
+            "rate_trim_ppm": self.rate_trim_ppm,
+        }
+
 
 def wrap_phase(error_s: float, period_s: float) -> float:
     """Fold a phase error into [-period/2, period/2): only the phase within a frame is meaningful."""

@@ -564,6 +564,21 @@ class HostSessions:
             out.append(LogLine(conn.conn_id, f"{conn.label} {how}"))
         return out
 
+    def summary(self) -> dict[str, object]:
+        """Connections, authentication, and what was dropped and why."""
+        return {
+            "connections_total": self.connections_total,
+            "control_messages": self.control_messages,
+            "auth": {
+                "required": self.auth_required,
+                "encrypt": self.config.encrypt,
+                "successes": self.auth_successes,
+                "failures": self.auth_failures,
+            },
+            "timed_out": self.timed_out,
+            "discarded": dict(self.discarded),
+        }
+
     # -- timers ----------------------------------------------------------------------------
 
     def next_timer(self) -> float | None:

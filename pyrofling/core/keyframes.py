@@ -70,3 +70,10 @@ class KeyframePolicy:
         else:
             self.forced_for_loss += 1
         return True
+
+    def summary(self) -> dict[str, int]:
+        return {
+            "keyframes_forced": self.forced,
+            "keyframes_forced_for_join": self.forced_for_join,
+            "keyframes_forced_for_loss": self.forced_for_loss,
+        }

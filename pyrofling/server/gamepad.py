@@ -161,6 +161,9 @@ class PadOutput:
         for listener in self.listeners:
             listener(update)
 
+    def summary(self) -> dict[str, Any]:
+        return {"pad": self.pad.description, "events_written": self.events_written, "write_errors": self.write_errors}
+
     def close(self) -> None:
         if self._trace is not None:
             self._trace.close()

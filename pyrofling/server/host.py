@@ -390,49 +390,22 @@ class Host:
             write_stats(path, self.summary())
 
     def summary(self) -> dict[str, Any]:
+        """Every part's statistics, as ``--stats-json`` writes them."""
         st = self.stats
         elapsed = time.monotonic() - self._started_s
-        sessions, clock = self.sessions, self.clock
-        out: dict[str, Any] = {**st.counters(), "frames_skipped": self.schedule.skipped, **st.medians()}
-        out.update(
-            elapsed_s=elapsed,
-            cpu_s=time.process_time() - self._cpu_start,
-            keyframes_forced=self.keyframes.forced,
-            keyframes_forced_for_join=self.keyframes.forced_for_join,
-            keyframes_forced_for_loss=self.keyframes.forced_for_loss,
-            connections_total=sessions.connections_total,
-            control_messages=sessions.control_messages,
-            auth={
-                "required": sessions.auth_required,
-                "encrypt": self.config.encrypt,
-                "successes": sessions.auth_successes,
-                "failures": sessions.auth_failures,
-            },
-            timed_out=sessions.timed_out,
-            discarded=dict(sessions.discarded),
-            encoded_mbits=st.bytes_encoded * 8 / max(elapsed, 1e-6) / 1e6,
-            phase_controller=clock.controller.name,
-            phase_feedback=clock.feedback_total,
-            phase_feedback_ignored=clock.feedback_ignored,
-            heartbeats=clock.index + 1,
-            heartbeats_missed=clock.missed_total,
-            rate_trim_ppm=clock.rate_trim_ppm,
-            audio_capture_overflows=getattr(self._audio_source, "overflows", 0),  # device capture only
-            gamepad=self._gamepad_summary(),
-            capture=self.capture.summary() if self.capture is not None else None,
-            outputs=self.outputs.summary(),
-        )
-        return out
-
-    def _gamepad_summary(self) -> dict[str, Any]:
-        router = self.sessions.gamepad
-        pad = self.pad_output
+        pad = self.pad_output.summary() if self.pad_output is not None else {"pad": None}
         return {
-            "pad": pad.pad.description if pad is not None else None,
-            "states_applied": router.stats.applied,
-            "takeovers": router.stats.takeovers,
-            "owner": router.owner,
-            "verdicts": dict(router.stats.verdicts),
-            "events_written": pad.events_written if pad is not None else 0,
-            "write_errors": pad.write_errors if pad is not None else 0,
+            **st.counters(),
+            "frames_skipped": self.schedule.skipped,
+            **st.medians(),
+            "elapsed_s": elapsed,
+            "cpu_s": time.process_time() - self._cpu_start,
+            "encoded_mbits": st.bytes_encoded * 8 / max(elapsed, 1e-6) / 1e6,
+            **self.keyframes.summary(),
+            **self.sessions.summary(),
+            **self.clock.summary(),
+            "audio_capture_overflows": getattr(self._audio_source, "overflows", 0),  # device capture only
+            "gamepad": {**pad, **self.sessions.gamepad.summary()},
+            "capture": self.capture.summary() if self.capture is not None else None,
+            "outputs": self.outputs.summary(),
         }

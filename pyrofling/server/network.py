@@ -4,9 +4,9 @@ It moves bytes.  Every control message, datagram, connection opening or
 closing goes into :class:`~pyrofling.core.host_session.HostSessions` with the time
 it was read, and this module performs what comes back: writes, datagrams,
 closes and log lines (gamepad input and phase feedback go to the host through
-``on_output``).  One timer is re-armed at
-:meth:`~pyrofling.core.host_session.HostSessions.next_timer` whenever it may have
-moved.  Media datagrams leave through each viewer's own paced queue.
+``on_output``).  One timer follows
+:meth:`~pyrofling.core.host_session.HostSessions.next_timer`.  Media datagrams
+leave through each viewer's own paced queue.
 
 ``bind`` ``localhost`` (the default) listens on both loopbacks, 127.0.0.1 and
 ::1, so ``pyro://127.0.0.1`` and ``pyro://[::1]`` both reach the host; any other
@@ -37,6 +37,7 @@ from pyrofling.core.host_session import (
 )
 from pyrofling.core.pacer import PacedQueue, Pacer
 from pyrofling.server.stats import HostStats
+from pyrofling.timers import DeadlineTimer
 from pyrofling.wire import ControlFramer, ProtocolError
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ class HostNetwork:
         self._writers: dict[int, asyncio.StreamWriter] = {}
         self._queues: dict[int, PacedQueue] = {}
         self._pumps: dict[int, asyncio.TimerHandle] = {}
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer = DeadlineTimer(lambda: self.perform(self.sessions.handle_timer(time.monotonic())))
         self._next_conn_id = 1
         self._closing = False
 
@@ -138,8 +139,7 @@ class HostNetwork:
 
     async def close(self) -> None:
         self._closing = True
-        if self._timer is not None:
-            self._timer.cancel()
+        self._timer.cancel()
         for writer in list(self._writers.values()):
             writer.close()
         for handle in self._pumps.values():
@@ -225,24 +225,8 @@ class HostNetwork:
                 self.drop(out.conn_id, out.reason)
             else:
                 self._on_output(out)
-        self._arm_timer()
-
-    def _arm_timer(self) -> None:
-        """One timer at the sessions' next deadline (keep-alive, authentication); a stale one just re-arms."""
-        due = self.sessions.next_timer()
-        if due is None or self._closing:
-            return
-        loop = asyncio.get_running_loop()
-        when = loop.time() + max(0.0, due - time.monotonic())
-        if self._timer is not None and self._timer.when() <= when + 1e-3:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = loop.call_at(when, self._on_timer)
-
-    def _on_timer(self) -> None:
-        self._timer = None
-        self.perform(self.sessions.handle_timer(time.monotonic()))
+        if not self._closing:  # keep-alive and authentication deadlines
+            self._timer.arm(self.sessions.next_timer())
 
     # -- media out -----------------------------------------------------------------------------
 

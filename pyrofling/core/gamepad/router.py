@@ -189,3 +189,11 @@ class GamepadRouter:
     def _count(self, verdict: Verdict) -> Verdict:
         self.stats.verdicts[verdict.value] += 1
         return verdict
+
+    def summary(self) -> dict[str, object]:
+        return {
+            "states_applied": self.stats.applied,
+            "takeovers": self.stats.takeovers,
+            "owner": self.owner,
+            "verdicts": dict(self.stats.verdicts),
+        }

@@ -1,0 +1,108 @@
+"""What the host's options cost, against a baseline in the same run: ``outputs`` and ``security``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from pyrofling.cli.bench.common import (
+    Sub,
+    add_common,
+    bench_parser,
+    print_result,
+    progress,
+    setup,
+)
+from pyrofling.cli.options import (
+    add_stream_size_options,
+    choice_list,
+    refuse,
+    whole_number,
+)
+
+
+def _comparison(
+    sub: Sub, name: str, help: str, description: str, example: str, modes: tuple[str, ...], default: tuple[str, ...]
+) -> None:
+    """outputs and security: a baseline and variants of a real host + headless viewer, taking turns."""
+    p = bench_parser(sub, name, help, description, example)
+    add_common(p, duration_s=(2.0, 3600.0, 15.0))
+    p.add_argument("--rounds", type=whole_number(1, 50, "rounds"), default=2, help="runs per mode (default 2)")
+    p.add_argument("--modes", type=choice_list(modes), default=default, help=f"comma list of {', '.join(modes)}")
+    add_stream_size_options(p)
+    p.add_argument("--preset", default="ultrafast")
+
+
+def _run_comparison(args: argparse.Namespace, name: str, check_modes: Any, run: Any, table: Any) -> Any:
+    from pyrofling.bench.stream import StreamScenario
+
+    setup(args)
+    problem = check_modes(list(args.modes))
+    if problem:
+        refuse(f"bench {name}", problem)
+        return None
+    base = StreamScenario(
+        width=args.width,
+        height=args.height,
+        fps=args.fps,
+        bitrate_kbits=args.bitrate_kbits,
+        duration_s=args.duration,
+        preset=args.preset,
+    )
+    result = run(base, list(args.modes), args.rounds, progress=progress)
+    print_result(args, result, table)
+    return result
+
+
+def add_outputs(sub: Sub) -> None:
+    from pyrofling.bench.outputs import DEFAULT_MODES, MODES
+
+    _comparison(
+        sub,
+        "outputs",
+        "what --record and --broadcast cost: host CPU and direct viewers' latency, against no outputs",
+        "Run a real host and a headless viewer with no outputs (plain), and with --record and/or --broadcast to "
+        "a real nginx-rtmp started on loopback, the modes taking turns. Report each mode's median host CPU and "
+        "capture-to-decoded latency next to plain's, packets the outputs dropped, and whether the recording "
+        "decodes to every frame muxed. Needs nginx and libnginx-mod-rtmp for broadcast modes; own-encoder gives "
+        "the broadcast its own 3 Mbit/s encode.",
+        "pyrofling bench outputs --duration 30 --rounds 3 --modes plain,record,broadcast,both",
+        tuple(MODES),
+        tuple(DEFAULT_MODES),
+    )
+    sub.choices["outputs"].set_defaults(func=_run_outputs)
+
+
+def _run_outputs(args: argparse.Namespace) -> int:
+    from pyrofling.bench.outputs import check_modes, format_table, run_outputs_bench
+
+    result = _run_comparison(args, "outputs", check_modes, run_outputs_bench, format_table)
+    if result is None:
+        return 2
+    return 1 if any(m["recording_errors"] or m["output_failures"] for m in result["modes"]) else 0
+
+
+def add_security(sub: Sub) -> None:
+    from pyrofling.bench.security import DEFAULT_MODES, MODES
+
+    _comparison(
+        sub,
+        "security",
+        "what --password and sealed datagrams cost: host and viewer CPU and latency, against an open host",
+        "Run a real host and a headless viewer with no secret (open), with a password (sealed: authenticated, "
+        "AES-GCM on every datagram) and with a password and --no-encrypt (auth-only), the modes taking turns. "
+        "Report median host and viewer CPU and capture-to-decoded latency next to open's.",
+        "pyrofling bench security --width 1920 --height 1080 --bitrate-kbits 20000 --rounds 3",
+        tuple(MODES),
+        tuple(DEFAULT_MODES),
+    )
+    sub.choices["security"].set_defaults(func=_run_security)
+
+
+def _run_security(args: argparse.Namespace) -> int:
+    from pyrofling.bench.security import check_modes, format_table, run_security_bench
+
+    result = _run_comparison(args, "security", check_modes, run_security_bench, format_table)
+    if result is None:
+        return 2
+    return 0 if all(m["authenticated"] >= m["runs"] for m in result["modes"] if m["mode"] != "open") else 1

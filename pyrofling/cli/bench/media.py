@@ -1,0 +1,152 @@
+"""Benches of the media around the picture: ``audio``, ``input`` (pads) and ``capture`` (games)."""
+
+from __future__ import annotations
+
+import argparse
+
+from pyrofling.cli.bench.common import (
+    Sub,
+    add_common,
+    bench_parser,
+    draw_plot,
+    print_result,
+    progress,
+    setup,
+)
+from pyrofling.cli.options import (
+    add_stream_size_options,
+    choice_list,
+    fraction,
+    number,
+    refuse,
+)
+
+
+def add_audio(sub: Sub) -> None:
+    from pyrofling.bench.audio import CASES
+    from pyrofling.core.audio_control import RATE_CONTROLLERS
+
+    p = bench_parser(
+        sub,
+        "audio",
+        "audio buffer control, underruns, rate wobble and end-to-end latency through a real audio clock",
+        "Runs a real host (test scene + click tone with a skewed clock), netsim where the run has jitter or "
+        "loss, and a headless viewer playing into a JACK dummy server the bench starts. Default runs: +500 and "
+        "-500 ppm skew with 0..5 ms jitter, 2% loss, and plain loopback, per controller. Reports buffered audio, "
+        "underruns, playback speed (mean/max |speed-1|, wobble), click-timed end-to-end latency, A/V offset and "
+        "concealment per lost packet.",
+        "pyrofling bench audio --duration 60 --controllers drift,reference --plot audio.png",
+    )
+    add_common(p, duration_s=(5.0, 3600.0, 60.0), plot=True)
+    p.add_argument(
+        "--controllers",
+        type=choice_list(RATE_CONTROLLERS),
+        default=("drift",),
+        help=f"comma list of {', '.join(RATE_CONTROLLERS)} (default drift; add reference to compare)",
+    )
+    p.add_argument(
+        "--cases",
+        type=choice_list(CASES),
+        default=CASES,
+        help="comma list: fast/slow (host clock +/-500 ppm, with jitter), loss (2%%), loopback (default all)",
+    )
+    p.add_argument("--jitter-ms", type=number(0.0, 50.0, "ms"), default=5.0, help="jitter of the skew runs")
+    p.add_argument("--target-ms", type=number(5.0, 500.0, "ms"), default=30.0, help="viewer buffer target")
+    p.add_argument("--codec", choices=("raw", "opus"), default="raw", help="audio codec (default raw)")
+    p.add_argument(
+        "--no-jack",
+        action="store_true",
+        help="play into this machine's default output instead of a JACK dummy server started for the bench",
+    )
+    p.set_defaults(func=_run_audio)
+
+
+def _run_audio(args: argparse.Namespace) -> int:
+    from pyrofling.bench.audio import AudioBenchConfig, format_table, plot, run, standard_rows
+    from pyrofling.bench.jack import JackUnavailable
+
+    setup(args)
+    cfg = AudioBenchConfig(
+        duration_s=args.duration,
+        target_ms=args.target_ms,
+        codec=args.codec,
+        rows=standard_rows(args.controllers, jitter_ms=args.jitter_ms, cases=args.cases),
+        start_jack=not args.no_jack,
+    )
+    try:
+        result = run(cfg, progress=progress)
+    except JackUnavailable as exc:
+        return refuse("bench audio", f"{exc}; or pass --no-jack to use this machine's sound", 1)
+    print_result(args, result, format_table)
+    return draw_plot("bench audio", args.plot, lambda: plot(result, str(args.plot)))
+
+
+def add_input(sub: Sub) -> None:
+    from pyrofling.bench.input import CASES
+
+    p = bench_parser(
+        sub,
+        "input",
+        "input latency: a viewer's gamepad send to the host's virtual pad, and to the game's reaction on screen",
+        "Runs a real host streaming its test scene and a real client (a headless viewer decoding the stream, "
+        "or the gamepad-only client) whose synthetic pad changes on every send, on loopback and through "
+        "netsim with jitter and loss on the viewer->host direction. Each state is timed from the client's "
+        "send to the host's write to the virtual pad (one monotonic clock for both processes).",
+        "pyrofling bench input --duration 30 --json",
+    )
+    add_common(p, duration_s=(2.0, 3600.0, 10.0))
+    p.add_argument(
+        "--cases",
+        type=choice_list(CASES),
+        default=("loopback", "netsim"),
+        help="comma list: loopback, netsim (default both); game, game-immediate: stream the example game "
+        "through the capture socket and also time input to photon (pad send to the decoded frame showing it)",
+    )
+    p.add_argument("--client", choices=("view", "gamepad"), default="view", help="which client sends (default view)")
+    p.add_argument("--jitter-ms", type=number(0.0, 100.0, "ms"), default=5.0, help="netsim jitter (default 5)")
+    p.add_argument("--loss", type=fraction("loss rate", upper=0.5), default=0.01, help="netsim loss (default 1%%)")
+    add_stream_size_options(p)
+    p.set_defaults(func=_run_input)
+
+
+def add_capture(sub: Sub) -> None:
+    p = bench_parser(
+        sub,
+        "capture",
+        "game capture: frames encoded, the game's pacing, input to photon (the example game, end to end)",
+        "Runs a real host (--source capture), the example game presenting through the capture socket "
+        "(headless, stamping each frame) and a phase-locked headless viewer whose synthetic pad changes every "
+        "4 ms. Reports the share of game frames encoded, the game's frame interval while the host paces it "
+        "(FIFO), and input to photon: a pad send to the decode of the first frame that shows the game's "
+        "reaction. Same runs as 'bench input --cases game,game-immediate'.",
+        "pyrofling bench capture --duration 60",
+    )
+    add_common(p, duration_s=(5.0, 3600.0, 20.0))
+    p.add_argument(
+        "--cases",
+        type=choice_list(("game", "game-immediate")),
+        default=("game", "game-immediate"),
+        help="comma list: game (heartbeat encode), game-immediate (--immediate-encode); default both",
+    )
+    add_stream_size_options(p)
+    p.set_defaults(func=_run_input, client="view", jitter_ms=0.0, loss=0.0)
+
+
+def _run_input(args: argparse.Namespace) -> int:
+    from pyrofling.bench.input import InputBenchConfig, format_table, run, standard_scenarios
+
+    setup(args)
+    cfg = InputBenchConfig(
+        duration_s=args.duration,
+        client=args.client,
+        width=args.width,
+        height=args.height,
+        fps=args.fps,
+        scenarios=standard_scenarios(list(args.cases), jitter_ms=args.jitter_ms, loss=args.loss),
+    )
+    result = run(cfg, progress=progress)
+    print_result(args, result, format_table)
+    rows = result["rows"]
+    games = [r for r in rows if "capture" in r]
+    ok = all(r["applied"] for r in rows) and all(r.get("photon_samples") and r["capture"].get("encoded") for r in games)
+    return 0 if ok else 1

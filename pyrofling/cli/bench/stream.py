@@ -1,0 +1,309 @@
+"""Benches of the transport and the whole stream: ``fec``, ``stream``, ``latency``, ``phase``, ``soak``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from pyrofling.cli.bench.common import (
+    Sub,
+    add_common,
+    bench_parser,
+    draw_plot,
+    loss_rate,
+    print_result,
+    progress,
+    setup,
+)
+from pyrofling.cli.options import (
+    add_stream_size_options,
+    choice_list,
+    duration,
+    fraction,
+    int_list,
+    number,
+    refuse,
+    whole_number,
+)
+from pyrofling.fec.planner import PLANNERS
+
+
+def add_fec(sub: Sub) -> None:
+    from pyrofling.bench.fec import STANDARD_KS, STANDARD_LOSS
+
+    p = bench_parser(
+        sub,
+        "fec",
+        "packet-loss recovery and throughput of the FEC codec",
+        "Measure how many frames survive packet loss with no FEC, the reference PyroFling FEC (planner and "
+        "peeling decoder), pyrofling's tuned planner and decoder, and, with the 'compare' extra installed, zfec "
+        "(Reed-Solomon, the best possible at the same overhead) and raptorq; plus encode/decode throughput. "
+        "Loss models: n=K (exactly K of the frame's packets lost), data=K (K data packets, all repair received), "
+        "iid:P (each packet lost with probability P, e.g. iid:1%), ge or ge:GB,BG,LOSS (Gilbert-Elliott bursts "
+        "over a continuous stream; default 0.01,0.3,0.5).",
+        "pyrofling bench fec --k 100 --loss iid:5%,ge --trials 20000",
+    )
+    p.add_argument("--quick", action="store_true", help="fewer trials and frames: finishes in under a minute")
+    p.add_argument("--k", type=int_list, default=STANDARD_KS, metavar="K,...", help="data blocks per frame")
+    p.add_argument("--loss", default=",".join(STANDARD_LOSS), metavar="MODEL,...", help="loss models")
+    p.add_argument(
+        "--ratio",
+        type=fraction("ratio", zero_ok=False, upper=4.0),
+        default=0.25,
+        help="redundancy: repair blocks = K*RATIO+1 (default 0.25)",
+    )
+    p.add_argument("--repair", type=whole_number(0, 10_000, "blocks"), default=None, metavar="F", help="fixed F")
+    p.add_argument("--trials", type=whole_number(1, 10**8, "trials"), default=None, help="frames per case (4000)")
+    p.add_argument("--peer-trials", type=whole_number(1, 10**8, "trials"), default=None, help="for zfec/raptorq")
+    p.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    p.add_argument(
+        "--sweep-degrees",
+        type=int_list,
+        default=(),
+        metavar="D,...",
+        help="also compare these XOR degrees at the same repair count (how the tuned planner was chosen)",
+    )
+    p.add_argument("--no-compare", action="store_true", help="skip zfec and raptorq even if installed")
+    p.add_argument("--no-throughput", action="store_true", help="skip the throughput measurement")
+    add_common(p, duration_s=None, plot=True)
+    p.set_defaults(func=_run_fec)
+
+
+def _run_fec(args: argparse.Namespace) -> int:
+    from pyrofling.bench.fec import FecBenchConfig, LossSpec, format_table, plot, run
+
+    setup(args)
+    try:
+        specs = LossSpec.parse_list(args.loss)
+    except ValueError as exc:
+        return refuse("bench fec", str(exc))
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            return refuse("bench fec", "--plot needs matplotlib: pip install 'pyrofling[plot]'")
+        # The plot's recovery curves need exact loss counts 1..8.
+        have = {int(spec.value) for spec in specs if spec.kind == "n"}
+        specs = [LossSpec("n", float(n)) for n in range(1, 9) if n not in have] + specs
+        specs.sort(key=lambda spec: (spec.kind != "n", spec.value if spec.kind == "n" else 0))
+    cfg = FecBenchConfig(
+        ks=args.k,
+        losses=tuple(specs),
+        ratio=args.ratio,
+        repair_blocks=args.repair,
+        trials=args.trials or (1000 if args.quick else 4000),
+        peer_trials=args.peer_trials or (200 if args.quick else 1000),
+        seed=args.seed,
+        compare=not args.no_compare,
+        throughput=not args.no_throughput,
+        throughput_frames=60 if args.quick else 300,
+        sweep_degrees=args.sweep_degrees,
+    )
+    result = run(cfg)
+    if args.plot:
+        plot(result, args.plot)
+        result["plot"] = str(args.plot)
+    print_result(args, result, format_table)
+    if args.plot and not args.json:
+        progress(f"plot written to {args.plot}")
+    return 0
+
+
+def add_stream(sub: Sub) -> None:
+    p = bench_parser(
+        sub,
+        "stream",
+        "host + headless viewer(s), optionally through netsim: frames, loss, CPU, latency",
+        "Run a real host (test scene) and real headless viewers as separate processes, optionally through the "
+        "loss simulator, and report frames sent/shown, loss before and after FEC, key frames forced, bitrate, "
+        "CPU per process and capture-to-decoded latency read from the decoded pixels.",
+        "pyrofling bench stream --duration 60 --ge   |   --viewers 1,4   |   --width 1920 --height 1080",
+    )
+    add_common(p, duration_s=(1.0, 3600.0, 10.0))
+    add_stream_size_options(p)
+    p.add_argument("--encoder", default="libx264")
+    p.add_argument("--preset", default="ultrafast")
+    p.add_argument("--loss", type=loss_rate, default=0.0, help="i.i.d. datagram loss host->viewer (e.g. 2%%)")
+    p.add_argument("--ge", action="store_true", help="Gilbert-Elliott burst loss (about 5%% in bursts)")
+    p.add_argument(
+        "--viewers", type=int_list, default=(1,), help="viewers per run; a list (1,4) runs each and reports the cost"
+    )
+    p.add_argument("--fec-planner", choices=PLANNERS, default="tuned")
+    p.add_argument("--seed", type=int, default=1)
+    p.set_defaults(func=_run_stream)
+
+
+def _run_stream(args: argparse.Namespace) -> int:
+    from pyrofling.bench.stream import StreamScenario, add_extra_viewer_cost, format_table, run_scenario, summarize
+
+    setup(args)
+    if any(n > 16 for n in args.viewers):
+        return refuse("bench stream", "--viewers must be between 1 and 16")
+    if args.ge and args.loss:
+        return refuse("bench stream", "--ge brings its own bursty loss (about 5 %): give --loss or --ge, not both")
+    rows, raws = [], []
+    for n in args.viewers:
+        sc = StreamScenario(
+            width=args.width,
+            height=args.height,
+            fps=args.fps,
+            bitrate_kbits=args.bitrate_kbits,
+            duration_s=args.duration,
+            loss=args.loss,
+            ge=args.ge,
+            viewers=n,
+            fec=args.fec_planner,
+            encoder=args.encoder,
+            preset=args.preset,
+            seed=args.seed,
+        )
+        progress(f"running {sc.label()} for {args.duration:g} s ...")
+        raw = run_scenario(sc)
+        rows.append({**summarize(raw), "_scenario": sc})
+        raws.append(raw)
+    add_extra_viewer_cost(rows)
+    for row in rows:
+        del row["_scenario"]
+    print(json.dumps({"rows": rows, "raw": raws}, indent=1) if args.json else format_table(rows))
+    return 0
+
+
+def add_latency(sub: Sub) -> None:
+    from pyrofling.bench.latency import MODES
+
+    p = bench_parser(
+        sub,
+        "latency",
+        "glass-to-glass latency and frame pacing: phase-locked (both controllers) vs free-running",
+        "Runs a real host (test scene) and a headless viewer per mode, back to back: free-running, phase-locked "
+        "with the reference controller, phase-locked with pyrofling's. The viewer's display clock runs at "
+        "--refresh-hz (59.94 by default, against the host's 60). Reports presented/repeated/dropped frames, "
+        "lock time, phase error and glass-to-glass latency (capture stamp in the picture -> on screen).",
+        "pyrofling bench latency --duration 60 --refresh-hz 59.94 --plot latency.png",
+    )
+    add_common(p, duration_s=(1.0, 3600.0, 20.0), plot=True)
+    add_stream_size_options(p)
+    p.add_argument("--refresh-hz", type=number(1.0, 1000.0, "Hz"), default=59.94)
+    p.add_argument("--skew-ppm", type=number(-50_000.0, 50_000.0, "ppm"), default=0.0, help="viewer clock skew")
+    p.add_argument("--offset", type=number(-0.1, 0.1), default=0.0, help="phase_locked offset, s (default 0)")
+    p.add_argument("--deadline", type=number(0.0, 0.1), default=0.008, help="deadline, s (default 0.008)")
+    p.add_argument("--loss", type=loss_rate, default=0.0, help="i.i.d. loss through netsim (e.g. 1%%)")
+    p.add_argument("--jitter-ms", type=number(0.0, 100.0, "ms"), default=0.0, help="netsim jitter 0..N ms")
+    p.add_argument("--modes", type=choice_list(MODES), default=MODES, help=f"comma list of {', '.join(MODES)}")
+    p.set_defaults(func=_run_latency)
+
+
+def _run_latency(args: argparse.Namespace) -> int:
+    from pyrofling.bench.latency import LatencyBenchConfig, format_table, plot, run
+
+    setup(args)
+    cfg = LatencyBenchConfig(
+        duration_s=args.duration,
+        width=args.width,
+        height=args.height,
+        fps=args.fps,
+        bitrate_kbits=args.bitrate_kbits,
+        refresh_hz=args.refresh_hz,
+        skew_ppm=args.skew_ppm,
+        offset_s=args.offset,
+        deadline_s=args.deadline,
+        loss=args.loss,
+        jitter_ms=args.jitter_ms,
+        modes=args.modes,
+    )
+    result = run(cfg, progress=progress)
+    print_result(args, result, format_table)
+    return draw_plot("bench latency", args.plot, lambda: plot(result, str(args.plot)))
+
+
+def add_phase(sub: Sub) -> None:
+    p = bench_parser(
+        sub,
+        "phase",
+        "the phase loop simulated with a fake clock: pi vs reference controller vs free-running",
+        "Simulates host frame clock, pipeline jitter and the viewer's presentation loop with the real pure "
+        "objects and a fake clock, from several starting phases per scenario (500 ppm skew, 2 ms jitter, "
+        "59.94 Hz, +-3 ms load, a 100 ms stall). Deterministic: the same seed gives the same numbers.",
+        "pyrofling bench phase --duration 10 --phases 8 --plot phase.png",
+    )
+    add_common(p, duration_s=(2.0, 600.0, 10.0), plot=True)
+    p.add_argument("--phases", type=whole_number(1, 64, "phases"), default=8, help="starting phases per scenario")
+    p.add_argument("--seed", type=int, default=1)
+    p.set_defaults(func=_run_phase)
+
+
+def _run_phase(args: argparse.Namespace) -> int:
+    from pyrofling.bench.phase import format_table, plot, run, standard_scenarios
+
+    setup(args)
+    result = run(standard_scenarios(args.duration, args.seed), phases=args.phases)
+    print_result(args, result, format_table)
+    return draw_plot("bench phase", args.plot, lambda: plot(args.duration, args.seed, str(args.plot)))
+
+
+def add_soak(sub: Sub) -> None:
+    p = bench_parser(
+        sub,
+        "soak",
+        "host + 3 viewers (one through bursty loss) for a long run: memory, CPU, frames lost, errors",
+        "Run a real host (test scene and tone, password and sealed datagrams), one headless viewer through "
+        "netsim with bursty loss and the others direct, all playing audio into a JACK dummy server, for the "
+        "chosen time. Every --sample seconds print each process's resident memory and CPU; at the end report "
+        "memory against its value after warm-up, frames shown and lost, freezes, reconnects, and errors (early "
+        "exits, encode/decode/send errors, reconnects, warnings in any log). Exit status 1 when memory moved "
+        "more than --memory-bound or anything went wrong.",
+        "pyrofling bench soak --duration 30m   (the check a release must pass)",
+    )
+    p.add_argument(
+        "--duration",
+        type=duration(10.0, 7 * 24 * 3600.0, "from 10 s to a week"),
+        default=1800.0,
+        help="e.g. 600, 30m, 2h",
+    )
+    p.add_argument("--sample", type=number(1.0, 3600.0), default=None, help="seconds between samples (60 per run)")
+    p.add_argument("--warmup", type=number(0.0, 3600.0), default=None, help="seconds before the memory baseline")
+    p.add_argument("--memory-bound", type=number(0.1, 100.0, "percent"), default=5.0, help="± percent (default 5)")
+    p.add_argument("--viewers", type=whole_number(1, 16, "viewers"), default=3, help="viewers (default 3)")
+    p.add_argument(
+        "--loss",
+        type=fraction("loss rate", upper=0.5),
+        default=0.0,
+        help="i.i.d. loss for the first viewer (default: Gilbert-Elliott bursts, ~5 %%)",
+    )
+    p.add_argument("--no-audio", action="store_true", help="no audio (no JACK server needed)")
+    p.add_argument("--open", action="store_true", help="no password, no sealed datagrams (an open host)")
+    add_stream_size_options(p)
+    p.set_defaults(bitrate_kbits=6000)
+    add_common(p, duration_s=None)
+    p.set_defaults(func=_run_soak)
+
+
+def _run_soak(args: argparse.Namespace) -> int:
+    from pyrofling.bench.jack import JackUnavailable
+    from pyrofling.bench.soak import SoakConfig, format_table, run_soak
+
+    setup(args)
+    cfg = SoakConfig(
+        duration_s=args.duration,
+        width=args.width,
+        height=args.height,
+        fps=args.fps,
+        bitrate_kbits=args.bitrate_kbits,
+        viewers=args.viewers,
+        loss=args.loss,
+        sample_s=args.sample if args.sample is not None else max(1.0, min(60.0, args.duration / 60)),
+        warmup_s=args.warmup if args.warmup is not None else min(120.0, args.duration / 5),
+        memory_bound_pct=args.memory_bound,
+        audio=not args.no_audio,
+        secure=not args.open,
+    )
+    progress(
+        f"pyrofling bench soak: {cfg.duration_s / 60:.1f} min, a sample every {cfg.sample_s:g} s "
+        f"(memory baseline after {cfg.warmup_s:g} s)"
+    )
+    try:
+        result = run_soak(cfg, progress=progress)
+    except JackUnavailable as exc:
+        return refuse("bench soak", f"{exc}; or run with --no-audio")
+    print_result(args, result, format_table)
+    return 0 if result["ok"] else 1
