@@ -22,7 +22,7 @@ from pyrofling.core.bitstream import KeyGate, KeyInfo
 from pyrofling.core.outputs import Backoff, StreamClock
 from pyrofling.server.audio import AudioConfig
 from pyrofling.server.host import Host
-from pyrofling.server.outputs import OutputConfig, redact_url
+from pyrofling.server.muxing import OutputConfig, redact_url
 
 # -- pure decisions ------------------------------------------------------------------------------
 
@@ -307,7 +307,8 @@ def test_broadcast_with_its_own_encoder_has_a_normal_gop_and_bitrate(tmp_path: P
 
 
 def test_h265_cannot_go_to_rtmp_without_its_own_encoder() -> None:
-    from pyrofling.server.outputs import Broadcaster, StreamInfo
+    from pyrofling.server.broadcaster import Broadcaster
+    from pyrofling.server.muxing import StreamInfo
     from pyrofling.wire import VideoCodec
 
     info = StreamInfo(width=320, height=240, fps=30, video_codec=VideoCodec.H265)

@@ -28,7 +28,7 @@ from pyrofling.fec.planner import PLANNERS
 from pyrofling.server.audio import AudioConfig
 from pyrofling.server.encoder import X26X_PRESETS, EncoderConfig
 from pyrofling.server.host import DEFAULT_PORT, Host, HostConfig
-from pyrofling.server.outputs import OutputConfig
+from pyrofling.server.muxing import OutputConfig
 from pyrofling.server.sources import check_source
 
 

@@ -55,8 +55,9 @@ from pyrofling.server.capture import CaptureServer
 from pyrofling.server.encoder import EncodedVideo, EncoderConfig, VideoEncoder
 from pyrofling.server.gamepad import PadOutput, VirtualPad, open_virtual_pad
 from pyrofling.server.heartbeat import Heartbeat
+from pyrofling.server.muxing import OutputConfig, StreamInfo
 from pyrofling.server.network import HostNetwork, uri_host
-from pyrofling.server.outputs import OutputConfig, Outputs, StreamInfo
+from pyrofling.server.outputs import Outputs
 from pyrofling.server.sources import VideoSource, open_source
 from pyrofling.server.stats import HostStats, StatusLine, phase_status
 from pyrofling.wire import AudioCodec, CodecParameters, StreamType
