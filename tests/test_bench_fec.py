@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from pyrofling.bench.fec import FecBenchConfig, LossSpec, format_table, run, wilson_interval
+from pyrofling.bench.fec import FecBenchConfig, LossSpec, run, wilson_interval
+from pyrofling.bench.fec_report import format_table
 from pyrofling.cli import main
 
 

@@ -20,17 +20,16 @@ frames with fresh seeds.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import random
-import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TextIO
 
-from pyrofling.fec.codec import NO_FEC, FecPlan, FrameDecoder, decode_frame, encode_repair, split_data
+from pyrofling.bench.fec_peers import Raptorq, Zfec, peers_available
+from pyrofling.bench.fec_speed import Throughput, raptorq_throughput, xor_throughput, zfec_throughput
+from pyrofling.fec.codec import NO_FEC, FecPlan, FrameDecoder, encode_repair, split_data
 from pyrofling.fec.planner import REFERENCE_RATIO, binomial_tail, reference_plan, repair_count, tuned_plan
 from pyrofling.netsim.models import GilbertElliottLoss
 from pyrofling.units import parse_fraction
@@ -135,65 +134,6 @@ class _LossDrawer:
 
 
 # --------------------------------------------------------------------------------------------
-# Peers (optional)
-# --------------------------------------------------------------------------------------------
-
-
-def peers_available() -> dict[str, bool]:
-    return {name: importlib.util.find_spec(name) is not None for name in ("zfec", "raptorq")}
-
-
-class _Zfec:
-    def __init__(self) -> None:
-        import zfec
-
-        self._zfec = zfec
-        self._encoders: dict[tuple[int, int], Any] = {}
-        self._decoders: dict[tuple[int, int], Any] = {}
-
-    def encoder(self, k: int, m: int) -> Any:
-        key = (k, m)
-        if key not in self._encoders:
-            self._encoders[key] = self._zfec.Encoder(k, m)
-        return self._encoders[key]
-
-    def decoder(self, k: int, m: int) -> Any:
-        key = (k, m)
-        if key not in self._decoders:
-            self._decoders[key] = self._zfec.Decoder(k, m)
-        return self._decoders[key]
-
-    def encode(self, blocks: list[bytes], f: int) -> list[bytes]:
-        k = len(blocks)
-        return list(self.encoder(k, k + f).encode(blocks, list(range(k, k + f))))
-
-    def decode(self, k: int, f: int, received: list[tuple[int, bytes]]) -> bytes | None:
-        if len(received) < k:
-            return None
-        first = received[:k]
-        out = self.decoder(k, k + f).decode([b for _, b in first], [i for i, _ in first])
-        return b"".join(out)
-
-
-class _Raptorq:
-    def __init__(self) -> None:
-        import raptorq
-
-        self._rq = raptorq
-
-    def encode(self, frame: bytes, symbol_bytes: int, f: int) -> list[bytes]:
-        return list(self._rq.Encoder.with_defaults(frame, symbol_bytes).get_encoded_packets(f))
-
-    def decode(self, frame_bytes: int, symbol_bytes: int, packets: Iterable[bytes]) -> bytes | None:
-        dec = self._rq.Decoder.with_defaults(frame_bytes, symbol_bytes)
-        for p in packets:
-            out = dec.decode(p)
-            if out is not None:
-                return bytes(out)
-        return None
-
-
-# --------------------------------------------------------------------------------------------
 # Results
 # --------------------------------------------------------------------------------------------
 
@@ -220,15 +160,6 @@ def wilson_interval(successes: int, trials: int, z: float = 1.96) -> tuple[float
     centre = (p + z * z / (2 * trials)) / denom
     half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denom
     return (max(0.0, centre - half), min(1.0, centre + half))
-
-
-@dataclass(slots=True)
-class Throughput:
-    encode_MBps: float | None = None
-    #: Lost data blocks -> MB/s, decoding from the blocks that arrived in one call (as zfec/raptorq do).
-    decode_MBps: dict[int, float | None] = field(default_factory=dict)
-    #: The same, fed one datagram at a time into FrameDecoder, as the viewer's reassembler does.
-    incremental_decode_MBps: dict[int, float | None] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------------------------
@@ -330,8 +261,8 @@ def _decode_xor(
 def run_recovery(cfg: FecBenchConfig, progress: Progress | None = None) -> dict[tuple[str, int, str], Tally]:
     """Recovery tallies keyed by (scheme, K, loss label)."""
     peers = peers_available() if cfg.compare else {"zfec": False, "raptorq": False}
-    zf = _Zfec() if peers["zfec"] else None
-    rq = _Raptorq() if peers["raptorq"] else None
+    zf = Zfec() if peers["zfec"] else None
+    rq = Raptorq() if peers["raptorq"] else None
     tallies: dict[tuple[str, int, str], Tally] = {}
     bb = SIM_BLOCK_BYTES
     for k in cfg.ks:
@@ -403,90 +334,6 @@ def run_recovery(cfg: FecBenchConfig, progress: Progress | None = None) -> dict[
     return {key: t for key, t in tallies.items() if t.trials}
 
 
-def _median_rate(k: int, fn: Callable[[int], object], frames: int) -> float:
-    """MB/s of payload (1 MB = 1e6 B) from the median time of ``frames`` calls."""
-    times = []
-    for i in range(frames):
-        t0 = time.perf_counter()
-        fn(i)
-        times.append(time.perf_counter() - t0)
-    return k * 1024 / statistics.median(times) / 1e6
-
-
-def _lost_sets(k: int, losses: int, frames: int) -> list[set[int]]:
-    return [set(random.Random(i).sample(range(k), min(losses, k))) for i in range(frames)]
-
-
-def _xor_throughput(frame: bytes, plan: FecPlan, seeds: list[int]) -> Throughput:
-    """Encode and decode speed of the mirrored-XOR codec for one plan, fresh seed per frame."""
-    k = -(-len(frame) // 1024)
-    data = split_data(frame)
-    frames = len(seeds)
-    tp = Throughput()
-    repairs: list[list[bytes]] = [[] for _ in seeds]
-    if plan.repair_blocks:
-        tp.encode_MBps = _median_rate(k, lambda i: encode_repair(frame, plan, seeds[i]), frames)
-        repairs = [encode_repair(frame, plan, s) for s in seeds]
-    repair_maps = [dict(enumerate(r)) for r in repairs]
-    for losses in (0, 1, 2):
-        if losses and losses > plan.repair_blocks:
-            tp.decode_MBps[losses] = tp.incremental_decode_MBps[losses] = None
-            continue
-        lost_sets = _lost_sets(k, losses, frames)
-        received = [{j: bytes(b) for j, b in enumerate(data) if j not in lost} for lost in lost_sets]
-
-        def batch(i: int, received: list[dict[int, bytes]] = received) -> None:
-            decode_frame(len(frame), plan, seeds[i], received[i], repair_maps[i])
-
-        def incremental(i: int, lost_sets: list[set[int]] = lost_sets) -> None:
-            dec = FrameDecoder(len(frame), plan, seeds[i])
-            lost = lost_sets[i]
-            for j, data_block in enumerate(data):
-                if j not in lost:
-                    dec.add_data(j, data_block)
-            if not dec.complete:
-                for j, repair_block in enumerate(repairs[i]):
-                    if dec.add_repair(j, repair_block):
-                        break
-            if dec.complete:
-                dec.frame()
-
-        # A frame the code cannot repair still costs its attempt: that is the decoder's real cost.
-        tp.decode_MBps[losses] = _median_rate(k, batch, frames)
-        tp.incremental_decode_MBps[losses] = _median_rate(k, incremental, frames)
-    return tp
-
-
-def _zfec_throughput(frame: bytes, f: int, frames: int) -> Throughput:
-    k = -(-len(frame) // 1024)
-    zf = _Zfec()
-    blocks = [bytes(b) for b in split_data(frame)]
-    tp = Throughput(encode_MBps=_median_rate(k, lambda i: zf.encode(blocks, f), frames))
-    everything = list(enumerate(blocks + zf.encode(blocks, f)))
-    for losses in (0, 1, 2):
-        if losses > f:
-            tp.decode_MBps[losses] = None
-            continue
-        received = [[(j, b) for j, b in everything if j not in lost] for lost in _lost_sets(k, losses, frames)]
-        tp.decode_MBps[losses] = _median_rate(k, lambda i, r=received: zf.decode(k, f, r[i]), frames)  # type: ignore[misc]
-    return tp
-
-
-def _raptorq_throughput(frame: bytes, f: int, frames: int) -> Throughput:
-    k = -(-len(frame) // 1024)
-    rq = _Raptorq()
-    frames = max(20, frames // 5)  # one Encoder and Decoder per frame: slow, fewer samples
-    tp = Throughput(encode_MBps=_median_rate(k, lambda i: rq.encode(frame, 1024, f), frames))
-    packets = rq.encode(frame, 1024, f)
-    for losses in (0, 1, 2):
-        if losses > f:
-            tp.decode_MBps[losses] = None
-            continue
-        survivors = [[p for j, p in enumerate(packets) if j not in lost] for lost in _lost_sets(k, losses, frames)]
-        tp.decode_MBps[losses] = _median_rate(k, lambda i, s=survivors: rq.decode(len(frame), 1024, s[i]), frames)  # type: ignore[misc]
-    return tp
-
-
 def run_throughput(cfg: FecBenchConfig, progress: Progress | None = None) -> dict[tuple[str, int], Throughput]:
     """Encode/decode MB/s per (scheme, K) with 1024-byte blocks, 0/1/2 lost data blocks."""
     peers = peers_available() if cfg.compare else {"zfec": False, "raptorq": False}
@@ -497,13 +344,13 @@ def run_throughput(cfg: FecBenchConfig, progress: Progress | None = None) -> dic
         frame = rng.randbytes(k * 1024)
         seeds = [rng.getrandbits(32) for _ in range(cfg.throughput_frames)]
         for planner, plan in cfg.plans(k).items():
-            tp = _xor_throughput(frame, plan, seeds)
+            tp = xor_throughput(frame, plan, seeds)
             for decoder in ("peel", "pyrofling"):
                 out[(f"{planner}/{decoder}", k)] = tp
         if peers["zfec"] and f and k + f <= 256:  # zfec's limit: 256 blocks in all
-            out[("zfec", k)] = _zfec_throughput(frame, f, cfg.throughput_frames)
+            out[("zfec", k)] = zfec_throughput(frame, f, cfg.throughput_frames)
         if peers["raptorq"] and f:
-            out[("raptorq", k)] = _raptorq_throughput(frame, f, cfg.throughput_frames)
+            out[("raptorq", k)] = raptorq_throughput(frame, f, cfg.throughput_frames)
         if progress is not None:
             progress.step(f"throughput K={k}")
     return out
@@ -608,141 +455,3 @@ def run(cfg: FecBenchConfig, *, progress_stream: TextIO | None = sys.stderr) -> 
         "elapsed_s": time.monotonic() - t0,
         "rows": build_rows(cfg, tallies, speed),
     }
-
-
-# --------------------------------------------------------------------------------------------
-# Output
-# --------------------------------------------------------------------------------------------
-
-
-def _fmt_loss(x: float) -> str:
-    if x == 0:
-        return "0"
-    if x < 1e-12:
-        return "<1e-12"
-    if x >= 0.01:
-        return f"{x * 100:.2f}%"
-    return f"{x:.1e}"
-
-
-def format_table(result: dict[str, Any]) -> str:
-    """The human-readable report: residual frame loss per K × loss model × scheme, then speed."""
-    rows = result["rows"]
-    losses = result["config"]["losses"]
-    lines = []
-    lines.append("Residual frame loss: share of frames not delivered complete (lower is better).")
-    lines.append("mds-exact: the best any code can do at this overhead (exact; i.i.d. and fixed-count losses only).")
-    lines.append("")
-    header = f"{'K':>4} {'F':>3}  {'scheme':<20}" + "".join(f"{lbl:>13}" for lbl in losses)
-    lines.append(header)
-    lines.append("-" * len(header))
-    by_key = {(r["scheme"], r["k"], r["loss_model"]): r for r in rows}
-    order = result["config"]["schemes"]
-    for k in result["config"]["ks"]:
-        for scheme in order:
-            cells = []
-            present = False
-            for lbl in losses:
-                r = by_key.get((scheme, k, lbl))
-                if r is None:
-                    cells.append(f"{'-':>13}")
-                    continue
-                present = True
-                cells.append(f"{_fmt_loss(r['residual_frame_loss']):>13}")
-            if present:
-                f = next(r["repair_blocks"] for (s, kk, _), r in by_key.items() if s == scheme and kk == k)
-                lines.append(f"{k:>4} {f:>3}  {scheme:<20}" + "".join(cells))
-        trials = {by_key[(s, k, lbl)]["trials"] for s in order for lbl in losses if (s, k, lbl) in by_key} - {0}
-        lines.append(f"{'':>9}trials: {', '.join(str(t) for t in sorted(trials))}")
-        lines.append("")
-    mismatches = sum(r["mismatches"] for r in rows)
-    lines.append(f"Recovered frames that differed from the original: {mismatches}")
-    speed_rows = {}
-    for r in rows:
-        if r["encode_MBps"] is not None or r["decode_MBps_by_losses"]:
-            key = (r["scheme"].replace("/peel", "").replace("/pyrofling", ""), r["k"])
-            speed_rows[key] = r
-    if speed_rows:
-        lines.append("")
-        lines.append("Throughput, MB/s of payload, single thread, 1024-byte blocks (median over frames).")
-        lines.append(
-            "decode: from the received blocks in one call; per-datagram: fed one block at a time as the viewer does."
-        )
-        head = (
-            f"{'K':>4}  {'codec':<12}{'encode':>10}{'decode 0 lost':>15}{'1 lost':>10}{'2 lost':>10}"
-            f"{'per-datagram 1 lost':>21}{'2 lost':>10}"
-        )
-        lines.append(head)
-        lines.append("-" * len(head))
-
-        def num(v: float | None) -> str:
-            return "-" if v is None else f"{v:,.0f}"
-
-        for (codec, k), r in sorted(speed_rows.items(), key=lambda x: (x[0][1], x[0][0])):
-            d = r["decode_MBps_by_losses"] or {}
-            inc = r["incremental_decode_MBps_by_losses"] or {}
-            lines.append(
-                f"{k:>4}  {codec:<12}{num(r['encode_MBps']):>10}{num(d.get('0')):>15}"
-                f"{num(d.get('1')):>10}{num(d.get('2')):>10}{num(inc.get('1')):>21}{num(inc.get('2')):>10}"
-            )
-    peers = result["config"]["peers"]
-    missing = [p for p, ok in peers.items() if not ok]
-    if missing:
-        lines.append("")
-        lines.append(f"Not compared (install the 'compare' extra): {', '.join(missing)}")
-    lines.append(f"Elapsed: {result['elapsed_s']:.1f} s")
-    return "\n".join(lines)
-
-
-def plot(result: dict[str, Any], path: str) -> None:
-    """Per frame size: recovery against the number of lost packets (``n=K`` models, as in the
-    FEC blog's curves) on top, residual frame loss on a log scale for the other models below."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = result["rows"]
-    ks = result["config"]["ks"]
-    losses = result["config"]["losses"]
-    schemes = result["config"]["schemes"]
-    exact = [lbl for lbl in losses if lbl.startswith("n=")]
-    other = [lbl for lbl in losses if not lbl.startswith("n=")]
-    by_key = {(r["scheme"], r["k"], r["loss_model"]): r for r in rows}
-    panels = [p for p in (exact, other) if p]
-    fig, axes = plt.subplots(len(panels), len(ks), figsize=(3.6 * len(ks), 3.4 * len(panels)), squeeze=False)
-    markers = "o^sv<>Dp*h"
-    for col, k in enumerate(ks):
-        f = next((r["repair_blocks"] for r in rows if r["k"] == k and r["scheme"] != "none"), 0)
-        for row, labels in enumerate(panels):
-            ax = axes[row][col]
-            for i, scheme in enumerate(schemes):
-                pts: list[tuple[int, dict[str, Any]]] = [
-                    (j, by_key[(scheme, k, lbl)]) for j, lbl in enumerate(labels) if (scheme, k, lbl) in by_key
-                ]
-                if not pts:
-                    continue
-                if labels is exact:
-                    xs = [int(labels[j][2:]) for j, _ in pts]
-                    ys = [100 * r["frame_success"] for _, r in pts]
-                else:
-                    xs = [j for j, _ in pts]
-                    # A cell with no failure is drawn at half a failure, so it stays on the log scale.
-                    ys = [max(r["residual_frame_loss"], 0.5 / r["trials"] if r["trials"] else 1e-7) for _, r in pts]
-                ax.plot(xs, ys, marker=markers[i % len(markers)], linestyle=":", label=scheme, alpha=0.85)
-            if labels is exact:
-                ax.set_xlabel("packets lost (of K + F)")
-                ax.set_ylabel("frames recovered, %")
-                ax.set_ylim(-3, 103)
-            else:
-                ax.set_yscale("log")
-                ax.set_xticks(range(len(labels)))
-                ax.set_xticklabels(labels, rotation=30, fontsize=8)
-                ax.set_ylabel("frames lost (log)")
-            ax.set_title(f"K = {k}, F = {f}", fontsize=10)
-            ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
-    fig.suptitle("pyrofling bench fec: lower frame loss is better; points at the floor lost no frame", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)

@@ -70,7 +70,8 @@ def add_fec(sub: Sub) -> None:
 
 
 def _run_fec(args: argparse.Namespace) -> int:
-    from pyrofling.bench.fec import FecBenchConfig, LossSpec, format_table, plot, run
+    from pyrofling.bench.fec import FecBenchConfig, LossSpec, run
+    from pyrofling.bench.fec_report import format_table, plot
 
     setup(args)
     try:
