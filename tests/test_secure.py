@@ -318,7 +318,7 @@ def test_an_impostor_host_is_caught_by_its_proof() -> None:
 
 def test_failed_attempts_get_an_address_blocked_even_with_the_right_secret_after() -> None:
     hs = host()
-    hs.limiter = FailureLimiter(max_failures=3, window_s=60, block_s=60)
+    hs.auth.limiter = FailureLimiter(max_failures=3, window_s=60, block_s=60)
     for i in range(3):
         Pair(hs, ViewerSessionConfig(secret="wrong-guess"), conn_id=10 + i).run(now=float(i))
     right = Pair(hs, ViewerSessionConfig(secret="hunter22"), conn_id=20).run(now=5.0)

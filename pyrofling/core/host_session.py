@@ -12,6 +12,9 @@ close, lines to log.  It calls :meth:`HostSessions.handle_timer` when
 The media fan-out asks :meth:`HostSessions.video_targets` /
 :meth:`HostSessions.audio_targets` for the viewers of each encoded packet and
 sends through each viewer's own :class:`~pyrofling.core.packetizer.Packetizer`.
+
+The outputs and what the host keeps per viewer are in :mod:`pyrofling.core.host_state`;
+authentication (protocol.md §7.7) is :class:`~pyrofling.core.host_auth.HostAuth`'s.
 """
 
 from __future__ import annotations
@@ -19,32 +22,32 @@ from __future__ import annotations
 import secrets
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, TypeAlias
 
-from pyrofling.core.gamepad import GamepadRouter, PadUpdate, Verdict
+from pyrofling.core.gamepad import GamepadRouter, Verdict
+from pyrofling.core.host_auth import HostAuth
+from pyrofling.core.host_state import (
+    Address,
+    CloseConnection,
+    GamepadInput,
+    HostOutput,
+    HostSessionConfig,
+    LogLine,
+    PhaseFeedback,
+    RemoteViewer,
+    SendControl,
+    SendDatagram,
+    ViewerLeft,
+)
 from pyrofling.core.keyframes import KeyframePolicy
 from pyrofling.core.packetizer import Packetizer
 from pyrofling.core.secure import (
-    NONCE_BYTES,
-    PROOF_BYTES,
-    SCRYPT_LOG2_N,
     AuthError,
     FailureLimiter,
-    Opener,
-    Sealer,
-    check_proof,
-    host_proof,
-    session_keys,
-    viewer_proof,
 )
 from pyrofling.wire import (
-    EXTENSIONS_VERSION,
     SEALED_HEAD,
     Again,
-    AuthChallenge,
     AuthResponse,
-    AuthResult,
     CodecParameters,
     ControlMessage,
     Cookie,
@@ -66,140 +69,6 @@ from pyrofling.wire import (
     sealed_cookie,
 )
 
-#: A socket address as asyncio reports it: (host, port) or (host, port, flowinfo, scope_id).
-Address: TypeAlias = tuple[Any, ...]
-
-# --------------------------------------------------------------------------------------------
-# Outputs
-# --------------------------------------------------------------------------------------------
-
-
-class HostOutput:
-    """Base of what :class:`HostSessions` asks the shell to do."""
-
-
-@dataclass(frozen=True, slots=True)
-class SendControl(HostOutput):
-    conn_id: int
-    data: bytes  # one whole message: write it in one call
-
-
-@dataclass(frozen=True, slots=True)
-class SendDatagram(HostOutput):
-    address: Address
-    data: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class CloseConnection(HostOutput):
-    conn_id: int
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class LogLine(HostOutput):
-    conn_id: int
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class PhaseFeedback(HostOutput):
-    """A kicked viewer's PHASE_OFFSET, for the frame clock (µs, positive = deliver later)."""
-
-    conn_id: int
-    offset_us: int
-
-
-@dataclass(frozen=True, slots=True)
-class ViewerLeft(HostOutput):
-    """A connection is gone: its phase feedback no longer steers the frame clock."""
-
-    conn_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class GamepadInput(HostOutput):
-    """A state for the virtual pad: write ``update.events`` to it (they may be empty: nothing changed)."""
-
-    update: PadUpdate
-
-
-# --------------------------------------------------------------------------------------------
-# State
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class HostSessionConfig:
-    """Host control-protocol settings.  Seconds."""
-
-    #: Drop a connection this long after its last KICK or PROGRESS (protocol.md §3.3).
-    keepalive_timeout_s: float = 15.0
-    #: Extension features this host grants (protocol.md §7.2).
-    extensions: ExtensionFeature = ExtensionFeature.KEYFRAME_REQUEST
-    #: At most one PROGRESS log line per viewer per this interval.
-    progress_log_interval_s: float = 1.0
-    #: A kicked viewer whose PROGRESS still shows no key frame this long after we sent one asks for another.
-    key_frame_grace_s: float = 1.0
-    #: The key stretched from the host's secret (protocol.md §7.7); None: no authentication, as the reference.
-    auth_key: bytes | None = None
-    #: The salt ``auth_key`` was stretched with, and scrypt's cost, both sent in AUTH_CHALLENGE.
-    auth_salt: bytes = b""
-    scrypt_log2_n: int = SCRYPT_LOG2_N
-    #: Seal datagrams for authenticated viewers that support it.
-    encrypt: bool = True
-    #: With a secret: a connection that has not authenticated this long after it opened is closed.
-    auth_timeout_s: float = 10.0
-    #: Connections at once; more are closed at once (a flood cannot exhaust the host).
-    max_connections: int = 64
-    #: Connections from one IP address that have not KICKed yet; more from it are closed at once.
-    max_pending_per_address: int = 8
-
-
-@dataclass(slots=True)
-class RemoteViewer:
-    """One viewer (or gamepad client) as the host sees it: its TCP connection and what the host knows of it."""
-
-    conn_id: int
-    peer: Address
-    cookie: int
-    opened_s: float
-    last_alive_s: float
-    hello: bool = False
-    flags: KickFlags = KickFlags.NONE
-    kicked: bool = False
-    kicked_s: float | None = None
-    udp_address: Address | None = None
-    extensions: ExtensionFeature = ExtensionFeature.NONE
-    packetizer: Packetizer | None = None
-    #: No video goes out until this viewer has been sent an IDR (its first video packet is a key frame).
-    awaiting_idr: bool = True
-    idr_sent_s: float | None = None
-    progress: Progress = field(default_factory=Progress)
-    progress_messages: int = 0
-    last_log_s: float | None = None
-    phase_offsets: int = 0
-    gamepad_states: int = 0
-    pings: int = 0
-    #: Authentication (protocol.md §7.7): the challenge's nonce, and whether the proof checked out.
-    host_nonce: bytes | None = None
-    authenticated: bool = False
-    refusal_logged: bool = False
-    #: With ENCRYPTION: seals what goes to this viewer, opens what it sends.
-    sealer: Sealer | None = None
-    opener: Opener | None = None
-
-    @property
-    def label(self) -> str:
-        return f"{self.peer[0]} @ {self.peer[1]}"
-
-    def outgoing(self, datagram: bytes) -> bytes:
-        """A datagram as it goes on the wire to this viewer: sealed when the connection is encrypted."""
-        return self.sealer.seal(datagram) if self.sealer is not None else datagram
-
-    def wants(self, flag: KickFlags) -> bool:
-        return self.kicked and self.udp_address is not None and bool(self.flags & flag)
-
 
 class HostSessions:
     """All viewer connections of one host (see the module docstring for the contract)."""
@@ -214,11 +83,6 @@ class HostSessions:
         limiter: FailureLimiter | None = None,
     ) -> None:
         self.config = config or HostSessionConfig()
-        self._random_bytes = random_bytes
-        #: Failed authentications per address (protocol.md §7.7).
-        self.limiter = limiter or FailureLimiter()
-        self.auth_failures = 0
-        self.auth_successes = 0
         self.keyframes = keyframes or KeyframePolicy()
         self.codec_parameters: CodecParameters | None = None
         self._make_packetizer = make_packetizer
@@ -227,6 +91,8 @@ class HostSessions:
         self._by_address: dict[Address, RemoteViewer] = {}
         #: Datagrams and messages ignored, by reason.
         self.discarded: Counter[str] = Counter()
+        #: AUTH and ENCRYPTION (protocol.md §7.7).
+        self.auth = HostAuth(self.config, self.discarded, random_bytes=random_bytes, limiter=limiter)
         self.connections_total = 0
         self.timed_out = 0
         #: TCP messages read from viewers, whatever became of them.
@@ -287,7 +153,15 @@ class HostSessions:
 
     @property
     def auth_required(self) -> bool:
-        return self.config.auth_key is not None
+        return self.auth.required
+
+    @property
+    def auth_failures(self) -> int:
+        return self.auth.failures
+
+    @property
+    def auth_successes(self) -> int:
+        return self.auth.successes
 
     def idr_sent(self, conn: RemoteViewer, now: float) -> None:
         conn.awaiting_idr = False
@@ -304,11 +178,11 @@ class HostSessions:
             conn.hello = True
             return [SendControl(conn_id, bytes(Cookie(conn.cookie)))]
         if isinstance(msg, Extensions):
-            return self._extensions(conn, msg)
+            return self.auth.negotiate(conn, msg)
         if isinstance(msg, AuthResponse):
-            return self._auth_response(conn, msg, now)
+            return self.auth.respond(conn, msg, now)
         if self.auth_required and not conn.authenticated:
-            return self._refuse(conn, msg)
+            return self.auth.refuse(conn, msg)
         if isinstance(msg, Kick):
             return self._kick(conn, msg.flags, now)
         if isinstance(msg, Progress):
@@ -320,83 +194,6 @@ class HostSessions:
         # Anything else (unknown ids, messages only the host sends): NAK, as the reference does.
         self.discarded["unexpected_control"] += 1
         return [SendControl(conn_id, bytes(Nak()))]
-
-    # -- authentication (protocol.md §7.7) --------------------------------------------------
-
-    def _extensions(self, conn: RemoteViewer, msg: Extensions) -> list[HostOutput]:
-        offered = self.config.extensions
-        if self.auth_required:
-            offered |= ExtensionFeature.AUTH
-            if self.config.encrypt:
-                offered |= ExtensionFeature.ENCRYPTION
-        granted = msg.feature_flags & offered
-        if not granted & ExtensionFeature.AUTH:
-            granted &= ~ExtensionFeature.ENCRYPTION  # keys come from the authentication
-        conn.extensions = granted
-        out: list[HostOutput] = [SendControl(conn.conn_id, bytes(Extensions(EXTENSIONS_VERSION, int(granted))))]
-        if granted & ExtensionFeature.AUTH:
-            conn.host_nonce = self._random_bytes(NONCE_BYTES)
-            challenge = AuthChallenge(
-                self.config.auth_salt,
-                conn.host_nonce,
-                self.config.scrypt_log2_n,
-                1 if granted & ExtensionFeature.ENCRYPTION else 0,
-            )
-            out.append(SendControl(conn.conn_id, bytes(challenge)))
-        return out
-
-    def _auth_response(self, conn: RemoteViewer, msg: AuthResponse, now: float) -> list[HostOutput]:
-        key = self.config.auth_key
-        if key is None or conn.host_nonce is None or conn.authenticated:
-            self.discarded["unexpected_auth"] += 1
-            return [SendControl(conn.conn_id, bytes(Nak()))]
-        address = str(conn.peer[0])
-        refused = bytes(AuthResult(0, bytes(PROOF_BYTES)))
-        if self.limiter.blocked(address, now):
-            self.discarded["auth_blocked"] += 1
-            return [
-                SendControl(conn.conn_id, refused),
-                CloseConnection(conn.conn_id, f"{address} is blocked after repeated wrong secrets"),
-            ]
-        nonce = conn.host_nonce
-        conn.host_nonce = None  # one response per challenge
-        if not check_proof(viewer_proof(key, conn.cookie, nonce, msg.viewer_nonce), msg.proof):
-            self.auth_failures += 1
-            blocked = self.limiter.failed(address, now)
-            note = f"; {address} blocked for {self.limiter.block_s:g} s" if blocked else ""
-            return [
-                SendControl(conn.conn_id, refused),
-                LogLine(conn.conn_id, f"{conn.label}: wrong secret{note}"),
-                CloseConnection(conn.conn_id, "authentication failed"),
-            ]
-        self.limiter.succeeded(address)
-        self.auth_successes += 1
-        conn.authenticated = True
-        encrypted = bool(conn.extensions & ExtensionFeature.ENCRYPTION)
-        if encrypted:
-            keys = session_keys(key, conn.cookie, nonce, msg.viewer_nonce)
-            conn.sealer, conn.opener = Sealer(keys.host_to_viewer), Opener(keys.viewer_to_host)
-        proof = host_proof(key, conn.cookie, nonce, msg.viewer_nonce)
-        return [
-            SendControl(conn.conn_id, bytes(AuthResult(1, proof))),
-            LogLine(conn.conn_id, f"{conn.label} authenticated" + (", datagrams sealed" if encrypted else "")),
-        ]
-
-    def _refuse(self, conn: RemoteViewer, msg: ControlMessage | UnknownControl) -> list[HostOutput]:
-        """This host has a secret and this connection has not proved it knows it: NAK, no media, no pad."""
-        self.discarded["unauthenticated_control"] += 1
-        out: list[HostOutput] = [SendControl(conn.conn_id, bytes(Nak()))]
-        if isinstance(msg, Kick) and not conn.refusal_logged:
-            conn.refusal_logged = True
-            if conn.extensions & ExtensionFeature.AUTH:
-                why = "it has not authenticated"
-            else:
-                why = (
-                    "this host needs a password and the viewer cannot authenticate (a native PyroFling viewer, "
-                    "or an old pyrofling); run the host without --password only on a trusted network"
-                )
-            out.append(LogLine(conn.conn_id, f"refused {conn.label}: {why}"))
-        return out
 
     def _kick(self, conn: RemoteViewer, flags: KickFlags, now: float) -> list[HostOutput]:
         conn.flags = flags

@@ -1,0 +1,155 @@
+"""What the host's session core says and keeps: its outputs, its settings, and what it knows of each viewer.
+
+Shared by :mod:`pyrofling.core.host_session` (the protocol) and
+:mod:`pyrofling.core.host_auth` (its authentication); the host's shells perform
+the outputs (protocol.md §3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+from pyrofling.core.gamepad import PadUpdate
+from pyrofling.core.packetizer import Packetizer
+from pyrofling.core.secure import SCRYPT_LOG2_N, Opener, Sealer
+from pyrofling.wire import ExtensionFeature, KickFlags, Progress
+
+#: A socket address as asyncio reports it: (host, port) or (host, port, flowinfo, scope_id).
+Address: TypeAlias = tuple[Any, ...]
+
+# --------------------------------------------------------------------------------------------
+# Outputs
+# --------------------------------------------------------------------------------------------
+
+
+class HostOutput:
+    """Base of what :class:`HostSessions` asks the shell to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class SendControl(HostOutput):
+    conn_id: int
+    data: bytes  # one whole message: write it in one call
+
+
+@dataclass(frozen=True, slots=True)
+class SendDatagram(HostOutput):
+    address: Address
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class CloseConnection(HostOutput):
+    conn_id: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine(HostOutput):
+    conn_id: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseFeedback(HostOutput):
+    """A kicked viewer's PHASE_OFFSET, for the frame clock (µs, positive = deliver later)."""
+
+    conn_id: int
+    offset_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class ViewerLeft(HostOutput):
+    """A connection is gone: its phase feedback no longer steers the frame clock."""
+
+    conn_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class GamepadInput(HostOutput):
+    """A state for the virtual pad: write ``update.events`` to it (they may be empty: nothing changed)."""
+
+    update: PadUpdate
+
+
+# --------------------------------------------------------------------------------------------
+# State
+# --------------------------------------------------------------------------------------------
+
+
+# --------------------------------------------------------------------------------------------
+# State
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HostSessionConfig:
+    """Host control-protocol settings.  Seconds."""
+
+    #: Drop a connection this long after its last KICK or PROGRESS (protocol.md §3.3).
+    keepalive_timeout_s: float = 15.0
+    #: Extension features this host grants (protocol.md §7.2).
+    extensions: ExtensionFeature = ExtensionFeature.KEYFRAME_REQUEST
+    #: At most one PROGRESS log line per viewer per this interval.
+    progress_log_interval_s: float = 1.0
+    #: A kicked viewer whose PROGRESS still shows no key frame this long after we sent one asks for another.
+    key_frame_grace_s: float = 1.0
+    #: The key stretched from the host's secret (protocol.md §7.7); None: no authentication, as the reference.
+    auth_key: bytes | None = None
+    #: The salt ``auth_key`` was stretched with, and scrypt's cost, both sent in AUTH_CHALLENGE.
+    auth_salt: bytes = b""
+    scrypt_log2_n: int = SCRYPT_LOG2_N
+    #: Seal datagrams for authenticated viewers that support it.
+    encrypt: bool = True
+    #: With a secret: a connection that has not authenticated this long after it opened is closed.
+    auth_timeout_s: float = 10.0
+    #: Connections at once; more are closed at once (a flood cannot exhaust the host).
+    max_connections: int = 64
+    #: Connections from one IP address that have not KICKed yet; more from it are closed at once.
+    max_pending_per_address: int = 8
+
+
+@dataclass(slots=True)
+class RemoteViewer:
+    """One viewer (or gamepad client) as the host sees it: its TCP connection and what the host knows of it."""
+
+    conn_id: int
+    peer: Address
+    cookie: int
+    opened_s: float
+    last_alive_s: float
+    hello: bool = False
+    flags: KickFlags = KickFlags.NONE
+    kicked: bool = False
+    kicked_s: float | None = None
+    udp_address: Address | None = None
+    extensions: ExtensionFeature = ExtensionFeature.NONE
+    packetizer: Packetizer | None = None
+    #: No video goes out until this viewer has been sent an IDR (its first video packet is a key frame).
+    awaiting_idr: bool = True
+    idr_sent_s: float | None = None
+    progress: Progress = field(default_factory=Progress)
+    progress_messages: int = 0
+    last_log_s: float | None = None
+    phase_offsets: int = 0
+    gamepad_states: int = 0
+    pings: int = 0
+    #: Authentication (protocol.md §7.7): the challenge's nonce, and whether the proof checked out.
+    host_nonce: bytes | None = None
+    authenticated: bool = False
+    refusal_logged: bool = False
+    #: With ENCRYPTION: seals what goes to this viewer, opens what it sends.
+    sealer: Sealer | None = None
+    opener: Opener | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.peer[0]} @ {self.peer[1]}"
+
+    def outgoing(self, datagram: bytes) -> bytes:
+        """A datagram as it goes on the wire to this viewer: sealed when the connection is encrypted."""
+        return self.sealer.seal(datagram) if self.sealer is not None else datagram
+
+    def wants(self, flag: KickFlags) -> bool:
+        return self.kicked and self.udp_address is not None and bool(self.flags & flag)
