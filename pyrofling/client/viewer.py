@@ -1,15 +1,14 @@
 """``pyrofling view`` and ``pyrofling gamepad``: the asyncio shell around the viewer's connection.
 
-It moves bytes.  Per connection it opens TCP (control) and UDP (media) to the
-host and feeds what arrives into a pure
-:class:`~pyrofling.core.viewer_connection.ViewerConnection`, re-arms one timer
-at :meth:`~pyrofling.core.viewer_connection.ViewerConnection.next_timer`, and
-performs the outputs: bytes to the host, video packets to the decode thread
+It moves bytes.  Each connection is a pure
+:class:`~pyrofling.core.viewer_connection.ViewerConnection` behind its sockets
+(:class:`~pyrofling.client.connection.ConnectionIO`); what it decides goes where
+it belongs: video packets to the decode thread
 (:class:`~pyrofling.client.video.VideoPipeline`), audio to the
-:class:`~pyrofling.client.audio.AudioPlayer`.  The presenter shows one picture
-per display refresh and its phase error goes back as PHASE_OFFSET.  When a
-connection ends, :class:`~pyrofling.core.viewer_connection.Reconnect` says
-whether to try again.
+:class:`~pyrofling.client.audio.AudioPlayer`, the pad's link to the host.  The
+presenter shows one picture per display refresh and its phase error goes back as
+PHASE_OFFSET.  When a connection ends,
+:class:`~pyrofling.core.viewer_connection.Reconnect` says whether to try again.
 """
 
 from __future__ import annotations
@@ -219,9 +218,10 @@ class Viewer:
             await loop.run_in_executor(None, self.video.close)
             if presenter is not None:
                 await loop.run_in_executor(None, presenter.join, 5.0)
-            if self.config.stats_json is not None:
-                write_stats(self.config.stats_json, self.summary())
-        return self.summary()
+        summary = self.summary()
+        if self.config.stats_json is not None:
+            write_stats(self.config.stats_json, summary)
+        return summary
 
     async def _write_stats_periodically(self, path: Path) -> None:
         while True:
@@ -275,7 +275,7 @@ class Viewer:
             self._bank(conn)
         return streamed, reason
 
-    def _streaming(self, out: Streaming, peer: Any, send_gamepad: Any) -> None:
+    def _streaming(self, out: Streaming, peer: Any, send_gamepad: Callable[[bytes], None]) -> None:
         p = self.codec_parameters = out.codec_parameters
         self.sessions_streaming += 1
         self.state = "waiting for the first picture…"

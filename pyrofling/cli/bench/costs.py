@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 from pyrofling.cli.bench.common import (
@@ -33,7 +34,14 @@ def _comparison(
     p.add_argument("--preset", default="ultrafast")
 
 
-def _run_comparison(args: argparse.Namespace, name: str, check_modes: Any, run: Any, table: Any) -> Any:
+def _run_comparison(
+    args: argparse.Namespace,
+    name: str,
+    check_modes: Callable[[list[str]], str | None],
+    run: Callable[..., dict[str, Any]],
+    table: Callable[[dict[str, Any]], str],
+) -> dict[str, Any] | None:
+    """Run the modes in turn and print the comparison; None (after saying why) when the modes do not fit."""
     from pyrofling.bench.stream import StreamScenario
 
     setup(args)
