@@ -80,10 +80,12 @@ def test_playback_holds_the_target_on_a_real_audio_clock(jack: str) -> None:
     assert underruns == 0 and player.stats.primes == 1
     settled = [b for t, b, _s in samples if t >= 4.0]
     assert len(settled) > 500
-    # Held at the target: half the readings within 2 ms, 95 % within 5 ms.  (The last percent is the
-    # scheduler's on a shared 2-core machine: one late wake-up of the feeding thread reads as a dip.)
+    # Held at the target: half the readings within 2 ms, 95 % within one device period and a millisecond.
+    # (A reading taken just as the device takes its next block is a whole period off; on a loaded 2-core
+    # machine, with the feeding thread waking late, more readings land there.)
     dev = sorted(abs(b - 30.0) for b in settled)
-    assert dev[len(dev) // 2] <= 2.0 and dev[int(0.95 * (len(dev) - 1))] <= 5.0, dev[-len(dev) // 20 :]
+    period_ms = PERIOD_S * 1000
+    assert dev[len(dev) // 2] <= 2.0 and dev[int(0.95 * (len(dev) - 1))] <= period_ms + 1.0, dev[-len(dev) // 20 :]
     speeds = [s for t, _b, s in samples if t >= 4.0]
     assert max(abs(s - 1) for s in speeds) <= 0.005
     assert statistics.mean(speeds) > 1.0  # the source runs fast: the viewer plays faster

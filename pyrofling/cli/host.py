@@ -26,8 +26,9 @@ from pyrofling.cli.options import (
 from pyrofling.core.frame_clock import CONTROLLERS, POLICIES
 from pyrofling.fec.planner import PLANNERS
 from pyrofling.server.audio import AudioConfig
+from pyrofling.server.config import DEFAULT_PORT, HostConfig
 from pyrofling.server.encoder import X26X_PRESETS, EncoderConfig
-from pyrofling.server.host import DEFAULT_PORT, Host, HostConfig
+from pyrofling.server.host import Host
 from pyrofling.server.muxing import OutputConfig
 from pyrofling.server.sources import check_source
 

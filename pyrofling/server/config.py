@@ -1,0 +1,69 @@
+"""Everything ``pyrofling host`` can be told: :class:`HostConfig`, its defaults what a person gets with no flags."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyrofling.core.pacer import Pacer, make_pacer
+from pyrofling.fec.planner import REFERENCE_RATIO
+from pyrofling.server.audio import AudioConfig
+from pyrofling.server.encoder import EncoderConfig
+from pyrofling.server.muxing import OutputConfig
+
+DEFAULT_PORT = 9876
+
+
+@dataclass(frozen=True, slots=True)
+class HostConfig:
+    """Everything ``pyrofling host`` can be told.  Defaults are what a person gets with no flags."""
+
+    #: Where to listen: localhost (127.0.0.1 and ::1: this machine only), or an address (0.0.0.0, :: for all).
+    bind: str = "localhost"
+    port: int = DEFAULT_PORT  # 0: any free port (tests); TCP and UDP share it
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    source: str = "scene"
+    raw_format: str = "yuv420p"
+    #: FEC planner for video: tuned, reference, adaptive, or none.
+    fec: str = "tuned"
+    #: Repair blocks as a share of data blocks (0.25: the reference's ~25 % + 1).
+    fec_ratio: float = REFERENCE_RATIO
+    #: Overhead for key frames, which recovery from loss waits for (0: same as other frames).
+    key_fec_ratio: float = 0.5
+    #: Pacing cap per viewer, Mbit/s (0: unpaced, like the reference).
+    max_rate_mbits: float = 200.0
+    #: Stop after this many seconds (None: until Ctrl-C).
+    duration_s: float | None = None
+    stats_json: Path | None = None
+    #: Rewrite ``stats_json`` this often while running (0: only on exit), for soak runs and dashboards.
+    stats_interval_s: float = 0.0
+    #: Seconds between status lines in the log (0: none).
+    status_interval_s: float = 5.0
+    #: Phase controller for the frame clock: pi (pyrofling's) or reference (PyroFling's).
+    phase_controller: str = "pi"
+    #: Which phase-locked viewers steer: leader (the longest-locked one) or sum (the reference).
+    phase_policy: str = "leader"
+    #: Heartbeat at fps × this; a frame is encoded on every n-th (a game at 120 Hz, a 60 Hz stream).
+    client_rate_multiplier: int = 1
+    #: Audio source and codec (source "none": video only).
+    audio: AudioConfig = field(default_factory=AudioConfig)
+    #: The virtual gamepad viewers drive: uinput (a warning and no pad without /dev/uinput) or none.
+    virtual_pad: str = "uinput"
+    #: Write every state applied to the virtual pad, with its time, as JSON lines.
+    gamepad_trace: Path | None = None
+    #: With source "capture": the games' socket (None: $XDG_RUNTIME_DIR/pyrofling-capture).
+    capture_socket: str | None = None
+    #: Encode a game's frame the moment it is presented instead of on the next heartbeat.
+    immediate_encode: bool = False
+    #: A recording and/or an RTMP broadcast of the stream.
+    outputs: OutputConfig = field(default_factory=OutputConfig)
+    #: The secret viewers must prove they know (protocol.md §7.7); None: open to anyone, as the reference.
+    password: str | None = field(default=None, repr=False)
+    #: Seal the datagrams of authenticated viewers (AES-GCM).
+    encrypt: bool = True
+
+    def make_pacer(self) -> Pacer:
+        """Each viewer's pacer: a token bucket at ``max_rate_mbits``, or none at 0 (bursts, as the reference)."""
+        if self.max_rate_mbits <= 0:
+            return make_pacer("none")
+        return make_pacer("token-bucket", rate_bits_per_s=self.max_rate_mbits * 1e6)
