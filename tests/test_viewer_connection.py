@@ -1,0 +1,213 @@
+"""The viewer's pure connection against the host's pure sessions, in memory with a fake clock.
+
+What the decoder and the audio player get, and when the viewer asks for a key frame; plus the small
+decisions around it (reconnecting, concealment) and the host's encode schedule and pacing choice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pyrofling.core.encode_schedule import EncodeSchedule
+from pyrofling.core.host_session import HostSessions, SendControl, SendDatagram
+from pyrofling.core.keyframes import KeyframePolicy
+from pyrofling.core.pacer import TokenBucketPacer, UnpacedPacer
+from pyrofling.core.packetizer import MediaPacket, Packetizer
+from pyrofling.core.viewer_connection import (
+    AudioLost,
+    Concealment,
+    ControlToHost,
+    DatagramToHost,
+    DecodeVideo,
+    PlayAudio,
+    Streaming,
+    ViewerConnection,
+)
+from pyrofling.core.viewer_session import ViewerSessionConfig
+from pyrofling.server.config import HostConfig
+from pyrofling.wire import (
+    CodecParameters,
+    ControlFramer,
+    KickFlags,
+    RequestKeyframe,
+    StreamType,
+    parse_control,
+)
+
+PARAMS = CodecParameters(1, 1, 3, 60, 1, 320, 240, 2, 48_000)
+UDP = ("127.0.0.1", 40000)
+IDR = b"\x00\x00\x00\x01\x65" + bytes(3000)  # an IDR slice: whole on its own
+P_FRAME = b"\x00\x00\x00\x01\x41" + bytes(800)
+
+
+class Pair:
+    """One viewer connection and the host's sessions, wired through their outputs as the two shells would."""
+
+    def __init__(self, flags: KickFlags = KickFlags.VIDEO | KickFlags.AUDIO) -> None:
+        self.keyframes = KeyframePolicy()
+        self.hs = HostSessions(make_packetizer=Packetizer.for_cookie, keyframes=self.keyframes)
+        self.hs.codec_parameters = PARAMS
+        self.hs.open(1, ("127.0.0.1", 50000), 0xC0FFEE, 0.0)
+        self.conn = ViewerConnection(ViewerSessionConfig(flags=flags))
+        self.framer = ControlFramer()
+        self.to_host: list[Any] = []  # control messages the viewer sent once streaming
+        self.outputs: list[Any] = []  # everything else the viewer's connection said
+        self._perform(self.conn.start(0.0), 0.0)
+
+    def _perform(self, outputs: list[Any], now: float) -> None:
+        pending = list(outputs)
+        while pending:
+            out = pending.pop(0)
+            if isinstance(out, ControlToHost):
+                for msg in self.framer.feed(out.data):
+                    if self.conn.streaming:
+                        self.to_host.append(msg)
+                    for reply in self.hs.control(1, msg, now):
+                        if isinstance(reply, SendControl):
+                            pending += self.conn.control_received(parse_control(reply.data), now)
+            elif isinstance(out, DatagramToHost):
+                for reply in self.hs.datagram(UDP, out.data, now):
+                    if isinstance(reply, SendDatagram):
+                        pending += self.conn.datagram_received(reply.data, now)
+            else:
+                self.outputs.append(out)
+
+    def media(self, data: bytes, pts_us: int, now: float, *, stream: StreamType = StreamType.VIDEO) -> list[bytes]:
+        """The datagrams the host sends this viewer for one packet."""
+        remote = self.hs.connection(1)
+        assert remote is not None and remote.packetizer is not None
+        key = stream == StreamType.VIDEO and data[4] & 0x1F == 5
+        return remote.packetizer.packetize(MediaPacket(data, pts_us, stream, key_frame=key))
+
+    def receive(self, datagrams: list[bytes], now: float) -> list[Any]:
+        before = len(self.outputs)
+        for d in datagrams:
+            self._perform(self.conn.datagram_received(d, now), now)
+        return self.outputs[before:]
+
+
+def streaming_pair() -> Pair:
+    pair = Pair()
+    assert pair.conn.streaming and any(isinstance(o, Streaming) for o in pair.outputs)
+    return pair
+
+
+def test_nothing_reaches_the_decoder_before_the_first_key_frame_then_every_picture_does() -> None:
+    pair = streaming_pair()
+    assert pair.receive(pair.media(P_FRAME, 1_000, 0.1), 0.1) == []  # no reference yet: not worth decoding
+    [idr] = [o for o in pair.receive(pair.media(IDR, 17_000, 0.12), 0.12) if isinstance(o, DecodeVideo)]
+    assert idr.whole and idr.pts_us == 17_000 and idr.data == IDR
+    [p] = pair.receive(pair.media(P_FRAME, 34_000, 0.13), 0.13)
+    assert isinstance(p, DecodeVideo) and p.whole
+    counts = pair.conn.counters()
+    assert counts["packets_video"] == 3 and counts["packets_lost_video"] == 0 and counts["datagrams"] > 0
+
+
+def test_a_packet_lost_for_good_marks_pictures_damaged_and_asks_for_a_key_frame() -> None:
+    pair = streaming_pair()
+    pair.receive(pair.media(IDR, 1_000, 0.1), 0.1)
+    lost = pair.media(P_FRAME, 17_000, 0.12)  # never arrives, nor any of its repair blocks
+    assert lost
+    pair.receive(pair.media(P_FRAME, 34_000, 0.13), 0.13)
+    pair.receive(pair.media(P_FRAME, 51_000, 0.15), 0.15)
+    # The gap waits for reordering a few ms, then the newer packets go on, damaged until a key frame.
+    pair._perform(pair.conn.handle_timer(0.2), 0.2)
+    decoded = [o for o in pair.outputs if isinstance(o, DecodeVideo)]
+    assert [d.whole for d in decoded] == [True, False, False]
+    assert any(isinstance(m, RequestKeyframe) for m in pair.to_host)
+    assert pair.keyframes.pending  # the host will force one
+    # Asked when the loss was known (0.15 s), and again 50 ms later with no key frame yet (the IDR may be lost).
+    assert pair.conn.counters()["packets_lost_video"] == 1 and pair.conn.counters()["keyframe_requests"] == 2
+    # The key frame makes pictures whole again.
+    [healed] = [o for o in pair.receive(pair.media(IDR, 68_000, 0.3), 0.3) if isinstance(o, DecodeVideo)]
+    assert healed.whole
+
+
+def test_audio_goes_to_the_player_and_a_lost_chunk_is_concealed() -> None:
+    pair = streaming_pair()
+    chunk = bytes(960)
+    [first] = pair.receive(pair.media(chunk, 1_000, 0.1, stream=StreamType.AUDIO), 0.1)
+    assert isinstance(first, PlayAudio) and first.data == chunk
+    pair.media(chunk, 6_000, 0.105, stream=StreamType.AUDIO)  # lost
+    out = pair.receive(pair.media(chunk, 11_000, 0.11, stream=StreamType.AUDIO), 0.11)
+    out += pair.conn.handle_timer(0.2)
+    # The loss is reported before the chunk after it is played (the player conceals in order).
+    assert [type(o) for o in out if isinstance(o, PlayAudio | AudioLost)] == [AudioLost, PlayAudio]
+    assert sum(o.count for o in out if isinstance(o, AudioLost)) == 1
+    assert pair.conn.counters()["packets_audio"] == 2
+
+
+def test_a_full_decode_queue_counts_as_a_loss() -> None:
+    pair = streaming_pair()
+    pair.receive(pair.media(IDR, 1_000, 0.1), 0.1)
+    pair._perform(pair.conn.decode_queue_full(0.11), 0.11)
+    assert pair.conn.counters()["decode_queue_overflows"] == 1
+    assert any(isinstance(m, RequestKeyframe) for m in pair.to_host)
+
+
+def test_timers_merge_the_session_and_the_reassembler() -> None:
+    pair = streaming_pair()
+    session_due = pair.conn.session.next_timer()
+    assert session_due is not None and pair.conn.next_timer() == session_due  # nothing in flight
+    datagrams = pair.media(IDR, 1_000, 0.1)
+    pair.receive(datagrams[:1], 0.1)  # an incomplete packet: its deadline is the reassembler's
+    reassembly_due = pair.conn.reassembler.next_timer()
+    assert reassembly_due is not None
+    assert pair.conn.next_timer() == min(session_due, reassembly_due)
+
+
+def test_a_gamepad_only_client_gets_no_media_outputs() -> None:
+    pair = Pair(flags=KickFlags.GAMEPAD)
+    assert pair.conn.streaming
+    message = pair.conn.gamepad_state(b"\x01\x02")
+    assert isinstance(message, DatagramToHost) and message.data == b"\x01\x02"  # plain: not sealed
+
+
+def test_concealment_waits_for_a_whole_picture_and_bounds_a_freeze() -> None:
+    c = Concealment(conceal_after_s=0.1)
+    assert not c.show(whole=False, connection=1, now=0.0)  # nothing whole shown yet: nothing to conceal
+    assert c.show(whole=True, connection=1, now=0.01)
+    c.shown(0.01)
+    assert not c.show(whole=False, connection=1, now=0.05)  # still recent: wait for the key frame
+    assert c.show(whole=False, connection=1, now=0.12)  # still for 110 ms: show what the decoder has
+    c.shown(0.12)
+    assert not c.show(whole=False, connection=2, now=0.5)  # a new connection starts from a whole picture
+    c.shown(0.5)  # (a whole one, say) after 380 ms of stillness: one freeze over 250 ms
+    assert c.freezes == 1 and c.max_still_s == pytest.approx(0.38)
+    assert not Concealment(conceal_after_s=None).show(whole=False, connection=1, now=9.0)
+
+
+def test_heartbeat_encoding_skips_a_beat_while_the_encoder_is_busy() -> None:
+    s = EncodeSchedule(1 / 60)
+    assert s.heartbeat(0.0)
+    s.started(0.0)
+    assert not s.heartbeat(1 / 60) and s.skipped == 1  # the frame is still encoding: that beat stalls
+    s.finished()
+    assert s.heartbeat(2 / 60, missed_frames=2) and s.skipped == 3  # beats the host slept through
+    assert not s.presented(2 / 60, new_image=True)  # presents wait for the heartbeat in this mode
+
+
+def test_immediate_encoding_takes_presents_at_most_twice_a_period_and_repeats_a_stalled_game() -> None:
+    period = 1 / 60
+    s = EncodeSchedule(period, immediate=True)
+    assert s.presented(0.0, new_image=True)
+    s.started(0.0)
+    assert not s.presented(0.001, new_image=True)  # encoding
+    s.finished()
+    assert not s.presented(0.3 * period, new_image=True)  # too soon after the last: the heartbeat takes it
+    assert s.heartbeat(0.3 * period, new_image=True)  # ...which it does
+    s.started(0.3 * period)
+    s.finished()
+    assert not s.heartbeat(period, new_image=False)  # nothing new, recently encoded: no repeat yet
+    assert s.heartbeat(2 * period, new_image=False)  # a stalled game: repeat the picture
+    assert not s.presented(3 * period, new_image=False)
+
+
+@pytest.mark.parametrize(("mbits", "kind"), [(0.0, UnpacedPacer), (200.0, TokenBucketPacer)])
+def test_the_host_paces_every_viewer_through_one_path(mbits: float, kind: type) -> None:
+    pacer = HostConfig(max_rate_mbits=mbits).make_pacer()
+    assert isinstance(pacer, kind)
+    if isinstance(pacer, TokenBucketPacer):
+        assert pacer.rate_bytes_per_s == pytest.approx(200e6 / 8)
