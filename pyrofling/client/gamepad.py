@@ -292,22 +292,24 @@ class GamepadLink:
         self._log: IO[str] | None = None
         self._keyboard_used = False
         self.sends_dropped = 0
+        if config.source == "evdev":
+            # Made (evdev imported) now, started with the loop: the import must not delay the first picture.
+            try:
+                self.reader = self._reader_factory(self._changed, scan_interval_s=config.scan_interval_s)
+            except ImportError as exc:  # evdev is a dependency, but a broken install should not stop viewing
+                log.warning("cannot read gamepads (%s); the window's keys still work", exc)
 
     @property
     def pad_state(self) -> PadState:
         return self.reader.state if self.reader is not None else NEUTRAL
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start looking for a pad (the viewer does once a host streams: before, nobody could use it)."""
         self._loop = loop
         if self.config.send_log is not None:
             self._log = self.config.send_log.open("w")
-        if self.config.source == "evdev":
-            try:
-                self.reader = self._reader_factory(self._changed, scan_interval_s=self.config.scan_interval_s)
-            except ImportError as exc:  # evdev is a dependency, but a broken install should not stop viewing
-                log.warning("cannot read gamepads (%s); the window's keys still work", exc)
-            else:
-                self.reader.start(loop)
+        if self.reader is not None:
+            self.reader.start(loop)
 
     def close(self) -> None:
         self.detach()
