@@ -17,9 +17,10 @@ from pyrofling.cli.options import (
     setup_logging,
     viewer_password,
 )
+from pyrofling.client.config import ViewerConfig
 from pyrofling.client.gamepad import GamepadConfig
 from pyrofling.client.uri import parse_uri
-from pyrofling.client.viewer import Viewer, ViewerConfig
+from pyrofling.client.viewer import Viewer
 from pyrofling.core.gamepad import KEYBOARD_HELP, SenderConfig
 from pyrofling.wire import KickFlags
 

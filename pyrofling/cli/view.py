@@ -21,9 +21,10 @@ from pyrofling.cli.options import (
     viewer_password,
 )
 from pyrofling.client.audio import AUDIO_BACKENDS, AudioPlayerConfig
+from pyrofling.client.config import ViewerConfig
 from pyrofling.client.display import display_problem
 from pyrofling.client.uri import PyroUri, parse_uri
-from pyrofling.client.viewer import Viewer, ViewerConfig
+from pyrofling.client.viewer import Viewer
 from pyrofling.core.audio_control import RATE_CONTROLLERS
 from pyrofling.core.presentation import PresentationConfig
 from pyrofling.wire import KickFlags

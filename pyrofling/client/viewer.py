@@ -21,19 +21,17 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pyrofling.client.audio import AudioPlayer, AudioPlayerConfig
+from pyrofling.client.audio import AudioPlayer
+from pyrofling.client.config import ViewerConfig
 from pyrofling.client.connection import ConnectionIO
-from pyrofling.client.gamepad import GamepadConfig, GamepadLink
+from pyrofling.client.gamepad import GamepadLink
 from pyrofling.client.presenter import Display, HeadlessDisplay, Presenter
 from pyrofling.client.video import VideoPipeline
-from pyrofling.core.presentation import PresentationConfig
-from pyrofling.core.reassembler import ReassemblerConfig
 from pyrofling.core.samples import recent_samples
 from pyrofling.core.viewer_connection import (
     AudioLost,
@@ -45,58 +43,10 @@ from pyrofling.core.viewer_connection import (
     ViewerConnection,
     ViewerOutput,
 )
-from pyrofling.core.viewer_session import ViewerSessionConfig
 from pyrofling.files import write_stats
-from pyrofling.wire import CodecParameters, ExtensionFeature, KickFlags, VideoCodec
+from pyrofling.wire import CodecParameters, KickFlags, VideoCodec
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class ViewerConfig:
-    """Everything ``pyrofling view`` (and ``pyrofling gamepad``) can be told."""
-
-    host: str
-    port: int
-    flags: KickFlags = KickFlags.VIDEO
-    #: Ask for pyrofling extensions (explicit key-frame requests); off = behave like a native viewer.
-    extensions: bool = True
-    #: The host's password or pairing code (protocol.md §7.7).
-    password: str | None = field(default=None, repr=False)
-    #: Only connect to a host that authenticates itself (it must know ``password``).
-    require_auth: bool = False
-    #: Stop after this many seconds (None: until Ctrl-C or the window closes).
-    duration_s: float | None = None
-    #: Follow the host through restarts once it has streamed (a viewer that never got a stream stops at once).
-    reconnect: bool = True
-    stats_json: Path | None = None
-    reassembler: ReassemblerConfig = field(default_factory=ReassemblerConfig)
-    decode_threads: int = 2
-    #: Complete packets waiting for the decoder; beyond this the viewer is falling behind.
-    max_decode_queue: int = 8
-    #: After a loss, pictures wait for the key frame that repairs them; once the picture has been still this
-    #: long, show the decoder's concealed pictures instead (intra refresh heals them).  None: wait, frozen.
-    conceal_after_ms: float | None = 100.0
-    #: Seconds to wait for the TCP connection.
-    connect_timeout_s: float = 5.0
-    #: Rewrite ``stats_json`` this often while running (0: only on exit), for live displays.
-    stats_interval_s: float = 0.0
-    #: Phase lock and deadline (URI ``phase_locked=…&deadline=…``).
-    presentation: PresentationConfig = field(default_factory=PresentationConfig)
-    #: Refresh rate of the software display clock (None: the display's, else the stream's).
-    refresh_hz: float | None = None
-    #: Run the software display clock this many ppm slow (negative: fast), to show locking.
-    refresh_skew_ppm: float = 0.0
-    #: Audio playback (None: no audio; the AUDIO bit in ``flags`` asks the host for it).
-    audio: AudioPlayerConfig | None = None
-    #: The pad to send (None: none; the GAMEPAD bit in ``flags`` tells the host to expect it).
-    gamepad: GamepadConfig | None = None
-    #: Write each decoded frame's marker (id, capture time) and decode time here, as JSON lines (benches).
-    marker_log: Path | None = None
-
-    def session_config(self) -> ViewerSessionConfig:
-        cfg = ViewerSessionConfig(flags=self.flags, secret=self.password, require_auth=self.require_auth)
-        return cfg if self.extensions else replace(cfg, extensions=ExtensionFeature.NONE)
 
 
 class Viewer:

@@ -33,7 +33,8 @@ from pyglet.window import key
 from pyrofling.client.presenter import Picture
 
 if TYPE_CHECKING:
-    from pyrofling.client.viewer import Viewer, ViewerConfig
+    from pyrofling.client.config import ViewerConfig
+    from pyrofling.client.viewer import Viewer
 
 log = logging.getLogger(__name__)
 
