@@ -12,6 +12,7 @@ from pyrofling.cli.gamepad import add_host_gamepad_options
 from pyrofling.cli.options import (
     PASSWORD_ENV,
     add_logging_options,
+    add_stream_size_options,
     fraction,
     given_password,
     install_stop,
@@ -94,10 +95,7 @@ def add_host(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _add_video_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("video")
-    g.add_argument("--width", type=whole_number(64, 8192, "pixels", even=True), default=1280, help="default 1280")
-    g.add_argument("--height", type=whole_number(64, 8192, "pixels", even=True), default=720, help="default 720")
-    g.add_argument("--fps", type=whole_number(1, 240, "fps"), default=60, help="frames per second (default 60)")
-    g.add_argument("--bitrate-kbits", type=whole_number(1, 10_000_000, "kbit/s"), default=10_000, help="default 10000")
+    add_stream_size_options(g)
     g.add_argument(
         "--encoder",
         default="libx264",

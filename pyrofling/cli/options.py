@@ -17,15 +17,12 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from pyrofling.files import unwritable
 from pyrofling.units import parse_duration_s, parse_fraction
 
 #: Where a password may come from instead of the command line (which other users can read).
 PASSWORD_ENV = "PYROFLING_PASSWORD"
-
-ArgType = Callable[[str], Any]
 
 
 # --------------------------------------------------------------------------------------------
@@ -191,8 +188,8 @@ def add_logging_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="only warnings and errors")
 
 
-def add_stream_size_options(p: argparse.ArgumentParser) -> None:
-    """Picture size, rate and bitrate of a stream."""
+def add_stream_size_options(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """Picture size, rate and bitrate of a stream (on a parser, or on one of its groups)."""
     p.add_argument("--width", type=whole_number(64, 8192, "pixels", even=True), default=1280, help="default 1280")
     p.add_argument("--height", type=whole_number(64, 8192, "pixels", even=True), default=720, help="default 720")
     p.add_argument("--fps", type=whole_number(1, 240, "fps"), default=60, help="frames per second (default 60)")
