@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from pyrofling.bench.stream import free_port
-from pyrofling.server.scene import BARS_RGB
+from pyrofling.core.scene import BARS_RGB
 
 
 def test_window_shows_the_test_scene(xvfb: str, tmp_path: Path) -> None:

@@ -46,6 +46,13 @@ class StreamScenario:
     seed: int = 1
     #: Extra uniform delay 0..N ms per datagram host→viewer (through netsim).
     jitter_ms: float = 0.0
+    #: One-way delay added in each direction (through netsim): the round trip grows by twice this.
+    delay_ms: float = 0.0
+    #: Link outages host→viewer (netsim ``--outage``): mean seconds between them, shortest and longest, seconds.
+    outages: tuple[float, float, float] | None = None
+    #: ``pyrofling``: the host and viewer as they are; ``reference``: behave as PyroFling does (the reference's
+    #: FEC plan, a viewer without extensions that asks for an IDR on every loss, no reports, no resends).
+    policy: str = "pyrofling"
     #: Extra arguments for the host and for the first viewer (phase lock, refresh clock...).
     host_args: tuple[str, ...] = ()
     view_args: tuple[str, ...] = ()
@@ -55,15 +62,26 @@ class StreamScenario:
     @property
     def lossy(self) -> bool:
         """Whether the first viewer goes through netsim."""
-        return self.loss > 0 or self.ge or self.jitter_ms > 0
+        return self.loss > 0 or self.ge or self.jitter_ms > 0 or self.delay_ms > 0 or self.outages is not None
 
     def label(self) -> str:
-        net = "loopback"
+        net = []
         if self.ge:
-            net = "GE bursts"
+            net.append("GE bursts")
         elif self.loss:
-            net = f"iid {self.loss:.1%}"
-        return f"{self.height}p{self.fps} {self.bitrate_kbits / 1000:g} Mbit/s, {self.viewers} viewer(s), {net}"
+            net.append(f"iid {self.loss:.1%}")
+        if self.outages:
+            mean_s, low_s, high_s = self.outages
+            length = f"{low_s * 1000:g}" if low_s == high_s else f"{low_s * 1000:g}-{high_s * 1000:g}"
+            net.append(f"{length} ms outages every {mean_s:g} s")
+        if self.delay_ms:
+            net.append(f"+{self.delay_ms:g} ms each way")
+        if self.jitter_ms:
+            net.append(f"jitter {self.jitter_ms:g} ms")
+        return (
+            f"{self.height}p{self.fps} {self.bitrate_kbits / 1000:g} Mbit/s, {self.viewers} viewer(s), "
+            f"{', '.join(net) or 'loopback'}, {self.policy} policy"
+        )
 
 
 def free_port() -> int:
@@ -145,7 +163,10 @@ def _run(
         "--stats-json",
         str(host_json),
     ]
-    host_cmd += ["--no-fec"] if sc.fec == "none" else ["--fec-planner", sc.fec]
+    if sc.policy == "reference":
+        host_cmd += ["--fec-planner", "reference"]
+    else:
+        host_cmd += ["--no-fec"] if sc.fec == "none" else ["--fec-planner", sc.fec]
     host_cmd += list(sc.host_args)
     capture_socket = str(tmp / "capture.sock")
     if sc.game:
@@ -179,6 +200,11 @@ def _run(
             net_cmd += ["--ge", ",".join(map(str, DEFAULT_GE))] if sc.ge else ["--loss", str(sc.loss)]
             if sc.jitter_ms > 0:
                 net_cmd += ["--jitter-ms", str(sc.jitter_ms)]
+            if sc.delay_ms > 0:
+                net_cmd += ["--delay-ms", str(sc.delay_ms), "--up-delay-ms", str(sc.delay_ms)]
+            if sc.outages is not None:
+                mean_s, low_s, high_s = sc.outages
+                net_cmd += ["--outage", f"{mean_s},{low_s * 1000},{high_s * 1000}"]
             with netsim_out.open("wb") as out:
                 netsim = subprocess.Popen(net_cmd, env=env, stdout=out)
             procs.append(netsim)
@@ -191,6 +217,10 @@ def _run(
             cmd += ["--stats-interval", "1"]
             if not sc.window or i > 0:
                 cmd.append("--headless")
+            if not sc.game:
+                cmd.append("--check-scene")  # judge every refresh against the scene
+            if sc.policy == "reference":
+                cmd.append("--native")
             if i == 0:
                 cmd += list(sc.view_args)
                 if sc.game and not sc.window:
@@ -303,6 +333,8 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
     render = host.get("render_ms_median") or 0.0
     decode = v.get("decode_ms_median") or 0.0
     host_cpu = 100 * host.get("cpu_s", 0) / max(host.get("elapsed_s", 1), 1e-6)
+    quality = v.get("presentation", {}).get("quality", {})
+    sent_bytes = max(1, host.get("bytes_sent", 0))
     return {
         "label": StreamScenario(**sc).label(),
         "duration_s": duration,
@@ -318,6 +350,15 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
         "keyframes_forced": host.get("keyframes_forced", 0),
         "keyframes_forced_for_loss": host.get("keyframes_forced_for_loss", 0),
         "keyframe_requests": v.get("keyframe_requests", 0),
+        "good_refreshes_pct": quality.get("good_refreshes_pct"),
+        "refreshes": quality.get("refreshes"),
+        "corrupt_refreshes": quality.get("corrupt_refreshes"),
+        "stale_refreshes": quality.get("stale_refreshes"),
+        "freezes": quality.get("freezes"),
+        "longest_freeze_ms": quality.get("longest_freeze_ms"),
+        "repair_share_pct": 100 * host.get("repair_bytes_sent", 0) / sent_bytes,
+        "resent_share_pct": 100 * host.get("resent_bytes", 0) / sent_bytes,
+        "resent_datagrams": host.get("resent_datagrams", 0),
         "max_freeze_ms": v.get("max_freeze_ms", 0.0),
         "frames_concealed": v.get("frames_concealed", 0),
         "freezes_over_250ms": v.get("freezes_over_250ms", 0),
@@ -363,6 +404,16 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     lines = []
     for r in rows:
         lines.append(f"== {r['label']}, {r['duration_s']:g} s")
+        if r.get("good_refreshes_pct") is not None:
+            lines.append(
+                f"  refreshes: {f(r['good_refreshes_pct'], '.2f')} % good of {r['refreshes']}; corrupt "
+                f"{r['corrupt_refreshes']}, stale {r['stale_refreshes']}; freezes (not good >= 50 ms) "
+                f"{r['freezes']}, longest {f(r['longest_freeze_ms'], '.0f')} ms"
+            )
+        lines.append(
+            f"  sent bytes: {f(r['repair_share_pct'])} % FEC repair, {f(r['resent_share_pct'])} % resends "
+            f"({r['resent_datagrams']} datagrams)"
+        )
         lines.append(
             f"  frames: sent {r['frames_sent']}, shown {r['frames_shown']} ({f(r['shown_of_expected_pct'])} % of "
             f"{r['duration_s']:g} s x fps); per viewer {r['viewers_shown']}; host skipped {r['frames_skipped_by_host']}"
@@ -374,7 +425,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
         )
         lines.append(
             f"  key frames forced {r['keyframes_forced']} ({r['keyframes_forced_for_loss']} for loss), "
-            f"viewer requests {r['keyframe_requests']}; longest freeze {f(r['max_freeze_ms'], '.0f')} ms, "
+            f"viewer requests {r['keyframe_requests']}; longest still picture {f(r['max_freeze_ms'], '.0f')} ms, "
             f"freezes > 250 ms: {r['freezes_over_250ms']}; concealed frames shown {r['frames_concealed']}; "
             f"reconnects {r['reconnects']}"
         )

@@ -17,6 +17,7 @@ from pyrofling.cli.options import (
     host_port,
     install_stop,
     number,
+    outages,
     probability,
     refuse,
     run_time,
@@ -40,6 +41,12 @@ def _trace(text: str) -> tuple[bool, ...]:
 _IMPAIRMENTS: tuple[tuple[str, Callable[[str], Any], str], ...] = (
     ("loss", probability, "i.i.d. loss probability, e.g. 0.01 or 1%%"),
     ("ge", gilbert_elliott, "Gilbert-Elliott burst loss GOOD_TO_BAD,BAD_TO_GOOD,LOSS_WHEN_BAD, e.g. 0.01,0.3,0.5"),
+    (
+        "outage",
+        outages,
+        "link outages MEAN_S,MIN_MS[,MAX_MS]: everything dropped for MIN..MAX ms, starting every "
+        "MEAN_S seconds on average (Wi-Fi-like), e.g. 2,10",
+    ),
     ("trace", _trace, "replay a loss trace file (0/1 per datagram, 1 = lost, cycled)"),
     ("delay-ms", number(0.0, 10_000.0, "ms"), "added one-way delay, ms"),
     ("jitter-ms", number(0.0, 10_000.0, "ms"), "uniform extra delay 0..N ms (datagrams may overtake)"),
@@ -89,6 +96,7 @@ def impairment(args: argparse.Namespace, prefix: str) -> ImpairmentConfig:
         loss=get("loss") or 0.0,
         gilbert_elliott=get("ge"),
         loss_trace=get("trace"),
+        outages=get("outage"),
         delay_s=(get("delay-ms") or 0.0) / 1000,
         jitter_s=(get("jitter-ms") or 0.0) / 1000,
         reorder=get("reorder") or 0.0,
@@ -105,14 +113,14 @@ def format_report(report: dict[str, Any]) -> str:
         f"{report['udp_clients']} UDP clients"
     ]
     lines.append(
-        f"{'direction':<16}{'received':>10}{'forwarded':>11}{'dropped':>9}{'(queue)':>9}"
+        f"{'direction':<16}{'received':>10}{'forwarded':>11}{'dropped':>9}{'(queue)':>9}{'(outage)':>10}"
         f"{'duplicated':>12}{'reordered':>11}"
     )
     for name, key in (("host -> viewer", "down"), ("viewer -> host", "up")):
         s = report[key]
         lines.append(
             f"{name:<16}{s['received']:>10}{s['forwarded']:>11}{s['dropped']:>9}{s['dropped_queue']:>9}"
-            f"{s['duplicated']:>12}{s['reordered']:>11}"
+            f"{s['dropped_outage']:>10}{s['duplicated']:>12}{s['reordered']:>11}"
         )
     return "\n".join(lines)
 

@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import signal
 import sys
@@ -159,6 +160,23 @@ def gilbert_elliott(text: str) -> tuple[float, float, float]:
         raise argparse.ArgumentTypeError(f"{text!r}: give GOOD_TO_BAD,BAD_TO_GOOD,LOSS_WHEN_BAD, e.g. 0.01,0.3,0.5")
     a, b, c = (probability(p) for p in parts)
     return a, b, c
+
+
+def outages(text: str) -> tuple[float, float, float]:
+    """``MEAN_S,MIN_MS,MAX_MS`` (or ``MEAN_S,MS``): outages starting every MEAN_S on average, MIN..MAX ms long."""
+    example = "e.g. 2,10 (10 ms every 2 s on average) or 2,5,30"
+    parts = text.split(",")
+    try:
+        values = [float(p) for p in parts]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give MEAN_SECONDS,MIN_MS[,MAX_MS], {example}") from None
+    if len(values) not in (2, 3) or not all(math.isfinite(v) for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: give MEAN_SECONDS,MIN_MS[,MAX_MS], {example}")
+    mean_s, low_ms = values[0], values[1]
+    high_ms = values[2] if len(values) == 3 else low_ms
+    if mean_s <= 0 or low_ms <= 0 or high_ms < low_ms:
+        raise argparse.ArgumentTypeError(f"{text!r}: need MEAN_SECONDS > 0 and 0 < MIN_MS <= MAX_MS, {example}")
+    return mean_s, low_ms / 1000, high_ms / 1000
 
 
 def output_file(*suffixes: str) -> Callable[[str], Path]:

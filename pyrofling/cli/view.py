@@ -66,6 +66,12 @@ def add_view(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--stats-interval", type=number(0.0, 3600.0), default=0.0, help="also rewrite --stats-json this often, s"
     )
     p.add_argument(
+        "--check-scene",
+        action="store_true",
+        help="for benches against a host showing the test scene: compare every picture with the scene's own "
+        "frame and judge each display refresh as good, corrupt or stale (quality in --stats-json)",
+    )
+    p.add_argument(
         "--screenshot", type=output_file(".png"), default=None, help="window mode: save the window to this PNG on exit"
     )
     add_logging_options(p)
@@ -191,6 +197,7 @@ def viewer_config(args: argparse.Namespace) -> ViewerConfig:
         stats_json=args.stats_json,
         stats_interval_s=args.stats_interval,
         marker_log=args.marker_log,
+        check_scene=args.check_scene,
     )
 
 

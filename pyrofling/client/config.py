@@ -54,6 +54,8 @@ class ViewerConfig:
     gamepad: GamepadConfig | None = None
     #: Write each decoded frame's marker (id, capture time) and decode time here, as JSON lines (benches).
     marker_log: Path | None = None
+    #: Compare every picture with the built-in test scene and judge each refresh: good, corrupt or stale (benches).
+    check_scene: bool = False
 
     def session_config(self) -> ViewerSessionConfig:
         cfg = ViewerSessionConfig(flags=self.flags, secret=self.password, require_auth=self.require_auth)

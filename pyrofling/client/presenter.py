@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from pyrofling.core.picture_quality import RefreshQuality
 from pyrofling.core.presentation import (
     Present,
     PresentationConfig,
@@ -47,6 +48,7 @@ class Picture:
     done_s: float  # decoded and prepared: ready to show
     capture_s: float | None  # the host's capture time on our clock (from the frame marker), if known
     frame_id: int | None
+    clean: bool | None = None  # matched the test scene (benches check it); None: not checked
 
 
 class Display(Protocol):
@@ -120,6 +122,7 @@ class Presenter:
         stream_hz: Callable[[], float | None] = lambda: None,
         on_phase_error: Callable[[int], None] = lambda _us: None,
         max_pending: int = 16,
+        judge_refreshes: bool = False,
     ) -> None:
         self.config = config
         self.display = display
@@ -131,6 +134,10 @@ class Presenter:
         self._inbox: queue.Queue[Picture] = queue.Queue(maxsize=max_pending)
         self._started_s = time.monotonic()
         self._last_on_screen_s: float | None = None
+        #: Judge every refresh by the picture on screen (pictures carry ``clean``: the bench's scene check).
+        self._judge = judge_refreshes
+        self.quality: RefreshQuality | None = None
+        self._on_screen: Picture | None = None
 
     # -- decode thread -------------------------------------------------------------------------
 
@@ -166,6 +173,9 @@ class Presenter:
             "vsync" if vsync else "software",
             self._mode_text(),
         )
+        if self._judge:
+            with self.stats.lock:
+                self.quality = RefreshQuality(1.0 / (self.stream_hz() or clock.hz))
         loop: PresentationLoop[Picture] = PresentationLoop(self.config, clock.period_s)
         loop.frame_ready(first, first.done_s)
         vblank = time.monotonic()
@@ -178,7 +188,7 @@ class Presenter:
             decision = self._decide(loop, vblank, stop)
             if decision is None:
                 return
-            self._record(loop, decision)
+            self._record(loop, decision, vblank)
             self.display.present(decision.frame if isinstance(decision, Present) else None)
             if vsync:
                 vblank = time.monotonic()  # the flip returned: that was the refresh
@@ -222,12 +232,23 @@ class Presenter:
                 return
             loop.frame_ready(picture, picture.done_s)
 
-    def _record(self, loop: PresentationLoop[Picture], decision: Present[Picture] | Repeat) -> None:
+    def _record(self, loop: PresentationLoop[Picture], decision: Present[Picture] | Repeat, vblank: float) -> None:
         c = loop.counters
         st = self.stats
         error_us = decision.phase_error_us if isinstance(decision, Present) else None
         repeated = c.repeated > st.repeated
+        fresh = isinstance(decision, Present)
+        if isinstance(decision, Present):
+            self._on_screen = decision.frame
         with st.lock:
+            if self.quality is not None:
+                shown = self._on_screen
+                self.quality.refresh(
+                    vblank,
+                    capture_s=shown.capture_s if shown is not None else None,
+                    clean=shown.clean if shown is not None else None,
+                    fresh=fresh,
+                )
             st.presented, st.repeated, st.missed_deadlines = c.presented, c.repeated, c.missed_deadlines
             st.dropped += decision.dropped if isinstance(decision, Present) else 0
             st.graph_repeat.append(repeated)
@@ -285,4 +306,5 @@ class Presenter:
                 "glass_ms": tail(st.glass_ms, 20_000),
                 "phase_trace": list(st.phase_trace),
                 "repeat_times": list(st.repeat_times),
+                **({"quality": self.quality.summary()} if self.quality is not None else {}),
             }

@@ -25,12 +25,15 @@ from typing import Any, TextIO
 
 import av
 import numpy as np
+import numpy.typing as npt
 
 from pyrofling.client.codecs import DecodeError, VideoDecoder
 from pyrofling.client.presenter import Display, Picture, Presenter
 from pyrofling.core import frame_marker
 from pyrofling.core.clock_sync import ClockSync
+from pyrofling.core.picture_quality import CLEAN_TILE_ERROR, tile_error
 from pyrofling.core.samples import recent_samples, tail
+from pyrofling.core.scene import TestScene
 from pyrofling.core.viewer_connection import Concealment, DecodeVideo
 
 log = logging.getLogger(__name__)
@@ -54,6 +57,7 @@ class VideoStats:
     frames_concealed: int = 0  # not whole, but shown: the picture had been still for a while
     decode_errors: int = 0
     markers_read: int = 0
+    scene_error_max: float = 0.0  # worst tile error of any picture compared with the scene (``check_scene``)
     decode_queue_max: int = 0
     decode_ms: deque[float] = field(default_factory=recent_samples)
     latency_ms: deque[float] = field(default_factory=recent_samples)  # capture → decoded
@@ -74,6 +78,7 @@ class VideoPipeline:
         decode_threads: int = 2,
         max_queue: int = 8,
         marker_log: Path | None = None,
+        check_scene: bool = False,
     ) -> None:
         self.presenter = presenter
         self.display = display
@@ -83,6 +88,9 @@ class VideoPipeline:
         self._on_decode_error = on_decode_error
         self._decode_threads = decode_threads
         self._marker_log_path = marker_log
+        #: Compare each picture with the test scene's own rendering of its frame (benches): sets ``Picture.clean``.
+        self._check_scene = check_scene
+        self._scene: TestScene | None = None
         self._queue: queue.Queue[_Item | None] = queue.Queue(maxsize=max_queue)
         self._thread = threading.Thread(target=self._run, name="pyrofling-decode", daemon=True)
         self._first_picture_of: int | None = None  # the connection whose first picture was shown
@@ -161,10 +169,13 @@ class VideoPipeline:
         decoded = time.monotonic()
         packet = item.packet
         stamp = None
+        clean = None
         if layout is not None:
             plane = frame.planes[0]
             luma = np.frombuffer(memoryview(plane), np.uint8).reshape(frame.height, plane.line_size)
             stamp = frame_marker.read(luma, layout)
+            if self._check_scene:
+                clean = self._clean(frame, luma, stamp, layout)
         capture_s = None
         if stamp is not None:
             capture_s = item.clock.to_local(frame_marker.unwrap_capture_us(stamp.capture_us, packet.pts_us))
@@ -196,4 +207,23 @@ class VideoPipeline:
                 st.connect_to_first_frame_ms.append((done - item.connect_s) * 1000)
             self.concealment.shown(done)
         frame_id = stamp.frame_id if stamp is not None else None
-        self.presenter.submit(Picture(prepared, packet.pts_us, done, capture_s, frame_id))
+        self.presenter.submit(Picture(prepared, packet.pts_us, done, capture_s, frame_id, clean))
+
+    def _clean(
+        self,
+        frame: av.VideoFrame,
+        luma: npt.NDArray[np.uint8],
+        stamp: frame_marker.FrameStamp | None,
+        layout: frame_marker.MarkerLayout,
+    ) -> bool:
+        """Whether the picture is the scene's frame as rendered (a marker that cannot be read is not)."""
+        if stamp is None:
+            return False
+        w, h = frame.width, frame.height
+        if self._scene is None or (self._scene.width, self._scene.height) != (w, h):
+            self._scene = TestScene(w, h)
+        reference = self._scene.render(stamp.frame_id, 0)[:h]
+        error = tile_error(luma[:h, :w], reference, top=layout.height)
+        with self.lock:
+            self.stats.scene_error_max = max(self.stats.scene_error_max, error)
+        return error <= CLEAN_TILE_ERROR

@@ -68,6 +68,7 @@ class Viewer:
             skew_ppm=config.refresh_skew_ppm,
             stream_hz=self._stream_hz,
             on_phase_error=self._phase_error_from_presenter,
+            judge_refreshes=config.check_scene,
         )
         self._run_presenter = display is None if run_presenter is None else run_presenter
         self.presenter_stop = threading.Event()
@@ -79,6 +80,7 @@ class Viewer:
             decode_threads=config.decode_threads,
             max_queue=config.max_decode_queue,
             marker_log=config.marker_log,
+            check_scene=config.check_scene,
         )
         #: The connection in progress (None between connections).
         self.connection: ViewerConnection | None = None

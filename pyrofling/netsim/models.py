@@ -157,6 +157,9 @@ class ImpairmentConfig:
     #: Bottleneck rate in bit/s (0 = unlimited); a queue of ``queue_bytes`` drops from the tail.
     rate_bits_per_s: float = 0.0
     queue_bytes: int = 256 * 1024
+    #: Outages, as Wi-Fi has them: (mean seconds between outage starts, shortest, longest outage in seconds).
+    #: The link drops everything during one; starts are a Poisson process, lengths uniform.  None: no outages.
+    outages: tuple[float, float, float] | None = None
 
 
 @dataclass(slots=True)
@@ -171,9 +174,12 @@ class DirectionStats:
     reordered: int = 0
     bytes_forwarded: int = 0
 
+    dropped_outage: int = 0
+    outages: int = 0
+
     @property
     def dropped(self) -> int:
-        return self.dropped_loss + self.dropped_queue
+        return self.dropped_loss + self.dropped_queue + self.dropped_outage
 
     def as_dict(self) -> dict[str, int]:
         return {
@@ -182,6 +188,8 @@ class DirectionStats:
             "dropped": self.dropped,
             "dropped_loss": self.dropped_loss,
             "dropped_queue": self.dropped_queue,
+            "dropped_outage": self.dropped_outage,
+            "outages": self.outages,
             "duplicated": self.duplicated,
             "reordered": self.reordered,
             "bytes_forwarded": self.bytes_forwarded,
@@ -197,6 +205,34 @@ def make_loss_model(config: ImpairmentConfig, rng: random.Random) -> LossModel:
     if config.loss > 0:
         return IidLoss(config.loss, rng=rng)
     return NoLoss()
+
+
+class Outages:
+    """A seeded schedule of outages on the time axis: :meth:`active` says whether the link is down at ``now``.
+
+    Times must not go backwards.  The schedule starts at the first time asked.
+    """
+
+    def __init__(self, mean_interval_s: float, shortest_s: float, longest_s: float, *, rng: random.Random) -> None:
+        if not mean_interval_s > 0:
+            raise ValueError("the mean time between outages must be more than 0 s")
+        if not 0 < shortest_s <= longest_s:
+            raise ValueError("outage lengths need 0 < shortest <= longest")
+        self.mean_interval_s = mean_interval_s
+        self.shortest_s, self.longest_s = shortest_s, longest_s
+        self._rng = rng
+        self._start: float | None = None
+        self._end = float("-inf")
+        self.count = 0
+
+    def active(self, now: float) -> bool:
+        if self._start is None:
+            self._start = now + self._rng.expovariate(1.0 / self.mean_interval_s)
+        while now >= self._start:  # the outage that starts at or before now
+            self._end = self._start + self._rng.uniform(self.shortest_s, self.longest_s)
+            self.count += 1
+            self._start = self._end + self._rng.expovariate(1.0 / self.mean_interval_s)
+        return now < self._end
 
 
 @dataclass(slots=True)
@@ -222,11 +258,16 @@ class Impairment:
         self.stats = DirectionStats()
         self._link = _Link()
         self._last_departure_s = float("-inf")
+        self.outages = Outages(*config.outages, rng=random.Random(seed ^ 0x0A7E)) if config.outages else None
 
     def process(self, now: float, size_bytes: int) -> list[float]:
         cfg = self.config
         stats = self.stats
         stats.received += 1
+        if self.outages is not None and self.outages.active(now):
+            stats.dropped_outage += 1
+            stats.outages = self.outages.count
+            return []
         if self.loss_model.lose():
             stats.dropped_loss += 1
             return []

@@ -38,7 +38,7 @@ from pyrofling.core.host_session import (
 from pyrofling.core.keyframes import KeyframePolicy
 from pyrofling.core.packetizer import MediaPacket, Packetizer
 from pyrofling.core.secure import SALT_BYTES, derive_key
-from pyrofling.fec.codec import FecPlan
+from pyrofling.fec.codec import FecPlan, block_count
 from pyrofling.fec.planner import make_planner
 from pyrofling.files import write_stats
 from pyrofling.server.audio import (
@@ -261,10 +261,16 @@ class Host:
             for conn in self.sessions.video_targets(idr=packet.idr):
                 assert conn.packetizer is not None
                 datagrams = conn.packetizer.packetize(media, repair_cache=repair_cache)
-                self.network.send_paced(conn, [conn.outgoing(d) for d in datagrams])
+                wire = [conn.outgoing(d) for d in datagrams]
+                self._count_repair(wire[block_count(len(media.data)) :])
+                self.network.send_paced(conn, wire)
                 if packet.idr:
                     self.sessions.idr_sent(conn, now)
             self.outputs.push_video(packet)  # after the viewers, and it never waits
+
+    def _count_repair(self, repair: list[bytes]) -> None:
+        self.stats.repair_datagrams_sent += len(repair)
+        self.stats.repair_bytes_sent += sum(map(len, repair))
 
     def _start_audio(self, loop: asyncio.AbstractEventLoop, source: AudioSource, encoder: AudioEncoder) -> None:
         cfg = self.config
@@ -303,8 +309,10 @@ class Host:
             media = MediaPacket(packet.data, packet.pts_us, StreamType.AUDIO)
             for conn in self.sessions.audio_targets():
                 assert conn.packetizer is not None and conn.udp_address is not None
-                for d in conn.packetizer.packetize(media):
-                    self.network.send_now(conn.outgoing(d), conn.udp_address)
+                wire = [conn.outgoing(d) for d in conn.packetizer.packetize(media)]
+                self._count_repair(wire[block_count(len(media.data)) :])
+                for d in wire:
+                    self.network.send_now(d, conn.udp_address)
 
     # -- reporting ---------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ import av
 import numpy as np
 import numpy.typing as npt
 
-from pyrofling.server.scene import TestScene
+from pyrofling.core.scene import TestScene
 
 log = logging.getLogger(__name__)
 

@@ -18,6 +18,11 @@ class HostStats:
     bytes_encoded: int = 0
     datagrams_sent: int = 0
     bytes_sent: int = 0
+    #: Of those: FEC repair datagrams (video and audio), and datagrams sent again because a viewer asked.
+    repair_datagrams_sent: int = 0
+    repair_bytes_sent: int = 0
+    resent_datagrams: int = 0
+    resent_bytes: int = 0
     send_errors: int = 0
     queue_dropped: int = 0
     encode_errors: int = 0

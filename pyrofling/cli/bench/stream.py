@@ -22,6 +22,7 @@ from pyrofling.cli.options import (
     fraction,
     int_list,
     number,
+    outages,
     refuse,
     whole_number,
 )
@@ -127,6 +128,28 @@ def add_stream(sub: Sub) -> None:
     p.add_argument("--loss", type=loss_rate, default=0.0, help="i.i.d. datagram loss host->viewer (e.g. 2%%)")
     p.add_argument("--ge", action="store_true", help="Gilbert-Elliott burst loss (about 5%% in bursts)")
     p.add_argument(
+        "--outage",
+        type=outages,
+        default=None,
+        metavar="MEAN_S,MIN_MS[,MAX_MS]",
+        help="link outages through netsim (Wi-Fi-like): everything dropped for MIN..MAX ms, every MEAN_S s on "
+        "average, e.g. 2,10",
+    )
+    p.add_argument(
+        "--delay-ms",
+        type=number(0.0, 1000.0, "ms"),
+        default=0.0,
+        help="one-way delay added in each direction through netsim (2: a 4 ms round trip, like home Wi-Fi)",
+    )
+    p.add_argument(
+        "--policy",
+        type=choice_list(("pyrofling", "reference")),
+        default=("pyrofling",),
+        metavar="POLICY,...",
+        help="pyrofling (default), reference (behave as PyroFling: its FEC plan, an IDR on every loss, no reports "
+        "or resends), or both, run one after the other with the same seeds: pyrofling,reference",
+    )
+    p.add_argument(
         "--viewers", type=int_list, default=(1,), help="viewers per run; a list (1,4) runs each and reports the cost"
     )
     p.add_argument("--fec-planner", choices=PLANNERS, default="tuned")
@@ -143,7 +166,7 @@ def _run_stream(args: argparse.Namespace) -> int:
     if args.ge and args.loss:
         return refuse("bench stream", "--ge brings its own bursty loss (about 5 %): give --loss or --ge, not both")
     rows, raws = [], []
-    for n in args.viewers:
+    for n, policy in ((n, policy) for policy in args.policy for n in args.viewers):
         sc = StreamScenario(
             width=args.width,
             height=args.height,
@@ -152,6 +175,9 @@ def _run_stream(args: argparse.Namespace) -> int:
             duration_s=args.duration,
             loss=args.loss,
             ge=args.ge,
+            outages=args.outage,
+            delay_ms=args.delay_ms,
+            policy=policy,
             viewers=n,
             fec=args.fec_planner,
             encoder=args.encoder,
