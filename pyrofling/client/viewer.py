@@ -32,6 +32,7 @@ from pyrofling.client.connection import ConnectionIO
 from pyrofling.client.gamepad import GamepadLink
 from pyrofling.client.presenter import Display, HeadlessDisplay, Presenter
 from pyrofling.client.video import VideoPipeline
+from pyrofling.core.loss_tracker import LOSS_COUNTERS
 from pyrofling.core.samples import recent_samples
 from pyrofling.core.viewer_connection import (
     AudioLost,
@@ -300,6 +301,7 @@ class Viewer:
                 "packets_recovered",
                 "keyframe_requests",
                 "decode_queue_overflows",
+                *LOSS_COUNTERS,
             )
         }
         out.update(connects=self.connects, sessions_streaming=self.sessions_streaming, reconnects=self.reconnects)

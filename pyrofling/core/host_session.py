@@ -40,6 +40,7 @@ from pyrofling.core.host_state import (
 )
 from pyrofling.core.keyframes import KeyframePolicy
 from pyrofling.core.packetizer import Packetizer
+from pyrofling.core.resend import RetainedPackets
 from pyrofling.core.secure import (
     AuthError,
     FailureLimiter,
@@ -57,6 +58,8 @@ from pyrofling.wire import (
     Hello,
     Kick,
     KickFlags,
+    LossReport,
+    Nack,
     Nak,
     PhaseOffset,
     Ping,
@@ -208,7 +211,10 @@ class HostSessions:
             return [SendControl(conn.conn_id, bytes(Again()))]
         conn.kicked = True
         conn.kicked_s = now
-        conn.packetizer = self._make_packetizer(conn.cookie)
+        conn.packetizer = packetizer = self._make_packetizer(conn.cookie)
+        packetizer.mds = bool(conn.extensions & ExtensionFeature.MDS_FEC)
+        if conn.extensions & ExtensionFeature.NACK:
+            packetizer.retained = RetainedPackets()
         if flags & KickFlags.VIDEO:
             self.keyframes.viewer_joined()
         return [
@@ -343,7 +349,34 @@ class HostSessions:
             return [PhaseFeedback(conn.conn_id, msg.ideal_phase_offset_us)]
         if isinstance(msg, GamepadState):
             return self._gamepad(conn, msg)
+        if isinstance(msg, Nack):
+            return self._nack(conn, msg)
+        if isinstance(msg, LossReport):
+            self._loss_report(conn, msg)
         return []
+
+    def _nack(self, conn: RemoteViewer, msg: Nack) -> list[HostOutput]:
+        """Send the datagrams again, now; what a viewer can ask for is bounded by its own stream (core.resend)."""
+        retained = conn.packetizer.retained if conn.packetizer is not None else None
+        if retained is None:
+            self.discarded["nack_not_negotiated"] += 1
+            return []
+        conn.nacks += 1
+        assert conn.udp_address is not None
+        return [SendDatagram(conn.udp_address, conn.outgoing(d), resend=True) for d in retained.resend(msg)]
+
+    def _loss_report(self, conn: RemoteViewer, msg: LossReport) -> None:
+        """The viewer's FEC follows what it reports (its own planners only: a lie costs nobody else)."""
+        if not conn.extensions & ExtensionFeature.LOSS_REPORTS or conn.packetizer is None:
+            self.discarded["loss_report_not_negotiated"] += 1
+            return
+        conn.loss_reports += 1
+        if msg.datagrams_expected:
+            conn.reported_loss += 0.2 * (msg.datagrams_lost / msg.datagrams_expected - conn.reported_loss)
+        p = conn.packetizer
+        for planner in (p.video_planner, p.key_planner):
+            if planner is not None:
+                planner.observe_datagram_loss(msg.datagrams_lost, msg.datagrams_expected)
 
     def _gamepad(self, conn: RemoteViewer, msg: GamepadState) -> list[HostOutput]:
         if not conn.flags & KickFlags.GAMEPAD:

@@ -37,6 +37,8 @@ class SendControl(HostOutput):
 class SendDatagram(HostOutput):
     address: Address
     data: bytes
+    #: A datagram sent again because the viewer asked (NACK): it goes now, ahead of the paced queue.
+    resend: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +92,12 @@ class HostSessionConfig:
     #: Drop a connection this long after its last KICK or PROGRESS (protocol.md §3.3).
     keepalive_timeout_s: float = 15.0
     #: Extension features this host grants (protocol.md §7.2).
-    extensions: ExtensionFeature = ExtensionFeature.KEYFRAME_REQUEST
+    extensions: ExtensionFeature = (
+        ExtensionFeature.KEYFRAME_REQUEST
+        | ExtensionFeature.LOSS_REPORTS
+        | ExtensionFeature.NACK
+        | ExtensionFeature.MDS_FEC
+    )
     #: At most one PROGRESS log line per viewer per this interval.
     progress_log_interval_s: float = 1.0
     #: A kicked viewer whose PROGRESS still shows no key frame this long after we sent one asks for another.
@@ -135,6 +142,10 @@ class RemoteViewer:
     phase_offsets: int = 0
     gamepad_states: int = 0
     pings: int = 0
+    nacks: int = 0
+    loss_reports: int = 0
+    #: The loss its last reports showed (datagrams lost / sent, before resends), smoothed.
+    reported_loss: float = 0.0
     #: Authentication (protocol.md §7.7): the challenge's nonce, and whether the proof checked out.
     host_nonce: bytes | None = None
     authenticated: bool = False

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pyrofling.core.resend import RetainedPackets
 from pyrofling.fec.codec import BLOCK_BYTES, NO_FEC, FecPlan, block_count, encode_repair, seed_for_pts
+from pyrofling.fec.mds import encode_mds_repair, mds_plan
 from pyrofling.fec.planner import FecPlanner, NoFecPlanner
 from pyrofling.seqnum import SEQ14_MASK
 from pyrofling.wire import StreamType, media_flags, media_header_prefix
@@ -57,6 +59,10 @@ class Packetizer:
         self.video_planner: FecPlanner = video_planner or NoFecPlanner()
         self.audio_planner: FecPlanner = audio_planner or NoFecPlanner()
         self.key_planner = key_planner
+        #: Send Reed–Solomon repair with the planners' repair counts (the viewer negotiated MDS_FEC, §7.8).
+        self.mds = False
+        #: Keeps each packet's data datagrams for a while, for resends (the viewer negotiated NACK, §7.9).
+        self.retained: RetainedPackets | None = None
         self.packets_sent = 0
         self.datagrams_sent = 0
         self.repair_datagrams_sent = 0
@@ -77,7 +83,10 @@ class Packetizer:
         else:
             planner = self.video_planner
         n = block_count(len(packet.data))
-        return planner.plan(n) if n else NO_FEC
+        if not n:
+            return NO_FEC
+        plan = planner.plan(n)
+        return mds_plan(plan.repair_blocks) if self.mds and plan.repair_blocks else plan
 
     def packetize(self, packet: MediaPacket, *, repair_cache: dict[FecPlan, list[bytes]] | None = None) -> list[bytes]:
         """Datagrams for one packet, in send order.  An empty packet still uses a sequence number.
@@ -114,7 +123,10 @@ class Packetizer:
         if plan.repair_blocks:
             repair = repair_cache.get(plan) if repair_cache is not None else None
             if repair is None:
-                repair = encode_repair(packet.data, plan, seed_for_pts(packet.pts_us))
+                if plan.mds:
+                    repair = encode_mds_repair(packet.data, plan.repair_blocks)
+                else:
+                    repair = encode_repair(packet.data, plan, seed_for_pts(packet.pts_us))
                 if repair_cache is not None:
                     repair_cache[plan] = repair
             out.extend(
@@ -129,4 +141,6 @@ class Packetizer:
             )
             self.repair_datagrams_sent += len(repair)
         self.datagrams_sent += len(out)
+        if self.retained is not None:
+            self.retained.keep(packet.stream, seq, out[: block_count(size)])
         return out

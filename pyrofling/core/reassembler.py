@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from pyrofling.fec.codec import BLOCK_BYTES, FecError, FecPlan, FrameDecoder, block_count, seed_for_pts
+from pyrofling.fec.mds import MdsFrameDecoder
 from pyrofling.seqnum import SEQ14_MASK, seq14_delta
 from pyrofling.wire import (
     MAX_MEDIA_DATAGRAM_BYTES,
@@ -118,7 +119,7 @@ class ProgressCounters:
 @dataclass(slots=True)
 class _Partial:
     header: MediaHeader  # of the first datagram seen; later ones must agree
-    decoder: FrameDecoder
+    decoder: FrameDecoder | MdsFrameDecoder
     first_s: float
     buffer_bytes: int
     blocked_since_s: float | None = None  # when a newer packet of the stream became complete
@@ -148,6 +149,9 @@ class Reassembler:
         self.datagrams = 0
         self._streams = {StreamType.VIDEO: _StreamState(), StreamType.AUDIO: _StreamState()}
         self._buffered_bytes = 0
+        #: How long each stream waits for an older packet (``config.reorder_timeout_s`` until told otherwise:
+        #: with resends negotiated, video waits long enough for a resent datagram to arrive).
+        self.reorder_wait_s = {stream: self.config.reorder_timeout_s for stream in self._streams}
 
     # ---------------------------------------------------------------------------------------
     # Inputs
@@ -182,17 +186,18 @@ class Reassembler:
         """When :meth:`handle_timer` next has something to do, or None."""
         cfg = self.config
         times: list[float] = []
-        for state in self._streams.values():
+        for stream, state in self._streams.items():
             if not state.in_flight:
                 continue
+            wait = self.reorder_wait_s[stream]
             oldest = state.in_flight[self._oldest(state)]
             if oldest.complete_s is not None:  # held behind a gap
-                times.append(oldest.complete_s + cfg.reorder_timeout_s)
+                times.append(oldest.complete_s + wait)
             for part in state.in_flight.values():
                 if part.complete_s is None:
                     times.append(part.first_s + cfg.deadline_s)
                     if part.blocked_since_s is not None:
-                        times.append(part.blocked_since_s + cfg.reorder_timeout_s)
+                        times.append(part.blocked_since_s + wait)
         return min(times) if times else None
 
     def expect_picture(self, width: int, height: int) -> None:
@@ -200,6 +205,15 @@ class Reassembler:
         (256 KiB at least), so a forged or corrupted size cannot make the viewer reserve megabytes."""
         if width > 0 and height > 0:
             self.packet_bytes_limit = min(self.config.max_packet_bytes, max(256 * 1024, width * height * 3))
+
+    def needed_blocks(self, stream: StreamType, seq: int) -> list[int] | None:
+        """The data blocks a packet still needs to be asked for: [] when it is complete, delivered or given up;
+        None when nothing of it has arrived."""
+        state = self._streams[stream]
+        part = state.in_flight.get(seq)
+        if part is None:
+            return [] if state.floor is not None and seq14_delta(seq, state.floor) <= 0 else None
+        return [] if part.complete_s is not None else part.decoder.wanted()
 
     @property
     def buffered_bytes(self) -> int:
@@ -238,9 +252,13 @@ class Reassembler:
                 return events
             n_bytes = block_count(header.payload_size) * BLOCK_BYTES
             plan = FecPlan(header.num_fec_blocks, header.num_xor_blocks_even, header.num_xor_blocks_odd)
-            decoder = FrameDecoder(
-                header.payload_size, plan, seed_for_pts(header.pts_us), eliminate=self.config.elimination
-            )
+            decoder: FrameDecoder | MdsFrameDecoder
+            if plan.mds:
+                decoder = MdsFrameDecoder(header.payload_size, plan.repair_blocks)
+            else:
+                decoder = FrameDecoder(
+                    header.payload_size, plan, seed_for_pts(header.pts_us), eliminate=self.config.elimination
+                )
             part = _Partial(header, decoder, now, n_bytes)
             state.in_flight[seq] = part
             self._buffered_bytes += n_bytes
@@ -313,6 +331,7 @@ class Reassembler:
         """
         state = self._streams[stream]
         cfg = self.config
+        wait = self.reorder_wait_s[stream]
         events: list[ReassemblyEvent] = []
         while state.in_flight:
             oldest = self._oldest(state)
@@ -326,12 +345,12 @@ class Reassembler:
             )
             too_many = newer_complete + (part.complete_s is not None) > cfg.reorder_packets
             if part.complete_s is not None:
-                if too_many or now >= part.complete_s + cfg.reorder_timeout_s:
+                if too_many or now >= part.complete_s + wait:
                     state.floor = (oldest - 1) & SEQ14_MASK  # stop waiting for the unseen packets
                     continue
                 break
             expired = now >= part.first_s + cfg.deadline_s
-            waited = part.blocked_since_s is not None and now >= part.blocked_since_s + cfg.reorder_timeout_s
+            waited = part.blocked_since_s is not None and now >= part.blocked_since_s + wait
             if expired or waited or too_many:
                 self._give_up(state, oldest)
                 continue

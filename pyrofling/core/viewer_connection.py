@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from pyrofling.core.bitstream import key_info
 from pyrofling.core.clock_sync import ClockSync
+from pyrofling.core.loss_tracker import LossTracker
 from pyrofling.core.reassembler import (
     PacketReady,
     PacketsLost,
@@ -51,7 +52,20 @@ from pyrofling.core.viewer_session import (
     ViewerSession,
     ViewerSessionConfig,
 )
-from pyrofling.wire import CodecParameters, ControlMessage, StreamType, UnknownControl, VideoCodec
+from pyrofling.wire import (
+    MEDIA_HEADER_BYTES,
+    CodecParameters,
+    ControlMessage,
+    ExtensionFeature,
+    MediaHeader,
+    StreamType,
+    UnknownControl,
+    VideoCodec,
+)
+
+#: With resends negotiated, how long a complete video packet waits for an older one being resent: a NACK and its
+#: answer take a round trip and the host's queue; a frame later the picture would be late anyway.
+RESEND_WAIT_S = 0.02
 
 __all__ = [
     "AudioLost",
@@ -117,6 +131,8 @@ class ViewerConnection:
         self.packets_lost_video = 0
         #: Packets the shell could not queue for its decoder (the decoder is falling behind).
         self.decode_queue_overflows = 0
+        #: Video loss seen datagram by datagram: NACKs and LOSS_REPORTs, once the host grants them.
+        self.loss = LossTracker(nack=False, reports=False)
 
     # -- what the shell reads --------------------------------------------------------------------
 
@@ -144,6 +160,7 @@ class ViewerConnection:
             packets_recovered=self.reassembler.counters.fec_recovered,
             keyframe_requests=self.session.keyframe_requests,
             decode_queue_overflows=self.decode_queue_overflows,
+            **self.loss.summary(),
         )
 
     def discarded(self) -> Counter[str]:
@@ -162,6 +179,10 @@ class ViewerConnection:
             if isinstance(o, Streaming):
                 p = o.codec_parameters
                 self.reassembler.expect_picture(p.width, p.height)
+                self.loss.nack = bool(o.extensions & ExtensionFeature.NACK)
+                self.loss.reports = bool(o.extensions & ExtensionFeature.LOSS_REPORTS)
+                if self.loss.nack:
+                    self.reassembler.reorder_wait_s[StreamType.VIDEO] = RESEND_WAIT_S
         return out
 
     def datagram_received(self, data: bytes, now: float) -> list[ViewerOutput]:
@@ -172,7 +193,13 @@ class ViewerConnection:
         self.datagrams += 1
         self.bytes_received += len(opened)
         self.session.datagram_received(now)
-        return self._media(self.reassembler.receive(opened, now), now)
+        ask = False
+        if len(opened) >= MEDIA_HEADER_BYTES and self.streaming:
+            header = MediaHeader.parse(opened)
+            if header.stream == StreamType.VIDEO and not header.is_ping_reply:
+                ask = self.loss.datagram(header, now)
+        out = self._media(self.reassembler.receive(opened, now), now)
+        return out + self._ask(now) if ask else out
 
     def phase_offset(self, offset_us: int) -> list[ViewerOutput]:
         """The presentation loop's phase error, for the host's frame clock (protocol.md §7.4)."""
@@ -194,11 +221,21 @@ class ViewerConnection:
     # -- timers --------------------------------------------------------------------------------
 
     def next_timer(self) -> float | None:
-        times = [t for t in (self.session.next_timer(), self.reassembler.next_timer()) if t is not None]
-        return min(times) if times else None
+        times = [self.session.next_timer(), self.reassembler.next_timer()]
+        if self.streaming:
+            times.append(self.loss.next_timer())
+        present = [t for t in times if t is not None]
+        return min(present) if present else None
 
     def handle_timer(self, now: float) -> list[ViewerOutput]:
-        return self.session.handle_timer(now) + self._media(self.reassembler.handle_timer(now), now)
+        out = self.session.handle_timer(now) + self._media(self.reassembler.handle_timer(now), now)
+        return out + self._ask(now) if self.streaming else out
+
+    def _ask(self, now: float) -> list[ViewerOutput]:
+        """NACKs for packets that need help, and the loss report when it is due (protocol.md §7.9)."""
+        self.loss.rtt_s = self.clock.last_rtt_s or 0.0
+        messages = self.loss.poll(now, lambda seq: self.reassembler.needed_blocks(StreamType.VIDEO, seq))
+        return [DatagramToHost(self.session.udp(bytes(m))) for m in messages]
 
     # -- media ---------------------------------------------------------------------------------
 
@@ -212,6 +249,7 @@ class ViewerConnection:
                     out.append(PlayAudio(ev.data, ev.pts_us))
                     continue
                 self.packets_video += 1
+                self.loss.packet_ready(ev.seq, recovered=ev.recovered)
                 params = session.codec_parameters
                 codec = VideoCodec(params.video_codec) if params is not None else VideoCodec.H264
                 key = key_info(ev.data, codec) if ev.key_frame else None
@@ -225,6 +263,7 @@ class ViewerConnection:
                     out.append(AudioLost(ev.count))
                 else:
                     self.packets_lost_video += ev.count
+                    self.loss.packets_lost(ev.count)
                     out += session.video_lost(now)
             elif isinstance(ev, PingReplyReceived):
                 session.ping_reply(ev.seq, ev.server_time_us, ev.received_s)

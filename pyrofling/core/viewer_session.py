@@ -127,7 +127,12 @@ class ViewerSessionConfig:
     flags: KickFlags = KickFlags.VIDEO | KickFlags.AUDIO
     #: Extension features to ask for; NONE behaves exactly like a native viewer.
     extensions: ExtensionFeature = (
-        ExtensionFeature.KEYFRAME_REQUEST | ExtensionFeature.AUTH | ExtensionFeature.ENCRYPTION
+        ExtensionFeature.KEYFRAME_REQUEST
+        | ExtensionFeature.AUTH
+        | ExtensionFeature.ENCRYPTION
+        | ExtensionFeature.LOSS_REPORTS
+        | ExtensionFeature.NACK
+        | ExtensionFeature.MDS_FEC
     )
     #: The host's password or pairing code, for a host that asks (protocol.md §7.7).
     secret: str | None = field(default=None, repr=False)

@@ -51,6 +51,11 @@ class FecPlan:
     degree_even: int
     degree_odd: int
 
+    @property
+    def mds(self) -> bool:
+        """Reed–Solomon repair (both degrees 0, protocol.md §7.8): only between pyrofling peers that negotiated it."""
+        return self.repair_blocks > 0 and self.degree_even == 0 and self.degree_odd == 0
+
     def degrees(self) -> list[int]:
         """Degree of each repair block, in order."""
         return [self.degree_odd if i & 1 else self.degree_even for i in range(self.repair_blocks)]
@@ -60,6 +65,11 @@ class FecPlan:
         if not 0 <= self.repair_blocks <= MAX_REPAIR_BLOCKS:
             raise FecError(f"{self.repair_blocks} repair blocks is out of range")
         if self.repair_blocks == 0:
+            return
+        if self.mds:
+            from pyrofling.fec.mds import check_mds  # the Reed–Solomon module builds on this one
+
+            check_mds(data_blocks, self.repair_blocks)
             return
         for name, degree in (("even", self.degree_even), ("odd", self.degree_odd)):
             if not 1 <= degree <= min(data_blocks, MAX_DEGREE):
@@ -404,6 +414,11 @@ class FrameDecoder:
     @property
     def missing_blocks(self) -> int:
         return self._missing
+
+    def wanted(self) -> list[int]:
+        """Data blocks to ask for (NACK) so the frame surely completes: every missing one (XOR repair blocks may
+        be dependent, so what they would still cover is not counted)."""
+        return [i for i, h in enumerate(self._have) if not h] if self._missing else []
 
     def add_data(self, index: int, payload: Buffer) -> bool:
         """A data block arrived.  A short payload is zero-padded (only the last block is short)."""

@@ -229,7 +229,9 @@ class AdaptivePlanner:
         if total <= 0 or lost < 0:
             return
         rate = min(1.0, lost / total)
-        self.loss_estimate += self.smoothing * (rate - self.loss_estimate)
+        # Up fast (a step to 5 % loss is followed within a few reports), down slowly (loss comes back in bursts).
+        gain = self.smoothing if rate < self.loss_estimate else max(self.smoothing, 0.5)
+        self.loss_estimate += gain * (rate - self.loss_estimate)
         self._cache.clear()
 
     def repair_blocks_for(self, data_blocks: int) -> int:

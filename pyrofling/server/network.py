@@ -211,6 +211,9 @@ class HostNetwork:
         for out in outputs:
             if isinstance(out, SendDatagram):
                 self.send_now(out.data, out.address)
+                if out.resend:
+                    self.stats.resent_datagrams += 1
+                    self.stats.resent_bytes += len(out.data)
             elif isinstance(out, SendControl):
                 writer = self._writers.get(out.conn_id)
                 if writer is not None and not writer.is_closing():

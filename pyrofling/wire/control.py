@@ -64,6 +64,8 @@ class MessageId(enum.IntEnum):
     AUTH_CHALLENGE = 34
     AUTH_RESPONSE = 35
     AUTH_RESULT = 36
+    NACK = 37
+    LOSS_REPORT = 38
 
 
 def type_word(message_id: int, payload_bytes: int) -> int:
@@ -290,6 +292,12 @@ class ExtensionFeature(enum.IntFlag):
     AUTH = 1 << 1
     #: Datagrams in both directions sealed with AES-GCM under keys from the authentication (protocol.md §7.7).
     ENCRYPTION = 1 << 2
+    #: The viewer sends LOSS_REPORT several times a second; the host's FEC follows it (protocol.md §7.9).
+    LOSS_REPORTS = 1 << 3
+    #: The viewer asks for missing datagrams with NACK and the host sends them again (protocol.md §7.9).
+    NACK = 1 << 4
+    #: Reed–Solomon repair blocks (both XOR degrees 0 in the header) instead of mirrored XOR (protocol.md §7.8).
+    MDS_FEC = 1 << 5
 
 
 #: Version of the pyrofling extension set this build speaks.
@@ -350,6 +358,79 @@ class AuthResult(ControlMessage):
     proof: bytes
 
 
+#: Blocks one NACK can name: a bitmap of 16 bytes after ``first_block``.
+NACK_BITMAP_BLOCKS = 128
+
+
+@dataclass(frozen=True, slots=True)
+class Nack(ControlMessage):
+    """pyrofling extension (protocol.md §7.9), viewer → host over UDP: send these datagrams of a packet again.
+
+    Bit ``b`` of ``bitmap`` byte ``B`` names data block ``first_block + 8·B + b``.  ``whole`` (flags bit 0):
+    nothing of the packet arrived, so its size is unknown: send every data block.
+    """
+
+    ID = MessageId.NACK
+    PAYLOAD = struct.Struct("<HBBI16s")
+    packet_seq: int
+    stream: int  # 0 video, 1 audio
+    flags: int
+    first_block: int
+    bitmap: bytes
+
+    WHOLE: ClassVar[int] = 1
+
+    def check(self) -> None:
+        if self.packet_seq > 0x3FFF or self.stream > 1:
+            raise FieldError(f"NACK for packet {self.packet_seq} of stream {self.stream} is out of range")
+
+    @property
+    def whole(self) -> bool:
+        return bool(self.flags & self.WHOLE)
+
+    def blocks(self) -> list[int]:
+        """The data block indices it names, ascending."""
+        bits = int.from_bytes(self.bitmap, "little")
+        return [self.first_block + i for i in range(NACK_BITMAP_BLOCKS) if bits >> i & 1]
+
+    @classmethod
+    def for_blocks(cls, packet_seq: int, stream: int, blocks: list[int]) -> list[Nack]:
+        """As few NACKs as name ``blocks`` (sorted, distinct)."""
+        out: list[Nack] = []
+        i = 0
+        while i < len(blocks):
+            first, bits = blocks[i], 0
+            while i < len(blocks) and blocks[i] - first < NACK_BITMAP_BLOCKS:
+                bits |= 1 << (blocks[i] - first)
+                i += 1
+            out.append(cls(packet_seq, stream, 0, first, bits.to_bytes(16, "little")))
+        return out
+
+    @classmethod
+    def whole_packet(cls, packet_seq: int, stream: int) -> Nack:
+        return cls(packet_seq, stream, cls.WHOLE, 0, bytes(16))
+
+
+@dataclass(frozen=True, slots=True)
+class LossReport(ControlMessage):
+    """pyrofling extension (protocol.md §7.9), viewer → host over UDP: what happened since the last report."""
+
+    ID = MessageId.LOSS_REPORT
+    PAYLOAD = struct.Struct("<IIIIIIHH")
+    seq: int
+    datagrams_expected: int  # video datagrams the host sent (data and repair) whose fate is known
+    datagrams_lost: int  # of those, lost on the way (before any resend)
+    rebuilt_by_fec: int  # video packets that needed repair blocks
+    rebuilt_by_resend: int  # video packets completed by resent datagrams
+    packets_lost: int  # video packets given up
+    bursts: int  # runs of consecutive lost datagrams
+    longest_burst: int  # datagrams
+
+    def check(self) -> None:
+        if self.datagrams_lost > self.datagrams_expected:
+            raise FieldError("LOSS_REPORT says more datagrams were lost than sent")
+
+
 CONTROL_TYPES: dict[int, type[ControlMessage]] = {
     cls.ID: cls
     for cls in (
@@ -369,6 +450,8 @@ CONTROL_TYPES: dict[int, type[ControlMessage]] = {
         AuthChallenge,
         AuthResponse,
         AuthResult,
+        Nack,
+        LossReport,
     )
 }
 
@@ -387,7 +470,16 @@ def sealed_cookie(data: Buffer) -> int | None:
 
 
 #: Messages a client may send over UDP (protocol.md §3.2); anything else there is dropped.
-UDP_CLIENT_TYPES = frozenset({MessageId.COOKIE, MessageId.PHASE_OFFSET, MessageId.GAMEPAD_STATE, MessageId.PING})
+UDP_CLIENT_TYPES = frozenset(
+    {
+        MessageId.COOKIE,
+        MessageId.PHASE_OFFSET,
+        MessageId.GAMEPAD_STATE,
+        MessageId.PING,
+        MessageId.NACK,
+        MessageId.LOSS_REPORT,
+    }
+)
 
 
 def _message_class(message_id: int, payload_bytes: int) -> type[ControlMessage]:
