@@ -175,7 +175,7 @@ class VideoPipeline:
             luma = np.frombuffer(memoryview(plane), np.uint8).reshape(frame.height, plane.line_size)
             stamp = frame_marker.read(luma, layout)
             if self._check_scene:
-                clean = self._clean(frame, luma, stamp, layout)
+                clean = self._clean(frame, luma, stamp)
         capture_s = None
         if stamp is not None:
             capture_s = item.clock.to_local(frame_marker.unwrap_capture_us(stamp.capture_us, packet.pts_us))
@@ -214,7 +214,6 @@ class VideoPipeline:
         frame: av.VideoFrame,
         luma: npt.NDArray[np.uint8],
         stamp: frame_marker.FrameStamp | None,
-        layout: frame_marker.MarkerLayout,
     ) -> bool:
         """Whether the picture is the scene's frame as rendered (a marker that cannot be read is not)."""
         if stamp is None:
@@ -223,7 +222,7 @@ class VideoPipeline:
         if self._scene is None or (self._scene.width, self._scene.height) != (w, h):
             self._scene = TestScene(w, h)
         reference = self._scene.render(stamp.frame_id, 0)[:h]
-        error = tile_error(luma[:h, :w], reference, top=layout.height)
+        error = tile_error(luma[:h, :w], reference, self._scene.structured_rows())
         with self.lock:
             self.stats.scene_error_max = max(self.stats.scene_error_max, error)
         return error <= CLEAN_TILE_ERROR

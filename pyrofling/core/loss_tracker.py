@@ -179,7 +179,8 @@ class LossTracker:
                 continue
             if blocks is None:
                 if packet.expected:
-                    continue  # it arrived once but the reassembler let it go (a late straggler)
+                    packet.nack_due_s = None  # it arrived once but the reassembler let it go (a late straggler)
+                    continue
                 out.append(Nack.whole_packet(seq, 0))
             else:
                 out += Nack.for_blocks(seq, 0, blocks)

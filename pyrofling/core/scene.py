@@ -86,6 +86,13 @@ class TestScene:
             for _ in range(GRAIN_FIELDS)
         ]
 
+    def structured_rows(self) -> list[tuple[int, int]]:
+        """Row ranges without film grain or the frame marker: what an encoder reproduces closely when it
+        decodes cleanly (grain is noise by design; benches compare pictures here)."""
+        top = self.marker.height if self.marker else 0
+        g0, g1 = self._grain_rows
+        return [(top, g0), (g1, self.height)]
+
     def _render_background(self) -> npt.NDArray[np.uint8]:
         w, h = self.width, self.height
         frame = np.empty((h * 3 // 2, w), dtype=np.uint8)
