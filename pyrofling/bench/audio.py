@@ -57,12 +57,13 @@ class AudioBenchConfig:
     seed: int = 1
 
 
-#: The standard cases: ±500 ppm with jitter, 2 % loss, plain loopback (for latency).
-CASES = ("fast", "slow", "loss", "loopback")
+#: The standard cases: ±500 ppm with jitter, 2 % loss, plain loopback (for latency); ``loss5``: 5 % loss.
+CASES = ("fast", "slow", "loss", "loopback", "loss5")
+STANDARD_CASES = ("fast", "slow", "loss", "loopback")
 
 
 def standard_rows(
-    controllers: tuple[str, ...] = ("drift",), *, jitter_ms: float = 5.0, cases: tuple[str, ...] = CASES
+    controllers: tuple[str, ...] = ("drift",), *, jitter_ms: float = 5.0, cases: tuple[str, ...] = STANDARD_CASES
 ) -> tuple[AudioRow, ...]:
     """One row per controller and case: ``fast``/``slow`` are the host's clock ±500 ppm with jitter."""
     unknown = [c for c in cases if c not in CASES]
@@ -72,6 +73,7 @@ def standard_rows(
         "fast": lambda c: AudioRow(c, +500.0, jitter_ms),
         "slow": lambda c: AudioRow(c, -500.0, jitter_ms),
         "loss": lambda c: AudioRow(c, 0.0, 0.0, 0.02),
+        "loss5": lambda c: AudioRow(c, 0.0, 0.0, 0.05),
         "loopback": lambda c: AudioRow(c, 0.0, 0.0),
     }
     return tuple(make[case](c) for c in controllers for case in cases)
@@ -86,7 +88,7 @@ def scenario_for(cfg: AudioBenchConfig, row: AudioRow) -> StreamScenario:
         duration_s=cfg.duration_s,
         loss=row.loss,
         jitter_ms=row.jitter_ms,
-        fec="none",  # video repair does not matter here; audio has none
+        fec="tuned",  # the host's default: audio chunks get their repair block (sent with the next chunk)
         seed=cfg.seed,
         host_args=("--audio", "tone", "--audio-codec", cfg.codec, "--audio-skew-ppm", f"{row.skew_ppm:g}"),
         view_args=("--audio-controller", row.controller, "--audio-target-ms", f"{cfg.target_ms:g}"),
@@ -156,6 +158,8 @@ def summarize(row: AudioRow, raw: dict[str, Any], cfg: AudioBenchConfig) -> dict
     out["av_offset_ms"] = viewer.get("av_offset_ms")
     out["video_glass_ms_median"] = viewer.get("glass_ms_median")
     out["netsim_dropped"] = net["down"]["dropped"] if net and "down" in net else None
+    played, lost = out["packets"] or 0, out["packets_lost"] or 0
+    out["concealed_pct"] = 100 * lost / (played + lost) if played + lost else None
     return out
 
 
@@ -165,7 +169,7 @@ def _f(v: float | None, fmt: str) -> str:
 
 HEADER = (
     f"{'run':34} {'underruns':>9} {'buffered p1/med/p99 ms':>23} {'|dev| p99':>9} "
-    f"{'mean|r-1|':>10} {'max':>9} {'wobble':>8} {'latency':>8} {'A/V':>7} {'lost':>5} {'per loss':>8}"
+    f"{'mean|r-1|':>10} {'max':>9} {'wobble':>8} {'latency':>8} {'A/V':>7} {'lost':>5} {'lost %':>7} {'per loss':>8}"
 )
 
 
@@ -178,7 +182,8 @@ def format_row(r: dict[str, Any]) -> str:
         f"{_f(r['buffered_ms_dev_p99'], '.1f'):>9} {_f(r['rate_mean_abs_ppm'], '.0f') + ' ppm':>10} "
         f"{_f(r['rate_max_abs_ppm'], '.0f') + ' ppm':>9} {_f(r['rate_wobble_ppm'], '.0f') + ' ppm':>8} "
         f"{_f(r['latency_ms_median'], '.1f') + ' ms':>8} {_f(r['av_offset_ms'], '+.0f') + ' ms':>7} "
-        f"{_f(r['packets_lost'], 'd'):>5} {_f(r['concealed_ms_per_loss'], '.1f') + ' ms':>8}"
+        f"{_f(r['packets_lost'], 'd'):>5} {_f(r.get('concealed_pct'), '.2f'):>7} "
+        f"{_f(r['concealed_ms_per_loss'], '.1f') + ' ms':>8}"
     )
 
 

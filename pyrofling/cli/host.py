@@ -123,7 +123,13 @@ def _add_network_options(p: argparse.ArgumentParser) -> None:
         metavar="RATIO",
         help="repair overhead (default 0.25 = 25%%)",
     )
-    g.add_argument("--no-fec", action="store_true", help="send no repair blocks")
+    g.add_argument("--no-fec", action="store_true", help="send no repair blocks (video or audio)")
+    g.add_argument(
+        "--no-audio-fec",
+        action="store_true",
+        help="send no audio repair blocks (by default each audio chunk is sent a second time, with the next one; "
+        "native viewers ignore it)",
+    )
     g.add_argument(
         "--fec-planner", choices=PLANNERS, default="tuned", help="how repair blocks are chosen (default tuned)"
     )
@@ -302,6 +308,7 @@ def host_config(args: argparse.Namespace) -> HostConfig:
         raw_format=args.raw_format,
         fec="none" if args.no_fec else args.fec_planner,
         fec_ratio=args.fec,
+        audio_fec=not (args.no_fec or args.no_audio_fec),
         max_rate_mbits=args.max_rate_mbits,
         phase_controller=args.phase_controller,
         phase_policy=args.phase_policy,

@@ -59,6 +59,9 @@ class Packetizer:
         self.video_planner: FecPlanner = video_planner or NoFecPlanner()
         self.audio_planner: FecPlanner = audio_planner or NoFecPlanner()
         self.key_planner = key_planner
+        #: Send each audio packet's repair blocks with the next audio packet (protocol.md §7.5).
+        self.audio_repair_later = True
+        self._audio_repair: list[bytes] = []
         #: Send Reed–Solomon repair with the planners' repair counts (the viewer negotiated MDS_FEC, §7.8).
         self.mds = False
         #: Keeps each packet's data datagrams for a while, for resends (the viewer negotiated NACK, §7.9).
@@ -77,7 +80,8 @@ class Packetizer:
 
     def plan_for(self, packet: MediaPacket) -> FecPlan:
         if packet.stream == StreamType.AUDIO:
-            planner = self.audio_planner
+            n = block_count(len(packet.data))
+            return self.audio_planner.plan(n) if n else NO_FEC  # mirrored XOR: native viewers drop it unread
         elif packet.key_frame and self.key_planner is not None:
             planner = self.key_planner
         else:
@@ -141,6 +145,10 @@ class Packetizer:
             )
             self.repair_datagrams_sent += len(repair)
         self.datagrams_sent += len(out)
+        data_count = block_count(size)
         if self.retained is not None:
-            self.retained.keep(packet.stream, seq, out[: block_count(size)])
+            self.retained.keep(packet.stream, seq, out[:data_count])
+        if audio and self.audio_repair_later:
+            # An audio chunk's repair goes out after the next chunk's data: one burst rarely takes both.
+            out[data_count:], self._audio_repair = self._audio_repair, out[data_count:]
         return out

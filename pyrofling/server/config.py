@@ -30,6 +30,8 @@ class HostConfig:
     fec_ratio: float = REFERENCE_RATIO
     #: Overhead for key frames, which recovery from loss waits for (0: same as other frames).
     key_fec_ratio: float = 0.5
+    #: Repair blocks for audio (the reference's rule: one XOR of the chunk), sent with the next chunk.
+    audio_fec: bool = True
     #: Pacing cap per viewer, Mbit/s (0: unpaced, like the reference).
     max_rate_mbits: float = 200.0
     #: Stop after this many seconds (None: until Ctrl-C).

@@ -113,7 +113,10 @@ class Host:
         key_planner = None
         if cfg.fec != "none" and cfg.key_fec_ratio > cfg.fec_ratio:
             key_planner = make_planner(cfg.fec, ratio=cfg.key_fec_ratio)
-        return Packetizer.for_cookie(cookie, video_planner=planner, key_planner=key_planner)
+        audio_planner = make_planner("reference") if cfg.audio_fec else None
+        return Packetizer.for_cookie(
+            cookie, video_planner=planner, key_planner=key_planner, audio_planner=audio_planner
+        )
 
     def stop(self) -> None:
         self._stop.set()

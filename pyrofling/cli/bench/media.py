@@ -23,7 +23,7 @@ from pyrofling.cli.options import (
 
 
 def add_audio(sub: Sub) -> None:
-    from pyrofling.bench.audio import CASES
+    from pyrofling.bench.audio import CASES, STANDARD_CASES
     from pyrofling.core.audio_control import RATE_CONTROLLERS
 
     p = bench_parser(
@@ -47,8 +47,9 @@ def add_audio(sub: Sub) -> None:
     p.add_argument(
         "--cases",
         type=choice_list(CASES),
-        default=CASES,
-        help="comma list: fast/slow (host clock +/-500 ppm, with jitter), loss (2%%), loopback (default all)",
+        default=STANDARD_CASES,
+        help="comma list: fast/slow (host clock +/-500 ppm, with jitter), loss (2%%), loopback (default: those four), "
+        "loss5 (5%%)",
     )
     p.add_argument("--jitter-ms", type=number(0.0, 50.0, "ms"), default=5.0, help="jitter of the skew runs")
     p.add_argument("--target-ms", type=number(5.0, 500.0, "ms"), default=30.0, help="viewer buffer target")
