@@ -163,7 +163,7 @@ def test_decoder_rejects_blocks_that_cannot_belong() -> None:
     assert dec.missing_blocks == 3
 
 
-@pytest.mark.parametrize("plan", [FecPlan(1, 0, 0), FecPlan(1, 5, 5), FecPlan(1, 256, 256), FecPlan(-1, 1, 1)])
+@pytest.mark.parametrize("plan", [FecPlan(1, 0, 1), FecPlan(1, 5, 5), FecPlan(1, 256, 256), FecPlan(-1, 1, 1)])
 def test_bad_plans_are_refused(plan: FecPlan) -> None:
     with pytest.raises(FecError):
         FrameDecoder(4 * 1024, plan, 0)

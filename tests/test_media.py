@@ -13,8 +13,8 @@ from pyrofling.client.codecs import DecodeError, VideoDecoder
 from pyrofling.client.uri import parse_uri
 from pyrofling.core import frame_marker
 from pyrofling.core.bitstream import key_info, nal_units
-from pyrofling.server.encoder import EncoderConfig, VideoEncoder
 from pyrofling.core.scene import TestScene, rgb_to_yuv709_full
+from pyrofling.server.encoder import EncoderConfig, VideoEncoder
 from pyrofling.server.sources import open_source
 from pyrofling.wire import VideoCodec
 

@@ -4,6 +4,7 @@ import random
 import pytest
 
 from pyrofling.netsim import GilbertElliottLoss, IidLoss, Impairment, ImpairmentConfig, TraceLoss
+from pyrofling.netsim.models import Outages
 
 
 def test_iid_loss_rate_and_seeding() -> None:
@@ -60,3 +61,30 @@ def test_invalid_probabilities_are_refused() -> None:
         IidLoss(1.5, rng=random.Random())
     with pytest.raises(ValueError):
         GilbertElliottLoss(p_good_bad=-0.1, rng=random.Random())
+
+
+def test_outages_drop_everything_for_their_length_at_random_times() -> None:
+    imp = Impairment(ImpairmentConfig(outages=(0.5, 0.01, 0.01)), seed=3)
+    down = [not imp.process(i * 0.0001, 1000) for i in range(600_000)]  # 60 s, a datagram every 0.1 ms
+    runs, current = [], 0
+    for d in down:
+        if d:
+            current += 1
+        elif current:
+            runs.append(current)
+            current = 0
+    assert 90 <= len(runs) <= 150  # about one every 0.5 s
+    assert all(99 <= r <= 101 for r in runs)  # 10 ms each: everything in it is dropped
+    stats = imp.stats.as_dict()
+    assert stats["dropped_outage"] == sum(down) and stats["outages"] == len(runs)
+
+
+def test_outages_are_seeded_and_checked() -> None:
+    def pattern(seed: int) -> list[bool]:
+        imp = Impairment(ImpairmentConfig(outages=(0.1, 0.005, 0.02)), seed=seed)
+        return [bool(imp.process(i * 0.001, 100)) for i in range(5000)]
+
+    assert pattern(1) == pattern(1) and pattern(1) != pattern(2)
+    for bad in ((0.0, 0.01, 0.01), (1.0, 0.0, 0.01), (1.0, 0.02, 0.01)):
+        with pytest.raises(ValueError):
+            Outages(*bad, rng=random.Random(1))

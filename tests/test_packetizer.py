@@ -35,8 +35,15 @@ def test_audio_gets_no_fec_unless_asked() -> None:
     p = Packetizer(video_planner=make_planner("reference"))
     assert len(p.packetize(MediaPacket(b"a" * 2000, 1, StreamType.AUDIO))) == 2
     p = Packetizer(audio_planner=make_planner("reference"))
-    out = p.packetize(MediaPacket(b"a" * 2000, 1, StreamType.AUDIO))
-    assert len(out) == 3 and parse_media_datagram(out[-1])[0].fec
+    first = p.packetize(MediaPacket(b"a" * 2000, 1, StreamType.AUDIO))
+    assert len(first) == 2 and not any(parse_media_datagram(d)[0].fec for d in first)
+    # A chunk's repair block goes out after the next chunk's data, so one burst rarely takes both.
+    second = p.packetize(MediaPacket(b"b" * 900, 2, StreamType.AUDIO))
+    header, _ = parse_media_datagram(second[-1])
+    assert len(second) == 2 and header.fec and header.pts_us == 1 and header.stream == StreamType.AUDIO
+    p.audio_repair_later = False
+    third = p.packetize(MediaPacket(b"c" * 900, 3, StreamType.AUDIO))
+    assert [parse_media_datagram(d)[0].pts_us for d in third] == [3, 2, 3]  # the pending one, then its own
 
 
 def test_empty_packet_uses_a_sequence_number_and_sends_nothing() -> None:

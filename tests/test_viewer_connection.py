@@ -6,6 +6,8 @@ decisions around it (reconnecting, concealment) and the host's encode schedule a
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -26,14 +28,20 @@ from pyrofling.core.viewer_connection import (
     ViewerConnection,
 )
 from pyrofling.core.viewer_session import ViewerSessionConfig
+from pyrofling.fec.planner import make_planner
 from pyrofling.server.config import HostConfig
 from pyrofling.wire import (
     CodecParameters,
     ControlFramer,
+    ExtensionFeature,
     KickFlags,
+    LossReport,
+    Nack,
     RequestKeyframe,
     StreamType,
     parse_control,
+    parse_media_datagram,
+    parse_udp_control,
 )
 
 PARAMS = CodecParameters(1, 1, 3, 60, 1, 320, 240, 2, 48_000)
@@ -45,15 +53,26 @@ P_FRAME = b"\x00\x00\x00\x01\x41" + bytes(800)
 class Pair:
     """One viewer connection and the host's sessions, wired through their outputs as the two shells would."""
 
-    def __init__(self, flags: KickFlags = KickFlags.VIDEO | KickFlags.AUDIO) -> None:
+    def __init__(
+        self,
+        flags: KickFlags = KickFlags.VIDEO | KickFlags.AUDIO,
+        *,
+        extensions: ExtensionFeature | None = None,
+        make_packetizer: Callable[[int], Packetizer] = Packetizer.for_cookie,
+    ) -> None:
         self.keyframes = KeyframePolicy()
-        self.hs = HostSessions(make_packetizer=Packetizer.for_cookie, keyframes=self.keyframes)
+        self.hs = HostSessions(make_packetizer=make_packetizer, keyframes=self.keyframes)
         self.hs.codec_parameters = PARAMS
         self.hs.open(1, ("127.0.0.1", 50000), 0xC0FFEE, 0.0)
-        self.conn = ViewerConnection(ViewerSessionConfig(flags=flags))
+        config = ViewerSessionConfig(flags=flags)
+        if extensions is not None:
+            config = replace(config, extensions=extensions)
+        self.conn = ViewerConnection(config)
         self.framer = ControlFramer()
         self.to_host: list[Any] = []  # control messages the viewer sent once streaming
         self.outputs: list[Any] = []  # everything else the viewer's connection said
+        self.udp_to_host: list[bytes] = []  # every datagram the viewer sent
+        self.drop_resends = False  # the network loses what the host sends again
         self._perform(self.conn.start(0.0), 0.0)
 
     def _perform(self, outputs: list[Any], now: float) -> None:
@@ -68,8 +87,9 @@ class Pair:
                         if isinstance(reply, SendControl):
                             pending += self.conn.control_received(parse_control(reply.data), now)
             elif isinstance(out, DatagramToHost):
+                self.udp_to_host.append(out.data)
                 for reply in self.hs.datagram(UDP, out.data, now):
-                    if isinstance(reply, SendDatagram):
+                    if isinstance(reply, SendDatagram) and not (reply.resend and self.drop_resends):
                         pending += self.conn.datagram_received(reply.data, now)
             else:
                 self.outputs.append(out)
@@ -106,7 +126,7 @@ def test_nothing_reaches_the_decoder_before_the_first_key_frame_then_every_pictu
 
 
 def test_a_packet_lost_for_good_marks_pictures_damaged_and_asks_for_a_key_frame() -> None:
-    pair = streaming_pair()
+    pair = Pair(extensions=ExtensionFeature.KEYFRAME_REQUEST)  # FEC only: no resends
     pair.receive(pair.media(IDR, 1_000, 0.1), 0.1)
     lost = pair.media(P_FRAME, 17_000, 0.12)  # never arrives, nor any of its repair blocks
     assert lost
@@ -123,6 +143,83 @@ def test_a_packet_lost_for_good_marks_pictures_damaged_and_asks_for_a_key_frame(
     # The key frame makes pictures whole again.
     [healed] = [o for o in pair.receive(pair.media(IDR, 68_000, 0.3), 0.3) if isinstance(o, DecodeVideo)]
     assert healed.whole
+
+
+def test_a_lost_packet_is_asked_for_whole_and_resent_so_no_key_frame_is_needed() -> None:
+    pair = streaming_pair()
+    pair.receive(pair.media(IDR, 1_000, 0.1), 0.1)
+    pair.media(P_FRAME, 17_000, 0.117)  # every datagram of it lost
+    pair.receive(pair.media(P_FRAME, 34_000, 0.134), 0.134)  # the gap shows: NACK, resent at once
+    nacks = [parse_udp_control(d) for d in pair.udp_to_host if parse_udp_control(d).ID.name == "NACK"]
+    assert nacks and nacks[0].whole and nacks[0].packet_seq == (0xC0FFEE + 1) & 0x3FFF
+    decoded = [o for o in pair.outputs if isinstance(o, DecodeVideo)]
+    assert [(d.pts_us, d.whole) for d in decoded] == [(1_000, True), (17_000, True), (34_000, True)]
+    counts = pair.conn.counters()
+    assert counts["packets_lost_video"] == 0 and counts["keyframe_requests"] == 0
+    assert counts["packets_rebuilt_by_resend"] == 1 and pair.keyframes.requests_for_loss == 0
+    assert pair.hs.connection(1).nacks == 1  # type: ignore[union-attr]
+
+
+def with_fec(cookie: int) -> Packetizer:
+    return Packetizer.for_cookie(cookie, video_planner=make_planner("reference"))
+
+
+def test_a_nack_names_only_the_blocks_reed_solomon_cannot_cover() -> None:
+    pair = Pair(make_packetizer=with_fec)
+    frame = bytes(range(256)) * 40  # 10 data blocks, 3 repair blocks (the reference's count)
+    datagrams = pair.media(frame, 1_000, 0.1)
+    headers = [parse_media_datagram(d)[0] for d in datagrams]
+    assert [h.fec for h in headers] == [False] * 10 + [True] * 3
+    assert (headers[-1].num_xor_blocks_even, headers[-1].num_xor_blocks_odd) == (0, 0)  # MDS_FEC negotiated
+    pair.drop_resends = True
+    # Five data blocks lost, all three repair blocks arrive: two blocks short.
+    pair.receive([d for i, d in enumerate(datagrams) if i not in (1, 2, 4, 7, 8)], 0.1)
+    [nack] = [m for m in map(parse_udp_control, pair.udp_to_host) if isinstance(m, Nack)]
+    assert nack.blocks() == [1, 2] and not nack.whole
+    # The resends were lost too: asked again after the retry time, never after the give-up time.
+    pair._perform(pair.conn.handle_timer(0.106), 0.106)
+    assert sum(isinstance(m, Nack) for m in map(parse_udp_control, pair.udp_to_host)) == 2
+    pair._perform(pair.conn.handle_timer(0.3), 0.3)
+    assert sum(isinstance(m, Nack) for m in map(parse_udp_control, pair.udp_to_host)) == 2
+    assert pair.conn.counters()["video_datagrams_lost"] == 5
+
+
+def test_loss_reports_raise_only_that_viewers_repair_and_it_decays() -> None:
+    def adaptive(cookie: int) -> Packetizer:
+        return Packetizer.for_cookie(cookie, video_planner=make_planner("adaptive"))
+
+    pair = Pair(make_packetizer=adaptive)
+    pair.hs.open(2, ("127.0.0.1", 50001), 0xBEEF, 0.0)  # a second viewer on a clean link
+    other = adaptive(0xBEEF)
+    remote = pair.hs.connection(1)
+    assert remote is not None and remote.packetizer is not None
+    planner = remote.packetizer.video_planner
+    quiet = planner.plan(20).repair_blocks
+    # Five reports of 5 % loss in half a second: the repair count has risen.
+    for i in range(5):
+        report = LossReport(i + 1, 1000, 50, 0, 0, 0, 10, 3)
+        pair._perform([DatagramToHost(bytes(report))], 0.1 * i)
+    assert planner.plan(20).repair_blocks > quiet + 1
+    assert other.video_planner.plan(20).repair_blocks == quiet
+    assert remote.loss_reports == 5 and remote.reported_loss > 0.03
+    # And it decays once the loss goes away.
+    high = planner.plan(20).repair_blocks
+    for i in range(30):
+        pair._perform([DatagramToHost(bytes(LossReport(10 + i, 1000, 0, 0, 0, 0, 0, 0)))], 1 + 0.1 * i)
+    assert planner.plan(20).repair_blocks < high
+
+
+def test_the_viewer_reports_its_losses_several_times_a_second() -> None:
+    pair = streaming_pair()
+    pair.drop_resends = True
+    for i in range(12):
+        datagrams = pair.media(P_FRAME if i else IDR, 1_000 + 16_667 * i, 0.1 + i / 60)
+        pair.receive(datagrams[1:] if i % 3 == 0 else datagrams, 0.1 + i / 60)
+        pair._perform(pair.conn.handle_timer(0.1 + i / 60 + 0.001), 0.1 + i / 60 + 0.001)
+    reports = [m for m in map(parse_udp_control, pair.udp_to_host) if isinstance(m, LossReport)]
+    assert len(reports) >= 1 and sum(r.datagrams_lost for r in reports) >= 1
+    assert pair.conn.counters()["video_datagrams_lost"] == 4  # the first datagram of every third packet
+    assert all(r.datagrams_lost <= r.datagrams_expected for r in reports)
 
 
 def test_audio_goes_to_the_player_and_a_lost_chunk_is_concealed() -> None:

@@ -27,8 +27,10 @@ from pyrofling.wire import (
     Kick,
     KickFlags,
     LengthError,
+    LossReport,
     MediaHeader,
     MessageId,
+    Nack,
     Nak,
     Ok,
     PhaseOffset,
@@ -66,6 +68,9 @@ SAMPLES = [
     AuthChallenge(bytes(range(16)), b"n" * 32, 14, 1),
     AuthResponse(b"v" * 32, b"p" * 32),
     AuthResult(1, b"h" * 32),
+    Nack(0x3FFF, 1, 0, 1000, bytes(range(16))),
+    Nack.whole_packet(17, 0),
+    LossReport(1, 1000, 50, 3, 4, 1, 12, 7),
 ]
 
 
@@ -93,7 +98,21 @@ NATIVE_WIDE = {
     MessageId.AUTH_CHALLENGE: 0xFFFFFFFF_EF968E22,  # 56-byte payload
     MessageId.AUTH_RESPONSE: 0xFFFFFFFF_EF969023,  # 64
     MessageId.AUTH_RESULT: 0xFFFFFFFF_EF968924,  # 36
+    MessageId.NACK: 0xFFFFFFFF_EF968625,  # 24
+    MessageId.LOSS_REPORT: 0xFFFFFFFF_EF968726,  # 28
 }
+
+
+def test_nack_names_blocks_by_bitmap_and_splits_long_lists() -> None:
+    assert Nack(5, 0, 0, 1000, b"\x05" + bytes(15)).blocks() == [1000, 1002]
+    nacks = Nack.for_blocks(5, 0, [0, 3, 127, 128, 900])
+    assert [n.blocks() for n in nacks] == [[0, 3, 127], [128], [900]]
+    assert Nack.whole_packet(9, 1).whole and not nacks[0].whole
+    for bad in (Nack(0x4000, 0, 0, 0, bytes(16)), Nack(1, 2, 0, 0, bytes(16))):
+        with pytest.raises(FieldError):
+            parse_udp_control(bytes(bad))
+    with pytest.raises(FieldError):
+        parse_udp_control(bytes(LossReport(1, 10, 11, 0, 0, 0, 0, 0)))  # more lost than sent
 
 
 @pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: type(m).__name__)
@@ -274,7 +293,14 @@ def test_extensions_drop_unknown_feature_bits() -> None:
     msg = parse_control(bytes(Extensions(1, 0xFFFF_FFFF)))
     assert isinstance(msg, Extensions)
     assert msg.features == 0xFFFF_FFFF  # kept on the wire object
-    known = ExtensionFeature.KEYFRAME_REQUEST | ExtensionFeature.AUTH | ExtensionFeature.ENCRYPTION
+    known = (
+        ExtensionFeature.KEYFRAME_REQUEST
+        | ExtensionFeature.AUTH
+        | ExtensionFeature.ENCRYPTION
+        | ExtensionFeature.LOSS_REPORTS
+        | ExtensionFeature.NACK
+        | ExtensionFeature.MDS_FEC
+    )
     assert msg.feature_flags == known  # but only known ones are usable
 
 

@@ -15,7 +15,9 @@ from pyrofling.wire import (
     Hello,
     Kick,
     KickFlags,
+    LossReport,
     MediaHeader,
+    Nack,
     PhaseOffset,
     Ping,
     PingReply,
@@ -37,6 +39,8 @@ VALID = [
         PhaseOffset(500),
         GamepadState(1, 3, 100, -100, 0, 0, 10, 20, 0, -1),
         Ping(7),
+        Nack(3, 0, 0, 2, b"\x03" + bytes(15)),
+        LossReport(9, 400, 12, 1, 2, 0, 3, 5),
     )
 ] + [bytes(PingReply(5, 99)), bytes(MediaHeader(16667, 0, 3000, 1, 3, 3, 42, 1)) + b"\x55" * 1024]
 

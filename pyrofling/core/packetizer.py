@@ -148,7 +148,11 @@ class Packetizer:
         data_count = block_count(size)
         if self.retained is not None:
             self.retained.keep(packet.stream, seq, out[:data_count])
-        if audio and self.audio_repair_later:
+        if audio:
             # An audio chunk's repair goes out after the next chunk's data: one burst rarely takes both.
-            out[data_count:], self._audio_repair = self._audio_repair, out[data_count:]
+            pending, self._audio_repair = self._audio_repair, []
+            if self.audio_repair_later:
+                out[data_count:], self._audio_repair = pending, out[data_count:]
+            else:
+                out[data_count:data_count] = pending
         return out

@@ -67,13 +67,32 @@ class FecPlan:
         if self.repair_blocks == 0:
             return
         if self.mds:
-            from pyrofling.fec.mds import check_mds  # the Reed–Solomon module builds on this one
-
             check_mds(data_blocks, self.repair_blocks)
             return
         for name, degree in (("even", self.degree_even), ("odd", self.degree_odd)):
             if not 1 <= degree <= min(data_blocks, MAX_DEGREE):
                 raise FecError(f"{name} degree {degree} is not in 1..{min(data_blocks, MAX_DEGREE)}")
+
+
+#: Data blocks per Reed–Solomon group (protocol.md §7.8): zfec's cost grows with k·m, and 48 keeps a 1080p key
+#: frame cheap to encode.
+MAX_GROUP_DATA = 48
+#: zfec's limit on the blocks of one code.
+MAX_GROUP_BLOCKS = 256
+
+
+def group_count(data_blocks: int) -> int:
+    """Reed–Solomon groups of a packet of ``data_blocks`` (protocol.md §7.8)."""
+    return max(1, -(-data_blocks // MAX_GROUP_DATA))
+
+
+def check_mds(data_blocks: int, repair_blocks: int) -> None:
+    """Raise :class:`FecError` unless every Reed–Solomon group fits zfec's 256 blocks."""
+    groups = group_count(data_blocks)
+    k_max = -(-data_blocks // groups)
+    f_max = -(-repair_blocks // groups)
+    if repair_blocks < 1 or k_max + f_max > MAX_GROUP_BLOCKS:
+        raise FecError(f"{repair_blocks} Reed–Solomon repair blocks do not fit {data_blocks} data blocks")
 
 
 #: The plan of a packet sent without FEC.

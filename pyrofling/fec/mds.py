@@ -19,31 +19,12 @@ from typing import Any
 
 import zfec
 
-from pyrofling.fec.codec import BLOCK_BYTES, FecError, FecPlan, block_count
+from pyrofling.fec.codec import BLOCK_BYTES, FecError, FecPlan, block_count, check_mds, group_count
 from pyrofling.wire import Buffer
-
-#: Data blocks per Reed–Solomon group: zfec's cost grows with k·m, and 48 keeps a 1080p key frame cheap.
-MAX_GROUP_DATA = 48
-#: zfec's limit on the blocks of one code.
-MAX_GROUP_BLOCKS = 256
-
 
 def mds_plan(repair_blocks: int) -> FecPlan:
     """The header fields of a Reed–Solomon packet: F repair blocks, both degrees 0."""
     return FecPlan(repair_blocks, 0, 0)
-
-
-def group_count(data_blocks: int) -> int:
-    return max(1, -(-data_blocks // MAX_GROUP_DATA))
-
-
-def check_mds(data_blocks: int, repair_blocks: int) -> None:
-    """Raise :class:`FecError` unless every group fits zfec's 256 blocks."""
-    groups = group_count(data_blocks)
-    k_max = -(-data_blocks // groups)
-    f_max = -(-repair_blocks // groups)
-    if repair_blocks < 1 or k_max + f_max > MAX_GROUP_BLOCKS:
-        raise FecError(f"{repair_blocks} Reed–Solomon repair blocks do not fit {data_blocks} data blocks")
 
 
 @lru_cache(maxsize=256)

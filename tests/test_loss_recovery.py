@@ -1,0 +1,215 @@
+"""Recovery between pyrofling peers (protocol.md §7.8, §7.9): Reed–Solomon repair, the host's resends, the
+viewer's loss tracker.  Pure, with a fake clock."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from pyrofling.core.host_session import HostSessions, SendDatagram
+from pyrofling.core.keyframes import KeyframePolicy
+from pyrofling.core.loss_tracker import LossTracker
+from pyrofling.core.packetizer import MediaPacket, Packetizer
+from pyrofling.core.resend import RetainedPackets
+from pyrofling.fec import FecError, FecPlan, split_data
+from pyrofling.fec.mds import MdsFrameDecoder, encode_mds_repair, mds_plan
+from pyrofling.fec.planner import make_planner
+from pyrofling.wire import (
+    CodecParameters,
+    Cookie,
+    ExtensionFeature,
+    Extensions,
+    Hello,
+    Kick,
+    KickFlags,
+    LossReport,
+    MediaHeader,
+    Nack,
+    StreamType,
+)
+
+# -- Reed–Solomon -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [1, 1024, 1025, 20 * 1024 - 7, 40 * 1024, 200 * 1024 + 5, 700 * 1024])
+def test_any_n_blocks_of_each_group_rebuild_the_frame_byte_exact(size: int) -> None:
+    rng = random.Random(size)
+    frame = rng.randbytes(size)
+    n = -(-size // 1024)
+    f = n // 4 + 1
+    repair = encode_mds_repair(frame, f)
+    data = split_data(frame)
+    for _trial in range(5):
+        dec = MdsFrameDecoder(size, f)
+        groups = dec.groups
+        # Lose exactly as many blocks per group as the group has repair blocks: always enough.
+        for g in range(groups):
+            members = [("d", i) for i in range(g, n, groups)] + [("r", j) for j in range(g, f, groups)]
+            keep = rng.sample(members, len(range(g, n, groups)))
+            for kind, i in keep:
+                if kind == "d":
+                    dec.add_data(i, data[i])
+                else:
+                    dec.add_repair(i, repair[i])
+        assert dec.complete and dec.frame() == frame
+
+
+def test_one_block_short_in_a_group_is_not_complete_and_wanted_names_it() -> None:
+    frame = bytes(range(256)) * 40  # 10 blocks, one group
+    repair = encode_mds_repair(frame, 3)
+    data = split_data(frame)
+    dec = MdsFrameDecoder(len(frame), 3)
+    for i in range(10):
+        if i not in (2, 5, 6, 9):
+            dec.add_data(i, data[i])
+    dec.add_repair(0, repair[0])
+    dec.add_repair(2, repair[2])
+    assert not dec.complete and dec.wanted() == [2, 5]  # two repair blocks cover two of the four
+    dec.add_data(5, data[5])
+    assert not dec.complete and dec.wanted() == [2]
+    assert dec.add_repair(1, repair[1]) and dec.frame() == frame and dec.wanted() == []
+
+
+def test_mds_plans_are_checked_like_any_other() -> None:
+    mds_plan(5).check(20)
+    FecPlan(246, 0, 0).check(10)  # 10 + 246 blocks fit one code
+    with pytest.raises(FecError):
+        FecPlan(247, 0, 0).check(10)  # 257 blocks do not
+    with pytest.raises(FecError):
+        MdsFrameDecoder(10 * 1024, 2).add_repair(2, bytes(1024))
+    with pytest.raises(FecError):
+        MdsFrameDecoder(10 * 1024, 2).add_repair(0, bytes(1000))
+
+
+# -- the host's resends ---------------------------------------------------------------------------
+
+
+def test_resends_are_bounded_by_the_viewers_own_stream() -> None:
+    kept = RetainedPackets(packets=4, budget_bytes=0.0)
+    datagrams = [bytes([i]) * 1048 for i in range(20)]
+    kept.keep(StreamType.VIDEO, 7, datagrams)  # adds half its size to the budget
+    budget = kept.budget_bytes
+    assert budget == pytest.approx(0.5 * 20 * 1048)
+    # A viewer that asks for everything, over and over, gets at most the budget.
+    total = sum(len(d) for _ in range(10) for d in kept.resend(Nack.whole_packet(7, 0)))
+    assert total <= budget and kept.refused_budget > 0
+    assert kept.resend(Nack.whole_packet(99, 0)) == [] and kept.refused_unknown == 1
+
+
+def test_each_datagram_is_resent_a_few_times_at_most_and_old_packets_are_forgotten() -> None:
+    kept = RetainedPackets(packets=2, max_resends=2, budget_bytes=1e9, max_budget_bytes=10**9)
+    for seq in range(3):
+        kept.keep(StreamType.VIDEO, seq, [b"x" * 100, b"y" * 100])
+    assert kept.resend(Nack.for_blocks(0, 0, [0])[0]) == []  # only the last two packets are kept
+    ask = Nack.for_blocks(2, 0, [1, 5])[0]
+    assert kept.resend(ask) == [b"y" * 100] and kept.refused_unknown == 2  # block 5 does not exist
+    assert kept.resend(ask) == [b"y" * 100]
+    assert kept.resend(ask) == [] and kept.refused_repeats == 1
+
+
+PARAMS = CodecParameters(1, 1, 0, 60, 1, 320, 240, 0, 0)
+
+
+def _host_with_viewer(features: ExtensionFeature, cookie: int = 0xABC) -> tuple[HostSessions, tuple[str, int]]:
+    hs = HostSessions(make_packetizer=lambda c: Packetizer.for_cookie(c), keyframes=KeyframePolicy())
+    hs.codec_parameters = PARAMS
+    address = ("127.0.0.1", 40000 + cookie % 1000)
+    hs.open(1, ("127.0.0.1", 50000), cookie, 0.0)
+    hs.control(1, Hello(), 0.0)
+    hs.control(1, Extensions(1, int(features)), 0.0)
+    hs.datagram(address, bytes(Cookie(cookie)), 0.0)
+    hs.control(1, Kick(KickFlags.VIDEO), 0.0)
+    return hs, address
+
+
+def test_the_host_resends_only_to_a_viewer_that_negotiated_nack() -> None:
+    hs, address = _host_with_viewer(ExtensionFeature.KEYFRAME_REQUEST | ExtensionFeature.NACK)
+    conn = hs.connection(1)
+    assert conn is not None and conn.packetizer is not None and conn.packetizer.retained is not None
+    datagrams = conn.packetizer.packetize(MediaPacket(bytes(3000), 1_000))
+    out = hs.datagram(address, bytes(Nack.for_blocks(0xABC & 0x3FFF, 0, [1])[0]), 0.01)
+    assert [o.data for o in out if isinstance(o, SendDatagram)] == [datagrams[1]]
+    assert all(o.resend for o in out if isinstance(o, SendDatagram))
+
+    plain, plain_address = _host_with_viewer(ExtensionFeature.KEYFRAME_REQUEST, cookie=0xDEF)
+    assert plain.datagram(plain_address, bytes(Nack.whole_packet(0, 0)), 0.01) == []
+    assert plain.discarded["nack_not_negotiated"] == 1
+    plain.datagram(plain_address, bytes(LossReport(1, 100, 100, 0, 0, 0, 1, 100)), 0.01)
+    assert plain.discarded["loss_report_not_negotiated"] == 1
+
+
+def test_a_viewer_that_lies_in_its_reports_changes_only_its_own_repair() -> None:
+    def adaptive(cookie: int) -> Packetizer:
+        return Packetizer.for_cookie(cookie, video_planner=make_planner("adaptive"))
+
+    hs = HostSessions(make_packetizer=adaptive, keyframes=KeyframePolicy())
+    hs.codec_parameters = PARAMS
+    features = int(ExtensionFeature.LOSS_REPORTS)
+    for conn_id, cookie in ((1, 0x111), (2, 0x222)):
+        hs.open(conn_id, ("127.0.0.1", 50000 + conn_id), cookie, 0.0)
+        hs.control(conn_id, Hello(), 0.0)
+        hs.control(conn_id, Extensions(1, features), 0.0)
+        hs.datagram(("127.0.0.1", 40000 + conn_id), bytes(Cookie(cookie)), 0.0)
+        hs.control(conn_id, Kick(KickFlags.VIDEO), 0.0)
+    liar, honest = hs.connection(1), hs.connection(2)
+    assert liar is not None and honest is not None and liar.packetizer and honest.packetizer
+    before = honest.packetizer.video_planner.plan(30)
+    for i in range(50):  # "everything is lost", fifty times
+        hs.datagram(("127.0.0.1", 40001), bytes(LossReport(i, 1000, 1000, 0, 0, 0, 1, 1000)), 0.01 * i)
+    assert honest.packetizer.video_planner.plan(30) == before
+    lied = liar.packetizer.video_planner.plan(30)
+    assert before.repair_blocks < lied.repair_blocks <= 30  # capped at the planner's maximum: one per data block
+    assert hs.keyframes.requests_for_loss == 0  # reports never force key frames on everyone
+
+
+# -- the viewer's loss tracker -------------------------------------------------------------------
+
+
+def _header(seq: int, index: int, *, fec: bool = False, data_blocks: int = 4, repair: int = 2) -> MediaHeader:
+    return MediaHeader(1000 + seq, 0, data_blocks * 1024, repair, 0, 0, seq, index, fec=fec, begin=index == 0 and not fec)
+
+
+def test_the_tracker_counts_lost_datagrams_and_bursts_in_send_order() -> None:
+    t = LossTracker(nack=False, reports=True)
+    for i in (0, 3):  # data 1 and 2 lost: one burst of two
+        t.datagram(_header(1, i), 0.0)
+    t.datagram(_header(1, 1, fec=True), 0.0)  # repair 0 lost, repair 1 arrived (the last: closes the packet)
+    assert t.total.datagrams_expected == 6 and t.total.datagrams_lost == 3
+    assert t.total.bursts == 2 and t.total.longest_burst == 2
+    [report] = t.poll(0.2, lambda seq: [])
+    assert isinstance(report, LossReport) and report.datagrams_lost == 3 and report.bursts == 2
+
+
+def test_a_packet_that_never_came_is_asked_for_whole_until_it_is_too_old() -> None:
+    t = LossTracker(nack=True, reports=False, retry_s=0.004, give_up_s=0.05)
+    t.datagram(_header(1, 0), 0.0)
+    for i in range(1, 4):
+        t.datagram(_header(1, i), 0.0)
+    assert t.datagram(_header(3, 0), 0.02)  # packet 2 never came: its first transmission is over
+    [nack] = t.poll(0.02, lambda seq: None)
+    assert isinstance(nack, Nack) and nack.whole and nack.packet_seq == 2
+    assert t.poll(0.021, lambda seq: None) == []  # not before the retry time
+    assert t.next_timer() == pytest.approx(0.023)  # packet 3's tail wait comes first, then the retry at 0.024
+    again = [m for m in t.poll(0.025, lambda seq: None) if isinstance(m, Nack)]
+    assert len(again) == 1
+    assert [m for m in t.poll(0.2, lambda seq: None) if isinstance(m, Nack)] == []  # past give_up_s
+    t.packet_ready(2, recovered=False)
+    assert t.total.rebuilt_by_resend == 1
+
+
+def test_a_tail_lost_packet_is_noticed_by_the_timer() -> None:
+    t = LossTracker(nack=True, reports=False, tail_wait_s=0.003)
+    t.datagram(_header(5, 0), 0.0)
+    t.datagram(_header(5, 1), 0.0)  # the rest never comes and no newer packet either
+    assert t.next_timer() == pytest.approx(0.003)
+    [nack] = t.poll(0.003, lambda seq: [2, 3])
+    assert isinstance(nack, Nack) and nack.blocks() == [2, 3]
+    assert t.total.datagrams_lost == 4
+
+
+def test_a_forged_sequence_far_ahead_makes_no_storm_of_nacks() -> None:
+    t = LossTracker(nack=True, reports=False)
+    t.datagram(_header(1, 0), 0.0)
+    t.datagram(_header(3000, 0), 0.001)
+    assert [m for m in t.poll(0.001, lambda seq: None) if isinstance(m, Nack)] == []
