@@ -8,7 +8,9 @@ schemes are not sampling noise.  Schemes:
 * ``reference/peel`` — the reference's planner and peeling decoder (native ↔ native).
 * ``reference/pyrofling`` — reference planner, pyrofling's decoder (native host → pyrofling viewer).
 * ``tuned/peel`` — pyrofling's planner, peeling decoder (pyrofling host → native viewer).
-* ``tuned/pyrofling`` — pyrofling ↔ pyrofling.
+* ``tuned/pyrofling`` — pyrofling ↔ pyrofling without MDS_FEC (mirrored XOR).
+* ``rs/pyrofling`` — pyrofling ↔ pyrofling with MDS_FEC negotiated (protocol.md §7.8): Reed–Solomon in
+  interleaved groups of at most 48 data blocks, through the viewer's own decoder, 1024-byte blocks.
 * ``zfec`` (Reed–Solomon, MDS: the best any code can do at this overhead) and
   ``raptorq`` (RFC 6330), when the ``compare`` extra is installed.
 
@@ -28,8 +30,15 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from pyrofling.bench.fec_peers import Raptorq, Zfec, peers_available
-from pyrofling.bench.fec_speed import Throughput, raptorq_throughput, xor_throughput, zfec_throughput
-from pyrofling.fec.codec import NO_FEC, FecPlan, FrameDecoder, encode_repair, split_data
+from pyrofling.bench.fec_speed import (
+    Throughput,
+    mds_throughput,
+    raptorq_throughput,
+    xor_throughput,
+    zfec_throughput,
+)
+from pyrofling.fec.codec import BLOCK_BYTES, NO_FEC, FecPlan, FrameDecoder, encode_repair, split_data
+from pyrofling.fec.mds import MdsFrameDecoder, encode_mds_repair
 from pyrofling.fec.planner import REFERENCE_RATIO, binomial_tail, reference_plan, repair_count, tuned_plan
 from pyrofling.netsim.models import GilbertElliottLoss
 from pyrofling.units import parse_fraction
@@ -202,7 +211,7 @@ class FecBenchConfig:
             for p in ("reference", "tuned", *(f"d={d}" for d in self.sweep_degrees))
             for d in ("peel", "pyrofling")
         ]
-        return ["none", *xor, "zfec", "raptorq", "mds-exact"]
+        return ["none", *xor, "rs/pyrofling", "zfec", "raptorq", "mds-exact"]
 
 
 class Progress:
@@ -258,6 +267,24 @@ def _decode_xor(
     return None
 
 
+def _decode_mds(data: list[memoryview], f: int, lost: set[int]) -> bool | None:
+    """The negotiated Reed–Solomon code with the frame's blocks widened to the wire's 1024 bytes (its groups and
+    limits are in wire blocks).  True: rebuilt byte-exact; False: rebuilt wrong; None: not rebuilt."""
+    wide = b"".join(bytes(b) * (BLOCK_BYTES // SIM_BLOCK_BYTES) for b in data[:-1]) + bytes(data[-1])
+    k = len(data)
+    repair = encode_mds_repair(wide, f)
+    dec = MdsFrameDecoder(len(wide), f)
+    for i, data_block in enumerate(split_data(wide)):
+        if i not in lost:
+            dec.add_data(i, data_block)
+    for j, repair_block in enumerate(repair):
+        if dec.complete:
+            break
+        if k + j not in lost:
+            dec.add_repair(j, repair_block)
+    return dec.frame() == wide if dec.complete else None
+
+
 def run_recovery(cfg: FecBenchConfig, progress: Progress | None = None) -> dict[tuple[str, int, str], Tally]:
     """Recovery tallies keyed by (scheme, K, loss label)."""
     peers = peers_available() if cfg.compare else {"zfec": False, "raptorq": False}
@@ -273,7 +300,7 @@ def run_recovery(cfg: FecBenchConfig, progress: Progress | None = None) -> dict[
             rng = random.Random(f"{cfg.seed}/{k}/{spec.label}")
             drawer = _LossDrawer(spec, rng)
             label = spec.label
-            for name in ("none", *xor_schemes, "zfec", "raptorq"):
+            for name in ("none", *xor_schemes, "rs/pyrofling", "zfec", "raptorq"):
                 tallies[(name, k, label)] = Tally()
             for trial in range(cfg.trials):
                 lost = drawer.draw(k, f)
@@ -283,7 +310,7 @@ def run_recovery(cfg: FecBenchConfig, progress: Progress | None = None) -> dict[
                 tallies[("none", k, label)].add(not damaged, damaged)
                 if not damaged:
                     # Systematic code: nothing to rebuild, every scheme delivers.
-                    for name in (*xor_schemes, "zfec", "raptorq"):
+                    for name in (*xor_schemes, "rs/pyrofling", "zfec", "raptorq"):
                         if (name == "zfec" and zf is None) or (name == "raptorq" and rq is None):
                             continue
                         if name in ("zfec", "raptorq") and trial >= cfg.peer_trials:
@@ -311,6 +338,10 @@ def run_recovery(cfg: FecBenchConfig, progress: Progress | None = None) -> dict[
                         if out is not None and out != frame:
                             t.mismatches += 1
                         t.add(out == frame, True)
+                t = tallies[("rs/pyrofling", k, label)]
+                rebuilt = _decode_mds(data, f, lost) if enough and f else None
+                t.mismatches += rebuilt is False
+                t.add(rebuilt is True, True)
                 if trial < cfg.peer_trials:
                     if zf is not None:
                         ok = False
@@ -347,6 +378,8 @@ def run_throughput(cfg: FecBenchConfig, progress: Progress | None = None) -> dic
             tp = xor_throughput(frame, plan, seeds)
             for decoder in ("peel", "pyrofling"):
                 out[(f"{planner}/{decoder}", k)] = tp
+        if f:
+            out[("rs/pyrofling", k)] = mds_throughput(frame, f, cfg.throughput_frames)
         if peers["zfec"] and f and k + f <= 256:  # zfec's limit: 256 blocks in all
             out[("zfec", k)] = zfec_throughput(frame, f, cfg.throughput_frames)
         if peers["raptorq"] and f:

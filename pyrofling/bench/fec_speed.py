@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from pyrofling.bench.fec_peers import Raptorq, Zfec
 from pyrofling.fec.codec import FecPlan, FrameDecoder, decode_frame, encode_repair, split_data
+from pyrofling.fec.mds import MdsFrameDecoder, encode_mds_repair
 
 
 @dataclass(slots=True)
@@ -38,6 +39,34 @@ def median_rate(k: int, fn: Callable[[int], object], frames: int) -> float:
 
 def lost_sets(k: int, losses: int, frames: int) -> list[set[int]]:
     return [set(random.Random(i).sample(range(k), min(losses, k))) for i in range(frames)]
+
+
+def mds_throughput(frame: bytes, repair_blocks: int, frames: int) -> Throughput:
+    """Encode and decode speed of the negotiated Reed–Solomon code (protocol.md §7.8), fed one datagram at a
+    time as the viewer's reassembler does (so both decode columns are that)."""
+    k = -(-len(frame) // 1024)
+    data = split_data(frame)
+    tp = Throughput(encode_MBps=median_rate(k, lambda _i: encode_mds_repair(frame, repair_blocks), frames))
+    repair = encode_mds_repair(frame, repair_blocks)
+    for losses in (0, 1, 2):
+        if losses > repair_blocks:
+            tp.decode_MBps[losses] = tp.incremental_decode_MBps[losses] = None
+            continue
+        lost_per_frame = lost_sets(k, losses, frames)
+
+        def incremental(i: int, lost_per_frame: list[set[int]] = lost_per_frame) -> None:
+            dec = MdsFrameDecoder(len(frame), repair_blocks)
+            lost = lost_per_frame[i]
+            for j, data_block in enumerate(data):
+                if j not in lost:
+                    dec.add_data(j, data_block)
+            for j, repair_block in enumerate(repair):
+                if dec.complete or dec.add_repair(j, repair_block):
+                    break
+            dec.frame()
+
+        tp.decode_MBps[losses] = tp.incremental_decode_MBps[losses] = median_rate(k, incremental, frames)
+    return tp
 
 
 def xor_throughput(frame: bytes, plan: FecPlan, seeds: list[int]) -> Throughput:

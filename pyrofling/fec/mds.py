@@ -22,6 +22,7 @@ import zfec
 from pyrofling.fec.codec import BLOCK_BYTES, FecError, FecPlan, block_count, check_mds, group_count
 from pyrofling.wire import Buffer
 
+
 def mds_plan(repair_blocks: int) -> FecPlan:
     """The header fields of a Reed–Solomon packet: F repair blocks, both degrees 0."""
     return FecPlan(repair_blocks, 0, 0)
