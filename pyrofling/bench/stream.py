@@ -53,6 +53,11 @@ class StreamScenario:
     #: ``pyrofling``: the host and viewer as they are; ``reference``: behave as PyroFling does (the reference's
     #: FEC plan, a viewer without extensions that asks for an IDR on every loss, no reports, no resends).
     policy: str = "pyrofling"
+    #: The viewer's ``--recovery`` (key-frame or intra-refresh) and whether it asks for resends.
+    recovery: str = "key-frame"
+    resends: bool = True
+    #: The host's intra-refresh period, seconds (None: its default).
+    refresh_s: float | None = None
     #: Extra arguments for the host and for the first viewer (phase lock, refresh clock...).
     host_args: tuple[str, ...] = ()
     view_args: tuple[str, ...] = ()
@@ -81,6 +86,9 @@ class StreamScenario:
         return (
             f"{self.height}p{self.fps} {self.bitrate_kbits / 1000:g} Mbit/s, {self.viewers} viewer(s), "
             f"{', '.join(net) or 'loopback'}, {self.policy} policy"
+            + ("" if self.recovery == "key-frame" else f", {self.recovery} recovery")
+            + ("" if self.resends else ", no resends")
+            + ("" if self.refresh_s is None else f", refresh {self.refresh_s:g} s")
         )
 
 
@@ -167,6 +175,8 @@ def _run(
         host_cmd += ["--fec-planner", "reference"]
     else:
         host_cmd += ["--no-fec"] if sc.fec == "none" else ["--fec-planner", sc.fec]
+    if sc.refresh_s is not None:
+        host_cmd += ["--refresh-s", str(sc.refresh_s)]
     host_cmd += list(sc.host_args)
     capture_socket = str(tmp / "capture.sock")
     if sc.game:
@@ -221,6 +231,8 @@ def _run(
                 cmd.append("--check-scene")  # judge every refresh against the scene
             if sc.policy == "reference":
                 cmd.append("--native")
+            else:
+                cmd += ["--recovery", sc.recovery] + ([] if sc.resends else ["--no-resend"])
             if i == 0:
                 cmd += list(sc.view_args)
                 if sc.game and not sc.window:
@@ -356,7 +368,10 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
         "stale_refreshes": quality.get("stale_refreshes"),
         "freezes": quality.get("freezes"),
         "longest_freeze_ms": quality.get("longest_freeze_ms"),
-        "repair_share_pct": 100 * host.get("repair_bytes_sent", 0) / sent_bytes,
+        "repair_share_pct": 100
+        * (host.get("repair_bytes_sent", 0) - host.get("audio_repair_bytes_sent", 0))
+        / sent_bytes,
+        "audio_repair_share_pct": 100 * host.get("audio_repair_bytes_sent", 0) / sent_bytes,
         "resent_share_pct": 100 * host.get("resent_bytes", 0) / sent_bytes,
         "resent_datagrams": host.get("resent_datagrams", 0),
         "max_freeze_ms": v.get("max_freeze_ms", 0.0),
@@ -411,8 +426,8 @@ def format_table(rows: list[dict[str, Any]]) -> str:
                 f"{r['freezes']}, longest {f(r['longest_freeze_ms'], '.0f')} ms"
             )
         lines.append(
-            f"  sent bytes: {f(r['repair_share_pct'])} % FEC repair, {f(r['resent_share_pct'])} % resends "
-            f"({r['resent_datagrams']} datagrams)"
+            f"  sent bytes: {f(r['repair_share_pct'])} % video FEC repair, {f(r['audio_repair_share_pct'])} % audio "
+            f"FEC repair, {f(r['resent_share_pct'])} % resends ({r['resent_datagrams']} datagrams)"
         )
         lines.append(
             f"  frames: sent {r['frames_sent']}, shown {r['frames_shown']} ({f(r['shown_of_expected_pct'])} % of "

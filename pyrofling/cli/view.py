@@ -66,6 +66,18 @@ def add_view(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--stats-interval", type=number(0.0, 3600.0), default=0.0, help="also rewrite --stats-json this often, s"
     )
     p.add_argument(
+        "--recovery",
+        choices=("key-frame", "intra-refresh"),
+        default="key-frame",
+        help="after a loss nothing repaired: ask for a key frame and hold the last whole picture until it comes "
+        "(key-frame, default), or ask for nothing and show the damaged pictures until intra refresh heals them",
+    )
+    p.add_argument(
+        "--no-resend",
+        action="store_true",
+        help="do not ask the host to send missing datagrams again (NACK); to measure FEC on its own",
+    )
+    p.add_argument(
         "--check-scene",
         action="store_true",
         help="for benches against a host showing the test scene: compare every picture with the scene's own "
@@ -198,6 +210,8 @@ def viewer_config(args: argparse.Namespace) -> ViewerConfig:
         stats_interval_s=args.stats_interval,
         marker_log=args.marker_log,
         check_scene=args.check_scene,
+        recovery=args.recovery,
+        resends=not args.no_resend,
     )
 
 

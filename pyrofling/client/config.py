@@ -38,6 +38,12 @@ class ViewerConfig:
     #: After a loss, pictures wait for the key frame that repairs them; once the picture has been still this
     #: long, show the decoder's concealed pictures instead (intra refresh heals them).  None: wait, frozen.
     conceal_after_ms: float | None = 100.0
+    #: After a loss nothing repaired: ``key-frame`` asks for one (the picture stays still until it comes, at most
+    #: ``conceal_after_ms``); ``intra-refresh`` asks for nothing and shows what the decoder makes of the damage
+    #: until the intra-refresh wave has passed (the bench compares them).
+    recovery: str = "key-frame"
+    #: Ask for missing datagrams (NACK) when the host offers it; False measures FEC alone.
+    resends: bool = True
     #: Seconds to wait for the TCP connection.
     connect_timeout_s: float = 5.0
     #: Rewrite ``stats_json`` this often while running (0: only on exit), for live displays.
@@ -58,5 +64,12 @@ class ViewerConfig:
     check_scene: bool = False
 
     def session_config(self) -> ViewerSessionConfig:
-        cfg = ViewerSessionConfig(flags=self.flags, secret=self.password, require_auth=self.require_auth)
+        cfg = ViewerSessionConfig(
+            flags=self.flags,
+            secret=self.password,
+            require_auth=self.require_auth,
+            request_key_frames=self.recovery == "key-frame",
+        )
+        if not self.resends:
+            cfg = replace(cfg, extensions=cfg.extensions & ~ExtensionFeature.NACK)
         return cfg if self.extensions else replace(cfg, extensions=ExtensionFeature.NONE)

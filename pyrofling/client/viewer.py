@@ -77,7 +77,7 @@ class Viewer:
             self.presenter,
             self.display,
             on_decode_error=self._decode_error_from_decoder,
-            conceal_after_s=None if config.conceal_after_ms is None else config.conceal_after_ms / 1000,
+            conceal_after_s=_conceal_after_s(config),
             decode_threads=config.decode_threads,
             max_queue=config.max_decode_queue,
             marker_log=config.marker_log,
@@ -327,6 +327,13 @@ class Viewer:
         out["elapsed_s"] = time.monotonic() - self._started_s
         out["received_mbits"] = totals["bytes_received"] * 8 / max(out["elapsed_s"], 1e-6) / 1e6
         return out
+
+
+def _conceal_after_s(config: ViewerConfig) -> float | None:
+    """When damaged pictures are shown: at once when intra refresh is to heal them, else after a still spell."""
+    if config.recovery == "intra-refresh":
+        return 0.0
+    return None if config.conceal_after_ms is None else config.conceal_after_ms / 1000
 
 
 def _codec_name(code: int) -> str:

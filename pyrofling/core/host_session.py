@@ -212,7 +212,8 @@ class HostSessions:
         conn.kicked = True
         conn.kicked_s = now
         conn.packetizer = packetizer = self._make_packetizer(conn.cookie)
-        packetizer.mds = bool(conn.extensions & ExtensionFeature.MDS_FEC)
+        if conn.extensions & ExtensionFeature.MDS_FEC:
+            packetizer.use_mds()
         if conn.extensions & ExtensionFeature.NACK:
             packetizer.retained = RetainedPackets()
         if flags & KickFlags.VIDEO:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pyrofling.core.resend import RetainedPackets
 from pyrofling.fec.codec import BLOCK_BYTES, NO_FEC, FecPlan, block_count, encode_repair, seed_for_pts
 from pyrofling.fec.mds import encode_mds_repair, mds_plan
-from pyrofling.fec.planner import FecPlanner, NoFecPlanner
+from pyrofling.fec.planner import AdaptivePlanner, FecPlanner, NoFecPlanner
 from pyrofling.seqnum import SEQ14_MASK
 from pyrofling.wire import StreamType, media_flags, media_header_prefix
 
@@ -74,6 +74,14 @@ class Packetizer:
     def for_cookie(cls, cookie: int, **kwargs: FecPlanner | None) -> Packetizer:
         video, audio = initial_sequences(cookie)
         return cls(video_seq=video, audio_seq=audio, **kwargs)
+
+    def use_mds(self) -> None:
+        """Send Reed–Solomon repair (the viewer negotiated MDS_FEC, protocol.md §7.8); an adaptive planner then
+        counts every repair block as one lost block covered."""
+        self.mds = True
+        for planner in (self.video_planner, self.key_planner):
+            if isinstance(planner, AdaptivePlanner):
+                planner.use_mds()
 
     def next_seq(self, stream: StreamType) -> int:
         return self._next_seq[stream]

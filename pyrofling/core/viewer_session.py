@@ -148,6 +148,8 @@ class ViewerSessionConfig:
     stall_timeout_s: float = 5.0
     #: While still waiting for a key frame after asking, ask again after this long (the IDR itself may be lost).
     keyframe_retry_s: float = 0.05
+    #: Ask for a key frame after a loss nothing repaired (False: let intra refresh heal the picture).
+    request_key_frames: bool = True
 
 
 @dataclass(slots=True)
@@ -343,7 +345,7 @@ class ViewerSession:
         return self.video_lost(now)
 
     def _ask_for_key_frame(self, now: float) -> list[ViewerOutput]:
-        if self.phase != Phase.STREAMING:
+        if self.phase != Phase.STREAMING or not self.config.request_key_frames:
             return []
         if self._key_requested_s is not None and now - self._key_requested_s < self.config.keyframe_retry_s:
             return []

@@ -198,7 +198,8 @@ class AdaptivePlanner:
     i.i.d. loss at the estimate would lose more than ``efficiency·F`` of the
     ``n + F`` datagrams with probability at most ``target_frame_loss``.
     ``efficiency`` is the share of its parity the mirrored-XOR code can use (the
-    bench measures about 0.5–0.7 for the tuned degrees with elimination).
+    bench measures about 0.5–0.7 for the tuned degrees with elimination); with
+    Reed–Solomon (:meth:`use_mds`) every repair block counts.
     """
 
     name = "adaptive"
@@ -224,6 +225,11 @@ class AdaptivePlanner:
         self.smoothing = smoothing
         self.loss_estimate = initial_loss
         self._cache: dict[int, int] = {}
+
+    def use_mds(self) -> None:
+        """The repair is Reed–Solomon (protocol.md §7.8): any F repair blocks replace F lost ones."""
+        self.efficiency = 1.0
+        self._cache.clear()
 
     def observe_datagram_loss(self, lost: int, total: int) -> None:
         if total <= 0 or lost < 0:

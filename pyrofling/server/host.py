@@ -265,15 +265,18 @@ class Host:
                 assert conn.packetizer is not None
                 datagrams = conn.packetizer.packetize(media, repair_cache=repair_cache)
                 wire = [conn.outgoing(d) for d in datagrams]
-                self._count_repair(wire[block_count(len(media.data)) :])
+                self._count_repair(wire[block_count(len(media.data)) :], audio=False)
                 self.network.send_paced(conn, wire)
                 if packet.idr:
                     self.sessions.idr_sent(conn, now)
             self.outputs.push_video(packet)  # after the viewers, and it never waits
 
-    def _count_repair(self, repair: list[bytes]) -> None:
+    def _count_repair(self, repair: list[bytes], *, audio: bool) -> None:
+        size = sum(map(len, repair))
         self.stats.repair_datagrams_sent += len(repair)
-        self.stats.repair_bytes_sent += sum(map(len, repair))
+        self.stats.repair_bytes_sent += size
+        if audio:
+            self.stats.audio_repair_bytes_sent += size
 
     def _start_audio(self, loop: asyncio.AbstractEventLoop, source: AudioSource, encoder: AudioEncoder) -> None:
         cfg = self.config
@@ -313,7 +316,7 @@ class Host:
             for conn in self.sessions.audio_targets():
                 assert conn.packetizer is not None and conn.udp_address is not None
                 wire = [conn.outgoing(d) for d in conn.packetizer.packetize(media)]
-                self._count_repair(wire[block_count(len(media.data)) :])
+                self._count_repair(wire[block_count(len(media.data)) :], audio=True)
                 for d in wire:
                     self.network.send_now(d, conn.udp_address)
 

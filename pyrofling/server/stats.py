@@ -21,6 +21,7 @@ class HostStats:
     #: Of those: FEC repair datagrams (video and audio), and datagrams sent again because a viewer asked.
     repair_datagrams_sent: int = 0
     repair_bytes_sent: int = 0
+    audio_repair_bytes_sent: int = 0
     resent_datagrams: int = 0
     resent_bytes: int = 0
     send_errors: int = 0

@@ -16,6 +16,7 @@ def add_bench(sub: Sub) -> None:
     benches.required = True
     for add in (
         stream.add_fec,
+        stream.add_loss_step,
         stream.add_stream,
         stream.add_latency,
         stream.add_phase,

@@ -111,6 +111,44 @@ def _run_fec(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_loss_step(sub: Sub) -> None:
+    p = bench_parser(
+        sub,
+        "loss-step",
+        "how the redundancy follows a step in loss (0 -> 5%% -> 0), in simulated time",
+        "Run the host's and the viewer's pure protocol code (adaptive FEC, loss reports, resends) through the "
+        "netsim loss model with a fake clock: 12 s of stream in a few seconds, the same every run. Loss steps "
+        "from 0 to --loss at 2 s and back to 0 at 6 s; reports the repair share of what was sent, the loss "
+        "measured, what was resent, and how fast the repair rose and decayed.",
+        "pyrofling bench loss-step --plot step.png",
+    )
+    add_common(p, duration_s=None, plot=True)
+    p.add_argument("--loss", type=loss_rate, default=0.05, help="loss during the step (default 5%%)")
+    p.add_argument("--planner", choices=PLANNERS, default="adaptive", help="FEC planner (default adaptive)")
+    p.add_argument("--bitrate-kbits", type=whole_number(100, 1_000_000, "kbit/s"), default=10_000)
+    p.add_argument("--delay-ms", type=number(0.0, 500.0, "ms"), default=2.0, help="one-way delay (default 2)")
+    p.add_argument("--seed", type=int, default=1)
+    p.set_defaults(func=_run_loss_step)
+
+
+def _run_loss_step(args: argparse.Namespace) -> int:
+    from pyrofling.bench.loss_step import StepConfig, format_table, plot, run
+
+    setup(args)
+    cfg = StepConfig(
+        loss=args.loss,
+        planner=args.planner,
+        bitrate_kbits=args.bitrate_kbits,
+        one_way_delay_s=args.delay_ms / 1000,
+        seed=args.seed,
+    )
+    result = run(cfg)
+    if args.plot and draw_plot("bench loss-step", args.plot, lambda: plot(result, str(args.plot))):
+        return 1
+    print_result(args, result, format_table)
+    return 0
+
+
 def add_stream(sub: Sub) -> None:
     p = bench_parser(
         sub,
@@ -150,6 +188,20 @@ def add_stream(sub: Sub) -> None:
         "or resends), or both, run one after the other with the same seeds: pyrofling,reference",
     )
     p.add_argument(
+        "--recovery",
+        type=choice_list(("key-frame", "intra-refresh")),
+        default=("key-frame",),
+        metavar="MODE,...",
+        help="the viewer's recovery after a loss nothing repaired: key-frame (default), intra-refresh, or both",
+    )
+    p.add_argument("--no-resend", action="store_true", help="viewers do not ask for resends (measure FEC alone)")
+    p.add_argument(
+        "--refresh-s",
+        type=number(0.05, 10.0, "s"),
+        default=None,
+        help="the host's intra-refresh period, seconds (default: the host's, 1)",
+    )
+    p.add_argument(
         "--viewers", type=int_list, default=(1,), help="viewers per run; a list (1,4) runs each and reports the cost"
     )
     p.add_argument("--fec-planner", choices=PLANNERS, default="tuned")
@@ -166,7 +218,10 @@ def _run_stream(args: argparse.Namespace) -> int:
     if args.ge and args.loss:
         return refuse("bench stream", "--ge brings its own bursty loss (about 5 %): give --loss or --ge, not both")
     rows, raws = [], []
-    for n, policy in ((n, policy) for policy in args.policy for n in args.viewers):
+    runs = [(n, policy, rec) for policy in args.policy for rec in args.recovery for n in args.viewers]
+    for n, policy, recovery in runs:
+        if policy == "reference" and recovery != args.recovery[0]:
+            continue  # the reference has one recovery: a key frame
         sc = StreamScenario(
             width=args.width,
             height=args.height,
@@ -178,6 +233,9 @@ def _run_stream(args: argparse.Namespace) -> int:
             outages=args.outage,
             delay_ms=args.delay_ms,
             policy=policy,
+            recovery=recovery,
+            resends=not args.no_resend,
+            refresh_s=args.refresh_s,
             viewers=n,
             fec=args.fec_planner,
             encoder=args.encoder,
