@@ -213,3 +213,32 @@ def test_a_forged_sequence_far_ahead_makes_no_storm_of_nacks() -> None:
     t.datagram(_header(1, 0), 0.0)
     t.datagram(_header(3000, 0), 0.001)
     assert [m for m in t.poll(0.001, lambda seq: None) if isinstance(m, Nack)] == []
+
+
+def test_audio_repair_goes_only_to_a_reporting_viewer_while_it_reports_loss() -> None:
+    def with_audio_fec(cookie: int) -> Packetizer:
+        return Packetizer.for_cookie(cookie, audio_planner=make_planner("reference"))
+
+    def audio_repairs(hs: HostSessions, n: int = 3) -> int:
+        conn = hs.connection(1)
+        assert conn is not None and conn.packetizer is not None
+        out = []
+        for i in range(n):
+            out += conn.packetizer.packetize(MediaPacket(bytes(960), 5_000 * i, StreamType.AUDIO))
+        return sum(1 for d in out if MediaHeader.parse(d).fec)
+
+    for features, lossy in ((ExtensionFeature.LOSS_REPORTS, True), (ExtensionFeature.NONE, False)):
+        hs = HostSessions(make_packetizer=with_audio_fec, keyframes=KeyframePolicy())
+        hs.codec_parameters = PARAMS
+        hs.open(1, ("127.0.0.1", 50000), 0x77, 0.0)
+        hs.control(1, Hello(), 0.0)
+        if features:
+            hs.control(1, Extensions(1, int(features)), 0.0)
+        hs.datagram(("127.0.0.1", 40000), bytes(Cookie(0x77)), 0.0)
+        hs.control(1, Kick(KickFlags.AUDIO), 0.0)
+        assert audio_repairs(hs) == 0  # a clean (or unknown) link pays nothing
+        hs.datagram(("127.0.0.1", 40000), bytes(LossReport(1, 1000, 50, 0, 0, 0, 40, 2)), 0.1)
+        assert (audio_repairs(hs) > 0) == lossy  # 5 % reported: each chunk's copy follows the next chunk
+        for i in range(40):  # the loss goes away
+            hs.datagram(("127.0.0.1", 40000), bytes(LossReport(2 + i, 1000, 0, 0, 0, 0, 0, 0)), 0.2 + 0.1 * i)
+        assert audio_repairs(hs) <= 1  # at most the one still pending from before

@@ -191,6 +191,7 @@ def test_loss_reports_raise_only_that_viewers_repair_and_it_decays() -> None:
     pair = Pair(make_packetizer=adaptive)
     pair.hs.open(2, ("127.0.0.1", 50001), 0xBEEF, 0.0)  # a second viewer on a clean link
     other = adaptive(0xBEEF)
+    other.use_mds()  # as the viewer negotiated it
     remote = pair.hs.connection(1)
     assert remote is not None and remote.packetizer is not None
     planner = remote.packetizer.video_planner

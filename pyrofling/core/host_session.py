@@ -216,6 +216,9 @@ class HostSessions:
             packetizer.use_mds()
         if conn.extensions & ExtensionFeature.NACK:
             packetizer.retained = RetainedPackets()
+        # Audio repair only while this viewer reports loss: a clean link pays nothing, a native viewer (which
+        # would drop it unread) never gets it.
+        packetizer.audio_fec_active = False
         if flags & KickFlags.VIDEO:
             self.keyframes.viewer_joined()
         return [
@@ -375,6 +378,7 @@ class HostSessions:
         if msg.datagrams_expected:
             conn.reported_loss += 0.2 * (msg.datagrams_lost / msg.datagrams_expected - conn.reported_loss)
         p = conn.packetizer
+        p.audio_fec_active = conn.reported_loss > self.config.audio_fec_above_loss
         for planner in (p.video_planner, p.key_planner):
             if planner is not None:
                 planner.observe_datagram_loss(msg.datagrams_lost, msg.datagrams_expected)

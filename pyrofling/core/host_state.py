@@ -111,6 +111,8 @@ class HostSessionConfig:
     encrypt: bool = True
     #: With a secret: a connection that has not authenticated this long after it opened is closed.
     auth_timeout_s: float = 10.0
+    #: Send a viewer audio repair blocks while the loss it reports (smoothed) is above this (protocol.md §7.5).
+    audio_fec_above_loss: float = 0.002
     #: Connections at once; more are closed at once (a flood cannot exhaust the host).
     max_connections: int = 64
     #: Connections from one IP address that have not KICKed yet; more from it are closed at once.

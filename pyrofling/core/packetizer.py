@@ -59,6 +59,8 @@ class Packetizer:
         self.video_planner: FecPlanner = video_planner or NoFecPlanner()
         self.audio_planner: FecPlanner = audio_planner or NoFecPlanner()
         self.key_planner = key_planner
+        #: Whether audio gets repair blocks now (the host turns it on while the viewer reports loss, §7.5).
+        self.audio_fec_active = True
         #: Send each audio packet's repair blocks with the next audio packet (protocol.md §7.5).
         self.audio_repair_later = True
         self._audio_repair: list[bytes] = []
@@ -89,7 +91,7 @@ class Packetizer:
     def plan_for(self, packet: MediaPacket) -> FecPlan:
         if packet.stream == StreamType.AUDIO:
             n = block_count(len(packet.data))
-            return self.audio_planner.plan(n) if n else NO_FEC  # mirrored XOR: native viewers drop it unread
+            return self.audio_planner.plan(n) if n and self.audio_fec_active else NO_FEC
         elif packet.key_frame and self.key_planner is not None:
             planner = self.key_planner
         else:

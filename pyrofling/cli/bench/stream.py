@@ -37,8 +37,9 @@ def add_fec(sub: Sub) -> None:
         "fec",
         "packet-loss recovery and throughput of the FEC codec",
         "Measure how many frames survive packet loss with no FEC, the reference PyroFling FEC (planner and "
-        "peeling decoder), pyrofling's tuned planner and decoder, and, with the 'compare' extra installed, zfec "
-        "(Reed-Solomon, the best possible at the same overhead) and raptorq; plus encode/decode throughput. "
+        "peeling decoder), pyrofling's tuned planner and decoder, the Reed-Solomon code two pyrofling peers "
+        "negotiate (rs/pyrofling), plain zfec (Reed-Solomon in one code, the best possible at the same overhead) "
+        "and, with the 'compare' extra installed, raptorq; plus encode/decode throughput. "
         "Loss models: n=K (exactly K of the frame's packets lost), data=K (K data packets, all repair received), "
         "iid:P (each packet lost with probability P, e.g. iid:1%), ge or ge:GB,BG,LOSS (Gilbert-Elliott bursts "
         "over a continuous stream; default 0.01,0.3,0.5).",
