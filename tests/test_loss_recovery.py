@@ -167,7 +167,8 @@ def test_a_viewer_that_lies_in_its_reports_changes_only_its_own_repair() -> None
 
 
 def _header(seq: int, index: int, *, fec: bool = False, data_blocks: int = 4, repair: int = 2) -> MediaHeader:
-    return MediaHeader(1000 + seq, 0, data_blocks * 1024, repair, 0, 0, seq, index, fec=fec, begin=index == 0 and not fec)
+    begin = index == 0 and not fec
+    return MediaHeader(1000 + seq, 0, data_blocks * 1024, repair, 0, 0, seq, index, fec=fec, begin=begin)
 
 
 def test_the_tracker_counts_lost_datagrams_and_bursts_in_send_order() -> None:
