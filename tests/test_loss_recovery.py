@@ -243,3 +243,17 @@ def test_audio_repair_goes_only_to_a_reporting_viewer_while_it_reports_loss() ->
         for i in range(40):  # the loss goes away
             hs.datagram(("127.0.0.1", 40000), bytes(LossReport(2 + i, 1000, 0, 0, 0, 0, 0, 0)), 0.2 + 0.1 * i)
         assert audio_repairs(hs) <= 1  # at most the one still pending from before
+
+
+def test_a_huge_repair_count_is_clamped_to_what_reed_solomon_can_carry() -> None:
+    p = Packetizer(video_planner=make_planner("tuned", ratio=4.0))
+    p.use_mds()
+    frame = bytes(150 * 1024)  # two groups of 75: at most 181 repair blocks each
+    datagrams = p.packetize(MediaPacket(frame, 1))
+    header = MediaHeader.parse(datagrams[-1])
+    assert header.num_fec_blocks == 2 * (256 - 75) and header.fec
+    dec = MdsFrameDecoder(len(frame), header.num_fec_blocks)
+    for d in datagrams[-150:]:  # only repair blocks: any 150 of them rebuild the frame
+        h = MediaHeader.parse(d)
+        dec.add_repair(h.subpacket_seq, d[24:])
+    assert dec.complete and dec.frame() == frame

@@ -10,7 +10,7 @@ schemes are not sampling noise.  Schemes:
 * ``tuned/peel`` — pyrofling's planner, peeling decoder (pyrofling host → native viewer).
 * ``tuned/pyrofling`` — pyrofling ↔ pyrofling without MDS_FEC (mirrored XOR).
 * ``rs/pyrofling`` — pyrofling ↔ pyrofling with MDS_FEC negotiated (protocol.md §7.8): Reed–Solomon in
-  interleaved groups of at most 48 data blocks, through the viewer's own decoder, 1024-byte blocks.
+  interleaved groups of at most 100 data blocks, through the viewer's own decoder, 1024-byte blocks.
 * ``zfec`` (Reed–Solomon, MDS: the best any code can do at this overhead) and
   ``raptorq`` (RFC 6330), when the ``compare`` extra is installed.
 
@@ -37,7 +37,7 @@ from pyrofling.bench.fec_speed import (
     xor_throughput,
     zfec_throughput,
 )
-from pyrofling.fec.codec import BLOCK_BYTES, NO_FEC, FecPlan, FrameDecoder, encode_repair, split_data
+from pyrofling.fec.codec import BLOCK_BYTES, NO_FEC, FecPlan, FrameDecoder, encode_repair, group_count, split_data
 from pyrofling.fec.mds import MdsFrameDecoder, encode_mds_repair
 from pyrofling.fec.planner import REFERENCE_RATIO, binomial_tail, reference_plan, repair_count, tuned_plan
 from pyrofling.netsim.models import GilbertElliottLoss
@@ -211,7 +211,7 @@ class FecBenchConfig:
             for p in ("reference", "tuned", *(f"d={d}" for d in self.sweep_degrees))
             for d in ("peel", "pyrofling")
         ]
-        return ["none", *xor, "rs/pyrofling", "zfec", "raptorq", "mds-exact"]
+        return ["none", *xor, "rs/pyrofling", "zfec", "raptorq", "rs-exact", "mds-exact"]
 
 
 class Progress:
@@ -428,39 +428,55 @@ def build_rows(
         }
         rows.append(row)
     # The best any code can do at this overhead (an MDS code fails iff more than F of the
-    # K + F packets are lost), computed exactly where the loss model allows.
+    # K + F packets are lost), computed exactly where the loss model allows; and the same for the grouped
+    # Reed–Solomon code pyrofling peers negotiate (each group is MDS: it fails iff a group loses more than its
+    # repair count), exact for i.i.d. loss.
     for k in cfg.ks:
         f = cfg.repair_for(k)
         for spec in cfg.losses:
+            exact = {}
             if spec.kind == "iid":
-                loss = binomial_tail(k + f, spec.value, f)
+                exact["mds-exact"] = binomial_tail(k + f, spec.value, f)
+                if f:
+                    exact["rs-exact"] = rs_residual(k, f, spec.value)
             elif spec.kind in ("n", "data"):
-                loss = 1.0 if spec.value > f else 0.0
-            else:
-                continue
-            rows.append(
-                {
-                    "scheme": "mds-exact",
-                    "k": k,
-                    "repair_blocks": f,
-                    "degrees": None,
-                    "overhead": f / k,
-                    "loss_model": spec.label,
-                    "trials": 0,
-                    "frame_success": 1.0 - loss,
-                    "residual_frame_loss": loss,
-                    "residual_frame_loss_ci95": [loss, loss],
-                    "damaged_frames": None,
-                    "recovered_share": None,
-                    "mismatches": 0,
-                    "zfec_frame_success": None,
-                    "encode_MBps": None,
-                    "decode_MBps": None,
-                    "decode_MBps_by_losses": None,
-                    "incremental_decode_MBps_by_losses": None,
-                }
-            )
+                exact["mds-exact"] = 1.0 if spec.value > f else 0.0
+            for scheme, loss in exact.items():
+                rows.append(_exact_row(scheme, k, f, spec.label, loss))
     return rows
+
+
+def rs_residual(k: int, f: int, p: float) -> float:
+    """Exact frame loss of the grouped Reed–Solomon code (protocol.md §7.8) under i.i.d. loss ``p``."""
+    groups = group_count(k)
+    survive = 1.0
+    for g in range(groups):
+        kg, fg = len(range(g, k, groups)), len(range(g, f, groups))
+        survive *= 1.0 - binomial_tail(kg + fg, p, fg)
+    return 1.0 - survive
+
+
+def _exact_row(scheme: str, k: int, f: int, label: str, loss: float) -> dict[str, Any]:
+    return {
+        "scheme": scheme,
+        "k": k,
+        "repair_blocks": f,
+        "degrees": None,
+        "overhead": f / k,
+        "loss_model": label,
+        "trials": 0,
+        "frame_success": 1.0 - loss,
+        "residual_frame_loss": loss,
+        "residual_frame_loss_ci95": [loss, loss],
+        "damaged_frames": None,
+        "recovered_share": None,
+        "mismatches": 0,
+        "zfec_frame_success": None,
+        "encode_MBps": None,
+        "decode_MBps": None,
+        "decode_MBps_by_losses": None,
+        "incremental_decode_MBps_by_losses": None,
+    }
 
 
 def run(cfg: FecBenchConfig, *, progress_stream: TextIO | None = sys.stderr) -> dict[str, Any]:

@@ -11,7 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pyrofling.core.resend import RetainedPackets
-from pyrofling.fec.codec import BLOCK_BYTES, NO_FEC, FecPlan, block_count, encode_repair, seed_for_pts
+from pyrofling.fec.codec import (
+    BLOCK_BYTES,
+    NO_FEC,
+    FecPlan,
+    block_count,
+    encode_repair,
+    max_mds_repair,
+    seed_for_pts,
+)
 from pyrofling.fec.mds import encode_mds_repair, mds_plan
 from pyrofling.fec.planner import AdaptivePlanner, FecPlanner, NoFecPlanner
 from pyrofling.seqnum import SEQ14_MASK
@@ -100,7 +108,9 @@ class Packetizer:
         if not n:
             return NO_FEC
         plan = planner.plan(n)
-        return mds_plan(plan.repair_blocks) if self.mds and plan.repair_blocks else plan
+        if self.mds and plan.repair_blocks:
+            return mds_plan(min(plan.repair_blocks, max_mds_repair(n)))
+        return plan
 
     def packetize(self, packet: MediaPacket, *, repair_cache: dict[FecPlan, list[bytes]] | None = None) -> list[bytes]:
         """Datagrams for one packet, in send order.  An empty packet still uses a sequence number.

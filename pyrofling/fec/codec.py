@@ -74,9 +74,10 @@ class FecPlan:
                 raise FecError(f"{name} degree {degree} is not in 1..{min(data_blocks, MAX_DEGREE)}")
 
 
-#: Data blocks per Reed–Solomon group (protocol.md §7.8): zfec's cost grows with k·m, and 48 keeps a 1080p key
-#: frame cheap to encode.
-MAX_GROUP_DATA = 48
+#: Data blocks per Reed–Solomon group (protocol.md §7.8).  zfec's cost per byte grows with the repair count:
+#: 100 keeps a 200-block frame's encode near 2 ms while losing 7e-10 of frames at 5 % loss and 25 % overhead
+#: (groups of 48: 1.2e-4; one code: the MDS bound itself).
+MAX_GROUP_DATA = 100
 #: zfec's limit on the blocks of one code.
 MAX_GROUP_BLOCKS = 256
 
@@ -84,6 +85,12 @@ MAX_GROUP_BLOCKS = 256
 def group_count(data_blocks: int) -> int:
     """Reed–Solomon groups of a packet of ``data_blocks`` (protocol.md §7.8)."""
     return max(1, -(-data_blocks // MAX_GROUP_DATA))
+
+
+def max_mds_repair(data_blocks: int) -> int:
+    """The most Reed–Solomon repair blocks a packet of ``data_blocks`` can have (every group within 256)."""
+    groups = group_count(data_blocks)
+    return groups * (MAX_GROUP_BLOCKS - -(-data_blocks // groups))
 
 
 def check_mds(data_blocks: int, repair_blocks: int) -> None:

@@ -5,7 +5,7 @@ repair blocks; an MDS code gives F.  Two pyrofling peers that negotiated
 ``MDS_FEC`` mark such a packet with both XOR degrees 0 in its header (a plan the
 reference never sends).  The code is zfec's systematic Reed–Solomon over
 GF(2⁸) (a well-kept C library; k + m ≤ 256 per code), so a packet is cut into
-*groups*: ``ceil(n / MAX_GROUP_DATA)`` of them, data block ``i`` and repair
+*groups*: ``ceil(n / MAX_GROUP_DATA)`` (100) of them, data block ``i`` and repair
 block ``j`` in group ``i mod G`` and ``j mod G`` (interleaved, so a burst is spread
 over every group).  Within a group, repair block number ``r`` (its rank among the
 group's repair blocks) is zfec's share ``k + r``.  Repair blocks are always
