@@ -257,3 +257,30 @@ def test_a_huge_repair_count_is_clamped_to_what_reed_solomon_can_carry() -> None
         h = MediaHeader.parse(d)
         dec.add_repair(h.subpacket_seq, d[24:])
     assert dec.complete and dec.frame() == frame
+
+
+def test_auto_fec_follows_reports_only_for_a_viewer_that_sends_them() -> None:
+    from pyrofling.fec.planner import AdaptivePlanner, TunedPlanner
+
+    def auto(cookie: int) -> Packetizer:
+        p = Packetizer.for_cookie(cookie, video_planner=make_planner("tuned"), key_planner=make_planner("tuned"))
+        p.planner_when_reported = AdaptivePlanner
+        return p
+
+    for features, kind in (
+        (ExtensionFeature.LOSS_REPORTS | ExtensionFeature.MDS_FEC, AdaptivePlanner),
+        (0, TunedPlanner),
+    ):
+        hs = HostSessions(make_packetizer=auto, keyframes=KeyframePolicy())
+        hs.codec_parameters = PARAMS
+        hs.open(1, ("127.0.0.1", 50000), 0x99, 0.0)
+        hs.control(1, Hello(), 0.0)
+        if features:
+            hs.control(1, Extensions(1, int(features)), 0.0)
+        hs.datagram(("127.0.0.1", 40000), bytes(Cookie(0x99)), 0.0)
+        hs.control(1, Kick(KickFlags.VIDEO), 0.0)
+        conn = hs.connection(1)
+        assert conn is not None and conn.packetizer is not None
+        assert isinstance(conn.packetizer.video_planner, kind)
+        if kind is AdaptivePlanner:
+            assert conn.packetizer.key_planner is None and conn.packetizer.video_planner.efficiency == 1.0

@@ -88,7 +88,7 @@ def scenario_for(cfg: AudioBenchConfig, row: AudioRow) -> StreamScenario:
         duration_s=cfg.duration_s,
         loss=row.loss,
         jitter_ms=row.jitter_ms,
-        fec="tuned",  # the host's default: audio chunks get their repair block (sent with the next chunk)
+        fec="auto",  # the host's default: audio chunks get their repair block while the viewer reports loss
         seed=cfg.seed,
         host_args=("--audio", "tone", "--audio-codec", cfg.codec, "--audio-skew-ppm", f"{row.skew_ppm:g}"),
         view_args=("--audio-controller", row.controller, "--audio-target-ms", f"{cfg.target_ms:g}"),

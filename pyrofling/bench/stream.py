@@ -39,7 +39,7 @@ class StreamScenario:
     loss: float = 0.0  # i.i.d. datagram loss host→viewer
     ge: bool = False  # Gilbert–Elliott bursts (DEFAULT_GE) instead
     viewers: int = 1
-    fec: str = "tuned"  # planner, or "none"
+    fec: str = "auto"  # planner, or "none"
     encoder: str = "libx264"
     preset: str = "ultrafast"
     window: bool = False

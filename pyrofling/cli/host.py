@@ -131,7 +131,11 @@ def _add_network_options(p: argparse.ArgumentParser) -> None:
         "native viewers ignore it)",
     )
     g.add_argument(
-        "--fec-planner", choices=PLANNERS, default="tuned", help="how repair blocks are chosen (default tuned)"
+        "--fec-planner",
+        choices=("auto", *PLANNERS),
+        default="auto",
+        help="how repair blocks are chosen: auto (default) follows the loss a pyrofling viewer reports "
+        "(adaptive) and uses tuned for viewers that do not report (native ones); or one for every viewer",
     )
     g.add_argument(
         "--max-rate-mbits",

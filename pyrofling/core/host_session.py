@@ -212,6 +212,8 @@ class HostSessions:
         conn.kicked = True
         conn.kicked_s = now
         conn.packetizer = packetizer = self._make_packetizer(conn.cookie)
+        if conn.extensions & ExtensionFeature.LOSS_REPORTS:
+            packetizer.follow_reports()
         if conn.extensions & ExtensionFeature.MDS_FEC:
             packetizer.use_mds()
         if conn.extensions & ExtensionFeature.NACK:

@@ -8,6 +8,7 @@ blocks.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyrofling.core.resend import RetainedPackets
@@ -67,6 +68,8 @@ class Packetizer:
         self.video_planner: FecPlanner = video_planner or NoFecPlanner()
         self.audio_planner: FecPlanner = audio_planner or NoFecPlanner()
         self.key_planner = key_planner
+        #: Makes the video planner for a viewer that reports its loss (``--fec-planner auto``); None: keep them.
+        self.planner_when_reported: Callable[[], FecPlanner] | None = None
         #: Whether audio gets repair blocks now (the host turns it on while the viewer reports loss, §7.5).
         self.audio_fec_active = True
         #: Send each audio packet's repair blocks with the next audio packet (protocol.md §7.5).
@@ -84,6 +87,13 @@ class Packetizer:
     def for_cookie(cls, cookie: int, **kwargs: FecPlanner | None) -> Packetizer:
         video, audio = initial_sequences(cookie)
         return cls(video_seq=video, audio_seq=audio, **kwargs)
+
+    def follow_reports(self) -> None:
+        """The viewer negotiated LOSS_REPORTS: the planner made for that (if any) takes over video, key frames
+        included (it sizes their repair by their size like any other frame's)."""
+        if self.planner_when_reported is not None:
+            self.video_planner = self.planner_when_reported()
+            self.key_planner = None
 
     def use_mds(self) -> None:
         """Send Reed–Solomon repair (the viewer negotiated MDS_FEC, protocol.md §7.8); an adaptive planner then

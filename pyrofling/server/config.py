@@ -24,8 +24,9 @@ class HostConfig:
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
     source: str = "scene"
     raw_format: str = "yuv420p"
-    #: FEC planner for video: tuned, reference, adaptive, or none.
-    fec: str = "tuned"
+    #: FEC planner for video: auto (adaptive for viewers that report their loss, tuned for the others), tuned,
+    #: reference, adaptive, or none.
+    fec: str = "auto"
     #: Repair blocks as a share of data blocks (0.25: the reference's ~25 % + 1).
     fec_ratio: float = REFERENCE_RATIO
     #: Overhead for key frames, which recovery from loss waits for (0: same as other frames).

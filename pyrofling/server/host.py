@@ -39,7 +39,7 @@ from pyrofling.core.keyframes import KeyframePolicy
 from pyrofling.core.packetizer import MediaPacket, Packetizer
 from pyrofling.core.secure import SALT_BYTES, derive_key
 from pyrofling.fec.codec import FecPlan, block_count
-from pyrofling.fec.planner import make_planner
+from pyrofling.fec.planner import AdaptivePlanner, make_planner
 from pyrofling.files import write_stats
 from pyrofling.server.audio import (
     AudioChunk,
@@ -109,14 +109,18 @@ class Host:
 
     def _make_packetizer(self, cookie: int) -> Packetizer:
         cfg = self.config
-        planner = make_planner(cfg.fec, ratio=cfg.fec_ratio)
+        fixed = "tuned" if cfg.fec == "auto" else cfg.fec
+        planner = make_planner(fixed, ratio=cfg.fec_ratio)
         key_planner = None
-        if cfg.fec != "none" and cfg.key_fec_ratio > cfg.fec_ratio:
-            key_planner = make_planner(cfg.fec, ratio=cfg.key_fec_ratio)
+        if fixed != "none" and cfg.key_fec_ratio > cfg.fec_ratio:
+            key_planner = make_planner(fixed, ratio=cfg.key_fec_ratio)
         audio_planner = make_planner("reference") if cfg.audio_fec else None
-        return Packetizer.for_cookie(
+        packetizer = Packetizer.for_cookie(
             cookie, video_planner=planner, key_planner=key_planner, audio_planner=audio_planner
         )
+        if cfg.fec == "auto":  # a viewer that reports its loss gets repair that follows it
+            packetizer.planner_when_reported = AdaptivePlanner
+        return packetizer
 
     def stop(self) -> None:
         self._stop.set()

@@ -205,7 +205,9 @@ def add_stream(sub: Sub) -> None:
     p.add_argument(
         "--viewers", type=int_list, default=(1,), help="viewers per run; a list (1,4) runs each and reports the cost"
     )
-    p.add_argument("--fec-planner", choices=PLANNERS, default="tuned")
+    p.add_argument(
+        "--fec-planner", choices=("auto", *PLANNERS), default="auto", help="the host's --fec-planner (default auto)"
+    )
     p.add_argument("--seed", type=int, default=1)
     p.set_defaults(func=_run_stream)
 
