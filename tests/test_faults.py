@@ -38,7 +38,7 @@ from pyrofling.core.host_session import HostSessionConfig
 from pyrofling.server import host as host_module
 from pyrofling.server.host import Host
 from pyrofling.server.sources import SceneSource
-from pyrofling.wire import Again, Hello, Kick, KickFlags, Nak, type_word_wide
+from pyrofling.wire import Again, Hello, Kick, KickFlags, MessageId, Nak, type_word_wide
 
 DATAGRAMS = 1_000_000
 TCP_MESSAGES = 100_000
@@ -68,7 +68,7 @@ def _tcp_flood(port: int, total: int, rng: random.Random) -> dict[str, int]:
         for _ in range(rng.randrange(500, 3000)):
             kind = rng.randrange(3)
             if kind == 0:  # a well-framed message of an id nobody knows: NAK
-                messages.append(_framed(rng.randrange(37, 64), rng.randbytes(rng.randrange(0, 32))))
+                messages.append(_framed(rng.randrange(UNASSIGNED_ID, 64), rng.randbytes(rng.randrange(0, 32))))
             elif kind == 1:
                 messages.append(bytes(Kick(KickFlags(rng.randrange(8)))))  # before the UDP cookie: not yet
             else:
@@ -95,6 +95,10 @@ def _tcp_flood(port: int, total: int, rng: random.Random) -> dict[str, int]:
                 while s.recv(65536):
                     pass
     return {"messages": sent, "connections": connections, "cut_off": cut_off}
+
+
+#: The first control message id nobody has assigned yet (protocol.md §7.2 reserves 32-63 for extensions).
+UNASSIGNED_ID = max(MessageId) + 1
 
 
 def _framed(message_id: int, payload: bytes) -> bytes:
@@ -140,13 +144,16 @@ def test_a_million_hostile_datagrams_and_100k_tcp_messages_at_a_running_host(tmp
         vcode, verr = viewer.stop()
         code, err = host.stop()
         stats = host.stats()  # as the host wrote them on its way out
+        viewer_stats = viewer.stats()
     finally:
         kill(host, viewer)
     discarded = stats["discarded"]
     udp_counted = sum(v for k, v in discarded.items() if not k.startswith("tcp_") and "_limit" not in k)
     udp_counted -= discarded.get("unexpected_control", 0)  # NAKed TCP messages count there too
     # Every datagram is either counted under a reason or was dropped by the kernel before the host read it.
-    assert DATAGRAMS * 0.999 <= udp_counted + drops <= DATAGRAMS + 10, (discarded, drops)
+    # The kernel's drops also take some of the real viewer's own datagrams (loss reports, NACKs, pings).
+    own = viewer_stats.get("loss_reports_sent", 0) + viewer_stats.get("nacks_sent", 0) + 10
+    assert DATAGRAMS * 0.999 <= udp_counted + drops <= DATAGRAMS + own, (discarded, drops, own)
     assert udp_counted >= DATAGRAMS * 0.8, "the host's parser, not the kernel, must see most of the flood"
     assert tcp_result["messages"] >= TCP_MESSAGES
     # The host read every message of every connection it did not close for a protocol error.
@@ -166,7 +173,7 @@ def _hostile_control(rng: random.Random) -> bytes:
     """Well-framed messages a streaming viewer has no use for: unknown ids, NAK, AGAIN."""
     kind = rng.randrange(3)
     if kind == 0:
-        return _framed(rng.randrange(37, 64), rng.randbytes(rng.randrange(0, 32)))
+        return _framed(rng.randrange(UNASSIGNED_ID, 64), rng.randbytes(rng.randrange(0, 32)))
     return bytes(Nak()) if kind == 1 else bytes(Again())
 
 

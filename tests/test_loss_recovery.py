@@ -284,3 +284,19 @@ def test_auto_fec_follows_reports_only_for_a_viewer_that_sends_them() -> None:
         assert isinstance(conn.packetizer.video_planner, kind)
         if kind is AdaptivePlanner:
             assert conn.packetizer.key_planner is None and conn.packetizer.video_planner.efficiency == 1.0
+
+
+def test_forged_headers_size_nothing_and_a_flood_of_them_stops_the_nacks() -> None:
+    t = LossTracker(nack=True, reports=True)
+    t.max_data_blocks = 256
+    t.datagram(_header(1, 0), 0.0)
+    huge = MediaHeader(5, 0, 1 << 30, 3, 0, 0, 2, 0, begin=True)  # 1 GiB "packet"
+    assert not t.datagram(huge, 0.001) and 2 not in t._packets
+    t.datagram(_header(1, 1), 0.002)
+    # A stale datagram (its packet already delivered, say) only completes what is tracked; it starts nothing.
+    assert not t.datagram(_header(9, 0), 0.003, stale=True) and 9 not in t._packets
+    t.suspend_nacks_until(1.0)
+    t.datagram(_header(3, 0), 0.004)  # packet 2 was lost whole, packet 1 lost its tail
+    assert [m for m in t.poll(0.01, lambda seq: None) if isinstance(m, Nack)] == []
+    t.datagram(_header(5, 0), 1.5)
+    assert [m for m in t.poll(1.5, lambda seq: None) if isinstance(m, Nack)]  # packet 4, after the suspension

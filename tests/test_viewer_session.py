@@ -63,7 +63,14 @@ def streaming(extensions: bool = True) -> ViewerSession:
 def test_handshake_pipelines_extensions_after_hello() -> None:
     s = ViewerSession(ProgressCounters())
     # It offers authentication and encryption too; a host without a secret grants neither.
-    offered = ExtensionFeature.KEYFRAME_REQUEST | ExtensionFeature.AUTH | ExtensionFeature.ENCRYPTION
+    offered = (
+        ExtensionFeature.KEYFRAME_REQUEST
+        | ExtensionFeature.AUTH
+        | ExtensionFeature.ENCRYPTION
+        | ExtensionFeature.LOSS_REPORTS
+        | ExtensionFeature.NACK
+        | ExtensionFeature.MDS_FEC
+    )
     assert sent(s.start(0.0)) == [("tcp", Hello()), ("tcp", Extensions(1, offered))]
     assert s.control(Cookie(42), 0.001) == []
     out = s.control(Extensions(1, ExtensionFeature.KEYFRAME_REQUEST), 0.002)

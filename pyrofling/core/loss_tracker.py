@@ -15,7 +15,9 @@ reassembler still needs blocks, they are asked for: exactly those it names
 nothing of arrived (a gap in the sequence) is asked for whole.  A NACK is
 repeated after ``retry_s`` (plus the round trip) while the packet is still
 missing, at most ``max_nacks`` times and never once it is older than
-``give_up_s``: by then its frame is due and the reassembler moves on.
+``give_up_s``: by then its frame is due and the reassembler moves on.  NACKs are
+at most one datagram per packet per round and ``max_nack_rate`` a second, so
+forged headers on an open session cannot turn the viewer into a NACK flood.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyrofling.seqnum import seq14_delta
-from pyrofling.wire import LossReport, MediaHeader, Nack
+from pyrofling.wire import NACK_BITMAP_BLOCKS, LossReport, MediaHeader, Nack
 
 #: The names :meth:`LossTracker.summary` reports.
 LOSS_COUNTERS = (
@@ -79,6 +81,8 @@ class LossTracker:
         retry_s: float = 0.004,
         max_nacks: int = 4,
         give_up_s: float = 0.08,
+        max_nack_rate: float = 600.0,
+        nack_burst: float = 60.0,
     ) -> None:
         self.nack = nack
         self.reports = reports
@@ -87,10 +91,19 @@ class LossTracker:
         self.retry_s = retry_s
         self.max_nacks = max_nacks
         self.give_up_s = give_up_s
+        self.max_nack_rate = max_nack_rate
+        self.nack_burst = nack_burst
+        self._tokens = nack_burst
+        self._tokens_s: float | None = None
+        self._suspended_until_s = float("-inf")
+        #: Data blocks of the largest packet the reassembler accepts (the connection sets it from the picture).
+        self.max_data_blocks = 8 * 1024
         self.rtt_s = 0.0
         self.total = LossCounters()
         self._interval = LossCounters()
         self._packets: dict[int, _Packet] = {}
+        self._open: set[int] = set()  # first transmission not over yet
+        self._pending: set[int] = set()  # closed, may need a NACK (due at nack_due_s)
         self._newest: int | None = None
         self._mean_expected = 0.0
         self._report_seq = 0
@@ -101,46 +114,53 @@ class LossTracker:
 
     # -- what arrives ------------------------------------------------------------------------
 
-    def datagram(self, header: MediaHeader, now: float) -> bool:
-        """A video datagram's header (not ping replies, not audio).  True when a packet's first transmission ended
+    def datagram(self, header: MediaHeader, now: float, *, stale: bool = False) -> bool:
+        """A video datagram's header (not ping replies, not audio) that the reassembler took, or found ``stale``
+        (its packet already delivered: it still arrived).  True when a packet's first transmission ended
         (:meth:`poll` has something to decide)."""
         closed_before = self.packets_closed
         if self._next_report_s is None:
             self._next_report_s = now + self.report_interval_s
         seq = header.packet_seq
+        if -(-header.payload_size // 1024) > self.max_data_blocks or (stale and seq not in self._open):
+            return False  # a stale datagram only completes what is known; its size was never checked
         newest = self._newest
         if newest is not None:
             ahead = seq14_delta(seq, newest)
             if ahead < -TRACKED_PACKETS:
                 return False
             if ahead > 0:
-                for older in self._packets.values():
-                    if not older.closed:
-                        self._close(older, now)
+                for older in list(self._open):
+                    self._close(older, now)
                 # A jump far ahead is a resync (or a forgery on an open session), not a run of lost packets.
                 for missing in range(1, ahead if ahead <= 16 else 1):
                     gap = (newest + missing) & 0x3FFF
                     if gap not in self._packets:
-                        self._packets[gap] = ghost = _Packet(0, bytearray(), now, now)
-                        self._close(ghost, now)
+                        self._packets[gap] = _Packet(0, bytearray(), now, now)
+                        self._close(gap, now)
                 self._newest = seq
         else:
             self._newest = seq
         packet = self._packets.get(seq)
         data_blocks = -(-header.payload_size // 1024)
-        expected = data_blocks + header.num_fec_blocks
+        # No planner sends more than 4 repair blocks per data block: a larger count is forged (open session).
+        expected = data_blocks + min(header.num_fec_blocks, 4 * data_blocks + 1)
         if packet is None:
+            if seq != self._newest:
+                return self.packets_closed != closed_before  # behind, and forgotten or never seen: stale
             packet = self._packets[seq] = _Packet(expected, bytearray(expected), now, now)
+            self._open.add(seq)
         elif packet.closed:
             return self.packets_closed != closed_before  # a resend or a straggler: not a first transmission
         elif packet.expected != expected:
             return self.packets_closed != closed_before  # a header that disagrees: the reassembler drops it
         position = data_blocks + header.subpacket_seq if header.fec else header.subpacket_seq
-        if position < expected:
-            packet.got[position] = 1
+        if position >= expected:
+            return self.packets_closed != closed_before
+        packet.got[position] = 1
         packet.last_s = now
         if position == expected - 1:
-            self._close(packet, now)
+            self._close(seq, now)
         self._prune()
         return self.packets_closed != closed_before
 
@@ -150,6 +170,7 @@ class LossTracker:
         resent = packet is not None and packet.nacks > 0
         if packet is not None:
             packet.done = True
+            self._pending.discard(seq)
         for c in (self.total, self._interval):
             if resent:
                 c.rebuilt_by_resend += 1
@@ -165,25 +186,38 @@ class LossTracker:
     def poll(self, now: float, needed: Callable[[int], list[int] | None]) -> list[Nack | LossReport]:
         """NACKs and a report due at ``now``.  ``needed(seq)``: the reassembler's answer (see module docstring)."""
         out: list[Nack | LossReport] = []
-        for seq, packet in list(self._packets.items()):
-            if not packet.closed and now >= packet.last_s + self.tail_wait_s:
-                self._close(packet, now)
-            if not self.nack or packet.done or packet.nack_due_s is None or now < packet.nack_due_s:
+        for seq in [s for s in self._open if now >= self._packets[s].last_s + self.tail_wait_s]:
+            self._close(seq, now)
+        for seq in sorted(self._pending, key=lambda s: self._packets[s].first_s):
+            packet = self._packets[seq]
+            due = packet.nack_due_s
+            if due is None or packet.done or not self.nack:
+                self._pending.discard(seq)
+                continue
+            if now < due:
                 continue
             if packet.nacks >= self.max_nacks or now - packet.first_s > self.give_up_s:
-                packet.nack_due_s = None
+                self._pending.discard(seq)
                 continue
             blocks = needed(seq)
             if blocks is not None and not blocks:
                 packet.done = True  # complete, delivered or given up
+                self._pending.discard(seq)
                 continue
+            if blocks is None and packet.expected:
+                self._pending.discard(seq)  # it arrived once but the reassembler let it go (a late straggler)
+                continue
+            if now < self._suspended_until_s:
+                self._pending.discard(seq)
+                continue
+            if not self._spend(now):
+                break  # over the NACK rate: the rest waits for the next timer
             if blocks is None:
-                if packet.expected:
-                    packet.nack_due_s = None  # it arrived once but the reassembler let it go (a late straggler)
-                    continue
                 out.append(Nack.whole_packet(seq, 0))
             else:
-                out += Nack.for_blocks(seq, 0, blocks)
+                # One datagram's worth per round: a packet missing more is better asked for again, and a forged
+                # header cannot make one packet cost dozens of NACKs.
+                out.append(Nack.for_blocks(seq, 0, blocks[:NACK_BITMAP_BLOCKS])[0])
             packet.nacks += 1
             packet.nack_due_s = now + self.rtt_s + self.retry_s
         self.nacks_sent += sum(isinstance(o, Nack) for o in out)
@@ -192,19 +226,35 @@ class LossTracker:
             self._next_report_s = now + self.report_interval_s
         return out
 
+    def suspend_nacks_until(self, until_s: float) -> None:
+        """Send no NACK before ``until_s`` (the connection suspects forged datagrams); reports go on."""
+        self._suspended_until_s = max(self._suspended_until_s, until_s)
+
+    def _spend(self, now: float) -> bool:
+        """Take one NACK from the rate budget (``max_nack_rate`` a second, bursts of ``nack_burst``)."""
+        if self._tokens_s is not None:
+            self._tokens = min(self.nack_burst, self._tokens + (now - self._tokens_s) * self.max_nack_rate)
+        self._tokens_s = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
+
     def next_timer(self) -> float | None:
         times = [self._next_report_s] if self.reports and self._next_report_s is not None else []
-        for packet in self._packets.values():
-            if not packet.closed:
-                times.append(packet.last_s + self.tail_wait_s)
-            elif self.nack and not packet.done and packet.nack_due_s is not None:
-                times.append(packet.nack_due_s)
+        times += [self._packets[s].last_s + self.tail_wait_s for s in self._open]
+        if self.nack:
+            times += [d for s in self._pending if (d := self._packets[s].nack_due_s) is not None]
+        if self.nack and self._tokens < 1.0 and self._pending and self._tokens_s is not None:
+            times = [max(t, self._tokens_s + (1.0 - self._tokens) / self.max_nack_rate) for t in times]
         return min(times) if times else None
 
     # -- inside --------------------------------------------------------------------------------
 
-    def _close(self, packet: _Packet, now: float) -> None:
+    def _close(self, seq: int, now: float) -> None:
         """The packet's first transmission is over: count what it lost; ask for it at once if it needs help."""
+        packet = self._packets[seq]
+        self._open.discard(seq)
         packet.closed = True
         self.packets_closed += 1
         if packet.expected:
@@ -220,8 +270,9 @@ class LossTracker:
             c.datagrams_lost += lost
             c.bursts += len(runs)
             c.longest_burst = max(c.longest_burst, max(runs, default=0))
-        if lost:
+        if lost and not packet.done:
             packet.nack_due_s = now
+            self._pending.add(seq)
 
     def _report(self) -> LossReport:
         c = self._interval
@@ -246,6 +297,8 @@ class LossTracker:
         newest = self._newest
         for seq in [s for s in self._packets if seq14_delta(newest, s) >= TRACKED_PACKETS]:
             del self._packets[seq]
+            self._open.discard(seq)
+            self._pending.discard(seq)
 
     def summary(self) -> dict[str, int]:
         t = self.total

@@ -66,6 +66,8 @@ from pyrofling.wire import (
 #: With resends negotiated, how long a complete video packet waits for an older one being resent: a NACK and its
 #: answer take a round trip and the host's queue; a frame later the picture would be late anyway.
 RESEND_WAIT_S = 0.02
+#: Malformed datagrams a second beyond which the viewer stops asking for resends for a second (see below).
+SUSPECT_REFUSED_PER_S = 200
 
 __all__ = [
     "AudioLost",
@@ -133,6 +135,8 @@ class ViewerConnection:
         self.decode_queue_overflows = 0
         #: Video loss seen datagram by datagram: NACKs and LOSS_REPORTs, once the host grants them.
         self.loss = LossTracker(nack=False, reports=False)
+        self._refused_window_s = 0.0
+        self._refused_in_window = 0
 
     # -- what the shell reads --------------------------------------------------------------------
 
@@ -179,6 +183,7 @@ class ViewerConnection:
             if isinstance(o, Streaming):
                 p = o.codec_parameters
                 self.reassembler.expect_picture(p.width, p.height)
+                self.loss.max_data_blocks = -(-self.reassembler.packet_bytes_limit // 1024)
                 self.loss.nack = bool(o.extensions & ExtensionFeature.NACK)
                 self.loss.reports = bool(o.extensions & ExtensionFeature.LOSS_REPORTS)
                 if self.loss.nack:
@@ -193,13 +198,23 @@ class ViewerConnection:
         self.datagrams += 1
         self.bytes_received += len(opened)
         self.session.datagram_received(now)
-        ask = False
-        if len(opened) >= MEDIA_HEADER_BYTES and self.streaming:
-            header = MediaHeader.parse(opened)
-            if header.stream == StreamType.VIDEO and not header.is_ping_reply:
-                ask = self.loss.datagram(header, now)
+        discarded = self.reassembler.discarded
+        total_before, stale_before = discarded.total(), discarded["unneeded_repair"] + discarded["late"]
         out = self._media(self.reassembler.receive(opened, now), now)
-        return out + self._ask(now) if ask else out
+        stale = discarded["unneeded_repair"] + discarded["late"] > stale_before
+        refused = discarded.total() > total_before and not stale
+        if refused:
+            self._refused_recently(now)
+        if refused or not self.streaming or len(opened) < MEDIA_HEADER_BYTES:
+            return out
+        # Only a datagram the reassembler took (or found merely late) counts: a malformed one says nothing
+        # about the link, and its header cannot be trusted to size anything.
+        header = MediaHeader.parse(opened)
+        if header.stream != StreamType.VIDEO or header.is_ping_reply:
+            return out
+        if not self.loss.datagram(header, now, stale=stale):
+            return out
+        return out + self._ask(now)
 
     def phase_offset(self, offset_us: int) -> list[ViewerOutput]:
         """The presentation loop's phase error, for the host's frame clock (protocol.md §7.4)."""
@@ -230,6 +245,15 @@ class ViewerConnection:
     def handle_timer(self, now: float) -> list[ViewerOutput]:
         out = self.session.handle_timer(now) + self._media(self.reassembler.handle_timer(now), now)
         return out + self._ask(now) if self.streaming else out
+
+    def _refused_recently(self, now: float) -> None:
+        """Count a malformed datagram; many in a second mean someone on the path is forging them (an open
+        session): NACKs stop for a while, so forged headers cannot make the host resend on their behalf."""
+        if now - self._refused_window_s >= 1.0:
+            self._refused_window_s, self._refused_in_window = now, 0
+        self._refused_in_window += 1
+        if self._refused_in_window > SUSPECT_REFUSED_PER_S:
+            self.loss.suspend_nacks_until(now + 1.0)
 
     def _ask(self, now: float) -> list[ViewerOutput]:
         """NACKs for packets that need help, and the loss report when it is due (protocol.md §7.9)."""
