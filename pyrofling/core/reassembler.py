@@ -15,6 +15,7 @@ malformed datagram is counted under a reason and dropped, never fatal.
 
 from __future__ import annotations
 
+import enum
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -70,6 +71,15 @@ class PingReplyReceived(ReassemblyEvent):
     seq: int
     server_time_us: int
     received_s: float
+
+
+class Verdict(enum.Enum):
+    """What became of a datagram: taken into a packet, stale (its packet already delivered or given up: it
+    still arrived), or refused as malformed."""
+
+    TAKEN = "taken"
+    STALE = "stale"
+    REFUSED = "refused"
 
 
 # --------------------------------------------------------------------------------------------
@@ -147,6 +157,9 @@ class Reassembler:
         self.counters = ProgressCounters()
         self.discarded: Counter[str] = Counter()
         self.datagrams = 0
+        #: What became of the last datagram, and its header (see :meth:`receive`).
+        self.verdict = Verdict.TAKEN
+        self.header: MediaHeader | None = None
         self._streams = {StreamType.VIDEO: _StreamState(), StreamType.AUDIO: _StreamState()}
         self._buffered_bytes = 0
         #: How long each stream waits for an older packet (``config.reorder_timeout_s`` until told otherwise:
@@ -158,14 +171,17 @@ class Reassembler:
     # ---------------------------------------------------------------------------------------
 
     def receive(self, datagram: Buffer, now: float) -> list[ReassemblyEvent]:
-        """One datagram from the server.  Never raises on peer data."""
+        """One datagram from the server.  Never raises on peer data.  Afterwards :attr:`verdict` says what became
+        of it and :attr:`header` holds its media header (None when it had none)."""
         self.datagrams += 1
+        self.verdict = Verdict.TAKEN
+        self.header = None
         size = len(datagram)
         if size < MEDIA_HEADER_BYTES:
             return self._discard("short_datagram")
         if size > MAX_MEDIA_DATAGRAM_BYTES:
             return self._discard("long_datagram")
-        header = MediaHeader.parse(datagram)
+        header = self.header = MediaHeader.parse(datagram)
         body = memoryview(datagram)[MEDIA_HEADER_BYTES:]
         if header.is_ping_reply:
             try:
@@ -228,6 +244,7 @@ class Reassembler:
 
     def _discard(self, reason: str) -> list[ReassemblyEvent]:
         self.discarded[reason] += 1
+        self.verdict = Verdict.STALE if reason in ("unneeded_repair", "late") else Verdict.REFUSED
         return []
 
     def _media(self, header: MediaHeader, body: memoryview, now: float) -> list[ReassemblyEvent]:

@@ -40,6 +40,7 @@ from pyrofling.core.reassembler import (
     Reassembler,
     ReassemblerConfig,
     ReassemblyEvent,
+    Verdict,
 )
 from pyrofling.core.viewer_session import (
     ControlToHost,
@@ -53,11 +54,9 @@ from pyrofling.core.viewer_session import (
     ViewerSessionConfig,
 )
 from pyrofling.wire import (
-    MEDIA_HEADER_BYTES,
     CodecParameters,
     ControlMessage,
     ExtensionFeature,
-    MediaHeader,
     StreamType,
     UnknownControl,
     VideoCodec,
@@ -198,21 +197,17 @@ class ViewerConnection:
         self.datagrams += 1
         self.bytes_received += len(opened)
         self.session.datagram_received(now)
-        discarded = self.reassembler.discarded
-        total_before, stale_before = discarded.total(), discarded["unneeded_repair"] + discarded["late"]
-        out = self._media(self.reassembler.receive(opened, now), now)
-        stale = discarded["unneeded_repair"] + discarded["late"] > stale_before
-        refused = discarded.total() > total_before and not stale
-        if refused:
+        reassembler = self.reassembler
+        out = self._media(reassembler.receive(opened, now), now)
+        verdict, header = reassembler.verdict, reassembler.header
+        if verdict is Verdict.REFUSED:
             self._refused_recently(now)
-        if refused or not self.streaming or len(opened) < MEDIA_HEADER_BYTES:
             return out
         # Only a datagram the reassembler took (or found merely late) counts: a malformed one says nothing
         # about the link, and its header cannot be trusted to size anything.
-        header = MediaHeader.parse(opened)
-        if header.stream != StreamType.VIDEO or header.is_ping_reply:
+        if header is None or header.stream != StreamType.VIDEO or header.is_ping_reply or not self.streaming:
             return out
-        if not self.loss.datagram(header, now, stale=stale):
+        if not self.loss.datagram(header, now, stale=verdict is Verdict.STALE):
             return out
         return out + self._ask(now)
 
