@@ -300,3 +300,16 @@ def test_forged_headers_size_nothing_and_a_flood_of_them_stops_the_nacks() -> No
     assert [m for m in t.poll(0.01, lambda seq: None) if isinstance(m, Nack)] == []
     t.datagram(_header(5, 0), 1.5)
     assert [m for m in t.poll(1.5, lambda seq: None) if isinstance(m, Nack)]  # packet 4, after the suspension
+
+
+def test_a_first_transmission_that_was_only_late_is_not_counted_lost() -> None:
+    t = LossTracker(nack=True, reports=True, tail_wait_s=0.003)
+    t.datagram(_header(1, 0), 0.0)
+    t.datagram(_header(1, 1), 0.0)
+    [nack] = [m for m in t.poll(0.004, lambda seq: [2, 3]) if isinstance(m, Nack)]  # the tail looked lost
+    assert t.total.datagrams_lost == 4
+    t.datagram(_header(1, 2), 0.005)  # block 2 arrives: asked for, so it counts as the resend
+    t.datagram(_header(1, 0, fec=True), 0.005)  # a repair block was never asked for: it was late, not lost
+    assert t.total.datagrams_lost == 3
+    [report] = [m for m in t.poll(0.2, lambda seq: []) if isinstance(m, LossReport)]
+    assert report.datagrams_lost == 3 and nack.blocks() == [2, 3]

@@ -53,6 +53,7 @@ class _Packet:
     done: bool = False
     nacks: int = 0
     nack_due_s: float | None = None
+    asked: set[int] | None = None  # data blocks NACKed (None: none yet); a whole-packet NACK asks for all
 
 
 @dataclass(slots=True)
@@ -151,7 +152,8 @@ class LossTracker:
             packet = self._packets[seq] = _Packet(expected, bytearray(expected), now, now)
             self._open.add(seq)
         elif packet.closed:
-            return self.packets_closed != closed_before  # a resend or a straggler: not a first transmission
+            self._straggler(packet, header, data_blocks)
+            return self.packets_closed != closed_before
         elif packet.expected != expected:
             return self.packets_closed != closed_before  # a header that disagrees: the reassembler drops it
         position = data_blocks + header.subpacket_seq if header.fec else header.subpacket_seq
@@ -217,7 +219,9 @@ class LossTracker:
             else:
                 # One datagram's worth per round: a packet missing more is better asked for again, and a forged
                 # header cannot make one packet cost dozens of NACKs.
-                out.append(Nack.for_blocks(seq, 0, blocks[:NACK_BITMAP_BLOCKS])[0])
+                nack = Nack.for_blocks(seq, 0, blocks[:NACK_BITMAP_BLOCKS])[0]
+                out.append(nack)
+                packet.asked = (packet.asked or set()) | set(nack.blocks())
             packet.nacks += 1
             packet.nack_due_s = now + self.rtt_s + self.retry_s
         self.nacks_sent += sum(isinstance(o, Nack) for o in out)
@@ -273,6 +277,20 @@ class LossTracker:
         if lost and not packet.done:
             packet.nack_due_s = now
             self._pending.add(seq)
+
+    def _straggler(self, packet: _Packet, header: MediaHeader, data_blocks: int) -> None:
+        """A datagram of a packet already judged: a resend we asked for, or a first transmission that was only
+        late (the host sent the frame slower than ``tail_wait_s``): that one was counted lost, and is not."""
+        if not packet.expected or packet.expected != data_blocks + min(header.num_fec_blocks, 4 * data_blocks + 1):
+            return  # nothing of it had come (asked for whole), or a header that does not match
+        position = data_blocks + header.subpacket_seq if header.fec else header.subpacket_seq
+        if position >= packet.expected or packet.got[position]:
+            return
+        if not header.fec and packet.asked is not None and header.subpacket_seq in packet.asked:
+            return  # the resend
+        packet.got[position] = 1
+        for c in (self.total, self._interval):
+            c.datagrams_lost = max(0, c.datagrams_lost - 1)
 
     def _report(self) -> LossReport:
         c = self._interval
