@@ -13,10 +13,11 @@ connection's fate (:class:`Streaming`, :class:`SessionFailed`, :class:`StreamSta
 
 It joins the control session (:class:`~pyrofling.core.viewer_session.ViewerSession`:
 handshake, keep-alive, pings, key-frame requests) with the reassembler
-(:class:`~pyrofling.core.reassembler.Reassembler`: datagrams → packets, FEC) and
-the session's key gate, and decides: no video reaches the decoder before the
-first key frame, a picture is marked whole or not, any lost video packet asks
-for a key frame.
+(:class:`~pyrofling.core.reassembler.Reassembler`: datagrams → packets, FEC), the
+loss tracker (:class:`~pyrofling.core.loss_tracker.LossTracker`: NACKs and loss
+reports, when the host grants them) and the session's key gate, and decides: no
+video reaches the decoder before the first key frame, a picture is marked whole
+or not, a video packet lost for good asks for a key frame.
 
 :class:`Reconnect` decides whether the viewer tries again after a connection
 ends, and :class:`Concealment`, on the decode thread, which decoded pictures are
