@@ -17,7 +17,10 @@ repeated after ``retry_s`` (plus the round trip) while the packet is still
 missing, at most ``max_nacks`` times and never once it is older than
 ``give_up_s``: by then its frame is due and the reassembler moves on.  NACKs are
 at most one datagram per packet per round and ``max_nack_rate`` a second, so
-forged headers on an open session cannot turn the viewer into a NACK flood.
+forged headers on an open session cannot turn the viewer into a NACK flood (the
+connection also suspends them while malformed datagrams pour in).  A first
+transmission that was only late (a busy host) is credited back when it arrives,
+so a loaded host is not reported as a lossy link.
 """
 
 from __future__ import annotations
