@@ -156,8 +156,10 @@ def add_stream(sub: Sub) -> None:
         "stream",
         "host + headless viewer(s), optionally through netsim: frames, loss, CPU, latency",
         "Run a real host (test scene) and real headless viewers as separate processes, optionally through the "
-        "loss simulator, and report frames sent/shown, loss before and after FEC, key frames forced, bitrate, "
-        "CPU per process and capture-to-decoded latency read from the decoded pixels.",
+        "loss simulator, and report what the player saw at every display refresh (good: a clean picture of the "
+        "scene at most 2 frames old; corrupt; stale; freezes), frames sent/shown, loss before and after FEC and "
+        "resends, key frames forced, the bytes spent on repair and resends, bitrate, CPU per process and "
+        "capture-to-decoded latency read from the decoded pixels.",
         "pyrofling bench stream --duration 60 --ge   |   --viewers 1,4   |   --width 1920 --height 1080",
     )
     add_common(p, duration_s=(1.0, 3600.0, 10.0))
