@@ -68,6 +68,16 @@ def stream_tone(
 
 
 def test_playback_holds_the_target_on_a_real_audio_clock(jack: str) -> None:
+    # A real clock on a shared 2-core machine: a run that a neighbour's burst of work disturbed is measured once
+    # more (a regression fails both runs; the failed run's numbers are kept in the message).
+    first = _playback_problem()
+    if first is not None:
+        second = _playback_problem()
+        assert second is None, f"{second} (and in the first run: {first})"
+
+
+def _playback_problem() -> str | None:
+    """Play 8 s of a tone from a source 500 ppm fast into JACK; what was wrong, or None."""
     player = AudioPlayer(AudioPlayerConfig(target_s=0.030))
     try:
         stream_tone(player, 8.0, skew_ppm=500)
@@ -77,24 +87,25 @@ def test_playback_holds_the_target_on_a_real_audio_clock(jack: str) -> None:
         player.close()
     assert player.error is None, player.error
     assert player.device_name is not None and "JACK" in player.device_name
-    assert underruns == 0 and player.stats.primes == 1
     settled = [b for t, b, _s in samples if t >= 4.0]
-    assert len(settled) > 500
+    speeds = [s for t, _b, s in samples if t >= 4.0]
+    if underruns != 0 or player.stats.primes != 1 or len(settled) <= 500:
+        return f"{underruns} underruns, {player.stats.primes} primes, {len(settled)} settled readings"
     # Held at the target: half the readings within 2 ms, 95 % within one device period and a millisecond.
     # (A reading taken just as the device takes its next block is a whole period off; on a loaded 2-core
     # machine, with the feeding thread waking late, more readings land there.)
-    # The feeding thread shares this interpreter with pytest's: half a period for the median, and two periods
-    # for the 95th percentile (runs of the whole suite on this 2-core machine measured up to 3.9 and 14 ms).
     dev = sorted(abs(b - 30.0) for b in settled)
     period_ms = PERIOD_S * 1000
     median, p95 = dev[len(dev) // 2], dev[int(0.95 * (len(dev) - 1))]
-    assert median <= period_ms * 0.75 and p95 <= 3 * period_ms + 1.0, dev[-len(dev) // 20 :]
-    speeds = [s for t, _b, s in samples if t >= 4.0]
-    assert max(abs(s - 1) for s in speeds) <= 0.005
-    assert statistics.mean(speeds) > 1.0  # the source runs fast: the viewer plays faster
+    if median > 2.0 or p95 > period_ms + 1.0:
+        return f"off the target by {median:.1f} ms (median), {p95:.1f} ms (95th percentile)"
+    if max(abs(s - 1) for s in speeds) > 0.005 or statistics.mean(speeds) <= 1.0:
+        return f"speed {min(speeds):.4f}..{max(speeds):.4f}, mean {statistics.mean(speeds):.5f}"
     # The clicks were found at the output and timed end to end: 5 ms chunks + the 30 ms buffer.
-    assert player.stats.clicks >= 6
-    assert 30.0 <= statistics.median(player.readings.latency_ms) <= 45.0
+    latency = statistics.median(player.readings.latency_ms) if player.readings.latency_ms else 0.0
+    if player.stats.clicks < 6 or not 30.0 <= latency <= 45.0:
+        return f"{player.stats.clicks} clicks, latency {latency:.1f} ms"
+    return None
 
 
 def test_callback_never_blocks_even_when_the_producer_stalls(jack: str) -> None:
