@@ -126,7 +126,8 @@ class LossTracker:
         if self._next_report_s is None:
             self._next_report_s = now + self.report_interval_s
         seq = header.packet_seq
-        if -(-header.payload_size // 1024) > self.max_data_blocks or (stale and seq not in self._open):
+        data_blocks, expected = _sizes(header)
+        if data_blocks > self.max_data_blocks or (stale and seq not in self._open):
             return False  # a stale datagram only completes what is known; its size was never checked
         newest = self._newest
         if newest is not None:
@@ -146,16 +147,13 @@ class LossTracker:
         else:
             self._newest = seq
         packet = self._packets.get(seq)
-        data_blocks = -(-header.payload_size // 1024)
-        # No planner sends more than 4 repair blocks per data block: a larger count is forged (open session).
-        expected = data_blocks + min(header.num_fec_blocks, 4 * data_blocks + 1)
         if packet is None:
             if seq != self._newest:
                 return self.packets_closed != closed_before  # behind, and forgotten or never seen: stale
             packet = self._packets[seq] = _Packet(expected, bytearray(expected), now, now)
             self._open.add(seq)
         elif packet.closed:
-            self._straggler(packet, header, data_blocks)
+            self._straggler(packet, header)
             return self.packets_closed != closed_before
         elif packet.expected != expected:
             return self.packets_closed != closed_before  # a header that disagrees: the reassembler drops it
@@ -281,10 +279,11 @@ class LossTracker:
             packet.nack_due_s = now
             self._pending.add(seq)
 
-    def _straggler(self, packet: _Packet, header: MediaHeader, data_blocks: int) -> None:
+    def _straggler(self, packet: _Packet, header: MediaHeader) -> None:
         """A datagram of a packet already judged: a resend we asked for, or a first transmission that was only
         late (the host sent the frame slower than ``tail_wait_s``): that one was counted lost, and is not."""
-        if not packet.expected or packet.expected != data_blocks + min(header.num_fec_blocks, 4 * data_blocks + 1):
+        data_blocks, expected = _sizes(header)
+        if not packet.expected or packet.expected != expected:
             return  # nothing of it had come (asked for whole), or a header that does not match
         position = data_blocks + header.subpacket_seq if header.fec else header.subpacket_seq
         if position >= packet.expected or packet.got[position]:
@@ -333,6 +332,13 @@ class LossTracker:
             "nacks_sent": self.nacks_sent,
             "loss_reports_sent": self.reports_sent,
         }
+
+
+def _sizes(header: MediaHeader) -> tuple[int, int]:
+    """A packet's data blocks and all its datagrams.  No planner sends more than 4 repair blocks per data block:
+    a larger count is forged (an open session) and is not believed."""
+    data_blocks = -(-header.payload_size // 1024)
+    return data_blocks, data_blocks + min(header.num_fec_blocks, 4 * data_blocks + 1)
 
 
 def _runs_of_zeros(flags: bytearray) -> list[int]:
