@@ -103,7 +103,9 @@ def test_a_lost_packet_releases_the_next_after_the_reorder_timeout() -> None:
     assert r.handle_timer(0.0045) == []
     events = r.handle_timer(0.005)
     assert [e.data for e in _ready(events)] == [frames[1]]
-    assert [e for e in events if isinstance(e, PacketsLost)] == []  # nothing delivered before: no gap yet
+    # Packet 0 was given up: lost now, not only once something after it is delivered.
+    assert [(e.count, e.before_seq) for e in events if isinstance(e, PacketsLost)] == [(1, packets_seq(packets, 1))]
+    assert r.counters.dropped_video == 1
     events = []
     for d in packets[2]:
         events += r.receive(d, 0.02)
@@ -111,6 +113,28 @@ def test_a_lost_packet_releases_the_next_after_the_reorder_timeout() -> None:
     # The late datagrams of packet 0 are stale now.
     assert r.receive(packets[0][1], 0.03) == []
     assert r.discarded["late"] >= 1
+
+
+def packets_seq(packets: list[list[bytes]], index: int) -> int:
+    return MediaHeader.parse(packets[index][0]).packet_seq
+
+
+def test_a_stream_where_nothing_completes_still_counts_its_loss() -> None:
+    """A link narrower than the stream: every packet arrives in part, none completes, none is delivered.
+    The viewer must still know it is losing everything (and ask for help), not report 0 lost."""
+    rng = random.Random(6)
+    frames = _frames(30, rng, (6000, 6000))
+    packets = _packetize(frames, "none")
+    r = Reassembler(ReassemblerConfig(deadline_s=0.1))
+    lost = 0
+    for i, datagrams in enumerate(packets):
+        now = i / 60
+        for d in datagrams[:2]:  # the rest never fits through
+            lost += sum(e.count for e in r.receive(d, now) if isinstance(e, PacketsLost))
+        lost += sum(e.count for e in r.handle_timer(now) if isinstance(e, PacketsLost))
+    lost += sum(e.count for e in r.handle_timer(10.0) if isinstance(e, PacketsLost))
+    assert r.counters.received == 0
+    assert lost == r.counters.dropped_video == 30
 
 
 def test_loss_is_counted_when_a_later_packet_is_delivered() -> None:

@@ -273,6 +273,15 @@ def test_concealment_waits_for_a_whole_picture_and_bounds_a_freeze() -> None:
     assert not Concealment(conceal_after_s=None).show(whole=False, connection=1, now=9.0)
 
 
+def test_a_picture_never_replaced_is_the_longest_freeze() -> None:
+    """One frame and then nothing (a link narrower than the stream): the freeze is measured while it lasts."""
+    c = Concealment()
+    assert c.still_s(5.0) == 0.0  # nothing shown yet
+    c.shown(1.0)
+    assert c.max_still_s == 0.0
+    assert c.still_s(20.0) == pytest.approx(19.0)
+
+
 def test_heartbeat_encoding_skips_a_beat_while_the_encoder_is_busy() -> None:
     s = EncodeSchedule(1 / 60)
     assert s.heartbeat(0.0)

@@ -114,8 +114,8 @@ class VideoPipeline:
             self._queue.put(None)
             self._thread.join(timeout_s)
 
-    def summary(self) -> dict[str, Any]:
-        """Counters and medians, in the viewer's statistics' names."""
+    def summary(self, *, streaming: bool = False) -> dict[str, Any]:
+        """Counters and medians, in the viewer's statistics' names; ``streaming``: the stream is still running."""
         with self.lock:
             st = self.stats
             out: dict[str, Any] = {k: getattr(st, k) for k in st.__dataclass_fields__ if not k.endswith("_ms")}
@@ -125,7 +125,9 @@ class VideoPipeline:
                 out[f"{name}_p95"] = float(np.percentile(values, 95)) if values else None
             out["latency_ms_samples"] = tail(st.latency_ms, 2000)
             out["connect_to_first_frame_ms"] = list(st.connect_to_first_frame_ms)
-            out["max_freeze_ms"] = self.concealment.max_still_s * 1000
+            # While the stream runs, a picture that has not been replaced yet is a freeze in progress.
+            still = self.concealment.still_s(time.monotonic()) if streaming else self.concealment.max_still_s
+            out["max_freeze_ms"] = still * 1000
             out["freezes_over_250ms"] = self.concealment.freezes
         return out
 

@@ -305,7 +305,7 @@ class Viewer:
             )
         }
         out.update(connects=self.connects, sessions_streaming=self.sessions_streaming, reconnects=self.reconnects)
-        out.update(self.video.summary())
+        out.update(self.video.summary(streaming=conn is not None and conn.streaming))
         handshakes = list(self.handshake_ms)
         out["handshake_ms_median"] = statistics.median(handshakes) if handshakes else None
         rtt = conn.clock.last_rtt_s if conn is not None else None

@@ -140,6 +140,9 @@ class _Partial:
 class _StreamState:
     in_flight: dict[int, _Partial] = field(default_factory=dict)
     last_delivered: int | None = None
+    #: Newest sequence counted as delivered or lost: the loss of a packet given up is counted at once, not when
+    #: (if ever) a later packet is delivered, so a stream where nothing completes still shows its loss.
+    last_accounted: int | None = None
     #: Newest sequence delivered or given up; anything at or before it is stale.
     floor: int | None = None
     #: Stale datagrams since the last delivery, and when the first of them came.
@@ -328,7 +331,7 @@ class Reassembler:
             oldest = min(state.in_flight, key=lambda s: seq14_delta(s, header.packet_seq))
             if seq14_delta(header.packet_seq, oldest) < 0:
                 return False  # the new packet is older than everything held: it loses
-            self._give_up(state, oldest)
+            events += self._give_up(header.stream, oldest)
             events += self._flush(header.stream, now)
         return self._buffered_bytes + need <= self.config.max_buffered_bytes
 
@@ -369,7 +372,7 @@ class Reassembler:
             expired = now >= part.first_s + cfg.deadline_s
             waited = part.blocked_since_s is not None and now >= part.blocked_since_s + wait
             if expired or waited or too_many:
-                self._give_up(state, oldest)
+                events += self._give_up(stream, oldest)
                 continue
             break
         return events
@@ -399,29 +402,40 @@ class Reassembler:
         for part in state.in_flight.values():
             self._buffered_bytes -= part.buffer_bytes
         state.in_flight.clear()
-        state.floor = state.last_delivered = state.stale_since_s = None
+        state.floor = state.last_delivered = state.last_accounted = state.stale_since_s = None
         state.stale_run = 0
         self.discarded["stream_resync"] += 1  # an event, not a datagram: the stream was re-anchored
 
-    def _give_up(self, state: _StreamState, seq: int) -> None:
-        """Abandon an incomplete packet; it is counted as dropped when a later one is delivered."""
+    def _give_up(self, stream: StreamType, seq: int) -> list[ReassemblyEvent]:
+        """Abandon an incomplete packet, and count it lost now (with any unseen packets before it)."""
+        state = self._streams[stream]
         self._release(state, seq)
         self.discarded["gave_up_packet"] += 1
+        return self._count_lost(stream, state, seq, including=True)
+
+    def _count_lost(self, stream: StreamType, state: _StreamState, seq: int, *, including: bool) -> list[ReassemblyEvent]:
+        """Packets before ``seq`` (and ``seq`` itself when ``including``) not yet accounted for are lost."""
+        previous = state.last_accounted
+        lost = 1 if including else 0
+        if previous is not None:
+            lost = seq14_delta(seq, previous) - (0 if including else 1)
+        if previous is None or seq14_delta(seq, previous) > 0:
+            state.last_accounted = seq
+        if lost <= 0:
+            return []
+        c = self.counters
+        if stream == StreamType.VIDEO:
+            c.dropped_video += lost
+        else:
+            c.dropped_audio += lost
+        return [PacketsLost(stream, lost, (seq + 1) & SEQ14_MASK if including else seq)]
 
     def _deliver(self, stream: StreamType, seq: int, part: _Partial) -> list[ReassemblyEvent]:
         state = self._streams[stream]
         self._release(state, seq)
         state.stale_run, state.stale_since_s = 0, None
-        events: list[ReassemblyEvent] = []
+        events = self._count_lost(stream, state, seq, including=False)
         c = self.counters
-        if state.last_delivered is not None:
-            lost = seq14_delta(seq, state.last_delivered) - 1
-            if lost > 0:
-                if stream == StreamType.VIDEO:
-                    c.dropped_video += lost
-                else:
-                    c.dropped_audio += lost
-                events.append(PacketsLost(stream, lost, seq))
         state.last_delivered = seq
         c.received += 1
         h = part.header

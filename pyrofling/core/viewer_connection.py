@@ -349,6 +349,12 @@ class Concealment:
             return False
         return now - self.last_shown_s >= limit
 
+    def still_s(self, now: float) -> float:
+        """The longest still spell so far, the one still running at ``now`` included (a picture that is never
+        replaced is the longest freeze of all)."""
+        running = now - self.last_shown_s if self.last_shown_s is not None else 0.0
+        return max(self.max_still_s, running)
+
     def shown(self, now: float) -> None:
         """A picture went to the presenter at ``now``."""
         if self.last_shown_s is not None:
