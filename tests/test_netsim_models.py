@@ -4,7 +4,7 @@ import random
 import pytest
 
 from pyrofling.netsim import GilbertElliottLoss, IidLoss, Impairment, ImpairmentConfig, TraceLoss
-from pyrofling.netsim.models import Outages
+from pyrofling.netsim.models import LinkChange, Outages
 
 
 def test_iid_loss_rate_and_seeding() -> None:
@@ -88,3 +88,51 @@ def test_outages_are_seeded_and_checked() -> None:
     for bad in ((0.0, 0.01, 0.01), (1.0, 0.0, 0.01), (1.0, 0.02, 0.01)):
         with pytest.raises(ValueError):
             Outages(*bad, rng=random.Random(1))
+
+
+def test_a_schedule_parses_from_text_and_says_what_is_wrong() -> None:
+    steps = LinkChange.parse_schedule("10 rate-mbits=4 queue-ms=50; 30s rate-mbits=10\n# done\n45 loss=2%")
+    assert [s.at_s for s in steps] == [10.0, 30.0, 45.0]
+    assert steps[0].changes == (("rate_bits_per_s", 4e6), ("queue_s", pytest.approx(0.05)))
+    assert steps[2].changes == (("loss", pytest.approx(0.02)),)
+    assert steps[0].describe() == "10 s: rate-mbits=4 queue-ms=50"
+    for text, says in (
+        ("rate-mbits=4", "starts with its time"),
+        ("10", "say what changes"),
+        ("10 speed=4", "unknown key 'speed'"),
+        ("10 rate-mbits=fast", "needs a number"),
+        ("10 loss=1.5", "out of range"),
+        ("30 rate-mbits=4; 10 rate-mbits=10", "time order"),
+        ("# nothing", "no steps"),
+    ):
+        with pytest.raises(ValueError, match=says):
+            LinkChange.parse_schedule(text)
+
+
+def test_the_link_follows_its_schedule_rate_and_a_queue_sized_in_time() -> None:
+    """10 -> 4 -> 10 Mbit/s with a 50 ms queue: departures space out at the new rate, the queue holds 50 ms of
+    it (25 kB at 4 Mbit/s), and the link is fast again after the last step."""
+    steps = LinkChange.parse_schedule("0 rate-mbits=10 queue-ms=50; 1 rate-mbits=4; 2 rate-mbits=10")
+    imp = Impairment(ImpairmentConfig(schedule=steps))
+    imp.start(0.0)
+    first = imp.process(0.5, 1250)
+    assert first == [pytest.approx(0.5 + 1250 * 8 / 10e6)]
+    assert imp.queue_limit_bytes == 62_500
+    # At 4 Mbit/s, a burst of 60 datagrams of 1250 bytes: 20 fit in the 25 kB queue, the rest are dropped.
+    out = [imp.process(1.5, 1250) for _ in range(60)]
+    kept = [t[0] for t in out if t]
+    assert imp.queue_limit_bytes == 25_000
+    assert len(kept) == 20 and imp.stats.dropped_queue == 40
+    assert kept[1] - kept[0] == pytest.approx(1250 * 8 / 4e6)
+    assert imp.process(2.5, 1250) == [pytest.approx(2.5 + 1250 * 8 / 10e6)]
+    assert [t for t, _ in imp.applied] == [0.5, 1.5, 2.5]
+
+
+def test_a_loss_step_turns_loss_on_and_off() -> None:
+    imp = Impairment(ImpairmentConfig(schedule=LinkChange.parse_schedule("1 loss=0.5; 2 loss=0")), seed=3)
+    imp.start(0.0)
+    before = sum(not imp.process(0.5, 100) for _ in range(1000))
+    during = sum(not imp.process(1.5, 100) for _ in range(1000))
+    after = sum(not imp.process(2.5, 100) for _ in range(1000))
+    assert before == 0 and after == 0
+    assert 400 < during < 600

@@ -23,7 +23,7 @@ from pyrofling.cli.options import (
     run_time,
     setup_logging,
 )
-from pyrofling.netsim.models import ImpairmentConfig, TraceLoss
+from pyrofling.netsim.models import ImpairmentConfig, LinkChange, TraceLoss
 from pyrofling.netsim.relay import NetsimRelay, RelayConfig
 
 
@@ -34,6 +34,23 @@ def _trace(text: str) -> tuple[bool, ...]:
         return TraceLoss.parse(path.read_text(), name=text)
     except OSError as exc:
         raise argparse.ArgumentTypeError(f"{text}: cannot read the loss trace ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _schedule(text: str) -> tuple[LinkChange, ...]:
+    try:
+        return LinkChange.parse_schedule(text, name="--schedule")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _schedule_file(text: str) -> tuple[LinkChange, ...]:
+    """A schedule file, read now: its steps (one per line)."""
+    try:
+        return LinkChange.parse_schedule(Path(text).read_text(), name=text)
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"{text}: cannot read the schedule ({exc.strerror or exc})") from None
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -55,6 +72,19 @@ _IMPAIRMENTS: tuple[tuple[str, Callable[[str], Any], str], ...] = (
     ("duplicate", probability, "probability a datagram is delivered twice"),
     ("rate-mbits", number(0.0, 100_000.0, "Mbit/s", above_low=True), "bottleneck rate, Mbit/s (default unlimited)"),
     ("queue-kbytes", number(1.0, 1_000_000.0, "KiB"), "bottleneck queue size, KiB; tail drop beyond it (default 256)"),
+    (
+        "queue-ms",
+        number(1.0, 100_000.0, "ms"),
+        "bottleneck queue as time at the current rate (bytes follow the rate), instead of --queue-kbytes",
+    ),
+    (
+        "schedule",
+        _schedule,
+        "how the link changes over time: steps 'T KEY=VALUE ...' separated by ';', T in seconds from the "
+        "start; keys rate-mbits (0 = unlimited), delay-ms, jitter-ms, loss, queue-kbytes, queue-ms. "
+        "E.g. '10 rate-mbits=4; 30 rate-mbits=10'",
+    ),
+    ("schedule-file", _schedule_file, "the same steps from a file, one per line ('#' comments)"),
 )
 
 
@@ -104,6 +134,8 @@ def impairment(args: argparse.Namespace, prefix: str) -> ImpairmentConfig:
         duplicate=get("duplicate") or 0.0,
         rate_bits_per_s=(get("rate-mbits") or 0.0) * 1e6,
         queue_bytes=int((get("queue-kbytes") or 256) * 1024),
+        queue_s=get("queue-ms") / 1000 if get("queue-ms") is not None else None,
+        schedule=(get("schedule") or ()) + (get("schedule-file") or ()),
     )
 
 
@@ -122,11 +154,18 @@ def format_report(report: dict[str, Any]) -> str:
             f"{name:<16}{s['received']:>10}{s['forwarded']:>11}{s['dropped']:>9}{s['dropped_queue']:>9}"
             f"{s['dropped_outage']:>10}{s['duplicated']:>12}{s['reordered']:>11}"
         )
+    for name, key in (("host -> viewer", "down"), ("viewer -> host", "up")):
+        for at_s, text in report.get("schedule_applied", {}).get(key, []):
+            lines.append(f"{name} link changed at {at_s:.2f} s: {text.split(': ', 1)[1]}")
     return "\n".join(lines)
 
 
 def run_netsim(args: argparse.Namespace) -> int:
     setup_logging(args)
+    for prefix in ("", "up_"):
+        if getattr(args, prefix + "schedule") and getattr(args, prefix + "schedule_file"):
+            return refuse("netsim", f"give --{prefix.replace('_', '-')}schedule or --{prefix.replace('_', '-')}"
+                          "schedule-file, not both", 2)  # fmt: skip
     cfg = RelayConfig(
         upstream_host=args.upstream[0],
         upstream_port=args.upstream[1],

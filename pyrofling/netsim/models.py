@@ -13,8 +13,8 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
 
 class LossModel(Protocol):
@@ -134,6 +134,75 @@ class TraceLoss:
         return lost
 
 
+#: The keys a schedule step may change, with their unit's factor to the config's unit and the config field.
+_STEP_KEYS: dict[str, tuple[str, float]] = {
+    "rate-mbits": ("rate_bits_per_s", 1e6),
+    "delay-ms": ("delay_s", 1e-3),
+    "jitter-ms": ("jitter_s", 1e-3),
+    "loss": ("loss", 1.0),
+    "queue-kbytes": ("queue_bytes", 1024.0),
+    "queue-ms": ("queue_s", 1e-3),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LinkChange:
+    """What the link becomes ``at_s`` seconds after the relay starts: the fields given, the rest unchanged."""
+
+    at_s: float
+    changes: tuple[tuple[str, float], ...]  # (ImpairmentConfig field, value in its unit)
+
+    def describe(self) -> str:
+        names = {f: (k, scale) for k, (f, scale) in _STEP_KEYS.items()}
+        parts = []
+        for name, value in self.changes:
+            key, scale = names[name]
+            parts.append(f"{key}={value / scale:g}")
+        return f"{self.at_s:g} s: " + " ".join(parts)
+
+    @staticmethod
+    def parse_schedule(text: str, *, name: str = "schedule") -> tuple[LinkChange, ...]:
+        """Steps ``T KEY=VALUE ...`` separated by ``;`` or new lines (``#`` starts a comment), in time order.
+
+        Keys: ``rate-mbits`` (0: unlimited), ``delay-ms``, ``jitter-ms``, ``loss`` (0.02 or 2%),
+        ``queue-kbytes``, ``queue-ms`` (the queue as time at the current rate).  ``T`` is seconds (``10`` or
+        ``10s``) after the relay starts.  Example: ``10 rate-mbits=4; 30 rate-mbits=10``.
+        """
+        steps: list[LinkChange] = []
+        lines = [line.split("#", 1)[0] for line in text.splitlines()]
+        for lineno, line in enumerate(lines, 1):
+            for part in line.split(";"):
+                words = part.split()
+                if not words:
+                    continue
+                where = f"{name}:{lineno}: {part.strip()!r}"
+                try:
+                    at_s = float(words[0].removesuffix("s"))
+                except ValueError:
+                    raise ValueError(f"{where}: a step starts with its time in seconds, e.g. '10 rate-mbits=4'") from None
+                if at_s < 0 or (steps and at_s < steps[-1].at_s):
+                    raise ValueError(f"{where}: steps must be in time order, from 0 s on")
+                if len(words) == 1:
+                    raise ValueError(f"{where}: say what changes, e.g. '{words[0]} rate-mbits=4'")
+                changes = []
+                for word in words[1:]:
+                    key, _, value = word.partition("=")
+                    if key not in _STEP_KEYS:
+                        raise ValueError(f"{where}: unknown key {key!r}; use {', '.join(_STEP_KEYS)}")
+                    field_name, scale = _STEP_KEYS[key]
+                    try:
+                        number = float(value[:-1]) / 100 if value.endswith("%") else float(value)
+                    except ValueError:
+                        raise ValueError(f"{where}: {key} needs a number, not {value!r}") from None
+                    if number < 0 or (key == "loss" and number > 1):
+                        raise ValueError(f"{where}: {key}={value} is out of range")
+                    changes.append((field_name, number * scale))
+                steps.append(LinkChange(at_s, tuple(changes)))
+        if not steps:
+            raise ValueError(f"{name}: the schedule has no steps")
+        return tuple(steps)
+
+
 @dataclass(frozen=True, slots=True)
 class ImpairmentConfig:
     """What one direction of the simulated network does.  Defaults: a perfect link."""
@@ -157,6 +226,12 @@ class ImpairmentConfig:
     #: Bottleneck rate in bit/s (0 = unlimited); a queue of ``queue_bytes`` drops from the tail.
     rate_bits_per_s: float = 0.0
     queue_bytes: int = 256 * 1024
+    #: The bottleneck queue as time at the current rate instead (what a router sized for its link holds):
+    #: its size in bytes follows the rate.  None: ``queue_bytes``.
+    queue_s: float | None = None
+    #: Changes of the link over time (:meth:`LinkChange.parse_schedule`), from the first datagram or
+    #: :meth:`Impairment.start`.
+    schedule: tuple[LinkChange, ...] = ()
     #: Outages, as Wi-Fi has them: (mean seconds between outage starts, shortest, longest outage in seconds).
     #: The link drops everything during one; starts are a Poisson process, lengths uniform.  None: no outages.
     outages: tuple[float, float, float] | None = None
@@ -253,15 +328,50 @@ class Impairment:
 
     def __init__(self, config: ImpairmentConfig, *, seed: int = 1) -> None:
         self.config = config
+        #: The link as it is now (``config`` with the schedule's changes so far).
+        self.current = config
+        self._seed = seed
         self._rng = random.Random(seed)
         self.loss_model = make_loss_model(config, random.Random(seed ^ 0x5EED))
+        self._origin_s: float | None = None
+        self._next_step = 0
+        #: (seconds after the start, the change) of each step applied so far.
+        self.applied: list[tuple[float, str]] = []
         self.stats = DirectionStats()
         self._link = _Link()
         self._last_departure_s = float("-inf")
         self.outages = Outages(*config.outages, rng=random.Random(seed ^ 0x0A7E)) if config.outages else None
 
+    def start(self, now: float) -> None:
+        """The schedule's time 0 (otherwise the first datagram's arrival)."""
+        if self._origin_s is None:
+            self._origin_s = now
+
+    @property
+    def queue_limit_bytes(self) -> int:
+        cfg = self.current
+        if cfg.queue_s is not None and cfg.rate_bits_per_s > 0:
+            return max(1500, int(cfg.rate_bits_per_s / 8 * cfg.queue_s))
+        return cfg.queue_bytes
+
+    def _follow_schedule(self, now: float) -> None:
+        self.start(now)
+        assert self._origin_s is not None
+        steps = self.config.schedule
+        while self._next_step < len(steps) and now - self._origin_s >= steps[self._next_step].at_s:
+            step = steps[self._next_step]
+            self._next_step += 1
+            changes: dict[str, Any] = {k: int(v) if k == "queue_bytes" else v for k, v in step.changes}
+            self.current = replace(self.current, **changes)
+            if "loss" in changes:  # a loss step replaces the loss model with i.i.d. loss at that rate
+                cfg = replace(self.current, gilbert_elliott=None, loss_trace=None)
+                self.loss_model = make_loss_model(cfg, random.Random(self._seed ^ 0x5EED ^ self._next_step))
+            self.applied.append((round(now - self._origin_s, 3), step.describe()))
+
     def process(self, now: float, size_bytes: int) -> list[float]:
-        cfg = self.config
+        if self.config.schedule:
+            self._follow_schedule(now)
+        cfg = self.current
         stats = self.stats
         stats.received += 1
         if self.outages is not None and self.outages.active(now):
@@ -276,7 +386,7 @@ class Impairment:
             link = self._link
             while link.queued and link.queued[0][0] <= now:
                 link.queued_bytes -= link.queued.popleft()[1]
-            if link.queued_bytes + size_bytes > cfg.queue_bytes:
+            if link.queued_bytes + size_bytes > self.queue_limit_bytes:
                 stats.dropped_queue += 1
                 return []
             start = max(now, link.free_at_s)

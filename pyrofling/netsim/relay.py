@@ -85,6 +85,8 @@ class NetsimRelay:
         self._backlog: dict[tuple[Any, ...], list[bytes]] = {}
         self._pipes: set[asyncio.Task[None]] = set()
         self.address: tuple[str, int] = (config.listen_host, config.listen_port)
+        #: When the relay started listening (the schedules' time 0), on the monotonic clock.
+        self.started_s: float | None = None
 
     async def start(self) -> tuple[str, int]:
         """Bind TCP and UDP on the same port; returns the bound (host, port)."""
@@ -99,6 +101,9 @@ class NetsimRelay:
         )
         self._listen = transport
         self.address = (host, port)
+        self.started_s = loop.time()
+        self.down.start(self.started_s)
+        self.up.start(self.started_s)
         log.info("netsim relay on %s:%d -> %s:%d", host, port, cfg.upstream_host, cfg.upstream_port)
         return self.address
 
@@ -128,6 +133,8 @@ class NetsimRelay:
             "refused_clients": self.refused_clients,
             "down": self.down.stats.as_dict(),
             "up": self.up.stats.as_dict(),
+            "started_monotonic_s": self.started_s,
+            "schedule_applied": {"down": self.down.applied, "up": self.up.applied},
         }
 
     # --- UDP -----------------------------------------------------------------------------
