@@ -12,6 +12,7 @@ from pyrofling.wire import (
     SEALED_MAGIC,
     TYPE_MAGIC,
     Again,
+    ArrivalSample,
     AuthChallenge,
     AuthResponse,
     AuthResult,
@@ -38,7 +39,10 @@ from pyrofling.wire import (
     PingReply,
     Progress,
     ProtocolError,
+    RateDecider,
+    RateFeedback,
     RequestKeyframe,
+    StreamRate,
     StreamType,
     TruncatedError,
     UnknownControl,
@@ -71,6 +75,8 @@ SAMPLES = [
     Nack(0x3FFF, 1, 0, 1000, bytes(range(16))),
     Nack.whole_packet(17, 0),
     LossReport(1, 1000, 50, 3, 4, 1, 12, 7),
+    RateFeedback.build(3, 50_000, 61_234, [ArrivalSample(0x3FFF, 12, 2**32 + 7, 2**32 - 1)]),
+    StreamRate(4000, 10_000, 3900, RateDecider.YOUR_LINK),
 ]
 
 
@@ -100,6 +106,8 @@ NATIVE_WIDE = {
     MessageId.AUTH_RESULT: 0xFFFFFFFF_EF968924,  # 36
     MessageId.NACK: 0xFFFFFFFF_EF968625,  # 24
     MessageId.LOSS_REPORT: 0xFFFFFFFF_EF968726,  # 28
+    MessageId.RATE_FEEDBACK: 0xFFFFFFFF_EF969C27,  # 112
+    MessageId.STREAM_RATE: 0xFFFFFFFF_EF968428,  # 16
 }
 
 
@@ -113,6 +121,26 @@ def test_nack_names_blocks_by_bitmap_and_splits_long_lists() -> None:
             parse_udp_control(bytes(bad))
     with pytest.raises(FieldError):
         parse_udp_control(bytes(LossReport(1, 10, 11, 0, 0, 0, 0, 0)))  # more lost than sent
+
+
+def test_rate_feedback_keeps_the_newest_samples_and_wraps_times() -> None:
+    samples = [ArrivalSample(i, 3, 2**32 + 1000 * i, 2**32 + 1000 * i + 500) for i in range(11)]
+    msg = parse_udp_control(bytes(RateFeedback.build(1, 50_000, 9000, samples)))
+    assert isinstance(msg, RateFeedback)
+    assert [s.packet_seq for s in msg.samples] == list(range(3, 11))  # the newest 8
+    assert msg.samples[0].first_arrival_us == 3000 and msg.samples[0].last_arrival_us == 3500
+    raw = bytearray(bytes(msg))
+    raw[8 + 12] = 9  # count 9 > 8
+    with pytest.raises(FieldError):
+        parse_udp_control(bytes(raw))
+    raw = bytearray(bytes(msg))
+    raw[8 + 16 + 1] = 0x40  # first sample's packet_seq beyond 14 bits
+    with pytest.raises(FieldError):
+        parse_udp_control(bytes(raw))
+    with pytest.raises(FieldError):
+        parse_control(bytes(StreamRate(1, 1, 1, 9)))
+    with pytest.raises(UnknownMessageError):
+        parse_udp_control(bytes(StreamRate(1, 1, 1, 0)))  # host -> viewer, TCP only
 
 
 @pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: type(m).__name__)
@@ -156,7 +184,7 @@ def test_specific_errors() -> None:
     with pytest.raises(BadMagicError):
         parse_control(struct.pack("<I", 0x12345678))
     with pytest.raises(UnknownMessageError):
-        parse_control(struct.pack("<I", type_word(40, 0)))
+        parse_control(struct.pack("<I", type_word(63, 0)))
     with pytest.raises(LengthError):  # KICK whose type word claims 3 payload bytes
         parse_control(struct.pack("<I", type_word(MessageId.KICK, 3)) + b"abc")
     with pytest.raises(LengthError):  # trailing bytes
@@ -300,6 +328,7 @@ def test_extensions_drop_unknown_feature_bits() -> None:
         | ExtensionFeature.LOSS_REPORTS
         | ExtensionFeature.NACK
         | ExtensionFeature.MDS_FEC
+        | ExtensionFeature.RATE_CONTROL
     )
     assert msg.feature_flags == known  # but only known ones are usable
 

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyrofling.wire import (
+    ArrivalSample,
     CodecParameters,
     ControlFramer,
     Cookie,
@@ -23,6 +24,7 @@ from pyrofling.wire import (
     PingReply,
     Progress,
     ProtocolError,
+    RateFeedback,
     parse_control,
     parse_media_datagram,
     parse_udp_control,
@@ -41,6 +43,7 @@ VALID = [
         Ping(7),
         Nack(3, 0, 0, 2, b"\x03" + bytes(15)),
         LossReport(9, 400, 12, 1, 2, 0, 3, 5),
+        RateFeedback.build(2, 50_000, 40_000, [ArrivalSample(5, 9, 100, 900), ArrivalSample(6, 9, 17_000, 17_800)]),
     )
 ] + [bytes(PingReply(5, 99)), bytes(MediaHeader(16667, 0, 3000, 1, 3, 3, 42, 1)) + b"\x55" * 1024]
 

@@ -413,7 +413,9 @@ class Reassembler:
         self.discarded["gave_up_packet"] += 1
         return self._count_lost(stream, state, seq, including=True)
 
-    def _count_lost(self, stream: StreamType, state: _StreamState, seq: int, *, including: bool) -> list[ReassemblyEvent]:
+    def _count_lost(
+        self, stream: StreamType, state: _StreamState, seq: int, *, including: bool
+    ) -> list[ReassemblyEvent]:
         """Packets before ``seq`` (and ``seq`` itself when ``including``) not yet accounted for are lost."""
         previous = state.last_accounted
         lost = 1 if including else 0

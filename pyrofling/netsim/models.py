@@ -179,7 +179,9 @@ class LinkChange:
                 try:
                     at_s = float(words[0].removesuffix("s"))
                 except ValueError:
-                    raise ValueError(f"{where}: a step starts with its time in seconds, e.g. '10 rate-mbits=4'") from None
+                    raise ValueError(
+                        f"{where}: a step starts with its time in seconds, e.g. '10 rate-mbits=4'"
+                    ) from None
                 if at_s < 0 or (steps and at_s < steps[-1].at_s):
                     raise ValueError(f"{where}: steps must be in time order, from 0 s on")
                 if len(words) == 1:

@@ -66,6 +66,8 @@ class MessageId(enum.IntEnum):
     AUTH_RESULT = 36
     NACK = 37
     LOSS_REPORT = 38
+    RATE_FEEDBACK = 39
+    STREAM_RATE = 40
 
 
 def type_word(message_id: int, payload_bytes: int) -> int:
@@ -298,6 +300,8 @@ class ExtensionFeature(enum.IntFlag):
     NACK = 1 << 4
     #: Reed–Solomon repair blocks (both XOR degrees 0 in the header) instead of mirrored XOR (protocol.md §7.8).
     MDS_FEC = 1 << 5
+    #: The viewer sends RATE_FEEDBACK; the host fits the stream to the link and says so with STREAM_RATE (§7.10).
+    RATE_CONTROL = 1 << 6
 
 
 #: Version of the pyrofling extension set this build speaks.
@@ -431,6 +435,93 @@ class LossReport(ControlMessage):
             raise FieldError("LOSS_REPORT says more datagrams were lost than sent")
 
 
+#: Arrival samples one RATE_FEEDBACK carries at most.
+RATE_SAMPLES = 8
+_RATE_SAMPLE = struct.Struct("<HHII")
+
+
+@dataclass(frozen=True, slots=True)
+class ArrivalSample:
+    """When a video packet's datagrams arrived at the viewer (its clock, µs, modulo 2³²)."""
+
+    packet_seq: int
+    datagrams: int  # how many of its datagrams (data and repair, first transmissions or resent) arrived
+    first_arrival_us: int
+    last_arrival_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class RateFeedback(ControlMessage):
+    """pyrofling extension (protocol.md §7.10), viewer → host over UDP, every 50 ms: what arrived, and when."""
+
+    ID = MessageId.RATE_FEEDBACK
+    PAYLOAD = struct.Struct(f"<IIIHH{RATE_SAMPLES * _RATE_SAMPLE.size}s")
+    seq: int
+    interval_us: int  # on the viewer's clock, since the previous RATE_FEEDBACK
+    bytes_received: int  # media datagrams, as they came off the wire, in that interval
+    count: int  # samples used
+    reserved: int
+    samples_raw: bytes
+
+    def check(self) -> None:
+        if self.count > RATE_SAMPLES:
+            raise FieldError(f"RATE_FEEDBACK says {self.count} samples; it holds {RATE_SAMPLES}")
+        if any(s.packet_seq > 0x3FFF for s in self.samples):
+            raise FieldError("RATE_FEEDBACK names a packet sequence beyond 14 bits")
+
+    @property
+    def samples(self) -> list[ArrivalSample]:
+        return [
+            ArrivalSample(*_RATE_SAMPLE.unpack_from(self.samples_raw, i * _RATE_SAMPLE.size)) for i in range(self.count)
+        ]
+
+    @classmethod
+    def build(cls, seq: int, interval_us: int, bytes_received: int, samples: list[ArrivalSample]) -> RateFeedback:
+        """The newest :data:`RATE_SAMPLES` of ``samples`` (oldest first), times wrapped to 32 bits."""
+        used = samples[-RATE_SAMPLES:]
+        raw = b"".join(
+            _RATE_SAMPLE.pack(
+                s.packet_seq, min(s.datagrams, 0xFFFF), s.first_arrival_us & 0xFFFFFFFF, s.last_arrival_us & 0xFFFFFFFF
+            )
+            for s in used
+        )
+        return cls(
+            seq & 0xFFFFFFFF,
+            min(interval_us, 0xFFFFFFFF),
+            min(bytes_received, 0xFFFFFFFF),
+            len(used),
+            0,
+            raw.ljust(RATE_SAMPLES * _RATE_SAMPLE.size, b"\0"),
+        )
+
+
+class RateDecider(enum.IntEnum):
+    """What set the stream's bitrate, as STREAM_RATE tells a viewer (protocol.md §7.10)."""
+
+    YOUR_LINK = 0
+    CEILING = 1
+    OTHER_VIEWER = 2
+    FLOOR = 3
+    FIXED = 4
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRate(ControlMessage):
+    """pyrofling extension (protocol.md §7.10), host → viewer over TCP: the encoder's bitrate and why."""
+
+    ID = MessageId.STREAM_RATE
+    PAYLOAD = struct.Struct("<IIIB3s")
+    bitrate_kbits: int
+    ceiling_kbits: int
+    your_link_kbits: int  # what the host estimates this viewer's link carries for the video (0: unknown)
+    decided_by: int  # RateDecider
+    reserved: bytes = bytes(3)
+
+    def check(self) -> None:
+        if self.decided_by not in RateDecider._value2member_map_:
+            raise FieldError(f"STREAM_RATE decided_by {self.decided_by} is unknown")
+
+
 CONTROL_TYPES: dict[int, type[ControlMessage]] = {
     cls.ID: cls
     for cls in (
@@ -452,6 +543,8 @@ CONTROL_TYPES: dict[int, type[ControlMessage]] = {
         AuthResult,
         Nack,
         LossReport,
+        RateFeedback,
+        StreamRate,
     )
 }
 
@@ -478,6 +571,7 @@ UDP_CLIENT_TYPES = frozenset(
         MessageId.PING,
         MessageId.NACK,
         MessageId.LOSS_REPORT,
+        MessageId.RATE_FEEDBACK,
     }
 )
 
