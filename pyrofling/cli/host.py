@@ -24,6 +24,7 @@ from pyrofling.cli.options import (
     setup_logging,
     whole_number,
 )
+from pyrofling.core.congestion import RATE_POLICIES
 from pyrofling.core.frame_clock import CONTROLLERS, POLICIES
 from pyrofling.fec.planner import PLANNERS
 from pyrofling.server.audio import AudioConfig
@@ -136,6 +137,21 @@ def _add_network_options(p: argparse.ArgumentParser) -> None:
         default="auto",
         help="how repair blocks are chosen: auto (default) follows the loss a pyrofling viewer reports "
         "(adaptive) and uses tuned for viewers that do not report (native ones); or one for every viewer",
+    )
+    g.add_argument(
+        "--rate-policy",
+        choices=RATE_POLICIES,
+        default="players",
+        help="how the bitrate follows the viewers' links (pyrofling viewers report them; --bitrate-kbits is the "
+        "ceiling): players (default) — the narrowest link among viewers holding the gamepad, else the first "
+        "viewer's; lowest — the narrowest link of all; fixed — always --bitrate-kbits, as PyroFling",
+    )
+    g.add_argument(
+        "--min-bitrate-kbits",
+        type=whole_number(100, 10_000_000, "kbit/s"),
+        default=None,
+        metavar="KBITS",
+        help="the floor rate control never goes below (default a tenth of --bitrate-kbits, at least 500)",
     )
     g.add_argument(
         "--max-rate-mbits",
@@ -287,6 +303,15 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+def _floor_kbits(args: argparse.Namespace) -> int:
+    floor: int | None = args.min_bitrate_kbits
+    if floor is None:
+        return min(args.bitrate_kbits, max(500, args.bitrate_kbits // 10))
+    if floor > args.bitrate_kbits:
+        raise ValueError(f"--min-bitrate-kbits {floor} is above --bitrate-kbits {args.bitrate_kbits} (the ceiling)")
+    return floor
+
+
 def host_config(args: argparse.Namespace) -> HostConfig:
     """The host the flags describe; ValueError saying what to change when they do not fit together."""
     check_source(args.source)
@@ -314,6 +339,8 @@ def host_config(args: argparse.Namespace) -> HostConfig:
         fec_ratio=args.fec,
         audio_fec=not (args.no_fec or args.no_audio_fec),
         max_rate_mbits=args.max_rate_mbits,
+        rate_policy=args.rate_policy,
+        min_bitrate_kbits=_floor_kbits(args),
         phase_controller=args.phase_controller,
         phase_policy=args.phase_policy,
         client_rate_multiplier=args.client_rate_multiplier,

@@ -45,7 +45,7 @@ from pyrofling.core.viewer_connection import (
     ViewerOutput,
 )
 from pyrofling.files import write_stats
-from pyrofling.wire import CodecParameters, KickFlags, VideoCodec
+from pyrofling.wire import CodecParameters, KickFlags, RateDecider, VideoCodec
 
 log = logging.getLogger(__name__)
 
@@ -311,6 +311,10 @@ class Viewer:
         rtt = conn.clock.last_rtt_s if conn is not None else None
         out["rtt_ms"] = rtt * 1000 if rtt is not None else self.rtt_ms
         out["discarded"] = dict(discarded)
+        rate = conn.session.stream_rate if conn is not None else None
+        out["stream_bitrate_kbits"] = rate.bitrate_kbits if rate is not None else None
+        out["link_kbits"] = rate.your_link_kbits if rate is not None and rate.your_link_kbits else None
+        out["bitrate_decided_by"] = RateDecider(rate.decided_by).name.lower() if rate is not None else None
         out["failure"] = self.failure
         out["presentation"] = self.presenter.summary()
         glass = out["presentation"]["glass_ms"]

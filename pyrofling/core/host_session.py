@@ -23,6 +23,7 @@ import secrets
 from collections import Counter
 from collections.abc import Callable
 
+from pyrofling.core.congestion import LinkController, RateConfig, RateVoter, SharedBitrate
 from pyrofling.core.gamepad import GamepadRouter, Verdict
 from pyrofling.core.host_auth import HostAuth
 from pyrofling.core.host_state import (
@@ -36,9 +37,11 @@ from pyrofling.core.host_state import (
     RemoteViewer,
     SendControl,
     SendDatagram,
+    SetBitrate,
     ViewerLeft,
 )
 from pyrofling.core.keyframes import KeyframePolicy
+from pyrofling.core.pacer import PacedQueue, Pacer, TokenBucketPacer
 from pyrofling.core.packetizer import Packetizer
 from pyrofling.core.resend import RetainedPackets
 from pyrofling.core.secure import (
@@ -66,7 +69,9 @@ from pyrofling.wire import (
     PingReply,
     Progress,
     ProtocolError,
+    RateFeedback,
     RequestKeyframe,
+    StreamRate,
     UnknownControl,
     parse_udp_control,
     sealed_cookie,
@@ -84,8 +89,15 @@ class HostSessions:
         config: HostSessionConfig | None = None,
         random_bytes: Callable[[int], bytes] = secrets.token_bytes,
         limiter: FailureLimiter | None = None,
+        make_pacer: Callable[[], Pacer] = TokenBucketPacer,
+        rate: RateConfig | None = None,
+        rate_policy: str = "players",
     ) -> None:
         self.config = config or HostSessionConfig()
+        self._make_pacer = make_pacer
+        #: The encoder's bitrate, from the links of the viewers that report them (protocol.md §7.10); None: fixed.
+        self.rate = rate
+        self.bitrate = SharedBitrate(rate, rate_policy) if rate is not None else None
         self.keyframes = keyframes or KeyframePolicy()
         self.codec_parameters: CodecParameters | None = None
         self._make_packetizer = make_packetizer
@@ -138,6 +150,8 @@ class HostSessions:
         out: list[HostOutput] = [ViewerLeft(conn_id)]
         if release is not None:
             out.append(GamepadInput(release))
+        if conn.link is not None:
+            out += self._decide_bitrate(conn.last_alive_s)  # the link it set the bitrate by has gone
         return out
 
     def connection(self, conn_id: int) -> RemoteViewer | None:
@@ -212,6 +226,10 @@ class HostSessions:
         conn.kicked = True
         conn.kicked_s = now
         conn.packetizer = packetizer = self._make_packetizer(conn.cookie)
+        conn.paced = PacedQueue(self._make_pacer())
+        if conn.extensions & ExtensionFeature.RATE_CONTROL and self.rate is not None:
+            conn.link = LinkController(self.rate)
+            conn.paced.on_sent = conn.link.sent
         if conn.extensions & ExtensionFeature.LOSS_REPORTS:
             packetizer.follow_reports()
         if conn.extensions & ExtensionFeature.MDS_FEC:
@@ -359,6 +377,8 @@ class HostSessions:
             return self._nack(conn, msg)
         if isinstance(msg, LossReport):
             self._loss_report(conn, msg)
+        if isinstance(msg, RateFeedback):
+            return self._rate_feedback(conn, msg, now)
         return []
 
     def _nack(self, conn: RemoteViewer, msg: Nack) -> list[HostOutput]:
@@ -369,7 +389,10 @@ class HostSessions:
             return []
         conn.nacks += 1
         assert conn.udp_address is not None
-        return [SendDatagram(conn.udp_address, conn.outgoing(d), resend=True) for d in retained.resend(msg)]
+        resent = [conn.outgoing(d) for d in retained.resend(msg)]
+        if conn.link is not None:
+            conn.link.count(sum(map(len, resent)))
+        return [SendDatagram(conn.udp_address, d, resend=True) for d in resent]
 
     def _loss_report(self, conn: RemoteViewer, msg: LossReport) -> None:
         """The viewer's FEC follows what it reports (its own planners only: a lie costs nobody else)."""
@@ -380,10 +403,96 @@ class HostSessions:
         if msg.datagrams_expected:
             conn.reported_loss += 0.2 * (msg.datagrams_lost / msg.datagrams_expected - conn.reported_loss)
         p = conn.packetizer
-        p.audio_fec_active = conn.reported_loss > self.config.audio_fec_above_loss
+        # Audio repair costs as much as the audio: not while the link is what limits the stream.
+        squeezed = conn.link is not None and conn.link.congested
+        p.audio_fec_active = conn.reported_loss > self.config.audio_fec_above_loss and not squeezed
+        if conn.link is not None:
+            conn.link.lost(msg.datagrams_lost, msg.datagrams_expected)
         for planner in (p.video_planner, p.key_planner):
             if planner is not None:
                 planner.observe_datagram_loss(msg.datagrams_lost, msg.datagrams_expected)
+
+    # -- rate control (protocol.md §7.10) --------------------------------------------------
+
+    def video_queued(self, conn: RemoteViewer, datagrams: list[bytes], seq: int, payload_bytes: int) -> None:
+        """A video packet's datagrams (as they go on the wire) join the viewer's paced queue."""
+        assert conn.paced is not None
+        conn.paced.push(datagrams, tag=seq if conn.link is not None else None)
+        if conn.link is not None:
+            conn.link.video_packet(payload_bytes)
+
+    def _rate_feedback(self, conn: RemoteViewer, msg: RateFeedback, now: float) -> list[HostOutput]:
+        link = conn.link
+        if link is None:
+            self.discarded["rate_feedback_not_negotiated"] += 1
+            return []
+        conn.rate_feedbacks += 1
+        link.feedback(msg, now)
+        assert conn.paced is not None
+        pacer = conn.paced.pacer
+        if isinstance(pacer, TokenBucketPacer):
+            pacer.set_rate(link.pacing_bps(pacer.configured_bits_per_s))
+        return self._decide_bitrate(now)
+
+    def _decide_bitrate(self, now: float) -> list[HostOutput]:
+        """The shared bitrate from the links by the policy; STREAM_RATE to each reporting viewer when its news
+        changed (at most 4 a second)."""
+        shared = self.bitrate
+        if shared is None:
+            return []
+        viewers = [c for c in self._connections.values() if c.wants(KickFlags.VIDEO)]
+        voters = [
+            RateVoter(
+                c.conn_id,
+                c.link.video_bps if c.link is not None and c.link.feedbacks else None,
+                bool(c.flags & KickFlags.GAMEPAD),
+                c.kicked_s or 0.0,
+            )
+            for c in viewers
+        ]
+        out: list[HostOutput] = []
+        if shared.decide(voters):
+            why = {0: "a viewer's link", 1: "the ceiling", 3: "the floor"}.get(int(shared.reason), "the policy")
+            out.append(SetBitrate(round(shared.bitrate_bps), f"set by {why}"))
+        kbits = round(shared.bitrate_bps / 1000)
+        for c in viewers:
+            if c.link is None:
+                continue
+            told = (kbits, round(c.link.video_bps / 1000), int(shared.told(c.conn_id)))
+            previous = c.rate_told
+            changed = previous is None or told[2] != previous[2] or _moved(told[0], previous[0], 0.05)
+            changed = changed or (previous is not None and _moved(told[1], previous[1], 0.10))
+            if changed and now - c.rate_told_s >= 0.25:
+                c.rate_told, c.rate_told_s = told, now
+                ceiling = round(shared.config.ceiling_bps / 1000)
+                out.append(SendControl(c.conn_id, bytes(StreamRate(told[0], ceiling, told[1], told[2]))))
+        return out
+
+    def rate_summary(self) -> dict[str, object]:
+        """The shared bitrate and each reporting viewer's link, for statistics."""
+        shared = self.bitrate
+        if shared is None:
+            return {"rate_policy": "fixed"}
+        links = {}
+        for c in self._connections.values():
+            if c.link is not None:
+                st = c.link.state()
+                links[c.label] = {
+                    "video_kbits": round(st.video_bps / 1000),
+                    "allowed_kbits": round(st.allowed_bps / 1000),
+                    "capacity_kbits": round(st.capacity_bps / 1000) if st.capacity_bps else None,
+                    "train_kbits": round(st.train_bps / 1000) if st.train_bps else None,
+                    "queue_delay_ms": st.queue_delay_ms,
+                    "cuts": st.cuts,
+                    "feedbacks": c.rate_feedbacks,
+                    "overhead": round(c.link.overhead, 3),
+                }
+        return {
+            "rate_policy": shared.policy,
+            "bitrate_kbits": round(shared.bitrate_bps / 1000),
+            "bitrate_changes": shared.changes,
+            "links": links,
+        }
 
     def _gamepad(self, conn: RemoteViewer, msg: GamepadState) -> list[HostOutput]:
         if not conn.flags & KickFlags.GAMEPAD:
@@ -441,6 +550,10 @@ class HostSessions:
                 out += self.close(conn.conn_id)
                 out.append(CloseConnection(conn.conn_id, f"not authenticated after {self.config.auth_timeout_s:g} s"))
         return out
+
+
+def _moved(new: int, old: int, share: float) -> bool:
+    return abs(new - old) > share * max(1, old)
 
 
 def _flag_names(flags: KickFlags) -> str:

@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
+from pyrofling.core.congestion import LinkController
 from pyrofling.core.gamepad import PadUpdate
+from pyrofling.core.pacer import PacedQueue
 from pyrofling.core.packetizer import Packetizer
 from pyrofling.core.secure import SCRYPT_LOG2_N, Opener, Sealer
 from pyrofling.wire import ExtensionFeature, KickFlags, Progress
@@ -69,15 +71,18 @@ class ViewerLeft(HostOutput):
 
 
 @dataclass(frozen=True, slots=True)
+class SetBitrate(HostOutput):
+    """The encoder's bitrate from the next frame on (rate control, protocol.md §7.10)."""
+
+    bits_per_s: int
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
 class GamepadInput(HostOutput):
     """A state for the virtual pad: write ``update.events`` to it (they may be empty: nothing changed)."""
 
     update: PadUpdate
-
-
-# --------------------------------------------------------------------------------------------
-# State
-# --------------------------------------------------------------------------------------------
 
 
 # --------------------------------------------------------------------------------------------
@@ -97,6 +102,7 @@ class HostSessionConfig:
         | ExtensionFeature.LOSS_REPORTS
         | ExtensionFeature.NACK
         | ExtensionFeature.MDS_FEC
+        | ExtensionFeature.RATE_CONTROL
     )
     #: At most one PROGRESS log line per viewer per this interval.
     progress_log_interval_s: float = 1.0
@@ -135,6 +141,14 @@ class RemoteViewer:
     udp_address: Address | None = None
     extensions: ExtensionFeature = ExtensionFeature.NONE
     packetizer: Packetizer | None = None
+    #: Its video datagrams wait here for the pacer (the shell sends what :meth:`PacedQueue.pop_due` releases).
+    paced: PacedQueue | None = None
+    #: What its link carries (it negotiated RATE_CONTROL, protocol.md §7.10).
+    link: LinkController | None = None
+    rate_feedbacks: int = 0
+    #: The STREAM_RATE it was last sent (bitrate kbit/s, its link kbit/s, decided_by), and when.
+    rate_told: tuple[int, int, int] | None = None
+    rate_told_s: float = float("-inf")
     #: No video goes out until this viewer has been sent an IDR (its first video packet is a key frame).
     awaiting_idr: bool = True
     idr_sent_s: float | None = None

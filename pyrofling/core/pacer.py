@@ -12,7 +12,8 @@ sends it once ``now`` reaches that time, then calls :meth:`Pacer.on_sent`.
 from __future__ import annotations
 
 from collections import deque
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 #: IPv4 + UDP header bytes a datagram costs on the wire beyond its payload.
 UDP_OVERHEAD_BYTES = 28
@@ -51,10 +52,16 @@ class TokenBucketPacer:
             raise ValueError("pacing rate must be positive")
         if burst_bytes < 1500:
             raise ValueError("burst must hold at least one full datagram (1500 bytes)")
+        #: The rate it was made with; :meth:`set_rate` moves the current one (rate control), never above this.
+        self.configured_bits_per_s = rate_bits_per_s
         self.rate_bytes_per_s = rate_bits_per_s / 8.0
         self.burst_bytes = float(burst_bytes)
         self._tokens = float(burst_bytes)
         self._updated: float | None = None
+
+    def set_rate(self, rate_bits_per_s: float) -> None:
+        """Pace at this rate from now on (at most the configured one)."""
+        self.rate_bytes_per_s = max(1.0, min(rate_bits_per_s, self.configured_bits_per_s)) / 8.0
 
     def _refill(self, now: float) -> None:
         if self._updated is not None and now > self._updated:
@@ -104,10 +111,18 @@ class PacedQueue:
     a sender that cannot keep up must not build unbounded latency.
     """
 
-    def __init__(self, pacer: Pacer, *, max_queued_bytes: int = 4 * 1024 * 1024) -> None:
+    def __init__(
+        self,
+        pacer: Pacer,
+        *,
+        max_queued_bytes: int = 4 * 1024 * 1024,
+        on_sent: Callable[[Any, float, int], None] | None = None,
+    ) -> None:
         self.pacer = pacer
         self.max_queued_bytes = max_queued_bytes
-        self._queue: deque[bytes] = deque()
+        #: Told (tag, now, size) for each datagram pushed with a tag as it leaves (rate control's send times).
+        self.on_sent = on_sent
+        self._queue: deque[tuple[bytes, Any]] = deque()
         self._queued_bytes = 0
         self.dropped = 0
         self.sent = 0
@@ -119,14 +134,14 @@ class PacedQueue:
     def queued_bytes(self) -> int:
         return self._queued_bytes
 
-    def push(self, datagrams: list[bytes]) -> int:
+    def push(self, datagrams: list[bytes], *, tag: Any = None) -> int:
         """Queue datagrams in order; returns how many were refused for lack of room."""
         refused = 0
         for d in datagrams:
             if self._queued_bytes + len(d) > self.max_queued_bytes:
                 refused += 1
                 continue
-            self._queue.append(d)
+            self._queue.append((d, tag))
             self._queued_bytes += len(d)
         self.dropped += refused
         return refused
@@ -134,10 +149,12 @@ class PacedQueue:
     def pop_due(self, now: float) -> list[bytes]:
         """Datagrams that may be sent at ``now``, in order (already charged to the pacer)."""
         out = []
-        while self._queue and self.pacer.next_send_time(now, len(self._queue[0])) <= now:
-            d = self._queue.popleft()
+        while self._queue and self.pacer.next_send_time(now, len(self._queue[0][0])) <= now:
+            d, tag = self._queue.popleft()
             self._queued_bytes -= len(d)
             self.pacer.on_sent(now, len(d))
+            if tag is not None and self.on_sent is not None:
+                self.on_sent(tag, now, len(d))
             out.append(d)
         self.sent += len(out)
         return out
@@ -146,4 +163,4 @@ class PacedQueue:
         """When the head of the queue may go, or None when the queue is empty."""
         if not self._queue:
             return None
-        return self.pacer.next_send_time(now, len(self._queue[0]))
+        return self.pacer.next_send_time(now, len(self._queue[0][0]))

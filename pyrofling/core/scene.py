@@ -87,11 +87,13 @@ class TestScene:
         ]
 
     def structured_rows(self) -> list[tuple[int, int]]:
-        """Row ranges without film grain or the frame marker: what an encoder reproduces closely when it
-        decodes cleanly (grain is noise by design; benches compare pictures here)."""
+        """Row ranges without film grain, the frame marker or the frame counter: what an encoder reproduces
+        closely when it decodes cleanly (grain is noise by design; the counter's digits change every frame and
+        a starved encoder blurs them; benches compare pictures here)."""
         top = self.marker.height if self.marker else 0
         g0, g1 = self._grain_rows
-        return [(top, g0), (g1, self.height)]
+        counter_top = (self.height - 9 * self._scale) // 8 * 8
+        return [(top, g0), (g1, counter_top)]
 
     def _render_background(self) -> npt.NDArray[np.uint8]:
         w, h = self.width, self.height

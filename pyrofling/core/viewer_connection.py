@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pyrofling.core.bitstream import key_info
 from pyrofling.core.clock_sync import ClockSync
 from pyrofling.core.loss_tracker import LossTracker
+from pyrofling.core.rate_feedback import ArrivalRecorder
 from pyrofling.core.reassembler import (
     PacketReady,
     PacketsLost,
@@ -135,6 +136,8 @@ class ViewerConnection:
         self.decode_queue_overflows = 0
         #: Video loss seen datagram by datagram: NACKs and LOSS_REPORTs, once the host grants them.
         self.loss = LossTracker(nack=False, reports=False)
+        #: What arrived when, for the host's rate control, once it grants RATE_CONTROL (protocol.md §7.10).
+        self.arrivals = ArrivalRecorder()
         self._refused_window_s = 0.0
         self._refused_in_window = 0
 
@@ -188,6 +191,7 @@ class ViewerConnection:
                 self.loss.reports = bool(o.extensions & ExtensionFeature.LOSS_REPORTS)
                 if self.loss.nack:
                     self.reassembler.reorder_wait_s[StreamType.VIDEO] = RESEND_WAIT_S
+                self.arrivals.active = bool(o.extensions & ExtensionFeature.RATE_CONTROL)
         return out
 
     def datagram_received(self, data: bytes, now: float) -> list[ViewerOutput]:
@@ -197,6 +201,7 @@ class ViewerConnection:
             return []  # forged, replayed or plaintext on a sealed session: counted by the session
         self.datagrams += 1
         self.bytes_received += len(opened)
+        self.arrivals.datagram(len(data), now)
         self.session.datagram_received(now)
         reassembler = self.reassembler
         out = self._media(reassembler.receive(opened, now), now)
@@ -208,6 +213,7 @@ class ViewerConnection:
         # about the link, and its header cannot be trusted to size anything.
         if header is None or header.stream != StreamType.VIDEO or header.is_ping_reply or not self.streaming:
             return out
+        self.arrivals.video(header.packet_seq, now)
         if not self.loss.datagram(header, now, stale=verdict is Verdict.STALE):
             return out
         return out + self._ask(now)
@@ -234,7 +240,7 @@ class ViewerConnection:
     def next_timer(self) -> float | None:
         times = [self.session.next_timer(), self.reassembler.next_timer()]
         if self.streaming:
-            times.append(self.loss.next_timer())
+            times += [self.loss.next_timer(), self.arrivals.next_timer()]
         present = [t for t in times if t is not None]
         return min(present) if present else None
 
@@ -254,7 +260,11 @@ class ViewerConnection:
     def _ask(self, now: float) -> list[ViewerOutput]:
         """NACKs for packets that need help, and the loss report when it is due (protocol.md §7.9)."""
         self.loss.rtt_s = self.clock.last_rtt_s or 0.0
-        messages = self.loss.poll(now, lambda seq: self.reassembler.needed_blocks(StreamType.VIDEO, seq))
+        messages: list[ControlMessage] = []
+        messages += self.loss.poll(now, lambda seq: self.reassembler.needed_blocks(StreamType.VIDEO, seq))
+        feedback = self.arrivals.poll(now)
+        if feedback is not None:
+            messages.append(feedback)
         return [DatagramToHost(self.session.udp(bytes(m))) for m in messages]
 
     # -- media ---------------------------------------------------------------------------------

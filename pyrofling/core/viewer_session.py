@@ -57,6 +57,7 @@ from pyrofling.wire import (
     PhaseOffset,
     Ping,
     RequestKeyframe,
+    StreamRate,
     UnknownControl,
 )
 
@@ -133,6 +134,7 @@ class ViewerSessionConfig:
         | ExtensionFeature.LOSS_REPORTS
         | ExtensionFeature.NACK
         | ExtensionFeature.MDS_FEC
+        | ExtensionFeature.RATE_CONTROL
     )
     #: The host's password or pairing code, for a host that asks (protocol.md §7.7).
     secret: str | None = field(default=None, repr=False)
@@ -199,6 +201,8 @@ class ViewerSession:
         self._key_requested_s: float | None = None
         self._immediate_progress = False
         self.failure: str | None = None
+        #: The host's last word on the stream's bitrate (RATE_CONTROL, protocol.md §7.10).
+        self.stream_rate: StreamRate | None = None
 
     # -- handshake -------------------------------------------------------------------------
 
@@ -244,9 +248,18 @@ class ViewerSession:
             return self._fail(f"expected CODEC_PARAMETERS, AGAIN or NAK, got {_name(msg)}")
         if self.phase == Phase.STREAMING and isinstance(msg, CodecParameters):
             self.codec_parameters = msg  # a host may announce new parameters; keep the latest
+        elif (
+            self.phase == Phase.STREAMING
+            and isinstance(msg, StreamRate)
+            and self.extensions & ExtensionFeature.RATE_CONTROL
+        ):
+            self.stream_rate = msg
         else:
             self.refused["control_ignored"] += 1  # nothing to do with it now (an unknown id, a late NAK...)
         return []
+
+    def _granted(self, feature: ExtensionFeature) -> bool:
+        return bool(self.extensions & feature)
 
     def _auth(self, msg: ControlMessage | UnknownControl, now: float) -> list[ViewerOutput]:
         """Challenge → response → result (protocol.md §7.7)."""

@@ -145,13 +145,17 @@ class VideoEncoder:
                 f"vbv-bufsize={vbv_kbits}:log-level=error",
             }
         else:
+            # The VBV goes in through libavcodec's own maxrate/bufsize: libavcodec re-applies them to x264 before
+            # every frame, and x264 only takes a new bitrate while the VBV stays on (x264-params would be reset).
             ctx.options = {
                 "preset": cfg.preset,
                 "tune": "zerolatency",
                 "intra-refresh": "1",
                 "forced-idr": "1",
                 "refs": "1",
-                "x264-params": f"vbv-maxrate={cfg.bitrate_kbits}:vbv-bufsize={vbv_kbits}:nal-hrd=none",
+                "maxrate": str(bitrate),
+                "bufsize": str(vbv_kbits * 1000),
+                "x264-params": "nal-hrd=none",
             }
         try:
             ctx.open()
@@ -163,6 +167,14 @@ class VideoEncoder:
         self.frame_tap: Callable[[av.VideoFrame, int], None] | None = None
         self.frames = 0
         self.errors = 0
+        #: The bitrate it encodes at now (rate control moves it; the configured one is the ceiling).
+        self.bitrate_bps = bitrate
+
+    def set_bitrate(self, bits_per_s: int) -> None:
+        """Encode at this average bitrate from the next frame on (libx264 reconfigures its rate control at once;
+        the VBV's peak stays the configured ceiling's).  Safe from another thread between frames."""
+        self.bitrate_bps = int(bits_per_s)
+        self._ctx.bit_rate = self.bitrate_bps
 
     @property
     def video_codec(self) -> VideoCodec:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pyrofling.capture.paths import default_socket_path
+from pyrofling.core.congestion import RateConfig
 from pyrofling.core.encode_schedule import EncodeSchedule
 from pyrofling.core.frame_clock import FrameClock
 from pyrofling.core.host_session import (
@@ -33,6 +34,7 @@ from pyrofling.core.host_session import (
     HostSessionConfig,
     HostSessions,
     PhaseFeedback,
+    SetBitrate,
     ViewerLeft,
 )
 from pyrofling.core.keyframes import KeyframePolicy
@@ -77,12 +79,20 @@ class Host:
             salt = secrets.token_bytes(SALT_BYTES)
             # Stretched once per run (~50 ms); the secret itself is not kept.
             session_config = replace(session_config, auth_key=derive_key(config.password, salt), auth_salt=salt)
+        ceiling = config.encoder.bitrate_kbits * 1000
+        rate = RateConfig(ceiling_bps=ceiling, floor_bps=min(ceiling, config.min_bitrate_kbits * 1000))
         self.sessions = HostSessions(
-            make_packetizer=self._make_packetizer, keyframes=self.keyframes, config=session_config
+            make_packetizer=self._make_packetizer,
+            keyframes=self.keyframes,
+            config=session_config,
+            make_pacer=config.make_pacer,
+            rate=rate,
+            rate_policy=config.rate_policy,
         )
-        self.network = HostNetwork(
-            self.sessions, stats=self.stats, make_pacer=config.make_pacer, on_output=self._on_output
-        )
+        self.network = HostNetwork(self.sessions, stats=self.stats, on_output=self._on_output)
+        #: (seconds since start, encoder kbit/s) at each change, for the statistics and the benches.
+        self.bitrate_trace: list[tuple[float, int]] = [(0.0, config.encoder.bitrate_kbits)]
+        self._encoder: VideoEncoder | None = None
         self.ready = asyncio.Event()
         self._stop = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pyrofling-encode")
@@ -133,7 +143,7 @@ class Host:
         source: VideoSource | None = None
         if cfg.source != "capture":
             source = open_source(cfg.source, cfg.encoder.width, cfg.encoder.height, cfg.raw_format)
-        encoder = await loop.run_in_executor(self._executor, VideoEncoder, cfg.encoder)
+        encoder = self._encoder = await loop.run_in_executor(self._executor, VideoEncoder, cfg.encoder)
         audio_source = self._audio_source = open_audio_source(cfg.audio)
         audio_encoder = AudioEncoder(cfg.audio, audio_source.rate) if audio_source is not None else None
         self.sessions.codec_parameters = self._codec_parameters(encoder, audio_encoder, audio_source)
@@ -249,6 +259,12 @@ class Host:
             self.clock.viewer_left(out.conn_id)
         elif isinstance(out, GamepadInput) and self.pad_output is not None:
             self.pad_output.apply(out.update)
+        elif isinstance(out, SetBitrate) and self._encoder is not None:
+            self._encoder.set_bitrate(out.bits_per_s)
+            kbits = round(out.bits_per_s / 1000)
+            self.bitrate_trace.append((round(time.monotonic() - self._started_s, 3), kbits))
+            del self.bitrate_trace[:-2000]
+            log.debug("bitrate %d kbit/s (%s)", kbits, out.why)
 
     # -- media out -----------------------------------------------------------------------------
 
@@ -267,10 +283,12 @@ class Host:
             repair_cache: dict[FecPlan, list[bytes]] = {}  # one FEC encode per packet, whatever the viewer count
             for conn in self.sessions.video_targets(idr=packet.idr):
                 assert conn.packetizer is not None
+                seq = conn.packetizer.next_seq(StreamType.VIDEO)
                 datagrams = conn.packetizer.packetize(media, repair_cache=repair_cache)
                 wire = [conn.outgoing(d) for d in datagrams]
                 self._count_repair(wire[block_count(len(media.data)) :], audio=False)
-                self.network.send_paced(conn, wire)
+                self.sessions.video_queued(conn, wire, seq, len(media.data))
+                self.network.pump(conn)
                 if packet.idr:
                     self.sessions.idr_sent(conn, now)
             self.outputs.push_video(packet)  # after the viewers, and it never waits
@@ -321,6 +339,8 @@ class Host:
                 assert conn.packetizer is not None and conn.udp_address is not None
                 wire = [conn.outgoing(d) for d in conn.packetizer.packetize(media)]
                 self._count_repair(wire[block_count(len(media.data)) :], audio=True)
+                if conn.link is not None:
+                    conn.link.count(sum(map(len, wire)))
                 for d in wire:
                     self.network.send_now(d, conn.udp_address)
 
@@ -369,4 +389,9 @@ class Host:
             "gamepad": {**pad, **self.sessions.gamepad.summary()},
             "capture": self.capture.summary() if self.capture is not None else None,
             "outputs": self.outputs.summary(),
+            "rate": {
+                **self.sessions.rate_summary(),
+                "started_monotonic_s": self._started_s,
+                "bitrate_trace": self.bitrate_trace,
+            },
         }

@@ -3,10 +3,11 @@
 It moves bytes.  Every control message, datagram, connection opening or
 closing goes into :class:`~pyrofling.core.host_session.HostSessions` with the time
 it was read, and this module performs what comes back: writes, datagrams,
-closes and log lines (gamepad input and phase feedback go to the host through
-``on_output``).  One timer follows
-:meth:`~pyrofling.core.host_session.HostSessions.next_timer`.  Media datagrams
-leave through each viewer's own paced queue.
+closes and log lines (gamepad input, phase feedback and bitrate changes go to
+the host through ``on_output``).  One timer follows
+:meth:`~pyrofling.core.host_session.HostSessions.next_timer`.  Video datagrams
+leave through each viewer's own paced queue, which the core keeps
+(``RemoteViewer.paced``): this module sends what it releases, when it does.
 
 ``bind`` ``localhost`` (the default) listens on both loopbacks, 127.0.0.1 and
 ::1, so ``pyro://127.0.0.1`` and ``pyro://[::1]`` both reach the host; any other
@@ -35,7 +36,6 @@ from pyrofling.core.host_session import (
     SendControl,
     SendDatagram,
 )
-from pyrofling.core.pacer import PacedQueue, Pacer
 from pyrofling.server.stats import HostStats
 from pyrofling.timers import DeadlineTimer
 from pyrofling.wire import ControlFramer, ProtocolError
@@ -68,7 +68,6 @@ class HostNetwork:
         sessions: HostSessions,
         *,
         stats: HostStats,
-        make_pacer: Callable[[], Pacer],
         on_output: Callable[[HostOutput], None],
     ) -> None:
         self.sessions = sessions
@@ -76,12 +75,10 @@ class HostNetwork:
         self.port: int | None = None
         #: The addresses actually listened on.
         self.addresses: list[str] = []
-        self._make_pacer = make_pacer
         self._on_output = on_output
         self._servers: list[asyncio.Server] = []
         self._udp: dict[int, asyncio.DatagramTransport] = {}  # by address family
         self._writers: dict[int, asyncio.StreamWriter] = {}
-        self._queues: dict[int, PacedQueue] = {}
         self._pumps: dict[int, asyncio.TimerHandle] = {}
         self._timer = DeadlineTimer(lambda: self.perform(self.sessions.handle_timer(time.monotonic())))
         self._next_conn_id = 1
@@ -198,9 +195,8 @@ class HostNetwork:
         writer = self._writers.pop(conn_id, None)
         if writer is not None:
             writer.close()
-        queue = self._queues.pop(conn_id, None)
-        if queue is not None:
-            self.stats.queue_dropped += queue.dropped
+        if conn is not None and conn.paced is not None:
+            self.stats.queue_dropped += conn.paced.dropped
         handle = self._pumps.pop(conn_id, None)
         if handle is not None:
             handle.cancel()
@@ -233,19 +229,17 @@ class HostNetwork:
 
     # -- media out -----------------------------------------------------------------------------
 
-    def send_paced(self, conn: RemoteViewer, datagrams: list[bytes]) -> None:
-        """Queue a packet's datagrams for ``conn`` behind its pacer (video)."""
+    def pump(self, conn: RemoteViewer) -> None:
+        """Send what ``conn``'s pacer releases now (call after queueing its video)."""
         assert conn.udp_address is not None
-        queue = self._queues.get(conn.conn_id)
-        if queue is None:
-            queue = self._queues[conn.conn_id] = PacedQueue(self._make_pacer())
-        queue.push(datagrams)
-        self._pump(conn.conn_id, conn.udp_address)
+        if conn.conn_id not in self._pumps:
+            self._pump(conn.conn_id, conn.udp_address)
 
     def _pump(self, conn_id: int, addr: Address) -> None:
         """Send what the pacer allows now; come back when the next datagram is due."""
         self._pumps.pop(conn_id, None)
-        queue = self._queues.get(conn_id)
+        conn = self.sessions.connection(conn_id)
+        queue = conn.paced if conn is not None else None
         if queue is None:
             return
         now = time.monotonic()

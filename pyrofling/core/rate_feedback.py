@@ -1,0 +1,83 @@
+"""The viewer's half of rate control (protocol.md §7.10): what arrived, and when, every 50 ms.
+
+Pure.  The connection tells :class:`ArrivalRecorder` of every datagram off the
+wire (its size) and of every video datagram's packet; :meth:`ArrivalRecorder.poll`
+returns a RATE_FEEDBACK when one is due.  The host, which knows when it sent
+each packet, turns these into the link's queueing delay and rate
+(:mod:`pyrofling.core.congestion`): the viewer needs no clock in common with it.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from pyrofling.core.congestion import FEEDBACK_INTERVAL_S
+from pyrofling.wire import ArrivalSample, RateFeedback
+
+#: Packets remembered (a late datagram of one still adds to its count).
+_REMEMBERED = 32
+
+
+@dataclass(slots=True)
+class _Arrivals:
+    datagrams: int
+    first_s: float
+    last_s: float
+
+
+class ArrivalRecorder:
+    """Counts and stamps arrivals; a RATE_FEEDBACK every ``interval_s`` while ``active``."""
+
+    def __init__(self, interval_s: float = FEEDBACK_INTERVAL_S) -> None:
+        self.interval_s = interval_s
+        #: The host granted RATE_CONTROL and the stream runs.
+        self.active = False
+        self.sent = 0
+        self._bytes = 0
+        self._packets: OrderedDict[int, _Arrivals] = OrderedDict()
+        self._touched: list[int] = []
+        self._last_s: float | None = None
+
+    def datagram(self, size: int, now: float) -> None:
+        """Any datagram from the host, ``size`` bytes as it came off the wire."""
+        self._bytes += size
+        if self._last_s is None:
+            self._last_s = now
+
+    def video(self, seq: int, now: float) -> None:
+        """A datagram of video packet ``seq`` (data or repair, first transmission or resent, needed or not)."""
+        record = self._packets.get(seq)
+        if record is None:
+            record = self._packets[seq] = _Arrivals(0, now, now)
+            if len(self._packets) > _REMEMBERED:
+                self._packets.popitem(last=False)
+        record.datagrams += 1
+        record.last_s = now
+        if not self._touched or self._touched[-1] != seq:
+            if seq in self._touched:
+                self._touched.remove(seq)
+            self._touched.append(seq)
+
+    def next_timer(self) -> float | None:
+        if not self.active or self._last_s is None:
+            return None
+        return self._last_s + self.interval_s
+
+    def poll(self, now: float) -> RateFeedback | None:
+        """The RATE_FEEDBACK due at ``now``, if one is (its samples: the packets touched since the last one)."""
+        due = self.next_timer()
+        if due is None or now < due:
+            return None
+        assert self._last_s is not None
+        samples = [
+            ArrivalSample(seq, r.datagrams, int(r.first_s * 1e6), int(r.last_s * 1e6))
+            for seq in self._touched
+            if (r := self._packets.get(seq)) is not None
+        ]
+        msg = RateFeedback.build(self.sent, int((now - self._last_s) * 1e6), self._bytes, samples)
+        self.sent += 1
+        self._bytes = 0
+        self._touched.clear()
+        self._last_s = now
+        return msg
