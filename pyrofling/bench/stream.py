@@ -63,11 +63,24 @@ class StreamScenario:
     view_args: tuple[str, ...] = ()
     #: Stream ``pyrofling example-game`` through the capture socket instead of the test scene.
     game: bool = False
+    #: How the link host→viewer changes over time (netsim ``--schedule``), its queue as time, and its rate from
+    #: the start (0: unlimited), Mbit/s.
+    schedule: str | None = None
+    queue_ms: float | None = None
+    rate_mbits: float = 0.0
 
     @property
     def lossy(self) -> bool:
         """Whether the first viewer goes through netsim."""
-        return self.loss > 0 or self.ge or self.jitter_ms > 0 or self.delay_ms > 0 or self.outages is not None
+        return (
+            self.loss > 0
+            or self.ge
+            or self.jitter_ms > 0
+            or self.delay_ms > 0
+            or self.outages is not None
+            or self.schedule is not None
+            or self.rate_mbits > 0
+        )
 
     def label(self) -> str:
         net = []
@@ -83,6 +96,10 @@ class StreamScenario:
             net.append(f"+{self.delay_ms:g} ms each way")
         if self.jitter_ms:
             net.append(f"jitter {self.jitter_ms:g} ms")
+        if self.rate_mbits:
+            net.append(f"link {self.rate_mbits:g} Mbit/s")
+        if self.schedule:
+            net.append(f"link schedule '{self.schedule}'")
         return (
             f"{self.height}p{self.fps} {self.bitrate_kbits / 1000:g} Mbit/s, {self.viewers} viewer(s), "
             f"{', '.join(net) or 'loopback'}, {self.policy} policy"
@@ -172,7 +189,7 @@ def _run(
         str(host_json),
     ]
     if sc.policy == "reference":
-        host_cmd += ["--fec-planner", "reference"]
+        host_cmd += ["--fec-planner", "reference", "--rate-policy", "fixed"]
     else:
         host_cmd += ["--no-fec"] if sc.fec == "none" else ["--fec-planner", sc.fec]
     if sc.refresh_s is not None:
@@ -215,6 +232,12 @@ def _run(
             if sc.outages is not None:
                 mean_s, low_s, high_s = sc.outages
                 net_cmd += ["--outage", f"{mean_s},{low_s * 1000},{high_s * 1000}"]
+            if sc.rate_mbits > 0:
+                net_cmd += ["--rate-mbits", str(sc.rate_mbits)]
+            if sc.schedule is not None:
+                net_cmd += ["--schedule", sc.schedule]
+            if sc.queue_ms is not None:
+                net_cmd += ["--queue-ms", str(sc.queue_ms)]
             with netsim_out.open("wb") as out:
                 netsim = subprocess.Popen(net_cmd, env=env, stdout=out)
             procs.append(netsim)

@@ -61,6 +61,7 @@ class VideoStats:
     decode_queue_max: int = 0
     decode_ms: deque[float] = field(default_factory=recent_samples)
     latency_ms: deque[float] = field(default_factory=recent_samples)  # capture → decoded
+    latency_count: int = 0  # samples ever added to ``latency_ms`` (the timeline takes the new ones)
     network_ms: deque[float] = field(default_factory=recent_samples)  # capture → packet complete
     connect_to_first_frame_ms: deque[float] = field(default_factory=recent_samples)
 
@@ -203,6 +204,7 @@ class VideoPipeline:
             st.frames_shown += 1
             if capture_s is not None:
                 st.latency_ms.append((decoded - capture_s) * 1000)
+                st.latency_count += 1
                 st.network_ms.append((packet.complete_s - capture_s) * 1000)
             if item.connection != self._first_picture_of:
                 self._first_picture_of = item.connection

@@ -34,6 +34,7 @@ from pyrofling.client.presenter import Display, HeadlessDisplay, Presenter
 from pyrofling.client.video import VideoPipeline
 from pyrofling.core.loss_tracker import LOSS_COUNTERS
 from pyrofling.core.samples import recent_samples
+from pyrofling.core.timeline import Snapshot, Timeline
 from pyrofling.core.viewer_connection import (
     AudioLost,
     DecodeVideo,
@@ -99,6 +100,8 @@ class Viewer:
         #: Why authentication failed (a wrong password...): the viewer stops instead of reconnecting.
         self.auth_failure: str | None = None
         self._totals: Counter[str] = Counter()  # counters of the connections that ended
+        #: A row a second of what arrived and what was seen (statistics' ``timeline``).
+        self.timeline = Timeline()
         self._discarded: Counter[str] = Counter()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -138,6 +141,7 @@ class Viewer:
             )
             presenter.start()
         stopper = loop.call_later(self.config.duration_s, self._stop.set) if self.config.duration_s else None
+        timeline_task = asyncio.create_task(self._sample_timeline())
         writer_task = None
         if self.config.stats_json is not None and self.config.stats_interval_s > 0:
             writer_task = asyncio.create_task(self._write_stats_periodically(self.config.stats_json))
@@ -163,6 +167,7 @@ class Viewer:
                 stopper.cancel()
             if writer_task is not None:
                 writer_task.cancel()
+            timeline_task.cancel()
             self.presenter_stop.set()
             if self.audio is not None:
                 await loop.run_in_executor(None, self.audio.close)
@@ -175,6 +180,28 @@ class Viewer:
         if self.config.stats_json is not None:
             write_stats(self.config.stats_json, summary)
         return summary
+
+    async def _sample_timeline(self) -> None:
+        """A row a second for the statistics' ``timeline`` (benches line it up with the network's changes)."""
+        seen = 0
+        while True:
+            with self.video.lock:
+                st = self.video.stats
+                new = st.latency_count - seen
+                seen = st.latency_count
+                latencies = list(st.latency_ms)[-new:] if new > 0 else []
+                shown = st.frames_shown
+            with self.presenter.stats.lock:
+                quality = self.presenter.quality
+                judged = (quality.refreshes - quality.blank, quality.good) if quality is not None else (0, 0)
+            conn = self.connection
+            rate = conn.session.stream_rate if conn is not None else None
+            received = (self._totals + conn.counters() if conn is not None else self._totals)["bytes_received"]
+            snap = Snapshot(
+                time.monotonic(), received, judged[0], judged[1], shown, rate.bitrate_kbits if rate else None
+            )
+            self.timeline.sample(snap, latencies)
+            await asyncio.sleep(1.0)
 
     async def _write_stats_periodically(self, path: Path) -> None:
         while True:
@@ -311,6 +338,7 @@ class Viewer:
         rtt = conn.clock.last_rtt_s if conn is not None else None
         out["rtt_ms"] = rtt * 1000 if rtt is not None else self.rtt_ms
         out["discarded"] = dict(discarded)
+        out["timeline"] = list(self.timeline.rows)
         rate = conn.session.stream_rate if conn is not None else None
         out["stream_bitrate_kbits"] = rate.bitrate_kbits if rate is not None else None
         out["link_kbits"] = rate.your_link_kbits if rate is not None and rate.your_link_kbits else None

@@ -62,8 +62,10 @@ class RateConfig:
     decrease_factor: float = 0.85
     #: How long to leave a cut to act (the queue drains, the encoder follows) before judging again.
     hold_s: float = 0.3
-    #: Growth per second back toward a capacity it has measured, and beyond it.
+    #: Growth per second: back toward a capacity it has measured (or a link its trains show), near that
+    #: capacity (probing gently: every step past it is queueing delay), and beyond it.
     fast_growth_per_s: float = 0.30
+    near_growth_per_s: float = 0.03
     probe_growth_per_s: float = 0.08
     #: Loss in one report that, with a queue building, means a drop-tail queue overflowed.
     overflow_loss: float = 0.10
@@ -133,12 +135,17 @@ class LinkController:
         self._trains: deque[tuple[float, float]] = deque()  # (now, bit/s)
         self._over = 0
         self._hold_until = -math.inf
+        self._queue_seen_s = -math.inf
+        #: A LOSS_REPORT's (lost, expected) waiting for the next feedback to say whether a queue caused it.
+        self.pending_loss: tuple[int, int] | None = None
         self._updated_s: float | None = None
         self._bytes_wire = 0  # video datagrams sent (data and repair)
         self._bytes_video = 0  # the encoder's bytes queued
         self._bytes_other = 0  # audio, its repair, resends
         self._overhead_window: deque[tuple[float, int, int, int]] = deque()
         self.loss = 0.0
+        #: Recent decisions (time, what, queue ms, delivered kbit/s, allowed kbit/s), for statistics.
+        self.events: deque[tuple[float, str, float, int, int]] = deque(maxlen=64)
 
     # -- what the host sent ------------------------------------------------------------------
 
@@ -172,12 +179,14 @@ class LinkController:
         queue_s = self._queue_delay(msg, now)
         self.queue_delay_s = queue_s
         self._delivered.append((now, msg.bytes_received, msg.interval_us))
-        while self._delivered and self._delivered[0][0] < now - 0.3:
+        while self._delivered and self._delivered[0][0] < now - 0.15:
             self._delivered.popleft()
         dt = 0.0 if self._updated_s is None else min(0.5, now - self._updated_s)
         self._updated_s = now
         if queue_s is None:
             return
+        if queue_s > cfg.clear_delay_s:
+            self._queue_seen_s = now
         overflow = self.loss >= cfg.overflow_loss and queue_s > cfg.clear_delay_s
         if queue_s > cfg.overuse_delay_s or overflow:
             self._over += 1
@@ -195,6 +204,11 @@ class LinkController:
         """A LOSS_REPORT's datagram loss (first transmissions)."""
         if expected:
             self.loss = lost / expected
+
+    def queue_loss(self, now: float) -> bool:
+        """Whether loss now is the queue's doing (a queue stood in the last second, or a cut was made): repair
+        does not help a link that is full, it only adds to it, so the FEC planner should not learn from it."""
+        return now - self._queue_seen_s < 1.0 or now < self._hold_until + 0.7
 
     def _queue_delay(self, msg: RateFeedback, now: float) -> float | None:
         """The least standing queue among the report's frames (one late-read frame does not make a queue)."""
@@ -267,12 +281,20 @@ class LinkController:
         self.cuts += 1
         self._over = 0
         self._hold_until = now + cfg.hold_s
+        self.events.append(
+            (round(now, 3), "cut", round(queue_s * 1000, 1), round(delivered / 1000), round(self.allowed_bps / 1000))
+        )
 
     def _grow(self, dt: float) -> None:
         cfg = self.config
         known = max(self.capacity_bps or 0.0, self.train_bps or 0.0)
         fast = known > 0 and self.allowed_bps < 0.85 * known
-        rate = cfg.fast_growth_per_s if fast else cfg.probe_growth_per_s
+        if fast:
+            rate = cfg.fast_growth_per_s
+        elif known > 0 and self.allowed_bps < 1.1 * known:
+            rate = cfg.near_growth_per_s
+        else:
+            rate = cfg.probe_growth_per_s
         grown = self.allowed_bps * (1.0 + rate * dt)
         if fast:
             grown = min(grown, 0.85 * known)  # fast only up to near what was measured; probe from there

@@ -98,6 +98,8 @@ class HostSessions:
         #: The encoder's bitrate, from the links of the viewers that report them (protocol.md §7.10); None: fixed.
         self.rate = rate
         self.bitrate = SharedBitrate(rate, rate_policy) if rate is not None else None
+        #: The last word on the links of viewers that have left (for the statistics).
+        self.departed_links: dict[str, dict[str, object]] = {}
         self.keyframes = keyframes or KeyframePolicy()
         self.codec_parameters: CodecParameters | None = None
         self._make_packetizer = make_packetizer
@@ -151,6 +153,7 @@ class HostSessions:
         if release is not None:
             out.append(GamepadInput(release))
         if conn.link is not None:
+            self.departed_links[conn.label] = self._link_summary(conn)
             out += self._decide_bitrate(conn.last_alive_s)  # the link it set the bitrate by has gone
         return out
 
@@ -376,7 +379,7 @@ class HostSessions:
         if isinstance(msg, Nack):
             return self._nack(conn, msg)
         if isinstance(msg, LossReport):
-            self._loss_report(conn, msg)
+            self._loss_report(conn, msg, now)
         if isinstance(msg, RateFeedback):
             return self._rate_feedback(conn, msg, now)
         return []
@@ -394,23 +397,32 @@ class HostSessions:
             conn.link.count(sum(map(len, resent)))
         return [SendDatagram(conn.udp_address, d, resend=True) for d in resent]
 
-    def _loss_report(self, conn: RemoteViewer, msg: LossReport) -> None:
+    def _loss_report(self, conn: RemoteViewer, msg: LossReport, now: float) -> None:
         """The viewer's FEC follows what it reports (its own planners only: a lie costs nobody else)."""
         if not conn.extensions & ExtensionFeature.LOSS_REPORTS or conn.packetizer is None:
             self.discarded["loss_report_not_negotiated"] += 1
             return
         conn.loss_reports += 1
-        if msg.datagrams_expected:
-            conn.reported_loss += 0.2 * (msg.datagrams_lost / msg.datagrams_expected - conn.reported_loss)
+        if conn.link is not None:
+            conn.link.lost(msg.datagrams_lost, msg.datagrams_expected)
+            # Judged at the next RATE_FEEDBACK, with the queue measured after it: a full queue's losses are
+            # not the link's randomness, and repair for them would only fill it further.
+            conn.link.pending_loss = (msg.datagrams_lost, msg.datagrams_expected)
+            return
+        self._learn_loss(conn, msg.datagrams_lost, msg.datagrams_expected)
+
+    def _learn_loss(self, conn: RemoteViewer, lost: int, expected: int) -> None:
+        """Random loss the viewer saw: its FEC planners, and its audio repair, follow it."""
         p = conn.packetizer
+        assert p is not None
+        if expected:
+            conn.reported_loss += 0.2 * (lost / expected - conn.reported_loss)
         # Audio repair costs as much as the audio: not while the link is what limits the stream.
         squeezed = conn.link is not None and conn.link.congested
         p.audio_fec_active = conn.reported_loss > self.config.audio_fec_above_loss and not squeezed
-        if conn.link is not None:
-            conn.link.lost(msg.datagrams_lost, msg.datagrams_expected)
         for planner in (p.video_planner, p.key_planner):
             if planner is not None:
-                planner.observe_datagram_loss(msg.datagrams_lost, msg.datagrams_expected)
+                planner.observe_datagram_loss(lost, expected)
 
     # -- rate control (protocol.md §7.10) --------------------------------------------------
 
@@ -428,6 +440,12 @@ class HostSessions:
             return []
         conn.rate_feedbacks += 1
         link.feedback(msg, now)
+        if link.pending_loss is not None:
+            lost, expected = link.pending_loss
+            link.pending_loss = None
+            if link.queue_loss(now):
+                lost = 0  # the queue's doing: the planners hear the link was clean
+            self._learn_loss(conn, lost, expected)
         assert conn.paced is not None
         pacer = conn.paced.pacer
         if isinstance(pacer, TokenBucketPacer):
@@ -473,25 +491,32 @@ class HostSessions:
         shared = self.bitrate
         if shared is None:
             return {"rate_policy": "fixed"}
-        links = {}
+        links = dict(self.departed_links)
         for c in self._connections.values():
             if c.link is not None:
-                st = c.link.state()
-                links[c.label] = {
-                    "video_kbits": round(st.video_bps / 1000),
-                    "allowed_kbits": round(st.allowed_bps / 1000),
-                    "capacity_kbits": round(st.capacity_bps / 1000) if st.capacity_bps else None,
-                    "train_kbits": round(st.train_bps / 1000) if st.train_bps else None,
-                    "queue_delay_ms": st.queue_delay_ms,
-                    "cuts": st.cuts,
-                    "feedbacks": c.rate_feedbacks,
-                    "overhead": round(c.link.overhead, 3),
-                }
+                links[c.label] = self._link_summary(c)
         return {
             "rate_policy": shared.policy,
             "bitrate_kbits": round(shared.bitrate_bps / 1000),
             "bitrate_changes": shared.changes,
             "links": links,
+        }
+
+    @staticmethod
+    def _link_summary(c: RemoteViewer) -> dict[str, object]:
+        assert c.link is not None
+        st = c.link.state()
+        return {
+            "video_kbits": round(st.video_bps / 1000),
+            "allowed_kbits": round(st.allowed_bps / 1000),
+            "capacity_kbits": round(st.capacity_bps / 1000) if st.capacity_bps else None,
+            "train_kbits": round(st.train_bps / 1000) if st.train_bps else None,
+            "queue_delay_ms": st.queue_delay_ms,
+            "cuts": st.cuts,
+            "feedbacks": c.rate_feedbacks,
+            "overhead": round(c.link.overhead, 3),
+            "other_kbits": round(c.link.other_bps / 1000),
+            "events": list(c.link.events),
         }
 
     def _gamepad(self, conn: RemoteViewer, msg: GamepadState) -> list[HostOutput]:

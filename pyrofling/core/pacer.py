@@ -56,12 +56,20 @@ class TokenBucketPacer:
         self.configured_bits_per_s = rate_bits_per_s
         self.rate_bytes_per_s = rate_bits_per_s / 8.0
         self.burst_bytes = float(burst_bytes)
+        self.configured_burst_bytes = burst_bytes
         self._tokens = float(burst_bytes)
         self._updated: float | None = None
 
     def set_rate(self, rate_bits_per_s: float) -> None:
-        """Pace at this rate from now on (at most the configured one)."""
-        self.rate_bytes_per_s = max(1.0, min(rate_bits_per_s, self.configured_bits_per_s)) / 8.0
+        """Pace at this rate from now on (at most the configured one).  Below it the burst shrinks to what
+        the rate sends in 4 ms (at least 3 datagrams): a narrow link's queue is shallow."""
+        rate = max(1.0, min(rate_bits_per_s, self.configured_bits_per_s))
+        self.rate_bytes_per_s = rate / 8.0
+        if rate < self.configured_bits_per_s:
+            self.burst_bytes = float(min(self.configured_burst_bytes, max(3 * 1076, rate / 8 * 0.004)))
+        else:
+            self.burst_bytes = float(self.configured_burst_bytes)
+        self._tokens = min(self._tokens, self.burst_bytes)
 
     def _refill(self, now: float) -> None:
         if self._updated is not None and now > self._updated:

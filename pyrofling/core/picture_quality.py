@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -83,7 +84,10 @@ class RefreshQuality:
     longest_freeze_s: float = 0.0
     #: Freeze lengths over this count as freezes (a single repeated refresh is not one).
     freeze_min_s: float = 0.05
+    #: (when it ended, its length) of the last freezes, seconds.
+    freeze_log: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=1000))
     _run_s: float = 0.0
+    _now: float = 0.0
     _latencies: deque[float] = field(default_factory=deque)
     _floor_s: float | None = None
     _since_floor: int = 0
@@ -94,6 +98,7 @@ class RefreshQuality:
         ``clean``: the picture matched the scene (None: no picture yet).  ``fresh``: it is new at this refresh.
         """
         self.refreshes += 1
+        self._now = now
         if clean is None:
             kind = RefreshKind.BLANK
         elif not clean or capture_s is None:
@@ -118,6 +123,7 @@ class RefreshQuality:
     def _end_run(self) -> None:
         if self._run_s >= self.freeze_min_s:
             self.freezes += 1
+            self.freeze_log.append((self._now, self._run_s))
         self.longest_freeze_s = max(self.longest_freeze_s, self._run_s)
         self._run_s = 0.0
 
@@ -131,7 +137,7 @@ class RefreshQuality:
             self._since_floor = 0
             self._floor_s = float(np.percentile(np.fromiter(lat, float), 10))
 
-    def summary(self) -> dict[str, float | int]:
+    def summary(self) -> dict[str, Any]:
         judged = self.refreshes - self.blank
         return {
             "refreshes": self.refreshes,
@@ -142,4 +148,5 @@ class RefreshQuality:
             "blank_refreshes": self.blank,
             "freezes": self.freezes,
             "longest_freeze_ms": 1000.0 * max(self.longest_freeze_s, self._run_s),
+            "freeze_log": [(round(t, 3), round(length, 3)) for t, length in self.freeze_log],
         }

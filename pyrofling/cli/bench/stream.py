@@ -150,6 +150,80 @@ def _run_loss_step(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_adapt(sub: Sub) -> None:
+    p = bench_parser(
+        sub,
+        "adapt",
+        "the stream through a link that narrows and widens again: rate control against a fixed bitrate",
+        "Run a real host, the netsim relay following a schedule of link rates (a drop-tail queue of --queue-ms "
+        "at the current rate) and a headless viewer judging every refresh, once per policy: pyrofling (the "
+        "bitrate follows the link) and reference (PyroFling's fixed bitrate: a native viewer, no reports). "
+        "For each interval between link changes, counted from 2 s after the change: the encoder's bitrate, "
+        "capture-to-decoded latency p50/p95, good refreshes and freezes; for a drop, how long until every "
+        "second's p95 latency is within 20 ms of the first interval's; for a rise, how long until the encoder "
+        "is back at the ceiling (--bitrate-kbits). --plot draws bitrate, capacity, latency and good refreshes "
+        "over time.",
+        "pyrofling bench adapt --plot adapt.png   |   --width 1920 --height 1080 --bitrate-kbits 20000 "
+        "--schedule '0 rate-mbits=20; 10 rate-mbits=6; 30 rate-mbits=20'   |   --schedule none --loss 2%%",
+    )
+    add_common(p, duration_s=(5.0, 3600.0, 45.0), plot=True)
+    add_stream_size_options(p)
+    p.add_argument(
+        "--schedule",
+        default="0 rate-mbits=10; 10 rate-mbits=4; 30 rate-mbits=10",
+        help="netsim --schedule for the host->viewer link, or 'none' (default "
+        "'0 rate-mbits=10; 10 rate-mbits=4; 30 rate-mbits=10')",
+    )
+    p.add_argument("--queue-ms", type=number(1.0, 10_000.0, "ms"), default=50.0, help="bottleneck queue (default 50)")
+    p.add_argument("--loss", type=loss_rate, default=0.0, help="i.i.d. datagram loss host->viewer as well")
+    p.add_argument(
+        "--policy",
+        type=choice_list(("pyrofling", "reference")),
+        default=("pyrofling", "reference"),
+        metavar="P,...",
+        help="runs, in order (default pyrofling,reference)",
+    )
+    p.add_argument(
+        "--audio-codec",
+        choices=("opus", "raw"),
+        default="opus",
+        help="the host's audio (default opus: raw PCM alone is 1.5 Mbit/s, a third of a 4 Mbit/s link)",
+    )
+    p.add_argument("--seed", type=int, default=1)
+    p.set_defaults(func=_run_adapt)
+
+
+def _run_adapt(args: argparse.Namespace) -> int:
+    from pyrofling.bench.adapt import AdaptConfig, format_table, plot, run
+    from pyrofling.netsim.models import LinkChange
+
+    setup(args)
+    schedule = None if args.schedule.strip().lower() == "none" else args.schedule
+    if schedule is not None:
+        try:
+            LinkChange.parse_schedule(schedule, name="--schedule")
+        except ValueError as exc:
+            return refuse("bench adapt", str(exc))
+    cfg = AdaptConfig(
+        width=args.width,
+        height=args.height,
+        fps=args.fps,
+        ceiling_kbits=args.bitrate_kbits,
+        schedule=schedule,
+        queue_ms=args.queue_ms,
+        loss=args.loss,
+        duration_s=args.duration,
+        policies=tuple(args.policy),
+        audio_codec=args.audio_codec,
+        seed=args.seed,
+    )
+    result = run(cfg, progress=progress)
+    if args.plot and draw_plot("bench adapt", args.plot, lambda: plot(result, str(args.plot))):
+        return 1
+    print_result(args, result, format_table)
+    return 0
+
+
 def add_stream(sub: Sub) -> None:
     p = bench_parser(
         sub,
