@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from pyrofling.core.congestion import RateConfig
 from pyrofling.core.host_session import (
     CloseConnection,
     GamepadInput,
@@ -13,12 +14,15 @@ from pyrofling.core.host_session import (
     PhaseFeedback,
     SendControl,
     SendDatagram,
+    SetBitrate,
     ViewerLeft,
 )
+from pyrofling.core.host_state import RemoteViewer
 from pyrofling.core.keyframes import KeyframePolicy
-from pyrofling.core.packetizer import Packetizer
+from pyrofling.core.packetizer import MediaPacket, Packetizer
 from pyrofling.wire import (
     Again,
+    ArrivalSample,
     CodecParameters,
     Cookie,
     ExtensionFeature,
@@ -32,7 +36,11 @@ from pyrofling.wire import (
     Ping,
     PingReply,
     Progress,
+    RateDecider,
+    RateFeedback,
     RequestKeyframe,
+    StreamRate,
+    StreamType,
     UnknownControl,
     parse_control,
 )
@@ -298,3 +306,94 @@ def test_connections_are_bounded_overall_and_per_address_until_they_kick() -> No
     # A pending one that leaves makes room again.
     s.close(2)
     assert s.open(9, PEER, 109, 0.0) == []
+
+
+# -- rate control (protocol.md §7.10) ---------------------------------------------------------------
+
+
+def rate_viewer(s: HostSessions, conn_id: int, flags: KickFlags, now: float) -> RemoteViewer:
+    cookie = 0x5EED_0000 + conn_id
+    s.open(conn_id, (PEER[0], PEER[1] + conn_id), cookie, now)
+    s.control(conn_id, Hello(), now)
+    granted = replies(s.control(conn_id, Extensions(1, ExtensionFeature.RATE_CONTROL), now))
+    assert granted == [Extensions(1, ExtensionFeature.RATE_CONTROL)]
+    s.datagram((UDP[0], UDP[1] + conn_id), bytes(Cookie(cookie)), now)
+    s.control(conn_id, Kick(flags), now)
+    conn = s.connection(conn_id)
+    assert conn is not None and conn.link is not None and conn.paced is not None
+    s.idr_sent(conn, now)
+    return conn
+
+
+def stream_with_feedback(
+    s: HostSessions, viewers: dict[int, float], seconds: float
+) -> tuple[list[SetBitrate], list[StreamRate]]:
+    """Frames to every viewer, each reporting arrivals 10 ms after sending plus ``viewers[conn_id]`` seconds of
+    queue growth per second (0: honest; more: a viewer claiming congestion it does not have)."""
+    bitrates: list[SetBitrate] = []
+    told: list[StreamRate] = []
+    sent: dict[int, list[tuple[int, float]]] = {c: [] for c in viewers}
+    for i in range(int(seconds * 60)):
+        now = 1.0 + i / 60
+        for conn_id, growth in viewers.items():
+            conn = s.connection(conn_id)
+            assert conn is not None and conn.packetizer is not None and conn.paced is not None
+            seq = conn.packetizer.next_seq(StreamType.VIDEO)
+            datagrams = conn.packetizer.packetize(MediaPacket(bytes(20_000), int(now * 1e6)))
+            s.video_queued(conn, datagrams, seq, 20_000)
+            for ms in range(16):  # the shell sends what the pacer releases, when it does
+                conn.paced.pop_due(now + ms / 1000)
+            sent[conn_id].append((seq, now))
+            if i % 3 == 2:
+                claimed = growth * (now - 1.0)
+                samples = [
+                    ArrivalSample(q, 22, int((t + 0.01 + claimed) * 1e6), int((t + 0.012 + claimed) * 1e6))
+                    for q, t in sent[conn_id][-3:]
+                ]
+                feedback = RateFeedback.build(i, 50_000, 3 * 22 * 1048, samples)
+                out = s.datagram((UDP[0], UDP[1] + conn_id), bytes(feedback), now + 0.011)
+                bitrates += [o for o in out if isinstance(o, SetBitrate)]
+                told += [m for m in replies(out) if isinstance(m, StreamRate)]
+    return bitrates, told
+
+
+def rate_sessions() -> HostSessions:
+    s = HostSessions(
+        make_packetizer=Packetizer.for_cookie,
+        keyframes=KeyframePolicy(),
+        rate=RateConfig(ceiling_bps=10e6, floor_bps=1e6),
+    )
+    s.codec_parameters = PARAMS
+    return s
+
+
+def test_a_spectator_claiming_congestion_does_not_lower_the_players_stream() -> None:
+    s = rate_sessions()
+    player = rate_viewer(s, 1, KickFlags.VIDEO | KickFlags.GAMEPAD, 0.0)
+    liar = rate_viewer(s, 2, KickFlags.VIDEO, 0.5)
+    bitrates, _ = stream_with_feedback(s, {1: 0.0, 2: 0.05}, 4.0)
+    assert liar.link is not None and player.link is not None
+    assert liar.link.cuts > 0 and liar.link.video_bps < 5e6  # its own estimate fell...
+    assert player.link.video_bps == 10e6
+    assert bitrates == []  # ...and the encoder never heard of it
+    assert s.bitrate is not None and s.bitrate.bitrate_bps == 10e6
+
+
+def test_the_player_holding_the_pad_sets_the_bitrate_and_the_others_are_told_why() -> None:
+    s = rate_sessions()
+    rate_viewer(s, 1, KickFlags.VIDEO, 0.0)
+    rate_viewer(s, 2, KickFlags.VIDEO | KickFlags.GAMEPAD, 0.5)
+    bitrates, told = stream_with_feedback(s, {1: 0.0, 2: 0.05}, 4.0)
+    assert bitrates and bitrates[-1].bits_per_s < 5e6
+    assert any(m.decided_by == RateDecider.OTHER_VIEWER for m in told)  # the spectator learns why
+    assert any(m.decided_by == RateDecider.YOUR_LINK for m in told)
+
+
+def test_rate_feedback_from_a_viewer_that_did_not_negotiate_it_is_dropped() -> None:
+    s = rate_sessions()
+    kicked(s)  # no EXTENSIONS: a native viewer
+    conn = s.connection(1)
+    assert conn is not None and conn.link is None
+    feedback = RateFeedback.build(1, 50_000, 1000, [ArrivalSample(1, 1, 2, 3)])
+    assert s.datagram((UDP[0], UDP[1] + 1), bytes(feedback), 1.0) == []
+    assert s.discarded["rate_feedback_not_negotiated"] == 1

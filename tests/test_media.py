@@ -85,6 +85,29 @@ def test_forced_idr_and_intra_refresh_recovery_points_are_told_apart() -> None:
     assert not any(p.idr for i, p in enumerate(packets) if i not in (0, 20))
 
 
+def test_libx264_follows_a_new_bitrate_from_the_next_frames_without_a_key_frame() -> None:
+    """Rate control moves the bitrate of a running encoder: libx264 reconfigures its rate control at once (the
+    VBV must have been set through libavcodec's maxrate/bufsize for that) and the stream goes on unbroken."""
+    enc = VideoEncoder(EncoderConfig(width=640, height=360, fps=60, bitrate_kbits=4000))
+    scene = TestScene(640, 360)
+
+    def sizes(frames: range) -> list[int]:
+        out = []
+        for i in frames:
+            out += [len(p.data) for p in enc.encode_array(scene.render(i, 0).copy(), i * 16_667)]
+        return out
+
+    high = sizes(range(0, 90))[30:]
+    enc.set_bitrate(1_000_000)
+    low = sizes(range(90, 180))[10:]
+    assert np.mean(low) < 0.45 * np.mean(high)
+    assert np.mean(low) * 8 * 60 == pytest.approx(1_000_000, rel=0.3)
+    enc.set_bitrate(4_000_000)
+    again = sizes(range(180, 270))[30:]
+    assert np.mean(again) > 2 * np.mean(low)
+    assert not any(p.idr for p in enc.encode_array(scene.render(270, 0).copy(), 270 * 16_667))
+
+
 def test_hevc_idr_is_recognised() -> None:
     _, packets = _encode(3, encoder="libx265")
     info = key_info(packets[0].data, VideoCodec.H265)

@@ -9,15 +9,17 @@ import signal
 import socket
 import subprocess
 import sys
+from dataclasses import replace
 from typing import Any
 
 import pytest
-from support import run, start_host, stop_host, until
+from support import SMALL, run, start_host, stop_host, until
 
 from pyrofling.bench.stream import free_port
 from pyrofling.client.viewer import Viewer, ViewerConfig
 from pyrofling.netsim.models import ImpairmentConfig
 from pyrofling.netsim.relay import NetsimRelay, RelayConfig
+from pyrofling.server.audio import AudioConfig
 from pyrofling.server.host import Host
 from pyrofling.wire import Hello, Kick, KickFlags, Nak, parse_control
 
@@ -65,6 +67,35 @@ def test_through_netsim_with_loss_fec_recovers_and_key_frames_heal() -> None:
     assert st["frames_shown"] >= 45
     # Whatever FEC could not rebuild was asked for and healed by a key frame.
     assert st["packets_lost_video"] == 0 or (st["keyframe_requests"] > 0 and host.keyframes.forced_for_loss > 0)
+
+
+def test_through_a_narrow_link_the_host_lowers_the_bitrate_and_the_viewer_is_told() -> None:
+    """A 3 Mbit/s stream into a 1.5 Mbit/s link (the relay's drop-tail queue holds 50 ms): the viewer's feedback
+    brings the encoder down to what fits, pictures keep coming, and the viewer knows the bitrate and why."""
+
+    async def scenario() -> tuple[Host, Viewer, dict[str, Any]]:
+        host, task = await start_host(
+            encoder=replace(SMALL, bitrate_kbits=3000), min_bitrate_kbits=300, audio=AudioConfig(source="none")
+        )
+        down = ImpairmentConfig(rate_bits_per_s=1.5e6, queue_s=0.05)
+        relay = NetsimRelay(RelayConfig(upstream_host="127.0.0.1", upstream_port=host.port or 0, down=down))
+        _, port = await relay.start()
+        viewer = Viewer(ViewerConfig(host="127.0.0.1", port=port, duration_s=6.0))
+        await viewer.run()
+        await relay.close()
+        summary = host.summary()
+        await stop_host(host, task)
+        return host, viewer, summary
+
+    _, viewer, summary = run(scenario)
+    st = viewer.summary()
+    assert summary["rate"]["bitrate_changes"] >= 1
+    trace = summary["rate"]["bitrate_trace"]
+    assert min(kbits for _, kbits in trace) < 1500  # it went below the link
+    assert st["stream_bitrate_kbits"] is not None and 300 < st["stream_bitrate_kbits"] < 1500
+    assert st["bitrate_decided_by"] == "your_link"
+    late = [row["frames"] for row in st["timeline"][-3:]]
+    assert late and min(late) >= 15  # pictures keep coming at the end (30 fps)
 
 
 def test_a_native_style_viewer_is_served_without_extensions() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from pyrofling.core.congestion import RateConfig
 from pyrofling.core.encode_schedule import EncodeSchedule
 from pyrofling.core.host_session import HostSessions, SendControl, SendDatagram
 from pyrofling.core.keyframes import KeyframePolicy
@@ -37,7 +38,10 @@ from pyrofling.wire import (
     KickFlags,
     LossReport,
     Nack,
+    RateDecider,
+    RateFeedback,
     RequestKeyframe,
+    StreamRate,
     StreamType,
     parse_control,
     parse_media_datagram,
@@ -59,9 +63,10 @@ class Pair:
         *,
         extensions: ExtensionFeature | None = None,
         make_packetizer: Callable[[int], Packetizer] = Packetizer.for_cookie,
+        rate: RateConfig | None = None,
     ) -> None:
         self.keyframes = KeyframePolicy()
-        self.hs = HostSessions(make_packetizer=make_packetizer, keyframes=self.keyframes)
+        self.hs = HostSessions(make_packetizer=make_packetizer, keyframes=self.keyframes, rate=rate)
         self.hs.codec_parameters = PARAMS
         self.hs.open(1, ("127.0.0.1", 50000), 0xC0FFEE, 0.0)
         config = ViewerSessionConfig(flags=flags)
@@ -257,6 +262,36 @@ def test_a_gamepad_only_client_gets_no_media_outputs() -> None:
     assert pair.conn.streaming
     message = pair.conn.gamepad_state(b"\x01\x02")
     assert isinstance(message, DatagramToHost) and message.data == b"\x01\x02"  # plain: not sealed
+
+
+def test_the_viewer_reports_arrivals_every_50_ms_once_granted_and_hears_the_bitrate() -> None:
+    pair = Pair(extensions=ExtensionFeature.RATE_CONTROL, rate=RateConfig(ceiling_bps=10e6, floor_bps=1e6))
+    assert pair.conn.arrivals.active
+    host = pair.hs.connection(1)
+    assert host is not None
+    for i in range(12):  # 200 ms of frames, 60 fps
+        now = 0.1 + i / 60
+        pair.receive(pair.media(IDR if i == 0 else P_FRAME, int(now * 1e6), now), now)
+        pair._perform(pair.conn.handle_timer(now), now)
+    feedback = [parse_udp_control(d) for d in pair.udp_to_host]
+    feedback = [m for m in feedback if isinstance(m, RateFeedback)]
+    assert 3 <= len(feedback) <= 4 and host.rate_feedbacks == len(feedback)
+    assert all(m.samples and m.bytes_received > 0 for m in feedback)
+    assert [m.seq for m in feedback] == list(range(len(feedback)))
+    # The host's word on the bitrate is kept for the statistics and the HUD.
+    pair.conn.control_received(StreamRate(4000, 10_000, 3900, RateDecider.YOUR_LINK), 0.5)
+    assert pair.conn.session.stream_rate == StreamRate(4000, 10_000, 3900, RateDecider.YOUR_LINK)
+
+
+def test_a_viewer_not_granted_rate_control_sends_no_feedback() -> None:
+    pair = Pair(extensions=ExtensionFeature.LOSS_REPORTS)
+    assert not pair.conn.arrivals.active
+    for i in range(12):
+        now = 0.1 + i / 60
+        pair.receive(pair.media(IDR if i == 0 else P_FRAME, int(now * 1e6), now), now)
+    assert not any(isinstance(parse_udp_control(d), RateFeedback) for d in pair.udp_to_host)
+    pair.conn.control_received(StreamRate(4000, 10_000, 3900, RateDecider.YOUR_LINK), 0.5)
+    assert pair.conn.session.stream_rate is None
 
 
 def test_concealment_waits_for_a_whole_picture_and_bounds_a_freeze() -> None:

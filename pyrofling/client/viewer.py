@@ -46,7 +46,7 @@ from pyrofling.core.viewer_connection import (
     ViewerOutput,
 )
 from pyrofling.files import write_stats
-from pyrofling.wire import CodecParameters, KickFlags, RateDecider, VideoCodec
+from pyrofling.wire import CodecParameters, KickFlags, RateDecider, StreamRate, VideoCodec
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +100,8 @@ class Viewer:
         #: Why authentication failed (a wrong password...): the viewer stops instead of reconnecting.
         self.auth_failure: str | None = None
         self._totals: Counter[str] = Counter()  # counters of the connections that ended
+        #: The host's last word on the bitrate (STREAM_RATE) on a connection that has ended.
+        self.stream_rate: StreamRate | None = None
         #: A row a second of what arrived and what was seen (statistics' ``timeline``).
         self.timeline = Timeline()
         self._discarded: Counter[str] = Counter()
@@ -285,6 +287,8 @@ class Viewer:
         self._discarded += conn.discarded()
         if conn.clock.last_rtt_s is not None:
             self.rtt_ms = conn.clock.last_rtt_s * 1000
+        if conn.session.stream_rate is not None:
+            self.stream_rate = conn.session.stream_rate
         self.connection = self._perform = None
 
     # -- from the presenter and decode threads -------------------------------------------------
@@ -339,7 +343,7 @@ class Viewer:
         out["rtt_ms"] = rtt * 1000 if rtt is not None else self.rtt_ms
         out["discarded"] = dict(discarded)
         out["timeline"] = list(self.timeline.rows)
-        rate = conn.session.stream_rate if conn is not None else None
+        rate = conn.session.stream_rate if conn is not None and conn.session.stream_rate else self.stream_rate
         out["stream_bitrate_kbits"] = rate.bitrate_kbits if rate is not None else None
         out["link_kbits"] = rate.your_link_kbits if rate is not None and rate.your_link_kbits else None
         out["bitrate_decided_by"] = RateDecider(rate.decided_by).name.lower() if rate is not None else None

@@ -23,7 +23,9 @@ the queue is deep, so the queue drains; then it holds a while.  While the queue
 is clear it grows: fast (30 %/s) back toward a capacity it knows, slowly
 (8 %/s) beyond, probing.  Loss alone — no queue — is not congestion (FEC and
 resends handle it) and never slows it; loss with a queue building is a
-drop-tail queue overflowing, and does.
+drop-tail queue overflowing, and does; so does heavy loss while the link delivers a steady
+share of what is sent (a queue too shallow to show delay), unlike an outage (nothing arrives) or random loss
+(nearly everything does).
 
 :class:`SharedBitrate` turns the viewers' allowances into the one encoder's
 bitrate by a policy: ``players`` (default: the viewers holding the gamepad
@@ -121,6 +123,10 @@ class LinkController:
         self.overhead = overhead
         #: What else goes to the viewer (audio and its repair, resends), bit/s, as last measured.
         self.other_bps = 0.0
+        #: What actually went to the viewer lately, bit/s, and the factor that makes the encoder's target land
+        #: the whole stream on ``allowed_bps`` (x264 misses its target by a few percent, repair comes and goes).
+        self.sent_bps: float | None = None
+        self.correction = 1.0
         self.allowed_bps = config.ceiling_bps * overhead * 1.2
         #: The link's capacity as measured at the last cut; None until one (or once grown well past it).
         self.capacity_bps: float | None = None
@@ -136,6 +142,7 @@ class LinkController:
         self._over = 0
         self._hold_until = -math.inf
         self._queue_seen_s = -math.inf
+        self._throttled_run = 0
         #: A LOSS_REPORT's (lost, expected) waiting for the next feedback to say whether a queue caused it.
         self.pending_loss: tuple[int, int] | None = None
         self._updated_s: float | None = None
@@ -144,6 +151,7 @@ class LinkController:
         self._bytes_other = 0  # audio, its repair, resends
         self._overhead_window: deque[tuple[float, int, int, int]] = deque()
         self.loss = 0.0
+        self._losses: deque[tuple[int, int]] = deque(maxlen=3)
         #: Recent decisions (time, what, queue ms, delivered kbit/s, allowed kbit/s), for statistics.
         self.events: deque[tuple[float, str, float, int, int]] = deque(maxlen=64)
 
@@ -185,25 +193,52 @@ class LinkController:
         self._updated_s = now
         if queue_s is None:
             return
-        if queue_s > cfg.clear_delay_s:
+        clear_s, overuse_s = self._thresholds()
+        if queue_s > clear_s:
             self._queue_seen_s = now
-        overflow = self.loss >= cfg.overflow_loss and queue_s > cfg.clear_delay_s
-        if queue_s > cfg.overuse_delay_s or overflow:
+        heavy = self.recent_loss >= cfg.overflow_loss
+        self._throttled_run = self._throttled_run + 1 if heavy and self._throttled() else 0
+        # A short outage looks throttled for a report or two; a shallow queue overflowing stays so.
+        overflow = heavy and (queue_s > clear_s / 2 or self._throttled_run >= 10)
+        if queue_s > overuse_s or overflow:
             self._over += 1
         else:
             self._over = 0
-        overused = overflow or queue_s > 2 * cfg.overuse_delay_s or self._over >= 2
+        overused = overflow or queue_s > 2 * overuse_s or self._over >= 2
         if now < self._hold_until:
             return
         if overused:
             self._cut(queue_s, now)
-        elif queue_s < cfg.clear_delay_s:
+        elif queue_s < clear_s:
             self._grow(dt)
+
+    def _thresholds(self) -> tuple[float, float]:
+        """The queue delays that count as clear and as overuse.  On a slow link one datagram takes a while to
+        cross (10 ms at 0.8 Mbit/s), and a frame's first datagram may wait behind the last one's tail: the
+        thresholds are at least 1.5 and 3 datagram times."""
+        cfg = self.config
+        rate = self.capacity_bps or self.delivered_bps
+        datagram_s = 1076 * 8 / rate if rate else 0.0
+        return max(cfg.clear_delay_s, 1.5 * datagram_s), max(cfg.overuse_delay_s, 3 * datagram_s)
+
+    @property
+    def recent_loss(self) -> float:
+        """Datagram loss over the last few LOSS_REPORTs (one report at a low rate holds only a few datagrams)."""
+        lost = sum(x for x, _ in self._losses)
+        expected = sum(n for _, n in self._losses)
+        return lost / expected if expected else 0.0
+
+    def _throttled(self) -> bool:
+        """The link delivers a steady share of what is sent, well short of all of it: a shallow queue
+        overflowing (an outage delivers next to nothing, random loss nearly everything)."""
+        delivered, sent = self.delivered_bps, self.sent_bps
+        return delivered is not None and sent is not None and sent > 0 and 0.1 < delivered / sent < 0.9
 
     def lost(self, lost: int, expected: int) -> None:
         """A LOSS_REPORT's datagram loss (first transmissions)."""
         if expected:
             self.loss = lost / expected
+            self._losses.append((lost, expected))
 
     def queue_loss(self, now: float) -> bool:
         """Whether loss now is the queue's doing (a queue stood in the last second, or a cut was made): repair
@@ -254,6 +289,13 @@ class LinkController:
             self.overhead = max(1.0, min(4.0, (self._bytes_wire - wire0) / video))
         if now - t0 >= 0.5:
             self.other_bps = (self._bytes_other - other0) * 8 / (now - t0)
+            self.sent_bps = (self._bytes_wire - wire0 + self._bytes_other - other0) * 8 / (now - t0)
+            if self.congested:
+                # Steer the encoder so that what is sent lands on what is allowed: a small step per report.
+                error = self.allowed_bps / max(self.sent_bps, 1.0)
+                self.correction = max(0.6, min(1.25, self.correction * max(0.97, min(1.02, error))))
+            else:
+                self.correction += 0.05 * (1.0 - self.correction)
 
     @property
     def delivered_bps(self) -> float | None:
@@ -314,7 +356,7 @@ class LinkController:
 
     @property
     def _video_share_bps(self) -> float:
-        return (self.allowed_bps - self.other_bps) / self.overhead
+        return (self.allowed_bps - self.other_bps) / self.overhead * self.correction
 
     @property
     def video_bps(self) -> float:

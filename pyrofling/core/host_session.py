@@ -516,6 +516,7 @@ class HostSessions:
             "feedbacks": c.rate_feedbacks,
             "overhead": round(c.link.overhead, 3),
             "other_kbits": round(c.link.other_bps / 1000),
+            "correction": round(c.link.correction, 3),
             "events": list(c.link.events),
         }
 

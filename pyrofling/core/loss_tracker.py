@@ -8,7 +8,9 @@ without help, and a LOSS_REPORT every ``report_interval_s``.
 
 A packet's first transmission is over when its last datagram (the last repair
 block) arrives, when a datagram of a newer packet arrives, or ``tail_wait_s``
-after its latest datagram (the host sends a frame's datagrams back to back).
+after its latest datagram (the host sends a frame's datagrams back to back; on
+a slow or paced link they arrive spread out, so the wait grows to three times the
+usual gap between a packet's datagrams, at most 30 ms).
 Then its losses are counted (datagrams and bursts, in send order) and, if the
 reassembler still needs blocks, they are asked for: exactly those it names
 (with Reed–Solomon, only as many as the repair blocks cannot cover).  A packet
@@ -92,6 +94,8 @@ class LossTracker:
         self.reports = reports
         self.report_interval_s = report_interval_s
         self.tail_wait_s = tail_wait_s
+        #: The usual gap between consecutive datagrams of one packet (smoothed), seconds.
+        self.datagram_gap_s = 0.0
         self.retry_s = retry_s
         self.max_nacks = max_nacks
         self.give_up_s = give_up_s
@@ -160,6 +164,8 @@ class LossTracker:
         position = data_blocks + header.subpacket_seq if header.fec else header.subpacket_seq
         if position >= expected:
             return self.packets_closed != closed_before
+        if any(packet.got):
+            self.datagram_gap_s += 0.1 * (min(0.1, now - packet.last_s) - self.datagram_gap_s)
         packet.got[position] = 1
         packet.last_s = now
         if position == expected - 1:
@@ -189,7 +195,8 @@ class LossTracker:
     def poll(self, now: float, needed: Callable[[int], list[int] | None]) -> list[Nack | LossReport]:
         """NACKs and a report due at ``now``.  ``needed(seq)``: the reassembler's answer (see module docstring)."""
         out: list[Nack | LossReport] = []
-        for seq in [s for s in self._open if now >= self._packets[s].last_s + self.tail_wait_s]:
+        wait = self._tail_wait_s
+        for seq in [s for s in self._open if now >= self._packets[s].last_s + wait]:
             self._close(seq, now)
         for seq in sorted(self._pending, key=lambda s: self._packets[s].first_s):
             packet = self._packets[seq]
@@ -247,7 +254,8 @@ class LossTracker:
 
     def next_timer(self) -> float | None:
         times = [self._next_report_s] if self.reports and self._next_report_s is not None else []
-        times += [self._packets[s].last_s + self.tail_wait_s for s in self._open]
+        wait = self._tail_wait_s
+        times += [self._packets[s].last_s + wait for s in self._open]
         if self.nack:
             times += [d for s in self._pending if (d := self._packets[s].nack_due_s) is not None]
         if self.nack and self._tokens < 1.0 and self._pending and self._tokens_s is not None:
@@ -255,6 +263,10 @@ class LossTracker:
         return min(times) if times else None
 
     # -- inside --------------------------------------------------------------------------------
+
+    @property
+    def _tail_wait_s(self) -> float:
+        return min(0.03, max(self.tail_wait_s, 3 * self.datagram_gap_s))
 
     def _close(self, seq: int, now: float) -> None:
         """The packet's first transmission is over: count what it lost; ask for it at once if it needs help."""

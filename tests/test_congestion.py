@@ -1,0 +1,181 @@
+"""Rate control, in simulated time: the host's controller and the viewer's feedback around the netsim link model.
+
+A closed loop with a fake clock: frames of the size the controller allows leave paced, cross a simulated
+bottleneck (:class:`~pyrofling.netsim.models.Impairment`: rate, drop-tail queue, loss), the viewer's
+:class:`~pyrofling.core.rate_feedback.ArrivalRecorder` stamps them on its own clock and reports every 50 ms,
+and the report reaches the controller a few ms later.  What a player would feel is measured on the way:
+each frame's queueing delay.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from pyrofling.core.congestion import LinkController, RateConfig, RateVoter, SharedBitrate
+from pyrofling.core.rate_feedback import ArrivalRecorder
+from pyrofling.netsim.models import Impairment, ImpairmentConfig, LinkChange
+from pyrofling.wire import RateDecider, RateFeedback
+
+FPS = 60
+DATAGRAM = 1048
+CEILING = 10e6
+
+
+@dataclass
+class Run:
+    """What happened, frame by frame: (send time, queueing delay of its first datagram) and the rates."""
+
+    delays: list[tuple[float, float]] = field(default_factory=list)
+    video_bps: list[tuple[float, float]] = field(default_factory=list)
+    sent_bits: list[tuple[float, int]] = field(default_factory=list)
+
+    def delay_p95(self, start: float, end: float) -> float:
+        return float(np.percentile([d for t, d in self.delays if start <= t < end], 95))
+
+    def sent_mbits(self, start: float, end: float) -> float:
+        return sum(b for t, b in self.sent_bits if start <= t < end) / (end - start) / 1e6
+
+    def video_at(self, t: float) -> float:
+        return [v for at, v in self.video_bps if at <= t][-1]
+
+
+def simulate(
+    schedule: str | None,
+    seconds: float,
+    *,
+    loss: float = 0.0,
+    outages: tuple[float, float, float] | None = None,
+    seed: int = 1,
+) -> Run:
+    rng = random.Random(seed)
+    cfg = RateConfig(ceiling_bps=CEILING, floor_bps=1e6)
+    link = LinkController(cfg)
+    steps = LinkChange.parse_schedule(schedule) if schedule else ()
+    net = Impairment(ImpairmentConfig(loss=loss, queue_s=0.05, schedule=steps, outages=outages), seed=seed)
+    net.start(0.0)
+    viewer = ArrivalRecorder()
+    viewer.active = True
+    viewer_clock = 1234.5  # the viewer's clock has nothing in common with the host's
+    events: list[tuple[float, int, str, object]] = []  # (time, order, kind, payload)
+    order = 0
+
+    def at(t: float, kind: str, payload: object) -> None:
+        nonlocal order
+        order += 1
+        heapq.heappush(events, (t, order, kind, payload))
+
+    run = Run()
+    for i in range(int(seconds * FPS)):
+        at(i / FPS, "frame", i & 0x3FFF)
+    audio_every = 0.005
+    for i in range(int(seconds / audio_every)):
+        at(i * audio_every, "audio", None)
+    last_report_lost = [0, 0]
+    while events:
+        now, _, kind, payload = heapq.heappop(events)
+        if kind == "frame":
+            seq = int(payload)  # type: ignore[call-overload]
+            video = link.video_bps
+            run.video_bps.append((now, video))
+            size = max(200, int(video / FPS / 8 * rng.uniform(0.85, 1.15)))
+            link.video_packet(size)
+            n = -(-size // 1024)
+            repair = max(1, n // 10)
+            pace = link.pacing_bps(200e6)
+            for d in range(n + repair):
+                sent_at = now + d * DATAGRAM * 8 / pace
+                link.sent(seq, sent_at, DATAGRAM)
+                run.sent_bits.append((sent_at, DATAGRAM * 8))
+                for arrival in net.process(sent_at, DATAGRAM):
+                    at(arrival, "arrive", (seq, d == 0, sent_at))
+                last_report_lost[1] += 1
+        elif kind == "audio":
+            link.count(220)
+            run.sent_bits.append((now, 220 * 8))
+            for arrival in net.process(now, 220):
+                at(arrival, "arrive", None)
+        elif kind == "arrive":
+            viewer.datagram(DATAGRAM if payload else 220, now + viewer_clock)
+            if payload is not None:
+                seq, first, sent_at = payload  # type: ignore[misc]
+                viewer.video(seq, now + viewer_clock)
+                if first:
+                    run.delays.append((sent_at, now - sent_at))
+            report = viewer.poll(now + viewer_clock)
+            if report is not None:
+                at(now + 0.005, "feedback", report)
+        elif kind == "feedback":
+            assert isinstance(payload, RateFeedback)
+            expected, lost = last_report_lost[1], net.stats.dropped - last_report_lost[0]
+            last_report_lost[:] = [net.stats.dropped, 0]
+            link.lost(min(lost, expected), expected)
+            link.feedback(payload, now)
+    return run
+
+
+def test_a_narrowing_link_is_fitted_within_two_seconds_and_widening_is_followed_back() -> None:
+    run = simulate("10 rate-mbits=4 queue-ms=50; 30 rate-mbits=0", 45.0)
+    before = run.video_at(9.9)
+    assert before == CEILING  # an open link: the ceiling
+    # The link narrows at 10 s: within 2 s what is sent fits it, and the queue stays short from then on.
+    assert run.sent_mbits(12.0, 30.0) < 4.0
+    assert run.delay_p95(12.0, 30.0) < run.delay_p95(2.0, 10.0) + 0.020
+    assert run.sent_mbits(12.0, 30.0) > 0.7 * 4.0  # and it uses most of it
+    # At 30 s it widens again: back at the ceiling within 10 s.
+    back = next(t for t, v in run.video_bps if t >= 30.0 and v >= 0.98 * CEILING)
+    assert back - 30.0 < 10.0
+
+
+def test_random_loss_without_a_queue_is_not_congestion() -> None:
+    run = simulate(None, 20.0, loss=0.02)
+    assert min(v for t, v in run.video_bps if t >= 2.0) >= 0.9 * CEILING
+
+
+def test_outages_are_not_congestion() -> None:
+    """Wi-Fi drops everything for a few tens of ms now and then: nothing queues, so nothing is cut."""
+    run = simulate(None, 20.0, outages=(1.0, 0.02, 0.08))
+    assert min(v for t, v in run.video_bps if t >= 2.0) >= 0.9 * CEILING
+
+
+def test_a_drop_tail_queue_overflowing_is_congestion_even_before_the_delay_shows() -> None:
+    """A queue of 5 ms: the standing queue never reaches the overuse delay, loss with a queue says it all."""
+    run = simulate("5 rate-mbits=4 queue-ms=5", 15.0)
+    assert run.sent_mbits(8.0, 15.0) < 4.0
+
+
+def _voters(liar_bps: float, *, liar_plays: bool, honest_plays: bool) -> list[RateVoter]:
+    return [
+        RateVoter(1, CEILING, player=honest_plays, since_s=0.0),  # the first to join, on a good link
+        RateVoter(2, liar_bps, player=liar_plays, since_s=5.0),  # says its link carries far less
+        RateVoter(3, None, player=False, since_s=1.0),  # a native viewer: no say
+    ]
+
+
+def test_a_spectator_cannot_drag_the_shared_bitrate_down() -> None:
+    shared = SharedBitrate(RateConfig(ceiling_bps=CEILING, floor_bps=1e6))
+    assert not shared.decide(_voters(2e6, liar_plays=False, honest_plays=True))
+    assert shared.bitrate_bps == CEILING
+    # Nobody holds the pad: the first viewer to join decides, still not the newcomer.
+    assert not shared.decide(_voters(2e6, liar_plays=False, honest_plays=False))
+    assert shared.bitrate_bps == CEILING
+    assert shared.told(2) == RateDecider.CEILING
+
+
+def test_the_player_decides_and_lowest_lets_everyone_decide() -> None:
+    shared = SharedBitrate(RateConfig(ceiling_bps=CEILING, floor_bps=1e6))
+    assert shared.decide(_voters(3e6, liar_plays=True, honest_plays=False))
+    assert shared.bitrate_bps == 3e6
+    assert shared.told(2) == RateDecider.YOUR_LINK and shared.told(1) == RateDecider.OTHER_VIEWER
+    lowest = SharedBitrate(RateConfig(ceiling_bps=CEILING, floor_bps=1e6), "lowest")
+    assert lowest.decide(_voters(0.2e6, liar_plays=False, honest_plays=True))
+    assert lowest.bitrate_bps == 1e6 and lowest.told(2) == RateDecider.FLOOR  # never below the floor
+    fixed = SharedBitrate(RateConfig(ceiling_bps=CEILING, floor_bps=1e6), "fixed")
+    assert not fixed.decide(_voters(1e6, liar_plays=True, honest_plays=True))
+    assert fixed.bitrate_bps == CEILING and fixed.told(1) == RateDecider.FIXED
+    with pytest.raises(ValueError, match="unknown rate policy"):
+        SharedBitrate(RateConfig(ceiling_bps=CEILING, floor_bps=1e6), "loudest")
