@@ -8,9 +8,9 @@ behaviour (a native viewer, no reports: the encoder stays at the configured bitr
 The processes share the monotonic clock, so the host's bitrate changes, the relay's link changes and the
 viewer's second-by-second timeline line up on one time axis, 0 being when the relay started.  For each
 interval between link changes the bench reports latency (capture → decoded) percentiles and good refreshes,
-counted from ``settle_s`` after the change; for a drop, how long until the stream fits (every later second's
-95th-percentile latency within ``fit_margin_ms`` of the first interval's); for a rise, how long until the
-encoder is back at the ceiling and the freezes on the way.
+counted from 2 s after the change; for a drop, how long until the stream fits (a second with the encoder's
+bitrate below the link and 95th-percentile latency within 20 ms of the first interval's); for a rise, how long
+until the encoder is back at the first interval's level and at the ceiling, and the freezes on the way.
 """
 
 from __future__ import annotations
@@ -135,13 +135,22 @@ def analyse(result: dict[str, Any], config: AdaptConfig) -> dict[str, Any]:
     start = 0.0
     for end in bounds:
         intervals.append(_interval(start, min(end, config.duration_s), steps, series, frames, freezes, trace, config))
+        if start == 0.0:
+            intervals[-1]["to_ceiling_s"] = None  # it starts there
         start = end
         if end >= config.duration_s:
             break
     if intervals:
         base = intervals[0]["latency_p95_ms"]
+        prior = intervals[0]["bitrate_median_mbits"]
         for prev, cur in itertools.pairwise(intervals):
             cur["fit_s"] = _fit_time(cur, series, base) if _narrower(cur, prev) else None
+            cur["to_prior_s"] = None
+            if not _narrower(cur, prev) and prior is not None:
+                back = next(
+                    (r["t"] for r in series if r["t"] > cur["from_s"] and r["bitrate_mbits"] >= 0.95 * prior), None
+                )
+                cur["to_prior_s"] = back - cur["from_s"] if back is not None and back < cur["to_s"] else None
     return {
         "policy": result["scenario"]["policy"],
         "label": StreamScenario(**result["scenario"]).label(),
@@ -202,19 +211,17 @@ def _interval(
 
 
 def _fit_time(interval: dict[str, Any], series: list[dict[str, Any]], base_p95: float | None) -> float | None:
-    """Seconds after the drop from which every second's p95 latency stays within the margin of the first
-    interval's p95."""
+    """Seconds after the drop until the stream fits the new link: the first second whose encoder bitrate is
+    below the link and whose p95 latency is back within the margin of the first interval's p95."""
     if base_p95 is None:
         return None
-    start, end = interval["from_s"], interval["to_s"]
-    rows = [r for r in series if start < r["t"] <= end and r["latency_p95"] is not None]
-    fit = None
-    for r in rows:
-        if r["latency_p95"] > base_p95 + FIT_MARGIN_MS:
-            fit = None
-        elif fit is None:
-            fit = r["t"] - 1.0 - start  # the second that starts it
-    return max(0.0, fit) if fit is not None else None
+    start, end, capacity = interval["from_s"], interval["to_s"], interval["capacity_mbits"]
+    for r in series:
+        if not start < r["t"] <= end or r["latency_p95"] is None:
+            continue
+        if r["latency_p95"] <= base_p95 + FIT_MARGIN_MS and (capacity is None or r["bitrate_mbits"] < capacity):
+            return max(0.0, r["t"] - start)
+    return None
 
 
 def run(config: AdaptConfig, *, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
@@ -244,7 +251,7 @@ def format_table(result: dict[str, Any]) -> str:
         lines.append(f"== {run['policy']}: {run['label']}")
         lines.append(
             f"  {'interval':>13} {'link':>9} {'bitrate':>17} {'latency p50/p95':>17} {'good':>8} "
-            f"{'freezes':>12} {'fits':>6} {'ceiling':>8}"
+            f"{'freezes':>12} {'fits':>6} {'back':>7} {'ceiling':>7}"
         )
         for iv in run["intervals"]:
             link = "open" if iv["capacity_mbits"] is None else f"{iv['capacity_mbits']:g} Mb/s"
@@ -254,7 +261,8 @@ def format_table(result: dict[str, Any]) -> str:
                 f"{f(iv['latency_p50_ms']):>7}/{f(iv['latency_p95_ms']):<6} ms "
                 f"{f(iv['good_refreshes_pct'], '.2f'):>7}% "
                 f"{iv['freezes']:>3} ({f(iv['longest_freeze_ms'], '.0f'):>4} ms) "
-                f"{f(iv.get('fit_s'), '.1f'):>5}s {f(iv['to_ceiling_s'], '.1f'):>6}s"
+                f"{f(iv.get('fit_s'), '.1f'):>5}s {f(iv.get('to_prior_s'), '.1f'):>6}s "
+                f"{f(iv['to_ceiling_s'], '.1f'):>6}s"
             )
         lines.append(
             f"  whole run: {f(run['good_refreshes_pct'], '.2f')} % good, {run['freezes']} freezes; encoded "

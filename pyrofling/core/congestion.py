@@ -61,13 +61,13 @@ class RateConfig:
     #: Below this the queue is clear and the rate may grow.
     clear_delay_s: float = 0.004
     #: A cut leaves this share of the delivered rate (less when the queue is deep: it must drain).
-    decrease_factor: float = 0.85
+    decrease_factor: float = 0.9
     #: How long to leave a cut to act (the queue drains, the encoder follows) before judging again.
     hold_s: float = 0.3
     #: Growth per second: back toward a capacity it has measured (or a link its trains show), near that
     #: capacity (probing gently: every step past it is queueing delay), and beyond it.
     fast_growth_per_s: float = 0.30
-    near_growth_per_s: float = 0.03
+    near_growth_per_s: float = 0.02
     probe_growth_per_s: float = 0.08
     #: Loss in one report that, with a queue building, means a drop-tail queue overflowed.
     overflow_loss: float = 0.10
@@ -291,9 +291,10 @@ class LinkController:
             self.other_bps = (self._bytes_other - other0) * 8 / (now - t0)
             self.sent_bps = (self._bytes_wire - wire0 + self._bytes_other - other0) * 8 / (now - t0)
             if self.congested:
-                # Steer the encoder so that what is sent lands on what is allowed: a small step per report.
+                # Steer the encoder down when what is sent overshoots what is allowed (x264 misses its target
+                # by a few percent, repair comes and goes); never up: probing is the controller's business.
                 error = self.allowed_bps / max(self.sent_bps, 1.0)
-                self.correction = max(0.6, min(1.25, self.correction * max(0.97, min(1.02, error))))
+                self.correction = max(0.6, min(1.0, self.correction * max(0.97, min(1.02, error))))
             else:
                 self.correction += 0.05 * (1.0 - self.correction)
 
@@ -317,7 +318,7 @@ class LinkController:
         if delivered is None:
             return
         # The queue must drain too: the deeper it is, the further below the link the stream goes for a while.
-        factor = max(0.5, min(cfg.decrease_factor, 1.0 - queue_s / 0.5))
+        factor = max(0.5, min(cfg.decrease_factor, 1.0 - queue_s / 0.25))
         self.capacity_bps = delivered
         self.allowed_bps = max(self._min_allowed, min(self.allowed_bps, factor * delivered))
         self.cuts += 1
@@ -329,19 +330,19 @@ class LinkController:
 
     def _grow(self, dt: float) -> None:
         cfg = self.config
-        known = max(self.capacity_bps or 0.0, self.train_bps or 0.0)
-        fast = known > 0 and self.allowed_bps < 0.85 * known
-        if fast:
-            rate = cfg.fast_growth_per_s
-        elif known > 0 and self.allowed_bps < 1.1 * known:
-            rate = cfg.near_growth_per_s
+        capacity, train = self.capacity_bps, self.train_bps
+        # A frame leaves back to back, so its train shows what the link carries now: well above the capacity
+        # measured at the last cut, the link got better and the stream may return to it quickly.
+        better = train is not None and (capacity is None or train > 1.3 * capacity)
+        if better and train is not None and self.allowed_bps < 0.85 * train:
+            rate, limit = cfg.fast_growth_per_s, 0.85 * train
+        elif capacity is not None and self.allowed_bps < 1.1 * capacity:
+            rate, limit = cfg.near_growth_per_s, math.inf  # gently past what was measured: that is the probe
         else:
-            rate = cfg.probe_growth_per_s
-        grown = self.allowed_bps * (1.0 + rate * dt)
-        if fast:
-            grown = min(grown, 0.85 * known)  # fast only up to near what was measured; probe from there
+            rate, limit = cfg.probe_growth_per_s, math.inf
+        grown = min(limit, self.allowed_bps * (1.0 + rate * dt))
         self.allowed_bps = min(self._max_allowed, max(self.allowed_bps, grown))
-        if self.capacity_bps is not None and self.allowed_bps > 1.1 * self.capacity_bps:
+        if capacity is not None and self.allowed_bps > 1.1 * capacity:
             self.capacity_bps = None  # grown well past it without a queue: the link is better now
 
     @property
@@ -370,10 +371,11 @@ class LinkController:
         return self._video_share_bps < self.config.ceiling_bps
 
     def pacing_bps(self, configured_bps: float) -> float:
-        """The pacer's rate: a little over the link when it is known (a burst then waits in the host's queue
-        instead of overflowing the network's), else what was configured."""
+        """The pacer's rate: twice the link when it is known (a key frame then waits in the host's queue instead
+        of overflowing the network's), else what was configured.  The pacer's burst still lets an ordinary
+        frame leave back to back, so its train keeps showing what the link carries."""
         known = self.capacity_bps
-        rate = max(1.25 * known, 1.5 * self.allowed_bps) if known is not None else configured_bps
+        rate = 2.0 * max(known, self.allowed_bps) if known is not None else configured_bps
         return min(configured_bps, rate)
 
     def state(self) -> LinkState:

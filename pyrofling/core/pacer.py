@@ -61,12 +61,14 @@ class TokenBucketPacer:
         self._updated: float | None = None
 
     def set_rate(self, rate_bits_per_s: float) -> None:
-        """Pace at this rate from now on (at most the configured one).  Below it the burst shrinks to what
-        the rate sends in 4 ms (at least 3 datagrams): a narrow link's queue is shallow."""
+        """Pace at this rate from now on (at most the configured one).  Below it the burst shrinks to what the
+        rate sends in 10 ms, 8 datagrams at most (a narrow link's queue is shallow) and 3 at least (an ordinary
+        frame still leaves back to back)."""
         rate = max(1.0, min(rate_bits_per_s, self.configured_bits_per_s))
         self.rate_bytes_per_s = rate / 8.0
         if rate < self.configured_bits_per_s:
-            self.burst_bytes = float(min(self.configured_burst_bytes, max(3 * 1076, rate / 8 * 0.004)))
+            burst = min(8 * 1076, max(3 * 1076, rate / 8 * 0.010))
+            self.burst_bytes = float(min(self.configured_burst_bytes, burst))
         else:
             self.burst_bytes = float(self.configured_burst_bytes)
         self._tokens = min(self._tokens, self.burst_bytes)
