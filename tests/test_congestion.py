@@ -179,3 +179,14 @@ def test_the_player_decides_and_lowest_lets_everyone_decide() -> None:
     assert fixed.bitrate_bps == CEILING and fixed.told(1) == RateDecider.FIXED
     with pytest.raises(ValueError, match="unknown rate policy"):
         SharedBitrate(RateConfig(ceiling_bps=CEILING, floor_bps=1e6), "loudest")
+
+
+def test_the_viewer_says_in_words_what_set_the_bitrate() -> None:
+    from pyrofling.core.rate_feedback import describe_rate, narrower_than_stream
+    from pyrofling.wire import StreamRate
+
+    mine = StreamRate(3500, 10_000, 3600, RateDecider.YOUR_LINK)
+    assert describe_rate(mine) == "stream 3.50 Mbit/s (fitted to your link), your link carries about 3.60"
+    assert not narrower_than_stream(mine)
+    squeezed = StreamRate(8000, 10_000, 2000, RateDecider.OTHER_VIEWER)
+    assert "another viewer's link" in describe_rate(squeezed) and narrower_than_stream(squeezed)

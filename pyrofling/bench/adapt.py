@@ -271,8 +271,9 @@ def format_table(result: dict[str, Any]) -> str:
         )
     lines.append(
         "  bitrate: the encoder's target (Mbit/s, median and least after settling); fits: seconds after a drop "
-        f"until every second's p95 latency is within {FIT_MARGIN_MS:g} ms of the first interval's; ceiling: "
-        "seconds until the encoder is back at the ceiling"
+        f"until a second with the bitrate below the link and p95 latency within {FIT_MARGIN_MS:g} ms of the first "
+        "interval's; back: seconds after a rise until the bitrate is back at the first interval's median; "
+        "ceiling: until it is at the ceiling (freezes and good refreshes count from 2 s after each change)"
     )
     return "\n".join(lines)
 

@@ -33,6 +33,7 @@ from pyrofling.client.gamepad import GamepadLink
 from pyrofling.client.presenter import Display, HeadlessDisplay, Presenter
 from pyrofling.client.video import VideoPipeline
 from pyrofling.core.loss_tracker import LOSS_COUNTERS
+from pyrofling.core.rate_feedback import describe_rate, narrower_than_stream
 from pyrofling.core.samples import recent_samples
 from pyrofling.core.timeline import Snapshot, Timeline
 from pyrofling.core.viewer_connection import (
@@ -184,8 +185,10 @@ class Viewer:
         return summary
 
     async def _sample_timeline(self) -> None:
-        """A row a second for the statistics' ``timeline`` (benches line it up with the network's changes)."""
+        """A row a second for the statistics' ``timeline`` (benches line it up with the network's changes); and a
+        warning when this viewer's link is narrower than the stream another viewer's link set."""
         seen = 0
+        warned = False
         while True:
             with self.video.lock:
                 st = self.video.stats
@@ -203,6 +206,10 @@ class Viewer:
                 time.monotonic(), received, judged[0], judged[1], shown, rate.bitrate_kbits if rate else None
             )
             self.timeline.sample(snap, latencies)
+            squeezed = rate is not None and narrower_than_stream(rate)
+            if rate is not None and squeezed and not warned:
+                log.warning("%s: the picture will break up where your link drops it", describe_rate(rate))
+            warned = squeezed
             await asyncio.sleep(1.0)
 
     async def _write_stats_periodically(self, path: Path) -> None:
@@ -347,6 +354,7 @@ class Viewer:
         out["stream_bitrate_kbits"] = rate.bitrate_kbits if rate is not None else None
         out["link_kbits"] = rate.your_link_kbits if rate is not None and rate.your_link_kbits else None
         out["bitrate_decided_by"] = RateDecider(rate.decided_by).name.lower() if rate is not None else None
+        out["stream_rate"] = describe_rate(rate) if rate is not None else None
         out["failure"] = self.failure
         out["presentation"] = self.presenter.summary()
         glass = out["presentation"]["glass_ms"]

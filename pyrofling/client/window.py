@@ -180,7 +180,9 @@ class ViewerWindow:
         fps = (shown - last_shown) / (now - last_t) if now > last_t else 0.0
         hz = pres.get("refresh_hz")
         refresh = f" at {hz:.2f} Hz ({pres.get('refresh_clock')})" if hz else ""
-        lines.append(f"{fps:.1f} fps presented{refresh}, bitrate {s.get('received_mbits', 0):.2f} Mbit/s")
+        lines.append(f"{fps:.1f} fps presented{refresh}, received {s.get('received_mbits', 0):.2f} Mbit/s")
+        if s.get("stream_rate"):
+            lines.append(s["stream_rate"])
         lines.append(
             f"repeated {pres.get('repeated', 0)}, missed deadline {pres.get('missed_deadlines', 0)}, "
             f"dropped {pres.get('dropped', 0)}"

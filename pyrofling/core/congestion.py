@@ -14,7 +14,8 @@ says when they arrived (:meth:`LinkController.feedback`).  From those:
   stands the link is busy, so this is its capacity.
 * **train rate** — a frame leaves the host back to back; how fast its
   datagrams arrived is what the link carries at most.  A guide for growing
-  back, never a reason to slow down (a busy viewer stretches it).
+  back, and the most it grows to, never a reason to slow down (a busy viewer
+  stretches it).
 
 The controller keeps ``allowed_bps`` (all bytes to that viewer: video, repair,
 audio, resends).  A standing queue above ``overuse_delay_s`` (two reports in a
@@ -57,9 +58,9 @@ class RateConfig:
     ceiling_bps: float
     floor_bps: float
     #: A standing queue this deep (two reports running, or twice it once) is overuse.
-    overuse_delay_s: float = 0.010
+    overuse_delay_s: float = 0.006
     #: Below this the queue is clear and the rate may grow.
-    clear_delay_s: float = 0.004
+    clear_delay_s: float = 0.003
     #: A cut leaves this share of the delivered rate (less when the queue is deep: it must drain).
     decrease_factor: float = 0.9
     #: How long to leave a cut to act (the queue drains, the encoder follows) before judging again.
@@ -208,7 +209,7 @@ class LinkController:
         if now < self._hold_until:
             return
         if overused:
-            self._cut(queue_s, now)
+            self._cut(queue_s, now, "cut on loss" if overflow else "cut")
         elif queue_s < clear_s:
             self._grow(dt)
 
@@ -312,7 +313,7 @@ class LinkController:
         rates = sorted(r for _, r in self._trains)
         return rates[len(rates) // 2]
 
-    def _cut(self, queue_s: float, now: float) -> None:
+    def _cut(self, queue_s: float, now: float, why: str) -> None:
         cfg = self.config
         delivered = self.delivered_bps
         if delivered is None:
@@ -325,7 +326,7 @@ class LinkController:
         self._over = 0
         self._hold_until = now + cfg.hold_s
         self.events.append(
-            (round(now, 3), "cut", round(queue_s * 1000, 1), round(delivered / 1000), round(self.allowed_bps / 1000))
+            (round(now, 3), why, round(queue_s * 1000, 1), round(delivered / 1000), round(self.allowed_bps / 1000))
         )
 
     def _grow(self, dt: float) -> None:
@@ -340,6 +341,10 @@ class LinkController:
             rate, limit = cfg.near_growth_per_s, math.inf  # gently past what was measured: that is the probe
         else:
             rate, limit = cfg.probe_growth_per_s, math.inf
+        if train is not None:
+            # Not past what the trains show the link carries: probing beyond it only builds a queue (a better
+            # link shows in the trains first, and lifts this with them).
+            limit = min(limit, max(self.allowed_bps, train))
         grown = min(limit, self.allowed_bps * (1.0 + rate * dt))
         self.allowed_bps = min(self._max_allowed, max(self.allowed_bps, grown))
         if capacity is not None and self.allowed_bps > 1.1 * capacity:

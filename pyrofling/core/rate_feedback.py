@@ -13,7 +13,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from pyrofling.core.congestion import FEEDBACK_INTERVAL_S
-from pyrofling.wire import ArrivalSample, RateFeedback
+from pyrofling.wire import ArrivalSample, RateDecider, RateFeedback, StreamRate
 
 #: Packets remembered (a late datagram of one still adds to its count).
 _REMEMBERED = 32
@@ -81,3 +81,26 @@ class ArrivalRecorder:
         self._touched.clear()
         self._last_s = now
         return msg
+
+
+_WHY = {
+    RateDecider.YOUR_LINK: "fitted to your link",
+    RateDecider.CEILING: "the host's ceiling",
+    RateDecider.OTHER_VIEWER: "set by another viewer's link (the player's)",
+    RateDecider.FLOOR: "the host's floor",
+    RateDecider.FIXED: "fixed by the host",
+}
+
+
+def describe_rate(rate: StreamRate) -> str:
+    """One line for the HUD and the log: the encoder's bitrate and why."""
+    why = _WHY.get(RateDecider(rate.decided_by), "?") if rate.decided_by in RateDecider._value2member_map_ else "?"
+    text = f"stream {rate.bitrate_kbits / 1000:.2f} Mbit/s ({why})"
+    if rate.your_link_kbits:
+        text += f", your link carries about {rate.your_link_kbits / 1000:.2f}"
+    return text
+
+
+def narrower_than_stream(rate: StreamRate) -> bool:
+    """This viewer's link is narrower than the stream someone else's link set: its picture will suffer."""
+    return rate.decided_by == RateDecider.OTHER_VIEWER and 0 < rate.your_link_kbits < 0.9 * rate.bitrate_kbits
