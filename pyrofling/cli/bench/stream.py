@@ -164,7 +164,7 @@ def add_adapt(sub: Sub) -> None:
         "is back at the ceiling (--bitrate-kbits). --plot draws bitrate, capacity, latency and good refreshes "
         "over time.",
         "pyrofling bench adapt --plot adapt.png   |   --width 1920 --height 1080 --bitrate-kbits 20000 "
-        "--schedule '0 rate-mbits=20; 10 rate-mbits=6; 30 rate-mbits=20'   |   --schedule none --loss 2%%",
+        "--schedule '0 rate-mbits=20; 10 rate-mbits=6; 30 rate-mbits=20'   |   --schedule none --loss 2%",
     )
     add_common(p, duration_s=(5.0, 3600.0, 45.0), plot=True)
     add_stream_size_options(p)
