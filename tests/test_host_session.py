@@ -14,10 +14,9 @@ from pyrofling.core.host_session import (
     PhaseFeedback,
     SendControl,
     SendDatagram,
-    SetBitrate,
     ViewerLeft,
 )
-from pyrofling.core.host_state import RemoteViewer
+from pyrofling.core.host_state import RemoteViewer, SetBitrate
 from pyrofling.core.keyframes import KeyframePolicy
 from pyrofling.core.packetizer import MediaPacket, Packetizer
 from pyrofling.wire import (
@@ -376,7 +375,7 @@ def test_a_spectator_claiming_congestion_does_not_lower_the_players_stream() -> 
     assert liar.link.cuts > 0 and liar.link.video_bps < 5e6  # its own estimate fell...
     assert player.link.video_bps == 10e6
     assert bitrates == []  # ...and the encoder never heard of it
-    assert s.bitrate is not None and s.bitrate.bitrate_bps == 10e6
+    assert s.rate is not None and s.rate.shared.bitrate_bps == 10e6
 
 
 def test_the_player_holding_the_pad_sets_the_bitrate_and_the_others_are_told_why() -> None:

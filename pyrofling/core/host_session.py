@@ -23,9 +23,10 @@ import secrets
 from collections import Counter
 from collections.abc import Callable
 
-from pyrofling.core.congestion import LinkController, RateConfig, RateVoter, SharedBitrate
+from pyrofling.core.congestion import RateConfig
 from pyrofling.core.gamepad import GamepadRouter, Verdict
 from pyrofling.core.host_auth import HostAuth
+from pyrofling.core.host_rate import HostRate
 from pyrofling.core.host_state import (
     Address,
     CloseConnection,
@@ -37,7 +38,6 @@ from pyrofling.core.host_state import (
     RemoteViewer,
     SendControl,
     SendDatagram,
-    SetBitrate,
     ViewerLeft,
 )
 from pyrofling.core.keyframes import KeyframePolicy
@@ -71,7 +71,6 @@ from pyrofling.wire import (
     ProtocolError,
     RateFeedback,
     RequestKeyframe,
-    StreamRate,
     UnknownControl,
     parse_udp_control,
     sealed_cookie,
@@ -95,11 +94,8 @@ class HostSessions:
     ) -> None:
         self.config = config or HostSessionConfig()
         self._make_pacer = make_pacer
-        #: The encoder's bitrate, from the links of the viewers that report them (protocol.md §7.10); None: fixed.
-        self.rate = rate
-        self.bitrate = SharedBitrate(rate, rate_policy) if rate is not None else None
-        #: The last word on the links of viewers that have left (for the statistics).
-        self.departed_links: dict[str, dict[str, object]] = {}
+        #: The encoder's bitrate from the links of the viewers that report them (protocol.md §7.10); None: fixed.
+        self.rate = HostRate(rate, rate_policy) if rate is not None else None
         self.keyframes = keyframes or KeyframePolicy()
         self.codec_parameters: CodecParameters | None = None
         self._make_packetizer = make_packetizer
@@ -152,9 +148,8 @@ class HostSessions:
         out: list[HostOutput] = [ViewerLeft(conn_id)]
         if release is not None:
             out.append(GamepadInput(release))
-        if conn.link is not None:
-            self.departed_links[conn.label] = self._link_summary(conn)
-            out += self._decide_bitrate(conn.last_alive_s)  # the link it set the bitrate by has gone
+        if conn.link is not None and self.rate is not None:
+            out += self.rate.left(conn, conn.last_alive_s, self._video_viewers())
         return out
 
     def connection(self, conn_id: int) -> RemoteViewer | None:
@@ -231,8 +226,7 @@ class HostSessions:
         conn.packetizer = packetizer = self._make_packetizer(conn.cookie)
         conn.paced = PacedQueue(self._make_pacer())
         if conn.extensions & ExtensionFeature.RATE_CONTROL and self.rate is not None:
-            conn.link = LinkController(self.rate)
-            conn.paced.on_sent = conn.link.sent
+            self.rate.link_for(conn)
         if conn.extensions & ExtensionFeature.LOSS_REPORTS:
             packetizer.follow_reports()
         if conn.extensions & ExtensionFeature.MDS_FEC:
@@ -434,91 +428,19 @@ class HostSessions:
             conn.link.video_packet(payload_bytes)
 
     def _rate_feedback(self, conn: RemoteViewer, msg: RateFeedback, now: float) -> list[HostOutput]:
-        link = conn.link
-        if link is None:
+        if conn.link is None or self.rate is None:
             self.discarded["rate_feedback_not_negotiated"] += 1
             return []
-        conn.rate_feedbacks += 1
-        link.feedback(msg, now)
-        if link.pending_loss is not None:
-            lost, expected = link.pending_loss
-            link.pending_loss = None
-            if link.queue_loss(now):
-                lost = 0  # the queue's doing: the planners hear the link was clean
-            self._learn_loss(conn, lost, expected)
-        assert conn.paced is not None
-        pacer = conn.paced.pacer
-        if isinstance(pacer, TokenBucketPacer):
-            pacer.set_rate(link.pacing_bps(pacer.configured_bits_per_s))
-        return self._decide_bitrate(now)
+        return self.rate.feedback(conn, msg, now, self._video_viewers(), self._learn_loss)
 
-    def _decide_bitrate(self, now: float) -> list[HostOutput]:
-        """The shared bitrate from the links by the policy; STREAM_RATE to each reporting viewer when its news
-        changed (at most 4 a second)."""
-        shared = self.bitrate
-        if shared is None:
-            return []
-        viewers = [c for c in self._connections.values() if c.wants(KickFlags.VIDEO)]
-        voters = [
-            RateVoter(
-                c.conn_id,
-                c.link.video_bps if c.link is not None and c.link.feedbacks else None,
-                bool(c.flags & KickFlags.GAMEPAD),
-                c.kicked_s or 0.0,
-            )
-            for c in viewers
-        ]
-        out: list[HostOutput] = []
-        if shared.decide(voters):
-            why = {0: "a viewer's link", 1: "the ceiling", 3: "the floor"}.get(int(shared.reason), "the policy")
-            out.append(SetBitrate(round(shared.bitrate_bps), f"set by {why}"))
-        kbits = round(shared.bitrate_bps / 1000)
-        for c in viewers:
-            if c.link is None:
-                continue
-            told = (kbits, round(c.link.video_bps / 1000), int(shared.told(c.conn_id)))
-            previous = c.rate_told
-            changed = previous is None or told[2] != previous[2] or _moved(told[0], previous[0], 0.05)
-            changed = changed or (previous is not None and _moved(told[1], previous[1], 0.10))
-            if changed and now - c.rate_told_s >= 0.25:
-                c.rate_told, c.rate_told_s = told, now
-                ceiling = round(shared.config.ceiling_bps / 1000)
-                out.append(SendControl(c.conn_id, bytes(StreamRate(told[0], ceiling, told[1], told[2]))))
-        return out
+    def _video_viewers(self) -> list[RemoteViewer]:
+        return [c for c in self._connections.values() if c.wants(KickFlags.VIDEO)]
 
     def rate_summary(self) -> dict[str, object]:
         """The shared bitrate and each reporting viewer's link, for statistics."""
-        shared = self.bitrate
-        if shared is None:
+        if self.rate is None:
             return {"rate_policy": "fixed"}
-        links = dict(self.departed_links)
-        for c in self._connections.values():
-            if c.link is not None:
-                links[c.label] = self._link_summary(c)
-        return {
-            "rate_policy": shared.policy,
-            "bitrate_kbits": round(shared.bitrate_bps / 1000),
-            "bitrate_changes": shared.changes,
-            "links": links,
-        }
-
-    @staticmethod
-    def _link_summary(c: RemoteViewer) -> dict[str, object]:
-        assert c.link is not None
-        st = c.link.state()
-        return {
-            "video_kbits": round(st.video_bps / 1000),
-            "allowed_kbits": round(st.allowed_bps / 1000),
-            "capacity_kbits": round(st.capacity_bps / 1000) if st.capacity_bps else None,
-            "train_kbits": round(st.train_bps / 1000) if st.train_bps else None,
-            "queue_delay_ms": st.queue_delay_ms,
-            "cuts": st.cuts,
-            "feedbacks": c.rate_feedbacks,
-            "overhead": round(c.link.overhead, 3),
-            "other_kbits": round(c.link.other_bps / 1000),
-            "correction": round(c.link.correction, 3),
-            "events": list(c.link.events),
-        }
+        return self.rate.summary(list(self._connections.values()))
 
     def _gamepad(self, conn: RemoteViewer, msg: GamepadState) -> list[HostOutput]:
         if not conn.flags & KickFlags.GAMEPAD:
@@ -576,10 +498,6 @@ class HostSessions:
                 out += self.close(conn.conn_id)
                 out.append(CloseConnection(conn.conn_id, f"not authenticated after {self.config.auth_timeout_s:g} s"))
         return out
-
-
-def _moved(new: int, old: int, share: float) -> bool:
-    return abs(new - old) > share * max(1, old)
 
 
 def _flag_names(flags: KickFlags) -> str:

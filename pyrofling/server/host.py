@@ -34,9 +34,9 @@ from pyrofling.core.host_session import (
     HostSessionConfig,
     HostSessions,
     PhaseFeedback,
-    SetBitrate,
     ViewerLeft,
 )
+from pyrofling.core.host_state import SetBitrate
 from pyrofling.core.keyframes import KeyframePolicy
 from pyrofling.core.packetizer import MediaPacket, Packetizer
 from pyrofling.core.secure import SALT_BYTES, derive_key
