@@ -315,6 +315,8 @@ def test_a_picture_never_replaced_is_the_longest_freeze() -> None:
     c.shown(1.0)
     assert c.max_still_s == 0.0
     assert c.still_s(20.0) == pytest.approx(19.0)
+    c.stream_ended(21.0)  # and when the stream ends, that freeze stays in the statistics
+    assert c.max_still_s == pytest.approx(20.0)
 
 
 def test_heartbeat_encoding_skips_a_beat_while_the_encoder_is_busy() -> None:

@@ -109,6 +109,12 @@ class VideoPipeline:
             self.stats.decode_queue_max = max(self.stats.decode_queue_max, self._queue.qsize())
         return True
 
+    def stream_ended(self, now: float) -> None:
+        """The connection ended: the picture on screen stood still until now (a stream where nothing new
+        arrived ends in its longest freeze)."""
+        with self.lock:
+            self.concealment.stream_ended(now)
+
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop the thread once what is queued is decoded (or after ``timeout_s``)."""
         if self._thread.is_alive():

@@ -292,6 +292,8 @@ class Viewer:
         """The connection ended: keep its counters (summary() adds the live one's to these)."""
         self._totals += conn.counters()
         self._discarded += conn.discarded()
+        if conn.streaming:
+            self.video.stream_ended(time.monotonic())
         if conn.clock.last_rtt_s is not None:
             self.rtt_ms = conn.clock.last_rtt_s * 1000
         if conn.session.stream_rate is not None:

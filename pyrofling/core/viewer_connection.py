@@ -365,6 +365,10 @@ class Concealment:
         running = now - self.last_shown_s if self.last_shown_s is not None else 0.0
         return max(self.max_still_s, running)
 
+    def stream_ended(self, now: float) -> None:
+        """The connection ended at ``now``: a picture still on screen since long before was a freeze to its end."""
+        self.max_still_s = self.still_s(now)
+
     def shown(self, now: float) -> None:
         """A picture went to the presenter at ``now``."""
         if self.last_shown_s is not None:
