@@ -19,14 +19,16 @@ says when they arrived (:meth:`LinkController.feedback`).  From those:
 
 The controller keeps ``allowed_bps`` (all bytes to that viewer: video, repair,
 audio, resends).  A standing queue above ``overuse_delay_s`` (two reports in a
-row, or twice it once) cuts it to 85 % of the delivered rate, less again when
-the queue is deep, so the queue drains; then it holds a while.  While the queue
-is clear it grows: fast (30 %/s) back toward a capacity it knows, slowly
-(8 %/s) beyond, probing.  Loss alone — no queue — is not congestion (FEC and
-resends handle it) and never slows it; loss with a queue building is a
-drop-tail queue overflowing, and does; so does heavy loss while the link delivers a steady
-share of what is sent (a queue too shallow to show delay), unlike an outage (nothing arrives) or random loss
-(nearly everything does).
+row, or twice it once; at least 3 datagram times on a slow link) cuts it to
+90 % of the delivered rate, less when the queue is deep so that it drains; then
+it holds a while.  While the queue is clear it grows: gently (2 %/s) past the
+capacity it measured — every step past the link is queueing delay — and 8 %/s
+beyond; fast (30 %/s) when the trains show the link got better; never past what
+the trains show.  Loss alone — no queue — is not congestion (FEC and resends
+handle it) and never slows it; loss with a queue building is a drop-tail queue
+overflowing, and does; so does heavy loss for half a second while the link
+delivers a steady share of what is sent (a queue too shallow to show delay),
+unlike an outage (nothing arrives) or random loss (nearly everything does).
 
 :class:`SharedBitrate` turns the viewers' allowances into the one encoder's
 bitrate by a policy: ``players`` (default: the viewers holding the gamepad
@@ -70,7 +72,8 @@ class RateConfig:
     fast_growth_per_s: float = 0.30
     near_growth_per_s: float = 0.02
     probe_growth_per_s: float = 0.08
-    #: Loss in one report that, with a queue building, means a drop-tail queue overflowed.
+    #: Datagram loss over the last three LOSS_REPORTs that, with a queue building, means a drop-tail queue
+    #: overflowed.
     overflow_loss: float = 0.10
     #: The one-way delay's floor is the least seen this long.
     base_window_s: float = 10.0

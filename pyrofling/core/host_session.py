@@ -427,6 +427,11 @@ class HostSessions:
         if conn.link is not None:
             conn.link.video_packet(payload_bytes)
 
+    def audio_sent(self, conn: RemoteViewer, size: int) -> None:
+        """Audio datagrams of ``size`` bytes in all went to the viewer: they share its link with the video."""
+        if conn.link is not None:
+            conn.link.count(size)
+
     def _rate_feedback(self, conn: RemoteViewer, msg: RateFeedback, now: float) -> list[HostOutput]:
         if conn.link is None or self.rate is None:
             self.discarded["rate_feedback_not_negotiated"] += 1

@@ -339,8 +339,7 @@ class Host:
                 assert conn.packetizer is not None and conn.udp_address is not None
                 wire = [conn.outgoing(d) for d in conn.packetizer.packetize(media)]
                 self._count_repair(wire[block_count(len(media.data)) :], audio=True)
-                if conn.link is not None:
-                    conn.link.count(sum(map(len, wire)))
+                self.sessions.audio_sent(conn, sum(map(len, wire)))
                 for d in wire:
                     self.network.send_now(d, conn.udp_address)
 
