@@ -1,6 +1,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +26,11 @@ def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
         (["netsim", "--upstream", "127.0.0.1:1", "--loss", "2"], "not between 0 and 1"),
         (["netsim", "--upstream", "::1:5"], "IPv6"),
         (["netsim"], "--upstream"),
+        (["netsim", "--upstream", "127.0.0.1:1", "--schedule", "10 speed=4"], "unknown key 'speed'"),
+        (["netsim", "--upstream", "127.0.0.1:1", "--schedule", "30 loss=1%; 10 loss=0"], "time order"),
+        (["host", "--rate-policy", "loudest"], "invalid choice"),
+        (["host", "--min-bitrate-kbits", "50"], "out of range 100.."),
+        (["bench", "adapt", "--policy", "gcc"], "give a comma list of pyrofling, reference"),
         (["host", "--width", "13"], "out of range 64..8192, even"),
         (["host", "--fps", "0"], "out of range"),
         (["host", "--fec", "x"], "not a FEC ratio"),
@@ -68,6 +74,18 @@ def test_missing_trace_file_is_reported(capsys: pytest.CaptureFixture[str]) -> N
     with pytest.raises(SystemExit) as exc:
         main(["netsim", "--upstream", "127.0.0.1:1", "--trace", "/nonexistent", "--duration", "1"])
     assert exc.value.code == 2 and "cannot read the loss trace (No such file" in capsys.readouterr().err
+
+
+def test_schedule_file_is_read_before_starting(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["netsim", "--upstream", "127.0.0.1:1", "--schedule-file", "/nonexistent"])
+    assert exc.value.code == 2 and "cannot read the schedule (No such file" in capsys.readouterr().err
+    bad = tmp_path / "steps.txt"
+    bad.write_text("# a drop and back\n10 rate-mbits=4 queue-ms=50\n5 rate-mbits=10\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["netsim", "--upstream", "127.0.0.1:1", "--schedule-file", str(bad)])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and f"{bad}:3" in err and "time order" in err
 
 
 @pytest.mark.timeout(60)
