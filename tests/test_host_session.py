@@ -366,10 +366,16 @@ def rate_sessions() -> HostSessions:
     return s
 
 
+def play(s: HostSessions, conn_id: int, now: float) -> None:
+    """The viewer's pad drives the virtual pad: it is the player."""
+    s.datagram((UDP[0], UDP[1] + conn_id), bytes(GamepadState(1, 1, 0, 0, 0, 0, 0, 0, 0, 0)), now)
+
+
 def test_a_spectator_claiming_congestion_does_not_lower_the_players_stream() -> None:
     s = rate_sessions()
-    player = rate_viewer(s, 1, KickFlags.VIDEO | KickFlags.GAMEPAD, 0.0)
-    liar = rate_viewer(s, 2, KickFlags.VIDEO, 0.5)
+    liar = rate_viewer(s, 2, KickFlags.VIDEO | KickFlags.GAMEPAD, 0.0)  # joined first, asked for a pad too
+    player = rate_viewer(s, 1, KickFlags.VIDEO | KickFlags.GAMEPAD, 0.5)
+    play(s, 1, 0.6)
     bitrates, _ = stream_with_feedback(s, {1: 0.0, 2: 0.05}, 4.0)
     assert liar.link is not None and player.link is not None
     assert liar.link.cuts > 0 and liar.link.video_bps < 5e6  # its own estimate fell...
@@ -380,8 +386,9 @@ def test_a_spectator_claiming_congestion_does_not_lower_the_players_stream() -> 
 
 def test_the_player_holding_the_pad_sets_the_bitrate_and_the_others_are_told_why() -> None:
     s = rate_sessions()
-    rate_viewer(s, 1, KickFlags.VIDEO, 0.0)
+    rate_viewer(s, 1, KickFlags.VIDEO | KickFlags.GAMEPAD, 0.0)
     rate_viewer(s, 2, KickFlags.VIDEO | KickFlags.GAMEPAD, 0.5)
+    play(s, 2, 0.6)
     bitrates, told = stream_with_feedback(s, {1: 0.0, 2: 0.05}, 4.0)
     assert bitrates and bitrates[-1].bits_per_s < 5e6
     assert any(m.decided_by == RateDecider.OTHER_VIEWER for m in told)  # the spectator learns why

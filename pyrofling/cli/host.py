@@ -141,10 +141,11 @@ def _add_network_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--rate-policy",
         choices=RATE_POLICIES,
-        default="players",
+        default="player",
         help="how the bitrate follows the viewers' links (pyrofling viewers report them; --bitrate-kbits is the "
-        "ceiling): players (default) — the narrowest link among viewers holding the gamepad, else the first "
-        "viewer's; lowest — the narrowest link of all; fixed — always --bitrate-kbits, as PyroFling",
+        "ceiling): player (default) — the link of the viewer whose pad drives the virtual pad, else the first "
+        "viewer's (spectators on narrower links are told why their picture suffers); lowest — the narrowest "
+        "link of all; fixed — always --bitrate-kbits, as PyroFling",
     )
     g.add_argument(
         "--min-bitrate-kbits",

@@ -31,8 +31,8 @@ delivers a steady share of what is sent (a queue too shallow to show delay),
 unlike an outage (nothing arrives) or random loss (nearly everything does).
 
 :class:`SharedBitrate` turns the viewers' allowances into the one encoder's
-bitrate by a policy: ``players`` (default: the viewers holding the gamepad
-decide, else the longest-connected reporting viewer), ``lowest`` (everyone's
+bitrate by a policy: ``player`` (default: the viewer playing — whose states
+drive the virtual pad — decides, else the longest-connected reporting viewer), ``lowest`` (everyone's
 link counts) or ``fixed`` (the configured bitrate, as the reference).
 """
 
@@ -48,7 +48,7 @@ from pyrofling.wire import RateDecider, RateFeedback
 #: How often a viewer sends RATE_FEEDBACK.
 FEEDBACK_INTERVAL_S = 0.05
 #: Policies for the shared bitrate.
-RATE_POLICIES = ("players", "lowest", "fixed")
+RATE_POLICIES = ("player", "lowest", "fixed")
 
 _U32 = 1 << 32
 
@@ -406,7 +406,7 @@ class RateVoter:
 
     conn_id: int
     video_bps: float | None  # None: it sends no feedback (a native viewer): it has no say
-    player: bool  # it asked for the gamepad
+    player: bool  # its pad states drive the virtual pad
     since_s: float  # when it started streaming
 
 
@@ -415,7 +415,7 @@ class SharedBitrate:
     """The one encoder's bitrate from the viewers' links, by ``policy`` (see the module docstring)."""
 
     config: RateConfig
-    policy: str = "players"
+    policy: str = "player"
     bitrate_bps: float = field(init=False)
     #: The viewers whose links set it last (empty: the ceiling or the policy did).
     deciders: tuple[int, ...] = field(default=())
@@ -435,7 +435,7 @@ class SharedBitrate:
         if self.policy == "fixed":
             return False
         reporting = [v for v in voters if v.video_bps is not None]
-        if self.policy == "players":
+        if self.policy == "player":
             chosen = [v for v in reporting if v.player] or sorted(reporting, key=lambda v: v.since_s)[:1]
         else:
             chosen = reporting

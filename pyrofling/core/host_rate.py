@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pyrofling.core.congestion import LinkController, RateConfig, RateVoter, SharedBitrate
 from pyrofling.core.host_state import HostOutput, RemoteViewer, SendControl, SetBitrate
 from pyrofling.core.pacer import TokenBucketPacer
-from pyrofling.wire import KickFlags, RateDecider, RateFeedback, StreamRate
+from pyrofling.wire import RateDecider, RateFeedback, StreamRate
 
 #: STREAM_RATE to one viewer at most this often.
 TELL_EVERY_S = 0.25
@@ -44,10 +44,12 @@ class HostRate:
         msg: RateFeedback,
         now: float,
         viewers: list[RemoteViewer],
+        player: int | None,
         learn_loss: Callable[[RemoteViewer, int, int], None],
     ) -> list[HostOutput]:
-        """One RATE_FEEDBACK from ``conn``; ``viewers``: everyone streaming video; ``learn_loss``: feeds a
-        viewer's FEC planners the loss its link had (not its queue's)."""
+        """One RATE_FEEDBACK from ``conn``; ``viewers``: everyone streaming video; ``player``: the connection
+        whose states drive the virtual pad; ``learn_loss``: feeds a viewer's FEC planners the loss its link had
+        (not its queue's)."""
         link = conn.link
         assert link is not None and conn.paced is not None
         conn.rate_feedbacks += 1
@@ -59,21 +61,21 @@ class HostRate:
         pacer = conn.paced.pacer
         if isinstance(pacer, TokenBucketPacer):
             pacer.set_rate(link.pacing_bps(pacer.configured_bits_per_s))
-        return self.decide(now, viewers)
+        return self.decide(now, viewers, player)
 
-    def left(self, conn: RemoteViewer, now: float, viewers: list[RemoteViewer]) -> list[HostOutput]:
+    def left(self, conn: RemoteViewer, now: float, viewers: list[RemoteViewer], player: int | None) -> list[HostOutput]:
         """A reporting viewer has gone: the bitrate it set may rise."""
         self.departed[conn.label] = _link_summary(conn)
-        return self.decide(now, viewers)
+        return self.decide(now, viewers, player)
 
-    def decide(self, now: float, viewers: list[RemoteViewer]) -> list[HostOutput]:
+    def decide(self, now: float, viewers: list[RemoteViewer], player: int | None) -> list[HostOutput]:
         """The bitrate by the policy; STREAM_RATE to each reporting viewer whose news changed."""
         shared = self.shared
         voters = [
             RateVoter(
                 c.conn_id,
                 c.link.video_bps if c.link is not None and c.link.feedbacks else None,
-                bool(c.flags & KickFlags.GAMEPAD),
+                c.conn_id == player,
                 c.kicked_s or 0.0,
             )
             for c in viewers

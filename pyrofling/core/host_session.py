@@ -90,7 +90,7 @@ class HostSessions:
         limiter: FailureLimiter | None = None,
         make_pacer: Callable[[], Pacer] = TokenBucketPacer,
         rate: RateConfig | None = None,
-        rate_policy: str = "players",
+        rate_policy: str = "player",
     ) -> None:
         self.config = config or HostSessionConfig()
         self._make_pacer = make_pacer
@@ -149,7 +149,7 @@ class HostSessions:
         if release is not None:
             out.append(GamepadInput(release))
         if conn.link is not None and self.rate is not None:
-            out += self.rate.left(conn, conn.last_alive_s, self._video_viewers())
+            out += self.rate.left(conn, conn.last_alive_s, self._video_viewers(), self._pad_holder)
         return out
 
     def connection(self, conn_id: int) -> RemoteViewer | None:
@@ -436,7 +436,7 @@ class HostSessions:
         if conn.link is None or self.rate is None:
             self.discarded["rate_feedback_not_negotiated"] += 1
             return []
-        return self.rate.feedback(conn, msg, now, self._video_viewers(), self._learn_loss)
+        return self.rate.feedback(conn, msg, now, self._video_viewers(), self._pad_holder, self._learn_loss)
 
     def _video_viewers(self) -> list[RemoteViewer]:
         return [c for c in self._connections.values() if c.wants(KickFlags.VIDEO)]

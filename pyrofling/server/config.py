@@ -35,9 +35,9 @@ class HostConfig:
     audio_fec: bool = True
     #: Pacing cap per viewer, Mbit/s (0: unpaced, like the reference).
     max_rate_mbits: float = 200.0
-    #: How the encoder's bitrate follows the viewers' links (core.congestion): players, lowest or fixed.
+    #: How the encoder's bitrate follows the viewers' links (core.congestion): player, lowest or fixed.
     #: ``encoder.bitrate_kbits`` is the ceiling, this the floor.
-    rate_policy: str = "players"
+    rate_policy: str = "player"
     min_bitrate_kbits: int = 1000
     #: Stop after this many seconds (None: until Ctrl-C).
     duration_s: float | None = None
