@@ -163,7 +163,9 @@ def test_a_spectator_cannot_drag_the_shared_bitrate_down() -> None:
     # Nobody holds the pad: the first viewer to join decides, still not the newcomer.
     assert not shared.decide(_voters(2e6, liar_plays=False, honest_plays=False))
     assert shared.bitrate_bps == CEILING
-    assert shared.told(2) == RateDecider.CEILING
+    # The first viewer's link allows the ceiling; the newcomer's does not, and hears that another link decided.
+    assert shared.told(1, CEILING) == RateDecider.CEILING
+    assert shared.told(2, 2e6) == RateDecider.OTHER_VIEWER
 
 
 def test_the_player_decides_and_lowest_lets_everyone_decide() -> None:

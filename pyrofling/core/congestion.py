@@ -462,8 +462,14 @@ class SharedBitrate:
         self.changes += 1
         return True
 
-    def told(self, conn_id: int) -> RateDecider:
-        """What decided the bitrate, as viewer ``conn_id`` should hear it."""
-        if self.reason == RateDecider.YOUR_LINK and conn_id not in self.deciders:
+    def told(self, conn_id: int, link_bps: float | None = None) -> RateDecider:
+        """What decided the bitrate, as viewer ``conn_id`` (whose link carries ``link_bps``) should hear it: a
+        viewer that had no say and whose link is narrower than the stream hears that another viewer's link set
+        it, whatever set that one's."""
+        if self.reason == RateDecider.FIXED or conn_id in self.deciders:
+            return self.reason
+        if self.reason == RateDecider.YOUR_LINK:
+            return RateDecider.OTHER_VIEWER
+        if link_bps is not None and self.deciders and link_bps < 0.9 * self.bitrate_bps:
             return RateDecider.OTHER_VIEWER
         return self.reason
