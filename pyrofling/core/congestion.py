@@ -368,6 +368,11 @@ class LinkController:
         return (self.allowed_bps - self.other_bps) / self.overhead * self.correction
 
     @property
+    def link_video_bps(self) -> float:
+        """What this link carries for the video, unbounded by the ceiling and floor (for telling the viewer)."""
+        return max(0.0, self._video_share_bps)
+
+    @property
     def video_bps(self) -> float:
         """What this link allows the video encode (the rest goes to repair, headers and audio)."""
         cfg = self.config

@@ -93,7 +93,8 @@ class HostRate:
         for c in viewers:
             if c.link is None:
                 continue
-            told = (kbits, round(c.link.video_bps / 1000), int(shared.told(c.conn_id, c.link.video_bps)))
+            link_bps = min(c.link.link_video_bps, self.config.ceiling_bps)
+            told = (kbits, round(link_bps / 1000), int(shared.told(c.conn_id, link_bps)))
             previous = c.rate_told
             changed = previous is None or told[2] != previous[2] or _moved(told[0], previous[0], 0.05)
             changed = changed or (previous is not None and _moved(told[1], previous[1], 0.10))
