@@ -341,6 +341,7 @@ class Viewer:
                 "packets_recovered",
                 "keyframe_requests",
                 "decode_queue_overflows",
+                "rate_feedbacks_sent",
                 *LOSS_COUNTERS,
             )
         }

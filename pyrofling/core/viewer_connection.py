@@ -167,6 +167,7 @@ class ViewerConnection:
             packets_recovered=self.reassembler.counters.fec_recovered,
             keyframe_requests=self.session.keyframe_requests,
             decode_queue_overflows=self.decode_queue_overflows,
+            rate_feedbacks_sent=self.arrivals.sent,
             **self.loss.summary(),
         )
 
