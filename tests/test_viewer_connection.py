@@ -290,6 +290,7 @@ def test_a_viewer_not_granted_rate_control_sends_no_feedback() -> None:
         now = 0.1 + i / 60
         pair.receive(pair.media(IDR if i == 0 else P_FRAME, int(now * 1e6), now), now)
     assert not any(isinstance(parse_udp_control(d), RateFeedback) for d in pair.udp_to_host)
+    assert pair.conn.arrivals.poll(10.0) is None and not pair.conn.arrivals._touched  # and keeps nothing
     pair.conn.control_received(StreamRate(4000, 10_000, 3900, RateDecider.YOUR_LINK), 0.5)
     assert pair.conn.session.stream_rate is None
 

@@ -41,12 +41,16 @@ class ArrivalRecorder:
 
     def datagram(self, size: int, now: float) -> None:
         """Any datagram from the host, ``size`` bytes as it came off the wire."""
+        if not self.active:
+            return  # a host that did not grant it: keep nothing
         self._bytes += size
         if self._last_s is None:
             self._last_s = now
 
     def video(self, seq: int, now: float) -> None:
         """A datagram of video packet ``seq`` (data or repair, first transmission or resent, needed or not)."""
+        if not self.active:
+            return
         record = self._packets.get(seq)
         if record is None:
             record = self._packets[seq] = _Arrivals(0, now, now)
@@ -58,6 +62,7 @@ class ArrivalRecorder:
             if seq in self._touched:
                 self._touched.remove(seq)
             self._touched.append(seq)
+            del self._touched[:-_REMEMBERED]  # a report names the newest few anyway
 
     def next_timer(self) -> float | None:
         if not self.active or self._last_s is None:
