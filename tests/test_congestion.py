@@ -192,3 +192,24 @@ def test_the_viewer_says_in_words_what_set_the_bitrate() -> None:
     assert not narrower_than_stream(mine)
     squeezed = StreamRate(8000, 10_000, 2000, RateDecider.OTHER_VIEWER)
     assert "another viewer's link" in describe_rate(squeezed) and narrower_than_stream(squeezed)
+
+
+def test_arrival_times_are_the_kernels_not_when_the_loop_got_to_the_datagram() -> None:
+    """A viewer busy for 50 ms reads a datagram late; its arrival time must still be when it arrived."""
+    import socket
+    import time
+
+    from pyrofling.client.arrival_clock import ArrivalClock
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
+        rx.bind(("127.0.0.1", 0))
+        clock = ArrivalClock(rx)
+        late = []
+        for _ in range(4):  # the first few may predate stamping
+            tx.sendto(b"x", rx.getsockname())
+            sent = time.monotonic()
+            time.sleep(0.05)
+            rx.recv(16)
+            late.append(clock.now() - sent)
+    assert clock.kernel
+    assert abs(late[-1]) < 0.01  # stamped on arrival, read 50 ms later

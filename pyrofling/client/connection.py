@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from pyrofling.client.arrival_clock import ArrivalClock
 from pyrofling.core.viewer_connection import (
     ControlToHost,
     DatagramToHost,
@@ -33,11 +34,16 @@ log = logging.getLogger(__name__)
 
 
 class _UdpProtocol(asyncio.DatagramProtocol):
-    def __init__(self, on_datagram: Callable[[bytes], None]) -> None:
+    def __init__(self, on_datagram: Callable[[bytes, float], None]) -> None:
         self.on_datagram = on_datagram
+        self.clock: ArrivalClock | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        sock = transport.get_extra_info("socket")
+        self.clock = ArrivalClock(sock) if sock is not None else None
 
     def datagram_received(self, data: bytes, addr: Any) -> None:
-        self.on_datagram(data)
+        self.on_datagram(data, self.clock.now() if self.clock is not None else time.monotonic())
 
     def error_received(self, exc: Exception) -> None:
         log.debug("UDP error: %s", exc)  # ICMP refused while the host restarts
@@ -70,7 +76,7 @@ class ConnectionIO:
         self._writer, self.peer = writer, writer.get_extra_info("peername")
         try:
             self._udp, _ = await loop.create_datagram_endpoint(
-                lambda: _UdpProtocol(lambda data: self.perform(self.conn.datagram_received(data, time.monotonic()))),
+                lambda: _UdpProtocol(lambda data, now: self.perform(self.conn.datagram_received(data, now))),
                 remote_addr=(host, port),
                 family=sock.family if sock is not None else socket.AF_INET,
             )

@@ -218,6 +218,7 @@ class Viewer:
             # Live updates skip the audio distributions: computing them on this loop every second
             # would hold up datagrams (and the audio they carry) as the run grows.
             live = self.summary(audio=False)
+            live.pop("timeline", None)  # grows with the run: only the final statistics carry it
             if self.audio is not None:
                 live["audio_live"] = self.audio.live()
             write_stats(path, live)

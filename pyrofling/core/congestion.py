@@ -25,10 +25,10 @@ it holds a while.  While the queue is clear it grows: gently (2 %/s) past the
 capacity it measured — every step past the link is queueing delay — and 8 %/s
 beyond; fast (30 %/s) when the trains show the link got better; never past what
 the trains show.  Loss alone — no queue — is not congestion (FEC and resends
-handle it) and never slows it; loss with a queue building is a drop-tail queue
-overflowing, and does; so does heavy loss for half a second while the link
-delivers a steady share of what is sent (a queue too shallow to show delay),
-unlike an outage (nothing arrives) or random loss (nearly everything does).
+handle it) and never slows it (a deep drop-tail queue overflowing shows its
+delay first); heavy loss for half a second while the link delivers a steady
+share of what is sent is a queue too shallow to show delay, and does, unlike an
+outage (nothing arrives) or random loss (nearly everything does).
 
 :class:`SharedBitrate` turns the viewers' allowances into the one encoder's
 bitrate by a policy: ``player`` (default: the viewer playing — whose states
@@ -72,8 +72,8 @@ class RateConfig:
     fast_growth_per_s: float = 0.30
     near_growth_per_s: float = 0.02
     probe_growth_per_s: float = 0.08
-    #: Datagram loss over the last three LOSS_REPORTs that, with a queue building, means a drop-tail queue
-    #: overflowed.
+    #: Datagram loss over the last three LOSS_REPORTs that, held for half a second while the link delivers a
+    #: steady share of what is sent, means a drop-tail queue too shallow to show delay overflowed.
     overflow_loss: float = 0.10
     #: The one-way delay's floor is the least seen this long.
     base_window_s: float = 10.0
@@ -131,7 +131,9 @@ class LinkController:
         #: the whole stream on ``allowed_bps`` (x264 misses its target by a few percent, repair comes and goes).
         self.sent_bps: float | None = None
         self.correction = 1.0
-        self.allowed_bps = config.ceiling_bps * overhead * 1.2
+        #: What the link lets this viewer's stream use; infinite while the link has never been the limit (until
+        #: the first cut, and again once grown back past what the ceiling needs).
+        self.allowed_bps = math.inf
         #: The link's capacity as measured at the last cut; None until one (or once grown well past it).
         self.capacity_bps: float | None = None
         self.queue_delay_s: float | None = None
@@ -202,8 +204,9 @@ class LinkController:
             self._queue_seen_s = now
         heavy = self.recent_loss >= cfg.overflow_loss
         self._throttled_run = self._throttled_run + 1 if heavy and self._throttled() else 0
-        # A short outage looks throttled for a report or two; a shallow queue overflowing stays so.
-        overflow = heavy and (queue_s > clear_s / 2 or self._throttled_run >= 10)
+        # A queue too shallow to show delay, overflowing, delivers a steady share of what is sent for as long as
+        # it lasts; a short outage looks so for a report or two, bursts of random loss hardly ever.
+        overflow = heavy and self._throttled_run >= 10
         if queue_s > overuse_s or overflow:
             self._over += 1
         else:
@@ -348,8 +351,12 @@ class LinkController:
             # Not past what the trains show the link carries: probing beyond it only builds a queue (a better
             # link shows in the trains first, and lifts this with them).
             limit = min(limit, max(self.allowed_bps, train))
+        if math.isinf(self.allowed_bps):
+            return  # the link has not been the limit
         grown = min(limit, self.allowed_bps * (1.0 + rate * dt))
-        self.allowed_bps = min(self._max_allowed, max(self.allowed_bps, grown))
+        self.allowed_bps = max(self.allowed_bps, grown)
+        if self.allowed_bps >= self._max_allowed:
+            self.allowed_bps = math.inf  # room for the ceiling and more: the link is not the limit any more
         if capacity is not None and self.allowed_bps > 1.1 * capacity:
             self.capacity_bps = None  # grown well past it without a queue: the link is better now
 

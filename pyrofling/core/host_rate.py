@@ -11,6 +11,7 @@ STREAM_RATE.  The link estimate itself is
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from pyrofling.core.congestion import LinkController, RateConfig, RateVoter, SharedBitrate
@@ -123,7 +124,7 @@ def _link_summary(c: RemoteViewer) -> dict[str, object]:
     st = c.link.state()
     return {
         "video_kbits": round(st.video_bps / 1000),
-        "allowed_kbits": round(st.allowed_bps / 1000),
+        "allowed_kbits": round(st.allowed_bps / 1000) if math.isfinite(st.allowed_bps) else None,
         "capacity_kbits": round(st.capacity_bps / 1000) if st.capacity_bps else None,
         "train_kbits": round(st.train_bps / 1000) if st.train_bps else None,
         "queue_delay_ms": st.queue_delay_ms,
