@@ -53,3 +53,27 @@ def test_unpaced_and_factory() -> None:
         make_pacer("fq")
     with pytest.raises(ValueError):
         TokenBucketPacer(rate_bits_per_s=0)
+
+
+def test_a_weighted_packet_is_paced_slower_than_the_rest() -> None:
+    """A key frame pushed with weight 2 leaves at half the pacer's rate; what follows it at the full rate."""
+    pacer = TokenBucketPacer(rate_bits_per_s=8_000_000, burst_bytes=2000)  # 1 MB/s
+    q = PacedQueue(pacer)
+    q.push([bytes(972)] * 4, weight=2.0)  # 1000 bytes on the wire each, charged 2000
+    q.push([bytes(972)] * 4)
+    sent: list[float] = []
+    for step in range(2000):  # 0.1 ms ticks, as a shell waking on the timer would
+        now = step / 10_000
+        sent += [now] * len(q.pop_due(now))
+    assert len(sent) == 8
+    gaps = [b - a for a, b in itertools.pairwise(sent)]
+    assert gaps[1] == pytest.approx(0.002, abs=0.0002)  # weighted: 2000 bytes of tokens each
+    assert gaps[-1] == pytest.approx(0.001, abs=0.0002)  # the rest at the full rate
+
+
+def test_a_datagram_costing_more_than_the_burst_still_leaves() -> None:
+    pacer = TokenBucketPacer(rate_bits_per_s=8_000_000, burst_bytes=1500)
+    q = PacedQueue(pacer)
+    q.push([bytes(1400)] * 3, weight=2.0)  # 2856 each: more than the bucket ever holds
+    sent = sum(len(q.pop_due(step / 10_000)) for step in range(200))
+    assert sent == 3

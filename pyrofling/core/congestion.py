@@ -23,8 +23,8 @@ row, or twice it once; at least 3 datagram times on a slow link) cuts it to
 90 % of the delivered rate, less when the queue is deep so that it drains; then
 it holds a while.  While the queue is clear it grows: gently (2 %/s) past the
 capacity it measured — every step past the link is queueing delay — and 8 %/s
-beyond; fast (30 %/s) when the trains show the link got better; never past what
-the trains show.  Loss alone — no queue — is not congestion (FEC and resends
+beyond; fast (30 %/s) when the trains show the link got better; never past 95 %
+of what the trains show.  Loss alone — no queue — is not congestion (FEC and resends
 handle it) and never slows it (a deep drop-tail queue overflowing shows its
 delay first); heavy loss for half a second while the link delivers a steady
 share of what is sent is a queue too shallow to show delay, and does, unlike an
@@ -47,6 +47,9 @@ from pyrofling.wire import RateDecider, RateFeedback
 
 #: How often a viewer sends RATE_FEEDBACK.
 FEEDBACK_INTERVAL_S = 0.05
+#: A key frame's datagrams cost the pacer this many times their size: twice the link's rate / 1.75, just over
+#: the link (an IDR is up to the VBV's ceiling-sized peak; in the network's queue it would read as congestion).
+KEY_FRAME_PACING = 1.75
 #: Policies for the shared bitrate.
 RATE_POLICIES = ("player", "lowest", "fixed")
 
@@ -348,9 +351,10 @@ class LinkController:
         else:
             rate, limit = cfg.probe_growth_per_s, math.inf
         if train is not None:
-            # Not past what the trains show the link carries: probing beyond it only builds a queue (a better
-            # link shows in the trains first, and lifts this with them).
-            limit = min(limit, max(self.allowed_bps, train))
+            # Not up to what the trains show the link carries: the last 5 % is where frames of uneven size
+            # queue, and probing beyond it only builds a queue (a better link shows in the trains first, and
+            # lifts this with them).
+            limit = min(limit, max(self.allowed_bps, 0.95 * train))
         if math.isinf(self.allowed_bps):
             return  # the link has not been the limit
         grown = min(limit, self.allowed_bps * (1.0 + rate * dt))
@@ -391,9 +395,10 @@ class LinkController:
         return self._video_share_bps < self.config.ceiling_bps
 
     def pacing_bps(self, configured_bps: float) -> float:
-        """The pacer's rate: twice the link when it is known (a key frame then waits in the host's queue instead
-        of overflowing the network's), else what was configured.  The pacer's burst still lets an ordinary
-        frame leave back to back, so its train keeps showing what the link carries."""
+        """The pacer's rate: twice the link when it is known, else what was configured.  An ordinary frame
+        leaves back to back, so its train keeps showing what the link carries (up to twice what was measured:
+        a better link shows); a key frame is paced at just over the link (:data:`KEY_FRAME_PACING`), so it waits
+        in the host's queue, which the queue estimate does not see, rather than in the network's."""
         known = self.capacity_bps
         rate = 2.0 * max(known, self.allowed_bps) if known is not None else configured_bps
         return min(configured_bps, rate)

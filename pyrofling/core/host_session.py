@@ -23,7 +23,7 @@ import secrets
 from collections import Counter
 from collections.abc import Callable
 
-from pyrofling.core.congestion import RateConfig
+from pyrofling.core.congestion import KEY_FRAME_PACING, RateConfig
 from pyrofling.core.gamepad import GamepadRouter, Verdict
 from pyrofling.core.host_auth import HostAuth
 from pyrofling.core.host_rate import HostRate
@@ -420,10 +420,15 @@ class HostSessions:
 
     # -- rate control (protocol.md §7.10) --------------------------------------------------
 
-    def video_queued(self, conn: RemoteViewer, datagrams: list[bytes], seq: int, payload_bytes: int) -> None:
-        """A video packet's datagrams (as they go on the wire) join the viewer's paced queue."""
+    def video_queued(
+        self, conn: RemoteViewer, datagrams: list[bytes], seq: int, payload_bytes: int, *, idr: bool = False
+    ) -> None:
+        """A video packet's datagrams (as they go on the wire) join the viewer's paced queue; an IDR, on a link
+        rate control has measured, leaves at just over the link's rate (protocol.md §7.10)."""
         assert conn.paced is not None
-        conn.paced.push(datagrams, tag=seq if conn.link is not None else None)
+        link = conn.link
+        weight = KEY_FRAME_PACING if idr and link is not None and link.capacity_bps is not None else 1.0
+        conn.paced.push(datagrams, tag=seq if link is not None else None, weight=weight)
         if conn.link is not None:
             conn.link.video_packet(payload_bytes)
 

@@ -81,10 +81,12 @@ class TokenBucketPacer:
 
     def next_send_time(self, now: float, size_bytes: int) -> float:
         self._refill(now)
-        cost = size_bytes + UDP_OVERHEAD_BYTES
-        if self._tokens >= cost:
+        # A datagram that costs more than the bucket holds (a weighted one, a small burst) goes once it is full,
+        # into debt: otherwise it would wait forever.
+        need = min(size_bytes + UDP_OVERHEAD_BYTES, self.burst_bytes)
+        if self._tokens >= need:
             return now
-        return now + (cost - self._tokens) / self.rate_bytes_per_s
+        return now + (need - self._tokens) / self.rate_bytes_per_s
 
     def on_sent(self, now: float, size_bytes: int) -> None:
         self._refill(now)
@@ -132,7 +134,7 @@ class PacedQueue:
         self.max_queued_bytes = max_queued_bytes
         #: Told (tag, now, size) for each datagram pushed with a tag as it leaves (rate control's send times).
         self.on_sent = on_sent
-        self._queue: deque[tuple[bytes, Any]] = deque()
+        self._queue: deque[tuple[bytes, Any, float]] = deque()
         self._queued_bytes = 0
         self.dropped = 0
         self.sent = 0
@@ -144,14 +146,15 @@ class PacedQueue:
     def queued_bytes(self) -> int:
         return self._queued_bytes
 
-    def push(self, datagrams: list[bytes], *, tag: Any = None) -> int:
-        """Queue datagrams in order; returns how many were refused for lack of room."""
+    def push(self, datagrams: list[bytes], *, tag: Any = None, weight: float = 1.0) -> int:
+        """Queue datagrams in order; returns how many were refused for lack of room.  ``weight``: each costs the
+        pacer that many times its size (a key frame paced slower than the rest)."""
         refused = 0
         for d in datagrams:
             if self._queued_bytes + len(d) > self.max_queued_bytes:
                 refused += 1
                 continue
-            self._queue.append((d, tag))
+            self._queue.append((d, tag, weight))
             self._queued_bytes += len(d)
         self.dropped += refused
         return refused
@@ -159,10 +162,11 @@ class PacedQueue:
     def pop_due(self, now: float) -> list[bytes]:
         """Datagrams that may be sent at ``now``, in order (already charged to the pacer)."""
         out = []
-        while self._queue and self.pacer.next_send_time(now, len(self._queue[0][0])) <= now:
-            d, tag = self._queue.popleft()
+        while self._queue and self.pacer.next_send_time(now, self._cost(self._queue[0])) <= now:
+            entry = self._queue.popleft()
+            d, tag, _ = entry
             self._queued_bytes -= len(d)
-            self.pacer.on_sent(now, len(d))
+            self.pacer.on_sent(now, self._cost(entry))
             if tag is not None and self.on_sent is not None:
                 self.on_sent(tag, now, len(d))
             out.append(d)
@@ -173,4 +177,8 @@ class PacedQueue:
         """When the head of the queue may go, or None when the queue is empty."""
         if not self._queue:
             return None
-        return self.pacer.next_send_time(now, len(self._queue[0][0]))
+        return self.pacer.next_send_time(now, self._cost(self._queue[0]))
+
+    @staticmethod
+    def _cost(entry: tuple[bytes, Any, float]) -> int:
+        return round(len(entry[0]) * entry[2])

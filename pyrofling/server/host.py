@@ -287,7 +287,7 @@ class Host:
                 datagrams = conn.packetizer.packetize(media, repair_cache=repair_cache)
                 wire = [conn.outgoing(d) for d in datagrams]
                 self._count_repair(wire[block_count(len(media.data)) :], audio=False)
-                self.sessions.video_queued(conn, wire, seq, len(media.data))
+                self.sessions.video_queued(conn, wire, seq, len(media.data), idr=packet.idr)
                 self.network.pump(conn)
                 if packet.idr:
                     self.sessions.idr_sent(conn, now)
