@@ -34,7 +34,7 @@ from pyrofling.client.presenter import Display, HeadlessDisplay, Presenter
 from pyrofling.client.video import VideoPipeline
 from pyrofling.core.loss_tracker import LOSS_COUNTERS
 from pyrofling.core.rate_feedback import describe_rate, narrower_than_stream
-from pyrofling.core.samples import recent_samples
+from pyrofling.core.samples import recent_samples, tail
 from pyrofling.core.timeline import Snapshot, Timeline
 from pyrofling.core.viewer_connection import (
     AudioLost,
@@ -194,7 +194,7 @@ class Viewer:
                 st = self.video.stats
                 new = st.latency_count - seen
                 seen = st.latency_count
-                latencies = list(st.latency_ms)[-new:] if new > 0 else []
+                latencies = tail(st.latency_ms, new) if new > 0 else []
                 shown = st.frames_shown
             with self.presenter.stats.lock:
                 quality = self.presenter.quality

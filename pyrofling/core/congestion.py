@@ -159,7 +159,6 @@ class LinkController:
         self._bytes_video = 0  # the encoder's bytes queued
         self._bytes_other = 0  # audio, its repair, resends
         self._overhead_window: deque[tuple[float, int, int, int]] = deque()
-        self.loss = 0.0
         self._losses: deque[tuple[int, int]] = deque(maxlen=3)
         #: Recent decisions (time, what, queue ms, delivered kbit/s, allowed kbit/s), for statistics.
         self.events: deque[tuple[float, str, float, int, int]] = deque(maxlen=64)
@@ -247,7 +246,6 @@ class LinkController:
     def lost(self, lost: int, expected: int) -> None:
         """A LOSS_REPORT's datagram loss (first transmissions)."""
         if expected:
-            self.loss = lost / expected
             self._losses.append((lost, expected))
 
     def queue_loss(self, now: float) -> bool:

@@ -139,7 +139,6 @@ class _Partial:
 @dataclass(slots=True)
 class _StreamState:
     in_flight: dict[int, _Partial] = field(default_factory=dict)
-    last_delivered: int | None = None
     #: Newest sequence counted as delivered or lost: the loss of a packet given up is counted at once, not when
     #: (if ever) a later packet is delivered, so a stream where nothing completes still shows its loss.
     last_accounted: int | None = None
@@ -402,7 +401,7 @@ class Reassembler:
         for part in state.in_flight.values():
             self._buffered_bytes -= part.buffer_bytes
         state.in_flight.clear()
-        state.floor = state.last_delivered = state.last_accounted = state.stale_since_s = None
+        state.floor = state.last_accounted = state.stale_since_s = None
         state.stale_run = 0
         self.discarded["stream_resync"] += 1  # an event, not a datagram: the stream was re-anchored
 
@@ -438,7 +437,6 @@ class Reassembler:
         state.stale_run, state.stale_since_s = 0, None
         events = self._count_lost(stream, state, seq, including=False)
         c = self.counters
-        state.last_delivered = seq
         c.received += 1
         h = part.header
         if part.decoder.recovered:
