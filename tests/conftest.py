@@ -1,4 +1,5 @@
-"""Fixtures several test files share: real X servers (Xvfb) to open windows on and to grab."""
+"""Fixtures several test files share: real X servers (Xvfb) to open windows on and to grab, and a pairing
+directory of the test run's own."""
 
 from __future__ import annotations
 
@@ -62,3 +63,12 @@ def x_server() -> Iterator[Callable[..., str]]:
     finally:
         for proc in procs:
             _stop(proc)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _own_pairing_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Hosts and viewers the tests start (in-process or as commands) keep pairings here, never in the user's
+    own configuration."""
+    os.environ["PYROFLING_CONFIG_DIR"] = str(tmp_path_factory.mktemp("pairings") / "pyrofling")
+    yield
+    os.environ.pop("PYROFLING_CONFIG_DIR", None)

@@ -26,6 +26,7 @@ from pyrofling.wire import (
     KickFlags,
     PhaseOffset,
     Ping,
+    ProtocolError,
     UnknownControl,
 )
 
@@ -212,10 +213,24 @@ class HostileRelay:
             upstream.shutdown(socket.SHUT_WR)
 
     def _tcp_down(self, upstream: socket.socket, viewer: socket.socket) -> None:
-        framer = ControlFramer()
+        framer: ControlFramer | None = ControlFramer()
         with contextlib.suppress(OSError):
             while data := upstream.recv(65536):
-                for msg in framer.feed(data):
+                if framer is None:  # sealed records from here on: passed through as they come
+                    with self.tcp_lock:
+                        viewer.sendall(data)
+                    continue
+                framer.push(data)
+                while True:
+                    try:
+                        msg = framer.next()
+                    except ProtocolError:  # the handshake ended and records began
+                        with self.tcp_lock:
+                            viewer.sendall(framer.take_rest())
+                        framer = None
+                        break
+                    if msg is None:
+                        break
                     assert not isinstance(msg, UnknownControl)
                     with self.tcp_lock:
                         viewer.sendall(bytes(msg))

@@ -54,3 +54,111 @@ async def start_host(
 async def stop_host(host: Host, task: asyncio.Task[Any]) -> None:
     host.stop()
     await asyncio.wait_for(task, 10)
+
+
+class PathAttacker:
+    """Someone on the path between a viewer and a host, on real sockets: a TCP and UDP relay on one port that
+    passes every write and datagram through ``tamper(direction, data)`` ("tcp>"/"udp>" towards the host,
+    "tcp<"/"udp<" towards the viewer; return other bytes, or None to drop them) and can splice bytes of its
+    own into the live TCP connections (:meth:`inject`)."""
+
+    def __init__(self, upstream_port: int, tamper: Callable[[str, bytes], bytes | None] | None = None) -> None:
+        self.upstream = ("127.0.0.1", upstream_port)
+        self.tamper = tamper or (lambda _d, data: data)
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._udp: asyncio.DatagramTransport | None = None
+        self._to_host: dict[Any, asyncio.DatagramTransport] = {}
+        self._waiting: dict[Any, list[bytes]] = {}
+        self._writers: dict[str, list[asyncio.StreamWriter]] = {"tcp>": [], "tcp<": []}
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    async def start(self) -> int:
+        self._server = await asyncio.start_server(self._on_tcp, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        loop = asyncio.get_running_loop()
+        self._udp, _ = await loop.create_datagram_endpoint(
+            lambda: _Datagrams(self._from_viewer), local_addr=("127.0.0.1", self.port)
+        )
+        return self.port
+
+    def inject(self, direction: str, data: bytes) -> int:
+        """Write ``data`` into every live connection, towards the host ("tcp>") or the viewer ("tcp<")."""
+        live = [w for w in self._writers[direction] if not w.is_closing()]
+        for w in live:
+            w.write(data)
+        return len(live)
+
+    async def close(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        for ws in self._writers.values():
+            for w in ws:
+                w.close()
+        if self._server is not None:
+            self._server.close()
+        if self._udp is not None:
+            self._udp.close()
+        for t in self._to_host.values():
+            t.close()
+
+    async def _on_tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.upstream)
+        except OSError:
+            writer.close()
+            return
+        self._writers["tcp>"].append(up_writer)
+        self._writers["tcp<"].append(writer)
+        for src, dst, d in ((reader, up_writer, "tcp>"), (up_reader, writer, "tcp<")):
+            task = asyncio.create_task(self._pipe(src, dst, d))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, direction: str) -> None:
+        try:
+            while data := await src.read(4096):
+                out = self.tamper(direction, data)
+                if out is not None:
+                    dst.write(out)
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            dst.close()
+
+    def _from_viewer(self, data: bytes, addr: Any) -> None:
+        out = self.tamper("udp>", data)
+        if out is None:
+            return
+        side = self._to_host.get(addr)
+        if side is not None:
+            side.sendto(out)
+            return
+        if addr in self._waiting:
+            self._waiting[addr].append(out)
+            return
+        self._waiting[addr] = [out]
+        task = asyncio.create_task(self._open_to_host(addr))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _open_to_host(self, addr: Any) -> None:
+        loop = asyncio.get_running_loop()
+
+        def back(data: bytes, _from: Any) -> None:
+            out = self.tamper("udp<", data)
+            if out is not None and self._udp is not None:
+                self._udp.sendto(out, addr)
+
+        transport, _ = await loop.create_datagram_endpoint(lambda: _Datagrams(back), remote_addr=self.upstream)
+        self._to_host[addr] = transport
+        for data in self._waiting.pop(addr, []):
+            transport.sendto(data)
+
+
+class _Datagrams(asyncio.DatagramProtocol):
+    def __init__(self, on: Callable[[bytes, Any], None]) -> None:
+        self.on = on
+
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        self.on(data, addr)

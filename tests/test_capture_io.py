@@ -10,9 +10,11 @@ import array
 import asyncio
 import fcntl
 import os
+import shutil
 import socket
+import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,6 +23,7 @@ import pytest
 from support import run, start_host, until
 
 from pyrofling.capture import CaptureClient
+from pyrofling.capture.paths import default_socket_path, peer_uid, prepare_socket_dir, private_dir_problem
 from pyrofling.client.gamepad import GamepadConfig
 from pyrofling.client.presenter import HeadlessDisplay
 from pyrofling.client.viewer import Viewer, ViewerConfig
@@ -440,3 +443,119 @@ def test_a_game_can_send_its_audio_when_the_host_takes_it(tmp_path: Path) -> Non
     assert host.capture.stats.errors["audio_format"] == 1
     good.close()
     wrong.close()
+
+
+# -- who is at the other end of the capture socket ------------------------------------------------
+
+
+def test_the_socket_directory_must_be_private(tmp_path: Path) -> None:
+    assert private_dir_problem(str(tmp_path / "cap.sock")) is None  # pytest's own: 0700, ours
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    assert "written by others" in (private_dir_problem(str(shared / "cap.sock")) or "")
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path)
+    assert "not a directory" in (private_dir_problem(str(link / "cap.sock")) or "")
+    assert private_dir_problem("/tmp/some.sock") is None  # sticky and root's: entries cannot be replaced
+    with pytest.raises(OSError, match="written by others"):
+        prepare_socket_dir(str(shared / "cap.sock"))
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with a, b:
+        assert peer_uid(a) == os.getuid()
+
+
+def test_the_fallback_socket_lives_in_a_directory_of_the_users_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYROFLING_CAPTURE_SOCKET", raising=False)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    path = default_socket_path()
+    assert path == f"/tmp/pyrofling-{os.getuid()}/capture"
+
+
+def _as_nobody(action: Callable[[], None]) -> int:
+    """Run ``action`` in a child process as the unprivileged user nobody; its exit status (0: it returned)."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            action()
+            code = 0
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+@pytest.fixture
+def reachable_dir() -> Iterator[Path]:
+    """A directory another user can reach (pytest's own tmp dirs are behind a 0700 parent)."""
+    d = Path(tempfile.mkdtemp(prefix="pyrofling-test-"))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="acting as another user needs root (the suite runs as root in CI)")
+def test_another_users_process_is_refused_by_the_host(reachable_dir: Path) -> None:
+    """Even where the socket file lets it in (a shared directory, a chmod), another user's process is refused
+    by the kernel's word on who it is, and never gets to present or drive the pad."""
+
+    async def scenario() -> None:
+        server = await serving(reachable_dir)
+        path = str(reachable_dir / "cap.sock")
+        os.chmod(path, 0o666)
+
+        def connect() -> None:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+                s.settimeout(2)
+                s.connect(path)  # the file lets it in...
+                try:
+                    s.send(m.ClientHello.of("squatter").encode(1))
+                    answer = s.recv(64)
+                except (BrokenPipeError, ConnectionResetError):
+                    answer = b""
+                if answer:  # ... the host must not answer it
+                    raise AssertionError("the host answered another user's process")
+
+        loop = asyncio.get_running_loop()
+        assert await loop.run_in_executor(None, _as_nobody, connect) == 0
+        await until(lambda: server.stats.games_refused == 1, 5)
+        assert server.games == 0 and server.stats.games_total == 0
+        server.close()
+
+    run(scenario)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="acting as another user needs root (the suite runs as root in CI)")
+def test_a_game_never_hands_its_frames_to_a_socket_another_user_serves(reachable_dir: Path) -> None:
+    """A squatter (another user) listens where the game looks for its host: the game refuses it."""
+    shared = reachable_dir / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    path = str(shared / "cap.sock")
+    ready, done = os.pipe(), os.pipe()
+
+    def squat() -> None:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+            s.bind(path)
+            s.listen(4)
+            os.write(ready[1], b"x")
+            s.settimeout(5)
+            conn, _ = s.accept()
+            conn.settimeout(2)
+            got = conn.recv(4096) if conn else b""
+            os.write(done[1], b"1" if got else b"0")
+
+    pid_status: list[int] = []
+    thread = threading.Thread(target=lambda: pid_status.append(_as_nobody(squat)))
+    thread.start()
+    assert os.read(ready[0], 1) == b"x"
+    client = CaptureClient(64, 64, path=path, name="victim", reconnect_s=0.05)
+    try:
+        client._ensure_connected()
+        assert not client.connected
+    finally:
+        client.close()
+    thread.join(10)
+    assert os.read(done[0], 1) == b"0"  # it got a connection, and not one byte

@@ -117,9 +117,10 @@ def test_netsim_runs_and_reports_as_a_program() -> None:
         (["bench", "outputs", "--modes", "both"], "must include plain"),
         (["bench", "security", "--modes", "sealed"], "must include open"),
         (["host", "--password", "abc"], "too short"),
-        (["host", "--no-encrypt"], "applies with a secret"),
+        (["pair", "pyro://127.0.0.1:1"], "give the host's pairing code"),
+        (["pair", "pyro://127.0.0.1:1", "--code", "abcd-efgh-jkmn", "--name", ""], "--name must be"),
+        (["paired", "revoke"], "revoke which?"),
         (["host", "--pairing-code", "--password", "abcdefgh"], "drop --password"),
-        (["view", "127.0.0.1:1", "--require-auth"], "needs the password"),
         (["view", "127.0.0.1:1", "--native", "--password", "abcdefgh"], "cannot authenticate"),
     ],
 )
@@ -315,7 +316,7 @@ def test_bench_outputs_smoke_records_broadcasts_and_compares_with_plain() -> Non
 
 
 def test_bench_security_smoke_authenticates_and_seals_every_run() -> None:
-    """Open host vs. password host with sealed datagrams, 3 s each at 320x240."""
+    """Open host vs. password and paired hosts, everything sealed, 3 s each at 320x240; then handshakes."""
     proc = subprocess.run(
         [
             *(sys.executable, "-m", "pyrofling", "bench", "security", "--duration", "3", "--rounds", "1"),
@@ -326,10 +327,15 @@ def test_bench_security_smoke_authenticates_and_seals_every_run() -> None:
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    open_mode, sealed = json.loads(proc.stdout)["modes"]
-    assert open_mode["authenticated"] == 0 and sealed["authenticated"] == 1
-    assert sealed["shown_of_expected_pct"] > 50 and sealed["viewer_refused"] == 0
-    assert "extra_host_cpu_pct" in sealed
+    result = json.loads(proc.stdout)
+    open_mode, sealed, paired = result["modes"]
+    assert open_mode["authenticated"] == 0 and open_mode["sealed_runs"] == 0
+    assert sealed["authenticated"] == sealed["sealed_runs"] == 1 and paired["sealed_runs"] == 1
+    for m in (sealed, paired):
+        assert m["shown_of_expected_pct"] > 50 and m["viewer_refused"] == 0 and "extra_host_cpu_pct" in m
+    shakes = result["handshakes"]
+    assert [shakes[w]["count"] for w in ("open host", "password", "pinned keys")] == [20, 20, 20]
+    assert shakes["pinned keys"]["median_ms"] < shakes["password"]["median_ms"]
 
 
 def test_bench_soak_smoke_watches_memory_cpu_and_frames_of_a_host_and_three_viewers() -> None:

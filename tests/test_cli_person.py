@@ -86,7 +86,9 @@ def test_reconnecting_is_for_viewers_that_had_a_stream() -> None:
     assert r.after(streamed=True, auth_failed=False) == 0.25  # the host went away: follow it
     assert [r.after(streamed=False, auth_failed=False) for _ in range(4)] == [0.5, 1.0, 2.0, 2.0]  # backing off
     assert r.after(streamed=True, auth_failed=False) == 0.25  # back: the next outage starts small again
-    assert r.after(streamed=True, auth_failed=True) is None  # a wrong password fails the same way again
+    # A refusal from a host it streamed from may be forged on the path: try again, slowly (never for good).
+    assert r.after(streamed=True, auth_failed=True) == 5.0
+    assert Reconnect().after(streamed=False, auth_failed=True) is None  # a wrong code typed just now: say so
     assert Reconnect(enabled=False).after(streamed=True, auth_failed=False) is None  # --no-reconnect
 
 

@@ -182,7 +182,8 @@ def test_a_million_hostile_datagrams_and_100k_control_messages_at_a_running_view
     tmp_path: Path, sealed: bool
 ) -> None:
     """From the path between host and viewer: mutated copies of the host's own datagrams, random bytes, and
-    control messages slipped into the TCP stream.  Sealed, every one is refused and the picture is untouched;
+    (open) control messages slipped into the TCP stream.  Sealed, every datagram is refused and the picture is
+    untouched (a message slipped into the sealed control channel ends that connection: test_secure_io);
     open, the reassembler and decoder see the damage and the viewer recovers from it."""
     rng = random.Random(2)
     secret = ("--password", "fault-test-secret")
@@ -190,7 +191,7 @@ def test_a_million_hostile_datagrams_and_100k_control_messages_at_a_running_view
     relay = HostileRelay(host.port)
     viewer = None
     try:
-        viewer = ViewerProcess(tmp_path, relay.port, *((*secret, "--require-auth") if sealed else ()))
+        viewer = ViewerProcess(tmp_path, relay.port, *(secret if sealed else ()))
         wait_for(lambda: viewer.shown() > 30 and len(relay.recent) > 50, 30, "the viewer showing frames")
         injected = control = 0
         rss_before = None
@@ -208,7 +209,8 @@ def test_a_million_hostile_datagrams_and_100k_control_messages_at_a_running_view
             for data in batch:
                 relay.front.sendto(data, relay.viewer_udp)
             injected += len(batch)
-            if control < TCP_MESSAGES and relay.inject_control(b"".join(_hostile_control(rng) for _ in range(250))):
+            hostile = b"".join(_hostile_control(rng) for _ in range(250))
+            if not sealed and control < TCP_MESSAGES and relay.inject_control(hostile):
                 control += 250
             if rss_before is None and injected >= DATAGRAMS // 10:
                 rss_before = rss_mb(viewer.proc)
@@ -236,7 +238,8 @@ def test_a_million_hostile_datagrams_and_100k_control_messages_at_a_running_view
     # Sealed, the attack changes nothing.  Open, the viewer has to take what comes: in about one run in six
     # the host stopped hearing its PROGRESS under the flood and closed it after 15 s, and it came back.
     assert stats["reconnects"] <= (0 if sealed else 1), verr
-    assert control >= TCP_MESSAGES and discarded["control_ignored"] >= TCP_MESSAGES
+    if not sealed:
+        assert control >= TCP_MESSAGES and discarded["control_ignored"] >= TCP_MESSAGES
     assert rss_before is not None and rss_after <= rss_before * 1.05, (rss_before, rss_after, rss_trace)
     assert encoded_since > 20 and recovered >= 0.75 * encoded_since, (recovered, encoded_since)
     if sealed:

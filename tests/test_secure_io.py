@@ -5,16 +5,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
-from support import TINY, run, start_host, until
+from support import TINY, PathAttacker, run, start_host, until
 
 from pyrofling.client.gamepad import GamepadConfig
 from pyrofling.client.viewer import Viewer, ViewerConfig
+from pyrofling.pairing import HostPairings
 from pyrofling.server.gamepad import RecordingPad
 from pyrofling.server.host import Host
-from pyrofling.wire import Cookie, GamepadState, KickFlags
+from pyrofling.wire import AuthResult, Cookie, Extensions, GamepadState, Kick, KickFlags, RequestKeyframe
 
 SECRET = "correct-horse-battery"
 
@@ -56,9 +59,12 @@ def test_the_right_password_streams_sealed_and_drives_the_pad(caplog: pytest.Log
     host, viewer = run(scenario)
     assert viewer.summary()["frames_shown"] >= 40 and viewer.summary()["reconnects"] == 0
     assert viewer.summary()["discarded"].get("sealed_forged", 0) == 0
-    assert host.summary()["auth"] == {"required": True, "encrypt": True, "successes": 1, "failures": 0}
+    auth = host.summary()["auth"]
+    assert auth["required"] and auth["code"] and auth["successes"] == 1 and auth["failures"] == 0
+    assert viewer.summary()["security"] == {"sealed": True, "auth_method": "code", "paired_now": False}
     assert pad.reports()[0] == [(1, 304, 1)]  # BTN_SOUTH pressed
-    assert any("authenticated, datagrams sealed" in r.getMessage() for r in caplog.records)
+    assert any("control and datagrams sealed" in r.getMessage() for r in caplog.records)
+    assert any("sealed, authenticated with the code" in r.getMessage() for r in caplog.records)
     assert not any(SECRET in r.getMessage() for r in caplog.records)  # never logged
     assert SECRET not in repr(host.config) and SECRET not in repr(viewer.config)
 
@@ -78,7 +84,7 @@ def test_wrong_password_and_native_viewers_get_no_media_and_never_move_the_pad()
         return host, [wrong, native]
 
     host, (wrong, native) = run(scenario)
-    assert wrong.auth_failure == "the host refused the password" and wrong.summary()["connects"] == 1
+    assert wrong.failure is not None and "refused the code" in wrong.failure and wrong.summary()["connects"] == 1
     assert native.summary()["datagrams"] == 0 and native.summary()["frames_shown"] == 0
     assert host.stats.datagrams_sent == 0  # not one media datagram, not even a ping reply
     assert pad.reports() == []
@@ -111,3 +117,102 @@ def test_spoofed_plaintext_states_from_the_viewers_address_do_not_move_the_pad()
     discarded = host.summary()["discarded"]
     assert discarded.get("plaintext_refused", 0) + discarded.get("unknown_peer", 0) >= 400
     assert pad.reports() == []
+
+
+def test_pair_once_over_the_network_then_join_sealed_without_the_code(tmp_path: Path) -> None:
+    host_dir, viewer_dir = tmp_path / "host", tmp_path / "viewer"
+    pad = RecordingPad()
+
+    async def scenario() -> tuple[Viewer, Viewer, Viewer]:
+        host, task = await sealed_host(pad, pairing_dir=host_dir)
+        pairing = viewer_for(host, SECRET, pair_as="deck", pairing_dir=viewer_dir, duration_s=1.0)
+        await asyncio.wait_for(pairing.run(), 10)
+        later = viewer_for(host, None, pairing_dir=viewer_dir, duration_s=1.5)
+        await asyncio.wait_for(later.run(), 10)
+        (viewer_id,) = HostPairings(host_dir).revoke("deck")
+        assert viewer_id
+        revoked = viewer_for(host, None, pairing_dir=viewer_dir, duration_s=1.5)
+        await asyncio.wait_for(revoked.run(), 10)
+        host.stop()
+        await asyncio.wait_for(task, 15)
+        return pairing, later, revoked
+
+    pairing, later, revoked = run(scenario)
+    assert pairing.paired and later.streamed
+    assert later.summary()["security"]["auth_method"] == "paired" and later.sealed
+    assert revoked.failure is not None and "revoked" in revoked.failure and not revoked.streamed
+    for path in (host_dir / "host.json", viewer_dir / "viewer.json"):
+        assert path.stat().st_mode & 0o777 == 0o600
+    assert (host_dir.stat().st_mode & 0o777) == 0o700
+
+
+@pytest.mark.parametrize("bit", [1, 2])
+def test_a_relay_that_strips_auth_or_encryption_gets_no_stream_either_way(bit: int) -> None:
+    """Someone on the path clears AUTH (bit 1) or ENCRYPTION (bit 2) in the viewer's offer."""
+    pad = RecordingPad()
+
+    def strip(direction: str, data: bytes) -> bytes | None:
+        if direction == "tcp>" and len(data) >= 24:
+            for m in range(len(data) - 15):  # EXTENSIONS may come in one write with HELLO
+                if data[m : m + 8] == bytes(Extensions(1, 0))[:8]:
+                    out = bytearray(data)
+                    out[m + 12] &= ~(1 << bit) & 0xFF
+                    return bytes(out)
+        return data
+
+    async def scenario() -> tuple[Host, Viewer, PathAttacker]:
+        host, task = await sealed_host(pad)
+        relay = PathAttacker(host.port or 0, strip)
+        port = await relay.start()
+        viewer = Viewer(replace(viewer_for(host, SECRET).config, port=port, duration_s=3.0))
+        await asyncio.wait_for(viewer.run(), 10)
+        host.stop()
+        await asyncio.wait_for(task, 15)
+        await relay.close()
+        return host, viewer, relay
+
+    host, viewer, _ = run(scenario)
+    assert not viewer.streamed and viewer.failure is not None and viewer.summary()["frames_shown"] == 0
+    assert host.stats.datagrams_sent == 0 and pad.reports() == []
+
+
+def streaming(viewer: Viewer) -> bool:
+    return viewer.connection is not None and viewer.connection.streaming
+
+
+def test_a_relay_that_injects_control_messages_never_acts_and_the_viewer_comes_back() -> None:
+    """KICK, REQUEST_KEYFRAME and a forged AUTH_RESULT spliced into a sealed stream: the connection they hit
+    ends, nothing acts on them, and the viewer reconnects by itself."""
+    pad = RecordingPad()
+
+    async def scenario() -> tuple[Host, Viewer, int]:
+        host, task = await sealed_host(pad)
+        relay = PathAttacker(host.port or 0)
+        port = await relay.start()
+        viewer = Viewer(replace(viewer_for(host, SECRET).config, port=port, duration_s=8.0))
+        vtask = asyncio.create_task(viewer.run())
+        await until(lambda: viewer.connection is not None and viewer.connection.streaming, 10)
+        idrs = host.stats.idrs
+        assert relay.inject("tcp>", bytes(RequestKeyframe()) * 20 + bytes(Kick(KickFlags.GAMEPAD))) == 1
+        await until(
+            lambda: viewer.reconnects >= 1 and viewer.connection is not None and viewer.connection.streaming, 10
+        )
+        forced = host.stats.idrs - idrs
+        relay.inject("tcp<", bytes(AuthResult(0, 0, bytes(32))))
+        await until(
+            lambda: viewer.reconnects >= 2 and viewer.connection is not None and viewer.connection.streaming, 10
+        )
+        viewer.stop()
+        await asyncio.wait_for(vtask, 10)
+        host.stop()
+        await asyncio.wait_for(task, 15)
+        await relay.close()
+        return host, viewer, forced
+
+    host, viewer, forced = run(scenario)
+    # One IDR for the reconnected viewer, not twenty for the injected requests.
+    assert forced <= 2
+    discarded = host.summary()["discarded"]
+    assert discarded.get("control_forged", 0) + discarded.get("control_record_length", 0) >= 1
+    assert viewer.summary()["discarded"].get("control_forged", 0) >= 1
+    assert viewer.failure is None  # never stopped for good

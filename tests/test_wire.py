@@ -34,6 +34,8 @@ from pyrofling.wire import (
     Nack,
     Nak,
     Ok,
+    PathChallenge,
+    PathResponse,
     PhaseOffset,
     Ping,
     PingReply,
@@ -69,9 +71,11 @@ SAMPLES = [
     Ping(255),
     Extensions(EXTENSIONS_VERSION, ExtensionFeature.KEYFRAME_REQUEST),
     RequestKeyframe(),
-    AuthChallenge(bytes(range(16)), b"n" * 32, 14, 1),
-    AuthResponse(b"v" * 32, b"p" * 32),
-    AuthResult(1, b"h" * 32),
+    AuthChallenge(bytes(range(16)), b"n" * 32, b"m" * 33, b"s" * 32, 6),
+    AuthResponse(1, 1, b"i" * 16, b"v" * 32, b"m" * 33, b"name".ljust(32, b"\0"), b"p" * 32),
+    AuthResult(2, 60_000, b"h" * 32),
+    PathChallenge(2**64 - 1),
+    PathResponse(12345),
     Nack(0x3FFF, 1, 0, 1000, bytes(range(16))),
     Nack.whole_packet(17, 0),
     LossReport(1, 1000, 50, 3, 4, 1, 12, 7),
@@ -101,13 +105,15 @@ NATIVE_WIDE = {
     # pyrofling extensions follow the same rule: sign-extended when a payload follows.
     MessageId.EXTENSIONS: 0xFFFFFFFF_EF968220,
     MessageId.REQUEST_KEYFRAME: 0x00000000_EF968021,
-    MessageId.AUTH_CHALLENGE: 0xFFFFFFFF_EF968E22,  # 56-byte payload
-    MessageId.AUTH_RESPONSE: 0xFFFFFFFF_EF969023,  # 64
-    MessageId.AUTH_RESULT: 0xFFFFFFFF_EF968924,  # 36
+    MessageId.AUTH_CHALLENGE: 0xFFFFFFFF_EF969D62,  # 117-byte payload
+    MessageId.AUTH_RESPONSE: 0xFFFFFFFF_EF96A663,  # 153
+    MessageId.AUTH_RESULT: 0xFFFFFFFF_EF968A24,  # 40
     MessageId.NACK: 0xFFFFFFFF_EF968625,  # 24
     MessageId.LOSS_REPORT: 0xFFFFFFFF_EF968726,  # 28
     MessageId.RATE_FEEDBACK: 0xFFFFFFFF_EF969C27,  # 112
     MessageId.STREAM_RATE: 0xFFFFFFFF_EF968428,  # 16
+    MessageId.PATH_CHALLENGE: 0xFFFFFFFF_EF968229,  # 8
+    MessageId.PATH_RESPONSE: 0xFFFFFFFF_EF96822A,  # 8
 }
 
 

@@ -18,13 +18,14 @@ import random
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pyrofling.core.host_session import HostSessions, SendControl, SendDatagram
+from pyrofling.core.host_session import HostSessions
+from pyrofling.core.host_state import SendControl, SendDatagram
 from pyrofling.core.keyframes import KeyframePolicy
 from pyrofling.core.packetizer import MediaPacket, Packetizer
 from pyrofling.core.viewer_connection import ControlToHost, DatagramToHost, DecodeVideo, ViewerConnection
 from pyrofling.core.viewer_session import ViewerSessionConfig
 from pyrofling.fec.planner import AdaptivePlanner, make_planner
-from pyrofling.wire import CodecParameters, ControlFramer, KickFlags, parse_control
+from pyrofling.wire import CodecParameters, KickFlags
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +62,6 @@ def run(cfg: StepConfig) -> dict[str, Any]:
     host = HostSessions(make_packetizer=make_packetizer, keyframes=KeyframePolicy())
     host.codec_parameters = PARAMS
     viewer = ViewerConnection(ViewerSessionConfig(flags=KickFlags.VIDEO))
-    framer = ControlFramer()
     address = ("127.0.0.1", 40000)
     events: list[tuple[float, int, str, bytes]] = []
     order = itertools.count()
@@ -84,10 +84,9 @@ def run(cfg: StepConfig) -> dict[str, Any]:
     def perform(outputs: list[Any], now: float) -> None:
         for out in outputs:
             if isinstance(out, ControlToHost):
-                for msg in framer.feed(out.data):
-                    for reply in host.control(1, msg, now):
-                        if isinstance(reply, SendControl):
-                            perform(viewer.control_received(parse_control(reply.data), now), now)
+                for reply in host.tcp_received(1, out.data, now):
+                    if isinstance(reply, SendControl):
+                        perform(viewer.control_bytes(reply.data, now), now)
             elif isinstance(out, DatagramToHost):
                 for reply in host.datagram(address, out.data, now):
                     if isinstance(reply, SendDatagram):

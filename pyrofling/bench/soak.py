@@ -140,7 +140,7 @@ def _run(cfg: SoakConfig, tmp: Path, progress: Callable[[str], None]) -> dict[st
             port = relay_port if i == 0 else host_port
             cmd = [*_cli(), "view", f"pyro://127.0.0.1:{port}", "-q", "--headless", "--duration", str(cfg.duration_s),
                    "--stats-json", str(stats_files[name]), "--stats-interval", str(interval)]  # fmt: skip
-            cmd += ["--password", SOAK_SECRET, "--require-auth"] if cfg.secure else []
+            cmd += ["--password", SOAK_SECRET] if cfg.secure else []
             cmd += [] if cfg.audio else ["--no-audio"]  # audio: JACK_DEFAULT_SERVER points at the dummy server
             start(name, cmd)
         started = time.monotonic()

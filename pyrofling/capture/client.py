@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from pyrofling.capture.paths import default_socket_path
+from pyrofling.capture.paths import default_socket_path, peer_uid
 from pyrofling.core.gamepad import NEUTRAL, PadState
 from pyrofling.wire import ProtocolError
 from pyrofling.wire import capture as m
@@ -366,7 +366,11 @@ class CaptureClient:
         try:
             sock.settimeout(1.0)  # a send that cannot go out in a second: the host hangs
             sock.connect(self.path)
-        except OSError:
+            # The game's frames, memory and pad go only to a host run by the same user, wherever the socket is.
+            uid = peer_uid(sock)
+            if uid != os.getuid():
+                raise CaptureRequestError(f"the capture socket {self.path} is served by uid {uid}, not by this user")
+        except (OSError, CaptureRequestError):
             sock.close()
             raise
         sock.settimeout(None)

@@ -1,7 +1,8 @@
 """The ``pyrofling`` command line: one module per command family, the shared flags in :mod:`.options`.
 
 Commands: ``host`` and ``view`` (:mod:`.host`, :mod:`.view`), ``gamepad`` (:mod:`.gamepad`),
-``demo`` (:mod:`.demo`), ``example-game`` (:mod:`.game`), ``netsim`` (:mod:`.netsim`) and
+``pair`` and ``paired`` (:mod:`.pair`), ``demo`` (:mod:`.demo`), ``example-game`` (:mod:`.game`),
+``netsim`` (:mod:`.netsim`) and
 ``bench fec|stream|latency|phase|audio|input|capture|outputs|security|soak`` (:mod:`.bench`).
 """
 
@@ -18,6 +19,7 @@ from pyrofling.cli.game import add_example_game
 from pyrofling.cli.gamepad import add_gamepad
 from pyrofling.cli.host import add_host
 from pyrofling.cli.netsim import add_netsim
+from pyrofling.cli.pair import add_pair
 from pyrofling.cli.view import add_view
 
 
@@ -31,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more detail (-vv: debugging)")
     parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for add in (add_host, add_view, add_gamepad, add_demo, add_example_game, add_netsim, add_bench):
+    for add in (add_host, add_view, add_pair, add_gamepad, add_demo, add_example_game, add_netsim, add_bench):
         add(sub)
     return parser
 

@@ -12,12 +12,14 @@ from pyrofling.cli.gamepad import add_host_gamepad_options
 from pyrofling.cli.options import (
     PASSWORD_ENV,
     add_logging_options,
+    add_pairing_dir_option,
     add_stream_size_options,
     fraction,
     given_password,
     install_stop,
     number,
     output_file,
+    pairing_dir,
     port_number,
     refuse,
     run_time,
@@ -233,9 +235,11 @@ def _add_audio_options(p: argparse.ArgumentParser) -> None:
 def _add_security_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group(
         "security",
-        "Without a secret anyone who reaches the port can watch and take the pad, as with PyroFling: fine on a "
-        "trusted LAN. With one, viewers must prove they know it (it never crosses the network) and their "
-        "datagrams are sealed with AES-GCM; native PyroFling viewers cannot connect then.",
+        "Without any of these anyone who reaches the port can watch and take the pad, as with PyroFling: fine on a "
+        "trusted LAN. With one, a viewer must prove the code through a PAKE (nothing on the wire to test guesses "
+        "against) or a stored pairing, and everything after the handshake is sealed with AES-GCM: control, "
+        "pictures, sound, pad. Native PyroFling viewers cannot connect then. Wrong codes block the address (an IPv6 "
+        "/64) after 5 a minute, and every code attempt after 30 a minute from anywhere.",
     )
     g.add_argument(
         "--password",
@@ -246,13 +250,15 @@ def _add_security_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--pairing-code",
         action="store_true",
-        help="require a fresh random code, printed once at start (not logged): give it to your friends",
+        help="make up a random code, printed once at start (not logged): friends pair with it once (pyrofling pair) "
+        "and join without it from then on",
     )
     g.add_argument(
-        "--no-encrypt",
+        "--private",
         action="store_true",
-        help="authenticate viewers but send media in the clear (saves a little CPU; anyone on the path can watch)",
+        help="admit paired viewers only (no code taken); list and revoke them with pyrofling paired",
     )
+    add_pairing_dir_option(g)
 
 
 def _add_output_options(p: argparse.ArgumentParser) -> None:
@@ -355,7 +361,8 @@ def host_config(args: argparse.Namespace) -> HostConfig:
         immediate_encode=args.immediate_encode,
         outputs=_output_config(args),
         password=_host_password(args),
-        encrypt=not args.no_encrypt,
+        private=args.private,
+        pairing_dir=pairing_dir(args),
     )
 
 
@@ -402,12 +409,11 @@ def _host_password(args: argparse.Namespace) -> str | None:
             raise ValueError(f"--pairing-code makes up a secret: drop --password (and ${PASSWORD_ENV})")
         password = pairing_code()
         print(
-            f"pairing code: {password}\n  viewers join with: pyrofling view pyro://HOST:PORT --password {password}",
+            f"pairing code: {password}\n  a friend pairs once with: pyrofling pair pyro://HOST:PORT --code {password}"
+            f"\n  (or watches this time only with: pyrofling view pyro://HOST:PORT --password {password})",
             file=sys.stderr,
             flush=True,
         )
-    if args.no_encrypt and not password:
-        raise ValueError("--no-encrypt applies with a secret (--password or --pairing-code)")
     if password is not None and len(password) < 6:
         raise ValueError("the password is too short: use at least 6 characters, or --pairing-code")
     return password

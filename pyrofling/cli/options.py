@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pyrofling.files import unwritable
+from pyrofling.pairing import CONFIG_DIR_ENV, default_config_dir
 from pyrofling.units import parse_duration_s, parse_fraction
 
 #: Where a password may come from instead of the command line (which other users can read).
@@ -215,7 +216,12 @@ def add_stream_size_options(p: argparse.ArgumentParser | argparse._ArgumentGroup
 
 
 def add_viewer_security_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("security")
+    g = p.add_argument_group(
+        "security",
+        "A viewer that paired with the host (pyrofling pair) needs nothing here. With a password or a pairing, "
+        "the viewer accepts only a host that proves it knows it and seals the whole stream (control, pictures, "
+        "pad); anything else is refused, never watched in the clear.",
+    )
     g.add_argument(
         "--password",
         default=None,
@@ -223,10 +229,26 @@ def add_viewer_security_options(p: argparse.ArgumentParser) -> None:
         help=f"the host's password or pairing code, if it asks for one (or set ${PASSWORD_ENV})",
     )
     g.add_argument(
-        "--require-auth",
+        "--allow-open-host",
         action="store_true",
-        help="connect only to a host that proves it knows the password (refuses an open or impostor host)",
+        help="watch the host even if it does not authenticate (although a password is given or this viewer paired "
+        "with it): the stream and your pad then travel in the clear, to whoever answers at that address",
     )
+    add_pairing_dir_option(g)
+
+
+def add_pairing_dir_option(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    p.add_argument(
+        "--pairing-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help=f"where pairings are kept (default ${CONFIG_DIR_ENV}, else ~/.config/pyrofling)",
+    )
+
+
+def pairing_dir(args: argparse.Namespace) -> Path:
+    return getattr(args, "pairing_dir", None) or default_config_dir()
 
 
 def given_password(args: argparse.Namespace) -> str | None:
@@ -236,8 +258,6 @@ def given_password(args: argparse.Namespace) -> str | None:
 
 def viewer_password(args: argparse.Namespace) -> str | None:
     password = given_password(args)
-    if getattr(args, "require_auth", False) and not password:
-        raise ValueError(f"--require-auth needs the password (--password or ${PASSWORD_ENV})")
     if password is not None and getattr(args, "native", False):
         raise ValueError("--native viewers cannot authenticate: drop --native to use a password")
     return password

@@ -9,7 +9,8 @@ from pyrofling.client.audio import AudioPlayerConfig
 from pyrofling.client.gamepad import GamepadConfig
 from pyrofling.core.presentation import PresentationConfig
 from pyrofling.core.reassembler import ReassemblerConfig
-from pyrofling.core.viewer_session import ViewerSessionConfig
+from pyrofling.core.viewer_session import HostCredential, ViewerSessionConfig
+from pyrofling.pairing import ViewerPairings
 from pyrofling.wire import ExtensionFeature, KickFlags
 
 
@@ -24,8 +25,12 @@ class ViewerConfig:
     extensions: bool = True
     #: The host's password or pairing code (protocol.md §7.7).
     password: str | None = field(default=None, repr=False)
-    #: Only connect to a host that authenticates itself (it must know ``password``).
-    require_auth: bool = False
+    #: Watch a host that does not authenticate even with a password or a pairing for it (unsealed: a bad idea).
+    allow_open_host: bool = False
+    #: Pairings kept here are used and new ones stored here (None: none; the CLI gives the user's directory).
+    pairing_dir: Path | None = None
+    #: Ask the host to pair with this viewer under this name (``password`` is then the pairing code).
+    pair_as: str | None = None
     #: Stop after this many seconds (None: until Ctrl-C or the window closes).
     duration_s: float | None = None
     #: Follow the host through restarts once it has streamed (a viewer that never got a stream stops at once).
@@ -63,11 +68,24 @@ class ViewerConfig:
     #: Compare every picture with the built-in test scene and judge each refresh: good, corrupt or stale (benches).
     check_scene: bool = False
 
+    @property
+    def address(self) -> str:
+        """The host as typed, host:port (what a pairing remembers it by)."""
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
     def session_config(self) -> ViewerSessionConfig:
+        credentials: tuple[HostCredential, ...] = ()
+        expect_auth = False
+        if self.pairing_dir is not None:
+            store = ViewerPairings(self.pairing_dir)
+            credentials, expect_auth = store.credentials(), store.paired_at(self.address)
         cfg = ViewerSessionConfig(
             flags=self.flags,
             secret=self.password,
-            require_auth=self.require_auth,
+            credentials=credentials,
+            expect_auth=expect_auth,
+            pair_as=self.pair_as,
+            allow_open_host=self.allow_open_host,
             request_key_frames=self.recovery == "key-frame",
         )
         if not self.resends:

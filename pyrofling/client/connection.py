@@ -28,7 +28,6 @@ from pyrofling.core.viewer_connection import (
     ViewerOutput,
 )
 from pyrofling.timers import DeadlineTimer
-from pyrofling.wire import ControlFramer, ProtocolError
 
 log = logging.getLogger(__name__)
 
@@ -133,14 +132,10 @@ class ConnectionIO:
                 await asyncio.wait_for(self._writer.wait_closed(), 1.0)
 
     async def _read_control(self, reader: asyncio.StreamReader) -> None:
-        framer = ControlFramer(max_buffer_bytes=4096)
         try:
             while data := await reader.read(4096):
-                for msg in framer.feed(data):
-                    self.perform(self.conn.control_received(msg, time.monotonic()))
+                self.perform(self.conn.control_bytes(data, time.monotonic()))
             self.end("the host closed the connection")
-        except ProtocolError as exc:
-            self.end(f"protocol error on the control channel: {exc}")
         except (ConnectionError, OSError) as exc:
             self.end(f"control connection error: {os_error(exc)}")
 

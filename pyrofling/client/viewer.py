@@ -39,6 +39,7 @@ from pyrofling.core.timeline import Snapshot, Timeline
 from pyrofling.core.viewer_connection import (
     AudioLost,
     DecodeVideo,
+    Paired,
     PlayAudio,
     Reconnect,
     SessionFailed,
@@ -47,6 +48,7 @@ from pyrofling.core.viewer_connection import (
     ViewerOutput,
 )
 from pyrofling.files import write_stats
+from pyrofling.pairing import ViewerPairings
 from pyrofling.wire import CodecParameters, KickFlags, RateDecider, StreamRate, VideoCodec
 
 log = logging.getLogger(__name__)
@@ -100,6 +102,12 @@ class Viewer:
         self.state = f"connecting to {config.host} port {config.port}…"
         #: Why authentication failed (a wrong password...): the viewer stops instead of reconnecting.
         self.auth_failure: str | None = None
+        self._retry_after_s = 0.0
+        #: Whether the stream is sealed, and how the viewer authenticated ("code", "paired"; "" when open).
+        self.sealed = False
+        self.auth_method = ""
+        #: This viewer paired with the host in this run.
+        self.paired = False
         self._totals: Counter[str] = Counter()  # counters of the connections that ended
         #: The host's last word on the bitrate (STREAM_RATE) on a connection that has ended.
         self.stream_rate: StreamRate | None = None
@@ -153,7 +161,10 @@ class Viewer:
                 streamed, reason = await self._one_connection()
                 if self._stop.is_set():
                     break
-                delay = self.reconnect.after(streamed=streamed, auth_failed=self.auth_failure is not None)
+                delay = self.reconnect.after(
+                    streamed=streamed, auth_failed=self.auth_failure is not None, retry_after_s=self._retry_after_s
+                )
+                self.auth_failure, self._retry_after_s = None, 0.0
                 if delay is None:
                     self.failure = self.state = reason
                     break
@@ -249,7 +260,9 @@ class Viewer:
                 streamed = True
                 self._streaming(out, io.peer, lambda message: io.perform([conn.gamepad_state(message)]))
             elif isinstance(out, SessionFailed) and conn.session.auth_failed:
-                self.auth_failure = out.reason
+                self.auth_failure, self._retry_after_s = out.reason, out.retry_after_s
+            elif isinstance(out, Paired):
+                self._store_pairing(out)
 
         io = ConnectionIO(conn, deliver)
         failure = await io.open(cfg.host, cfg.port, cfg.connect_timeout_s)
@@ -276,10 +289,13 @@ class Viewer:
             if self.sessions_streaming == 1:  # look for a pad once there is a host to send it to
                 self.gamepad.start(asyncio.get_running_loop())
             self.gamepad.attach(send_gamepad)
+        session = self.connection.session if self.connection is not None else None
+        self.sealed = session is not None and session.encrypted
+        self.auth_method = session.auth_method if session is not None and self.sealed else ""
         how = (
             f"handshake {out.handshake_s * 1000:.1f} ms"
             + (", pyrofling host" if out.extensions else "")
-            + (", sealed" if self.connection is not None and self.connection.session.encrypted else "")
+            + (f", {self.security}" if out.extensions or self.config.password else "")
         )
         if not self.config.flags & KickFlags.VIDEO:  # a controller: no picture to speak of
             log.info("sending the gamepad to %s (%s)", _fmt(peer), how)
@@ -288,6 +304,22 @@ class Viewer:
         log.info(
             "streaming %dx%d@%g %s from %s (%s)", p.width, p.height, rate, _codec_name(p.video_codec), _fmt(peer), how
         )
+
+    @property
+    def security(self) -> str:
+        """What protects the stream, in words (the log, the HUD, the statistics)."""
+        if not self.sealed:
+            return "not sealed: anyone on the path can watch it and move the pad"
+        how = {"paired": "a stored pairing", "code": "the code"}.get(self.auth_method, self.auth_method)
+        return f"sealed, authenticated with {how}"
+
+    def _store_pairing(self, out: Paired) -> None:
+        if self.config.pairing_dir is None:
+            log.warning("paired with the host, but this viewer keeps no pairings (no pairing directory)")
+            return
+        ViewerPairings(self.config.pairing_dir).add(out.credential, self.config.address)
+        self.paired = True
+        log.info("paired with %s: from now on it admits this viewer without a code", self.config.address)
 
     def _bank(self, conn: ViewerConnection) -> None:
         """The connection ended: keep its counters (summary() adds the live one's to these)."""
@@ -353,6 +385,7 @@ class Viewer:
         rtt = conn.clock.last_rtt_s if conn is not None else None
         out["rtt_ms"] = rtt * 1000 if rtt is not None else self.rtt_ms
         out["discarded"] = dict(discarded)
+        out["security"] = {"sealed": self.sealed, "auth_method": self.auth_method, "paired_now": self.paired}
         out["timeline"] = list(self.timeline.rows)
         rate = conn.session.stream_rate if conn is not None and conn.session.stream_rate else self.stream_rate
         out["stream_bitrate_kbits"] = rate.bitrate_kbits if rate is not None else None

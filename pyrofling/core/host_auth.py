@@ -2,39 +2,90 @@
 
 Pure.  :class:`~pyrofling.core.host_session.HostSessions` hands it the EXTENSIONS
 and AUTH_RESPONSE messages of a connection and what an unauthenticated one
-sends; it answers with outputs and fills in the connection's keys.  Without a
-secret (``auth_key`` None) it offers nothing, as the reference.
+sends; it answers with outputs and installs the connection's keys.  A host with
+no code that is not private offers nothing, as the reference.
+
+Each handshake binds everything said so far into its keys (the transcript), so a
+negotiation bit changed on the path fails the proofs.  A wrong code counts
+against the address's prefix and against a global budget
+(:class:`~pyrofling.core.secure.FailureLimiter`); a paired viewer's credential
+cannot be guessed, so a blocked address does not lock a paired friend out.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
 
-from pyrofling.core.host_state import CloseConnection, HostOutput, HostSessionConfig, LogLine, RemoteViewer, SendControl
+from pyrofling.core.host_state import (
+    CloseConnection,
+    HostHandshake,
+    HostOutput,
+    HostSessionConfig,
+    LogLine,
+    RemoteViewer,
+    ViewerPaired,
+)
 from pyrofling.core.secure import (
     NONCE_BYTES,
     PROOF_BYTES,
+    AuthError,
+    CodeExchange,
     FailureLimiter,
     Opener,
     Sealer,
+    ShareExchange,
+    Transcript,
     check_proof,
-    host_proof,
-    session_keys,
-    viewer_proof,
+    handshake_keys,
+    paired_material,
+    prove,
 )
 from pyrofling.wire import (
+    AUTH_FLAG_PAIR,
     EXTENSIONS_VERSION,
+    PAKE_MESSAGE_BYTES,
     AuthChallenge,
+    AuthMethod,
     AuthResponse,
     AuthResult,
+    AuthStatus,
     ControlMessage,
+    Cookie,
     ExtensionFeature,
     Extensions,
     Kick,
     Nak,
     UnknownControl,
 )
+
+#: Granted together or not at all: a host with a secret never streams in the clear.
+SEALED = ExtensionFeature.AUTH | ExtensionFeature.ENCRYPTION
+
+
+@dataclass(frozen=True, slots=True)
+class PairedViewer:
+    name: str
+    credential: bytes
+
+
+class PairedViewers(Protocol):
+    """The viewers this host has paired with (the shell's store; revoking one takes effect at its next try)."""
+
+    def lookup(self, viewer_id: bytes) -> PairedViewer | None: ...
+
+
+class NoPairedViewers:
+    def lookup(self, viewer_id: bytes) -> PairedViewer | None:
+        return None
+
+
+def printable_name(raw: bytes) -> str:
+    """A viewer's name as a log line may show it: UTF-8, no control characters, at most 32 bytes."""
+    text = raw.rstrip(b"\0").decode("utf-8", "replace")
+    return "".join(c for c in text if c.isprintable()) or "unnamed"
 
 
 class HostAuth:
@@ -47,90 +98,146 @@ class HostAuth:
         *,
         random_bytes: Callable[[int], bytes],
         limiter: FailureLimiter | None = None,
+        paired: PairedViewers | None = None,
     ) -> None:
         self.config = config
         self.discarded = discarded
         self._random_bytes = random_bytes
-        #: Failed authentications per address.
+        #: Wrong codes per address prefix and in total.
         self.limiter = limiter or FailureLimiter()
+        self.paired = paired or NoPairedViewers()
         self.failures = 0
         self.successes = 0
+        self.pairings = 0
 
     @property
     def required(self) -> bool:
-        return self.config.auth_key is not None
+        return self.config.auth_secret is not None or self.config.private
 
     def negotiate(self, conn: RemoteViewer, msg: Extensions) -> list[HostOutput]:
-        offered = self.config.extensions
-        if self.required:
-            offered |= ExtensionFeature.AUTH
-            if self.config.encrypt:
-                offered |= ExtensionFeature.ENCRYPTION
+        offered = self.config.extensions | (SEALED if self.required else ExtensionFeature.NONE)
         granted = msg.feature_flags & offered
-        if not granted & ExtensionFeature.AUTH:
-            granted &= ~ExtensionFeature.ENCRYPTION  # keys come from the authentication
+        if granted & SEALED != SEALED:
+            granted &= ~SEALED  # not both: not at all (a host that requires them then refuses the viewer)
         conn.extensions = granted
-        out: list[HostOutput] = [SendControl(conn.conn_id, bytes(Extensions(EXTENSIONS_VERSION, int(granted))))]
+        reply = Extensions(EXTENSIONS_VERSION, int(granted))
+        out: list[HostOutput] = [conn.send(reply)]
         if granted & ExtensionFeature.AUTH:
-            conn.host_nonce = self._random_bytes(NONCE_BYTES)
+            transcript = Transcript()
+            for part in (msg, Cookie(conn.cookie), reply):
+                transcript.add(bytes(part))
+            secret = self.config.auth_secret
+            code = CodeExchange(secret, host=True) if secret is not None else None
+            share = ShareExchange()
+            methods = 1 << AuthMethod.PAIRED | (1 << AuthMethod.CODE if code is not None else 0)
             challenge = AuthChallenge(
-                self.config.auth_salt,
-                conn.host_nonce,
-                self.config.scrypt_log2_n,
-                1 if granted & ExtensionFeature.ENCRYPTION else 0,
+                self.config.host_id,
+                self._random_bytes(NONCE_BYTES),
+                code.message if code is not None else bytes(PAKE_MESSAGE_BYTES),
+                share.public,
+                methods,
             )
-            out.append(SendControl(conn.conn_id, bytes(challenge)))
+            transcript.add(bytes(challenge))
+            conn.handshake = HostHandshake(transcript, share, code)
+            out.append(conn.send(challenge))
         return out
 
     def respond(self, conn: RemoteViewer, msg: AuthResponse, now: float) -> list[HostOutput]:
-        key = self.config.auth_key
-        if key is None or conn.host_nonce is None or conn.authenticated:
+        hs = conn.handshake
+        if hs is None or conn.authenticated:
             self.discarded["unexpected_auth"] += 1
-            return [SendControl(conn.conn_id, bytes(Nak()))]
+            return [conn.send(Nak())]
+        conn.handshake = None  # one response per challenge
         address = str(conn.peer[0])
-        refused = bytes(AuthResult(0, bytes(PROOF_BYTES)))
-        if self.limiter.blocked(address, now):
-            self.discarded["auth_blocked"] += 1
-            return [
-                SendControl(conn.conn_id, refused),
-                CloseConnection(conn.conn_id, f"{address} is blocked after repeated wrong secrets"),
-            ]
-        nonce = conn.host_nonce
-        conn.host_nonce = None  # one response per challenge
-        if not check_proof(viewer_proof(key, conn.cookie, nonce, msg.viewer_nonce), msg.proof):
-            self.failures += 1
-            blocked = self.limiter.failed(address, now)
-            note = f"; {address} blocked for {self.limiter.block_s:g} s" if blocked else ""
-            return [
-                SendControl(conn.conn_id, refused),
-                LogLine(conn.conn_id, f"{conn.label}: wrong secret{note}"),
-                CloseConnection(conn.conn_id, "authentication failed"),
-            ]
+        hs.transcript.add(msg.unproved())
+        transcript = hs.transcript.digest()
+        name = ""
+        try:
+            if msg.method == AuthMethod.CODE:
+                if hs.code is None:
+                    return self._refuse(conn, "asked to use a code; this host takes paired viewers only")
+                wait = self.limiter.blocked_for(address, now)
+                if wait > 0:
+                    self.discarded["auth_blocked"] += 1
+                    return self._blocked(conn, wait, f"{address} is blocked after repeated wrong codes")
+                material = hs.code.finish(msg.viewer_message)
+            else:
+                entry = self.paired.lookup(msg.viewer_id)
+                if entry is None:
+                    self.discarded["auth_unknown_pairing"] += 1
+                    return self._refuse(
+                        conn, f"unknown pairing {msg.viewer_id.hex()[:8]} (revoked, or paired elsewhere)"
+                    )
+                name = entry.name
+                material = paired_material(entry.credential, hs.share.finish(msg.viewer_message))
+        except AuthError as exc:
+            self.discarded[str(exc)] += 1
+            material = b""
+        keys = handshake_keys(material, transcript, msg.method) if material else None
+        if keys is None or not check_proof(prove(keys.viewer_proof, transcript), msg.proof):
+            return self._wrong(conn, msg, address, now)
         self.limiter.succeeded(address)
         self.successes += 1
         conn.authenticated = True
-        encrypted = bool(conn.extensions & ExtensionFeature.ENCRYPTION)
-        if encrypted:
-            keys = session_keys(key, conn.cookie, nonce, msg.viewer_nonce)
-            conn.sealer, conn.opener = Sealer(keys.host_to_viewer), Opener(keys.viewer_to_host)
-        proof = host_proof(key, conn.cookie, nonce, msg.viewer_nonce)
+        conn.auth_method = AuthMethod(msg.method).name.lower()
+        out: list[HostOutput] = [
+            conn.send(AuthResult(AuthStatus.ACCEPTED, 0, prove(keys.host_proof, transcript, msg.proof)))
+        ]
+        # Everything after AUTH_RESULT is sealed, both ways.
+        conn.channel.seal_with(keys.control_host_to_viewer)
+        conn.channel.open_with(keys.control_viewer_to_host)
+        conn.sealer, conn.opener = Sealer(keys.datagram_host_to_viewer), Opener(keys.datagram_viewer_to_host)
+        if msg.method == AuthMethod.CODE and msg.flags & AUTH_FLAG_PAIR:
+            name = printable_name(msg.name)
+            self.pairings += 1
+            out.append(ViewerPaired(bytes(msg.viewer_id), name, keys.pairing))
+            out.append(
+                LogLine(
+                    conn.conn_id,
+                    f"paired with {name!r} ({msg.viewer_id.hex()[:8]}): it joins without a code from now on",
+                )
+            )
+        conn.paired_name = name
+        how = f"paired viewer {name!r}" if msg.method == AuthMethod.PAIRED else "the code"
+        out.append(LogLine(conn.conn_id, f"{conn.label} authenticated with {how}; control and datagrams sealed"))
+        return out
+
+    def _wrong(self, conn: RemoteViewer, msg: AuthResponse, address: str, now: float) -> list[HostOutput]:
+        self.failures += 1
+        if msg.method != AuthMethod.CODE:  # a credential cannot be guessed: no block, which would lock friends out
+            return self._refuse(conn, "a paired viewer's proof did not check out")
+        blocked = self.limiter.failed(address, now)
+        if blocked > 0:
+            return self._blocked(conn, blocked, f"{conn.label}: wrong code; {address} blocked for {blocked:.0f} s")
+        return self._refuse(conn, "wrong code")
+
+    def _refuse(self, conn: RemoteViewer, why: str) -> list[HostOutput]:
         return [
-            SendControl(conn.conn_id, bytes(AuthResult(1, proof))),
-            LogLine(conn.conn_id, f"{conn.label} authenticated" + (", datagrams sealed" if encrypted else "")),
+            conn.send(AuthResult(AuthStatus.REFUSED, 0, bytes(PROOF_BYTES))),
+            LogLine(conn.conn_id, f"refused {conn.label}: {why}"),
+            CloseConnection(conn.conn_id, "authentication failed"),
+        ]
+
+    def _blocked(self, conn: RemoteViewer, wait_s: float, why: str) -> list[HostOutput]:
+        retry_ms = min(2**32 - 1, int(wait_s * 1000) + 1)
+        return [
+            conn.send(AuthResult(AuthStatus.BLOCKED, retry_ms, bytes(PROOF_BYTES))),
+            LogLine(conn.conn_id, why),
+            CloseConnection(conn.conn_id, "blocked after repeated wrong codes"),
         ]
 
     def refuse(self, conn: RemoteViewer, msg: ControlMessage | UnknownControl) -> list[HostOutput]:
-        """This host has a secret and this connection has not proved it knows it: NAK, no media, no pad."""
+        """This host requires authentication and this connection has not passed it: NAK, no media, no pad."""
         self.discarded["unauthenticated_control"] += 1
-        out: list[HostOutput] = [SendControl(conn.conn_id, bytes(Nak()))]
+        out: list[HostOutput] = [conn.send(Nak())]
         if isinstance(msg, Kick) and not conn.refusal_logged:
             conn.refusal_logged = True
             if conn.extensions & ExtensionFeature.AUTH:
                 why = "it has not authenticated"
             else:
                 why = (
-                    "this host needs a password and the viewer cannot authenticate (a native PyroFling viewer, "
-                    "or an old pyrofling); run the host without --password only on a trusted network"
+                    "this host admits only viewers that authenticate and seal the stream, and this one cannot (a "
+                    "native PyroFling viewer, an old pyrofling, or something on the path stripped the offer)"
                 )
             out.append(LogLine(conn.conn_id, f"refused {conn.label}: {why}"))
         return out

@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable
 
 from pyrofling.core.congestion import LinkController, RateConfig, RateVoter, SharedBitrate
-from pyrofling.core.host_state import HostOutput, RemoteViewer, SendControl, SetBitrate
+from pyrofling.core.host_state import HostOutput, RemoteViewer, SetBitrate
 from pyrofling.core.pacer import TokenBucketPacer
 from pyrofling.wire import RateDecider, RateFeedback, StreamRate
 
@@ -101,7 +101,7 @@ class HostRate:
             changed = changed or (previous is not None and _moved(told[1], previous[1], 0.10))
             if changed and now - c.rate_told_s >= TELL_EVERY_S:
                 c.rate_told, c.rate_told_s = told, now
-                out.append(SendControl(c.conn_id, bytes(StreamRate(told[0], ceiling, told[1], told[2]))))
+                out.append(c.send(StreamRate(told[0], ceiling, told[1], told[2])))
         return out
 
     def summary(self, connections: list[RemoteViewer]) -> dict[str, object]:

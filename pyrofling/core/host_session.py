@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from pyrofling.core.congestion import KEY_FRAME_PACING, RateConfig
 from pyrofling.core.gamepad import GamepadRouter, Verdict
-from pyrofling.core.host_auth import HostAuth
+from pyrofling.core.host_auth import HostAuth, PairedViewers
 from pyrofling.core.host_rate import HostRate
 from pyrofling.core.host_state import (
     Address,
@@ -39,6 +39,7 @@ from pyrofling.core.host_state import (
     SendControl,
     SendDatagram,
     ViewerLeft,
+    ViewerPaired,
 )
 from pyrofling.core.keyframes import KeyframePolicy
 from pyrofling.core.pacer import PacedQueue, Pacer, TokenBucketPacer
@@ -64,6 +65,8 @@ from pyrofling.wire import (
     LossReport,
     Nack,
     Nak,
+    PathChallenge,
+    PathResponse,
     PhaseOffset,
     Ping,
     PingReply,
@@ -75,6 +78,23 @@ from pyrofling.wire import (
     parse_udp_control,
     sealed_cookie,
 )
+
+#: What the host's shells take from here (the outputs and state live in host_state).
+__all__ = [
+    "Address",
+    "CloseConnection",
+    "GamepadInput",
+    "HostOutput",
+    "HostSessionConfig",
+    "HostSessions",
+    "LogLine",
+    "PhaseFeedback",
+    "RemoteViewer",
+    "SendControl",
+    "SendDatagram",
+    "ViewerLeft",
+    "ViewerPaired",
+]
 
 
 class HostSessions:
@@ -91,6 +111,7 @@ class HostSessions:
         make_pacer: Callable[[], Pacer] = TokenBucketPacer,
         rate: RateConfig | None = None,
         rate_policy: str = "player",
+        paired: PairedViewers | None = None,
     ) -> None:
         self.config = config or HostSessionConfig()
         self._make_pacer = make_pacer
@@ -105,7 +126,8 @@ class HostSessions:
         #: Datagrams and messages ignored, by reason.
         self.discarded: Counter[str] = Counter()
         #: AUTH and ENCRYPTION (protocol.md §7.7).
-        self.auth = HostAuth(self.config, self.discarded, random_bytes=random_bytes, limiter=limiter)
+        self.auth = HostAuth(self.config, self.discarded, random_bytes=random_bytes, limiter=limiter, paired=paired)
+        self._random_bytes = random_bytes
         self.connections_total = 0
         self.timed_out = 0
         #: TCP messages read from viewers, whatever became of them.
@@ -184,6 +206,32 @@ class HostSessions:
 
     # -- TCP -------------------------------------------------------------------------------
 
+    def tcp_received(self, conn_id: int, data: bytes, now: float) -> list[HostOutput]:
+        """Bytes read from a connection: its messages, one by one (the handshake may switch it to sealed records
+        between two).  Bytes that do not frame, or a record that does not open, close it."""
+        conn = self._connections.get(conn_id)
+        if conn is None:
+            return []
+        conn.channel.feed(data)
+        out: list[HostOutput] = []
+        while self._connections.get(conn_id) is conn:
+            try:
+                msg = conn.channel.next()
+            except ProtocolError as exc:
+                self.discarded[f"tcp_{exc.reason}"] += 1
+                out += self.close(conn_id)
+                out.append(CloseConnection(conn_id, f"protocol error: {exc}"))
+                break
+            except AuthError as exc:
+                self.discarded[str(exc)] += 1
+                out += self.close(conn_id)
+                out.append(CloseConnection(conn_id, "a sealed control record did not open: changed on the path?"))
+                break
+            if msg is None:
+                break
+            out += self.control(conn_id, msg, now)
+        return out
+
     def control(self, conn_id: int, msg: ControlMessage | UnknownControl, now: float) -> list[HostOutput]:
         conn = self._connections.get(conn_id)
         if conn is None:
@@ -191,7 +239,7 @@ class HostSessions:
         self.control_messages += 1
         if isinstance(msg, Hello):
             conn.hello = True
-            return [SendControl(conn_id, bytes(Cookie(conn.cookie)))]
+            return [conn.send(Cookie(conn.cookie))]
         if isinstance(msg, Extensions):
             return self.auth.negotiate(conn, msg)
         if isinstance(msg, AuthResponse):
@@ -208,7 +256,7 @@ class HostSessions:
             return []
         # Anything else (unknown ids, messages only the host sends): NAK, as the reference does.
         self.discarded["unexpected_control"] += 1
-        return [SendControl(conn_id, bytes(Nak()))]
+        return [conn.send(Nak())]
 
     def _kick(self, conn: RemoteViewer, flags: KickFlags, now: float) -> list[HostOutput]:
         conn.flags = flags
@@ -218,13 +266,16 @@ class HostSessions:
         if conn.kicked:
             return [LogLine(conn.conn_id, f"redundant KICK from {conn.label}")]
         if conn.udp_address is None:
-            return [SendControl(conn.conn_id, bytes(Nak()))]
+            return [conn.send(Nak())]
         if self.codec_parameters is None:
-            return [SendControl(conn.conn_id, bytes(Again()))]
+            return [conn.send(Again())]
         conn.kicked = True
         conn.kicked_s = now
         conn.packetizer = packetizer = self._make_packetizer(conn.cookie)
-        conn.paced = PacedQueue(self._make_pacer())
+        # Sealed as each datagram leaves, not as it is queued: counters reach the viewer in order, whatever the queue.
+        conn.paced = PacedQueue(
+            self._make_pacer(), seal=conn.outgoing if conn.sealer else None, seal_overhead=conn.seal_overhead
+        )
         if conn.extensions & ExtensionFeature.RATE_CONTROL and self.rate is not None:
             self.rate.link_for(conn)
         if conn.extensions & ExtensionFeature.LOSS_REPORTS:
@@ -239,7 +290,7 @@ class HostSessions:
         if flags & KickFlags.VIDEO:
             self.keyframes.viewer_joined()
         return [
-            SendControl(conn.conn_id, bytes(self.codec_parameters)),
+            conn.send(self.codec_parameters),
             LogLine(conn.conn_id, f"viewer {conn.label} joined for {_flag_names(flags)}"),
         ]
 
@@ -342,19 +393,49 @@ class HostSessions:
         except ProtocolError as exc:
             self.discarded[f"sealed_{exc.reason}"] += 1
             return []
+        if isinstance(msg, PathResponse):
+            return self._path_response(conn, address, msg, now)
+        out: list[HostOutput] = []
         if conn.udp_address != address:
-            # Genuine (it opened under this connection's key), so following a new address is safe:
-            # a NAT rebinding or a roaming viewer keeps its stream.  A spoofed source cannot get here.
-            if self._by_address.get(address, conn) is not conn:
-                self.discarded["address_taken"] += 1
-                return []
-            if conn.udp_address is not None:
-                self._by_address.pop(conn.udp_address, None)
-            conn.udp_address = address
-            self._by_address[address] = conn
-        if isinstance(msg, Cookie):
+            # Genuine (it opened under this connection's key), but a held-back datagram replayed from a forged source
+            # would be too: media moves to a new address only once the viewer answers from it (return routability).
+            out += self._probe_path(conn, address, now)
+        if isinstance(msg, Cookie) or conn.udp_address is None:
+            return out
+        return out + self._udp_message(conn, msg, now)
+
+    def _probe_path(self, conn: RemoteViewer, address: Address, now: float) -> list[HostOutput]:
+        """A PATH_CHALLENGE to ``address``: at most one every 50 ms per connection, so a flood of replays from
+        forged sources reflects less than it costs to send."""
+        probe = conn.path_probe
+        if probe is not None and now - probe[2] < self.config.path_probe_interval_s:
+            self.discarded["path_probe_limited"] += 1
             return []
-        return self._udp_message(conn, msg, now)
+        if self._by_address.get(address, conn) is not conn:
+            self.discarded["address_taken"] += 1
+            return []
+        token = int.from_bytes(self._random_bytes(8), "little")
+        conn.path_probe = (address, token, now)
+        return [SendDatagram(address, conn.outgoing(bytes(PathChallenge(token))))]
+
+    def _path_response(self, conn: RemoteViewer, address: Address, msg: PathResponse, now: float) -> list[HostOutput]:
+        probe = conn.path_probe
+        if probe is None or probe[0] != address or probe[1] != msg.token:
+            self.discarded["path_response_unexpected"] += 1
+            return []
+        conn.path_probe = None
+        if self._by_address.get(address, conn) is not conn:
+            self.discarded["address_taken"] += 1
+            return []
+        moved = conn.udp_address is not None
+        if conn.udp_address is not None:
+            self._by_address.pop(conn.udp_address, None)
+        conn.udp_address = address
+        self._by_address[address] = conn
+        conn.path_validations += 1
+        if moved:
+            return [LogLine(conn.conn_id, f"{conn.label}: media follows its new address {address[0]} @ {address[1]}")]
+        return []
 
     def _udp_message(self, conn: RemoteViewer, msg: ControlMessage, now: float) -> list[HostOutput]:
         if not conn.kicked:
@@ -475,7 +556,9 @@ class HostSessions:
             "control_messages": self.control_messages,
             "auth": {
                 "required": self.auth_required,
-                "encrypt": self.config.encrypt,
+                "private": self.config.private,
+                "code": self.config.auth_secret is not None,
+                "pairings": self.auth.pairings,
                 "successes": self.auth_successes,
                 "failures": self.auth_failures,
             },

@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from pyrofling.core.congestion import LinkController
+from pyrofling.core.control_channel import ControlChannel
 from pyrofling.core.gamepad import PadUpdate
 from pyrofling.core.pacer import PacedQueue
 from pyrofling.core.packetizer import Packetizer
-from pyrofling.core.secure import SCRYPT_LOG2_N, Opener, Sealer
-from pyrofling.wire import ExtensionFeature, KickFlags, Progress
+from pyrofling.core.secure import SEAL_OVERHEAD, CodeExchange, Opener, Sealer, ShareExchange, Transcript
+from pyrofling.wire import ControlMessage, ExtensionFeature, KickFlags, Progress
 
 #: A socket address as asyncio reports it: (host, port) or (host, port, flowinfo, scope_id).
 Address: TypeAlias = tuple[Any, ...]
@@ -79,6 +80,15 @@ class SetBitrate(HostOutput):
 
 
 @dataclass(frozen=True, slots=True)
+class ViewerPaired(HostOutput):
+    """A viewer proved the code and asked to be remembered: store its credential (protocol.md §7.7)."""
+
+    viewer_id: bytes
+    name: str
+    credential: bytes = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
 class GamepadInput(HostOutput):
     """A state for the virtual pad: write ``update.events`` to it (they may be empty: nothing changed)."""
 
@@ -108,21 +118,31 @@ class HostSessionConfig:
     progress_log_interval_s: float = 1.0
     #: A kicked viewer whose PROGRESS still shows no key frame this long after we sent one asks for another.
     key_frame_grace_s: float = 1.0
-    #: The key stretched from the host's secret (protocol.md §7.7); None: no authentication, as the reference.
-    auth_key: bytes | None = None
-    #: The salt ``auth_key`` was stretched with, and scrypt's cost, both sent in AUTH_CHALLENGE.
-    auth_salt: bytes = b""
-    scrypt_log2_n: int = SCRYPT_LOG2_N
-    #: Seal datagrams for authenticated viewers that support it.
-    encrypt: bool = True
+    #: The password or pairing code viewers may prove (protocol.md §7.7); None: no code is taken.
+    auth_secret: str | None = field(default=None, repr=False)
+    #: Require authentication even without a code: only paired viewers get in.
+    private: bool = False
+    #: The host's lasting identity (a paired viewer finds its credential by it).
+    host_id: bytes = bytes(16)
     #: With a secret: a connection that has not authenticated this long after it opened is closed.
     auth_timeout_s: float = 10.0
+    #: At most one PATH_CHALLENGE per connection this often (protocol.md §7.7).
+    path_probe_interval_s: float = 0.05
     #: Send a viewer audio repair blocks while the loss it reports (smoothed) is above this (protocol.md §7.5).
     audio_fec_above_loss: float = 0.002
     #: Connections at once; more are closed at once (a flood cannot exhaust the host).
     max_connections: int = 64
     #: Connections from one IP address that have not KICKed yet; more from it are closed at once.
     max_pending_per_address: int = 8
+
+
+@dataclass(slots=True)
+class HostHandshake:
+    """One connection's handshake between AUTH_CHALLENGE and AUTH_RESPONSE."""
+
+    transcript: Transcript
+    share: ShareExchange
+    code: CodeExchange | None
 
 
 @dataclass(slots=True)
@@ -162,21 +182,38 @@ class RemoteViewer:
     loss_reports: int = 0
     #: The loss its last reports showed (datagrams lost / sent, before resends), smoothed.
     reported_loss: float = 0.0
-    #: Authentication (protocol.md §7.7): the challenge's nonce, and whether the proof checked out.
-    host_nonce: bytes | None = None
+    #: Authentication (protocol.md §7.7): the handshake under way, and how it ended.
+    handshake: HostHandshake | None = None
     authenticated: bool = False
+    #: "code" or "paired"; and the name it paired under.
+    auth_method: str = ""
+    paired_name: str = ""
     refusal_logged: bool = False
-    #: With ENCRYPTION: seals what goes to this viewer, opens what it sends.
+    #: The control connection's framing, plain or sealed.
+    channel: ControlChannel = field(default_factory=ControlChannel)
+    #: After the handshake: seals the datagrams that go to this viewer, opens what it sends.
     sealer: Sealer | None = None
     opener: Opener | None = None
+    #: A new address it sent from, waiting to answer the PATH_CHALLENGE sent there: (address, token, when).
+    path_probe: tuple[Address, int, float] | None = None
+    path_validations: int = 0
 
     @property
     def label(self) -> str:
         return f"{self.peer[0]} @ {self.peer[1]}"
 
+    def send(self, message: ControlMessage) -> SendControl:
+        """A control message for this viewer, sealed once the handshake has finished."""
+        return SendControl(self.conn_id, self.channel.encode(message))
+
     def outgoing(self, datagram: bytes) -> bytes:
-        """A datagram as it goes on the wire to this viewer: sealed when the connection is encrypted."""
+        """A datagram as it goes on the wire to this viewer, now: sealed when the connection is."""
         return self.sealer.seal(datagram) if self.sealer is not None else datagram
+
+    @property
+    def seal_overhead(self) -> int:
+        """Bytes sealing adds to each datagram to this viewer."""
+        return SEAL_OVERHEAD if self.sealer is not None else 0
 
     def wants(self, flag: KickFlags) -> bool:
         return self.kicked and self.udp_address is not None and bool(self.flags & flag)

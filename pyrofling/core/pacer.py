@@ -129,8 +129,13 @@ class PacedQueue:
         *,
         max_queued_bytes: int = 4 * 1024 * 1024,
         on_sent: Callable[[Any, float, int], None] | None = None,
+        seal: Callable[[bytes], bytes] | None = None,
+        seal_overhead: int = 0,
     ) -> None:
         self.pacer = pacer
+        #: Applied to each datagram as it leaves (protocol.md §7.7), which makes it ``seal_overhead`` bytes longer.
+        self.seal = seal
+        self.seal_overhead = seal_overhead
         self.max_queued_bytes = max_queued_bytes
         #: Told (tag, now, size) for each datagram pushed with a tag as it leaves (rate control's send times).
         self.on_sent = on_sent
@@ -151,11 +156,12 @@ class PacedQueue:
         pacer that many times its size (a key frame paced slower than the rest)."""
         refused = 0
         for d in datagrams:
-            if self._queued_bytes + len(d) > self.max_queued_bytes:
+            size = len(d) + self.seal_overhead
+            if self._queued_bytes + size > self.max_queued_bytes:
                 refused += 1
                 continue
             self._queue.append((d, tag, weight))
-            self._queued_bytes += len(d)
+            self._queued_bytes += size
         self.dropped += refused
         return refused
 
@@ -165,8 +171,10 @@ class PacedQueue:
         while self._queue and self.pacer.next_send_time(now, self._cost(self._queue[0])) <= now:
             entry = self._queue.popleft()
             d, tag, _ = entry
-            self._queued_bytes -= len(d)
+            self._queued_bytes -= len(d) + self.seal_overhead
             self.pacer.on_sent(now, self._cost(entry))
+            if self.seal is not None:
+                d = self.seal(d)
             if tag is not None and self.on_sent is not None:
                 self.on_sent(tag, now, len(d))
             out.append(d)
@@ -179,6 +187,5 @@ class PacedQueue:
             return None
         return self.pacer.next_send_time(now, self._cost(self._queue[0]))
 
-    @staticmethod
-    def _cost(entry: tuple[bytes, Any, float]) -> int:
-        return round(len(entry[0]) * entry[2])
+    def _cost(self, entry: tuple[bytes, Any, float]) -> int:
+        return round((len(entry[0]) + self.seal_overhead) * entry[2])

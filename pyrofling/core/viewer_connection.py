@@ -3,7 +3,7 @@
 Pure, and shaped like :class:`~pyrofling.core.host_session.HostSessions`.  The
 viewer's shell opens the TCP connection and a UDP socket, then hands over what
 arrives with the time it read it — :meth:`ViewerConnection.start` once,
-:meth:`ViewerConnection.control_received` for each framed control message,
+:meth:`ViewerConnection.control_bytes` for what the control connection reads,
 :meth:`ViewerConnection.datagram_received` for each datagram — calls
 :meth:`ViewerConnection.handle_timer` when :meth:`ViewerConnection.next_timer`
 comes due, and performs the returned outputs in order: bytes to write or send
@@ -47,6 +47,7 @@ from pyrofling.core.reassembler import (
 from pyrofling.core.viewer_session import (
     ControlToHost,
     DatagramToHost,
+    Paired,
     Phase,
     SessionFailed,
     Streaming,
@@ -76,6 +77,7 @@ __all__ = [
     "ControlToHost",
     "DatagramToHost",
     "DecodeVideo",
+    "Paired",
     "PlayAudio",
     "Reconnect",
     "SessionFailed",
@@ -181,8 +183,15 @@ class ViewerConnection:
         """The TCP connection is open: say HELLO (and ask for pyrofling's extensions)."""
         return self.session.start(now)
 
+    def control_bytes(self, data: bytes, now: float) -> list[ViewerOutput]:
+        """Bytes read from the control connection, as they came (plain, or sealed records after the handshake)."""
+        return self._control_outputs(self.session.control_bytes(data, now))
+
     def control_received(self, msg: ControlMessage | UnknownControl, now: float) -> list[ViewerOutput]:
-        out = self.session.control(msg, now)
+        """One control message, already framed (a plain session)."""
+        return self._control_outputs(self.session.control(msg, now))
+
+    def _control_outputs(self, out: list[ViewerOutput]) -> list[ViewerOutput]:
         for o in out:
             if isinstance(o, Streaming):
                 p = o.codec_parameters
@@ -200,6 +209,9 @@ class ViewerConnection:
         opened = self.session.open_datagram(data)
         if opened is None:
             return []  # forged, replayed or plaintext on a sealed session: counted by the session
+        answer = self.session.path_challenge(opened)
+        if answer is not None:
+            return answer
         self.datagrams += 1
         self.bytes_received += len(opened)
         self.arrivals.datagram(len(data), now)
@@ -310,10 +322,12 @@ class ViewerConnection:
 class Reconnect:
     """Whether, and how soon, the viewer connects again after a connection ended.
 
-    A viewer that never got a stream does not retry: a wrong address or a host
-    that is not running is said once, not hidden behind endless "reconnects".
-    One that once streamed follows its host through restarts: at once after a
-    connection that streamed, then backing off to ``max_s`` while the host is away.
+    A viewer that never got a stream does not retry: a wrong address, a wrong
+    code or a host that is not running is said once, not hidden behind endless
+    "reconnects".  One that once streamed follows its host through restarts and
+    through anything on the path: at once after a connection that streamed, then
+    backing off to ``max_s`` while the host is away, and to ``auth_retry_s`` after
+    a refusal.
     """
 
     enabled: bool = True
@@ -321,13 +335,21 @@ class Reconnect:
     max_s: float = 2.0
     delay_s: float = 0.25
     ever_streamed: bool = False
+    #: After a refusal on a host it once streamed from.
+    auth_retry_s: float = 5.0
+    #: The longest a "blocked" reply (unauthenticated: maybe forged) makes it wait.
+    max_blocked_wait_s: float = 300.0
 
-    def after(self, *, streamed: bool, auth_failed: bool) -> float | None:
+    def after(self, *, streamed: bool, auth_failed: bool, retry_after_s: float = 0.0) -> float | None:
         """A connection ended; seconds until the next attempt, or None to stop."""
         self.ever_streamed |= streamed
-        if not self.enabled or auth_failed or not self.ever_streamed:
+        if not self.enabled or not self.ever_streamed:
             return None  # a wrong password fails the same way again (and gets the address blocked)
         self.delay_s = self.initial_s if streamed else min(self.max_s, self.delay_s * 2)
+        if auth_failed:
+            # Once it has streamed, a refusal does not stop the viewer for good: nobody can authenticate a refusal,
+            # so someone on the path may have forged it.  It tries again, slowly (a wrong code it cannot be).
+            self.delay_s = max(self.delay_s, self.auth_retry_s, min(retry_after_s, self.max_blocked_wait_s))
         return self.delay_s
 
 

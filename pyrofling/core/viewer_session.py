@@ -25,26 +25,34 @@ from enum import Enum
 
 from pyrofling.core.bitstream import KeyGate, KeyInfo
 from pyrofling.core.clock_sync import ClockSync
+from pyrofling.core.control_channel import ControlChannel
 from pyrofling.core.reassembler import ProgressCounters
 from pyrofling.core.secure import (
+    ID_BYTES,
     NONCE_BYTES,
     AuthError,
+    CodeExchange,
+    HandshakeKeys,
     Opener,
     Sealer,
+    ShareExchange,
+    Transcript,
     check_proof,
-    derive_key,
-    host_proof,
-    session_keys,
-    viewer_proof,
+    handshake_keys,
+    paired_material,
+    prove,
 )
 from pyrofling.wire import (
+    AUTH_FLAG_PAIR,
     EXTENSIONS_VERSION,
     SEALED_HEAD,
     SEALED_MAGIC,
     Again,
     AuthChallenge,
+    AuthMethod,
     AuthResponse,
     AuthResult,
+    AuthStatus,
     CodecParameters,
     ControlMessage,
     Cookie,
@@ -54,8 +62,11 @@ from pyrofling.wire import (
     Kick,
     KickFlags,
     Nak,
+    PathChallenge,
+    PathResponse,
     PhaseOffset,
     Ping,
+    ProtocolError,
     RequestKeyframe,
     StreamRate,
     UnknownControl,
@@ -96,6 +107,24 @@ class Streaming(ViewerOutput):
 @dataclass(frozen=True, slots=True)
 class SessionFailed(ViewerOutput):
     reason: str
+    #: The host blocked this address for this long (an AUTH_RESULT that nobody can authenticate: maybe forged).
+    retry_after_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class HostCredential:
+    """What a viewer keeps after pairing with a host (protocol.md §7.7)."""
+
+    host_id: bytes
+    viewer_id: bytes
+    credential: bytes = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Paired(ViewerOutput):
+    """The host accepted the code and remembers this viewer: store the credential."""
+
+    credential: HostCredential
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,8 +167,14 @@ class ViewerSessionConfig:
     )
     #: The host's password or pairing code, for a host that asks (protocol.md §7.7).
     secret: str | None = field(default=None, repr=False)
-    #: Refuse a host that does not authenticate itself (with a secret: it must prove it knows it too).
-    require_auth: bool = False
+    #: Credentials from earlier pairings; the host's AUTH_CHALLENGE names which one applies.
+    credentials: tuple[HostCredential, ...] = field(default=(), repr=False)
+    #: This address belongs to a host we paired with: it must authenticate.
+    expect_auth: bool = False
+    #: Ask the host to remember this viewer under this name (with ``secret``: the pairing code).
+    pair_as: str | None = None
+    #: Watch a host that does not authenticate even though we have a secret for it (the stream is not sealed).
+    allow_open_host: bool = False
     #: Pause between KICK attempts answered NAK/AGAIN.
     kick_retry_s: float = 0.01
     #: Give up on the handshake after this long.
@@ -173,10 +208,14 @@ class ViewerSession:
     ) -> None:
         self.config = config or ViewerSessionConfig()
         self._random_bytes = random_bytes
-        self._challenge: AuthChallenge | None = None
-        self._viewer_nonce = b""
-        self._key = b""
+        #: The control connection's framing, plain or sealed.
+        self.channel = ControlChannel()
+        self._transcript: Transcript | None = None
+        self._offer: Extensions | None = None
+        self._handshake: tuple[HandshakeKeys, bytes, bytes, HostCredential | None] | None = None
         self.authenticated = False
+        #: "code" or "paired" once authenticated.
+        self.auth_method = ""
         self.auth_failed = False
         self._sealer: Sealer | None = None
         self._opener: Opener | None = None
@@ -193,6 +232,7 @@ class ViewerSession:
         self.keyframe_requests = 0
         self.progress_sent = 0
         self.phase_offsets_sent = 0
+        self.path_challenges = 0
         self._started_s = 0.0
         self._last_udp_s: float | None = None
         self._timers = _Timers()
@@ -209,10 +249,38 @@ class ViewerSession:
     def start(self, now: float) -> list[ViewerOutput]:
         self._started_s = now
         self.phase = Phase.HELLO
-        out: list[ViewerOutput] = [ControlToHost(bytes(Hello()))]
+        out: list[ViewerOutput] = [self._send(Hello())]
         if self.config.extensions:
             # Pipelined: the host answers HELLO then EXTENSIONS (or NAK, a native host) in order.
-            out.append(ControlToHost(bytes(Extensions(EXTENSIONS_VERSION, int(self.config.extensions)))))
+            self._offer = Extensions(EXTENSIONS_VERSION, int(self.config.extensions))
+            out.append(self._send(self._offer))
+        return out
+
+    def _send(self, message: ControlMessage) -> ControlToHost:
+        return ControlToHost(self.channel.encode(message))
+
+    @property
+    def needs_auth(self) -> bool:
+        """Whether this viewer accepts only an authenticated, sealed stream."""
+        cfg = self.config
+        return (cfg.secret is not None or cfg.expect_auth or cfg.pair_as is not None) and not cfg.allow_open_host
+
+    def control_bytes(self, data: bytes, now: float) -> list[ViewerOutput]:
+        """Bytes read from the control connection: its messages one by one (the handshake switches it to sealed
+        records between two).  Bytes that do not frame or a record that does not open end the session."""
+        self.channel.feed(data)
+        out: list[ViewerOutput] = []
+        while self.phase is not Phase.FAILED:
+            try:
+                msg = self.channel.next()
+            except ProtocolError as exc:
+                return out + self._fail(f"protocol error on the control channel: {exc}")
+            except AuthError:
+                self.refused["control_forged"] += 1
+                return out + self._fail("a sealed control message did not open: changed on the path")
+            if msg is None:
+                break
+            out += self.control(msg, now)
         return out
 
     def control(self, msg: ControlMessage | UnknownControl, now: float) -> list[ViewerOutput]:
@@ -229,13 +297,24 @@ class ViewerSession:
                 self.extensions = msg.feature_flags & self.config.extensions
             elif not isinstance(msg, Nak):  # NAK: a native host; plain protocol
                 return self._fail(f"expected EXTENSIONS or NAK, got {_name(msg)}")
-            if self.extensions & ExtensionFeature.AUTH:
-                if not self.config.secret:
-                    return self._fail("this host needs a password: pyrofling view … --password SECRET", auth=True)
+            sealed = ExtensionFeature.AUTH | ExtensionFeature.ENCRYPTION
+            if self.extensions & sealed == sealed:
                 self.phase = Phase.AUTH
+                if isinstance(msg, Extensions) and self._offer is not None:
+                    self._transcript = Transcript()
+                    for part in (self._offer, Cookie(self.cookie or 0), msg):
+                        self._transcript.add(bytes(part))
                 return []
-            if self.config.require_auth:
-                return self._fail("the host did not authenticate itself (--require-auth): not connecting", auth=True)
+            if self.extensions & sealed:
+                return self._fail(
+                    "the host offered authentication without sealing: refusing a half-open stream", auth=True
+                )
+            if self.needs_auth:
+                return self._fail(
+                    "the host did not ask this viewer to authenticate: an open host, an impostor, or something on the "
+                    "path removed it; not sending the pad to it (pass --allow-open-host to watch an open host)",
+                    auth=True,
+                )
             return self._kick(now)
         if self.phase == Phase.AUTH:
             return self._auth(msg, now)
@@ -263,29 +342,85 @@ class ViewerSession:
 
     def _auth(self, msg: ControlMessage | UnknownControl, now: float) -> list[ViewerOutput]:
         """Challenge → response → result (protocol.md §7.7)."""
-        assert self.cookie is not None and self.config.secret
-        if isinstance(msg, AuthChallenge) and self._challenge is None:
-            try:
-                self._key = derive_key(self.config.secret, msg.salt, msg.scrypt_log2_n)
-            except ValueError as exc:
-                return self._fail(f"the host's challenge is unusable: {exc}", auth=True)
-            self._challenge = msg
-            self._viewer_nonce = self._random_bytes(NONCE_BYTES)
-            proof = viewer_proof(self._key, self.cookie, msg.host_nonce, self._viewer_nonce)
-            return [ControlToHost(bytes(AuthResponse(self._viewer_nonce, proof)))]
-        if isinstance(msg, AuthResult) and self._challenge is not None:
-            if not msg.accepted:
-                return self._fail("the host refused the password", auth=True)
-            nonce = self._challenge.host_nonce
-            if not check_proof(host_proof(self._key, self.cookie, nonce, self._viewer_nonce), msg.proof):
-                return self._fail("the host could not prove it knows the password: not the host you meant?", auth=True)
-            self.authenticated = True
-            if self.extensions & ExtensionFeature.ENCRYPTION:
-                keys = session_keys(self._key, self.cookie, nonce, self._viewer_nonce)
-                self._sealer, self._opener = Sealer(keys.viewer_to_host), Opener(keys.host_to_viewer)
-            self._key = b""
-            return self._kick(now)
+        if isinstance(msg, AuthChallenge) and self._handshake is None:
+            return self._respond(msg)
+        if isinstance(msg, AuthResult) and self._handshake is not None:
+            return self._result(msg, now)
         return self._fail(f"expected AUTH_CHALLENGE or AUTH_RESULT, got {_name(msg)}")
+
+    def _respond(self, challenge: AuthChallenge) -> list[ViewerOutput]:
+        cfg = self.config
+        transcript = self._transcript
+        if transcript is None:
+            return self._fail("AUTH_CHALLENGE before EXTENSIONS", auth=True)
+        transcript.add(bytes(challenge))
+        paired = next((c for c in cfg.credentials if c.host_id == challenge.host_id), None)
+        takes_code = bool(challenge.methods & 1 << AuthMethod.CODE)
+        flags, name, viewer_id = 0, bytes(32), bytes(ID_BYTES)
+        try:
+            if paired is not None and cfg.pair_as is None and challenge.methods & 1 << AuthMethod.PAIRED:
+                method, share = AuthMethod.PAIRED, ShareExchange()
+                viewer_id, message = paired.viewer_id, share.public + b"\0"
+                material = paired_material(paired.credential, share.finish(challenge.host_share))
+            elif cfg.secret and takes_code:
+                method, code = AuthMethod.CODE, CodeExchange(cfg.secret, host=False)
+                message = code.message
+                if cfg.pair_as is not None:
+                    flags, viewer_id = AUTH_FLAG_PAIR, self._random_bytes(ID_BYTES)
+                    name = cfg.pair_as.encode()[:32].ljust(32, b"\0")
+                material = code.finish(challenge.pake_message)
+            elif not takes_code:
+                return self._fail(
+                    "this host admits paired viewers only, and this viewer has not paired with it: ask its owner "
+                    "for a pairing code (pyrofling host --pairing-code) and run pyrofling pair",
+                    auth=True,
+                )
+            else:
+                return self._fail(
+                    "this host needs a password or pairing code: pyrofling view … --password CODE, or pair once "
+                    "with pyrofling pair",
+                    auth=True,
+                )
+        except AuthError as exc:
+            return self._fail(f"the host's key exchange is unusable ({exc}): not the host you meant?", auth=True)
+        response = AuthResponse(
+            int(method), flags, viewer_id, self._random_bytes(NONCE_BYTES), message, name, bytes(32)
+        )
+        transcript.add(response.unproved())
+        digest = transcript.digest()
+        keys = handshake_keys(material, digest, method)
+        proof = prove(keys.viewer_proof, digest)
+        credential = HostCredential(challenge.host_id, viewer_id, keys.pairing) if flags & AUTH_FLAG_PAIR else None
+        self._handshake = (keys, digest, proof, credential)
+        self.auth_method = method.name.lower()
+        return [self._send(AuthResponse(int(method), flags, viewer_id, response.viewer_nonce, message, name, proof))]
+
+    def _result(self, msg: AuthResult, now: float) -> list[ViewerOutput]:
+        assert self._handshake is not None
+        keys, digest, proof, credential = self._handshake
+        self._handshake = None
+        if msg.status == AuthStatus.BLOCKED:
+            wait = msg.retry_after_ms / 1000
+            return self._fail(
+                f"the host blocks this address for {wait:.0f} s after repeated wrong codes",
+                auth=True,
+                retry_after_s=wait,
+            )
+        if msg.status != AuthStatus.ACCEPTED:
+            if self.auth_method == "paired":
+                why = "the host no longer knows this viewer's pairing (revoked?): pair again with pyrofling pair"
+            else:
+                why = "the host refused the code: check the password or pairing code"
+            return self._fail(why, auth=True)
+        if not check_proof(prove(keys.host_proof, digest, proof), msg.proof):
+            return self._fail("the host could not prove the handshake: an impostor, or changed on the path", auth=True)
+        self.authenticated = True
+        # Everything after AUTH_RESULT is sealed, both ways.
+        self.channel.seal_with(keys.control_viewer_to_host)
+        self.channel.open_with(keys.control_host_to_viewer)
+        self._sealer, self._opener = Sealer(keys.datagram_viewer_to_host), Opener(keys.datagram_host_to_viewer)
+        out: list[ViewerOutput] = [Paired(credential)] if credential is not None else []
+        return out + self._kick(now)
 
     @property
     def encrypted(self) -> bool:
@@ -308,12 +443,24 @@ class ViewerSession:
             self.refused[str(exc)] += 1
             return None
 
+    def path_challenge(self, plain: bytes) -> list[ViewerOutput] | None:
+        """The answer when an opened datagram is the host's PATH_CHALLENGE (our address looked new to it);
+        None when it is media.  A media header never starts with a sign-extended type word (protocol.md §7.7)."""
+        if self._opener is None or len(plain) != len(bytes(PathChallenge(0))):
+            return None
+        try:
+            msg = PathChallenge.parse(plain)
+        except ProtocolError:
+            return None
+        self.path_challenges += 1
+        return [DatagramToHost(self.udp(bytes(PathResponse(msg.token))))]
+
     def _kick(self, now: float) -> list[ViewerOutput]:
         assert self.cookie is not None
         self.phase = Phase.KICKING
         self.kick_attempts += 1
         self._timers.kick = None
-        return [DatagramToHost(self.udp(bytes(Cookie(self.cookie)))), ControlToHost(bytes(Kick(self.config.flags)))]
+        return [DatagramToHost(self.udp(bytes(Cookie(self.cookie)))), self._send(Kick(self.config.flags))]
 
     def _streaming(self, params: CodecParameters, now: float) -> list[ViewerOutput]:
         if params.video_codec == 0 and self.config.flags & KickFlags.VIDEO:
@@ -326,12 +473,12 @@ class ViewerSession:
         self._timers.ping = now
         return [Streaming(params, self.extensions, now - self._started_s)]
 
-    def _fail(self, reason: str, *, auth: bool = False) -> list[ViewerOutput]:
+    def _fail(self, reason: str, *, auth: bool = False, retry_after_s: float = 0.0) -> list[ViewerOutput]:
         self.phase = Phase.FAILED
         self.failure = reason
-        self.auth_failed = auth  # trying again would fail the same way (and get the address blocked)
+        self.auth_failed = auth  # trying again at once would fail the same way (and get the address blocked)
         self._timers = _Timers()
-        return [SessionFailed(reason)]
+        return [SessionFailed(reason, retry_after_s)]
 
     # -- stream events ---------------------------------------------------------------------
 
@@ -365,7 +512,7 @@ class ViewerSession:
         self._key_requested_s = now
         self.keyframe_requests += 1
         if self.extensions & ExtensionFeature.KEYFRAME_REQUEST:
-            return [ControlToHost(bytes(RequestKeyframe()))]
+            return [self._send(RequestKeyframe())]
         # A native host forces an IDR when the dropped-video counter in PROGRESS changes.
         return self._progress(now)
 
@@ -385,7 +532,7 @@ class ViewerSession:
     def _progress(self, now: float) -> list[ViewerOutput]:
         self.progress_sent += 1
         self._timers.progress = now + self.config.progress_interval_s
-        return [ControlToHost(bytes(self.counters.to_message()))]
+        return [self._send(self.counters.to_message())]
 
     # -- timers ----------------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from pyrofling.capture.paths import peer_uid, prepare_socket_dir
 from pyrofling.core.gamepad import PadUpdate
 from pyrofling.core.swapchain import EncodeImage, Retire, Swapchain
 from pyrofling.wire import ProtocolError
@@ -81,6 +82,8 @@ class _Game:
 @dataclass(slots=True)
 class CaptureStats:
     games_total: int = 0
+    #: Connections from another user's processes, closed at once.
+    games_refused: int = 0
     image_groups: int = 0
     presents: int = 0
     encoded: int = 0
@@ -120,6 +123,7 @@ class CaptureServer:
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        prepare_socket_dir(self.path)
         _claim_path(self.path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
         try:
@@ -196,6 +200,7 @@ class CaptureServer:
             "socket": self.path,
             "games": len(self._games),
             "games_total": st.games_total,
+            "games_refused": st.games_refused,
             "streamed": self.active_name,
             "image_groups": st.image_groups,
             "presents": st.presents + sum(c.stats.presents for c in chains),
@@ -219,6 +224,12 @@ class CaptureServer:
             except OSError as exc:
                 log.warning("capture socket accept failed: %s", exc)
                 return
+            uid = peer_uid(sock)
+            if uid != os.getuid():  # a socket file's mode is not the whole story: ask the kernel who it is
+                self.stats.games_refused += 1
+                log.warning("capture: refused a connection from uid %d (only this user's games may present)", uid)
+                sock.close()
+                continue
             sock.setblocking(False)
             game = _Game(self._next_id, sock)
             self._next_id += 1

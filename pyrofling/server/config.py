@@ -66,8 +66,10 @@ class HostConfig:
     outputs: OutputConfig = field(default_factory=OutputConfig)
     #: The secret viewers must prove they know (protocol.md §7.7); None: open to anyone, as the reference.
     password: str | None = field(default=None, repr=False)
-    #: Seal the datagrams of authenticated viewers (AES-GCM).
-    encrypt: bool = True
+    #: Admit only viewers that authenticate (paired ones, or with ``password``), even without a password.
+    private: bool = False
+    #: Where this host keeps its id and its paired viewers (None: no pairing; the CLI gives the user's directory).
+    pairing_dir: Path | None = None
 
     def make_pacer(self) -> Pacer:
         """Each viewer's pacer: a token bucket at ``max_rate_mbits``, or none at 0 (bursts, as the reference)."""

@@ -20,7 +20,6 @@ import logging
 import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +35,13 @@ from pyrofling.core.host_session import (
     PhaseFeedback,
     ViewerLeft,
 )
-from pyrofling.core.host_state import SetBitrate
+from pyrofling.core.host_state import SetBitrate, ViewerPaired
 from pyrofling.core.keyframes import KeyframePolicy
 from pyrofling.core.packetizer import MediaPacket, Packetizer
-from pyrofling.core.secure import SALT_BYTES, derive_key
 from pyrofling.fec.codec import FecPlan, block_count
 from pyrofling.fec.planner import AdaptivePlanner, make_planner
 from pyrofling.files import write_stats
+from pyrofling.pairing import HostPairings, PairingStoreError
 from pyrofling.server.audio import (
     AudioChunk,
     AudioEncoder,
@@ -74,11 +73,15 @@ class Host:
         self.config = config
         self.stats = HostStats()
         self.keyframes = KeyframePolicy()
-        session_config = HostSessionConfig(encrypt=config.encrypt)
-        if config.password is not None:
-            salt = secrets.token_bytes(SALT_BYTES)
-            # Stretched once per run (~50 ms); the secret itself is not kept.
-            session_config = replace(session_config, auth_key=derive_key(config.password, salt), auth_salt=salt)
+        #: The viewers this host paired with, and its lasting id (None: pairing off, a throwaway id).
+        self.pairings = HostPairings(config.pairing_dir) if config.pairing_dir is not None else None
+        locked = config.password is not None or config.private
+        session_config = HostSessionConfig(
+            auth_secret=config.password,
+            private=config.private,
+            # An open host never touches the pairing files.
+            host_id=self.pairings.host_id() if self.pairings is not None and locked else secrets.token_bytes(16),
+        )
         ceiling = config.encoder.bitrate_kbits * 1000
         rate = RateConfig(ceiling_bps=ceiling, floor_bps=min(ceiling, config.min_bitrate_kbits * 1000))
         self.sessions = HostSessions(
@@ -88,6 +91,7 @@ class Host:
             make_pacer=config.make_pacer,
             rate=rate,
             rate_policy=config.rate_policy,
+            paired=self.pairings,
         )
         self.network = HostNetwork(self.sessions, stats=self.stats, on_output=self._on_output)
         #: (seconds since start, encoder kbit/s) at each change, for the statistics and the benches.
@@ -186,6 +190,7 @@ class Host:
             uri_host(cfg.bind),
             port,
         )
+        log.info("security: %s", self.security())
         if audio_source is not None and audio_encoder is not None:
             self._start_audio(loop, audio_source, audio_encoder)
         self.ready.set()
@@ -249,6 +254,23 @@ class Host:
         if self.outputs.wants_frames:
             encoder.frame_tap = self.outputs.push_frame
 
+    def security(self) -> str:
+        """Who may join and what protects the stream, in words."""
+        cfg = self.config
+        paired = 0
+        if self.pairings is not None:
+            try:
+                paired = len(self.pairings.entries())
+            except PairingStoreError as exc:
+                log.warning("pairings: %s", exc)
+        if cfg.password is None and not cfg.private:
+            open_text = "open: anyone who reaches the port can watch and take the pad, nothing is sealed"
+            if paired:
+                open_text += f" ({paired} paired viewer(s) kept: run with --private to admit only them)"
+            return open_text
+        who = "the code or a pairing" if cfg.password is not None else "a pairing only"
+        return f"viewers must prove {who} ({paired} paired); control, media and pad sealed with AES-GCM"
+
     # -- viewers' input ----------------------------------------------------------------------
 
     def _on_output(self, out: HostOutput) -> None:
@@ -259,6 +281,11 @@ class Host:
             self.clock.viewer_left(out.conn_id)
         elif isinstance(out, GamepadInput) and self.pad_output is not None:
             self.pad_output.apply(out.update)
+        elif isinstance(out, ViewerPaired):
+            if self.pairings is not None:
+                self.pairings.add(out.viewer_id, out.name, out.credential)
+            else:
+                log.warning("a viewer paired, but this host keeps no pairings: it will need the code next time")
         elif isinstance(out, SetBitrate) and self._encoder is not None:
             self._encoder.set_bitrate(out.bits_per_s)
             kbits = round(out.bits_per_s / 1000)
@@ -285,17 +312,17 @@ class Host:
                 assert conn.packetizer is not None
                 seq = conn.packetizer.next_seq(StreamType.VIDEO)
                 datagrams = conn.packetizer.packetize(media, repair_cache=repair_cache)
-                wire = [conn.outgoing(d) for d in datagrams]
-                self._count_repair(wire[block_count(len(media.data)) :], audio=False)
-                self.sessions.video_queued(conn, wire, seq, len(media.data), idr=packet.idr)
+                repair = datagrams[block_count(len(media.data)) :]
+                self._count_repair(len(repair), sum(map(len, repair)) + len(repair) * conn.seal_overhead, audio=False)
+                # Sealed as each leaves the paced queue (protocol.md §7.7).
+                self.sessions.video_queued(conn, datagrams, seq, len(media.data), idr=packet.idr)
                 self.network.pump(conn)
                 if packet.idr:
                     self.sessions.idr_sent(conn, now)
             self.outputs.push_video(packet)  # after the viewers, and it never waits
 
-    def _count_repair(self, repair: list[bytes], *, audio: bool) -> None:
-        size = sum(map(len, repair))
-        self.stats.repair_datagrams_sent += len(repair)
+    def _count_repair(self, count: int, size: int, *, audio: bool) -> None:
+        self.stats.repair_datagrams_sent += count
         self.stats.repair_bytes_sent += size
         if audio:
             self.stats.audio_repair_bytes_sent += size
@@ -338,7 +365,8 @@ class Host:
             for conn in self.sessions.audio_targets():
                 assert conn.packetizer is not None and conn.udp_address is not None
                 wire = [conn.outgoing(d) for d in conn.packetizer.packetize(media)]
-                self._count_repair(wire[block_count(len(media.data)) :], audio=True)
+                repair = wire[block_count(len(media.data)) :]
+                self._count_repair(len(repair), sum(map(len, repair)), audio=True)
                 self.sessions.audio_sent(conn, sum(map(len, wire)))
                 for d in wire:
                     self.network.send_now(d, conn.udp_address)

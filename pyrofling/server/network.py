@@ -26,11 +26,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pyrofling.core.host_session import (
+from pyrofling.core.host_session import HostSessions
+from pyrofling.core.host_state import (
     Address,
     CloseConnection,
     HostOutput,
-    HostSessions,
     LogLine,
     RemoteViewer,
     SendControl,
@@ -38,7 +38,6 @@ from pyrofling.core.host_session import (
 )
 from pyrofling.server.stats import HostStats
 from pyrofling.timers import DeadlineTimer
-from pyrofling.wire import ControlFramer, ProtocolError
 
 log = logging.getLogger(__name__)
 
@@ -162,18 +161,10 @@ class HostNetwork:
         if self.sessions.connection(conn_id) is None:  # refused: too many connections
             return
         log.info("connection %d from %s", conn_id, format_address(peer))
-        framer = ControlFramer(max_buffer_bytes=4096)
         reason = "closed by viewer"
         try:
             while not self._closing and (data := await reader.read(4096)):
-                try:
-                    messages = framer.feed(data)
-                except ProtocolError as exc:
-                    reason = f"protocol error: {exc}"
-                    self.sessions.discarded[f"tcp_{exc.reason}"] += 1
-                    break
-                for msg in messages:
-                    self.perform(self.sessions.control(conn_id, msg, time.monotonic()))
+                self.perform(self.sessions.tcp_received(conn_id, data, time.monotonic()))
                 if self.sessions.connection(conn_id) is None:
                     reason = "dropped"
                     break

@@ -68,6 +68,8 @@ class MessageId(enum.IntEnum):
     LOSS_REPORT = 38
     RATE_FEEDBACK = 39
     STREAM_RATE = 40
+    PATH_CHALLENGE = 41
+    PATH_RESPONSE = 42
 
 
 def type_word(message_id: int, payload_bytes: int) -> int:
@@ -290,9 +292,11 @@ class ExtensionFeature(enum.IntFlag):
     NONE = 0
     #: The viewer may send REQUEST_KEYFRAME instead of waiting for PROGRESS to show loss.
     KEYFRAME_REQUEST = 1 << 0
-    #: Challenge–response authentication with a shared secret (protocol.md §7.7).  A host that grants it requires it.
+    #: Authentication with a password, pairing code or stored pairing (protocol.md §7.7).  A host that grants it
+    #: requires it, and always with ENCRYPTION.
     AUTH = 1 << 1
-    #: Datagrams in both directions sealed with AES-GCM under keys from the authentication (protocol.md §7.7).
+    #: Everything after the handshake sealed with AES-GCM under keys from the authentication, the control channel
+    #: and the datagrams in both directions (protocol.md §7.7).
     ENCRYPTION = 1 << 2
     #: The viewer sends LOSS_REPORT several times a second; the host's FEC follows it (protocol.md §7.9).
     LOSS_REPORTS = 1 << 3
@@ -330,36 +334,98 @@ class RequestKeyframe(ControlMessage):
     ID = MessageId.REQUEST_KEYFRAME
 
 
+class AuthMethod(enum.IntEnum):
+    """How a viewer authenticates (protocol.md §7.7)."""
+
+    #: The password or pairing code, through the SPAKE2 PAKE: nothing on the wire to test guesses against.
+    CODE = 1
+    #: The credential stored when it paired, with a fresh X25519 exchange.
+    PAIRED = 2
+
+
+class AuthStatus(enum.IntEnum):
+    REFUSED = 0
+    ACCEPTED = 1
+    #: Too many wrong secrets: refused without a try for ``retry_after_ms``.
+    BLOCKED = 2
+
+
+#: AUTH_RESPONSE flags: bit 0, remember this viewer (pair it) when the code is right.
+AUTH_FLAG_PAIR = 1
+PAKE_MESSAGE_BYTES = 33
+
+
 @dataclass(frozen=True, slots=True)
 class AuthChallenge(ControlMessage):
-    """pyrofling extension (protocol.md §7.7), host → viewer: prove you know the secret."""
+    """pyrofling extension (protocol.md §7.7), host → viewer: who the host is and how a viewer may prove itself."""
 
     ID = MessageId.AUTH_CHALLENGE
-    PAYLOAD = struct.Struct("<16s32sII")
-    salt: bytes  # the host's scrypt salt (the same for the whole run)
+    PAYLOAD = struct.Struct("<16s32s33s32sI")
+    host_id: bytes  # the host's lasting identity: a paired viewer finds its credential by it
     host_nonce: bytes  # fresh for this connection
-    scrypt_log2_n: int
-    flags: int  # bit 0: the host will seal datagrams (ENCRYPTION granted)
+    pake_message: bytes  # the host's SPAKE2 message (zeros when it takes no code)
+    host_share: bytes  # an X25519 public key, fresh for this connection (for PAIRED)
+    methods: int  # bit (1 << AuthMethod): the methods this host takes
+
+    def check(self) -> None:
+        if not self.methods & ((1 << AuthMethod.CODE) | (1 << AuthMethod.PAIRED)):
+            raise FieldError(f"AUTH_CHALLENGE offers no method (0x{self.methods:x})")
 
 
 @dataclass(frozen=True, slots=True)
 class AuthResponse(ControlMessage):
-    """pyrofling extension (protocol.md §7.7), viewer → host: its nonce and its proof."""
+    """pyrofling extension (protocol.md §7.7), viewer → host: its method, its share of the key exchange, its proof."""
 
     ID = MessageId.AUTH_RESPONSE
-    PAYLOAD = struct.Struct("<32s32s")
+    PAYLOAD = struct.Struct("<II16s32s33s32s32s")
+    method: int
+    flags: int
+    viewer_id: bytes  # PAIRED: which credential; CODE with AUTH_FLAG_PAIR: the id it will be known by
     viewer_nonce: bytes
+    viewer_message: bytes  # CODE: its SPAKE2 message; PAIRED: an X25519 public key and a zero byte
+    name: bytes  # when pairing: how the host lists it (UTF-8, zero-padded)
     proof: bytes
+
+    def check(self) -> None:
+        if self.method not in AuthMethod._value2member_map_:
+            raise FieldError(f"AUTH_RESPONSE method {self.method} is unknown")
+
+    def unproved(self) -> bytes:
+        """The message as the transcript binds it: everything but the proof."""
+        return self.encode()[: -len(self.proof)]
 
 
 @dataclass(frozen=True, slots=True)
 class AuthResult(ControlMessage):
-    """pyrofling extension (protocol.md §7.7), host → viewer: accepted (with the host's own proof) or not."""
+    """pyrofling extension (protocol.md §7.7), host → viewer: accepted (with the host's proof), refused or blocked."""
 
     ID = MessageId.AUTH_RESULT
-    PAYLOAD = struct.Struct("<I32s")
-    accepted: int
+    PAYLOAD = struct.Struct("<II32s")
+    status: int
+    retry_after_ms: int
     proof: bytes
+
+    def check(self) -> None:
+        if self.status not in AuthStatus._value2member_map_:
+            raise FieldError(f"AUTH_RESULT status {self.status} is unknown")
+
+
+@dataclass(frozen=True, slots=True)
+class PathChallenge(ControlMessage):
+    """pyrofling extension (protocol.md §7.7), host → viewer over UDP, sealed: is this address really yours?"""
+
+    ID = MessageId.PATH_CHALLENGE
+    PAYLOAD = struct.Struct("<Q")
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class PathResponse(ControlMessage):
+    """pyrofling extension (protocol.md §7.7), viewer → host over UDP, sealed: the token, from the new address."""
+
+    ID = MessageId.PATH_RESPONSE
+    PAYLOAD = struct.Struct("<Q")
+    token: int
 
 
 #: Blocks one NACK can name: a bitmap of 16 bytes after ``first_block``.
@@ -545,6 +611,8 @@ CONTROL_TYPES: dict[int, type[ControlMessage]] = {
         LossReport,
         RateFeedback,
         StreamRate,
+        PathChallenge,
+        PathResponse,
     )
 }
 
@@ -572,6 +640,7 @@ UDP_CLIENT_TYPES = frozenset(
         MessageId.NACK,
         MessageId.LOSS_REPORT,
         MessageId.RATE_FEEDBACK,
+        MessageId.PATH_RESPONSE,
     }
 )
 
@@ -615,6 +684,22 @@ def parse_udp_control(data: Buffer) -> ControlMessage:
     return msg
 
 
+def parse_record_message(data: Buffer) -> ControlMessage | UnknownControl:
+    """The one control message a sealed record carries (protocol.md §7.7): always the 8-byte type word, exactly
+    the payload it announces; an unknown id comes back as :class:`UnknownControl` (answered with NAK)."""
+    view = memoryview(data)
+    if len(view) < 8:
+        raise TruncatedError(f"a sealed record holds {len(view)} bytes, less than a type word")
+    message_id, n = split_type_word(_U32.unpack_from(view)[0])
+    high = _U32.unpack_from(view, 4)[0]
+    if high != (TYPE_HIGH_WITH_PAYLOAD if n else 0):
+        raise FieldError(f"high half of the type word is 0x{high:08x}")
+    if len(view) != 8 + n:
+        raise LengthError(f"a sealed record holds {len(view)} bytes for a message of {8 + n}")
+    cls = _message_class(message_id, n) if message_id in CONTROL_TYPES else None
+    return cls.parse_payload(view[8:]) if cls else UnknownControl(message_id, bytes(view[8:]))
+
+
 @dataclass(frozen=True, slots=True)
 class UnknownControl:
     """A framed TCP message with valid magic but an id this build does not know."""
@@ -643,7 +728,7 @@ class ControlFramer:
         self._skip_zero_high = False
 
     def feed(self, data: bytes) -> list[ControlMessage | UnknownControl]:
-        self._buf += data
+        self.push(data)
         out: list[ControlMessage | UnknownControl] = []
         while True:
             msg = self._next()
@@ -655,6 +740,24 @@ class ControlFramer:
         if len(self._buf) > self._max_buffer_bytes:
             raise LengthError("control stream buffer overflow")
         return out
+
+    def push(self, data: bytes) -> None:
+        """Buffer bytes without parsing them (take the messages with :meth:`next`)."""
+        self._buf += data
+
+    def next(self) -> ControlMessage | UnknownControl | None:
+        """The next whole message buffered, or None."""
+        return self._next()
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    def take_rest(self) -> bytes:
+        """What is buffered past the last message, handed over (the stream goes on in another framing)."""
+        rest = bytes(self._buf)
+        self._buf.clear()
+        return rest
 
     def _next(self) -> ControlMessage | UnknownControl | None:
         buf = self._buf
