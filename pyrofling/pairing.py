@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pyrofling.core.host_auth import PairedViewer
-from pyrofling.core.viewer_session import HostCredential
+from pyrofling.core.viewer_auth import HostCredential
 
 CONFIG_DIR_ENV = "PYROFLING_CONFIG_DIR"
 

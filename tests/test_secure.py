@@ -49,11 +49,11 @@ from pyrofling.core.secure import (
     pairing_code,
     prove,
 )
+from pyrofling.core.viewer_auth import HostCredential
 from pyrofling.core.viewer_connection import Reconnect
 from pyrofling.core.viewer_session import (
     ControlToHost,
     DatagramToHost,
-    HostCredential,
     Paired,
     Phase,
     SessionFailed,

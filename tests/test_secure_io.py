@@ -61,7 +61,9 @@ def test_the_right_password_streams_sealed_and_drives_the_pad(caplog: pytest.Log
     assert viewer.summary()["discarded"].get("sealed_forged", 0) == 0
     auth = host.summary()["auth"]
     assert auth["required"] and auth["code"] and auth["successes"] == 1 and auth["failures"] == 0
-    assert viewer.summary()["security"] == {"sealed": True, "auth_method": "code", "paired_now": False}
+    security = viewer.summary()["security"]
+    assert security["sealed"] and security["auth_method"] == "code" and not security["paired_now"]
+    assert security["text"] == "sealed, authenticated with the code"  # what the HUD shows
     assert pad.reports()[0] == [(1, 304, 1)]  # BTN_SOUTH pressed
     assert any("control and datagrams sealed" in r.getMessage() for r in caplog.records)
     assert any("sealed, authenticated with the code" in r.getMessage() for r in caplog.records)

@@ -96,6 +96,7 @@ def test_v_toggles_the_overlay_with_its_graphs(xvfb: str, monkeypatch: pytest.Mo
                 "rtt_ms": 0.3,
                 "presentation": {"presented": 9, "repeated": 2, "missed_deadlines": 1, "refresh_hz": 59.94},
                 "gamepad": {"pad": None, "states_sent": 250},
+                "security": {"sealed": True, "text": "sealed, authenticated with a stored pairing"},
             }
 
     window = ViewerWindow()
@@ -110,6 +111,7 @@ def test_v_toggles_the_overlay_with_its_graphs(xvfb: str, monkeypatch: pytest.Mo
         assert "repeated 2, missed deadline 1" in text and "59.94 Hz" in text
         assert "audio 30.2 ms buffered (target 30), speed +512 ppm, underruns 0, click latency 36 ms" in text
         assert "gamepad: window keys, 250 states sent" in text
+        assert "sealed, authenticated with a stored pairing" in text
         labels = [s.text for s in window._graph_shapes if hasattr(s, "text")]
         assert [label.split(":")[0] for label in labels] == [
             "phase error",

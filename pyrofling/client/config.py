@@ -9,7 +9,8 @@ from pyrofling.client.audio import AudioPlayerConfig
 from pyrofling.client.gamepad import GamepadConfig
 from pyrofling.core.presentation import PresentationConfig
 from pyrofling.core.reassembler import ReassemblerConfig
-from pyrofling.core.viewer_session import HostCredential, ViewerSessionConfig
+from pyrofling.core.viewer_auth import HostCredential
+from pyrofling.core.viewer_session import ViewerSessionConfig
 from pyrofling.pairing import ViewerPairings
 from pyrofling.wire import ExtensionFeature, KickFlags
 

@@ -292,11 +292,8 @@ class Viewer:
         session = self.connection.session if self.connection is not None else None
         self.sealed = session is not None and session.encrypted
         self.auth_method = session.auth_method if session is not None and self.sealed else ""
-        how = (
-            f"handshake {out.handshake_s * 1000:.1f} ms"
-            + (", pyrofling host" if out.extensions else "")
-            + (f", {self.security}" if out.extensions or self.config.password else "")
-        )
+        how = f"handshake {out.handshake_s * 1000:.1f} ms" + (", pyrofling host" if out.extensions else "")
+        how += f"; {self.security}"
         if not self.config.flags & KickFlags.VIDEO:  # a controller: no picture to speak of
             log.info("sending the gamepad to %s (%s)", _fmt(peer), how)
             return
@@ -385,7 +382,12 @@ class Viewer:
         rtt = conn.clock.last_rtt_s if conn is not None else None
         out["rtt_ms"] = rtt * 1000 if rtt is not None else self.rtt_ms
         out["discarded"] = dict(discarded)
-        out["security"] = {"sealed": self.sealed, "auth_method": self.auth_method, "paired_now": self.paired}
+        out["security"] = {
+            "sealed": self.sealed,
+            "auth_method": self.auth_method,
+            "paired_now": self.paired,
+            "text": self.security if self.sessions_streaming else "",
+        }
         out["timeline"] = list(self.timeline.rows)
         rate = conn.session.stream_rate if conn is not None and conn.session.stream_rate else self.stream_rate
         out["stream_bitrate_kbits"] = rate.bitrate_kbits if rate is not None else None

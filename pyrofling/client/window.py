@@ -183,6 +183,9 @@ class ViewerWindow:
         lines.append(f"{fps:.1f} fps presented{refresh}, received {s.get('received_mbits', 0):.2f} Mbit/s")
         if s.get("stream_rate"):
             lines.append(s["stream_rate"])
+        security = s.get("security") or {}
+        if security.get("text"):
+            lines.append(security["text"])
         lines.append(
             f"repeated {pres.get('repeated', 0)}, missed deadline {pres.get('missed_deadlines', 0)}, "
             f"dropped {pres.get('dropped', 0)}"

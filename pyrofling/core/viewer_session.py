@@ -28,31 +28,18 @@ from pyrofling.core.clock_sync import ClockSync
 from pyrofling.core.control_channel import ControlChannel
 from pyrofling.core.reassembler import ProgressCounters
 from pyrofling.core.secure import (
-    ID_BYTES,
-    NONCE_BYTES,
     AuthError,
-    CodeExchange,
-    HandshakeKeys,
     Opener,
     Sealer,
-    ShareExchange,
-    Transcript,
-    check_proof,
-    handshake_keys,
-    paired_material,
-    prove,
 )
+from pyrofling.core.viewer_auth import AuthFailed, HostCredential, ViewerAuth
 from pyrofling.wire import (
-    AUTH_FLAG_PAIR,
     EXTENSIONS_VERSION,
     SEALED_HEAD,
     SEALED_MAGIC,
     Again,
     AuthChallenge,
-    AuthMethod,
-    AuthResponse,
     AuthResult,
-    AuthStatus,
     CodecParameters,
     ControlMessage,
     Cookie,
@@ -109,15 +96,6 @@ class SessionFailed(ViewerOutput):
     reason: str
     #: The host blocked this address for this long (an AUTH_RESULT that nobody can authenticate: maybe forged).
     retry_after_s: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class HostCredential:
-    """What a viewer keeps after pairing with a host (protocol.md §7.7)."""
-
-    host_id: bytes
-    viewer_id: bytes
-    credential: bytes = field(repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,9 +188,8 @@ class ViewerSession:
         self._random_bytes = random_bytes
         #: The control connection's framing, plain or sealed.
         self.channel = ControlChannel()
-        self._transcript: Transcript | None = None
         self._offer: Extensions | None = None
-        self._handshake: tuple[HandshakeKeys, bytes, bytes, HostCredential | None] | None = None
+        self._handshake: ViewerAuth | None = None
         self.authenticated = False
         #: "code" or "paired" once authenticated.
         self.auth_method = ""
@@ -300,10 +277,17 @@ class ViewerSession:
             sealed = ExtensionFeature.AUTH | ExtensionFeature.ENCRYPTION
             if self.extensions & sealed == sealed:
                 self.phase = Phase.AUTH
-                if isinstance(msg, Extensions) and self._offer is not None:
-                    self._transcript = Transcript()
-                    for part in (self._offer, Cookie(self.cookie or 0), msg):
-                        self._transcript.add(bytes(part))
+                if isinstance(msg, Extensions) and self._offer is not None and self.cookie is not None:
+                    cfg = self.config
+                    self._handshake = ViewerAuth(
+                        self._offer,
+                        self.cookie,
+                        msg,
+                        secret=cfg.secret,
+                        credentials=cfg.credentials,
+                        pair_as=cfg.pair_as,
+                        random_bytes=self._random_bytes,
+                    )
                 return []
             if self.extensions & sealed:
                 return self._fail(
@@ -341,79 +325,20 @@ class ViewerSession:
         return bool(self.extensions & feature)
 
     def _auth(self, msg: ControlMessage | UnknownControl, now: float) -> list[ViewerOutput]:
-        """Challenge → response → result (protocol.md §7.7)."""
-        if isinstance(msg, AuthChallenge) and self._handshake is None:
-            return self._respond(msg)
-        if isinstance(msg, AuthResult) and self._handshake is not None:
-            return self._result(msg, now)
-        return self._fail(f"expected AUTH_CHALLENGE or AUTH_RESULT, got {_name(msg)}")
-
-    def _respond(self, challenge: AuthChallenge) -> list[ViewerOutput]:
-        cfg = self.config
-        transcript = self._transcript
-        if transcript is None:
-            return self._fail("AUTH_CHALLENGE before EXTENSIONS", auth=True)
-        transcript.add(bytes(challenge))
-        paired = next((c for c in cfg.credentials if c.host_id == challenge.host_id), None)
-        takes_code = bool(challenge.methods & 1 << AuthMethod.CODE)
-        flags, name, viewer_id = 0, bytes(32), bytes(ID_BYTES)
+        """Challenge → response → result (protocol.md §7.7); :class:`ViewerAuth` does the cryptography."""
+        auth = self._handshake
         try:
-            if paired is not None and cfg.pair_as is None and challenge.methods & 1 << AuthMethod.PAIRED:
-                method, share = AuthMethod.PAIRED, ShareExchange()
-                viewer_id, message = paired.viewer_id, share.public + b"\0"
-                material = paired_material(paired.credential, share.finish(challenge.host_share))
-            elif cfg.secret and takes_code:
-                method, code = AuthMethod.CODE, CodeExchange(cfg.secret, host=False)
-                message = code.message
-                if cfg.pair_as is not None:
-                    flags, viewer_id = AUTH_FLAG_PAIR, self._random_bytes(ID_BYTES)
-                    name = cfg.pair_as.encode()[:32].ljust(32, b"\0")
-                material = code.finish(challenge.pake_message)
-            elif not takes_code:
-                return self._fail(
-                    "this host admits paired viewers only, and this viewer has not paired with it: ask its owner "
-                    "for a pairing code (pyrofling host --pairing-code) and run pyrofling pair",
-                    auth=True,
-                )
+            if auth is not None and isinstance(msg, AuthChallenge) and not auth.answered:
+                response = auth.respond(msg)
+                self.auth_method = auth.method
+                return [self._send(response)]
+            if auth is not None and isinstance(msg, AuthResult) and auth.answered:
+                keys, credential = auth.result(msg)
             else:
-                return self._fail(
-                    "this host needs a password or pairing code: pyrofling view … --password CODE, or pair once "
-                    "with pyrofling pair",
-                    auth=True,
-                )
-        except AuthError as exc:
-            return self._fail(f"the host's key exchange is unusable ({exc}): not the host you meant?", auth=True)
-        response = AuthResponse(
-            int(method), flags, viewer_id, self._random_bytes(NONCE_BYTES), message, name, bytes(32)
-        )
-        transcript.add(response.unproved())
-        digest = transcript.digest()
-        keys = handshake_keys(material, digest, method)
-        proof = prove(keys.viewer_proof, digest)
-        credential = HostCredential(challenge.host_id, viewer_id, keys.pairing) if flags & AUTH_FLAG_PAIR else None
-        self._handshake = (keys, digest, proof, credential)
-        self.auth_method = method.name.lower()
-        return [self._send(AuthResponse(int(method), flags, viewer_id, response.viewer_nonce, message, name, proof))]
-
-    def _result(self, msg: AuthResult, now: float) -> list[ViewerOutput]:
-        assert self._handshake is not None
-        keys, digest, proof, credential = self._handshake
+                return self._fail(f"expected AUTH_CHALLENGE or AUTH_RESULT, got {_name(msg)}")
+        except AuthFailed as exc:
+            return self._fail(str(exc), auth=True, retry_after_s=exc.retry_after_s)
         self._handshake = None
-        if msg.status == AuthStatus.BLOCKED:
-            wait = msg.retry_after_ms / 1000
-            return self._fail(
-                f"the host blocks this address for {wait:.0f} s after repeated wrong codes",
-                auth=True,
-                retry_after_s=wait,
-            )
-        if msg.status != AuthStatus.ACCEPTED:
-            if self.auth_method == "paired":
-                why = "the host no longer knows this viewer's pairing (revoked?): pair again with pyrofling pair"
-            else:
-                why = "the host refused the code: check the password or pairing code"
-            return self._fail(why, auth=True)
-        if not check_proof(prove(keys.host_proof, digest, proof), msg.proof):
-            return self._fail("the host could not prove the handshake: an impostor, or changed on the path", auth=True)
         self.authenticated = True
         # Everything after AUTH_RESULT is sealed, both ways.
         self.channel.seal_with(keys.control_viewer_to_host)
