@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import socket
+import subprocess
+import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -12,6 +16,7 @@ from typing import Any
 import pytest
 from support import TINY, PathAttacker, run, start_host, until
 
+from pyrofling.bench.stream import _wait_for_port, free_port
 from pyrofling.client.gamepad import GamepadConfig
 from pyrofling.client.viewer import Viewer, ViewerConfig
 from pyrofling.pairing import HostPairings
@@ -218,3 +223,49 @@ def test_a_relay_that_injects_control_messages_never_acts_and_the_viewer_comes_b
     assert discarded.get("control_forged", 0) + discarded.get("control_record_length", 0) >= 1
     assert viewer.summary()["discarded"].get("control_forged", 0) >= 1
     assert viewer.failure is None  # never stopped for good
+
+
+def test_the_pairing_commands_end_to_end(tmp_path: Path) -> None:
+    """A person's way through it: the host prints a code, the friend runs pyrofling pair once, then views with no
+    code; both sides list the pairing; the host revokes it and the next view is refused."""
+    cli = [sys.executable, "-m", "pyrofling"]
+    host_dir, viewer_dir = tmp_path / "host", tmp_path / "friend"
+    port = free_port()
+    host = subprocess.Popen(
+        [*cli, "host", "--port", str(port), "--width", "160", "--height", "120", "--fps", "30", "--no-audio",
+         "--virtual-pad", "none", "--pairing-code", "--pairing-dir", str(host_dir), "--duration", "40"],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert host.stderr is not None
+        first = host.stderr.readline()
+        assert first.startswith("pairing code: ")
+        code = first.split(": ")[1].strip()
+        host_log: list[str] = []
+        threading.Thread(target=lambda: host_log.extend(host.stderr or []), daemon=True).start()  # never fills
+        _wait_for_port(port, host, timeout_s=15)  # type: ignore[arg-type]
+        uri = f"pyro://127.0.0.1:{port}"
+
+        def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([*cli, *args], capture_output=True, text=True, timeout=30)
+
+        paired = run_cli("pair", uri, "--code", code, "--name", "friend-deck", "--pairing-dir", str(viewer_dir))
+        assert paired.returncode == 0, paired.stderr
+        assert "now joins without a code" in paired.stdout
+        listed = run_cli("paired", "list", "--pairing-dir", str(host_dir))
+        assert "friend-deck" in listed.stdout
+        assert f"127.0.0.1:{port}" in run_cli("paired", "--pairing-dir", str(viewer_dir)).stdout
+        stats = tmp_path / "view.json"
+        view = run_cli("view", uri, "--headless", "--no-audio", "--duration", "2", "--pairing-dir", str(viewer_dir),
+                       "--stats-json", str(stats))  # fmt: skip
+        assert view.returncode == 0, view.stderr
+        assert "sealed, authenticated with a stored pairing" in view.stderr
+        summary = json.loads(stats.read_text())
+        assert summary["frames_shown"] > 20 and summary["security"]["auth_method"] == "paired"
+        assert run_cli("paired", "revoke", "friend-deck", "--pairing-dir", str(host_dir)).returncode == 0
+        refused = run_cli("view", uri, "--headless", "--no-audio", "--duration", "2", "--pairing-dir", str(viewer_dir))
+        assert refused.returncode != 0 and "revoked" in refused.stderr
+        assert code not in view.stderr + refused.stderr + paired.stderr + "".join(host_log)  # never logged
+    finally:
+        host.terminate()
+        host.wait(15)

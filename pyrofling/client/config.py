@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -11,8 +12,10 @@ from pyrofling.core.presentation import PresentationConfig
 from pyrofling.core.reassembler import ReassemblerConfig
 from pyrofling.core.viewer_auth import HostCredential
 from pyrofling.core.viewer_session import ViewerSessionConfig
-from pyrofling.pairing import ViewerPairings
+from pyrofling.pairing import PairingStoreError, ViewerPairings
 from pyrofling.wire import ExtensionFeature, KickFlags
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +82,10 @@ class ViewerConfig:
         expect_auth = False
         if self.pairing_dir is not None:
             store = ViewerPairings(self.pairing_dir)
-            credentials, expect_auth = store.credentials(), store.paired_at(self.address)
+            try:
+                credentials, expect_auth = store.credentials(), store.paired_at(self.address)
+            except PairingStoreError as exc:
+                log.warning("pairings: %s; joining without them", exc)
         cfg = ViewerSessionConfig(
             flags=self.flags,
             secret=self.password,

@@ -48,7 +48,7 @@ from pyrofling.core.viewer_connection import (
     ViewerOutput,
 )
 from pyrofling.files import write_stats
-from pyrofling.pairing import ViewerPairings
+from pyrofling.pairing import PairingStoreError, ViewerPairings
 from pyrofling.wire import CodecParameters, KickFlags, RateDecider, StreamRate, VideoCodec
 
 log = logging.getLogger(__name__)
@@ -314,7 +314,11 @@ class Viewer:
         if self.config.pairing_dir is None:
             log.warning("paired with the host, but this viewer keeps no pairings (no pairing directory)")
             return
-        ViewerPairings(self.config.pairing_dir).add(out.credential, self.config.address)
+        try:
+            ViewerPairings(self.config.pairing_dir).add(out.credential, self.config.address)
+        except (PairingStoreError, OSError) as exc:
+            log.error("paired with the host, but could not keep the pairing: %s", exc)
+            return
         self.paired = True
         log.info("paired with %s: from now on it admits this viewer without a code", self.config.address)
 

@@ -1,8 +1,9 @@
 """The host's side of the control protocol, for every viewer at once (protocol.md §3).
 
 Pure: the host's network shell hands over what arrives — a TCP connection
-opening (:meth:`HostSessions.open`, with a random cookie the shell drew), each
-framed control message (:meth:`HostSessions.control`), each UDP datagram
+opening (:meth:`HostSessions.open`, with a random cookie the shell drew), the
+bytes each connection reads (:meth:`HostSessions.tcp_received`: plain messages,
+then sealed records once it has authenticated), each UDP datagram
 (:meth:`HostSessions.datagram`), the connection closing
 (:meth:`HostSessions.close`) — with the time it read it, and performs the
 returned outputs: control bytes to write, datagrams to send, connections to

@@ -75,13 +75,14 @@ class Host:
         self.keyframes = KeyframePolicy()
         #: The viewers this host paired with, and its lasting id (None: pairing off, a throwaway id).
         self.pairings = HostPairings(config.pairing_dir) if config.pairing_dir is not None else None
-        locked = config.password is not None or config.private
-        session_config = HostSessionConfig(
-            auth_secret=config.password,
-            private=config.private,
-            # An open host never touches the pairing files.
-            host_id=self.pairings.host_id() if self.pairings is not None and locked else secrets.token_bytes(16),
-        )
+        host_id = secrets.token_bytes(16)  # an open host never touches the pairing files
+        if self.pairings is not None and (config.password is not None or config.private):
+            try:
+                host_id = self.pairings.host_id()
+            except PairingStoreError as exc:
+                log.warning("pairings: %s; codes still work, stored pairings do not", exc)
+                self.pairings = None
+        session_config = HostSessionConfig(auth_secret=config.password, private=config.private, host_id=host_id)
         ceiling = config.encoder.bitrate_kbits * 1000
         rate = RateConfig(ceiling_bps=ceiling, floor_bps=min(ceiling, config.min_bitrate_kbits * 1000))
         self.sessions = HostSessions(
@@ -283,7 +284,10 @@ class Host:
             self.pad_output.apply(out.update)
         elif isinstance(out, ViewerPaired):
             if self.pairings is not None:
-                self.pairings.add(out.viewer_id, out.name, out.credential)
+                try:
+                    self.pairings.add(out.viewer_id, out.name, out.credential)
+                except (PairingStoreError, OSError) as exc:
+                    log.error("could not keep the pairing with %r: %s", out.name, exc)
             else:
                 log.warning("a viewer paired, but this host keeps no pairings: it will need the code next time")
         elif isinstance(out, SetBitrate) and self._encoder is not None:

@@ -1,6 +1,6 @@
 """The host's sockets: TCP control and UDP media on one port (protocol.md §1), moved through HostSessions.
 
-It moves bytes.  Every control message, datagram, connection opening or
+It moves bytes.  What each connection reads, every datagram, each connection opening or
 closing goes into :class:`~pyrofling.core.host_session.HostSessions` with the time
 it was read, and this module performs what comes back: writes, datagrams,
 closes and log lines (gamepad input, phase feedback and bitrate changes go to
