@@ -14,6 +14,7 @@ connection, without a restart.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import stat
@@ -24,6 +25,8 @@ from typing import Any
 
 from pyrofling.core.host_auth import PairedViewer
 from pyrofling.core.viewer_auth import HostCredential
+
+log = logging.getLogger(__name__)
 
 CONFIG_DIR_ENV = "PYROFLING_CONFIG_DIR"
 
@@ -119,10 +122,16 @@ class HostPairings:
         return bytes.fromhex(data["host_id"])
 
     def lookup(self, viewer_id: bytes) -> PairedViewer | None:
-        entry = self._file.read().get("viewers", {}).get(viewer_id.hex())
-        if not isinstance(entry, dict):
+        """The viewer's credential, read now (a revocation counts at once); None also when the file cannot be
+        trusted (said in the log): a paired login then fails, nothing else does."""
+        try:
+            entry = self._file.read().get("viewers", {}).get(viewer_id.hex())
+            if not isinstance(entry, dict):
+                return None
+            return PairedViewer(str(entry.get("name", "")), bytes.fromhex(entry["credential"]))
+        except (PairingStoreError, KeyError, ValueError, OSError) as exc:
+            log.warning("pairings: %s", exc)
             return None
-        return PairedViewer(str(entry.get("name", "")), bytes.fromhex(entry["credential"]))
 
     def add(self, viewer_id: bytes, name: str, credential: bytes) -> None:
         data = self._file.read()

@@ -19,7 +19,7 @@ from support import TINY, PathAttacker, run, start_host, until
 from pyrofling.bench.stream import _wait_for_port, free_port
 from pyrofling.client.gamepad import GamepadConfig
 from pyrofling.client.viewer import Viewer, ViewerConfig
-from pyrofling.pairing import HostPairings
+from pyrofling.pairing import HostPairings, PairingStoreError
 from pyrofling.server.gamepad import RecordingPad
 from pyrofling.server.host import Host
 from pyrofling.wire import AuthResult, Cookie, Extensions, GamepadState, Kick, KickFlags, RequestKeyframe
@@ -270,3 +270,23 @@ def test_the_pairing_commands_end_to_end(tmp_path: Path) -> None:
     finally:
         host.terminate()
         host.wait(15)
+
+
+def test_pairing_files_that_cannot_be_trusted_are_refused_not_followed(tmp_path: Path) -> None:
+    store = HostPairings(tmp_path / "p")
+    store.add(b"v" * 16, "deck", b"c" * 32)
+    assert store.lookup(b"v" * 16) is not None
+    (tmp_path / "p" / "host.json").chmod(0o644)  # readable by others: not trusted
+    assert store.lookup(b"v" * 16) is None
+    (tmp_path / "p" / "host.json").chmod(0o600)
+    (tmp_path / "p").chmod(0o777)  # a directory anyone may write to
+    with pytest.raises(PairingStoreError, match="written by others"):
+        store.entries()
+    (tmp_path / "p").chmod(0o700)
+    real = tmp_path / "elsewhere.json"
+    real.write_text("{}")
+    real.chmod(0o600)
+    (tmp_path / "p" / "host.json").unlink()
+    (tmp_path / "p" / "host.json").symlink_to(real)  # a link planted in place of the file
+    with pytest.raises(PairingStoreError, match="a link"):
+        store.entries()
