@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from pyrofling.server.encoder import EncoderConfig
 from pyrofling.server.gamepad import VirtualPad
 from pyrofling.server.host import Host, HostConfig
+from pyrofling.server.input_devices import InputDevices
 
 T = TypeVar("T")
 
@@ -42,10 +43,17 @@ async def until(check: Callable[[], bool], timeout_s: float = 5.0) -> None:
 
 
 async def start_host(
-    *, encoder: EncoderConfig = SMALL, pad: VirtualPad | None = None, port: int = 0, **config: Any
+    *,
+    encoder: EncoderConfig = SMALL,
+    pad: VirtualPad | None = None,
+    input_devices: InputDevices | None = None,
+    port: int = 0,
+    **config: Any,
 ) -> tuple[Host, asyncio.Task[Any]]:
     """A host on a free port (no status lines), running until :func:`stop_host`."""
-    host = Host(HostConfig(port=port, encoder=encoder, status_interval_s=0, **config), pad=pad)
+    host = Host(
+        HostConfig(port=port, encoder=encoder, status_interval_s=0, **config), pad=pad, input_devices=input_devices
+    )
     task = asyncio.create_task(host.run())
     await asyncio.wait_for(host.ready.wait(), 15)
     return host, task

@@ -25,6 +25,7 @@ SAMPLES: list[m.CaptureMessage] = [
     m.RetireImage(7, 1),
     m.FrameComplete(7, 120, PERIOD_NS, 98, 0, 2, 5_000_000),
     m.AudioFormat(48_000, 2),
+    m.InputEvent(bytes(range(32)), 0x1F, 1, -(2**31), 2**31 - 1, 3, -3, 65535, 0),
 ]
 
 

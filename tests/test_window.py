@@ -168,3 +168,78 @@ def test_the_keyboard_is_a_pad_when_the_viewer_sends_one(xvfb: str, monkeypatch:
         assert closed == [True, True]
     finally:
         window.close()
+
+
+def test_a_click_captures_the_pointer_and_ctrl_alt_z_lets_it_go(xvfb: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a host that takes keys and the mouse: a click captures (and is not sent), then every key, button,
+    motion and wheel goes to the game; the window's own keys need Ctrl+Alt; focus lost lets everything go."""
+    monkeypatch.setenv("DISPLAY", xvfb)
+    from pyglet.window import key, mouse
+
+    from pyrofling.client.window import ViewerWindow
+
+    class Link:
+        available = True
+
+        def __init__(self) -> None:
+            self.calls: list[tuple[object, ...]] = []
+            self.captured = False
+
+        def capture(self, on: bool) -> None:
+            self.captured = on
+            self.calls.append(("capture", on))
+
+        def key(self, name: str, down: bool) -> bool:
+            self.calls.append(("key", name, down))
+            return True
+
+        def button(self, index: int, down: bool) -> None:
+            self.calls.append(("button", index, down))
+
+        def move(self, dx: int, dy: int) -> None:
+            self.calls.append(("move", dx, dy))
+
+        def scroll(self, v: int, h: int = 0) -> None:
+            self.calls.append(("scroll", v, h))
+
+        def point(self, x: float, y: float) -> None:
+            self.calls.append(("point", round(x, 2), round(y, 2)))
+
+        def release_all(self) -> None:
+            self.calls.append(("release_all",))
+
+    closed: list[bool] = []
+    window = ViewerWindow(width=400, height=200)
+    try:
+        window.on_close_requested = lambda: closed.append(True)
+        link = Link()
+        window.keyboard_mouse = link
+        window._on_mouse_motion(200, 100, 0, 0)  # no picture yet: nowhere to point
+        assert link.calls == []
+        window._on_mouse_press(10, 10, mouse.LEFT, 0)  # captures; the click itself is not the game's
+        assert link.calls == [("capture", True)] and window.captured
+        window._on_mouse_press(10, 10, mouse.RIGHT, 0)
+        window._on_mouse_motion(0, 0, 5, 3)
+        window._on_mouse_scroll(0, 0, 0, -1)
+        window._on_key(key.V, 0)  # the game's now
+        window._on_key(key.ESCAPE, 0)
+        assert not window.hud_visible and not closed
+        assert link.calls[1:] == [
+            ("button", 1, True),
+            ("move", 5, -3),  # y grows downward for the game
+            ("scroll", -1, 0),
+            ("key", "V", True),
+            ("key", "ESCAPE", True),
+        ]
+        window._on_key(key.V, key.MOD_CTRL | key.MOD_ALT)  # the window's, with Ctrl+Alt
+        assert window.hud_visible
+        window._on_key(key.Z, key.MOD_CTRL | key.MOD_ALT)  # lets go
+        assert not window.captured and link.calls[-1] == ("capture", False)
+        window._on_mouse_press(10, 10, mouse.LEFT, 0)
+        calls = len(link.calls)
+        window._on_deactivate()  # focus lost: capture ends, nothing stays held
+        assert link.calls[calls:] == [("capture", False), ("release_all",)]
+        window._on_key(key.ESCAPE, 0)  # not captured: Esc is the window's again
+        assert closed == [True]
+    finally:
+        window.close()

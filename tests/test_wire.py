@@ -25,6 +25,7 @@ from pyrofling.wire import (
     FieldError,
     GamepadState,
     Hello,
+    InputState,
     Kick,
     KickFlags,
     LengthError,
@@ -75,6 +76,7 @@ SAMPLES = [
     AuthResponse(1, 1, b"i" * 16, b"v" * 32, b"m" * 33, b"name".ljust(32, b"\0"), b"p" * 32),
     AuthResult(2, 60_000, b"h" * 32),
     PathChallenge(2**64 - 1),
+    InputState(65535, 0x1F, 3, bytes(range(32)), -(2**31), 2**31 - 1, 5, -5, 65535, 0),
     PathResponse(12345),
     Nack(0x3FFF, 1, 0, 1000, bytes(range(16))),
     Nack.whole_packet(17, 0),
@@ -114,6 +116,7 @@ NATIVE_WIDE = {
     MessageId.STREAM_RATE: 0xFFFFFFFF_EF968428,  # 16
     MessageId.PATH_CHALLENGE: 0xFFFFFFFF_EF968229,  # 8
     MessageId.PATH_RESPONSE: 0xFFFFFFFF_EF96822A,  # 8
+    MessageId.INPUT_STATE: 0xFFFFFFFF_EF968EAB,  # 58
 }
 
 
@@ -335,6 +338,7 @@ def test_extensions_drop_unknown_feature_bits() -> None:
         | ExtensionFeature.NACK
         | ExtensionFeature.MDS_FEC
         | ExtensionFeature.RATE_CONTROL
+        | ExtensionFeature.KEYBOARD_MOUSE
     )
     assert msg.feature_flags == known  # but only known ones are usable
 

@@ -37,7 +37,7 @@ import numpy as np
 from pyrofling.bench.stream import _cli, _read_json, _wait_for_port, free_port, kill_leftovers, stop_processes
 from pyrofling.seqnum import seq16_delta
 
-CASES = ("loopback", "netsim", "game", "game-immediate")
+CASES = ("loopback", "netsim", "keys", "keys-netsim", "game", "game-immediate")
 NO_PAD_YET = 0xFFFFFFFF  # the example game's marker before its first pad state
 #: Seconds at the start of a game run left out of pacing and latency (connecting, phase lock).
 WARMUP_S = 2.0
@@ -54,6 +54,8 @@ class InputScenario:
     game: bool = False
     immediate: bool = False
     sync: str = "fifo"
+    #: What the client sends: "pad" (GAMEPAD_STATE) or "keys" (INPUT_STATE: keys and the mouse, §7.11).
+    device: str = "pad"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +79,11 @@ def standard_scenarios(cases: Iterable[str], *, jitter_ms: float, loss: float) -
         elif case == "netsim":
             label = f"netsim jitter 0-{jitter_ms:g} ms, loss {loss:.0%}"
             out.append(InputScenario(label, netsim=True, jitter_ms=jitter_ms, loss=loss))
+        elif case == "keys":
+            out.append(InputScenario("keys+mouse loopback", device="keys"))
+        elif case == "keys-netsim":
+            label = f"keys+mouse netsim 0-{jitter_ms:g} ms, {loss:.0%}"
+            out.append(InputScenario(label, netsim=True, jitter_ms=jitter_ms, loss=loss, device="keys"))
         elif case == "game":
             out.append(InputScenario("game, heartbeat encode", game=True))
         elif case == "game-immediate":
@@ -164,9 +171,10 @@ def run_one(cfg: InputBenchConfig, sc: InputScenario, tmp: Path) -> dict[str, An
     trace, sends, markers = tmp / "trace.jsonl", tmp / "sends.jsonl", tmp / "markers.jsonl"
     host_json, client_json, netsim_out = tmp / "host.json", tmp / "client.json", tmp / "netsim.json"
     game_json, capture_socket = tmp / "game.json", str(tmp / "capture.sock")
+    keys = sc.device == "keys"
     host_cmd = [*_cli(), "host", "-q", "--port", str(host_port), "--width", str(cfg.width), "--height",
                 str(cfg.height), "--fps", str(cfg.fps), "--bitrate-kbits", str(cfg.bitrate_kbits), "--no-audio",
-                "--gamepad-trace", str(trace), "--stats-json", str(host_json)]  # fmt: skip
+                "--input-trace" if keys else "--gamepad-trace", str(trace), "--stats-json", str(host_json)]  # fmt: skip
     if sc.game:
         host_cmd += ["--source", "capture", "--capture-socket", capture_socket]
         host_cmd += ["--immediate-encode"] if sc.immediate else []
@@ -190,10 +198,15 @@ def run_one(cfg: InputBenchConfig, sc: InputScenario, tmp: Path) -> dict[str, An
                 netsim = subprocess.Popen(net_cmd, env=env, stdout=out)
             procs.append(netsim)
             _wait_for_port(port, netsim, timeout_s=15)
-        client = [*_cli(), cfg.client, f"127.0.0.1:{port}", "-q", "--duration", str(cfg.duration_s),
-                  "--gamepad-source", "sweep", "--gamepad-log", str(sends), "--gamepad-interval-ms",
-                  str(cfg.interval_ms), "--stats-json", str(client_json)]  # fmt: skip
-        if cfg.client == "view":
+        client = [*_cli(), "view" if keys else cfg.client, f"127.0.0.1:{port}", "-q", "--duration",
+                  str(cfg.duration_s), "--stats-json", str(client_json)]  # fmt: skip
+        if keys:  # a synthetic player: a key and the mouse change at every send
+            client += ["--input-source", "sweep", "--input-log", str(sends), "--input-interval-ms",
+                       str(cfg.interval_ms), "--no-gamepad"]  # fmt: skip
+        else:
+            client += ["--gamepad-source", "sweep", "--gamepad-log", str(sends), "--gamepad-interval-ms",
+                       str(cfg.interval_ms)]  # fmt: skip
+        if keys or cfg.client == "view":
             client += ["--headless", "--no-audio"]
         if sc.game:  # the whole chain phase-locked, game to display
             client += ["--marker-log", str(markers), "--phase-locked", "0"]
@@ -220,7 +233,7 @@ def run_one(cfg: InputBenchConfig, sc: InputScenario, tmp: Path) -> dict[str, An
 
 def summarize(sc: InputScenario, result: dict[str, Any]) -> dict[str, Any]:
     lat = result["latency_ms"]
-    pad = result["host"].get("gamepad", {})
+    pad = result["host"].get("keyboard_mouse" if sc.device == "keys" else "gamepad", {})
     verdicts = pad.get("verdicts", {})
     return {
         "label": sc.label,
@@ -238,7 +251,7 @@ def summarize(sc: InputScenario, result: dict[str, Any]) -> dict[str, Any]:
         "latency_ms_p90": float(np.percentile(lat, 90)) if lat else None,
         "latency_ms_p99": float(np.percentile(lat, 99)) if lat else None,
         "latency_ms_max": max(lat) if lat else None,
-        "pad": pad.get("pad"),
+        "pad": pad.get("pad") or pad.get("devices"),
         "host_cpu_s": result["host"].get("cpu_s"),
         "frames_encoded": result["host"].get("frames_encoded"),
         "latency_ms_samples": lat[-5000:],
@@ -280,7 +293,8 @@ def format_table(result: dict[str, Any]) -> str:
 
     cfg = result["config"]
     head = (
-        f"input → virtual pad, {cfg['client']} client, {cfg['height']}p{cfg['fps']} stream, "
+        f"input → virtual pad (keys+mouse → virtual keyboard and mouse), {cfg['client']} client, "
+        f"{cfg['height']}p{cfg['fps']} stream, "
         f"a state every {cfg['interval_ms']:g} ms (and on every change)\n"
     )
     lines = [
@@ -293,7 +307,7 @@ def format_table(result: dict[str, Any]) -> str:
             f"{f(r['latency_ms_max']):>5} ms"
         )
     pads = {r["pad"] for r in result["rows"] if r.get("pad")}
-    tail = f"\nvirtual pad: {', '.join(sorted(pads))}" if pads else ""
+    tail = f"\nvirtual devices: {', '.join(sorted(pads))}" if pads else ""
     games = [r for r in result["rows"] if "photon_ms_median" in r]
     if games:
         frame_ms = 1000 / cfg["fps"]

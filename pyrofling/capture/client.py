@@ -72,6 +72,7 @@ class CaptureStats:
     presents_local: int = 0  # while no host was there
     frame_completes: int = 0
     gamepad_states: int = 0
+    input_events: int = 0
     errors: int = 0
     #: ``time.monotonic()`` when each present returned (the game's frame clock), last 100 000.
     present_times: deque[float] = field(default_factory=lambda: deque(maxlen=100_000))
@@ -191,6 +192,7 @@ class CaptureClient:
         reconnect_s: float = 0.5,
         fallback_fps: float = 60.0,
         on_gamepad: Callable[[int, PadState], None] | None = None,
+        on_input: Callable[[m.InputEvent], None] | None = None,
     ) -> None:
         """
         ``images``: 2..16 shared images.  ``sync``: fifo (paced by the host) or mailbox (never waits).
@@ -219,6 +221,13 @@ class CaptureClient:
         self._told_waiting = False
         self.fallback_period_s = 1.0 / fallback_fps
         self.on_gamepad = on_gamepad
+        #: Called on the reader thread with every keyboard and mouse update the host applies (protocol.md §8.5).
+        self.on_input = on_input
+        #: Keys (Linux codes) and mouse buttons held, and motion not yet taken (:meth:`take_motion`).
+        self.keys_held: frozenset[int] = frozenset()
+        self.mouse_buttons = 0
+        self.pointer: tuple[float, float] | None = None
+        self._motion = [0, 0, 0, 0]
         self.stats = CaptureStats()
         self.period_ns: int | None = None  # the host's heartbeat, once connected
         self.capabilities = m.ServerCapability(0)
@@ -249,6 +258,13 @@ class CaptureClient:
     def gamepad(self) -> PadState:
         """The newest pad state a viewer sent (neutral until one does)."""
         return self._pad
+
+    def take_motion(self) -> tuple[int, int, int, int]:
+        """Mouse motion and wheel (dx, dy, wheel, hwheel) since the last call: a game reads it once a frame."""
+        with self._cond:
+            dx, dy, wheel, hwheel = self._motion
+            self._motion = [0, 0, 0, 0]
+        return dx, dy, wheel, hwheel
 
     @property
     def gamepad_seq(self) -> int | None:
@@ -433,6 +449,17 @@ class CaptureClient:
                         self._completed_id = max(self._completed_id, done.presented_id)
                         self.stats.frame_completes += 1
                         self._cond.notify_all()
+            elif type_ == m.MessageType.INPUT_EVENT:
+                ev = m.InputEvent.parse_payload(payload)
+                with self._cond:
+                    self.keys_held, self.mouse_buttons = ev.held(), ev.buttons
+                    for i, v in enumerate((ev.dx, ev.dy, ev.wheel, ev.hwheel)):
+                        self._motion[i] += v
+                    if ev.flags & 1:
+                        self.pointer = (ev.abs_x / 65535, ev.abs_y / 65535)
+                self.stats.input_events += 1
+                if self.on_input is not None:
+                    self.on_input(ev)
             elif type_ == m.MessageType.GAMEPAD_STATE:
                 g = m.parse_gamepad_event(payload)
                 self._pad = PadState.of(g)

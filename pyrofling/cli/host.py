@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from pyrofling.cli.gamepad import add_host_gamepad_options
+from pyrofling.cli.keyboard_mouse import add_host_input_options
 from pyrofling.cli.options import (
     PASSWORD_ENV,
     add_logging_options,
@@ -82,6 +83,7 @@ def add_host(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _add_network_options(p)
     _add_audio_options(p)
     add_host_gamepad_options(p)
+    add_host_input_options(p)
     _add_security_options(p)
     _add_output_options(p)
     p.add_argument("--duration", type=run_time, default=None, help="stop after this many seconds (default: Ctrl-C)")
@@ -356,6 +358,8 @@ def host_config(args: argparse.Namespace) -> HostConfig:
         stats_json=args.stats_json,
         stats_interval_s=args.stats_interval,
         virtual_pad=args.virtual_pad,
+        virtual_input=args.virtual_input,
+        input_trace=args.input_trace,
         gamepad_trace=args.gamepad_trace,
         capture_socket=args.capture_socket,
         immediate_encode=args.immediate_encode,

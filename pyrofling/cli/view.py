@@ -8,6 +8,7 @@ import logging
 from typing import Any
 
 from pyrofling.cli.gamepad import add_view_gamepad_options, gamepad_config
+from pyrofling.cli.keyboard_mouse import add_view_input_options, input_config
 from pyrofling.cli.options import (
     add_logging_options,
     add_viewer_security_options,
@@ -54,6 +55,7 @@ def add_view(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _add_presentation_options(p)
     _add_audio_options(p)
     add_view_gamepad_options(p)
+    add_view_input_options(p)
     add_viewer_security_options(p)
     p.add_argument("--duration", type=run_time, default=None, help="stop after this many seconds")
     p.add_argument("--no-reconnect", action="store_true", help="exit when the host goes away instead of reconnecting")
@@ -193,10 +195,14 @@ def viewer_config(args: argparse.Namespace) -> ViewerConfig:
         flags |= KickFlags.AUDIO
     if gamepad is not None:
         flags |= KickFlags.GAMEPAD
+    keyboard_mouse = input_config(args)
+    if keyboard_mouse is not None:
+        flags |= KickFlags.KEYBOARD_MOUSE
     return ViewerConfig(
         flags=flags,
         audio=audio,
         gamepad=gamepad,
+        keyboard_mouse=keyboard_mouse,
         presentation=presentation_config(args, uri),
         refresh_hz=args.refresh_hz,
         refresh_skew_ppm=args.refresh_skew_ppm,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pyrofling.client.audio import AudioPlayerConfig
 from pyrofling.client.gamepad import GamepadConfig
+from pyrofling.client.keyboard_mouse import InputConfig
 from pyrofling.core.presentation import PresentationConfig
 from pyrofling.core.reassembler import ReassemblerConfig
 from pyrofling.core.viewer_auth import HostCredential
@@ -67,6 +68,8 @@ class ViewerConfig:
     audio: AudioPlayerConfig | None = None
     #: The pad to send (None: none; the GAMEPAD bit in ``flags`` tells the host to expect it).
     gamepad: GamepadConfig | None = None
+    #: Keys and the mouse (None: none; the KEYBOARD_MOUSE bit in ``flags`` asks the host for them).
+    keyboard_mouse: InputConfig | None = None
     #: Write each decoded frame's marker (id, capture time) and decode time here, as JSON lines (benches).
     marker_log: Path | None = None
     #: Compare every picture with the built-in test scene and judge each refresh: good, corrupt or stale (benches).

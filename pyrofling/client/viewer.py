@@ -30,6 +30,7 @@ from pyrofling.client.audio import AudioPlayer
 from pyrofling.client.config import ViewerConfig
 from pyrofling.client.connection import ConnectionIO
 from pyrofling.client.gamepad import GamepadLink
+from pyrofling.client.keyboard_mouse import InputLink
 from pyrofling.client.presenter import Display, HeadlessDisplay, Presenter
 from pyrofling.client.video import VideoPipeline
 from pyrofling.core.loss_tracker import LOSS_COUNTERS
@@ -49,7 +50,7 @@ from pyrofling.core.viewer_connection import (
 )
 from pyrofling.files import write_stats
 from pyrofling.pairing import PairingStoreError, ViewerPairings
-from pyrofling.wire import CodecParameters, KickFlags, RateDecider, StreamRate, VideoCodec
+from pyrofling.wire import CodecParameters, ExtensionFeature, KickFlags, RateDecider, StreamRate, VideoCodec
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,10 @@ class Viewer:
         self.gamepad: GamepadLink | None = None
         if config.gamepad is not None and config.flags & KickFlags.GAMEPAD:
             self.gamepad = GamepadLink(config.gamepad)
+        #: Keys and the mouse for a host that offers them (protocol.md §7.11).
+        self.keyboard_mouse: InputLink | None = None
+        if config.keyboard_mouse is not None and config.flags & KickFlags.KEYBOARD_MOUSE:
+            self.keyboard_mouse = InputLink(config.keyboard_mouse)
 
     def stop(self) -> None:
         if self._loop is not None and self._stop is not None and not self._loop.is_closed():
@@ -187,6 +192,8 @@ class Viewer:
                 await loop.run_in_executor(None, self.audio.close)
             if self.gamepad is not None:
                 self.gamepad.close()
+            if self.keyboard_mouse is not None:
+                self.keyboard_mouse.close()
             await loop.run_in_executor(None, self.video.close)
             if presenter is not None:
                 await loop.run_in_executor(None, presenter.join, 5.0)
@@ -259,6 +266,9 @@ class Viewer:
             elif isinstance(out, Streaming):
                 streamed = True
                 self._streaming(out, io.peer, lambda message: io.perform([conn.gamepad_state(message)]))
+                if self.keyboard_mouse is not None and out.extensions & ExtensionFeature.KEYBOARD_MOUSE:
+                    self.keyboard_mouse.start(asyncio.get_running_loop())
+                    self.keyboard_mouse.attach(lambda message: io.perform(conn.input_state(message)))
             elif isinstance(out, SessionFailed) and conn.session.auth_failed:
                 self.auth_failure, self._retry_after_s = out.reason, out.retry_after_s
             elif isinstance(out, Paired):
@@ -275,6 +285,8 @@ class Viewer:
         finally:
             if self.gamepad is not None:
                 self.gamepad.detach()
+            if self.keyboard_mouse is not None:
+                self.keyboard_mouse.detach()
             self._bank(conn)
         return streamed, reason
 
@@ -410,6 +422,8 @@ class Viewer:
             out["av_offset_ms"] = lat - out["glass_ms_median"] if lat is not None and out["glass_ms_median"] else None
         if self.gamepad is not None:
             out["gamepad"] = self.gamepad.summary()
+        if self.keyboard_mouse is not None:
+            out["keyboard_mouse"] = self.keyboard_mouse.summary()
         out["cpu_s"] = time.process_time() - self._cpu_start
         out["elapsed_s"] = time.monotonic() - self._started_s
         out["received_mbits"] = totals["bytes_received"] * 8 / max(out["elapsed_s"], 1e-6) / 1e6

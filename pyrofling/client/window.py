@@ -61,6 +61,7 @@ class ViewerWindow:
         self.stats_source: Viewer | None = None  # for the overlay and the "connecting" line
         self.on_close_requested: Callable[[], None] | None = None
         self.gamepad: Any = None  # a GamepadLink: the keyboard is a pad too
+        self.keyboard_mouse: Any = None  # an InputLink: keys and the mouse, for a host that takes them
         self.hud_visible = False
         self.frames_drawn = 0
         self.closed = False
@@ -90,6 +91,11 @@ class ViewerWindow:
             on_key_release=self._on_key_release,
             on_deactivate=self._on_deactivate,
             on_close=self._on_close,
+            on_mouse_press=self._on_mouse_press,
+            on_mouse_release=self._on_mouse_release,
+            on_mouse_motion=self._on_mouse_motion,
+            on_mouse_drag=self._on_mouse_drag,
+            on_mouse_scroll=self._on_mouse_scroll,
         )
 
     # -- decode thread -------------------------------------------------------------------------
@@ -186,6 +192,13 @@ class ViewerWindow:
         security = s.get("security") or {}
         if security.get("text"):
             lines.append(security["text"])
+        km = s.get("keyboard_mouse")
+        if km is not None and km.get("available"):
+            lines.append(
+                "keyboard and mouse: pointer captured (Ctrl+Alt+Z lets go; Ctrl+Alt+V/F/Q for the window)"
+                if km.get("captured")
+                else "keyboard and mouse: click the picture to play with them"
+            )
         lines.append(
             f"repeated {pres.get('repeated', 0)}, missed deadline {pres.get('missed_deadlines', 0)}, "
             f"dropped {pres.get('dropped', 0)}"
@@ -259,8 +272,30 @@ class ViewerWindow:
             points.append((x0 + j * step, y0 + f * GRAPH_H))
         self._graph_shapes.append(pyglet.shapes.MultiLine(*points, thickness=1.5, color=(80, 255, 80, 255), batch=b))
 
-    def _on_key(self, symbol: int, _modifiers: int) -> bool:
-        if self.gamepad is not None and self.gamepad.key(key.symbol_string(symbol), True):
+    @property
+    def captured(self) -> bool:
+        """The pointer is captured: keys, buttons and relative motion go to the host's keyboard and mouse."""
+        return self.keyboard_mouse is not None and self.keyboard_mouse.captured
+
+    def _capture(self, on: bool) -> None:
+        link = self.keyboard_mouse
+        if link is None or (on and not link.available):
+            return
+        self.window.set_exclusive_mouse(on)
+        link.capture(on)
+        if self.gamepad is not None and on:
+            self.gamepad.release_keys()  # the keys are the game's now, not the keyboard pad's
+
+    def _on_key(self, symbol: int, modifiers: int) -> bool:
+        name = key.symbol_string(symbol)
+        ctrl_alt = modifiers & key.MOD_CTRL and modifiers & key.MOD_ALT
+        if ctrl_alt and symbol == key.Z:  # lets the pointer go (or takes it, without a click)
+            self._capture(not self.captured)
+            return True
+        if self.captured and not ctrl_alt:
+            self.keyboard_mouse.key(name, True)  # everything is the game's; the window's keys need Ctrl+Alt
+            return True
+        if not self.captured and self.gamepad is not None and self.gamepad.key(name, True):
             return True
         if symbol == key.V:
             self.hud_visible = not self.hud_visible
@@ -268,19 +303,73 @@ class ViewerWindow:
                 self._update_hud()
         elif symbol == key.F:
             self.window.set_fullscreen(not self.window.fullscreen)
-        elif symbol == key.ESCAPE or (symbol == key.Q and self.gamepad is None):
+        elif symbol == key.ESCAPE or (symbol == key.Q and (self.gamepad is None or self.captured)):
             self._on_close()
         return True
 
     def _on_key_release(self, symbol: int, _modifiers: int) -> bool:
+        name = key.symbol_string(symbol)
+        if self.keyboard_mouse is not None:
+            self.keyboard_mouse.key(name, False)  # a release never hurts: a key pressed before capture
         if self.gamepad is not None:
-            self.gamepad.key(key.symbol_string(symbol), False)
+            self.gamepad.key(name, False)
         return True
 
     def _on_deactivate(self) -> bool:
         if self.gamepad is not None:
             self.gamepad.release_keys()  # a key let go in another window must not stay held here
+        if self.keyboard_mouse is not None:
+            if self.captured:
+                self._capture(False)
+            self.keyboard_mouse.release_all()
         return True
+
+    def _on_mouse_press(self, x: int, y: int, button: int, _modifiers: int) -> bool:
+        link = self.keyboard_mouse
+        if link is None or not link.available:
+            return True
+        if not self.captured:
+            self._capture(True)  # this click captures; it does not reach the game
+            return True
+        link.button(_MOUSE_BUTTONS.get(button, -1), True)
+        return True
+
+    def _on_mouse_release(self, x: int, y: int, button: int, _modifiers: int) -> bool:
+        if self.keyboard_mouse is not None:
+            self.keyboard_mouse.button(_MOUSE_BUTTONS.get(button, -1), False)
+        return True
+
+    def _on_mouse_motion(self, x: int, y: int, dx: int, dy: int) -> bool:
+        link = self.keyboard_mouse
+        if link is None or not link.available:
+            return True
+        if self.captured:
+            link.move(dx, -dy)  # pyglet's y grows upward, the game's downward
+        else:
+            where = self._over_picture(x, y)
+            if where is not None:
+                link.point(*where)
+        return True
+
+    def _on_mouse_drag(self, x: int, y: int, dx: int, dy: int, _buttons: int, _modifiers: int) -> bool:
+        return self._on_mouse_motion(x, y, dx, dy)
+
+    def _on_mouse_scroll(self, x: int, y: int, scroll_x: float, scroll_y: float) -> bool:
+        if self.captured:
+            self.keyboard_mouse.scroll(round(scroll_y), round(scroll_x))
+        return True
+
+    def _over_picture(self, x: int, y: int) -> tuple[float, float] | None:
+        """Where (x, y) of the window falls on the picture, 0..1 from its top left; None outside it."""
+        tex = self._texture
+        if tex is None:
+            return None
+        win_w, win_h = self.window.get_size()
+        scale = min(win_w / tex.width, win_h / tex.height)
+        w, h = tex.width * scale, tex.height * scale
+        left, bottom = (win_w - w) / 2, (win_h - h) / 2
+        u, v = (x - left) / w, 1 - (y - bottom) / h
+        return (u, v) if 0 <= u <= 1 and 0 <= v <= 1 else None
 
     def _on_close(self) -> bool:
         if self.on_close_requested is not None:
@@ -292,6 +381,10 @@ class ViewerWindow:
         self._draw()
         pyglet.image.get_buffer_manager().get_color_buffer().save(str(path))
         log.info("saved a screenshot to %s", path)
+
+
+#: pyglet's mouse buttons → INPUT_STATE button bits (left, right, middle, side, extra).
+_MOUSE_BUTTONS = {1: 0, 4: 1, 2: 2, 8: 3, 16: 4}
 
 
 def _screen_rate(window: Any) -> float | None:
@@ -325,6 +418,7 @@ def watch_in_window(config: ViewerConfig, *, screenshot: Path | None = None, tit
     viewer = Viewer(config, display=window, run_presenter=False)
     window.stats_source = viewer
     window.gamepad = viewer.gamepad
+    window.keyboard_mouse = viewer.keyboard_mouse
     stop = viewer.presenter_stop
 
     def network() -> None:

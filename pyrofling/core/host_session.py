@@ -34,6 +34,7 @@ from pyrofling.core.host_state import (
     GamepadInput,
     HostOutput,
     HostSessionConfig,
+    KeyboardMouseInput,
     LogLine,
     PhaseFeedback,
     RemoteViewer,
@@ -42,6 +43,7 @@ from pyrofling.core.host_state import (
     ViewerLeft,
     ViewerPaired,
 )
+from pyrofling.core.keyboard_mouse import InputRouter, InputVerdict
 from pyrofling.core.keyframes import KeyframePolicy
 from pyrofling.core.pacer import PacedQueue, Pacer, TokenBucketPacer
 from pyrofling.core.packetizer import Packetizer
@@ -61,6 +63,7 @@ from pyrofling.wire import (
     Extensions,
     GamepadState,
     Hello,
+    InputState,
     Kick,
     KickFlags,
     LossReport,
@@ -88,6 +91,7 @@ __all__ = [
     "HostOutput",
     "HostSessionConfig",
     "HostSessions",
+    "KeyboardMouseInput",
     "LogLine",
     "PhaseFeedback",
     "RemoteViewer",
@@ -136,6 +140,8 @@ class HostSessions:
         #: Who drives the one virtual pad (protocol.md §7.6).
         self.gamepad = GamepadRouter()
         self._pad_holder: int | None = None
+        #: Who types and moves the mouse (protocol.md §7.11).
+        self.input = InputRouter()
 
     # -- connections ---------------------------------------------------------------------
 
@@ -171,6 +177,9 @@ class HostSessions:
         out: list[HostOutput] = [ViewerLeft(conn_id)]
         if release is not None:
             out.append(GamepadInput(release))
+        let_go = self.input.connection_closed(conn_id)
+        if let_go is not None:
+            out.append(KeyboardMouseInput(let_go))
         if conn.link is not None and self.rate is not None:
             out += self.rate.left(conn, conn.last_alive_s, self._video_viewers(), self._pad_holder)
         return out
@@ -264,6 +273,8 @@ class HostSessions:
         conn.last_alive_s = now
         if flags & KickFlags.GAMEPAD:
             self.gamepad.reset_ownership()  # as the reference: a (re)joining player may take the pad
+        if flags & KickFlags.KEYBOARD_MOUSE and conn.extensions & ExtensionFeature.KEYBOARD_MOUSE:
+            self.input.reset_ownership()  # likewise for the keyboard and mouse
         if conn.kicked:
             return [LogLine(conn.conn_id, f"redundant KICK from {conn.label}")]
         if conn.udp_address is None:
@@ -452,6 +463,8 @@ class HostSessions:
             return [PhaseFeedback(conn.conn_id, msg.ideal_phase_offset_us)]
         if isinstance(msg, GamepadState):
             return self._gamepad(conn, msg)
+        if isinstance(msg, InputState):
+            return self._keyboard_mouse(conn, msg, now)
         if isinstance(msg, Nack):
             return self._nack(conn, msg)
         if isinstance(msg, LossReport):
@@ -550,6 +563,23 @@ class HostSessions:
             out.append(LogLine(conn.conn_id, f"{conn.label} {how}"))
         return out
 
+    def _keyboard_mouse(self, conn: RemoteViewer, msg: InputState, now: float) -> list[HostOutput]:
+        """Keys and the mouse: only from a viewer that negotiated them and asked for them in its KICK."""
+        if not conn.extensions & ExtensionFeature.KEYBOARD_MOUSE or not conn.flags & KickFlags.KEYBOARD_MOUSE:
+            self.discarded["input_not_requested"] += 1
+            return []
+        conn.input_states += 1
+        previous = self.input.owner
+        verdict, update = self.input.offer(conn.conn_id, msg, now)
+        if verdict is not InputVerdict.APPLIED or update is None:
+            self.discarded[f"input_{verdict.value}"] += 1
+            return []
+        out: list[HostOutput] = [KeyboardMouseInput(update)]
+        if previous != conn.conn_id:
+            how = "took the keyboard and mouse over" if update.took_over else "has the keyboard and mouse"
+            out.append(LogLine(conn.conn_id, f"{conn.label} {how}"))
+        return out
+
     def summary(self) -> dict[str, object]:
         """Connections, authentication, and what was dropped and why."""
         return {
@@ -577,10 +607,14 @@ class HostSessions:
             waiting = [c.opened_s for c in self._connections.values() if not c.authenticated]
             if waiting:
                 due = min(due, min(waiting) + self.config.auth_timeout_s)
-        return due
+        held = self.input.next_timer()
+        return due if held is None else min(due, held)
 
     def handle_timer(self, now: float) -> list[HostOutput]:
         out: list[HostOutput] = []
+        silent = self.input.handle_timer(now)
+        if silent is not None:  # the owner held keys and went quiet: let go rather than leave them held
+            out.append(KeyboardMouseInput(silent))
         for conn in list(self._connections.values()):
             if now - conn.last_alive_s >= self.config.keepalive_timeout_s:
                 self.timed_out += 1
@@ -595,5 +629,6 @@ class HostSessions:
 
 
 def _flag_names(flags: KickFlags) -> str:
-    names = [f.name.lower() for f in (KickFlags.VIDEO, KickFlags.AUDIO, KickFlags.GAMEPAD) if flags & f and f.name]
+    shown = (KickFlags.VIDEO, KickFlags.AUDIO, KickFlags.GAMEPAD, KickFlags.KEYBOARD_MOUSE)
+    names = [f.name.lower() for f in shown if flags & f and f.name]
     return "+".join(names) or "nothing"

@@ -13,6 +13,7 @@ from typing import Any, TypeAlias
 from pyrofling.core.congestion import LinkController
 from pyrofling.core.control_channel import ControlChannel
 from pyrofling.core.gamepad import PadUpdate
+from pyrofling.core.keyboard_mouse import InputUpdate
 from pyrofling.core.pacer import PacedQueue
 from pyrofling.core.packetizer import Packetizer
 from pyrofling.core.secure import SEAL_OVERHEAD, CodeExchange, Opener, Sealer, ShareExchange, Transcript
@@ -89,6 +90,13 @@ class ViewerPaired(HostOutput):
 
 
 @dataclass(frozen=True, slots=True)
+class KeyboardMouseInput(HostOutput):
+    """An update for the virtual keyboard, mouse and pointer (protocol.md §7.11): write each device's report."""
+
+    update: InputUpdate
+
+
+@dataclass(frozen=True, slots=True)
 class GamepadInput(HostOutput):
     """A state for the virtual pad: write ``update.events`` to it (they may be empty: nothing changed)."""
 
@@ -113,6 +121,7 @@ class HostSessionConfig:
         | ExtensionFeature.NACK
         | ExtensionFeature.MDS_FEC
         | ExtensionFeature.RATE_CONTROL
+        | ExtensionFeature.KEYBOARD_MOUSE
     )
     #: At most one PROGRESS log line per viewer per this interval.
     progress_log_interval_s: float = 1.0
@@ -177,6 +186,7 @@ class RemoteViewer:
     last_log_s: float | None = None
     phase_offsets: int = 0
     gamepad_states: int = 0
+    input_states: int = 0
     pings: int = 0
     nacks: int = 0
     loss_reports: int = 0

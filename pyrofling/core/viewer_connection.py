@@ -248,6 +248,12 @@ class ViewerConnection:
         """A GAMEPAD_STATE datagram as it goes on the wire (sealed on an encrypted session)."""
         return DatagramToHost(self.session.udp(message))
 
+    def input_state(self, message: bytes) -> list[ViewerOutput]:
+        """An INPUT_STATE datagram as it goes on the wire; nothing unless the host granted KEYBOARD_MOUSE."""
+        if not self.streaming or not self.session.extensions & ExtensionFeature.KEYBOARD_MOUSE:
+            return []
+        return [DatagramToHost(self.session.udp(message))]
+
     # -- timers --------------------------------------------------------------------------------
 
     def next_timer(self) -> float | None:

@@ -142,6 +142,7 @@ class ViewerSessionConfig:
         | ExtensionFeature.NACK
         | ExtensionFeature.MDS_FEC
         | ExtensionFeature.RATE_CONTROL
+        | ExtensionFeature.KEYBOARD_MOUSE
     )
     #: The host's password or pairing code, for a host that asks (protocol.md §7.7).
     secret: str | None = field(default=None, repr=False)
@@ -385,7 +386,10 @@ class ViewerSession:
         self.phase = Phase.KICKING
         self.kick_attempts += 1
         self._timers.kick = None
-        return [DatagramToHost(self.udp(bytes(Cookie(self.cookie)))), self._send(Kick(self.config.flags))]
+        flags = self.config.flags
+        if not self.extensions & ExtensionFeature.KEYBOARD_MOUSE:
+            flags &= ~KickFlags.KEYBOARD_MOUSE  # only to a host that offered it
+        return [DatagramToHost(self.udp(bytes(Cookie(self.cookie)))), self._send(Kick(flags))]
 
     def _streaming(self, params: CodecParameters, now: float) -> list[ViewerOutput]:
         if params.video_codec == 0 and self.config.flags & KickFlags.VIDEO:

@@ -36,8 +36,9 @@ import numpy.typing as npt
 
 from pyrofling.capture.paths import peer_uid, prepare_socket_dir
 from pyrofling.core.gamepad import PadUpdate
+from pyrofling.core.keyboard_mouse import InputUpdate
 from pyrofling.core.swapchain import EncodeImage, Retire, Swapchain
-from pyrofling.wire import ProtocolError
+from pyrofling.wire import InputState, ProtocolError
 from pyrofling.wire import capture as m
 
 log = logging.getLogger(__name__)
@@ -193,6 +194,24 @@ class CaptureServer:
             if game.hello:
                 self._send(game, event, droppable=True)
 
+    def input_update(self, update: InputUpdate) -> None:
+        """An InputOutput listener: every game gets what the host applied to its keyboard and mouse."""
+        ax, ay = update.absolute or (0, 0)
+        event = m.InputEvent(
+            InputState.key_bitmap(update.keys),
+            update.buttons,
+            1 if update.absolute is not None else 0,
+            update.dx,
+            update.dy,
+            update.wheel,
+            update.hwheel,
+            ax,
+            ay,
+        ).encode(0)
+        for game in list(self._games.values()):
+            if game.hello:
+                self._send(game, event, droppable=True)
+
     def summary(self) -> dict[str, Any]:
         st = self.stats
         chains = [g.swapchain for g in self._games.values() if g.swapchain is not None]
@@ -294,7 +313,8 @@ class CaptureServer:
         if kind is m.MessageType.OK:
             self._send(game, m.pack(header.serial, m.MessageType.OK))
         elif kind is m.MessageType.SERVER_HELLO:
-            hello = m.ServerHello(m.VERSION, int(m.ServerCapability.GAMEPAD_EVENTS | self._audio_cap), self.period_ns)
+            caps = m.ServerCapability.GAMEPAD_EVENTS | m.ServerCapability.INPUT_EVENTS | self._audio_cap
+            hello = m.ServerHello(m.VERSION, int(caps), self.period_ns)
             self._send(game, hello.encode(header.serial))
         else:
             self._error(game, header.serial, kind, text, reason)

@@ -56,6 +56,11 @@ class HostConfig:
     audio: AudioConfig = field(default_factory=AudioConfig)
     #: The virtual gamepad viewers drive: uinput (a warning and no pad without /dev/uinput) or none.
     virtual_pad: str = "uinput"
+    #: The virtual keyboard and mouse viewers drive (protocol.md §7.11): uinput (a warning and none without
+    #: /dev/uinput) or none.
+    virtual_input: str = "uinput"
+    #: Write every keyboard and mouse update applied, with its time, as JSON lines (benches).
+    input_trace: Path | None = None
     #: Write every state applied to the virtual pad, with its time, as JSON lines.
     gamepad_trace: Path | None = None
     #: With source "capture": the games' socket (None: $XDG_RUNTIME_DIR/pyrofling-capture).

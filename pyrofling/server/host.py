@@ -32,6 +32,7 @@ from pyrofling.core.host_session import (
     HostOutput,
     HostSessionConfig,
     HostSessions,
+    KeyboardMouseInput,
     PhaseFeedback,
     ViewerLeft,
 )
@@ -55,6 +56,7 @@ from pyrofling.server.config import HostConfig
 from pyrofling.server.encoder import EncodedVideo, VideoEncoder
 from pyrofling.server.gamepad import PadOutput, VirtualPad, open_virtual_pad
 from pyrofling.server.heartbeat import Heartbeat
+from pyrofling.server.input_devices import InputDevices, InputOutput, open_input_devices
 from pyrofling.server.muxing import StreamInfo
 from pyrofling.server.network import HostNetwork, uri_host
 from pyrofling.server.outputs import Outputs
@@ -68,8 +70,11 @@ log = logging.getLogger(__name__)
 class Host:
     """Runs a host until :meth:`stop` (or the configured duration).  ``await host.run()``."""
 
-    def __init__(self, config: HostConfig, *, pad: VirtualPad | None = None) -> None:
-        """``pad``: a virtual pad to use instead of opening ``config.virtual_pad`` (tests)."""
+    def __init__(
+        self, config: HostConfig, *, pad: VirtualPad | None = None, input_devices: InputDevices | None = None
+    ) -> None:
+        """``pad``, ``input_devices``: a virtual pad, keyboard and mouse to use instead of opening
+        ``config.virtual_pad`` / ``config.virtual_input`` (tests)."""
         self.config = config
         self.stats = HostStats()
         self.keyframes = KeyframePolicy()
@@ -115,6 +120,8 @@ class Host:
         self._audio_source: AudioSource | None = None
         self._pad = pad
         self.pad_output: PadOutput | None = None
+        self._input_devices = input_devices
+        self.input_output: InputOutput | None = None
         self.capture: CaptureServer | None = None
         self.outputs = Outputs()
 
@@ -156,6 +163,9 @@ class Host:
         pad = self._pad if self._pad is not None else open_virtual_pad(cfg.virtual_pad)
         self.pad_output = PadOutput(pad, trace=cfg.gamepad_trace)
         log.info("gamepad: %s", pad.description)
+        devices = self._input_devices or open_input_devices(cfg.virtual_input)
+        self.input_output = InputOutput(devices, trace=cfg.input_trace)
+        log.info("keyboard and mouse: %s", devices.description)
         heartbeat = self.heartbeat = Heartbeat(
             clock=self.clock,
             schedule=self.schedule,
@@ -177,6 +187,7 @@ class Host:
             )
             self.capture.start(loop)
             self.pad_output.listeners.append(self.capture.pad_update)
+            self.input_output.listeners.append(self.capture.input_update)
         port = await self.network.listen(cfg.bind, cfg.port)
         log.info(
             "hosting %dx%d@%d %s %d kbit/s on %s port %d (TCP+UDP); FEC %s; join with: pyrofling view pyro://%s:%d",
@@ -211,7 +222,7 @@ class Host:
             await asyncio.gather(*tasks, return_exceptions=True)
             await self.network.close()
             self._executor.shutdown(wait=True)
-            for closable in (source, self.capture, audio_source, self.outputs, self.pad_output):
+            for closable in (source, self.capture, audio_source, self.outputs, self.pad_output, self.input_output):
                 if closable is not None:
                     closable.close()  # the outputs after the last packet: the recording is finished and indexed
             if cfg.stats_json is not None:
@@ -282,6 +293,8 @@ class Host:
             self.clock.viewer_left(out.conn_id)
         elif isinstance(out, GamepadInput) and self.pad_output is not None:
             self.pad_output.apply(out.update)
+        elif isinstance(out, KeyboardMouseInput) and self.input_output is not None:
+            self.input_output.apply(out.update)
         elif isinstance(out, ViewerPaired):
             if self.pairings is not None:
                 try:
@@ -418,6 +431,10 @@ class Host:
             **self.clock.summary(),
             "audio_capture_overflows": getattr(self._audio_source, "overflows", 0),  # device capture only
             "gamepad": {**pad, **self.sessions.gamepad.summary()},
+            "keyboard_mouse": {
+                **(self.input_output.summary() if self.input_output is not None else {}),
+                **self.sessions.input.summary(),
+            },
             "capture": self.capture.summary() if self.capture is not None else None,
             "outputs": self.outputs.summary(),
             "rate": {

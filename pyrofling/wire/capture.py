@@ -51,6 +51,7 @@ class MessageType(enum.IntEnum):
     GAMEPAD_STATE = 300 | EVENT
     AUDIO_FORMAT = 301
     AUDIO_SAMPLES = 302 | ONE_WAY
+    INPUT_EVENT = 303 | EVENT
 
 
 class Intent(enum.IntEnum):
@@ -87,6 +88,7 @@ class PixelFormat(enum.IntEnum):
 class ServerCapability(enum.IntFlag):
     GAMEPAD_EVENTS = 1
     AUDIO = 2
+    INPUT_EVENTS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,6 +270,28 @@ def parse_gamepad_event(payload: Buffer) -> GamepadState:
 
 
 @dataclass(frozen=True, slots=True)
+class InputEvent(CaptureMessage):
+    """pyrofling: what the host applied to its keyboard and mouse (protocol.md §8.5): the keys and buttons held
+    after it, this update's motion and wheel, and the pointer's place over the picture when known."""
+
+    TYPE = MessageType.INPUT_EVENT
+    PAYLOAD = struct.Struct("<32sBBiiiiHHH")
+    keys: bytes  # bit k of byte k // 8: Linux key code k is held
+    buttons: int  # bit 0 left, 1 right, 2 middle, 3 side, 4 extra
+    flags: int  # bit 0: abs_x / abs_y hold the pointer's place
+    dx: int
+    dy: int
+    wheel: int
+    hwheel: int
+    abs_x: int
+    abs_y: int
+    reserved: int = 0
+
+    def held(self) -> frozenset[int]:
+        return frozenset(i * 8 + b for i, byte in enumerate(self.keys) if byte for b in range(8) if byte >> b & 1)
+
+
+@dataclass(frozen=True, slots=True)
 class AudioFormat(CaptureMessage):
     """Audio will follow as interleaved S16LE at this rate and channel count."""
 
@@ -297,5 +321,6 @@ PAYLOADS: dict[int, type[CaptureMessage]] = {
         RetireImage,
         FrameComplete,
         AudioFormat,
+        InputEvent,
     )
 }

@@ -70,6 +70,7 @@ class MessageId(enum.IntEnum):
     STREAM_RATE = 40
     PATH_CHALLENGE = 41
     PATH_RESPONSE = 42
+    INPUT_STATE = 43
 
 
 def type_word(message_id: int, payload_bytes: int) -> int:
@@ -106,6 +107,8 @@ class KickFlags(enum.IntFlag):
     VIDEO = 1 << 0
     AUDIO = 1 << 1
     GAMEPAD = 1 << 2
+    #: pyrofling extension (KEYBOARD_MOUSE, protocol.md §7.11): this connection sends keys and the mouse.
+    KEYBOARD_MOUSE = 1 << 3
 
 
 class VideoCodec(enum.IntEnum):
@@ -279,6 +282,54 @@ class GamepadState(ControlMessage):
     hat_y: int = 0
 
 
+class InputFlags(enum.IntFlag):
+    """INPUT_STATE flags (protocol.md §7.11)."""
+
+    NONE = 0
+    #: ``abs_x``/``abs_y`` hold where the pointer is over the picture (not captured).
+    ABSOLUTE = 1 << 0
+    #: The viewer has captured the pointer: motion is relative.
+    CAPTURED = 1 << 1
+
+
+#: Linux key codes an INPUT_STATE can hold (its bitmap's size).
+INPUT_KEY_CODES = 256
+
+
+@dataclass(frozen=True, slots=True)
+class InputState(ControlMessage):
+    """pyrofling extension (protocol.md §7.11), viewer → host over UDP: the keyboard and mouse as they are now.
+
+    A state, not events: which keys and buttons are held, and motion and wheel as running totals since the
+    connection began (wrapping at 2**32), so a lost datagram loses nothing and nothing stays held."""
+
+    ID = MessageId.INPUT_STATE
+    PAYLOAD = struct.Struct("<HBB32siiiiHHH")
+    seq: int = 0
+    buttons: int = 0  # bit 0 left, 1 right, 2 middle, 3 side, 4 extra
+    flags: int = 0
+    keys: bytes = bytes(32)  # bit k of byte k // 8: Linux key code k is held
+    dx_total: int = 0
+    dy_total: int = 0
+    wheel_total: int = 0  # detents, up positive
+    hwheel_total: int = 0  # detents, right positive
+    abs_x: int = 0  # 0..65535 across the picture
+    abs_y: int = 0
+    reserved: int = 0
+
+    def held(self) -> frozenset[int]:
+        """The key codes held."""
+        return frozenset(i * 8 + b for i, byte in enumerate(self.keys) if byte for b in range(8) if byte >> b & 1)
+
+    @staticmethod
+    def key_bitmap(codes: frozenset[int] | set[int]) -> bytes:
+        out = bytearray(32)
+        for code in codes:
+            if 0 <= code < INPUT_KEY_CODES:
+                out[code // 8] |= 1 << (code % 8)
+        return bytes(out)
+
+
 @dataclass(frozen=True, slots=True)
 class Ping(ControlMessage):
     ID = MessageId.PING
@@ -306,6 +357,9 @@ class ExtensionFeature(enum.IntFlag):
     MDS_FEC = 1 << 5
     #: The viewer sends RATE_FEEDBACK; the host fits the stream to the link and says so with STREAM_RATE (§7.10).
     RATE_CONTROL = 1 << 6
+    #: The viewer sends INPUT_STATE (keys, mouse buttons, motion, wheel); the host feeds a keyboard and a mouse
+    #: (protocol.md §7.11).
+    KEYBOARD_MOUSE = 1 << 7
 
 
 #: Version of the pyrofling extension set this build speaks.
@@ -613,6 +667,7 @@ CONTROL_TYPES: dict[int, type[ControlMessage]] = {
         StreamRate,
         PathChallenge,
         PathResponse,
+        InputState,
     )
 }
 
@@ -641,6 +696,7 @@ UDP_CLIENT_TYPES = frozenset(
         MessageId.LOSS_REPORT,
         MessageId.RATE_FEEDBACK,
         MessageId.PATH_RESPONSE,
+        MessageId.INPUT_STATE,
     }
 )
 

@@ -100,8 +100,10 @@ def add_input(sub: Sub) -> None:
         "--cases",
         type=choice_list(CASES),
         default=("loopback", "netsim"),
-        help="comma list: loopback, netsim (default both); game, game-immediate: stream the example game "
-        "through the capture socket and also time input to photon (pad send to the decoded frame showing it)",
+        help="comma list: loopback, netsim (default both): the pad; keys, keys-netsim: keys and the mouse (a "
+        "headless viewer's synthetic player → the virtual keyboard and mouse); game, game-immediate: stream the "
+        "example game through the capture socket and also time input to photon (pad send to the decoded frame "
+        "showing it)",
     )
     p.add_argument("--client", choices=("view", "gamepad"), default="view", help="which client sends (default view)")
     p.add_argument("--jitter-ms", type=number(0.0, 100.0, "ms"), default=5.0, help="netsim jitter (default 5)")
