@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import threading
 from pathlib import Path
@@ -311,3 +312,68 @@ def test_a_viewers_keys_and_mouse_reach_the_hosts_devices_and_a_python_game(tmp_
     assert held == set()  # nothing stays held after the viewer leaves
     # The Python game saw the keys held and the same motion, through the capture socket.
     assert game_saw["keys_events"] > 10 and game_saw["dy"] == sent.dy_total > 100
+
+
+# -- the uinput adapter -----------------------------------------------------------------------------
+
+
+def test_uinput_input_makes_three_devices_and_writes_each_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import uinput
+    from test_gamepad_io import RecordingUinputDevice
+
+    from pyrofling.server.input_devices import UinputInput
+
+    RecordingUinputDevice.created.clear()
+    monkeypatch.setattr(uinput, "Device", RecordingUinputDevice)
+    node = tmp_path / "uinput"
+    node.write_bytes(b"")  # a writable file stands in for the device node
+    devices = UinputInput(path=str(node))
+    keyboard, mouse_dev, pointer = RecordingUinputDevice.created
+    assert [d.kwargs["name"] for d in (keyboard, mouse_dev, pointer)] == [
+        "PyroFling virtual keyboard",
+        "PyroFling virtual mouse",
+        "PyroFling virtual pointer",
+    ]
+    assert [d.kwargs["product"] for d in (keyboard, mouse_dev, pointer)] == [0xFFE0, 0xFFE1, 0xFFE2]
+    assert (EV_KEY, KEY_W) in keyboard.capabilities and (EV_KEY, 248) in keyboard.capabilities
+    assert (EV_REL, REL_X) in mouse_dev.capabilities and (EV_KEY, BTN_LEFT) in mouse_dev.capabilities
+    assert (EV_ABS, 0, 0, 65535, 0, 0) in pointer.capabilities
+    router = InputRouter()
+    _, u = router.offer(1, state(0, {KEY_W}, buttons=1, dx_total=3), 0.0)
+    assert u is not None
+    from pyrofling.server.input_devices import InputOutput
+
+    out = InputOutput(devices)
+    out.apply(u)
+    assert keyboard.calls == [("emit", (EV_KEY, KEY_W), 1, False), ("syn",)]
+    assert mouse_dev.calls == [("emit", (EV_KEY, BTN_LEFT), 1, False), ("emit", (EV_REL, REL_X), 3, False), ("syn",)]
+    assert pointer.calls == []  # nothing to say: no write at all
+    out.close()
+    assert all(d.calls[-1] == ("destroy",) for d in (keyboard, mouse_dev, pointer))
+
+
+@pytest.mark.skipif(
+    not os.access("/dev/uinput", os.W_OK) or not os.path.isdir("/dev/input"),
+    reason="no writable /dev/uinput on this machine (needs the uinput kernel module and access to it)",
+)
+def test_real_uinput_keyboard_and_mouse_report_what_was_written() -> None:
+    import time
+
+    import evdev
+
+    from pyrofling.server.input_devices import UinputInput
+
+    devices = UinputInput()
+    try:
+        time.sleep(0.3)  # udev creates the event nodes
+        found = {d.name: d for d in (evdev.InputDevice(p) for p in evdev.list_devices())}
+        kb, ms = found["PyroFling virtual keyboard"], found["PyroFling virtual mouse"]
+        devices.write("keyboard", [(EV_KEY, KEY_W, 1), (EV_SYN, 0, 0)])
+        devices.write("mouse", [(EV_REL, REL_X, 7), (EV_SYN, 0, 0)])
+        time.sleep(0.05)
+        assert [(e.type, e.code, e.value) for e in kb.read() if e.type == EV_KEY] == [(EV_KEY, KEY_W, 1)]
+        assert [(e.type, e.code, e.value) for e in ms.read() if e.type == EV_REL] == [(EV_REL, REL_X, 7)]
+    finally:
+        devices.close()

@@ -24,6 +24,7 @@ from pyrofling.core.host_session import (
     GamepadInput,
     HostSessionConfig,
     HostSessions,
+    KeyboardMouseInput,
     LogLine,
     SendControl,
     SendDatagram,
@@ -72,6 +73,7 @@ from pyrofling.wire import (
     Extensions,
     GamepadState,
     Hello,
+    InputState,
     Kick,
     KickFlags,
     Nak,
@@ -327,7 +329,7 @@ class Link:
             elif isinstance(o, CloseConnection):
                 self.closed.append(o.reason)
                 self.hs.close(o.conn_id)  # as the shell does
-            elif isinstance(o, GamepadInput):
+            elif isinstance(o, GamepadInput | KeyboardMouseInput):
                 self.pad_inputs.append(o)
             elif isinstance(o, ViewerPaired):
                 self.host_paired.append(o)
@@ -707,6 +709,16 @@ def test_plaintext_and_replayed_datagrams_never_act_for_a_sealed_viewer() -> Non
     replay = link.to_host_udp[-1]
     assert link.hs.datagram(("6.6.6.6", 1), replay, 0.3) == [] and link.hs.discarded["replayed"] == 1
     assert link.conn.udp_address == UDP
+
+
+def test_keys_and_the_mouse_are_sealed_like_the_pad() -> None:
+    flags = PAD | KickFlags.KEYBOARD_MOUSE
+    link = Link(host(), ViewerSessionConfig(flags=flags, secret=SECRET)).run()
+    sealed_ok(link)
+    keys = InputState(1, keys=InputState.key_bitmap({17}))
+    assert link.hs.datagram(UDP, bytes(keys), 0.2) == [] and link.hs.discarded["plaintext_refused"] == 1
+    link.udp(bytes(keys))
+    assert [type(o) for o in link.pad_inputs] == [KeyboardMouseInput]
 
 
 def test_a_held_back_datagram_from_a_forged_source_does_not_redirect_the_stream() -> None:

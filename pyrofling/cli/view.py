@@ -45,7 +45,8 @@ def add_view(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description=(
             "Connect to a host, reassemble and decode its stream and show it in a window (or count frames with "
             "--headless). Keys in the window: V toggles the statistics overlay, F toggles full screen, Esc quits; "
-            "the keyboard pad's keys are listed under 'gamepad'. A viewer that had a stream follows its host "
+            "the keyboard pad's keys are listed under 'gamepad'; with a host that takes keys and the mouse, a click "
+            "captures the pointer for the game (see 'keyboard and mouse'). A viewer that had a stream follows its host "
             "through restarts; one that cannot reach the host says why and stops."
         ),
         epilog="Example: pyrofling view pyro://127.0.0.1:9876   (IPv6: pyro://[::1]:9876)",
