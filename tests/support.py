@@ -47,12 +47,16 @@ async def start_host(
     encoder: EncoderConfig = SMALL,
     pad: VirtualPad | None = None,
     input_devices: InputDevices | None = None,
+    pad_factory: Callable[[int], VirtualPad] | None = None,
     port: int = 0,
     **config: Any,
 ) -> tuple[Host, asyncio.Task[Any]]:
     """A host on a free port (no status lines), running until :func:`stop_host`."""
     host = Host(
-        HostConfig(port=port, encoder=encoder, status_interval_s=0, **config), pad=pad, input_devices=input_devices
+        HostConfig(port=port, encoder=encoder, status_interval_s=0, **config),
+        pad=pad,
+        input_devices=input_devices,
+        pad_factory=pad_factory,
     )
     task = asyncio.create_task(host.run())
     await asyncio.wait_for(host.ready.wait(), 15)

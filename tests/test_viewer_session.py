@@ -72,6 +72,7 @@ def test_handshake_pipelines_extensions_after_hello() -> None:
         | ExtensionFeature.MDS_FEC
         | ExtensionFeature.RATE_CONTROL
         | ExtensionFeature.KEYBOARD_MOUSE
+        | ExtensionFeature.PADS
     )
     assert sent(s.start(0.0)) == [("tcp", Hello()), ("tcp", Extensions(1, offered))]
     assert s.control(Cookie(42), 0.001) == []

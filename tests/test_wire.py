@@ -35,11 +35,13 @@ from pyrofling.wire import (
     Nack,
     Nak,
     Ok,
+    PadAssigned,
     PathChallenge,
     PathResponse,
     PhaseOffset,
     Ping,
     PingReply,
+    Player,
     Progress,
     ProtocolError,
     RateDecider,
@@ -77,6 +79,8 @@ SAMPLES = [
     AuthResult(2, 60_000, b"h" * 32),
     PathChallenge(2**64 - 1),
     InputState(65535, 0x1F, 3, bytes(range(32)), -(2**31), 2**31 - 1, 5, -5, 65535, 0),
+    Player(2**64 - 1),
+    PadAssigned(3, 4),
     PathResponse(12345),
     Nack(0x3FFF, 1, 0, 1000, bytes(range(16))),
     Nack.whole_packet(17, 0),
@@ -117,6 +121,8 @@ NATIVE_WIDE = {
     MessageId.PATH_CHALLENGE: 0xFFFFFFFF_EF968229,  # 8
     MessageId.PATH_RESPONSE: 0xFFFFFFFF_EF96822A,  # 8
     MessageId.INPUT_STATE: 0xFFFFFFFF_EF968EAB,  # 58
+    MessageId.PLAYER: 0xFFFFFFFF_EF96822C,  # 8
+    MessageId.PAD_ASSIGNED: 0xFFFFFFFF_EF96822D,  # 8
 }
 
 
@@ -339,6 +345,7 @@ def test_extensions_drop_unknown_feature_bits() -> None:
         | ExtensionFeature.MDS_FEC
         | ExtensionFeature.RATE_CONTROL
         | ExtensionFeature.KEYBOARD_MOUSE
+        | ExtensionFeature.PADS
     )
     assert msg.feature_flags == known  # but only known ones are usable
 
@@ -355,8 +362,8 @@ def test_sealed_viewer_datagrams_are_not_type_words() -> None:
 @pytest.mark.parametrize("width", [4, 8])
 def test_framer_hands_over_unknown_ids_so_the_host_can_nak_them(width: int) -> None:
     # A newer peer's message (valid magic, id this build does not know) must not end the stream.
-    word = type_word(45, 3)
+    word = type_word(60, 3)
     unknown = (struct.pack("<Q", 0xFFFFFFFF << 32 | word) if width == 8 else struct.pack("<I", word)) + b"abc"
     stream = Kick(KickFlags.VIDEO).encode(type_width=width) + unknown + Hello().encode(type_width=width)
     framer = ControlFramer()
-    assert framer.feed(stream) == [Kick(KickFlags.VIDEO), UnknownControl(45, b"abc"), Hello()]
+    assert framer.feed(stream) == [Kick(KickFlags.VIDEO), UnknownControl(60, b"abc"), Hello()]

@@ -223,6 +223,7 @@ class CaptureClient:
         self.on_gamepad = on_gamepad
         #: Called on the reader thread with every keyboard and mouse update the host applies (protocol.md §8.5).
         self.on_input = on_input
+        self._pads: dict[int, PadState] = {}
         #: Keys (Linux codes) and mouse buttons held, and motion not yet taken (:meth:`take_motion`).
         self.keys_held: frozenset[int] = frozenset()
         self.mouse_buttons = 0
@@ -258,6 +259,10 @@ class CaptureClient:
     def gamepad(self) -> PadState:
         """The newest pad state a viewer sent (neutral until one does)."""
         return self._pad
+
+    def gamepad_of(self, pad: int) -> PadState:
+        """Pad ``pad``'s newest state (a host with a pad per player: player ``pad``'s own); neutral until sent."""
+        return self._pads.get(pad, NEUTRAL)
 
     def take_motion(self) -> tuple[int, int, int, int]:
         """Mouse motion and wheel (dx, dy, wheel, hwheel) since the last call: a game reads it once a frame."""
@@ -462,11 +467,15 @@ class CaptureClient:
                     self.on_input(ev)
             elif type_ == m.MessageType.GAMEPAD_STATE:
                 g = m.parse_gamepad_event(payload)
-                self._pad = PadState.of(g)
+                self._pad = self._pads[1] = PadState.of(g)
                 self._pad_seq = g.seq
                 self.stats.gamepad_states += 1
                 if self.on_gamepad is not None:
                     self.on_gamepad(g.seq, self._pad)
+            elif type_ == m.MessageType.PAD_STATE:  # another player's own pad (a host with --pads N)
+                event = m.PadStateEvent.parse_payload(payload)
+                self._pads[event.pad] = PadState.of(event.gamepad())
+                self.stats.gamepad_states += 1
         except ProtocolError as exc:
             log.warning("capture: malformed event from the host: %s", exc)
 

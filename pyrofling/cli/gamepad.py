@@ -17,6 +17,7 @@ from pyrofling.cli.options import (
     run_time,
     setup_logging,
     viewer_password,
+    whole_number,
 )
 from pyrofling.client.config import ViewerConfig
 from pyrofling.client.gamepad import GamepadConfig
@@ -48,6 +49,13 @@ def add_host_gamepad_options(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="FILE",
         help="write every state applied to the virtual pad, with its time and events, as JSON lines",
+    )
+    g.add_argument(
+        "--pads",
+        type=whole_number(1, 8, "pads"),
+        default=1,
+        help="1: one pad everyone shares, as PyroFling (default); N: a pad per player, up to N, in join order, kept "
+        "for a player who reconnects within 30 s (native viewers share pad 1)",
     )
 
 

@@ -358,6 +358,7 @@ def host_config(args: argparse.Namespace) -> HostConfig:
         stats_json=args.stats_json,
         stats_interval_s=args.stats_interval,
         virtual_pad=args.virtual_pad,
+        pads=args.pads,
         virtual_input=args.virtual_input,
         input_trace=args.input_trace,
         gamepad_trace=args.gamepad_trace,

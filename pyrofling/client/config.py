@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import secrets
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -70,6 +71,9 @@ class ViewerConfig:
     gamepad: GamepadConfig | None = None
     #: Keys and the mouse (None: none; the KEYBOARD_MOUSE bit in ``flags`` asks the host for them).
     keyboard_mouse: InputConfig | None = None
+    #: Who plays: drawn once, the same for every reconnect of this viewer (a host with a pad per player gives
+    #: its pad back, protocol.md §7.12).
+    player_token: int = field(default_factory=lambda: secrets.randbits(64), repr=False)
     #: Write each decoded frame's marker (id, capture time) and decode time here, as JSON lines (benches).
     marker_log: Path | None = None
     #: Compare every picture with the built-in test scene and judge each refresh: good, corrupt or stale (benches).
@@ -96,6 +100,7 @@ class ViewerConfig:
             expect_auth=expect_auth,
             pair_as=self.pair_as,
             allow_open_host=self.allow_open_host,
+            player_token=self.player_token,
             request_key_frames=self.recovery == "key-frame",
         )
         if not self.resends:

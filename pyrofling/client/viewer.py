@@ -109,6 +109,8 @@ class Viewer:
         self.auth_method = ""
         #: This viewer paired with the host in this run.
         self.paired = False
+        #: The pad the host gave this player, and how many it has (PADS, protocol.md §7.12).
+        self.pad_assigned: tuple[int, int] | None = None
         self._totals: Counter[str] = Counter()  # counters of the connections that ended
         #: The host's last word on the bitrate (STREAM_RATE) on a connection that has ended.
         self.stream_rate: StreamRate | None = None
@@ -342,6 +344,8 @@ class Viewer:
             self.video.stream_ended(time.monotonic())
         if conn.clock.last_rtt_s is not None:
             self.rtt_ms = conn.clock.last_rtt_s * 1000
+        if conn.session.pad_assigned is not None:
+            self.pad_assigned = conn.session.pad_assigned
         if conn.session.stream_rate is not None:
             self.stream_rate = conn.session.stream_rate
         self.connection = self._perform = None
@@ -422,6 +426,11 @@ class Viewer:
             out["av_offset_ms"] = lat - out["glass_ms_median"] if lat is not None and out["glass_ms_median"] else None
         if self.gamepad is not None:
             out["gamepad"] = self.gamepad.summary()
+            live = self.connection.session.pad_assigned if self.connection is not None else None
+            pad = live or self.pad_assigned
+            out["gamepad"]["host_pad"] = (
+                None if pad is None else (f"pad {pad[0]} of {pad[1]}" if pad[0] else "none free")
+            )
         if self.keyboard_mouse is not None:
             out["keyboard_mouse"] = self.keyboard_mouse.summary()
         out["cpu_s"] = time.process_time() - self._cpu_start

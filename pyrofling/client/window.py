@@ -219,7 +219,8 @@ class ViewerWindow:
                 )
         pad = s.get("gamepad")
         if pad is not None:
-            lines.append(f"gamepad: {pad['pad'] or 'window keys'}, {pad['states_sent']} states sent")
+            host_pad = f", {pad['host_pad']} on the host" if pad.get("host_pad") else ""
+            lines.append(f"gamepad: {pad['pad'] or 'window keys'}{host_pad}, {pad['states_sent']} states sent")
         self._hud.text = "\n".join(lines)
         self._update_graphs()
 

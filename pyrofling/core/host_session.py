@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 from pyrofling.core.congestion import KEY_FRAME_PACING, RateConfig
 from pyrofling.core.gamepad import GamepadRouter, Verdict
+from pyrofling.core.gamepad.slots import PadSlots
 from pyrofling.core.host_auth import HostAuth, PairedViewers
 from pyrofling.core.host_rate import HostRate
 from pyrofling.core.host_state import (
@@ -69,11 +70,13 @@ from pyrofling.wire import (
     LossReport,
     Nack,
     Nak,
+    PadAssigned,
     PathChallenge,
     PathResponse,
     PhaseOffset,
     Ping,
     PingReply,
+    Player,
     Progress,
     ProtocolError,
     RateFeedback,
@@ -117,6 +120,7 @@ class HostSessions:
         rate: RateConfig | None = None,
         rate_policy: str = "player",
         paired: PairedViewers | None = None,
+        pads: int = 1,
     ) -> None:
         self.config = config or HostSessionConfig()
         self._make_pacer = make_pacer
@@ -138,7 +142,10 @@ class HostSessions:
         #: TCP messages read from viewers, whatever became of them.
         self.control_messages = 0
         #: Who drives the one virtual pad (protocol.md §7.6).
-        self.gamepad = GamepadRouter()
+        #: Which pad each player drives (protocol.md §7.12), and each pad's router; pad 1 is shared.
+        self.pads = PadSlots(pads)
+        self.gamepads: dict[int, GamepadRouter] = {1: GamepadRouter()}
+        self.gamepad = self.gamepads[1]
         self._pad_holder: int | None = None
         #: Who types and moves the mouse (protocol.md §7.11).
         self.input = InputRouter()
@@ -171,12 +178,14 @@ class HostSessions:
         self._by_cookie.pop(conn.cookie, None)
         if conn.udp_address is not None and self._by_address.get(conn.udp_address) is conn:
             del self._by_address[conn.udp_address]
-        release = self.gamepad.connection_closed(conn_id)
+        pad = self.pads.pad_of(conn_id) or 1
+        release = self._router(pad).connection_closed(conn_id)
+        self.pads.left(conn_id, conn.last_alive_s)  # its pad waits for it a while
         if self._pad_holder == conn_id:
             self._pad_holder = None
         out: list[HostOutput] = [ViewerLeft(conn_id)]
         if release is not None:
-            out.append(GamepadInput(release))
+            out.append(GamepadInput(release, pad))
         let_go = self.input.connection_closed(conn_id)
         if let_go is not None:
             out.append(KeyboardMouseInput(let_go))
@@ -264,6 +273,9 @@ class HostSessions:
             if conn.wants(KickFlags.VIDEO):
                 self.keyframes.loss_reported()
             return []
+        if isinstance(msg, Player) and conn.extensions & ExtensionFeature.PADS:
+            conn.player_token = msg.token
+            return []
         # Anything else (unknown ids, messages only the host sends): NAK, as the reference does.
         self.discarded["unexpected_control"] += 1
         return [conn.send(Nak())]
@@ -272,11 +284,15 @@ class HostSessions:
         conn.flags = flags
         conn.last_alive_s = now
         if flags & KickFlags.GAMEPAD:
-            self.gamepad.reset_ownership()  # as the reference: a (re)joining player may take the pad
+            # As the reference: a (re)joining player may take the (shared) pad.
+            self._router(self.pads.pad_of(conn.conn_id) or 1).reset_ownership()
         if flags & KickFlags.KEYBOARD_MOUSE and conn.extensions & ExtensionFeature.KEYBOARD_MOUSE:
             self.input.reset_ownership()  # likewise for the keyboard and mouse
         if conn.kicked:
-            return [LogLine(conn.conn_id, f"redundant KICK from {conn.label}")]
+            out: list[HostOutput] = [LogLine(conn.conn_id, f"redundant KICK from {conn.label}")]
+            if flags & KickFlags.GAMEPAD and self.pads.pad_of(conn.conn_id) is None:
+                out += self._assign_pad(conn, now)  # it asks for the gamepad only now
+            return out
         if conn.udp_address is None:
             return [conn.send(Nak())]
         if self.codec_parameters is None:
@@ -301,10 +317,28 @@ class HostSessions:
         packetizer.audio_fec_active = False
         if flags & KickFlags.VIDEO:
             self.keyframes.viewer_joined()
-        return [
+        out = [
             conn.send(self.codec_parameters),
             LogLine(conn.conn_id, f"viewer {conn.label} joined for {_flag_names(flags)}"),
         ]
+        if flags & KickFlags.GAMEPAD:
+            out += self._assign_pad(conn, now)
+        return out
+
+    def _assign_pad(self, conn: RemoteViewer, now: float) -> list[HostOutput]:
+        """The pad this player drives: its own in join order (kept across a reconnect), or the shared pad 1."""
+        token = conn.player_token if conn.extensions & ExtensionFeature.PADS else None
+        pad = self.pads.join(conn.conn_id, token, now)
+        out: list[HostOutput] = []
+        if self.pads.pads > 1:
+            text = f"{conn.label} plays pad {pad}" if pad else f"{conn.label}: all {self.pads.pads} pads are taken"
+            out.append(LogLine(conn.conn_id, text))
+        if conn.extensions & ExtensionFeature.PADS:
+            out.append(conn.send(PadAssigned(pad or 0, self.pads.pads)))
+        return out
+
+    def _router(self, pad: int) -> GamepadRouter:
+        return self.gamepads.setdefault(pad, GamepadRouter())
 
     def _progress(self, conn: RemoteViewer, msg: Progress, now: float) -> list[HostOutput]:
         conn.last_alive_s = now
@@ -552,11 +586,15 @@ class HostSessions:
             self.discarded["gamepad_not_requested"] += 1
             return []
         conn.gamepad_states += 1
-        verdict, update = self.gamepad.offer(conn.conn_id, msg)
+        pad = self.pads.pad_of(conn.conn_id)
+        if pad is None:
+            self.discarded["gamepad_no_pad"] += 1  # every pad is taken
+            return []
+        verdict, update = self._router(pad).offer(conn.conn_id, msg)
         if verdict is not Verdict.APPLIED or update is None:
             self.discarded[f"gamepad_{verdict.value}"] += 1
             return []
-        out: list[HostOutput] = [GamepadInput(update)]
+        out: list[HostOutput] = [GamepadInput(update, pad)]
         if self._pad_holder != conn.conn_id:
             self._pad_holder = conn.conn_id
             how = "took the gamepad over" if update.took_over else "has the gamepad"

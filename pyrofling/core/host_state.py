@@ -98,9 +98,10 @@ class KeyboardMouseInput(HostOutput):
 
 @dataclass(frozen=True, slots=True)
 class GamepadInput(HostOutput):
-    """A state for the virtual pad: write ``update.events`` to it (they may be empty: nothing changed)."""
+    """A state for virtual pad ``pad``: write ``update.events`` to it (they may be empty: nothing changed)."""
 
     update: PadUpdate
+    pad: int = 1
 
 
 # --------------------------------------------------------------------------------------------
@@ -122,6 +123,7 @@ class HostSessionConfig:
         | ExtensionFeature.MDS_FEC
         | ExtensionFeature.RATE_CONTROL
         | ExtensionFeature.KEYBOARD_MOUSE
+        | ExtensionFeature.PADS
     )
     #: At most one PROGRESS log line per viewer per this interval.
     progress_log_interval_s: float = 1.0
@@ -187,6 +189,8 @@ class RemoteViewer:
     phase_offsets: int = 0
     gamepad_states: int = 0
     input_states: int = 0
+    #: Who plays, across reconnects (PLAYER, protocol.md §7.12).
+    player_token: int | None = None
     pings: int = 0
     nacks: int = 0
     loss_reports: int = 0

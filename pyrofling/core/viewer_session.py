@@ -49,10 +49,12 @@ from pyrofling.wire import (
     Kick,
     KickFlags,
     Nak,
+    PadAssigned,
     PathChallenge,
     PathResponse,
     PhaseOffset,
     Ping,
+    Player,
     ProtocolError,
     RequestKeyframe,
     StreamRate,
@@ -143,7 +145,10 @@ class ViewerSessionConfig:
         | ExtensionFeature.MDS_FEC
         | ExtensionFeature.RATE_CONTROL
         | ExtensionFeature.KEYBOARD_MOUSE
+        | ExtensionFeature.PADS
     )
+    #: Who plays, the same across reconnects: a host with a pad per player gives it its pad back (§7.12).
+    player_token: int | None = None
     #: The host's password or pairing code, for a host that asks (protocol.md §7.7).
     secret: str | None = field(default=None, repr=False)
     #: Credentials from earlier pairings; the host's AUTH_CHALLENGE names which one applies.
@@ -221,6 +226,9 @@ class ViewerSession:
         self.failure: str | None = None
         #: The host's last word on the stream's bitrate (RATE_CONTROL, protocol.md §7.10).
         self.stream_rate: StreamRate | None = None
+        #: The pad this viewer drives and how many the host has (PADS, §7.12); None: not told.
+        self.pad_assigned: tuple[int, int] | None = None
+        self._player_sent = False
 
     # -- handshake -------------------------------------------------------------------------
 
@@ -318,6 +326,8 @@ class ViewerSession:
             and self.extensions & ExtensionFeature.RATE_CONTROL
         ):
             self.stream_rate = msg
+        elif self.phase == Phase.STREAMING and isinstance(msg, PadAssigned) and self._granted(ExtensionFeature.PADS):
+            self.pad_assigned = (msg.pad, msg.pads)
         else:
             self.refused["control_ignored"] += 1  # nothing to do with it now (an unknown id, a late NAK...)
         return []
@@ -389,7 +399,13 @@ class ViewerSession:
         flags = self.config.flags
         if not self.extensions & ExtensionFeature.KEYBOARD_MOUSE:
             flags &= ~KickFlags.KEYBOARD_MOUSE  # only to a host that offered it
-        return [DatagramToHost(self.udp(bytes(Cookie(self.cookie)))), self._send(Kick(flags))]
+        out: list[ViewerOutput] = [DatagramToHost(self.udp(bytes(Cookie(self.cookie))))]
+        token = self.config.player_token
+        tell = token is not None and flags & KickFlags.GAMEPAD and self._granted(ExtensionFeature.PADS)
+        if tell and token is not None and not self._player_sent:  # once per connection, before its first KICK
+            self._player_sent = True
+            out.append(self._send(Player(token)))
+        return [*out, self._send(Kick(flags))]
 
     def _streaming(self, params: CodecParameters, now: float) -> list[ViewerOutput]:
         if params.video_codec == 0 and self.config.flags & KickFlags.VIDEO:

@@ -187,9 +187,11 @@ class CaptureServer:
         if game is not None and game.swapchain is not None:
             self._perform(game, game.swapchain.release(frame.taken))
 
-    def pad_update(self, update: PadUpdate) -> None:
-        """A PadOutput listener: every game gets the state the host applied to its pad."""
-        event = m.gamepad_event(update.state.message(update.seq or 0))
+    def pad_update(self, update: PadUpdate, pad: int = 1) -> None:
+        """A PadOutput listener: every game gets the state the host applied to a pad (pad 1 as GAMEPAD_STATE,
+        as before; the players' own pads 2.. as PAD_STATE with the pad's number)."""
+        state = update.state.message(update.seq or 0)
+        event = m.gamepad_event(state) if pad == 1 else m.PadStateEvent(pad, state.payload()).encode(0)
         for game in list(self._games.values()):
             if game.hello:
                 self._send(game, event, droppable=True)

@@ -56,6 +56,8 @@ class HostConfig:
     audio: AudioConfig = field(default_factory=AudioConfig)
     #: The virtual gamepad viewers drive: uinput (a warning and no pad without /dev/uinput) or none.
     virtual_pad: str = "uinput"
+    #: Virtual pads: 1 (shared, as PyroFling) or up to 8, one per player in join order (protocol.md §7.12).
+    pads: int = 1
     #: The virtual keyboard and mouse viewers drive (protocol.md §7.11): uinput (a warning and none without
     #: /dev/uinput) or none.
     virtual_input: str = "uinput"

@@ -17,6 +17,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -121,14 +122,16 @@ class RecordingPad:
         self.closed = True
 
 
-def open_virtual_pad(kind: str) -> VirtualPad:
-    """``uinput`` (falls back to a :class:`NullPad` with a warning) or ``none``."""
+def open_virtual_pad(kind: str, *, number: int = 1) -> VirtualPad:
+    """``uinput`` (falls back to a :class:`NullPad` with a warning) or ``none``.  Pad 1 is the reference's
+    device exactly; pads 2.. are named "… 2", "… 3" (players' own pads, protocol.md §7.12)."""
     if kind == "none":
         return NullPad("turned off with --virtual-pad none")
     if kind != "uinput":
         raise ValueError(f"unknown virtual pad {kind!r}; choose one of: {', '.join(PAD_KINDS)}")
+    spec = VIRTUAL_PAD if number == 1 else replace(VIRTUAL_PAD, name=f"{VIRTUAL_PAD.name} {number}")
     try:
-        return UinputPad()
+        return UinputPad(spec)
     except UinputUnavailable as exc:
         log.warning("no virtual gamepad: %s; streaming goes on, gamepad input from viewers is ignored", exc)
         return NullPad(str(exc))

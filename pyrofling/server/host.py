@@ -19,6 +19,7 @@ import contextlib
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -71,10 +72,15 @@ class Host:
     """Runs a host until :meth:`stop` (or the configured duration).  ``await host.run()``."""
 
     def __init__(
-        self, config: HostConfig, *, pad: VirtualPad | None = None, input_devices: InputDevices | None = None
+        self,
+        config: HostConfig,
+        *,
+        pad: VirtualPad | None = None,
+        input_devices: InputDevices | None = None,
+        pad_factory: Callable[[int], VirtualPad] | None = None,
     ) -> None:
-        """``pad``, ``input_devices``: a virtual pad, keyboard and mouse to use instead of opening
-        ``config.virtual_pad`` / ``config.virtual_input`` (tests)."""
+        """``pad``, ``input_devices``, ``pad_factory``: a virtual pad (pad 1), keyboard and mouse, and pads 2..N,
+        to use instead of opening ``config.virtual_pad`` / ``config.virtual_input`` (tests)."""
         self.config = config
         self.stats = HostStats()
         self.keyframes = KeyframePolicy()
@@ -98,6 +104,7 @@ class Host:
             rate=rate,
             rate_policy=config.rate_policy,
             paired=self.pairings,
+            pads=config.pads,
         )
         self.network = HostNetwork(self.sessions, stats=self.stats, on_output=self._on_output)
         #: (seconds since start, encoder kbit/s) at each change, for the statistics and the benches.
@@ -119,7 +126,10 @@ class Host:
         self.heartbeat: Heartbeat | None = None
         self._audio_source: AudioSource | None = None
         self._pad = pad
+        self._pad_factory = pad_factory
         self.pad_output: PadOutput | None = None
+        #: Every pad made so far, by number (pad 1 is ``pad_output``; the others appear with their players).
+        self.pad_outputs: dict[int, PadOutput] = {}
         self._input_devices = input_devices
         self.input_output: InputOutput | None = None
         self.capture: CaptureServer | None = None
@@ -161,8 +171,8 @@ class Host:
         self.sessions.codec_parameters = self._codec_parameters(encoder, audio_encoder, audio_source)
         self._open_outputs(encoder, audio_encoder, audio_source)
         pad = self._pad if self._pad is not None else open_virtual_pad(cfg.virtual_pad)
-        self.pad_output = PadOutput(pad, trace=cfg.gamepad_trace)
-        log.info("gamepad: %s", pad.description)
+        self.pad_output = self.pad_outputs[1] = PadOutput(pad, trace=cfg.gamepad_trace)
+        log.info("gamepad: %s%s", pad.description, f"; up to {cfg.pads} pads, one per player" if cfg.pads > 1 else "")
         devices = self._input_devices or open_input_devices(cfg.virtual_input)
         self.input_output = InputOutput(devices, trace=cfg.input_trace)
         log.info("keyboard and mouse: %s", devices.description)
@@ -222,7 +232,16 @@ class Host:
             await asyncio.gather(*tasks, return_exceptions=True)
             await self.network.close()
             self._executor.shutdown(wait=True)
-            for closable in (source, self.capture, audio_source, self.outputs, self.pad_output, self.input_output):
+            pads = [o for n, o in self.pad_outputs.items() if n != 1]
+            for closable in (
+                source,
+                self.capture,
+                audio_source,
+                self.outputs,
+                self.pad_output,
+                self.input_output,
+                *pads,
+            ):
                 if closable is not None:
                     closable.close()  # the outputs after the last packet: the recording is finished and indexed
             if cfg.stats_json is not None:
@@ -285,6 +304,21 @@ class Host:
 
     # -- viewers' input ----------------------------------------------------------------------
 
+    def _pad_output_for(self, number: int) -> PadOutput:
+        """Pad ``number``, made when its first player arrives (and kept: a pad vanishing mid-game is worse)."""
+        out = self.pad_outputs.get(number)
+        if out is None:
+            if self._pad_factory is not None:
+                pad = self._pad_factory(number)
+            else:
+                pad = open_virtual_pad(self.config.virtual_pad, number=number)
+            out = self.pad_outputs[number] = PadOutput(pad)
+            log.info("gamepad %d: %s", number, pad.description)
+            if self.capture is not None:
+                capture = self.capture
+                out.listeners.append(lambda update: capture.pad_update(update, number))
+        return out
+
     def _on_output(self, out: HostOutput) -> None:
         """What the sessions decide beyond the sockets: phase feedback steers the clock, pad states the pad."""
         if isinstance(out, PhaseFeedback):
@@ -292,7 +326,7 @@ class Host:
         elif isinstance(out, ViewerLeft):
             self.clock.viewer_left(out.conn_id)
         elif isinstance(out, GamepadInput) and self.pad_output is not None:
-            self.pad_output.apply(out.update)
+            self._pad_output_for(out.pad).apply(out.update)
         elif isinstance(out, KeyboardMouseInput) and self.input_output is not None:
             self.input_output.apply(out.update)
         elif isinstance(out, ViewerPaired):
@@ -430,7 +464,12 @@ class Host:
             **self.sessions.summary(),
             **self.clock.summary(),
             "audio_capture_overflows": getattr(self._audio_source, "overflows", 0),  # device capture only
-            "gamepad": {**pad, **self.sessions.gamepad.summary()},
+            "gamepad": {
+                **pad,
+                **self.sessions.gamepad.summary(),
+                "pads": self.sessions.pads.summary(time.monotonic()),
+                "per_pad": {str(n): o.summary() for n, o in self.pad_outputs.items()},
+            },
             "keyboard_mouse": {
                 **(self.input_output.summary() if self.input_output is not None else {}),
                 **self.sessions.input.summary(),

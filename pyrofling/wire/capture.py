@@ -52,6 +52,7 @@ class MessageType(enum.IntEnum):
     AUDIO_FORMAT = 301
     AUDIO_SAMPLES = 302 | ONE_WAY
     INPUT_EVENT = 303 | EVENT
+    PAD_STATE = 304 | EVENT
 
 
 class Intent(enum.IntEnum):
@@ -270,6 +271,20 @@ def parse_gamepad_event(payload: Buffer) -> GamepadState:
 
 
 @dataclass(frozen=True, slots=True)
+class PadStateEvent(CaptureMessage):
+    """pyrofling: the state the host applied to pad ``pad`` (2..; pad 1 comes as GAMEPAD_STATE), protocol.md
+    §8.5: the pad's number, then a GAMEPAD_STATE payload."""
+
+    TYPE = MessageType.PAD_STATE
+    PAYLOAD = struct.Struct("<B3x16s")
+    pad: int
+    state: bytes
+
+    def gamepad(self) -> GamepadState:
+        return GamepadState.parse_payload(self.state)
+
+
+@dataclass(frozen=True, slots=True)
 class InputEvent(CaptureMessage):
     """pyrofling: what the host applied to its keyboard and mouse (protocol.md §8.5): the keys and buttons held
     after it, this update's motion and wheel, and the pointer's place over the picture when known."""
@@ -322,5 +337,6 @@ PAYLOADS: dict[int, type[CaptureMessage]] = {
         FrameComplete,
         AudioFormat,
         InputEvent,
+        PadStateEvent,
     )
 }

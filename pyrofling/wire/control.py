@@ -71,6 +71,8 @@ class MessageId(enum.IntEnum):
     PATH_CHALLENGE = 41
     PATH_RESPONSE = 42
     INPUT_STATE = 43
+    PLAYER = 44
+    PAD_ASSIGNED = 45
 
 
 def type_word(message_id: int, payload_bytes: int) -> int:
@@ -331,6 +333,25 @@ class InputState(ControlMessage):
 
 
 @dataclass(frozen=True, slots=True)
+class Player(ControlMessage):
+    """pyrofling extension (protocol.md §7.12), viewer → host over TCP before KICK: who plays, across reconnects."""
+
+    ID = MessageId.PLAYER
+    PAYLOAD = struct.Struct("<Q")
+    token: int  # random, drawn once per viewer run
+
+
+@dataclass(frozen=True, slots=True)
+class PadAssigned(ControlMessage):
+    """pyrofling extension (protocol.md §7.12), host → viewer over TCP: the pad this connection drives."""
+
+    ID = MessageId.PAD_ASSIGNED
+    PAYLOAD = struct.Struct("<II")
+    pad: int  # 1..pads; 0: every pad is taken
+    pads: int
+
+
+@dataclass(frozen=True, slots=True)
 class Ping(ControlMessage):
     ID = MessageId.PING
     PAYLOAD = struct.Struct("<H")
@@ -360,6 +381,9 @@ class ExtensionFeature(enum.IntFlag):
     #: The viewer sends INPUT_STATE (keys, mouse buttons, motion, wheel); the host feeds a keyboard and a mouse
     #: (protocol.md §7.11).
     KEYBOARD_MOUSE = 1 << 7
+    #: A pad per player: the viewer says who it is (PLAYER), the host says which pad is its (PAD_ASSIGNED)
+    #: (protocol.md §7.12).
+    PADS = 1 << 8
 
 
 #: Version of the pyrofling extension set this build speaks.
@@ -668,6 +692,8 @@ CONTROL_TYPES: dict[int, type[ControlMessage]] = {
         PathChallenge,
         PathResponse,
         InputState,
+        Player,
+        PadAssigned,
     )
 }
 
