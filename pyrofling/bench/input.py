@@ -26,6 +26,7 @@ import os
 import statistics
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
@@ -37,7 +38,7 @@ import numpy as np
 from pyrofling.bench.stream import _cli, _read_json, _wait_for_port, free_port, kill_leftovers, stop_processes
 from pyrofling.seqnum import seq16_delta
 
-CASES = ("loopback", "netsim", "keys", "keys-netsim", "game", "game-immediate")
+CASES = ("loopback", "netsim", "keys", "keys-netsim", "rumble", "game", "game-immediate")
 NO_PAD_YET = 0xFFFFFFFF  # the example game's marker before its first pad state
 #: Seconds at the start of a game run left out of pacing and latency (connecting, phase lock).
 WARMUP_S = 2.0
@@ -54,7 +55,8 @@ class InputScenario:
     game: bool = False
     immediate: bool = False
     sync: str = "fifo"
-    #: What the client sends: "pad" (GAMEPAD_STATE) or "keys" (INPUT_STATE: keys and the mouse, §7.11).
+    #: What is timed: "pad" (GAMEPAD_STATE), "keys" (INPUT_STATE: keys and the mouse, §7.11) or "rumble" (a
+    #: game's rumble request → the viewer's pad, §7.13).
     device: str = "pad"
 
 
@@ -84,6 +86,8 @@ def standard_scenarios(cases: Iterable[str], *, jitter_ms: float, loss: float) -
         elif case == "keys-netsim":
             label = f"keys+mouse netsim 0-{jitter_ms:g} ms, {loss:.0%}"
             out.append(InputScenario(label, netsim=True, jitter_ms=jitter_ms, loss=loss, device="keys"))
+        elif case == "rumble":
+            out.append(InputScenario("rumble: game → viewer's pad", device="rumble"))
         elif case == "game":
             out.append(InputScenario("game, heartbeat encode", game=True))
         elif case == "game-immediate":
@@ -165,6 +169,39 @@ def pacing(present_times: list[float], *, after_s: float) -> dict[str, Any]:
     }
 
 
+class RumblingGame:
+    """The bench's own Python game on the capture socket: a frame and a rumble request every ``interval_s``,
+    each request numbered in its strong magnitude (1, 2, …) and logged with its time."""
+
+    def __init__(self, socket_path: str, log: Path, interval_s: float) -> None:
+        self.socket_path, self.log, self.interval_s = socket_path, log, interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-rumbler", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        from pyrofling.capture import CaptureClient
+
+        client = CaptureClient(64, 64, path=self.socket_path, name="bench rumbler", reconnect_s=0.05)
+        n = 0
+        with self.log.open("w") as out:
+            try:
+                while not self._stop.is_set():
+                    client.present(client.acquire())
+                    if client.connected:
+                        n = n % 65535 + 1
+                        t = time.monotonic()
+                        client.rumble(n, 0, 50)
+                        out.write(json.dumps({"seq": n, "t": t}) + "\n")
+                    time.sleep(self.interval_s)
+            finally:
+                client.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
 def run_one(cfg: InputBenchConfig, sc: InputScenario, tmp: Path) -> dict[str, Any]:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     host_port = free_port()
@@ -175,11 +212,13 @@ def run_one(cfg: InputBenchConfig, sc: InputScenario, tmp: Path) -> dict[str, An
     host_cmd = [*_cli(), "host", "-q", "--port", str(host_port), "--width", str(cfg.width), "--height",
                 str(cfg.height), "--fps", str(cfg.fps), "--bitrate-kbits", str(cfg.bitrate_kbits), "--no-audio",
                 "--input-trace" if keys else "--gamepad-trace", str(trace), "--stats-json", str(host_json)]  # fmt: skip
-    if sc.game:
+    rumble = sc.device == "rumble"
+    if sc.game or rumble:
         host_cmd += ["--source", "capture", "--capture-socket", capture_socket]
         host_cmd += ["--immediate-encode"] if sc.immediate else []
     procs: list[subprocess.Popen[bytes]] = []
     netsim = None
+    rumbler = None
     started = time.monotonic()
     try:
         procs.append(subprocess.Popen(host_cmd, env=env))
@@ -200,7 +239,10 @@ def run_one(cfg: InputBenchConfig, sc: InputScenario, tmp: Path) -> dict[str, An
             _wait_for_port(port, netsim, timeout_s=15)
         client = [*_cli(), "view" if keys else cfg.client, f"127.0.0.1:{port}", "-q", "--duration",
                   str(cfg.duration_s), "--stats-json", str(client_json)]  # fmt: skip
-        if keys:  # a synthetic player: a key and the mouse change at every send
+        if rumble:  # the game asks, the host forwards, the viewer's pad logs what reaches it
+            rumbler = RumblingGame(capture_socket, sends, cfg.interval_ms / 1000)
+            client += ["--gamepad-source", "sweep", "--rumble-log", str(tmp / "rumble.jsonl")]
+        elif keys:  # a synthetic player: a key and the mouse change at every send
             client += ["--input-source", "sweep", "--input-log", str(sends), "--input-interval-ms",
                        str(cfg.interval_ms), "--no-gamepad"]  # fmt: skip
         else:
@@ -213,13 +255,31 @@ def run_one(cfg: InputBenchConfig, sc: InputScenario, tmp: Path) -> dict[str, An
         viewer = subprocess.Popen(client, env=env)
         procs.append(viewer)
         viewer.wait(timeout=cfg.duration_s + 60)
+        if rumbler is not None:
+            rumbler.stop()
         if sc.game:  # the game first, so it leaves before the host does and never counts a disconnect
             stop_processes(procs[1:2], procs[1:2])
         stop_processes(procs[:-1], procs)
     finally:
+        if rumbler is not None:
+            rumbler.stop()
         kill_leftovers(procs)
     sent = read_jsonl(sends)
-    result = match(sent, read_jsonl(trace))
+    result: dict[str, Any]
+    if rumble:  # matched by the number each request carries in its strong magnitude
+        heard = {r["strong"]: r["t"] for r in read_jsonl(tmp / "rumble.jsonl")}
+        # Only while someone played: before the viewer held the pad (and after it left) the host has nobody to
+        # tell, by design.
+        first, last = (min(heard), max(heard)) if heard else (1, 0)
+        asked = [r for r in sent if first <= r["seq"] <= last]
+        result = {
+            "sent": len(asked),
+            "applied": len(heard),
+            "matched": sum(r["seq"] in heard for r in asked),
+            "latency_ms": [(heard[r["seq"]] - r["t"]) * 1000 for r in asked if r["seq"] in heard],
+        }
+    else:
+        result = match(sent, read_jsonl(trace))
     result["host"] = _read_json(host_json) or {}
     result["client"] = _read_json(client_json) or {}
     result["netsim"] = _read_json(netsim_out) if sc.netsim else None
@@ -234,7 +294,7 @@ def run_one(cfg: InputBenchConfig, sc: InputScenario, tmp: Path) -> dict[str, An
 def summarize(sc: InputScenario, result: dict[str, Any]) -> dict[str, Any]:
     lat = result["latency_ms"]
     pad = result["host"].get("keyboard_mouse" if sc.device == "keys" else "gamepad", {})
-    verdicts = pad.get("verdicts", {})
+    verdicts = pad.get("verdicts", {}) if sc.device != "rumble" else {}
     return {
         "label": sc.label,
         "scenario": asdict(sc),

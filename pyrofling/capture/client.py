@@ -347,6 +347,18 @@ class CaptureClient:
         except OSError as exc:
             self._disconnect(f"audio send failed: {exc}")
 
+    def rumble(self, strong: int, weak: int, duration_ms: int, *, pad: int = 1) -> None:
+        """Ask the host to rumble pad ``pad``'s player's real pad: both motors 0..65535, for ``duration_ms``
+        (0 stops, 65535 until the next call).  Dropped while no host is there."""
+        conn = self._conn
+        if conn is None or not conn.alive:
+            return
+        clamp = [max(0, min(0xFFFF, v)) for v in (strong, weak, duration_ms)]
+        try:
+            conn.one_way(m.MessageType.RUMBLE, m.RumbleRequest(pad, *clamp).payload())
+        except OSError as exc:
+            self._disconnect(f"rumble send failed: {exc}")
+
     def close(self) -> None:
         if self._closed:
             return

@@ -85,6 +85,7 @@ def _add_client_gamepad_options(g: argparse._ArgumentGroup) -> None:
         help="send the state at least this often (default 4, as PyroFling)",
     )
     g.add_argument("--gamepad-log", type=output_file(), default=None, metavar="FILE", help=argparse.SUPPRESS)
+    g.add_argument("--rumble-log", type=output_file(), default=None, metavar="FILE", help=argparse.SUPPRESS)
     # Benches: every decoded frame's marker and time, to time a pad change to the picture showing it.
     g.add_argument("--marker-log", type=output_file(), default=None, metavar="FILE", help=argparse.SUPPRESS)
 
@@ -96,6 +97,7 @@ def gamepad_config(args: argparse.Namespace) -> GamepadConfig | None:
         source=args.gamepad_source,
         sender=SenderConfig(interval_s=args.gamepad_interval_ms / 1000),
         send_log=args.gamepad_log,
+        rumble_log=args.rumble_log,
     )
     cfg.check()
     return cfg

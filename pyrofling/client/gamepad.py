@@ -58,6 +58,8 @@ class GamepadConfig:
     sender: SenderConfig = field(default_factory=SenderConfig)
     #: Write each sent state's sequence number and send time as JSON lines (for ``bench input``).
     send_log: Path | None = None
+    #: Write each RUMBLE from the host with the time it reached the pad, as JSON lines (benches).
+    rumble_log: Path | None = None
     #: Seconds between looks for a pad while there is none.
     scan_interval_s: float = 1.0
 
@@ -124,6 +126,7 @@ class EvdevPadReader:
         self._said_unreadable = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._device: Any = None
+        self._effect_id: int | None = None  # the rumble effect uploaded to this pad
         self._mapper: EvdevMapper | None = None
         self._scan_handle: asyncio.TimerHandle | None = None
         self._said_none = False
@@ -196,6 +199,37 @@ class EvdevPadReader:
         self._loop.add_reader(device.fd, self._readable)
         self.on_change(self.state)  # even at rest: a pad is there, so this client starts sending
 
+    def rumble(self, strong: int, weak: int, duration_ms: int) -> bool:
+        """Play (or stop, duration 0) the pad's motors with evdev force feedback; False: no pad, or one that
+        cannot rumble.  One effect is uploaded and then updated in place."""
+        dev = self._device
+        if dev is None:
+            return False
+        from evdev import ecodes, ff  # the reader made the device with evdev: it is there
+
+        try:
+            if ecodes.FF_RUMBLE not in dev.capabilities().get(ecodes.EV_FF, []):
+                return False
+            if duration_ms == 0:
+                if self._effect_id is not None:
+                    dev.write(ecodes.EV_FF, self._effect_id, 0)
+                return True
+            length = 0 if duration_ms >= 0xFFFF else duration_ms  # 0: until stopped, as Linux says
+            effect = ff.Effect(
+                ecodes.FF_RUMBLE,
+                -1 if self._effect_id is None else self._effect_id,
+                0,
+                ff.Trigger(0, 0),
+                ff.Replay(length, 0),
+                ff.EffectType(ff_rumble_effect=ff.Rumble(strong_magnitude=strong, weak_magnitude=weak)),
+            )
+            self._effect_id = dev.upload_effect(effect)
+            dev.write(ecodes.EV_FF, self._effect_id, 1)
+            return True
+        except OSError as exc:  # a pad that refuses effects, or one opened read-only
+            log.debug("rumble on %s failed: %s", self.description, exc)
+            return False
+
     def _resync(self) -> None:
         """Read the whole pad (at start and after the kernel dropped events)."""
         assert self._mapper is not None
@@ -233,6 +267,7 @@ class EvdevPadReader:
 
     def _release(self) -> None:
         dev, self._device, self._mapper = self._device, None, None
+        self._effect_id = None
         self.description = "no gamepad"
         if dev is None:
             return
@@ -292,6 +327,10 @@ class GamepadLink:
         self._log: IO[str] | None = None
         self._keyboard_used = False
         self.sends_dropped = 0
+        #: RUMBLE messages from the host, and how many a real pad played.
+        self.rumbles = 0
+        self.rumbles_played = 0
+        self._rumble_log: IO[str] | None = None
         if config.source == "evdev":
             # Made (evdev imported) now, started with the loop: the import must not delay the first picture.
             try:
@@ -308,6 +347,8 @@ class GamepadLink:
         self._loop = loop
         if self.config.send_log is not None:
             self._log = self.config.send_log.open("w")
+        if self.config.rumble_log is not None:
+            self._rumble_log = self.config.rumble_log.open("w")
         if self.reader is not None:
             self.reader.start(loop)
 
@@ -318,6 +359,9 @@ class GamepadLink:
         if self._log is not None:
             self._log.close()
             self._log = None
+        if self._rumble_log is not None:
+            self._rumble_log.close()
+            self._rumble_log = None
 
     def attach(self, send: Callable[[bytes], None]) -> None:
         self._send = send
@@ -328,6 +372,17 @@ class GamepadLink:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+    def rumble(self, strong: int, weak: int, duration_ms: int, seq: int) -> None:
+        """The host says the player's pad should rumble (on the loop): the real pad plays it, if it can."""
+        played = (
+            self.reader is not None and hasattr(self.reader, "rumble") and self.reader.rumble(strong, weak, duration_ms)
+        )
+        self.rumbles += 1
+        self.rumbles_played += bool(played)
+        if self._rumble_log is not None:
+            record = {"seq": seq, "t": time.monotonic(), "strong": strong, "played": bool(played)}
+            self._rumble_log.write(json.dumps(record) + "\n")
 
     def key(self, name: str, down: bool) -> bool:
         """A key in the window (any thread); True when it belongs to the keyboard pad."""
@@ -401,4 +456,6 @@ class GamepadLink:
             "states_sent": self.sender.stats.sent,
             "sent_on_change": self.sender.stats.sent_on_change,
             "send_errors": self.sends_dropped,
+            "rumbles": self.rumbles,
+            "rumbles_played": self.rumbles_played,
         }

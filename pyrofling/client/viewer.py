@@ -42,6 +42,7 @@ from pyrofling.core.viewer_connection import (
     DecodeVideo,
     Paired,
     PlayAudio,
+    PlayRumble,
     Reconnect,
     SessionFailed,
     Streaming,
@@ -275,6 +276,9 @@ class Viewer:
                 self.auth_failure, self._retry_after_s = out.reason, out.retry_after_s
             elif isinstance(out, Paired):
                 self._store_pairing(out)
+            elif isinstance(out, PlayRumble) and self.gamepad is not None:
+                r = out.rumble
+                self.gamepad.rumble(r.strong, r.weak, r.duration_ms, r.seq)
 
         io = ConnectionIO(conn, deliver)
         failure = await io.open(cfg.host, cfg.port, cfg.connect_timeout_s)

@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 from pyrofling.core.congestion import KEY_FRAME_PACING, RateConfig
 from pyrofling.core.gamepad import GamepadRouter, Verdict
+from pyrofling.core.gamepad.rumble import RumbleCommand
 from pyrofling.core.gamepad.slots import PadSlots
 from pyrofling.core.host_auth import HostAuth, PairedViewers
 from pyrofling.core.host_rate import HostRate
@@ -81,6 +82,7 @@ from pyrofling.wire import (
     ProtocolError,
     RateFeedback,
     RequestKeyframe,
+    Rumble,
     UnknownControl,
     parse_udp_control,
     sealed_cookie,
@@ -149,6 +151,7 @@ class HostSessions:
         self._pad_holder: int | None = None
         #: Who types and moves the mouse (protocol.md §7.11).
         self.input = InputRouter()
+        self.rumbles_sent = 0
 
     # -- connections ---------------------------------------------------------------------
 
@@ -600,6 +603,19 @@ class HostSessions:
             how = "took the gamepad over" if update.took_over else "has the gamepad"
             out.append(LogLine(conn.conn_id, f"{conn.label} {how}"))
         return out
+
+    def rumble(self, pad: int, command: RumbleCommand) -> list[HostOutput]:
+        """A game asked pad ``pad``'s motors for ``command`` (its uinput force feedback, or the capture socket):
+        the pad's player is told, over its (sealed) control channel, if it negotiated RUMBLE."""
+        router = self.gamepads.get(pad)
+        holder = router.owner if router is not None and router.owner is not None else self.pads.player_of(pad)
+        conn = self._connections.get(holder) if holder is not None else None
+        if conn is None or not conn.extensions & ExtensionFeature.RUMBLE:
+            self.discarded["rumble_no_player"] += 1
+            return []
+        conn.rumble_seq = (conn.rumble_seq + 1) & 0xFFFF
+        self.rumbles_sent += 1
+        return [conn.send(Rumble(pad, 0, command.strong, command.weak, command.duration_ms, conn.rumble_seq))]
 
     def _keyboard_mouse(self, conn: RemoteViewer, msg: InputState, now: float) -> list[HostOutput]:
         """Keys and the mouse: only from a viewer that negotiated them and asked for them in its KICK."""

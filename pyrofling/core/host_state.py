@@ -124,6 +124,7 @@ class HostSessionConfig:
         | ExtensionFeature.RATE_CONTROL
         | ExtensionFeature.KEYBOARD_MOUSE
         | ExtensionFeature.PADS
+        | ExtensionFeature.RUMBLE
     )
     #: At most one PROGRESS log line per viewer per this interval.
     progress_log_interval_s: float = 1.0
@@ -191,6 +192,8 @@ class RemoteViewer:
     input_states: int = 0
     #: Who plays, across reconnects (PLAYER, protocol.md §7.12).
     player_token: int | None = None
+    #: RUMBLE messages sent to it (their seq).
+    rumble_seq: int = 0
     pings: int = 0
     nacks: int = 0
     loss_reports: int = 0

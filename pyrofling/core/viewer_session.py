@@ -57,6 +57,7 @@ from pyrofling.wire import (
     Player,
     ProtocolError,
     RequestKeyframe,
+    Rumble,
     StreamRate,
     UnknownControl,
 )
@@ -98,6 +99,13 @@ class SessionFailed(ViewerOutput):
     reason: str
     #: The host blocked this address for this long (an AUTH_RESULT that nobody can authenticate: maybe forged).
     retry_after_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class PlayRumble(ViewerOutput):
+    """The host says the player's pad should rumble (RUMBLE, protocol.md §7.13)."""
+
+    rumble: Rumble
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +154,7 @@ class ViewerSessionConfig:
         | ExtensionFeature.RATE_CONTROL
         | ExtensionFeature.KEYBOARD_MOUSE
         | ExtensionFeature.PADS
+        | ExtensionFeature.RUMBLE
     )
     #: Who plays, the same across reconnects: a host with a pad per player gives it its pad back (§7.12).
     player_token: int | None = None
@@ -328,6 +337,8 @@ class ViewerSession:
             self.stream_rate = msg
         elif self.phase == Phase.STREAMING and isinstance(msg, PadAssigned) and self._granted(ExtensionFeature.PADS):
             self.pad_assigned = (msg.pad, msg.pads)
+        elif self.phase == Phase.STREAMING and isinstance(msg, Rumble) and self._granted(ExtensionFeature.RUMBLE):
+            return [PlayRumble(msg)]
         else:
             self.refused["control_ignored"] += 1  # nothing to do with it now (an unknown id, a late NAK...)
         return []

@@ -36,6 +36,7 @@ import numpy.typing as npt
 
 from pyrofling.capture.paths import peer_uid, prepare_socket_dir
 from pyrofling.core.gamepad import PadUpdate
+from pyrofling.core.gamepad.rumble import RumbleCommand
 from pyrofling.core.keyboard_mouse import InputUpdate
 from pyrofling.core.swapchain import EncodeImage, Retire, Swapchain
 from pyrofling.wire import InputState, ProtocolError
@@ -85,6 +86,7 @@ class CaptureStats:
     games_total: int = 0
     #: Connections from another user's processes, closed at once.
     games_refused: int = 0
+    rumbles: int = 0
     image_groups: int = 0
     presents: int = 0
     encoded: int = 0
@@ -114,6 +116,8 @@ class CaptureServer:
         self.stats = CaptureStats()
         self._on_new_image = on_new_image
         self._audio = audio
+        #: Called (on the loop) with (pad, command) when a game asks a pad to rumble.
+        self.on_rumble: Callable[[int, RumbleCommand], None] | None = None
         self._listener: socket.socket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._games: dict[int, _Game] = {}
@@ -222,6 +226,7 @@ class CaptureServer:
             "games": len(self._games),
             "games_total": st.games_total,
             "games_refused": st.games_refused,
+            "rumbles": st.rumbles,
             "streamed": self.active_name,
             "image_groups": st.image_groups,
             "presents": st.presents + sum(c.stats.presents for c in chains),
@@ -357,6 +362,12 @@ class CaptureServer:
                 return m.MessageType.ERROR_PARAMETER, problem, "audio_format"
             game.audio = fmt
             return m.MessageType.OK, "", ""
+        if t == m.MessageType.RUMBLE:
+            req = m.RumbleRequest.parse_payload(payload)
+            self.stats.rumbles += 1
+            if self.on_rumble is not None:
+                self.on_rumble(req.pad, RumbleCommand(req.strong, req.weak, req.duration_ms))
+            return None
         if t == m.MessageType.AUDIO_SAMPLES:
             if game.audio is not None and self._audio is not None and game.conn_id == self._active:
                 frame_bytes = 2 * game.audio.channels

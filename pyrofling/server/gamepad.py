@@ -12,6 +12,8 @@ and listeners (capture clients, so a Python game can read the pad with no uinput
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import logging
 import os
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from pyrofling.core.gamepad import EV_SYN, SYN_REPORT, VIRTUAL_PAD, Event, PadUpdate, VirtualPadSpec
+from pyrofling.core.gamepad.rumble import RumbleCommand, RumbleEffects
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +83,84 @@ class UinputPad:
         self._device.destroy()
 
 
+class EvdevFfPad:
+    """The virtual pad through python-evdev's UInput, which (unlike python-uinput) takes force feedback: games
+    upload, play and erase rumble effects on it, and :meth:`start_rumble` hands each change to the host as a
+    :class:`~pyrofling.core.gamepad.rumble.RumbleCommand` for the pad's player (protocol.md §7.13).  Same name,
+    ids, codes and ranges as :class:`UinputPad`."""
+
+    def __init__(self, spec: VirtualPadSpec = VIRTUAL_PAD, *, make_uinput: Callable[..., Any] | None = None) -> None:
+        from evdev import AbsInfo, UInput, ecodes
+
+        events: dict[int, Any] = {
+            ecodes.EV_KEY: [code for _, code in spec.keys],
+            ecodes.EV_ABS: [(code, AbsInfo(0, lo, hi, 0, 0, 0)) for _, code, lo, hi in spec.axes],
+            ecodes.EV_FF: [ecodes.FF_RUMBLE, ecodes.FF_GAIN],
+        }
+        try:
+            self._ui = (make_uinput or UInput)(
+                events, name=spec.name, vendor=spec.vendor, product=spec.product, bustype=spec.bustype, max_effects=16
+            )
+        except OSError as exc:
+            raise UinputUnavailable(f"cannot create the virtual pad: {exc}") from exc
+        self.description = f"uinput device '{spec.name}' ({spec.vendor:04x}:{spec.product:04x}), rumble"
+        self.effects = RumbleEffects()
+        self._on_rumble: Callable[[RumbleCommand], None] | None = None
+        self._loop: Any = None
+
+    def write(self, events: Sequence[Event]) -> None:
+        for ev_type, code, value in events:
+            if ev_type == EV_SYN and code == SYN_REPORT:
+                self._ui.syn()
+            else:
+                self._ui.write(ev_type, code, value)
+
+    def start_rumble(self, loop: Any, on_rumble: Callable[[RumbleCommand], None]) -> None:
+        """Read what games ask of the pad's motors on ``loop``."""
+        self._loop, self._on_rumble = loop, on_rumble
+        loop.add_reader(self._ui.fileno(), self.readable)
+
+    def readable(self) -> None:
+        """Force-feedback traffic from games: uploads and erases answered at once, plays and gain followed."""
+        from evdev import ecodes
+
+        try:
+            events = list(self._ui.read())
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            log.debug("virtual pad read failed: %s", exc)
+            return
+        for event in events:
+            command: RumbleCommand | None = None
+            if event.type == ecodes.EV_UINPUT and event.code == ecodes.UI_FF_UPLOAD:
+                upload = self._ui.begin_upload(event.value)
+                e = upload.effect
+                rumble = e.u.ff_rumble_effect
+                ok = self.effects.upload(
+                    e.id, e.type, rumble.strong_magnitude, rumble.weak_magnitude, e.ff_replay.length
+                )
+                upload.retval = 0 if ok else -errno.EINVAL
+                self._ui.end_upload(upload)
+            elif event.type == ecodes.EV_UINPUT and event.code == ecodes.UI_FF_ERASE:
+                erase = self._ui.begin_erase(event.value)
+                command = self.effects.erase(erase.effect_id)
+                erase.retval = 0
+                self._ui.end_erase(erase)
+            elif event.type == ecodes.EV_FF and event.code == ecodes.FF_GAIN:
+                self.effects.set_gain(event.value)
+            elif event.type == ecodes.EV_FF:
+                command = self.effects.play(event.code, event.value)
+            if command is not None and self._on_rumble is not None:
+                self._on_rumble(command)
+
+    def close(self) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            with contextlib.suppress(Exception):
+                self._loop.remove_reader(self._ui.fileno())
+        self._ui.close()
+
+
 class NullPad:
     """No virtual pad on this machine: events are counted and dropped."""
 
@@ -130,6 +211,11 @@ def open_virtual_pad(kind: str, *, number: int = 1) -> VirtualPad:
     if kind != "uinput":
         raise ValueError(f"unknown virtual pad {kind!r}; choose one of: {', '.join(PAD_KINDS)}")
     spec = VIRTUAL_PAD if number == 1 else replace(VIRTUAL_PAD, name=f"{VIRTUAL_PAD.name} {number}")
+    if os.access("/dev/uinput", os.W_OK):
+        try:
+            return EvdevFfPad(spec)  # with rumble
+        except (UinputUnavailable, ImportError) as exc:
+            log.warning("virtual pad without rumble: %s", exc)
     try:
         return UinputPad(spec)
     except UinputUnavailable as exc:

@@ -28,6 +28,7 @@ from pyrofling.capture.paths import default_socket_path
 from pyrofling.core.congestion import RateConfig
 from pyrofling.core.encode_schedule import EncodeSchedule
 from pyrofling.core.frame_clock import FrameClock
+from pyrofling.core.gamepad.rumble import RumbleCommand
 from pyrofling.core.host_session import (
     GamepadInput,
     HostOutput,
@@ -172,6 +173,7 @@ class Host:
         self._open_outputs(encoder, audio_encoder, audio_source)
         pad = self._pad if self._pad is not None else open_virtual_pad(cfg.virtual_pad)
         self.pad_output = self.pad_outputs[1] = PadOutput(pad, trace=cfg.gamepad_trace)
+        self._listen_for_rumble(pad, 1)
         log.info("gamepad: %s%s", pad.description, f"; up to {cfg.pads} pads, one per player" if cfg.pads > 1 else "")
         devices = self._input_devices or open_input_devices(cfg.virtual_input)
         self.input_output = InputOutput(devices, trace=cfg.input_trace)
@@ -195,6 +197,7 @@ class Host:
                 on_new_image=heartbeat.presented,
                 audio=audio_source if isinstance(audio_source, GameAudioSource) else None,
             )
+            self.capture.on_rumble = self._rumble
             self.capture.start(loop)
             self.pad_output.listeners.append(self.capture.pad_update)
             self.input_output.listeners.append(self.capture.input_update)
@@ -304,6 +307,16 @@ class Host:
 
     # -- viewers' input ----------------------------------------------------------------------
 
+    def _listen_for_rumble(self, pad: VirtualPad, number: int) -> None:
+        """A pad that takes force feedback (evdev's uinput) tells the host what games ask of its motors."""
+        start = getattr(pad, "start_rumble", None)
+        if start is not None:
+            start(asyncio.get_running_loop(), lambda command: self._rumble(number, command))
+
+    def _rumble(self, pad: int, command: RumbleCommand) -> None:
+        """A game asked pad ``pad`` to rumble (its uinput force feedback, or the capture socket): its player hears."""
+        self.network.perform(self.sessions.rumble(pad, command))
+
     def _pad_output_for(self, number: int) -> PadOutput:
         """Pad ``number``, made when its first player arrives (and kept: a pad vanishing mid-game is worse)."""
         out = self.pad_outputs.get(number)
@@ -314,6 +327,7 @@ class Host:
                 pad = open_virtual_pad(self.config.virtual_pad, number=number)
             out = self.pad_outputs[number] = PadOutput(pad)
             log.info("gamepad %d: %s", number, pad.description)
+            self._listen_for_rumble(pad, number)
             if self.capture is not None:
                 capture = self.capture
                 out.listeners.append(lambda update: capture.pad_update(update, number))

@@ -53,6 +53,7 @@ class MessageType(enum.IntEnum):
     AUDIO_SAMPLES = 302 | ONE_WAY
     INPUT_EVENT = 303 | EVENT
     PAD_STATE = 304 | EVENT
+    RUMBLE = 305 | ONE_WAY
 
 
 class Intent(enum.IntEnum):
@@ -285,6 +286,19 @@ class PadStateEvent(CaptureMessage):
 
 
 @dataclass(frozen=True, slots=True)
+class RumbleRequest(CaptureMessage):
+    """pyrofling, game → host, no reply (protocol.md §8.5): rumble pad ``pad``'s player's pad (0 stops)."""
+
+    TYPE = MessageType.RUMBLE
+    PAYLOAD = struct.Struct("<B3xHHHH")
+    pad: int
+    strong: int
+    weak: int
+    duration_ms: int
+    reserved: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class InputEvent(CaptureMessage):
     """pyrofling: what the host applied to its keyboard and mouse (protocol.md §8.5): the keys and buttons held
     after it, this update's motion and wheel, and the pointer's place over the picture when known."""
@@ -338,5 +352,6 @@ PAYLOADS: dict[int, type[CaptureMessage]] = {
         AudioFormat,
         InputEvent,
         PadStateEvent,
+        RumbleRequest,
     )
 }

@@ -73,6 +73,7 @@ class MessageId(enum.IntEnum):
     INPUT_STATE = 43
     PLAYER = 44
     PAD_ASSIGNED = 45
+    RUMBLE = 46
 
 
 def type_word(message_id: int, payload_bytes: int) -> int:
@@ -352,6 +353,20 @@ class PadAssigned(ControlMessage):
 
 
 @dataclass(frozen=True, slots=True)
+class Rumble(ControlMessage):
+    """pyrofling extension (protocol.md §7.13), host → viewer over TCP: the player's pad's motors, from now on."""
+
+    ID = MessageId.RUMBLE
+    PAYLOAD = struct.Struct("<BBHHHH")
+    pad: int  # the host's pad it is for (the viewer's own, as PAD_ASSIGNED said; 1 on a shared pad)
+    reserved: int
+    strong: int  # 0..65535: the low-frequency (heavy) motor
+    weak: int  # 0..65535: the high-frequency (light) motor
+    duration_ms: int  # 0: stop; 65535: until the next RUMBLE
+    seq: int  # counts RUMBLE messages per connection (benches match them)
+
+
+@dataclass(frozen=True, slots=True)
 class Ping(ControlMessage):
     ID = MessageId.PING
     PAYLOAD = struct.Struct("<H")
@@ -384,6 +399,8 @@ class ExtensionFeature(enum.IntFlag):
     #: A pad per player: the viewer says who it is (PLAYER), the host says which pad is its (PAD_ASSIGNED)
     #: (protocol.md §7.12).
     PADS = 1 << 8
+    #: The host sends RUMBLE: what games ask of the player's pad's motors (protocol.md §7.13).
+    RUMBLE = 1 << 9
 
 
 #: Version of the pyrofling extension set this build speaks.
@@ -694,6 +711,7 @@ CONTROL_TYPES: dict[int, type[ControlMessage]] = {
         InputState,
         Player,
         PadAssigned,
+        Rumble,
     )
 }
 

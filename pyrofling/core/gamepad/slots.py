@@ -59,6 +59,10 @@ class PadSlots:
         if pad is not None and token is not None:
             self._reserved[pad] = (token, now + self.grace_s)
 
+    def player_of(self, pad: int) -> int | None:
+        """The connection that holds ``pad`` as its own (None: nobody, or only sharers)."""
+        return next((c for c, p in self._by_conn.items() if p == pad and c in self._tokens), None)
+
     def pad_of(self, conn_id: int) -> int | None:
         return self._by_conn.get(conn_id)
 
