@@ -26,6 +26,8 @@ SAMPLES: list[m.CaptureMessage] = [
     m.FrameComplete(7, 120, PERIOD_NS, 98, 0, 2, 5_000_000),
     m.AudioFormat(48_000, 2),
     m.InputEvent(bytes(range(32)), 0x1F, 1, -(2**31), 2**31 - 1, 3, -3, 65535, 0),
+    m.PadStateEvent(4, bytes(range(16))),
+    m.RumbleRequest(2, 65535, 1, 250),
 ]
 
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from support import TINY, run, start_host, until
 
 from pyrofling.capture import CaptureClient
@@ -260,3 +262,41 @@ def test_a_python_games_rumble_reaches_the_players_pad_through_the_host(tmp_path
     assert asked > 20 and len(heard) >= asked - 2  # every request while it played (the last may race the end)
     assert [h["seq"] for h in heard] == list(range(1, len(heard) + 1))  # in order, none lost (TCP)
     assert viewer.summary()["gamepad"]["rumbles"] == len(heard)
+
+
+@pytest.mark.skipif(
+    not os.access("/dev/uinput", os.W_OK) or not os.path.isdir("/dev/input"),
+    reason="no writable /dev/uinput on this machine (needs the uinput kernel module and access to it)",
+)
+def test_a_real_game_rumble_on_the_uinput_pad_reaches_the_host() -> None:
+    """Plays the game's part with evdev on the real device node: upload an effect, play it."""
+    import time
+
+    import evdev
+    from evdev import ecodes, ff
+
+    pad = EvdevFfPad()
+    heard: list[RumbleCommand] = []
+    pad._on_rumble = heard.append
+    try:
+        time.sleep(0.3)
+        [dev] = [d for d in map(evdev.InputDevice, evdev.list_devices()) if d.name == "PyroFling virtual gamepad"]
+        effect = ff.Effect(
+            ecodes.FF_RUMBLE, -1, 0, ff.Trigger(0, 0), ff.Replay(200, 0),
+            ff.EffectType(ff_rumble_effect=ff.Rumble(strong_magnitude=30_000, weak_magnitude=1_000)),
+        )  # fmt: skip
+        done = threading.Event()
+
+        def upload() -> None:
+            effect_id = dev.upload_effect(effect)  # blocks until the pad answers
+            dev.write(ecodes.EV_FF, effect_id, 1)
+            done.set()
+
+        threading.Thread(target=upload, daemon=True).start()
+        deadline = time.monotonic() + 3
+        while not heard and time.monotonic() < deadline:
+            pad.readable()
+            time.sleep(0.01)
+        assert done.is_set() and heard == [RumbleCommand(30_000, 1_000, 200)]
+    finally:
+        pad.close()

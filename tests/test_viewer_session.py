@@ -73,6 +73,7 @@ def test_handshake_pipelines_extensions_after_hello() -> None:
         | ExtensionFeature.RATE_CONTROL
         | ExtensionFeature.KEYBOARD_MOUSE
         | ExtensionFeature.PADS
+        | ExtensionFeature.RUMBLE
     )
     assert sent(s.start(0.0)) == [("tcp", Hello()), ("tcp", Extensions(1, offered))]
     assert s.control(Cookie(42), 0.001) == []

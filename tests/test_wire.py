@@ -47,6 +47,7 @@ from pyrofling.wire import (
     RateDecider,
     RateFeedback,
     RequestKeyframe,
+    Rumble,
     StreamRate,
     StreamType,
     TruncatedError,
@@ -81,6 +82,7 @@ SAMPLES = [
     InputState(65535, 0x1F, 3, bytes(range(32)), -(2**31), 2**31 - 1, 5, -5, 65535, 0),
     Player(2**64 - 1),
     PadAssigned(3, 4),
+    Rumble(2, 0, 65535, 0, 65535, 65535),
     PathResponse(12345),
     Nack(0x3FFF, 1, 0, 1000, bytes(range(16))),
     Nack.whole_packet(17, 0),
@@ -123,6 +125,7 @@ NATIVE_WIDE = {
     MessageId.INPUT_STATE: 0xFFFFFFFF_EF968EAB,  # 58
     MessageId.PLAYER: 0xFFFFFFFF_EF96822C,  # 8
     MessageId.PAD_ASSIGNED: 0xFFFFFFFF_EF96822D,  # 8
+    MessageId.RUMBLE: 0xFFFFFFFF_EF9682AE,  # 10
 }
 
 
@@ -346,6 +349,7 @@ def test_extensions_drop_unknown_feature_bits() -> None:
         | ExtensionFeature.RATE_CONTROL
         | ExtensionFeature.KEYBOARD_MOUSE
         | ExtensionFeature.PADS
+        | ExtensionFeature.RUMBLE
     )
     assert msg.feature_flags == known  # but only known ones are usable
 
