@@ -199,7 +199,7 @@ def test_hostile_datagrams_and_control_messages_never_stop_the_host() -> None:
         assert await asyncio.wait_for(reader.read(100), 5) == b""  # closed by the host
         writer.close()
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(bytes(Hello()) + bytes.fromhex("2d80 96ef 0000 0000"))  # HELLO, then id 45
+        writer.write(bytes(Hello()) + bytes.fromhex("3c80 96ef 0000 0000"))  # HELLO, then id 60 (unknown)
         reply = await asyncio.wait_for(reader.readexactly(16 + 8), 5)
         assert parse_control(reply[16:]) == Nak()
         writer.close()

@@ -113,7 +113,7 @@ def _run(cfg: SoakConfig, tmp: Path, progress: Callable[[str], None]) -> dict[st
     logs = {name: tmp / f"{name}.log" for name in [*names, "netsim"]}
     host_cmd = [*_cli(), "host", "-q", "--port", str(host_port), "--width", str(cfg.width),
                 "--height", str(cfg.height), "--fps", str(cfg.fps), "--bitrate-kbits", str(cfg.bitrate_kbits),
-                "--virtual-pad", "none", "--stats-json", str(stats_files["host"]),
+                "--virtual-pad", "none", "--virtual-input", "none", "--stats-json", str(stats_files["host"]),
                 "--stats-interval", str(interval)]  # fmt: skip
     host_cmd += ["--password", SOAK_SECRET] if cfg.secure else []
     host_cmd += [] if cfg.audio else ["--no-audio"]
