@@ -15,7 +15,9 @@ The media fan-out asks :meth:`HostSessions.video_targets` /
 sends through each viewer's own :class:`~pyrofling.core.packetizer.Packetizer`.
 
 The outputs and what the host keeps per viewer are in :mod:`pyrofling.core.host_state`;
-authentication (protocol.md §7.7) is :class:`~pyrofling.core.host_auth.HostAuth`'s.
+authentication (protocol.md §7.7) is :class:`~pyrofling.core.host_auth.HostAuth`'s, rate control
+:class:`~pyrofling.core.host_rate.HostRate`'s, the players' pads, keyboard, mouse and rumble
+:class:`~pyrofling.core.host_players.HostPlayers`'.
 """
 
 from __future__ import annotations
@@ -25,10 +27,9 @@ from collections import Counter
 from collections.abc import Callable
 
 from pyrofling.core.congestion import KEY_FRAME_PACING, RateConfig
-from pyrofling.core.gamepad import GamepadRouter, Verdict
 from pyrofling.core.gamepad.rumble import RumbleCommand
-from pyrofling.core.gamepad.slots import PadSlots
 from pyrofling.core.host_auth import HostAuth, PairedViewers
+from pyrofling.core.host_players import HostPlayers
 from pyrofling.core.host_rate import HostRate
 from pyrofling.core.host_state import (
     Address,
@@ -45,7 +46,6 @@ from pyrofling.core.host_state import (
     ViewerLeft,
     ViewerPaired,
 )
-from pyrofling.core.keyboard_mouse import InputRouter, InputVerdict
 from pyrofling.core.keyframes import KeyframePolicy
 from pyrofling.core.pacer import PacedQueue, Pacer, TokenBucketPacer
 from pyrofling.core.packetizer import Packetizer
@@ -71,7 +71,6 @@ from pyrofling.wire import (
     LossReport,
     Nack,
     Nak,
-    PadAssigned,
     PathChallenge,
     PathResponse,
     PhaseOffset,
@@ -82,7 +81,6 @@ from pyrofling.wire import (
     ProtocolError,
     RateFeedback,
     RequestKeyframe,
-    Rumble,
     UnknownControl,
     parse_udp_control,
     sealed_cookie,
@@ -143,15 +141,12 @@ class HostSessions:
         self.timed_out = 0
         #: TCP messages read from viewers, whatever became of them.
         self.control_messages = 0
-        #: Who drives the one virtual pad (protocol.md §7.6).
-        #: Which pad each player drives (protocol.md §7.12), and each pad's router; pad 1 is shared.
-        self.pads = PadSlots(pads)
-        self.gamepads: dict[int, GamepadRouter] = {1: GamepadRouter()}
-        self.gamepad = self.gamepads[1]
-        self._pad_holder: int | None = None
-        #: Who types and moves the mouse (protocol.md §7.11).
-        self.input = InputRouter()
-        self.rumbles_sent = 0
+        #: Pads, keyboard and mouse, and rumble (protocol.md §7.6, §7.11–§7.13).
+        self.players = HostPlayers(self.discarded, pads=pads)
+        self.pads = self.players.pads
+        self.gamepads = self.players.gamepads
+        self.gamepad = self.gamepads[1]  # the shared pad
+        self.input = self.players.input
 
     # -- connections ---------------------------------------------------------------------
 
@@ -181,19 +176,9 @@ class HostSessions:
         self._by_cookie.pop(conn.cookie, None)
         if conn.udp_address is not None and self._by_address.get(conn.udp_address) is conn:
             del self._by_address[conn.udp_address]
-        pad = self.pads.pad_of(conn_id) or 1
-        release = self._router(pad).connection_closed(conn_id)
-        self.pads.left(conn_id, conn.last_alive_s)  # its pad waits for it a while
-        if self._pad_holder == conn_id:
-            self._pad_holder = None
-        out: list[HostOutput] = [ViewerLeft(conn_id)]
-        if release is not None:
-            out.append(GamepadInput(release, pad))
-        let_go = self.input.connection_closed(conn_id)
-        if let_go is not None:
-            out.append(KeyboardMouseInput(let_go))
+        out: list[HostOutput] = [ViewerLeft(conn_id), *self.players.left(conn)]
         if conn.link is not None and self.rate is not None:
-            out += self.rate.left(conn, conn.last_alive_s, self._video_viewers(), self._pad_holder)
+            out += self.rate.left(conn, conn.last_alive_s, self._video_viewers(), self.players.pad_holder)
         return out
 
     def connection(self, conn_id: int) -> RemoteViewer | None:
@@ -276,8 +261,7 @@ class HostSessions:
             if conn.wants(KickFlags.VIDEO):
                 self.keyframes.loss_reported()
             return []
-        if isinstance(msg, Player) and conn.extensions & ExtensionFeature.PADS:
-            conn.player_token = msg.token
+        if isinstance(msg, Player) and self.players.player(conn, msg):
             return []
         # Anything else (unknown ids, messages only the host sends): NAK, as the reference does.
         self.discarded["unexpected_control"] += 1
@@ -286,15 +270,11 @@ class HostSessions:
     def _kick(self, conn: RemoteViewer, flags: KickFlags, now: float) -> list[HostOutput]:
         conn.flags = flags
         conn.last_alive_s = now
-        if flags & KickFlags.GAMEPAD:
-            # As the reference: a (re)joining player may take the (shared) pad.
-            self._router(self.pads.pad_of(conn.conn_id) or 1).reset_ownership()
-        if flags & KickFlags.KEYBOARD_MOUSE and conn.extensions & ExtensionFeature.KEYBOARD_MOUSE:
-            self.input.reset_ownership()  # likewise for the keyboard and mouse
+        self.players.kick(conn, flags)
         if conn.kicked:
             out: list[HostOutput] = [LogLine(conn.conn_id, f"redundant KICK from {conn.label}")]
-            if flags & KickFlags.GAMEPAD and self.pads.pad_of(conn.conn_id) is None:
-                out += self._assign_pad(conn, now)  # it asks for the gamepad only now
+            if flags & KickFlags.GAMEPAD:
+                out += self.players.joined(conn, now)  # it asks for the gamepad only now
             return out
         if conn.udp_address is None:
             return [conn.send(Nak())]
@@ -325,23 +305,8 @@ class HostSessions:
             LogLine(conn.conn_id, f"viewer {conn.label} joined for {_flag_names(flags)}"),
         ]
         if flags & KickFlags.GAMEPAD:
-            out += self._assign_pad(conn, now)
+            out += self.players.joined(conn, now)
         return out
-
-    def _assign_pad(self, conn: RemoteViewer, now: float) -> list[HostOutput]:
-        """The pad this player drives: its own in join order (kept across a reconnect), or the shared pad 1."""
-        token = conn.player_token if conn.extensions & ExtensionFeature.PADS else None
-        pad = self.pads.join(conn.conn_id, token, now)
-        out: list[HostOutput] = []
-        if self.pads.pads > 1:
-            text = f"{conn.label} plays pad {pad}" if pad else f"{conn.label}: all {self.pads.pads} pads are taken"
-            out.append(LogLine(conn.conn_id, text))
-        if conn.extensions & ExtensionFeature.PADS:
-            out.append(conn.send(PadAssigned(pad or 0, self.pads.pads)))
-        return out
-
-    def _router(self, pad: int) -> GamepadRouter:
-        return self.gamepads.setdefault(pad, GamepadRouter())
 
     def _progress(self, conn: RemoteViewer, msg: Progress, now: float) -> list[HostOutput]:
         conn.last_alive_s = now
@@ -499,9 +464,9 @@ class HostSessions:
             conn.phase_offsets += 1
             return [PhaseFeedback(conn.conn_id, msg.ideal_phase_offset_us)]
         if isinstance(msg, GamepadState):
-            return self._gamepad(conn, msg)
+            return self.players.gamepad(conn, msg)
         if isinstance(msg, InputState):
-            return self._keyboard_mouse(conn, msg, now)
+            return self.players.keyboard_mouse(conn, msg, now)
         if isinstance(msg, Nack):
             return self._nack(conn, msg)
         if isinstance(msg, LossReport):
@@ -573,7 +538,7 @@ class HostSessions:
         if conn.link is None or self.rate is None:
             self.discarded["rate_feedback_not_negotiated"] += 1
             return []
-        return self.rate.feedback(conn, msg, now, self._video_viewers(), self._pad_holder, self._learn_loss)
+        return self.rate.feedback(conn, msg, now, self._video_viewers(), self.players.pad_holder, self._learn_loss)
 
     def _video_viewers(self) -> list[RemoteViewer]:
         return [c for c in self._connections.values() if c.wants(KickFlags.VIDEO)]
@@ -584,55 +549,9 @@ class HostSessions:
             return {"rate_policy": "fixed"}
         return self.rate.summary(list(self._connections.values()))
 
-    def _gamepad(self, conn: RemoteViewer, msg: GamepadState) -> list[HostOutput]:
-        if not conn.flags & KickFlags.GAMEPAD:
-            self.discarded["gamepad_not_requested"] += 1
-            return []
-        conn.gamepad_states += 1
-        pad = self.pads.pad_of(conn.conn_id)
-        if pad is None:
-            self.discarded["gamepad_no_pad"] += 1  # every pad is taken
-            return []
-        verdict, update = self._router(pad).offer(conn.conn_id, msg)
-        if verdict is not Verdict.APPLIED or update is None:
-            self.discarded[f"gamepad_{verdict.value}"] += 1
-            return []
-        out: list[HostOutput] = [GamepadInput(update, pad)]
-        if self._pad_holder != conn.conn_id:
-            self._pad_holder = conn.conn_id
-            how = "took the gamepad over" if update.took_over else "has the gamepad"
-            out.append(LogLine(conn.conn_id, f"{conn.label} {how}"))
-        return out
-
     def rumble(self, pad: int, command: RumbleCommand) -> list[HostOutput]:
-        """A game asked pad ``pad``'s motors for ``command`` (its uinput force feedback, or the capture socket):
-        the pad's player is told, over its (sealed) control channel, if it negotiated RUMBLE."""
-        router = self.gamepads.get(pad)
-        holder = router.owner if router is not None and router.owner is not None else self.pads.player_of(pad)
-        conn = self._connections.get(holder) if holder is not None else None
-        if conn is None or not conn.extensions & ExtensionFeature.RUMBLE:
-            self.discarded["rumble_no_player"] += 1
-            return []
-        conn.rumble_seq = (conn.rumble_seq + 1) & 0xFFFF
-        self.rumbles_sent += 1
-        return [conn.send(Rumble(pad, 0, command.strong, command.weak, command.duration_ms, conn.rumble_seq))]
-
-    def _keyboard_mouse(self, conn: RemoteViewer, msg: InputState, now: float) -> list[HostOutput]:
-        """Keys and the mouse: only from a viewer that negotiated them and asked for them in its KICK."""
-        if not conn.extensions & ExtensionFeature.KEYBOARD_MOUSE or not conn.flags & KickFlags.KEYBOARD_MOUSE:
-            self.discarded["input_not_requested"] += 1
-            return []
-        conn.input_states += 1
-        previous = self.input.owner
-        verdict, update = self.input.offer(conn.conn_id, msg, now)
-        if verdict is not InputVerdict.APPLIED or update is None:
-            self.discarded[f"input_{verdict.value}"] += 1
-            return []
-        out: list[HostOutput] = [KeyboardMouseInput(update)]
-        if previous != conn.conn_id:
-            how = "took the keyboard and mouse over" if update.took_over else "has the keyboard and mouse"
-            out.append(LogLine(conn.conn_id, f"{conn.label} {how}"))
-        return out
+        """A game asked pad ``pad``'s motors for ``command`` (its uinput force feedback, or the capture socket)."""
+        return self.players.rumble(pad, command, self._connections)
 
     def summary(self) -> dict[str, object]:
         """Connections, authentication, and what was dropped and why."""
@@ -661,14 +580,11 @@ class HostSessions:
             waiting = [c.opened_s for c in self._connections.values() if not c.authenticated]
             if waiting:
                 due = min(due, min(waiting) + self.config.auth_timeout_s)
-        held = self.input.next_timer()
+        held = self.players.next_timer()
         return due if held is None else min(due, held)
 
     def handle_timer(self, now: float) -> list[HostOutput]:
-        out: list[HostOutput] = []
-        silent = self.input.handle_timer(now)
-        if silent is not None:  # the owner held keys and went quiet: let go rather than leave them held
-            out.append(KeyboardMouseInput(silent))
+        out: list[HostOutput] = self.players.handle_timer(now)
         for conn in list(self._connections.values()):
             if now - conn.last_alive_s >= self.config.keepalive_timeout_s:
                 self.timed_out += 1

@@ -482,6 +482,7 @@ class Host:
                 **pad,
                 **self.sessions.gamepad.summary(),
                 "pads": self.sessions.pads.summary(time.monotonic()),
+                "rumbles_sent": self.sessions.players.rumbles_sent,
                 "per_pad": {str(n): o.summary() for n, o in self.pad_outputs.items()},
             },
             "keyboard_mouse": {
