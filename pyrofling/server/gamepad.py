@@ -204,8 +204,9 @@ class RecordingPad:
 
 
 def open_virtual_pad(kind: str, *, number: int = 1) -> VirtualPad:
-    """``uinput`` (falls back to a :class:`NullPad` with a warning) or ``none``.  Pad 1 is the reference's
-    device exactly; pads 2.. are named "… 2", "… 3" (players' own pads, protocol.md §7.12)."""
+    """``uinput`` (falls back to a :class:`NullPad` with a warning) or ``none``.  Pad 1 has the reference's
+    identity (name, ids, codes, ranges), with force feedback when evdev can make it; pads 2.. are named "… 2",
+    "… 3" (players' own pads, protocol.md §7.12)."""
     if kind == "none":
         return NullPad("turned off with --virtual-pad none")
     if kind != "uinput":
