@@ -371,8 +371,15 @@ def test_the_right_code_seals_control_and_datagrams_both_ways() -> None:
     # After AUTH_RESULT nothing on TCP parses as a message in the clear: it is all sealed records.
     results = [i for i, d in enumerate(link.tcp_to_viewer) if d[:8] == bytes(AuthResult(1, 0, bytes(32)))[:8]]
     assert len(results) == 1
-    after = link.tcp_to_viewer[results[0] + 1 :] + link.tcp_to_host[-2:]
-    assert after
+    responses = [
+        i
+        for i, d in enumerate(link.tcp_to_host)
+        if parses_in_clear(d)
+        and d[:4] == bytes(AuthResponse(1, 0, bytes(16), bytes(32), bytes(33), bytes(32), bytes(32)))[:4]
+    ]
+    assert len(responses) == 1
+    after = link.tcp_to_viewer[results[0] + 1 :] + link.tcp_to_host[responses[0] + 1 :]
+    assert len(after) >= 2  # the KICK at least one way, CODEC_PARAMETERS the other
     for data in after:
         assert not parses_in_clear(data)
         assert data[:2] == (len(data) - 2).to_bytes(2, "little")  # a record: its length, then ciphertext
@@ -381,6 +388,7 @@ def test_the_right_code_seals_control_and_datagrams_both_ways() -> None:
     assert SECRET.encode() not in wire and all(len(d) != 16 for d in link.to_host_udp)
     # The UDP address was bound only after it answered a PATH_CHALLENGE.
     assert link.conn.udp_address == UDP and link.conn.path_validations == 1 and link.vs.path_challenges == 1
+    assert link.vs.kick_attempts == 1  # the KICK that came before the proof is answered by it, not at a retry
     link.udp(bytes(Ping(3)))
     reply = link.viewer_opened[-1]
     assert len(reply) == len(bytes(PingReply(3, 0))) == len(link.to_viewer_udp[-1]) - SEAL_OVERHEAD

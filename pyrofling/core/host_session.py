@@ -449,6 +449,9 @@ class HostSessions:
         conn.path_validations += 1
         if moved:
             return [LogLine(conn.conn_id, f"{conn.label}: media follows its new address {address[0]} @ {address[1]}")]
+        if conn.flags and not conn.kicked and self.codec_parameters is not None:
+            # Its KICK came before the address was proved and got NAK: answer it now rather than at its retry.
+            return self._kick(conn, conn.flags, now)
         return []
 
     def _udp_message(self, conn: RemoteViewer, msg: ControlMessage, now: float) -> list[HostOutput]:
