@@ -52,6 +52,7 @@ from pyrofling.wire import (
     InputState,
     Kick,
     KickFlags,
+    key_bitmap,
     parse_udp_control,
 )
 
@@ -110,7 +111,7 @@ def test_window_key_names_map_to_linux_codes() -> None:
 
 
 def state(seq: int, keys: set[int] = frozenset(), **kw: int) -> InputState:  # type: ignore[assignment]
-    return InputState(seq, keys=InputState.key_bitmap(set(keys)), **kw)
+    return InputState(seq, keys=key_bitmap(set(keys)), **kw)
 
 
 def test_the_router_writes_only_what_changed_one_report_per_device() -> None:

@@ -82,6 +82,7 @@ from pyrofling.wire import (
     PingReply,
     Progress,
     RequestKeyframe,
+    key_bitmap,
     parse_control,
 )
 
@@ -723,7 +724,7 @@ def test_keys_and_the_mouse_are_sealed_like_the_pad() -> None:
     flags = PAD | KickFlags.KEYBOARD_MOUSE
     link = Link(host(), ViewerSessionConfig(flags=flags, secret=SECRET)).run()
     sealed_ok(link)
-    keys = InputState(1, keys=InputState.key_bitmap({17}))
+    keys = InputState(1, keys=key_bitmap({17}))
     assert link.hs.datagram(UDP, bytes(keys), 0.2) == [] and link.hs.discarded["plaintext_refused"] == 1
     link.udp(bytes(keys))
     assert [type(o) for o in link.pad_inputs] == [KeyboardMouseInput]

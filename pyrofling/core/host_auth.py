@@ -123,9 +123,7 @@ class HostAuth:
         reply = Extensions(EXTENSIONS_VERSION, int(granted))
         out: list[HostOutput] = [conn.send(reply)]
         if granted & ExtensionFeature.AUTH:
-            transcript = Transcript()
-            for part in (msg, Cookie(conn.cookie), reply):
-                transcript.add(bytes(part))
+            transcript = Transcript(bytes(msg), bytes(Cookie(conn.cookie)), bytes(reply))
             secret = self.config.auth_secret
             code = CodeExchange(secret, host=True) if secret is not None else None
             share = ShareExchange()

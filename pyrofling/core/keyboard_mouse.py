@@ -18,25 +18,29 @@ import enum
 from collections import Counter
 from dataclasses import dataclass
 
-from pyrofling.core.gamepad.state import EV_KEY, EV_SYN, SYN_REPORT, Event
+from pyrofling.core.gamepad.state import (
+    ABS_X,
+    ABS_Y,
+    BTN_EXTRA,
+    BTN_LEFT,
+    BTN_MIDDLE,
+    BTN_RIGHT,
+    BTN_SIDE,
+    EV_ABS,
+    EV_KEY,
+    EV_REL,
+    EV_SYN,
+    REL_HWHEEL,
+    REL_WHEEL,
+    REL_X,
+    REL_Y,
+    SYN_REPORT,
+    Event,
+)
 from pyrofling.seqnum import seq16_delta
-from pyrofling.wire import INPUT_KEY_CODES, InputFlags, InputState
+from pyrofling.wire import INPUT_KEY_CODES, InputFlags, InputState, key_bitmap
 
-EV_REL = 0x02
-EV_ABS = 0x03
-REL_X = 0x00
-REL_Y = 0x01
-REL_HWHEEL = 0x06
-REL_WHEEL = 0x08
-ABS_X = 0x00
-ABS_Y = 0x01
 ABS_MAX = 65535
-
-BTN_LEFT = 0x110
-BTN_RIGHT = 0x111
-BTN_MIDDLE = 0x112
-BTN_SIDE = 0x113
-BTN_EXTRA = 0x114
 #: INPUT_STATE button bit → Linux button code.
 MOUSE_BUTTONS: tuple[int, ...] = (BTN_LEFT, BTN_RIGHT, BTN_MIDDLE, BTN_SIDE, BTN_EXTRA)
 
@@ -166,7 +170,6 @@ class InputSender:
         self.captured = False
         self.stats = SenderStats()
         self._seq = 0
-        self._last: InputState | None = None
         self._last_sent_s: float | None = None
         self._changed = False
 
@@ -238,7 +241,7 @@ class InputSender:
             self._seq,
             self.buttons,
             int(flags),
-            InputState.key_bitmap(self.keys),
+            key_bitmap(self.keys),
             self.dx_total,
             self.dy_total,
             self.wheel_total,
@@ -250,7 +253,7 @@ class InputSender:
         self.stats.sent += 1
         self.stats.sent_on_change += self._changed
         self._changed = False
-        self._last, self._last_sent_s = msg, now
+        self._last_sent_s = now
         return msg
 
     def next_timer(self) -> float | None:

@@ -70,8 +70,10 @@ class AuthError(Exception):
 class Transcript:
     """SHA-256 over every handshake message in the order it crossed the wire, each with its length."""
 
-    def __init__(self) -> None:
+    def __init__(self, *messages: bytes) -> None:
         self._hash = hashlib.sha256(_TRANSCRIPT)
+        for message in messages:
+            self.add(message)
 
     def add(self, message: bytes) -> None:
         self._hash.update(struct.pack("<H", len(message)) + message)
@@ -148,10 +150,6 @@ def check_proof(expected: bytes, got: bytes) -> bool:
 def paired_material(credential: bytes, shared: bytes) -> bytes:
     """PAIRED: the stored credential and the fresh X25519 secret; neither alone gives the keys."""
     return credential + shared
-
-
-def new_credential_id() -> bytes:
-    return secrets.token_bytes(ID_BYTES)
 
 
 def _nonce(counter: int) -> bytes:

@@ -71,9 +71,7 @@ class ViewerAuth:
     ) -> None:
         self._secret, self._credentials, self._pair_as = secret, credentials, pair_as
         self._random_bytes = random_bytes
-        self._transcript = Transcript()
-        for part in (offer, Cookie(cookie), grant):
-            self._transcript.add(bytes(part))
+        self._transcript = Transcript(bytes(offer), bytes(Cookie(cookie)), bytes(grant))
         self._pending: tuple[HandshakeKeys, bytes, bytes, HostCredential | None] | None = None
         #: "code" or "paired", once it has answered the challenge.
         self.method = ""

@@ -393,7 +393,7 @@ class ViewerSession:
     def path_challenge(self, plain: bytes) -> list[ViewerOutput] | None:
         """The answer when an opened datagram is the host's PATH_CHALLENGE (our address looked new to it);
         None when it is media.  A media header never starts with a sign-extended type word (protocol.md §7.7)."""
-        if self._opener is None or len(plain) != len(bytes(PathChallenge(0))):
+        if self._opener is None or len(plain) != _PATH_CHALLENGE_BYTES:  # every datagram passes here: no encoding
             return None
         try:
             msg = PathChallenge.parse(plain)
@@ -534,6 +534,9 @@ class ViewerSession:
         ):
             out += self._ask_for_key_frame(now)
         return out
+
+
+_PATH_CHALLENGE_BYTES = len(bytes(PathChallenge(0)))
 
 
 def _name(msg: ControlMessage | UnknownControl) -> str:

@@ -39,7 +39,7 @@ from pyrofling.core.gamepad import PadUpdate
 from pyrofling.core.gamepad.rumble import RumbleCommand
 from pyrofling.core.keyboard_mouse import InputUpdate
 from pyrofling.core.swapchain import EncodeImage, Retire, Swapchain
-from pyrofling.wire import InputState, ProtocolError
+from pyrofling.wire import ProtocolError, key_bitmap
 from pyrofling.wire import capture as m
 
 log = logging.getLogger(__name__)
@@ -204,7 +204,7 @@ class CaptureServer:
         """An InputOutput listener: every game gets what the host applied to its keyboard and mouse."""
         ax, ay = update.absolute or (0, 0)
         event = m.InputEvent(
-            InputState.key_bitmap(update.keys),
+            key_bitmap(update.keys),
             update.buttons,
             1 if update.absolute is not None else 0,
             update.dx,

@@ -21,7 +21,7 @@ import struct
 from dataclasses import dataclass
 from typing import ClassVar
 
-from pyrofling.wire.control import GamepadState
+from pyrofling.wire.control import GamepadState, held_keys
 from pyrofling.wire.errors import BadMagicError, Buffer, FieldError, LengthError, TruncatedError
 from pyrofling.wire.records import Record
 
@@ -317,7 +317,7 @@ class InputEvent(CaptureMessage):
     reserved: int = 0
 
     def held(self) -> frozenset[int]:
-        return frozenset(i * 8 + b for i, byte in enumerate(self.keys) if byte for b in range(8) if byte >> b & 1)
+        return held_keys(self.keys)
 
 
 @dataclass(frozen=True, slots=True)

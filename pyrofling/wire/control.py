@@ -299,6 +299,20 @@ class InputFlags(enum.IntFlag):
 INPUT_KEY_CODES = 256
 
 
+def key_bitmap(codes: frozenset[int] | set[int]) -> bytes:
+    """The 32-byte map of held keys INPUT_STATE and the capture INPUT_EVENT carry: bit k of byte k // 8."""
+    out = bytearray(INPUT_KEY_CODES // 8)
+    for code in codes:
+        if 0 <= code < INPUT_KEY_CODES:
+            out[code // 8] |= 1 << (code % 8)
+    return bytes(out)
+
+
+def held_keys(bitmap: bytes) -> frozenset[int]:
+    """The key codes a map from :func:`key_bitmap` holds."""
+    return frozenset(i * 8 + b for i, byte in enumerate(bitmap) if byte for b in range(8) if byte >> b & 1)
+
+
 @dataclass(frozen=True, slots=True)
 class InputState(ControlMessage):
     """pyrofling extension (protocol.md §7.11), viewer → host over UDP: the keyboard and mouse as they are now.
@@ -322,15 +336,7 @@ class InputState(ControlMessage):
 
     def held(self) -> frozenset[int]:
         """The key codes held."""
-        return frozenset(i * 8 + b for i, byte in enumerate(self.keys) if byte for b in range(8) if byte >> b & 1)
-
-    @staticmethod
-    def key_bitmap(codes: frozenset[int] | set[int]) -> bytes:
-        out = bytearray(32)
-        for code in codes:
-            if 0 <= code < INPUT_KEY_CODES:
-                out[code // 8] |= 1 << (code % 8)
-        return bytes(out)
+        return held_keys(self.keys)
 
 
 @dataclass(frozen=True, slots=True)

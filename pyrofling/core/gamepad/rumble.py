@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-FF_RUMBLE = 0x50
-FF_GAIN = 0x60
-EV_FF = 0x15
+from pyrofling.core.gamepad.state import FF_GAIN, FF_RUMBLE
+
+__all__ = ["FF_GAIN", "FF_RUMBLE", "STOP", "UNTIL_STOPPED_MS", "RumbleCommand", "RumbleEffects"]
+
 MAX_MAGNITUDE = 0xFFFF
 #: A RUMBLE with this duration lasts until the next one (a Linux effect of length 0 plays until stopped).
 UNTIL_STOPPED_MS = 0xFFFF
@@ -51,7 +52,6 @@ class RumbleEffects:
     gain: int = MAX_MAGNITUDE
     _effects: dict[int, _Effect] = field(default_factory=dict)
     _playing: int | None = None
-    uploads: int = 0
     refused: int = 0
 
     def upload(self, effect_id: int, kind: int, strong: int, weak: int, length_ms: int) -> bool:
@@ -60,7 +60,6 @@ class RumbleEffects:
             self.refused += 1
             return False
         self._effects[effect_id] = _Effect(_clamp(strong), _clamp(weak), max(0, length_ms))
-        self.uploads += 1
         return True
 
     def erase(self, effect_id: int) -> RumbleCommand | None:

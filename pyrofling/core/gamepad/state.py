@@ -15,7 +15,9 @@ from pyrofling.wire import GamepadButton, GamepadState
 
 EV_SYN = 0x00
 EV_KEY = 0x01
+EV_REL = 0x02
 EV_ABS = 0x03
+EV_FF = 0x15
 SYN_REPORT = 0
 SYN_DROPPED = 3
 
@@ -48,6 +50,20 @@ ABS_GAS = 0x09
 ABS_BRAKE = 0x0A
 ABS_HAT0X = 0x10
 ABS_HAT0Y = 0x11
+
+REL_X = 0x00
+REL_Y = 0x01
+REL_HWHEEL = 0x06
+REL_WHEEL = 0x08
+
+BTN_LEFT = 0x110
+BTN_RIGHT = 0x111
+BTN_MIDDLE = 0x112
+BTN_SIDE = 0x113
+BTN_EXTRA = 0x114
+
+FF_RUMBLE = 0x50
+FF_GAIN = 0x60
 
 BUS_USB = 0x03
 
