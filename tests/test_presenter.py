@@ -59,7 +59,8 @@ def test_free_running_presenter_sends_nothing_and_a_skewed_clock_is_reported() -
     s = presenter.summary()
     assert errors == [] and s["phase_offsets_sent"] == 0
     assert abs(s["refresh_hz"] - 60 / 1.001) < 1e-9
-    assert s["presented"] >= 15 and s["phase_trace"]  # the phase is still measured, for the bench
+    # The phase is still measured, for the bench (a busy machine may skip a picture or two: newest wins).
+    assert s["presented"] + s["dropped"] >= 15 and s["presented"] >= 10 and s["phase_trace"]
 
 
 def test_presenter_stops_promptly_before_any_picture() -> None:
