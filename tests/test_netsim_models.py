@@ -136,3 +136,25 @@ def test_a_loss_step_turns_loss_on_and_off() -> None:
     after = sum(not imp.process(2.5, 100) for _ in range(1000))
     assert before == 0 and after == 0
     assert 400 < during < 600
+
+
+def test_gaussian_delay_variation_has_its_sigma_keeps_order_and_is_shared_by_a_burst() -> None:
+    imp = Impairment(ImpairmentConfig(delay_s=0.012, delay_sigma_s=0.003), seed=5)
+    frames = []
+    departures = []
+    for frame in range(3000):  # 60 frames a second, 10 datagrams 0.1 ms apart each
+        t0 = frame / 60
+        delays = []
+        for k in range(10):
+            now = t0 + k * 1e-4
+            (depart,) = imp.process(now, 1200)
+            departures.append(depart)
+            delays.append(depart - now)
+        frames.append(max(delays))
+    assert departures == sorted(departures)  # a queue keeps its order
+    assert imp.stats.reordered == 0
+    mean = sum(frames) / len(frames)
+    sigma = (sum((d - mean) ** 2 for d in frames) / len(frames)) ** 0.5
+    assert 0.0115 < mean < 0.0135  # around --delay-ms (a burst's last datagram: a little more)
+    assert 0.0025 < sigma < 0.0035  # the frame as a whole sees the σ asked for, not a max of ten draws
+    assert min(frames) >= 0.0

@@ -252,7 +252,11 @@ def test_phase_locked_viewer_steers_the_host_frame_clock() -> None:
                 refresh_skew_ppm=3000,
             )
         )
-        free = Viewer(ViewerConfig(host="127.0.0.1", port=port, duration_s=5.0, refresh_hz=30.0))
+        free = Viewer(  # free-running (the default is phase-locked, offset found automatically)
+            ViewerConfig(
+                host="127.0.0.1", port=port, duration_s=5.0, refresh_hz=30.0, presentation=PresentationConfig()
+            )
+        )
         await asyncio.gather(locked.run(), free.run())
         await stop_host(host, task)
         return host, locked, free

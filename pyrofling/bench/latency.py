@@ -4,8 +4,14 @@ One run per mode, back to back, each a real ``pyrofling host`` (test scene) and 
 real headless ``pyrofling view`` on loopback (or through ``pyrofling netsim``):
 
 * ``free`` — no phase lock: the newest picture at each refresh of the viewer's clock;
-* ``reference`` — phase-locked, host steered by PyroFling's controller;
-* ``pi`` — phase-locked, host steered by pyrofling's.
+* ``reference`` — phase-locked at the given offset and deadline (the reference's recommended
+  ``phase_locked=0.0&deadline=0.008`` by default), host steered by PyroFling's controller;
+* ``pi`` — the same offset and deadline, host steered by pyrofling's controller;
+* ``auto`` — phase-locked at the offset the viewer finds itself (its default), pyrofling's controller.
+
+With ``jitter_sigma_ms`` two more runs of ``auto`` go through ``pyrofling netsim``:
+with a fixed delay of four σ, then the same delay varying with that σ, so the cost
+of the jitter alone is their difference.
 
 The viewer's refresh clock runs at ``--refresh-hz`` (59.94 by default: the
 59.94-against-60 case users of other systems complain about) and ``--skew-ppm``.
@@ -19,12 +25,14 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any
 
+from pyrofling.bench.frame_trace import attribute, format_attribution, join, read_lines
 from pyrofling.bench.stream import StreamScenario, run_scenario
 
-MODES = ("free", "reference", "pi")
+MODES = ("free", "reference", "pi", "auto")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,21 +48,34 @@ class LatencyBenchConfig:
     deadline_s: float = 0.008
     loss: float = 0.0
     jitter_ms: float = 0.0
+    #: Also run ``auto`` through netsim with a delay of 4 σ, fixed and then varying with this σ (ms).
+    jitter_sigma_ms: float = 0.0
     modes: tuple[str, ...] = MODES
+    #: Write both ends' frame traces here and say where the late pictures lost their time.
+    trace_dir: str | None = None
     #: A phase error whose 0.5 s mean stays within this for 2 s counts as locked.
     lock_threshold_ms: float = 1.0
     seed: int = 1
 
 
-def scenario_for(cfg: LatencyBenchConfig, mode: str) -> StreamScenario:
+def scenario_for(
+    cfg: LatencyBenchConfig, mode: str, *, delay_ms: float = 0.0, delay_sigma_ms: float = 0.0
+) -> StreamScenario:
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
     view_args = ["--refresh-hz", f"{cfg.refresh_hz:g}", "--refresh-skew-ppm", f"{cfg.skew_ppm:g}"]
     host_args: list[str] = []
-    if mode != "free":
+    if mode == "free":
+        view_args += ["--phase-locked", "off"]
+    elif mode == "auto":
+        view_args += ["--phase-locked", "auto"]
+        host_args += ["--phase-controller", "pi"]
+    else:
         view_args += ["--phase-locked", f"{cfg.offset_s:g}", "--deadline", f"{cfg.deadline_s:g}"]
         host_args += ["--phase-controller", mode]
     return StreamScenario(
+        delay_ms=delay_ms,
+        delay_sigma_ms=delay_sigma_ms,
         width=cfg.width,
         height=cfg.height,
         fps=cfg.fps,
@@ -68,17 +89,42 @@ def scenario_for(cfg: LatencyBenchConfig, mode: str) -> StreamScenario:
     )
 
 
+def runs(cfg: LatencyBenchConfig) -> list[tuple[str, str, StreamScenario]]:
+    """(row label, mode, scenario) for every run, in order."""
+    out = [(mode, mode, scenario_for(cfg, mode)) for mode in cfg.modes]
+    if cfg.jitter_sigma_ms > 0:
+        sigma = cfg.jitter_sigma_ms
+        delay = round(4 * sigma, 1)
+        out.append((f"auto +{delay:g}ms", "auto", scenario_for(cfg, "auto", delay_ms=delay)))
+        out.append(
+            (f"auto +{delay:g}±{sigma:g}", "auto", scenario_for(cfg, "auto", delay_ms=delay, delay_sigma_ms=sigma))
+        )
+    return out
+
+
 def run(cfg: LatencyBenchConfig, *, progress: Callable[[str], None] = lambda _s: None) -> dict[str, Any]:
     rows = []
-    for mode in cfg.modes:
-        progress(f"running {mode} for {cfg.duration_s:g} s ...")
-        raw = run_scenario(scenario_for(cfg, mode))
-        rows.append(summarize(mode, raw, cfg))
+    for label, mode, scenario in runs(cfg):
+        progress(f"running {label} for {cfg.duration_s:g} s ...")
+        traces = None
+        if cfg.trace_dir is not None:
+            name = "".join(c if c.isalnum() else "-" for c in label)
+            traces = (Path(cfg.trace_dir) / f"{name}-host.jsonl", Path(cfg.trace_dir) / f"{name}-view.jsonl")
+            scenario = replace(
+                scenario,
+                host_args=(*scenario.host_args, "--frame-trace", str(traces[0])),
+                view_args=(*scenario.view_args, "--frame-trace", str(traces[1])),
+            )
+        raw = run_scenario(scenario)
+        rows.append(summarize(mode, raw, cfg, label=label))
+        if traces is not None:
+            joined = join(read_lines(traces[0]), read_lines(traces[1]))
+            rows[-1]["late_pictures"] = attribute(joined)
         progress(format_row(rows[-1]))
     return {"config": asdict(cfg), "rows": rows}
 
 
-def summarize(mode: str, raw: dict[str, Any], cfg: LatencyBenchConfig) -> dict[str, Any]:
+def summarize(mode: str, raw: dict[str, Any], cfg: LatencyBenchConfig, *, label: str | None = None) -> dict[str, Any]:
     v = raw["viewers"][0] if raw["viewers"] else {}
     host = raw["host"]
     pres = v.get("presentation") or {}
@@ -88,15 +134,25 @@ def summarize(mode: str, raw: dict[str, Any], cfg: LatencyBenchConfig) -> dict[s
     after = lock_s if lock_s is not None else math.inf
     settled = [e / 1000 for t, e in trace if t >= after + 0.5]
     repeats = pres.get("repeat_times", [])
+    after_lock = sum(1 for t in repeats if t > after) if mode != "free" else None
+    minutes_locked = (cfg.duration_s - after) / 60 if mode != "free" and lock_s is not None else None
+    auto = pres.get("auto_offset") or {}
     return {
-        "mode": mode,
+        "mode": label or mode,
+        "presentation": mode,
         "frames_encoded": host.get("frames_encoded", 0),
         "host_skipped": host.get("frames_skipped", 0),
         "presented": pres.get("presented", 0),
         "repeated": pres.get("repeated", 0),
         "missed_deadlines": pres.get("missed_deadlines", 0),
         "dropped": pres.get("dropped", 0),
-        "repeated_after_lock": sum(1 for t in repeats if t > after) if mode != "free" else None,
+        "repeated_after_lock": after_lock,
+        "repeats_per_minute": (after_lock / minutes_locked) if after_lock is not None and minutes_locked else None,
+        "offset_ms": pres.get("offset_ms"),
+        "deadline_ms": pres.get("deadline_ms"),
+        "auto_margin_ms": auto.get("margin_ms"),
+        "auto_p99_late_ms": auto.get("p99_late_ms"),
+        "auto_reversals": auto.get("reversals"),
         "lock_s": lock_s,
         "phase_sigma_ms": statistics.pstdev(settled) if len(settled) > 2 else None,
         "phase_sigma_free_ms": statistics.pstdev([e / 1000 for _, e in trace]) if len(trace) > 2 else None,
@@ -147,17 +203,18 @@ def _f(v: float | None, fmt: str, none: str = "-") -> str:
 
 
 HEADER = (
-    f"{'mode':10} {'presented':>9} {'repeated':>8} {'after lock':>10} {'dropped':>7} {'lock':>7} "
-    f"{'σ phase':>8} {'glass med':>9} {'p5..p95':>13} {'decoded':>8} {'trim':>9}"
+    f"{'mode':16} {'presented':>9} {'repeated':>8} {'after lock':>10} {'/min':>5} {'dropped':>7} {'lock':>7} "
+    f"{'offset':>7} {'σ phase':>8} {'glass med':>9} {'p5..p95':>13} {'decoded':>8} {'trim':>9}"
 )
 
 
 def format_row(r: dict[str, Any]) -> str:
     band = f"{_f(r['glass_ms_p5'], '.1f')}..{_f(r['glass_ms_p95'], '.1f')}"
-    lock = "-" if r["mode"] == "free" else ("never" if r["lock_s"] is None else f"{r['lock_s']:.1f} s")
+    lock = "-" if r["presentation"] == "free" else ("never" if r["lock_s"] is None else f"{r['lock_s']:.1f} s")
+    offset = "-" if r["presentation"] == "free" else _f(r["offset_ms"], "+.1f")
     return (
-        f"{r['mode']:10} {r['presented']:>9} {r['repeated']:>8} {_f(r['repeated_after_lock'], 'd'):>10} "
-        f"{r['dropped']:>7} {lock:>7} "
+        f"{r['mode']:16} {r['presented']:>9} {r['repeated']:>8} {_f(r['repeated_after_lock'], 'd'):>10} "
+        f"{_f(r['repeats_per_minute'], '.1f'):>5} {r['dropped']:>7} {lock:>7} {offset:>7} "
         f"{_f(r['phase_sigma_ms'], '.2f'):>8} {_f(r['glass_ms_median'], '.1f') + ' ms':>9} {band:>13} "
         f"{_f(r['decoded_ms_median'], '.1f') + ' ms':>8} {_f(r['rate_trim_ppm'], '+.0f') + ' ppm':>9}"
     )
@@ -171,15 +228,20 @@ def format_table(result: dict[str, Any]) -> str:
     skew = f" {c['skew_ppm']:+g} ppm" if c["skew_ppm"] else ""
     lines = [
         f"{c['height']}p{c['fps']} {c['bitrate_kbits'] / 1000:g} Mbit/s, viewer refresh {c['refresh_hz']:g} Hz{skew}, "
-        f"{net}, {c['duration_s']:g} s per mode; locked modes: offset {c['offset_s'] * 1000:+g} ms, "
-        f"deadline {c['deadline_s'] * 1000:g} ms",
+        f"{net}, {c['duration_s']:g} s per mode; reference and pi: offset {c['offset_s'] * 1000:+g} ms, "
+        f"deadline {c['deadline_s'] * 1000:g} ms; auto: found by the viewer",
         HEADER,
         "-" * len(HEADER),
     ]
     lines += [format_row(r) for r in result["rows"]]
+    traced = [r for r in result["rows"] if "late_pictures" in r]
+    if traced:
+        lines.append("")
+        lines += [format_attribution(r["mode"], r["late_pictures"]) for r in traced]
     lines.append(
-        "repeated: refreshes that showed the previous picture again; glass: capture -> on screen; "
-        "decoded: capture -> decoded; σ phase: measured phase error after lock; trim: host frame clock vs nominal"
+        "repeated: refreshes that showed the previous picture again (/min: after lock); offset: the phase offset "
+        "at the end, ms; glass: capture -> on screen; decoded: capture -> decoded; σ phase: measured phase error "
+        "after lock; trim: host frame clock vs nominal; auto +Dms±S: through netsim, delay D ms varying with σ S"
     )
     return "\n".join(lines)
 

@@ -46,6 +46,11 @@ class PhaseSimConfig:
     #: A pipeline stall: nothing arrives between these times, then everything at once.
     stall_at_s: float | None = None
     stall_s: float = 0.1
+    #: The viewer finds its offset and deadline itself (``offset_s``/``deadline_s`` then only place the start).
+    auto_offset: bool = False
+    #: From this time on the jitter is ``jitter_later_s`` (a network that gets worse, or better).
+    jitter_change_at_s: float | None = None
+    jitter_later_s: float = 0.0
     lock_threshold_s: float = 0.001
     seed: int = 1
 
@@ -58,6 +63,10 @@ class PhaseSimResult:
     mean_ms: float | None
     max_abs_ms: float | None  # after lock
     recover_s: float | None  # after the stall ended, time to be locked again
+    #: Picture ready → on screen, median over the second half (the latency the offset costs), ms.
+    wait_ms: float | None
+    offset_ms: float  # the offset in force at the end (learnt with auto_offset)
+    margin_reversals: int  # auto_offset: times the margin changed direction
     presented: int
     repeated_after_lock: int
     dropped_after_lock: int
@@ -73,19 +82,24 @@ def simulate(cfg: PhaseSimConfig, controller: str) -> PhaseSimResult:
     display = RefreshClock(
         cfg.host_fps, cfg.initial_phase * period + cfg.pipeline_delay_s - cfg.offset_s, skew_ppm=cfg.skew_ppm
     )
-    loop: PresentationLoop[int] = PresentationLoop(
-        PresentationConfig(phase_locked=controller != "none", offset_s=cfg.offset_s, deadline_s=cfg.deadline_s),
-        display.period_s,
-    )
+    if cfg.auto_offset and controller != "none":
+        presentation = PresentationConfig.automatic()
+    else:
+        presentation = PresentationConfig(
+            phase_locked=controller != "none", offset_s=cfg.offset_s, deadline_s=cfg.deadline_s
+        )
+    loop: PresentationLoop[int] = PresentationLoop(presentation, display.period_s)
     rng = random.Random(cfg.seed)
     jitter_of: dict[int, float] = {}
 
     def jitter(index: int) -> float:  # the same jitter for frame i whichever controller runs
         while len(jitter_of) <= index:
+            later = cfg.jitter_change_at_s is not None and len(jitter_of) * period >= cfg.jitter_change_at_s
+            size = cfg.jitter_later_s if later else cfg.jitter_s
             if cfg.jitter_model == "uniform":
-                jitter_of[len(jitter_of)] = rng.uniform(-cfg.jitter_s, cfg.jitter_s)
+                jitter_of[len(jitter_of)] = rng.uniform(-size, size)
             else:
-                jitter_of[len(jitter_of)] = rng.gauss(0.0, cfg.jitter_s)
+                jitter_of[len(jitter_of)] = rng.gauss(0.0, size)
         return jitter_of[index]
 
     # Events: (time, order, kind, payload).  Order breaks ties deterministically.
@@ -104,6 +118,7 @@ def simulate(cfg: PhaseSimConfig, controller: str) -> PhaseSimResult:
     wait_until: float | None = None
     stall_end = None if cfg.stall_at_s is None else cfg.stall_at_s + cfg.stall_s
     presented_at: list[tuple[float, bool]] = []  # (time, repeated?) per refresh
+    waits: list[tuple[float, float]] = []  # (time, on screen − ready)
     dropped_at: list[float] = []
     feedback = 0
 
@@ -124,6 +139,7 @@ def simulate(cfg: PhaseSimConfig, controller: str) -> PhaseSimResult:
         wait_until = None
         if isinstance(d, Present):
             presented_at.append((now, False))
+            waits.append((now, d.on_screen_s - d.done_s))
             if d.dropped:
                 dropped_at.append(now)
             if controller != "none":
@@ -144,7 +160,7 @@ def simulate(cfg: PhaseSimConfig, controller: str) -> PhaseSimResult:
                     arrival = stall_end
                 heapq.heappush(inbox, (max(arrival, tick.due_s), tick.index))
                 true_error = wrap_phase(
-                    display.start_s + cfg.offset_s - (tick.due_s + cfg.pipeline_delay_s), display.period_s
+                    display.start_s + loop.offset_s - (tick.due_s + cfg.pipeline_delay_s), display.period_s
                 )
                 trace.append((tick.due_s, true_error, clock.rate_trim_ppm))
             push(clock.next_timer(), "tick")
@@ -176,6 +192,9 @@ def simulate(cfg: PhaseSimConfig, controller: str) -> PhaseSimResult:
         mean_ms=statistics.fmean(settled) * 1000 if settled else None,
         max_abs_ms=max(abs(e) for e in settled) * 1000 if settled else None,
         recover_s=recover_s,
+        wait_ms=statistics.median(w for t, w in waits if t >= settle_s) * 1000 if waits else None,
+        offset_ms=loop.offset_s * 1000,
+        margin_reversals=loop.auto.reversals if loop.auto is not None else 0,
         presented=loop.counters.presented,
         repeated_after_lock=sum(1 for t, rep in presented_at if rep and t > after and not _in_stall(t, cfg)),
         dropped_after_lock=sum(1 for t in dropped_at if t > after and not _in_stall(t, cfg)),

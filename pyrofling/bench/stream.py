@@ -48,6 +48,8 @@ class StreamScenario:
     jitter_ms: float = 0.0
     #: One-way delay added in each direction (through netsim): the round trip grows by twice this.
     delay_ms: float = 0.0
+    #: Gaussian variation of the host→viewer delay around ``delay_ms``, σ in ms (netsim ``--delay-sigma-ms``).
+    delay_sigma_ms: float = 0.0
     #: Link outages host→viewer (netsim ``--outage``): mean seconds between them, shortest and longest, seconds.
     outages: tuple[float, float, float] | None = None
     #: ``pyrofling``: the host and viewer as they are; ``reference``: behave as PyroFling does (the reference's
@@ -77,6 +79,7 @@ class StreamScenario:
             or self.ge
             or self.jitter_ms > 0
             or self.delay_ms > 0
+            or self.delay_sigma_ms > 0
             or self.outages is not None
             or self.schedule is not None
             or self.rate_mbits > 0
@@ -94,6 +97,8 @@ class StreamScenario:
             net.append(f"{length} ms outages every {mean_s:g} s")
         if self.delay_ms:
             net.append(f"+{self.delay_ms:g} ms each way")
+        if self.delay_sigma_ms:
+            net.append(f"delay σ {self.delay_sigma_ms:g} ms")
         if self.jitter_ms:
             net.append(f"jitter {self.jitter_ms:g} ms")
         if self.rate_mbits:
@@ -229,6 +234,8 @@ def _run(
                 net_cmd += ["--jitter-ms", str(sc.jitter_ms)]
             if sc.delay_ms > 0:
                 net_cmd += ["--delay-ms", str(sc.delay_ms), "--up-delay-ms", str(sc.delay_ms)]
+            if sc.delay_sigma_ms > 0:
+                net_cmd += ["--delay-sigma-ms", str(sc.delay_sigma_ms)]
             if sc.outages is not None:
                 mean_s, low_s, high_s = sc.outages
                 net_cmd += ["--outage", f"{mean_s},{low_s * 1000},{high_s * 1000}"]

@@ -58,8 +58,10 @@ def add_example_game(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 def run_example_game(args: argparse.Namespace) -> int:
     from pyrofling.capture.example_game import GameConfig, default_headless, run_game
+    from pyrofling.runtime import tune_for_latency
 
     setup_logging(args)
+    tune_for_latency()
     headless = args.headless or (not args.window and default_headless())
     cfg = GameConfig(
         width=args.width,

@@ -30,6 +30,7 @@ from pyrofling.cli.options import (
 from pyrofling.core.congestion import RATE_POLICIES
 from pyrofling.core.frame_clock import CONTROLLERS, POLICIES
 from pyrofling.fec.planner import PLANNERS
+from pyrofling.runtime import tune_for_latency
 from pyrofling.server.audio import AudioConfig
 from pyrofling.server.config import DEFAULT_PORT, HostConfig
 from pyrofling.server.encoder import X26X_PRESETS, EncoderConfig
@@ -88,6 +89,14 @@ def add_host(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _add_output_options(p)
     p.add_argument("--duration", type=run_time, default=None, help="stop after this many seconds (default: Ctrl-C)")
     p.add_argument("--stats-json", type=output_file(), default=None, help="write host statistics here on exit")
+    p.add_argument(
+        "--frame-trace",
+        type=output_file(),
+        default=None,
+        metavar="FILE",
+        help="write a JSON line per encoded frame: when its tick was due, woke, was encoded and sent (with a "
+        "viewer's --frame-trace, shows where late pictures lose time: 'pyrofling bench latency --trace')",
+    )
     p.add_argument(
         "--stats-interval",
         type=number(0.0, 3600.0),
@@ -361,6 +370,7 @@ def host_config(args: argparse.Namespace) -> HostConfig:
         pads=args.pads,
         virtual_input=args.virtual_input,
         input_trace=args.input_trace,
+        frame_trace=args.frame_trace,
         gamepad_trace=args.gamepad_trace,
         capture_socket=args.capture_socket,
         immediate_encode=args.immediate_encode,
@@ -426,6 +436,7 @@ def _host_password(args: argparse.Namespace) -> str | None:
 
 def run_host(args: argparse.Namespace) -> int:
     setup_logging(args)
+    tune_for_latency()
     try:
         cfg = host_config(args)
     except ValueError as exc:

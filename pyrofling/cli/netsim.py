@@ -67,6 +67,12 @@ _IMPAIRMENTS: tuple[tuple[str, Callable[[str], Any], str], ...] = (
     ("trace", _trace, "replay a loss trace file (0/1 per datagram, 1 = lost, cycled)"),
     ("delay-ms", number(0.0, 10_000.0, "ms"), "added one-way delay, ms"),
     ("jitter-ms", number(0.0, 10_000.0, "ms"), "uniform extra delay 0..N ms (datagrams may overtake)"),
+    (
+        "delay-sigma-ms",
+        number(0.0, 1_000.0, "ms"),
+        "Gaussian delay variation around --delay-ms, σ in ms, as a queue makes it (bursts share it, order "
+        "kept); give --delay-ms about 3 σ or more, e.g. --delay-ms 12 --delay-sigma-ms 3",
+    ),
     ("reorder", probability, "probability a datagram is held back so later ones pass it"),
     ("reorder-ms", number(0.0, 10_000.0, "ms"), "how long a reordered datagram is held back, ms (default 2)"),
     ("duplicate", probability, "probability a datagram is delivered twice"),
@@ -81,7 +87,7 @@ _IMPAIRMENTS: tuple[tuple[str, Callable[[str], Any], str], ...] = (
         "schedule",
         _schedule,
         "how the link changes over time: steps 'T KEY=VALUE ...' separated by ';', T in seconds from the "
-        "start; keys rate-mbits (0 = unlimited), delay-ms, jitter-ms, loss, queue-kbytes, queue-ms. "
+        "start; keys rate-mbits (0 = unlimited), delay-ms, jitter-ms, delay-sigma-ms, loss, queue-kbytes, queue-ms. "
         "E.g. '10 rate-mbits=4; 30 rate-mbits=10'",
     ),
     ("schedule-file", _schedule_file, "the same steps from a file, one per line ('#' comments)"),
@@ -129,6 +135,7 @@ def impairment(args: argparse.Namespace, prefix: str) -> ImpairmentConfig:
         outages=get("outage"),
         delay_s=(get("delay-ms") or 0.0) / 1000,
         jitter_s=(get("jitter-ms") or 0.0) / 1000,
+        delay_sigma_s=(get("delay-sigma-ms") or 0.0) / 1000,
         reorder=get("reorder") or 0.0,
         reorder_delay_s=(get("reorder-ms") if get("reorder-ms") is not None else 2.0) / 1000,
         duplicate=get("duplicate") or 0.0,

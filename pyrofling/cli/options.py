@@ -195,6 +195,19 @@ def output_file(*suffixes: str) -> Callable[[str], Path]:
     return parse
 
 
+def output_dir(text: str) -> Path:
+    """A directory this command will write files into: made now if missing, and checked to take a new file."""
+    path = Path(text).expanduser()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"{text}: cannot make the directory ({exc.strerror})") from None
+    problem = unwritable(path / ".pyrofling-check")
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return path
+
+
 # --------------------------------------------------------------------------------------------
 # Shared flags
 # --------------------------------------------------------------------------------------------

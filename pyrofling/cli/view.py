@@ -29,6 +29,7 @@ from pyrofling.client.uri import PyroUri, parse_uri
 from pyrofling.client.viewer import Viewer
 from pyrofling.core.audio_control import RATE_CONTROLLERS
 from pyrofling.core.presentation import PresentationConfig
+from pyrofling.runtime import tune_for_latency
 from pyrofling.wire import KickFlags
 
 log = logging.getLogger("pyrofling")
@@ -97,29 +98,42 @@ def add_view(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _add_presentation_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group(
         "presentation",
-        "Phase lock steers the host's frame clock so pictures finish decoding just as this display refreshes: "
-        "smooth pacing at low latency. Recommended: --phase-locked 0 --deadline 0.008 "
-        "(or pyro://HOST:PORT?phase_locked=0.0&deadline=0.008). These flags override the URI.",
+        "Phase lock steers the host's frame clock so pictures finish decoding just before this display refreshes: "
+        "smooth pacing at low latency. By default the viewer finds the offset and deadline itself, from when "
+        "pictures are ready against its refresh (shown in the statistics overlay). The reference's URI "
+        "parameters keep their meaning (pyro://HOST:PORT?phase_locked=0.0&deadline=0.008: a fixed offset; "
+        "deadline alone: wait for pictures, no lock). These flags override the URI.",
     )
     g.add_argument(
         "--phase-locked",
-        type=number(*OFFSET_RANGE),
+        type=phase_lock_choice,
         default=None,
-        metavar="OFFSET",
-        help="lock to this display; pictures should be done OFFSET seconds after each refresh (default: off)",
+        metavar="auto|off|OFFSET",
+        help="auto (the default): lock to this display at an offset found automatically; OFFSET: pictures "
+        "should be done OFFSET seconds after each refresh (the reference's phase_locked); off: free-running, "
+        "the newest picture at each refresh",
     )
     g.add_argument(
         "--deadline",
         type=number(*DEADLINE_RANGE),
         default=None,
         metavar="SECONDS",
-        help="wait at most this long after a refresh for the next picture, else repeat the last (default 0: off)",
+        help="with a fixed OFFSET, or alone (no lock): wait at most this long after a refresh for the next "
+        "picture, else repeat the last (default 0: off; auto finds its own)",
     )
     g.add_argument(
         "--refresh-hz",
         type=number(1.0, 1000.0, "Hz"),
         default=None,
         help="run a software display clock at this rate, e.g. 59.94 (default: the display's, else the stream's)",
+    )
+    g.add_argument(
+        "--frame-trace",
+        type=output_file(),
+        default=None,
+        metavar="FILE",
+        help="write a JSON line per refresh that showed a new picture or missed its deadline: when the picture "
+        "arrived, was decoded and ready, and how late against its target (to find where late pictures lose time)",
     )
     g.add_argument(
         "--refresh-skew-ppm",
@@ -167,10 +181,30 @@ def _add_audio_options(p: argparse.ArgumentParser) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+def phase_lock_choice(text: str) -> float | str:
+    """``auto``, ``off`` or an offset in seconds (the reference's ``phase_locked``)."""
+    if text in ("auto", "off"):
+        return text
+    try:
+        return number(*OFFSET_RANGE)(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{exc}; or 'auto' (the default) or 'off'") from None
+
+
 def presentation_config(args: argparse.Namespace, uri: PyroUri) -> PresentationConfig:
-    """The flags win over the URI's ``phase_locked`` and ``deadline``; both are checked here."""
-    offset = args.phase_locked if args.phase_locked is not None else uri.phase_locked
+    """The flags win over the URI's ``phase_locked`` and ``deadline``; both are checked here.
+
+    Neither given: the automatic offset.  ``deadline`` alone keeps the reference's meaning (FIFO, no lock).
+    """
+    choice = args.phase_locked
+    if choice == "auto" or (choice is None and uri.phase_locked is None and uri.deadline_s is None
+                            and args.deadline is None):  # fmt: skip
+        if args.deadline is not None:
+            raise ValueError("--deadline goes with a fixed --phase-locked OFFSET; 'auto' finds its own deadline")
+        return PresentationConfig.automatic()
+    offset = None if choice == "off" else (choice if choice is not None else uri.phase_locked)
     deadline = args.deadline if args.deadline is not None else uri.deadline_s
+    assert not isinstance(offset, str)
     if offset is not None and not OFFSET_RANGE[0] <= offset <= OFFSET_RANGE[1]:
         raise ValueError(f"phase_locked={offset:g} is out of range: an offset in seconds, -0.1..0.1 (e.g. 0.0)")
     if deadline is not None and not DEADLINE_RANGE[0] <= deadline <= DEADLINE_RANGE[1]:
@@ -218,6 +252,7 @@ def viewer_config(args: argparse.Namespace) -> ViewerConfig:
         stats_json=args.stats_json,
         stats_interval_s=args.stats_interval,
         marker_log=args.marker_log,
+        frame_trace=args.frame_trace,
         check_scene=args.check_scene,
         recovery=args.recovery,
         resends=not args.no_resend,
@@ -231,6 +266,7 @@ def viewer_config(args: argparse.Namespace) -> ViewerConfig:
 
 def run_view(args: argparse.Namespace) -> int:
     setup_logging(args)
+    tune_for_latency()
     try:
         cfg = viewer_config(args)
     except ValueError as exc:

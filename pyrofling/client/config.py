@@ -59,8 +59,8 @@ class ViewerConfig:
     connect_timeout_s: float = 5.0
     #: Rewrite ``stats_json`` this often while running (0: only on exit), for live displays.
     stats_interval_s: float = 0.0
-    #: Phase lock and deadline (URI ``phase_locked=…&deadline=…``).
-    presentation: PresentationConfig = field(default_factory=PresentationConfig)
+    #: Phase lock and deadline (URI ``phase_locked=…&deadline=…``; default: locked, the offset found automatically).
+    presentation: PresentationConfig = field(default_factory=PresentationConfig.automatic)
     #: Refresh rate of the software display clock (None: the display's, else the stream's).
     refresh_hz: float | None = None
     #: Run the software display clock this many ppm slow (negative: fast), to show locking.
@@ -76,6 +76,9 @@ class ViewerConfig:
     player_token: int = field(default_factory=lambda: secrets.randbits(64), repr=False)
     #: Write each decoded frame's marker (id, capture time) and decode time here, as JSON lines (benches).
     marker_log: Path | None = None
+    #: Write a JSON line per refresh that showed a new picture or missed its deadline, with when the picture
+    #: passed each stage (arrival, decode, ready) and how late it was against its target (diagnosis, benches).
+    frame_trace: Path | None = None
     #: Compare every picture with the built-in test scene and judge each refresh: good, corrupt or stale (benches).
     check_scene: bool = False
 

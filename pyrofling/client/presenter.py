@@ -13,14 +13,15 @@ Decoded pictures arrive from the decode thread through :meth:`Presenter.submit`.
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol, TextIO
 
 from pyrofling.core.picture_quality import RefreshQuality
 from pyrofling.core.presentation import (
@@ -40,6 +41,18 @@ GRAPH_SAMPLES = 150
 
 
 @dataclass(frozen=True, slots=True)
+class PictureTiming:
+    """When a picture passed each stage on the viewer (monotonic seconds), for the frame trace."""
+
+    capture_us: int | None  # the host's capture time, on the host's clock (from the frame marker)
+    first_s: float  # its first datagram arrived
+    complete_s: float  # its last needed datagram arrived
+    queued_s: float  # handed to the decode thread
+    decode_start_s: float
+    decoded_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class Picture:
     """A decoded picture waiting to be presented."""
 
@@ -49,6 +62,7 @@ class Picture:
     capture_s: float | None  # the host's capture time on our clock (from the frame marker), if known
     frame_id: int | None
     clean: bool | None = None  # matched the test scene (benches check it); None: not checked
+    timing: PictureTiming | None = None
 
 
 class Display(Protocol):
@@ -94,9 +108,13 @@ class PresentationStats:
     lock: threading.Lock = field(default_factory=threading.Lock)
     refresh_hz: float | None = None
     clock: str = ""  # "vsync" or "software"
+    offset_ms: float = 0.0  # the phase offset and deadline in force (learnt in auto mode)
+    deadline_ms: float = 0.0
+    auto: dict[str, Any] | None = None  # auto mode: margin, lock, p99 lateness, misses, reversals
     presented: int = 0
     repeated: int = 0
     missed_deadlines: int = 0
+    skipped: int = 0  # refreshes the presenter was too late to decide (each also repeated)
     dropped: int = 0
     phase_offsets_sent: int = 0
     glass_ms: deque[float] = field(default_factory=recent_samples)  # capture → on screen
@@ -123,6 +141,7 @@ class Presenter:
         on_phase_error: Callable[[int], None] = lambda _us: None,
         max_pending: int = 16,
         judge_refreshes: bool = False,
+        frame_trace: TextIO | None = None,
     ) -> None:
         self.config = config
         self.display = display
@@ -134,10 +153,13 @@ class Presenter:
         self._inbox: queue.Queue[Picture] = queue.Queue(maxsize=max_pending)
         self._started_s = time.monotonic()
         self._last_on_screen_s: float | None = None
+        self._logged_offset_s: float | None = None
         #: Judge every refresh by the picture on screen (pictures carry ``clean``: the bench's scene check).
         self._judge = judge_refreshes
         self.quality: RefreshQuality | None = None
         self._on_screen: Picture | None = None
+        #: A JSON line per refresh that showed a new picture or missed its deadline: where the time went.
+        self._trace = frame_trace
 
     # -- decode thread -------------------------------------------------------------------------
 
@@ -181,7 +203,12 @@ class Presenter:
         vblank = time.monotonic()
         while not stop.is_set():
             if not vsync:
+                previous = vblank
                 vblank = clock.next_vblank(time.monotonic())
+                skipped = round((vblank - previous) / clock.period_s) - 1
+                if skipped > 0:  # the decision came after the next refresh: those refreshes repeated
+                    loop.refreshes_skipped(skipped)
+                    self._count_skipped(loop, previous, skipped, clock.period_s)
                 if self._sleep_until(vblank, stop):
                     return
             loop.vblank(vblank)
@@ -194,6 +221,22 @@ class Presenter:
                 vblank = time.monotonic()  # the flip returned: that was the refresh
             if not self.display.pump_events():
                 return
+
+    def _count_skipped(self, loop: PresentationLoop[Picture], last_s: float, count: int, period_s: float) -> None:
+        with self.stats.lock:
+            st = self.stats
+            st.repeated, st.skipped = loop.counters.repeated, loop.counters.skipped
+            for i in range(1, count + 1):
+                st.repeat_times.append(round(last_s + i * period_s - self._started_s, 4))
+                st.graph_repeat.append(True)
+                if self.quality is not None:
+                    shown = self._on_screen
+                    self.quality.refresh(
+                        last_s + i * period_s,
+                        capture_s=shown.capture_s if shown is not None else None,
+                        clean=shown.clean if shown is not None else None,
+                        fresh=False,
+                    )
 
     def _first_picture(self, stop: threading.Event) -> Picture | None:
         while not stop.is_set():
@@ -250,6 +293,17 @@ class Presenter:
                     fresh=fresh,
                 )
             st.presented, st.repeated, st.missed_deadlines = c.presented, c.repeated, c.missed_deadlines
+            st.offset_ms, st.deadline_ms = loop.offset_s * 1000, loop.deadline_s * 1000
+            if loop.auto is not None:
+                a = loop.auto.state()
+                st.auto = {
+                    "margin_ms": a.margin_s * 1000,
+                    "locked": a.locked,
+                    "learning": a.learning,
+                    "p99_late_ms": a.p99_late_ms,
+                    "misses_last_minute": a.misses_last_minute,
+                    "reversals": loop.auto.reversals,
+                }
             st.dropped += decision.dropped if isinstance(decision, Present) else 0
             st.graph_repeat.append(repeated)
             if repeated:
@@ -270,6 +324,50 @@ class Presenter:
                         st.phase_offsets_sent += 1
         if error_us is not None and self.config.phase_locked:
             self.on_phase_error(error_us)
+        if loop.auto is not None:
+            self._log_offset(loop)
+        if self._trace is not None and (isinstance(decision, Present) or decision.missed_deadline):
+            self._write_trace(loop, decision, vblank)
+
+    def close_trace(self) -> None:
+        if self._trace is not None:
+            self._trace.close()
+
+    def _write_trace(self, loop: PresentationLoop[Picture], decision: Present[Picture] | Repeat, vblank: float) -> None:
+        assert self._trace is not None
+        record: dict[str, Any] = {"vblank": vblank, "offset": loop.offset_s, "deadline": loop.deadline_s}
+        if isinstance(decision, Present):
+            p = decision.frame
+            record.update(
+                late=-decision.phase_error_us / 1e6, picked=time.monotonic(), on_screen=decision.on_screen_s,
+                done=p.done_s, capture=p.capture_s, dropped=decision.dropped,
+            )  # fmt: skip
+            if p.timing is not None:
+                record.update(asdict(p.timing))
+        else:
+            record["miss"] = True
+        self._trace.write(json.dumps(record) + "\n")
+
+    def _log_offset(self, loop: PresentationLoop[Picture]) -> None:
+        """Say where the automatic offset settles, and when it moves by a millisecond or more."""
+        auto = loop.auto
+        assert auto is not None
+        if not auto.state().learning:
+            return
+        if self._logged_offset_s is None or abs(loop.offset_s - self._logged_offset_s) >= 0.001:
+            first = self._logged_offset_s is None
+            self._logged_offset_s = loop.offset_s
+            a = auto.state()
+            log.info(
+                "phase offset %s %+.1f ms (deadline %.1f ms, margin %.1f ms for a 99th-percentile lateness of "
+                "%.1f ms, %d missed refreshes in the last minute)",
+                "learnt:" if first else "now",
+                loop.offset_s * 1000,
+                loop.deadline_s * 1000,
+                a.margin_s * 1000,
+                a.p99_late_ms or 0.0,
+                a.misses_last_minute,
+            )
 
     @staticmethod
     def _sleep_until(deadline: float, stop: threading.Event) -> bool:
@@ -284,9 +382,11 @@ class Presenter:
     def _mode_text(self) -> str:
         cfg = self.config
         parts = []
-        if cfg.phase_locked:
+        if cfg.auto_offset:
+            parts.append("phase-locked, offset and deadline found automatically")
+        elif cfg.phase_locked:
             parts.append(f"phase-locked, offset {cfg.offset_s * 1000:+.1f} ms")
-        if cfg.deadline_s > 0:
+        if cfg.deadline_s > 0 and not cfg.auto_offset:
             parts.append(f"deadline {cfg.deadline_s * 1000:.1f} ms")
         if not cfg.fifo:
             parts.append("free-running (newest picture at each refresh)")
@@ -298,9 +398,14 @@ class Presenter:
             return {
                 "refresh_hz": st.refresh_hz,
                 "refresh_clock": st.clock,
+                "mode": self.config.mode,
+                "offset_ms": st.offset_ms,
+                "deadline_ms": st.deadline_ms,
+                **({"auto_offset": dict(st.auto)} if st.auto is not None else {}),
                 "presented": st.presented,
                 "repeated": st.repeated,
                 "missed_deadlines": st.missed_deadlines,
+                "skipped_refreshes": st.skipped,
                 "dropped": st.dropped,
                 "phase_offsets_sent": st.phase_offsets_sent,
                 "glass_ms": tail(st.glass_ms, 20_000),

@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyrofling.client.codecs import DecodeError, VideoDecoder
-from pyrofling.client.presenter import Display, Picture, Presenter
+from pyrofling.client.presenter import Display, Picture, PictureTiming, Presenter
 from pyrofling.core import frame_marker
 from pyrofling.core.clock_sync import ClockSync
 from pyrofling.core.picture_quality import CLEAN_TILE_ERROR, tile_error
@@ -39,12 +39,14 @@ from pyrofling.core.viewer_connection import Concealment, DecodeVideo
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Item:
     packet: DecodeVideo
     clock: ClockSync  # the connection's: maps the capture time in the picture to ours
     connection: int  # which connection (the viewer's count) it came on
     connect_s: float
+    queued_s: float = 0.0  # handed to the decode thread
+    decode_start_s: float = 0.0
 
 
 @dataclass(slots=True)
@@ -102,7 +104,7 @@ class VideoPipeline:
     def offer(self, packet: DecodeVideo, clock: ClockSync, connection: int, connect_s: float) -> bool:
         """Queue a packet for the decoder; False when the queue is full (the decoder is falling behind)."""
         try:
-            self._queue.put_nowait(_Item(packet, clock, connection, connect_s))
+            self._queue.put_nowait(_Item(packet, clock, connection, connect_s, time.monotonic()))
         except queue.Full:
             return False
         with self.lock:
@@ -150,6 +152,7 @@ class VideoPipeline:
                 if decoder is None or decoder.codec != packet.codec:
                     decoder = VideoDecoder(packet.codec, threads=self._decode_threads)
                 t0 = time.perf_counter()
+                item.decode_start_s = time.monotonic()
                 try:
                     frames = decoder.decode(packet.data, packet.pts_us)
                 except DecodeError as exc:
@@ -217,7 +220,15 @@ class VideoPipeline:
                 st.connect_to_first_frame_ms.append((done - item.connect_s) * 1000)
             self.concealment.shown(done)
         frame_id = stamp.frame_id if stamp is not None else None
-        self.presenter.submit(Picture(prepared, packet.pts_us, done, capture_s, frame_id, clean))
+        timing = PictureTiming(
+            capture_us=frame_marker.unwrap_capture_us(stamp.capture_us, packet.pts_us) if stamp is not None else None,
+            first_s=packet.first_s,
+            complete_s=packet.complete_s,
+            queued_s=item.queued_s,
+            decode_start_s=item.decode_start_s,
+            decoded_s=decoded,
+        )
+        self.presenter.submit(Picture(prepared, packet.pts_us, done, capture_s, frame_id, clean, timing))
 
     def _clean(
         self,

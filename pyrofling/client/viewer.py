@@ -76,6 +76,7 @@ class Viewer:
             stream_hz=self._stream_hz,
             on_phase_error=self._phase_error_from_presenter,
             judge_refreshes=config.check_scene,
+            frame_trace=config.frame_trace.open("w") if config.frame_trace is not None else None,
         )
         self._run_presenter = display is None if run_presenter is None else run_presenter
         self.presenter_stop = threading.Event()
@@ -200,6 +201,7 @@ class Viewer:
             await loop.run_in_executor(None, self.video.close)
             if presenter is not None:
                 await loop.run_in_executor(None, presenter.join, 5.0)
+            self.presenter.close_trace()
         summary = self.summary()
         if self.config.stats_json is not None:
             write_stats(self.config.stats_json, summary)

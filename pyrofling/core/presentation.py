@@ -18,17 +18,21 @@ Two ways to present, as in the reference viewer (anchor §7.2):
 
 Each new picture yields the phase error: ``(refresh + offset) − decode_done``,
 folded into ± half a refresh (positive: it was done early, "deliver later").  In
-phase-locked mode the viewer sends it to the host, which steers on it.
+phase-locked mode the viewer sends it to the host, which steers on it.  With
+``auto_offset`` (the viewer's default) the offset and deadline are not given but
+learnt from those errors (:mod:`pyrofling.core.phase_offset`): pictures are
+steered to be ready just before the refresh that shows them.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from pyrofling.core.frame_clock import wrap_phase
+from pyrofling.core.phase_offset import AutoOffset, AutoOffsetConfig
 
 T = TypeVar("T")
 
@@ -42,10 +46,26 @@ class PresentationConfig:
     offset_s: float = 0.0
     #: Wait at most this long after a refresh for the next picture (0: no deadline).
     deadline_s: float = 0.0
+    #: Phase-locked with an offset and deadline the viewer finds itself (``offset_s``/``deadline_s`` unused).
+    auto_offset: bool = False
+    auto: AutoOffsetConfig = field(default_factory=AutoOffsetConfig)
+
+    @classmethod
+    def automatic(cls, auto: AutoOffsetConfig | None = None) -> PresentationConfig:
+        return cls(phase_locked=True, auto_offset=True, auto=auto or AutoOffsetConfig())
 
     @property
     def fifo(self) -> bool:
         return self.phase_locked or self.deadline_s > 0
+
+    @property
+    def mode(self) -> str:
+        """auto, fixed (a given offset), deadline (FIFO, not locked) or free."""
+        if self.auto_offset:
+            return "auto"
+        if self.phase_locked:
+            return "fixed"
+        return "deadline" if self.deadline_s > 0 else "free"
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +122,7 @@ class PresentationCounters:
     presented: int = 0
     repeated: int = 0  # refreshes that showed the previous picture again (duplicates)
     missed_deadlines: int = 0  # FIFO waits that ended without a picture
+    skipped: int = 0  # refreshes that went by while the presenter could not run (counted as repeated too)
     dropped: int = 0  # pictures decoded but never shown
 
 
@@ -116,6 +137,14 @@ class PresentationLoop(Generic[T]):
         self._vblank_s: float | None = None
         self._decided = True
         self._shown_any = False
+        #: The offset and deadline in force (learnt with ``auto_offset``).
+        self.auto = AutoOffset(refresh_period_s, config.auto) if config.auto_offset else None
+        self.offset_s, self.deadline_s = config.offset_s, config.deadline_s
+        self._follow_auto()
+
+    def _follow_auto(self) -> None:
+        if self.auto is not None:
+            self.offset_s, self.deadline_s = self.auto.offset_s, self.auto.deadline_s
 
     def frame_ready(self, frame: T, done_s: float) -> None:
         """A decoded picture, ready to show since ``done_s``."""
@@ -128,6 +157,14 @@ class PresentationLoop(Generic[T]):
         self._vblank_s = now
         self._decided = False
         self.counters.refreshes += 1
+
+    def refreshes_skipped(self, count: int) -> None:
+        """``count`` refreshes went by without a decision (the presenter was held up): the picture on screen
+        stayed, so each is a repeated refresh."""
+        self.counters.refreshes += count
+        self.counters.skipped += count
+        if self._shown_any:
+            self.counters.repeated += count
 
     def poll(self, now: float) -> Decision[T]:
         if self._vblank_s is None or self._decided:
@@ -142,7 +179,7 @@ class PresentationLoop(Generic[T]):
                 self._ready.popleft()
             frame, done = due[-1]
             return self._present(frame, done, on_screen_s=v, dropped=len(due) - 1)
-        wait = cfg.deadline_s if cfg.deadline_s > 0 else self.period_s * 0.95
+        wait = self.deadline_s if self.deadline_s > 0 else self.period_s * 0.95
         # The newest picture is shown and older ones dropped (the reference keeps one back whenever
         # two are waiting, which holds a frame of extra latency after every burst).  In phase-locked
         # mode a picture finished more than half a refresh before its target is left over from an
@@ -150,7 +187,7 @@ class PresentationLoop(Generic[T]):
         # its phase would fold to look right.  So wait for a fresher one until the deadline first.
         if self._ready:
             newest_done = self._ready[-1][1]
-            stale = cfg.phase_locked and newest_done < v + cfg.offset_s - self.period_s / 2
+            stale = cfg.phase_locked and newest_done < v + self.offset_s - self.period_s / 2
             if not stale or now >= v + wait:
                 dropped = len(self._ready) - 1
                 frame, done = self._ready[-1]
@@ -167,7 +204,10 @@ class PresentationLoop(Generic[T]):
         self._shown_any = True
         self.counters.presented += 1
         self.counters.dropped += dropped
-        error = wrap_phase(self._vblank_s + self.config.offset_s - done_s, self.period_s)
+        error = wrap_phase(self._vblank_s + self.offset_s - done_s, self.period_s)
+        if self.auto is not None:
+            self.auto.observe(-error, self._vblank_s)
+            self._follow_auto()
         return Present(frame, done_s, on_screen_s, round(error * 1e6), dropped)
 
     def _repeat(self, *, missed: bool) -> Repeat:
@@ -176,4 +216,7 @@ class PresentationLoop(Generic[T]):
             self.counters.repeated += 1
             if missed:
                 self.counters.missed_deadlines += 1
+                if self.auto is not None and self._vblank_s is not None:
+                    self.auto.missed(self._vblank_s)
+                    self._follow_auto()
         return Repeat(missed_deadline=missed and self._shown_any)

@@ -100,6 +100,7 @@ class DecodeVideo(ViewerOutput):
     whole: bool
     complete_s: float
     codec: VideoCodec
+    first_s: float = 0.0  # when its first datagram arrived
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,7 +309,7 @@ class ViewerConnection:
                 out += outputs
                 if session.gate.key_frames == 0:
                     continue  # nothing decodes before the first key frame
-                out.append(DecodeVideo(ev.data, ev.pts_us, whole, ev.complete_s, codec))
+                out.append(DecodeVideo(ev.data, ev.pts_us, whole, ev.complete_s, codec, ev.first_datagram_s))
             elif isinstance(ev, PacketsLost):
                 if ev.stream == StreamType.AUDIO:
                     out.append(AudioLost(ev.count))

@@ -10,6 +10,7 @@ in order, and answers whether the network drops it.
 
 from __future__ import annotations
 
+import math
 import random
 from collections import deque
 from collections.abc import Sequence
@@ -139,6 +140,7 @@ _STEP_KEYS: dict[str, tuple[str, float]] = {
     "rate-mbits": ("rate_bits_per_s", 1e6),
     "delay-ms": ("delay_s", 1e-3),
     "jitter-ms": ("jitter_s", 1e-3),
+    "delay-sigma-ms": ("delay_sigma_s", 1e-3),
     "loss": ("loss", 1.0),
     "queue-kbytes": ("queue_bytes", 1024.0),
     "queue-ms": ("queue_s", 1e-3),
@@ -220,6 +222,10 @@ class ImpairmentConfig:
     delay_s: float = 0.0
     #: Uniform extra delay in [0, jitter_s], seconds; datagrams may overtake each other.
     jitter_s: float = 0.0
+    #: Gaussian variation of the delay around ``delay_s`` (σ, seconds), as a queue that fills and drains
+    #: makes it: correlated over ``delay_sigma_corr_s`` (a burst shares its delay) and order kept.
+    delay_sigma_s: float = 0.0
+    delay_sigma_corr_s: float = 0.01
     #: Probability that a datagram is held back by ``reorder_delay_s`` so later ones pass it.
     reorder: float = 0.0
     reorder_delay_s: float = 0.002
@@ -342,6 +348,7 @@ class Impairment:
         self.stats = DirectionStats()
         self._link = _Link()
         self._last_departure_s = float("-inf")
+        self._variation = (0.0, float("-inf"))  # (the delay variation's state in σ, when last drawn)
         self.outages = Outages(*config.outages, rng=random.Random(seed ^ 0x0A7E)) if config.outages else None
 
     def start(self, now: float) -> None:
@@ -369,6 +376,14 @@ class Impairment:
                 cfg = replace(self.current, gilbert_elliott=None, loss_trace=None)
                 self.loss_model = make_loss_model(cfg, random.Random(self._seed ^ 0x5EED ^ self._next_step))
             self.applied.append((round(now - self._origin_s, 3), step.describe()))
+
+    def _vary(self, now: float, corr_s: float) -> float:
+        """The next value of a unit Gaussian process correlated over ``corr_s`` (an AR(1) in time)."""
+        x, last = self._variation
+        keep = math.exp(-(now - last) / corr_s) if corr_s > 0 and now > last else 0.0
+        x = keep * x + math.sqrt(1.0 - keep * keep) * self._rng.gauss(0.0, 1.0)
+        self._variation = (x, now)
+        return x
 
     def process(self, now: float, size_bytes: int) -> list[float]:
         if self.config.schedule:
@@ -400,6 +415,9 @@ class Impairment:
         depart += cfg.delay_s
         if cfg.jitter_s > 0:
             depart += rng.uniform(0.0, cfg.jitter_s)
+        if cfg.delay_sigma_s > 0:
+            depart = max(depart + cfg.delay_sigma_s * self._vary(now, cfg.delay_sigma_corr_s), now,
+                         self._last_departure_s)  # fmt: skip
         if cfg.reorder > 0 and rng.random() < cfg.reorder:
             depart += cfg.reorder_delay_s
         if depart < self._last_departure_s:

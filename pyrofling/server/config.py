@@ -65,6 +65,8 @@ class HostConfig:
     input_trace: Path | None = None
     #: Write every state applied to the virtual pad, with its time, as JSON lines.
     gamepad_trace: Path | None = None
+    #: Write a JSON line per encoded frame: when its tick was due, woke, was encoded and handed to the pacers.
+    frame_trace: Path | None = None
     #: With source "capture": the games' socket (None: $XDG_RUNTIME_DIR/pyrofling-capture).
     capture_socket: str | None = None
     #: Encode a game's frame the moment it is presented instead of on the next heartbeat.

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TextIO
 
 import av
 
@@ -48,6 +50,7 @@ class Heartbeat:
         source: VideoSource | None,
         on_packets: Callable[[list[EncodedVideo]], None],
         on_source_end: Callable[[], None],
+        frame_trace: TextIO | None = None,
     ) -> None:
         self.clock = clock
         self.schedule = schedule
@@ -67,6 +70,9 @@ class Heartbeat:
         self._halt = threading.Event()
         self._frame_index = 0
         self._encoding: asyncio.Future[None] | None = None  # the encode in progress, held so it is not collected
+        #: A JSON line per encoded frame: when its tick was due, woke, reached the loop, encoded, was sent.
+        self._trace = frame_trace
+        self._due_s: float | None = None
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -80,6 +86,10 @@ class Heartbeat:
         self._tick_handled.set()
         if self._thread is not None:
             await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 2.0)
+
+    def close_trace(self) -> None:
+        if self._trace is not None:
+            self._trace.close()
 
     # -- the heartbeat thread ------------------------------------------------------------------
 
@@ -112,6 +122,7 @@ class Heartbeat:
             self._tick_handled.set()
         if tick is None:
             return
+        self._due_s = tick.due_s
         capture = self.capture
         if capture is not None:
             capture.beat(woke, self._next_tick_s)
@@ -141,6 +152,7 @@ class Heartbeat:
     async def _encode_and_send(self, woke: float, captured: CapturedFrame | None) -> None:
         loop = asyncio.get_running_loop()
         index = self._frame_index
+        timing = {"due": self._due_s, "woke": woke, "loop": time.monotonic()} if self._trace is not None else None
         capture_us = int(woke * 1_000_000)
         force = self.keyframes.should_force(woke)
         packets: list[EncodedVideo] | None
@@ -166,7 +178,19 @@ class Heartbeat:
             self._on_source_end()
             return
         self._frame_index += 1
+        if timing is not None and self._trace is not None:
+            timing.update(
+                capture_us=capture_us,
+                encoded=time.monotonic(),
+                encode_s=sum(p.encode_s + p.convert_s for p in packets),
+                bytes=sum(len(p.data) for p in packets),
+            )
+            if captured is not None:
+                timing["present"] = captured.taken.present_s
         self._on_packets(packets)
+        if timing is not None and self._trace is not None:
+            timing["queued"] = time.monotonic()  # handed to every viewer's pacer
+            self._trace.write(json.dumps(timing) + "\n")
         self.presented()  # a present that came while this frame encoded
 
     # -- the encode thread ---------------------------------------------------------------------

@@ -188,6 +188,7 @@ class Host:
             source=source,
             on_packets=self._fan_out,
             on_source_end=self.stop,
+            frame_trace=cfg.frame_trace.open("w") if cfg.frame_trace is not None else None,
         )
         if cfg.source == "capture":
             heartbeat.capture = self.capture = CaptureServer(
@@ -230,6 +231,7 @@ class Host:
                 await asyncio.wait_for(self._stop.wait(), cfg.duration_s)
         finally:
             await heartbeat.stop()
+            heartbeat.close_trace()
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)

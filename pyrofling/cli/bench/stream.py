@@ -23,6 +23,7 @@ from pyrofling.cli.options import (
     int_list,
     number,
     outages,
+    output_dir,
     refuse,
     whole_number,
 )
@@ -338,12 +339,15 @@ def add_latency(sub: Sub) -> None:
     p = bench_parser(
         sub,
         "latency",
-        "glass-to-glass latency and frame pacing: phase-locked (both controllers) vs free-running",
+        "glass-to-glass latency and frame pacing: free-running, fixed offsets (both controllers), automatic offset",
         "Runs a real host (test scene) and a headless viewer per mode, back to back: free-running, phase-locked "
-        "with the reference controller, phase-locked with pyrofling's. The viewer's display clock runs at "
-        "--refresh-hz (59.94 by default, against the host's 60). Reports presented/repeated/dropped frames, "
-        "lock time, phase error and glass-to-glass latency (capture stamp in the picture -> on screen).",
-        "pyrofling bench latency --duration 60 --refresh-hz 59.94 --plot latency.png",
+        "at --offset/--deadline (the reference's recommended 0/0.008) with the reference controller and with "
+        "pyrofling's, and phase-locked at the offset the viewer finds itself (auto, the viewer's default). "
+        "--jitter-sigma-ms adds two auto runs through netsim: a fixed delay of 4 sigma, then that delay varying "
+        "with the sigma. The viewer's display clock runs at --refresh-hz (59.94 by default, against the host's "
+        "60). Reports presented/repeated/dropped frames, repeats a minute after lock, lock time, the offset, "
+        "phase error and glass-to-glass latency (capture stamp in the picture -> on screen).",
+        "pyrofling bench latency --duration 60 --jitter-sigma-ms 3 --plot latency.png",
     )
     add_common(p, duration_s=(1.0, 3600.0, 20.0), plot=True)
     add_stream_size_options(p)
@@ -353,7 +357,21 @@ def add_latency(sub: Sub) -> None:
     p.add_argument("--deadline", type=number(0.0, 0.1), default=0.008, help="deadline, s (default 0.008)")
     p.add_argument("--loss", type=loss_rate, default=0.0, help="i.i.d. loss through netsim (e.g. 1%%)")
     p.add_argument("--jitter-ms", type=number(0.0, 100.0, "ms"), default=0.0, help="netsim jitter 0..N ms")
+    p.add_argument(
+        "--jitter-sigma-ms",
+        type=number(0.0, 20.0, "ms"),
+        default=0.0,
+        help="also run auto through netsim with a 4-sigma delay, fixed and then varying with this sigma (e.g. 3)",
+    )
     p.add_argument("--modes", type=choice_list(MODES), default=MODES, help=f"comma list of {', '.join(MODES)}")
+    p.add_argument(
+        "--trace",
+        type=output_dir,
+        default=None,
+        metavar="DIR",
+        help="write the host's and the viewer's frame traces here and say, per mode, which stage made the late "
+        "pictures late",
+    )
     p.set_defaults(func=_run_latency)
 
 
@@ -373,7 +391,9 @@ def _run_latency(args: argparse.Namespace) -> int:
         deadline_s=args.deadline,
         loss=args.loss,
         jitter_ms=args.jitter_ms,
+        jitter_sigma_ms=args.jitter_sigma_ms,
         modes=args.modes,
+        trace_dir=str(args.trace) if args.trace is not None else None,
     )
     result = run(cfg, progress=progress)
     print_result(args, result, format_table)

@@ -1,0 +1,180 @@
+"""The automatic phase offset: pictures ready just before the refresh they are meant for.
+
+Pure.  A phase-locked viewer shows a picture chosen during refresh *k* at refresh
+*k+1*, so the closer to *k+1* a picture is ready, the less it waits; but a picture
+later than the deadline (the last moment the display can still take it for *k+1*)
+is a repeated refresh.  The reference asks the user for the offset; this chooses it.
+
+The deadline sits a flip margin before the next refresh.  The offset (where the
+host's frame clock is steered to: refresh + offset) sits a *margin* before the
+deadline, and the margin is what the viewer learns: from every picture's lateness
+against its target (``done − (refresh + offset)``, the phase error's negative),
+over the last ``window_s``, it takes the 99th percentile plus half again its
+distance from the median (about 3.5 σ for Gaussian jitter, one miss in a few
+thousand refreshes), plus a guard, plus a bump for every deadline missed in the
+last minute (the tail the percentile did not see: stalls).
+
+It never oscillates: it learns only while locked (the recent median lateness is
+near zero) and not while the host is still following an earlier rise; the margin
+rises at a bounded rate (safe at once: the deadline does not move) and falls far
+more slowly, and it moves only when its target leaves a dead band around it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class AutoOffsetConfig:
+    #: A picture must reach the display this long before the refresh that shows it.
+    flip_margin_s: float = 0.0015
+    initial_margin_s: float = 0.006
+    min_margin_s: float = 0.0015
+    max_margin_s: float = 0.010
+    #: Lateness samples considered.
+    window_s: float = 20.0
+    #: Samples needed before the margin follows them.
+    min_samples: int = 120
+    #: Margin = p99 + spread_factor × (p99 − median) + guard (+ the misses' bump).
+    spread_factor: float = 0.5
+    guard_s: float = 0.0005
+    #: Each deadline missed in the last ``miss_memory_s`` adds this much (up to ``max_miss_bump_s``).
+    miss_step_s: float = 0.0005
+    miss_memory_s: float = 60.0
+    max_miss_bump_s: float = 0.003
+    #: How fast the margin may change, seconds per second, and how far its target must be before it moves
+    #: (a dead band: the target's own noise never moves it).
+    rise_per_s: float = 0.004
+    fall_per_s: float = 0.0003
+    rise_band_s: float = 0.00025
+    fall_band_s: float = 0.0005
+    #: ... or this share of the margin, if more (the percentile's own noise grows with the jitter).
+    band_share: float = 0.12
+    #: Locked: the median lateness of the last ``lock_samples`` pictures is within this.
+    lock_tolerance_s: float = 0.0015
+    lock_samples: int = 30
+    #: After the margin rose, samples are not learnt for this long (the host is still moving the phase).
+    settle_s: float = 1.5
+    #: The percentiles are recomputed this often (a picture a refresh would be 60 sorts a second).
+    recompute_s: float = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetState:
+    offset_s: float
+    deadline_s: float
+    margin_s: float
+    locked: bool
+    learning: bool  # enough samples: the margin follows them (else still the initial one)
+    p99_late_ms: float | None
+    misses_last_minute: int
+
+
+class AutoOffset:
+    """Chooses ``offset_s`` and ``deadline_s`` for a display refreshing every ``period_s``."""
+
+    def __init__(self, period_s: float, config: AutoOffsetConfig | None = None) -> None:
+        self.config = cfg = config or AutoOffsetConfig()
+        self.period_s = period_s
+        #: The latest a picture may be ready to be shown at the next refresh.
+        self.deadline_s = max(period_s / 2, period_s - cfg.flip_margin_s)
+        self.margin_s = cfg.initial_margin_s
+        self._samples: deque[tuple[float, float]] = deque()  # (time, lateness)
+        self._recent: deque[float] = deque(maxlen=cfg.lock_samples)
+        self._misses: deque[float] = deque()
+        self._last_update_s: float | None = None
+        self._last_rise_s = float("-inf")
+        self._p99: float | None = None
+        self._target: float | None = None
+        self._target_at = float("-inf")
+        self.locked = False
+        #: Changes of direction of the margin (a rise after a fall or the reverse): the oscillation check.
+        self.reversals = 0
+        self._direction = 0  # the last move's direction
+        self._moving = 0  # the direction of a move under way (0: none)
+
+    @property
+    def offset_s(self) -> float:
+        return self.deadline_s - self.margin_s
+
+    def observe(self, lateness_s: float, now: float) -> None:
+        """A picture was ready ``lateness_s`` after its target (negative: early)."""
+        cfg = self.config
+        self._recent.append(lateness_s)
+        self.locked = (
+            len(self._recent) == self._recent.maxlen and abs(statistics.median(self._recent)) <= cfg.lock_tolerance_s
+        )
+        if self.locked and now - self._last_rise_s >= cfg.settle_s:
+            self._samples.append((now, lateness_s))
+        self.update(now)
+
+    def missed(self, now: float) -> None:
+        """A refresh passed its deadline without a picture (counted once locked)."""
+        if self.locked:
+            self._misses.append(now)
+            self._target_at = float("-inf")
+            self.update(now)
+
+    def update(self, now: float) -> None:
+        """Move the margin towards its target at the allowed rate."""
+        cfg = self.config
+        while self._samples and self._samples[0][0] < now - cfg.window_s:
+            self._samples.popleft()
+        while self._misses and self._misses[0] < now - cfg.miss_memory_s:
+            self._misses.popleft()
+        last, self._last_update_s = self._last_update_s, now
+        if now - self._target_at >= cfg.recompute_s:
+            self._target, self._target_at = self.target_margin_s(), now
+        target = self._target
+        if last is None or target is None:
+            return
+        dt = max(0.0, now - last)
+        gap = target - self.margin_s
+        # Start moving only when the target leaves the dead band; once moving, go all the way to it.
+        band = cfg.band_share * self.margin_s
+        if gap > max(cfg.rise_band_s, band) or (self._moving > 0 and gap > 0):
+            self._turn(+1)
+            self.margin_s += min(gap, cfg.rise_per_s * dt)
+            self._last_rise_s = now
+        elif gap < -max(cfg.fall_band_s, band) or (self._moving < 0 and gap < 0):
+            self._turn(-1)
+            self.margin_s -= min(-gap, cfg.fall_per_s * dt)
+        else:
+            self._moving = 0
+            return
+        if abs(target - self.margin_s) < 1e-9:
+            self._moving = 0
+
+    def target_margin_s(self) -> float | None:
+        """Where the margin is heading (None: too few samples yet, it stays where it is)."""
+        cfg = self.config
+        bump = min(cfg.max_miss_bump_s, cfg.miss_step_s * len(self._misses))
+        if len(self._samples) < cfg.min_samples:
+            self._p99 = None
+            return None if not self._misses else min(cfg.max_margin_s, cfg.initial_margin_s + bump)
+        late = np.fromiter((s for _, s in self._samples), float, len(self._samples))
+        p50, p99 = np.percentile(late, (50, 99))
+        self._p99 = float(p99)
+        margin = p99 + cfg.spread_factor * max(0.0, p99 - p50) + cfg.guard_s + bump
+        return float(min(cfg.max_margin_s, max(cfg.min_margin_s, margin)))
+
+    def _turn(self, direction: int) -> None:
+        if self._direction and direction != self._direction:
+            self.reversals += 1
+        self._direction = self._moving = direction
+
+    def state(self) -> OffsetState:
+        return OffsetState(
+            offset_s=self.offset_s,
+            deadline_s=self.deadline_s,
+            margin_s=self.margin_s,
+            locked=self.locked,
+            learning=len(self._samples) >= self.config.min_samples,
+            p99_late_ms=None if self._p99 is None else self._p99 * 1000,
+            misses_last_minute=len(self._misses),
+        )

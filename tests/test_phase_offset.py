@@ -1,0 +1,144 @@
+"""The automatic phase offset (pure, fake clock) and the viewer's choice of presentation mode."""
+
+import argparse
+import itertools
+import random
+from dataclasses import replace
+
+import pytest
+
+from pyrofling.bench.phase import PhaseSimConfig, simulate
+from pyrofling.cli.view import phase_lock_choice, presentation_config
+from pyrofling.client.uri import parse_uri
+from pyrofling.core.phase_offset import AutoOffset, AutoOffsetConfig
+from pyrofling.core.presentation import PresentationConfig, PresentationLoop
+
+PERIOD = 1 / 59.94
+
+
+def feed(auto: AutoOffset, seconds: float, sigma_s: float, *, start_s: float = 0.0, mean_s: float = 0.0,
+         seed: int = 1) -> float:  # fmt: skip
+    """A picture a refresh, ready ``mean_s`` ± ``sigma_s`` (Gaussian) after its target; returns the end time."""
+    rng = random.Random(seed)
+    t = start_s
+    while t < start_s + seconds:
+        auto.observe(rng.gauss(mean_s, sigma_s), t)
+        t += PERIOD
+    return t
+
+
+def test_the_deadline_sits_a_flip_margin_before_the_next_refresh_and_the_offset_a_margin_before_it() -> None:
+    auto = AutoOffset(PERIOD)
+    assert auto.deadline_s == pytest.approx(PERIOD - 0.0015)
+    assert auto.offset_s == pytest.approx(auto.deadline_s - 0.006)  # the initial margin
+
+
+def test_the_margin_shrinks_to_the_jitter_it_measures() -> None:
+    auto = AutoOffset(PERIOD)
+    feed(auto, 90.0, 0.0005)
+    # 99th percentile 1.16 ms, +half its distance from the median, +0.5 ms guard: about 2.2 ms.
+    assert 1.8e-3 < auto.margin_s < 2.7e-3
+    assert auto.offset_s == pytest.approx(auto.deadline_s - auto.margin_s)
+    big = AutoOffset(PERIOD)
+    feed(big, 90.0, 0.002)
+    assert big.margin_s > auto.margin_s + 3e-3  # more jitter, more margin
+
+
+def test_it_learns_nothing_until_locked() -> None:
+    auto = AutoOffset(PERIOD)
+    feed(auto, 30.0, 0.0005, mean_s=0.005)  # the host has not brought pictures to the target yet
+    assert not auto.locked and not auto.state().learning
+    assert auto.margin_s == AutoOffsetConfig().initial_margin_s
+
+
+def test_the_margin_falls_slowly_and_rises_fast_but_never_faster_than_allowed() -> None:
+    cfg = AutoOffsetConfig()
+    auto = AutoOffset(PERIOD, cfg)
+    margins = []
+    t = 0.0
+    rng = random.Random(3)
+    for i in range(int(120 / PERIOD)):
+        sigma = 0.0005 if i * PERIOD < 60 else 0.003  # the network gets worse after a minute
+        auto.observe(rng.gauss(0.0, sigma), t)
+        margins.append((t, auto.margin_s))
+        t += PERIOD
+    for (t0, m0), (t1, m1) in itertools.pairwise(margins):
+        assert m1 - m0 <= cfg.rise_per_s * (t1 - t0) + 1e-12
+        assert m0 - m1 <= cfg.fall_per_s * (t1 - t0) + 1e-12
+    at_60 = next(m for tt, m in margins if tt >= 60)
+    at_70 = next(m for tt, m in margins if tt >= 70)
+    assert at_70 > at_60 + 3e-3  # it rose within ten seconds of the change
+    assert auto.reversals <= 1  # one fall (from the initial margin), one rise: no hunting
+
+
+def test_missed_refreshes_raise_the_margin_and_it_comes_back_once_they_stop() -> None:
+    auto = AutoOffset(PERIOD)
+    t = feed(auto, 60.0, 0.0005)
+    settled = auto.margin_s
+    for _ in range(4):  # stalls the percentile never saw
+        auto.missed(t)
+        t = feed(auto, 2.0, 0.0005, start_s=t, seed=int(t))
+    assert auto.margin_s >= settled + 1.5e-3
+    assert auto.state().misses_last_minute == 4
+    feed(auto, 120.0, 0.0005, start_s=t, seed=9)
+    assert auto.margin_s < settled + 0.6e-3
+
+
+def test_stationary_jitter_never_makes_it_hunt() -> None:
+    for sigma in (0.0003, 0.001, 0.002):
+        auto = AutoOffset(PERIOD)
+        feed(auto, 300.0, sigma, seed=int(sigma * 1e5))
+        assert auto.reversals <= 1, sigma
+
+
+@pytest.mark.parametrize("jitter_ms", [0.5, 1.0, 2.0])
+def test_in_the_loop_it_locks_and_shows_pictures_sooner_than_the_reference_offset(jitter_ms: float) -> None:
+    """The whole loop simulated: host frame clock, pipeline jitter, the presentation loop with auto offset."""
+    base = PhaseSimConfig(duration_s=60.0, skew_ppm=1000.0, jitter_s=jitter_ms / 1000, initial_phase=0.3)
+    fixed = simulate(base, "pi")  # the reference's recommendation: phase_locked=0.0&deadline=0.008
+    auto = simulate(replace(base, auto_offset=True), "pi")
+    assert auto.lock_s is not None and auto.lock_s < 1.0
+    assert auto.wait_ms is not None and fixed.wait_ms is not None
+    assert auto.wait_ms < fixed.wait_ms - 6.0  # ready → on screen: the picture is ready just before the refresh
+    assert auto.repeated_after_lock <= 1
+    assert auto.margin_reversals <= 1
+
+
+def test_the_loop_takes_the_learnt_offset_for_its_phase_errors() -> None:
+    loop: PresentationLoop[int] = PresentationLoop(PresentationConfig.automatic(), PERIOD)
+    assert loop.auto is not None and loop.config.fifo and loop.config.mode == "auto"
+    assert loop.offset_s == pytest.approx(loop.auto.offset_s) and loop.deadline_s == pytest.approx(loop.auto.deadline_s)
+    loop.vblank(10.0)
+    loop.frame_ready(1, 10.0 + loop.offset_s - 0.001)  # a millisecond early
+    d = loop.poll(10.0 + loop.offset_s)
+    assert getattr(d, "phase_error_us", None) == 1000
+
+
+# -- the viewer's flags ------------------------------------------------------------------------
+
+
+def _args(phase_locked: object = None, deadline: float | None = None) -> argparse.Namespace:
+    return argparse.Namespace(phase_locked=phase_locked, deadline=deadline)
+
+
+def test_the_viewer_locks_automatically_unless_told_otherwise() -> None:
+    plain = parse_uri("pyro://127.0.0.1:9876")
+    assert presentation_config(_args(), plain).mode == "auto"
+    assert presentation_config(_args("auto"), plain).mode == "auto"
+    assert presentation_config(_args("off"), plain).mode == "free"
+    fixed = presentation_config(_args(), parse_uri("pyro://h:1?phase_locked=0.0&deadline=0.008"))
+    assert (fixed.mode, fixed.offset_s, fixed.deadline_s) == ("fixed", 0.0, 0.008)
+    # The reference's meaning: a deadline alone waits for pictures but does not lock.
+    assert presentation_config(_args(), parse_uri("pyro://h:1?deadline=0.008")).mode == "deadline"
+    assert presentation_config(_args(0.004, 0.012), plain).offset_s == 0.004
+    assert presentation_config(_args("off"), parse_uri("pyro://h:1?phase_locked=0.0")).mode == "free"
+    with pytest.raises(ValueError, match="auto' finds its own deadline"):
+        presentation_config(_args("auto", 0.01), plain)
+
+
+def test_the_phase_lock_flag_says_what_it_takes() -> None:
+    assert phase_lock_choice("0.008") == 0.008
+    with pytest.raises(argparse.ArgumentTypeError, match="'auto' \\(the default\\) or 'off'"):
+        phase_lock_choice("sometimes")
+    with pytest.raises(argparse.ArgumentTypeError, match="out of range"):
+        phase_lock_choice("2")
