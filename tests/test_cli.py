@@ -109,6 +109,13 @@ def test_netsim_runs_and_reports_as_a_program() -> None:
         (["host", "--audio-codec", "opus", "--audio-rate", "44100"], "Opus needs a rate of 8000"),
         (["host", "--audio-codec", "opus", "--audio-chunk-ms", "3"], "Opus frames are 2.5, 5, 10, 20 ms"),
         (["host", "--immediate-encode"], "applies to games (--source capture)"),
+        (["host", "--encode-mode", "heartbeat"], "--encode-mode applies to games"),
+        (
+            ["host", "--source", "capture", "--immediate-encode", "--encode-mode", "heartbeat"],
+            "contradicts --encode-mode heartbeat",
+        ),
+        (["view", "127.0.0.1:1", "--phase-locked", "soon", "--headless"], "'auto' (the default) or 'off'"),
+        (["view", "127.0.0.1:1", "--phase-locked", "auto", "--deadline", "0.01"], "finds its own deadline"),
         (["host", "--audio", "game"], "needs --source capture"),
         (["host", "--source", "webcam"], "unknown source 'webcam'"),
         (["host", "--record", "game.mp4"], "name the file .mkv"),

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
+
+import pytest
 
 from pyrofling.client.presenter import HeadlessDisplay, Picture, Presenter
 from pyrofling.core.presentation import PresentationConfig
@@ -79,3 +82,45 @@ def test_submit_never_blocks_and_drops_the_oldest_when_the_presenter_is_stuck() 
     for i in range(10):
         presenter.submit(Picture(None, i, float(i), None, None))
     assert presenter.summary()["dropped"] == 6
+
+
+class StallingDisplay(HeadlessDisplay):
+    """Holds the presenter up once for ``stall_s`` (a busy machine), at its ``at``-th refresh."""
+
+    def __init__(self, at: int, stall_s: float) -> None:
+        self.calls = 0
+        self.at, self.stall_s = at, stall_s
+
+    def present(self, picture: Picture | None) -> None:
+        self.calls += 1
+        if self.calls == self.at:
+            time.sleep(self.stall_s)
+
+
+def test_refreshes_the_presenter_was_too_late_for_count_as_repeated() -> None:
+    presenter = Presenter(PresentationConfig.automatic(), StallingDisplay(at=20, stall_s=0.1), refresh_hz=60.0)
+    run_presenter(presenter, threading.Thread(target=feed, args=(presenter, 45, 60.0)), linger_s=0.05)
+    s = presenter.summary()
+    assert s["skipped_refreshes"] >= 5  # 100 ms held up: five or six refreshes went by undecided
+    assert s["repeated"] >= s["skipped_refreshes"]
+    assert len(s["repeat_times"]) == s["repeated"]
+
+
+def test_the_frame_trace_says_when_each_picture_was_ready_against_its_target(tmp_path: Path) -> None:
+    import json
+
+    path = tmp_path / "trace.jsonl"
+    presenter = Presenter(
+        PresentationConfig.automatic(), HeadlessDisplay(), refresh_hz=60.0, frame_trace=path.open("w")
+    )
+    run_presenter(presenter, threading.Thread(target=feed, args=(presenter, 30, 60.0)), linger_s=0.1)
+    presenter.close_trace()
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    shown = [r for r in lines if not r.get("miss")]
+    assert len(shown) == presenter.summary()["presented"] >= 20
+    for r in shown:
+        assert r["offset"] < r["deadline"] < 1 / 60  # the automatic offset, ahead of its deadline
+        raw = r["done"] - (r["vblank"] + r["offset"])  # the lateness, folded into half a refresh
+        assert abs(r["late"]) <= 1 / 120 + 1e-6
+        assert min(abs(r["late"] - raw - k / 60) for k in (-1, 0, 1)) < 1e-5
+        assert r["picked"] >= r["vblank"] and r["on_screen"] == pytest.approx(r["vblank"] + 1 / 60)

@@ -38,7 +38,19 @@ import numpy as np
 from pyrofling.bench.stream import _cli, _read_json, _wait_for_port, free_port, kill_leftovers, stop_processes
 from pyrofling.seqnum import seq16_delta
 
-CASES = ("loopback", "netsim", "keys", "keys-netsim", "rumble", "game", "game-immediate")
+CASES = (
+    "loopback",
+    "netsim",
+    "keys",
+    "keys-netsim",
+    "rumble",
+    "game",
+    "game-immediate",
+    "game-jit",
+    "game-immediate-jit",
+)
+#: The game cases: (heartbeat or immediate encode) × (the game starts each frame at once or just in time).
+GAME_CASES = ("game", "game-immediate", "game-jit", "game-immediate-jit")
 NO_PAD_YET = 0xFFFFFFFF  # the example game's marker before its first pad state
 #: Seconds at the start of a game run left out of pacing and latency (connecting, phase lock).
 WARMUP_S = 2.0
@@ -54,6 +66,8 @@ class InputScenario:
     #: Stream the example game through the capture socket (and time input to photon).
     game: bool = False
     immediate: bool = False
+    #: The game starts each frame just in time for the heartbeat (the capture library's default).
+    just_in_time: bool = False
     sync: str = "fifo"
     #: What is timed: "pad" (GAMEPAD_STATE), "keys" (INPUT_STATE: keys and the mouse, §7.11) or "rumble" (a
     #: game's rumble request → the viewer's pad, §7.13).
@@ -91,7 +105,11 @@ def standard_scenarios(cases: Iterable[str], *, jitter_ms: float, loss: float) -
         elif case == "game":
             out.append(InputScenario("game, heartbeat encode", game=True))
         elif case == "game-immediate":
-            out.append(InputScenario("game, --immediate-encode", game=True, immediate=True))
+            out.append(InputScenario("game, immediate encode", game=True, immediate=True))
+        elif case == "game-jit":
+            out.append(InputScenario("game just in time, heartbeat", game=True, just_in_time=True))
+        elif case == "game-immediate-jit":
+            out.append(InputScenario("game just in time, immediate", game=True, immediate=True, just_in_time=True))
         else:
             raise ValueError(f"unknown case {case!r}; choose from {', '.join(CASES)}")
     return tuple(out)
@@ -215,7 +233,7 @@ def run_one(cfg: InputBenchConfig, sc: InputScenario, tmp: Path) -> dict[str, An
     rumble = sc.device == "rumble"
     if sc.game or rumble:
         host_cmd += ["--source", "capture", "--capture-socket", capture_socket]
-        host_cmd += ["--immediate-encode"] if sc.immediate else []
+        host_cmd += ["--encode-mode", "immediate" if sc.immediate else "heartbeat"]
     procs: list[subprocess.Popen[bytes]] = []
     netsim = None
     rumbler = None
@@ -227,6 +245,7 @@ def run_one(cfg: InputBenchConfig, sc: InputScenario, tmp: Path) -> dict[str, An
             game_cmd = [*_cli(), "example-game", "-q", "--headless", "--stamp", "--capture-socket", capture_socket,
                         "--width", str(cfg.width), "--height", str(cfg.height), "--sync", sc.sync,
                         "--stats-json", str(game_json)]  # fmt: skip
+            game_cmd += [] if sc.just_in_time else ["--no-just-in-time"]
             procs.append(subprocess.Popen(game_cmd, env=env))
         port = host_port
         if sc.netsim:
@@ -250,8 +269,8 @@ def run_one(cfg: InputBenchConfig, sc: InputScenario, tmp: Path) -> dict[str, An
                        str(cfg.interval_ms)]  # fmt: skip
         if keys or cfg.client == "view":
             client += ["--headless", "--no-audio"]
-        if sc.game:  # the whole chain phase-locked, game to display
-            client += ["--marker-log", str(markers), "--phase-locked", "0"]
+        if sc.game:  # the whole chain phase-locked (the viewer's default: the offset it finds), game to display
+            client += ["--marker-log", str(markers)]
         viewer = subprocess.Popen(client, env=env)
         procs.append(viewer)
         viewer.wait(timeout=cfg.duration_s + 60)

@@ -12,7 +12,11 @@
 Each image is a sealed ``memfd`` the host maps too, so presenting copies nothing.
 ``present`` paces the game to the host's frame clock (``sync="fifo"``, the default;
 the clock is phase-locked to the viewers' displays), or never blocks
-(``sync="mailbox"``: the newest present at each heartbeat wins).
+(``sync="mailbox"``: the newest present at each heartbeat wins).  In FIFO mode it
+returns *just in time* (``just_in_time=True``, the default): not when the
+heartbeat took the last picture but as late as the game's own frame time allows
+before the next one (:mod:`pyrofling.core.frame_pacing`), so the pad state the
+next frame reads is the newest.
 
 The game does not need the host to be there: without one, the images are plain
 local memory, ``present`` paces at ``fallback_fps``, and the client tries to
@@ -43,6 +47,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyrofling.capture.paths import default_socket_path, peer_uid
+from pyrofling.core.frame_pacing import JustInTime
 from pyrofling.core.gamepad import NEUTRAL, PadState
 from pyrofling.wire import ProtocolError
 from pyrofling.wire import capture as m
@@ -74,6 +79,9 @@ class CaptureStats:
     gamepad_states: int = 0
     input_events: int = 0
     errors: int = 0
+    #: Just in time: frames started later than FrameComplete, presents that still missed their heartbeat.
+    frames_delayed: int = 0
+    late_presents: int = 0
     #: ``time.monotonic()`` when each present returned (the game's frame clock), last 100 000.
     present_times: deque[float] = field(default_factory=lambda: deque(maxlen=100_000))
 
@@ -193,12 +201,15 @@ class CaptureClient:
         fallback_fps: float = 60.0,
         on_gamepad: Callable[[int, PadState], None] | None = None,
         on_input: Callable[[m.InputEvent], None] | None = None,
+        just_in_time: bool = True,
     ) -> None:
         """
         ``images``: 2..16 shared images.  ``sync``: fifo (paced by the host) or mailbox (never waits).
         ``frames_in_flight``: with fifo, presents that may wait for a heartbeat before ``present``
         blocks; 1 (the default) gives the lowest latency, 2 is PyroFling's layer.  ``on_gamepad``:
         called on the reader thread with (sequence, state) for every state the host applies.
+        ``just_in_time``: with fifo and one frame in flight, ``present`` returns as late as the game's
+        frame time allows before the next heartbeat (newer input); False: as soon as the host took it.
         """
         if sync not in SYNC_MODES:
             raise ValueError(f"sync must be one of {', '.join(SYNC_MODES)}, not {sync!r}")
@@ -247,6 +258,9 @@ class CaptureClient:
         self._next_local_s: float | None = None
         self._audio: m.AudioFormat | None = None
         self._closed = False
+        self.pacing = JustInTime() if just_in_time and sync == "fifo" and frames_in_flight == 1 else None
+        #: The newest FrameComplete: (when it came, its heartbeat, headroom s, period s, present id).
+        self._complete: tuple[float, int, float, float, int] | None = None
 
     # -- public --------------------------------------------------------------------------------
 
@@ -306,6 +320,8 @@ class CaptureClient:
             return
         self._present_id += 1
         present_id = self._present_id
+        if self.pacing is not None:
+            self.pacing.presenting(time.monotonic())
         period = 1 if self.sync == "fifo" else 0
         msg = m.PresentImage(self._group_serial, period, frame.index, 0, present_id)
         try:
@@ -318,6 +334,7 @@ class CaptureClient:
         self.stats.presents += 1
         if self.sync == "fifo":
             self._wait_complete(conn, present_id - (self.frames_in_flight - 1))
+            self._until_just_in_time(present_id)
         self.stats.present_times.append(time.monotonic())
 
     def start_audio(self, rate: int = 48_000, channels: int = 2) -> None:
@@ -464,6 +481,13 @@ class CaptureClient:
                 with self._cond:
                     if conn is self._conn and done.image_group_serial == self._group_serial:
                         self._completed_id = max(self._completed_id, done.presented_id)
+                        self._complete = (
+                            time.monotonic(),
+                            done.timestamp,
+                            done.headroom_ns / 1e9,
+                            done.period_ns / 1e9,
+                            done.presented_id,
+                        )
                         self.stats.frame_completes += 1
                         self._cond.notify_all()
             elif type_ == m.MessageType.INPUT_EVENT:
@@ -503,6 +527,21 @@ class CaptureClient:
                 if left <= 0:
                     return
                 self._cond.wait(left)
+
+    def _until_just_in_time(self, present_id: int) -> None:
+        """Just in time: sleep until the game's next frame should start (see :mod:`pyrofling.core.frame_pacing`)."""
+        pacing = self.pacing
+        if pacing is None:
+            return
+        complete = self._complete
+        if complete is not None and complete[4] == present_id:
+            came_s, beat, headroom_s, period_s, _ = complete
+            start = pacing.completed(came_s, beat=beat, headroom_s=headroom_s, period_s=period_s)
+            delay = start - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            self.stats.frames_delayed, self.stats.late_presents = pacing.stats.delayed, pacing.stats.late_presents
+        pacing.frame_started(time.monotonic())
 
     def _present_local(self, index: int) -> None:
         """No host: the image is ours again at once; pace at the fallback rate."""

@@ -44,6 +44,7 @@ class GameConfig:
     sync: str = "fifo"
     images: int = 3
     frames_in_flight: int = 1
+    just_in_time: bool = True
     headless: bool = False
     duration_s: float | None = None
     stamp: bool = False
@@ -113,6 +114,7 @@ def run_game(cfg: GameConfig) -> dict[str, Any]:
         sync=cfg.sync,
         images=cfg.images,
         frames_in_flight=cfg.frames_in_flight,
+        just_in_time=cfg.just_in_time,
     )
     world = World(cfg.width, cfg.height)
     batch = pyglet.graphics.Batch()
@@ -197,6 +199,10 @@ def run_game(cfg: GameConfig) -> dict[str, Any]:
             "connects": stats.connects,
             "disconnects": stats.disconnects,
             "frame_completes": stats.frame_completes,
+            "just_in_time": client.pacing is not None,
+            "frames_delayed": stats.frames_delayed,
+            "late_presents": stats.late_presents,
+            "lead_ms": client.pacing.lead_s * 1000 if client.pacing is not None and client.pacing.lead_s else None,
             "gamepad_states": stats.gamepad_states,
             "period_ns": client.period_ns,
             "sync": cfg.sync,

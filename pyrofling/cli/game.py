@@ -41,6 +41,13 @@ def add_example_game(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         default=1,
         help="fifo: presents waiting for the host before the game blocks (default 1, the lowest latency)",
     )
+    p.add_argument(
+        "--no-just-in-time",
+        dest="just_in_time",
+        action="store_false",
+        help="fifo: start each frame as soon as the host took the last one, not just in time for the next "
+        "heartbeat (older pad input; the default starts as late as the game's frame time allows)",
+    )
     view = p.add_mutually_exclusive_group()
     view.add_argument("--headless", action="store_true", help="no local window even with a display")
     view.add_argument("--window", action="store_true", help="a local window (needs a display)")
@@ -70,6 +77,7 @@ def run_example_game(args: argparse.Namespace) -> int:
         sync=args.sync,
         images=args.images,
         frames_in_flight=args.frames_in_flight,
+        just_in_time=args.just_in_time,
         headless=headless,
         duration_s=args.duration,
         stamp=args.stamp,

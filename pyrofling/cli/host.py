@@ -32,7 +32,7 @@ from pyrofling.core.frame_clock import CONTROLLERS, POLICIES
 from pyrofling.fec.planner import PLANNERS
 from pyrofling.runtime import tune_for_latency
 from pyrofling.server.audio import AudioConfig
-from pyrofling.server.config import DEFAULT_PORT, HostConfig
+from pyrofling.server.config import DEFAULT_GAME_ENCODE, DEFAULT_PORT, ENCODE_MODES, HostConfig
 from pyrofling.server.encoder import X26X_PRESETS, EncoderConfig
 from pyrofling.server.host import Host
 from pyrofling.server.muxing import OutputConfig
@@ -75,11 +75,14 @@ def add_host(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "$PYROFLING_CAPTURE_SOCKET; games read the same variable)",
     )
     g.add_argument(
-        "--immediate-encode",
-        action="store_true",
-        help="encode a game's frame the moment it is presented instead of on the next heartbeat "
-        "(up to a frame less latency; heartbeats still pace the game)",
+        "--encode-mode",
+        choices=ENCODE_MODES,
+        default=None,
+        help="when a game's frame is encoded: immediate (the moment it is presented; heartbeats still pace the "
+        f"game) or heartbeat (on the next heartbeat, as the reference); default {DEFAULT_GAME_ENCODE}, which "
+        "measures better with games that start their frames just in time ('pyrofling bench capture')",
     )
+    g.add_argument("--immediate-encode", action="store_true", help="the same as --encode-mode immediate")
     _add_video_options(p)
     _add_network_options(p)
     _add_audio_options(p)
@@ -345,8 +348,12 @@ def host_config(args: argparse.Namespace) -> HostConfig:
         refresh_s=args.refresh_s,
     )
     encoder.check()
-    if args.immediate_encode and args.source != "capture":
-        raise ValueError("--immediate-encode applies to games (--source capture)")
+    if (args.immediate_encode or args.encode_mode) and args.source != "capture":
+        flag = "--immediate-encode" if args.immediate_encode else "--encode-mode"
+        raise ValueError(f"{flag} applies to games (--source capture)")
+    if args.immediate_encode and args.encode_mode == "heartbeat":
+        raise ValueError("--immediate-encode contradicts --encode-mode heartbeat: give one of them")
+    mode = "immediate" if args.immediate_encode else (args.encode_mode or DEFAULT_GAME_ENCODE)
     return HostConfig(
         bind=args.bind,
         port=args.port,
@@ -373,7 +380,7 @@ def host_config(args: argparse.Namespace) -> HostConfig:
         frame_trace=args.frame_trace,
         gamepad_trace=args.gamepad_trace,
         capture_socket=args.capture_socket,
-        immediate_encode=args.immediate_encode,
+        immediate_encode=args.source == "capture" and mode == "immediate",
         outputs=_output_config(args),
         password=_host_password(args),
         private=args.private,

@@ -14,6 +14,13 @@ from pyrofling.server.muxing import OutputConfig
 DEFAULT_PORT = 9876
 
 
+#: When a game's frame is encoded (``--encode-mode``).
+ENCODE_MODES = ("immediate", "heartbeat")
+#: The default for games: input to photon with the example game starting its frames just in time
+#: ('pyrofling bench capture', 720p60, loopback) measured lower with immediate encode (docs/games.md).
+DEFAULT_GAME_ENCODE = "immediate"
+
+
 @dataclass(frozen=True, slots=True)
 class HostConfig:
     """Everything ``pyrofling host`` can be told.  Defaults are what a person gets with no flags."""
@@ -69,7 +76,8 @@ class HostConfig:
     frame_trace: Path | None = None
     #: With source "capture": the games' socket (None: $XDG_RUNTIME_DIR/pyrofling-capture).
     capture_socket: str | None = None
-    #: Encode a game's frame the moment it is presented instead of on the next heartbeat.
+    #: Encode a game's frame the moment it is presented instead of on the next heartbeat (the CLI's default
+    #: for games: DEFAULT_GAME_ENCODE).
     immediate_encode: bool = False
     #: A recording and/or an RTMP broadcast of the stream.
     outputs: OutputConfig = field(default_factory=OutputConfig)

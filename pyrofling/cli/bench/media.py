@@ -113,6 +113,8 @@ def add_input(sub: Sub) -> None:
 
 
 def add_capture(sub: Sub) -> None:
+    from pyrofling.bench.input import GAME_CASES
+
     p = bench_parser(
         sub,
         "capture",
@@ -121,15 +123,17 @@ def add_capture(sub: Sub) -> None:
         "(headless, stamping each frame) and a phase-locked headless viewer whose synthetic pad changes every "
         "4 ms. Reports the share of game frames encoded, the game's frame interval while the host paces it "
         "(FIFO), and input to photon: a pad send to the decode of the first frame that shows the game's "
-        "reaction. Same runs as 'bench input --cases game,game-immediate'.",
+        "reaction, for heartbeat and immediate encode, each with the game starting its frames at once and just "
+        "in time for the heartbeat. Same runs as 'bench input --cases game,game-immediate,game-jit,...'.",
         "pyrofling bench capture --duration 60",
     )
     add_common(p, duration_s=(5.0, 3600.0, 20.0))
     p.add_argument(
         "--cases",
-        type=choice_list(("game", "game-immediate")),
-        default=("game", "game-immediate"),
-        help="comma list: game (heartbeat encode), game-immediate (--immediate-encode); default both",
+        type=choice_list(GAME_CASES),
+        default=GAME_CASES,
+        help="comma list: game (heartbeat encode), game-immediate (immediate encode), and the same with the game "
+        "starting each frame just in time for the heartbeat: game-jit, game-immediate-jit (default all four)",
     )
     add_stream_size_options(p)
     p.set_defaults(func=_run_input, client="view", jitter_ms=0.0, loss=0.0)

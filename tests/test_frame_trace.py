@@ -1,0 +1,54 @@
+"""Joining the host's and the viewer's frame traces, and blaming late pictures on a stage (pure)."""
+
+import json
+from pathlib import Path
+
+from pyrofling.bench.frame_trace import attribute, format_attribution, join, read_lines
+
+PERIOD = 1 / 60
+
+
+def host_line(i: int, *, encode_s: float = 0.006) -> dict[str, float]:
+    due = 100.0 + i * PERIOD
+    return {"capture_us": int(due * 1e6), "due": due, "woke": due + 0.0001, "loop": due + 0.0003,
+            "encoded": due + 0.0003 + encode_s, "queued": due + 0.0005 + encode_s}  # fmt: skip
+
+
+def view_line(i: int, h: dict[str, float], *, decode_s: float = 0.001, offset: float = 0.01) -> dict[str, float]:
+    # The viewer's clock is 5 s ahead of the host's; the capture maps onto it.
+    capture = h["due"] + 5.0
+    sent = capture + (h["queued"] - h["woke"])
+    first = sent + 0.0002
+    done = first + 0.0003 + 0.0005 + 0.0001 + decode_s + 0.0005
+    vblank = capture - 0.002  # the refresh this picture is for
+    return {"vblank": vblank, "offset": offset, "deadline": 0.015, "late": done - (vblank + offset),
+            "capture_us": h["capture_us"], "capture": capture, "first_s": first, "complete_s": first + 0.0003,
+            "queued_s": first + 0.0006, "decode_start_s": first + 0.0007, "decoded_s": first + 0.0007 + decode_s,
+            "done": done, "picked": done, "on_screen": vblank + PERIOD, "dropped": 0}  # fmt: skip
+
+
+def test_late_pictures_are_blamed_on_the_stage_that_took_longer_than_usual() -> None:
+    host = [host_line(i, encode_s=0.014 if i in (10, 20) else 0.006) for i in range(60)]
+    view = []
+    for i, h in enumerate(host):
+        v = view_line(i, h, decode_s=0.012 if i == 30 else 0.001)
+        if i in (10, 20, 30):  # these came after the deadline: a missed refresh, then shown at the next one
+            view.append({"vblank": v["vblank"], "offset": v["offset"], "deadline": 0.015, "miss": True})
+            v = dict(v, vblank=v["vblank"] + PERIOD)
+        view.append(v)
+    rows = join(host, view)
+    assert len(rows) == 60 and sum(1 for r in rows if r.get("missed")) == 3
+    a = attribute(rows)
+    assert a["late"] == 3 and a["missed"] == 3
+    assert a["blame"] == {"encode": 2, "decode": 1}
+    assert abs(a["blame_excess_ms"]["encode"] - 8.0) < 0.01 and abs(a["blame_excess_ms"]["decode"] - 11.0) < 0.01
+    assert abs(a["stage_median_ms"]["pacer + network"] - 0.2) < 0.01  # mapped across the two clocks
+    text = format_attribution("auto", a)
+    assert "3 late pictures of 60" in text and "encode" in text
+
+
+def test_a_trace_cut_short_by_a_stopping_process_still_reads(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"a": 1}) + "\n" + '{"b": 2, "c"')
+    assert read_lines(path) == [{"a": 1}]
+    assert read_lines(tmp_path / "missing.jsonl") == []
