@@ -84,6 +84,14 @@ def test_missed_refreshes_raise_the_margin_and_it_comes_back_once_they_stop() ->
     assert auto.margin_s < settled + 0.6e-3
 
 
+def test_allowing_more_missed_refreshes_buys_a_smaller_margin() -> None:
+    strict, loose = AutoOffset(PERIOD, AutoOffsetConfig(misses_per_minute=0.2)), AutoOffset(PERIOD)
+    lax = AutoOffset(PERIOD, AutoOffsetConfig(misses_per_minute=30.0))
+    for auto in (strict, loose, lax):
+        feed(auto, 90.0, 0.001, seed=4)
+    assert strict.margin_s > loose.margin_s + 0.3e-3 > lax.margin_s + 0.6e-3
+
+
 def test_stationary_jitter_never_makes_it_hunt() -> None:
     for sigma in (0.0003, 0.001, 0.002):
         auto = AutoOffset(PERIOD)
@@ -117,8 +125,8 @@ def test_the_loop_takes_the_learnt_offset_for_its_phase_errors() -> None:
 # -- the viewer's flags ------------------------------------------------------------------------
 
 
-def _args(phase_locked: object = None, deadline: float | None = None) -> argparse.Namespace:
-    return argparse.Namespace(phase_locked=phase_locked, deadline=deadline)
+def _args(phase_locked: object = None, deadline: float | None = None, repeats: float = 1.0) -> argparse.Namespace:
+    return argparse.Namespace(phase_locked=phase_locked, deadline=deadline, repeats_per_minute=repeats)
 
 
 def test_the_viewer_locks_automatically_unless_told_otherwise() -> None:
@@ -132,6 +140,7 @@ def test_the_viewer_locks_automatically_unless_told_otherwise() -> None:
     assert presentation_config(_args(), parse_uri("pyro://h:1?deadline=0.008")).mode == "deadline"
     assert presentation_config(_args(0.004, 0.012), plain).offset_s == 0.004
     assert presentation_config(_args("off"), parse_uri("pyro://h:1?phase_locked=0.0")).mode == "free"
+    assert presentation_config(_args(repeats=6.0), plain).auto.misses_per_minute == 6.0
     with pytest.raises(ValueError, match="auto' finds its own deadline"):
         presentation_config(_args("auto", 0.01), plain)
 

@@ -243,3 +243,18 @@ def test_a_click_captures_the_pointer_and_ctrl_alt_z_lets_it_go(xvfb: str, monke
         assert closed == [True]
     finally:
         window.close()
+
+
+def test_the_overlay_says_how_pictures_are_timed() -> None:
+    from pyrofling.client.window import presentation_line
+
+    assert presentation_line({"mode": "free"}).startswith("free-running")
+    assert presentation_line({"mode": "fixed", "offset_ms": 0.0, "deadline_ms": 8.0}) == (
+        "phase-locked, offset +0.0 ms, deadline 8.0 ms"
+    )
+    auto = {"margin_ms": 4.2, "learning": True, "p99_late_ms": 2.1}
+    line = presentation_line({"mode": "auto", "offset_ms": 11.0, "deadline_ms": 15.2, "auto_offset": auto})
+    assert line == "phase-locked, offset +11.0 ms, deadline 15.2 ms (auto: margin 4.2 ms for p99 lateness 2.1 ms)"
+    assert presentation_line({"mode": "auto", "auto_offset": {"learning": False, "margin_ms": 6}}).endswith(
+        "(auto: learning)"
+    )

@@ -28,6 +28,7 @@ from pyrofling.client.display import display_problem
 from pyrofling.client.uri import PyroUri, parse_uri
 from pyrofling.client.viewer import Viewer
 from pyrofling.core.audio_control import RATE_CONTROLLERS
+from pyrofling.core.phase_offset import AutoOffsetConfig
 from pyrofling.core.presentation import PresentationConfig
 from pyrofling.runtime import tune_for_latency
 from pyrofling.wire import KickFlags
@@ -112,6 +113,14 @@ def _add_presentation_options(p: argparse.ArgumentParser) -> None:
         help="auto (the default): lock to this display at an offset found automatically; OFFSET: pictures "
         "should be done OFFSET seconds after each refresh (the reference's phase_locked); off: free-running, "
         "the newest picture at each refresh",
+    )
+    g.add_argument(
+        "--repeats-per-minute",
+        type=number(0.01, 600.0, "repeats a minute"),
+        default=1.0,
+        metavar="N",
+        help="auto: choose the offset so that about N refreshes a minute miss their picture (default 1); "
+        "more gives lower latency, fewer a steadier picture at a higher latency",
     )
     g.add_argument(
         "--deadline",
@@ -201,7 +210,7 @@ def presentation_config(args: argparse.Namespace, uri: PyroUri) -> PresentationC
                             and args.deadline is None):  # fmt: skip
         if args.deadline is not None:
             raise ValueError("--deadline goes with a fixed --phase-locked OFFSET; 'auto' finds its own deadline")
-        return PresentationConfig.automatic()
+        return PresentationConfig.automatic(AutoOffsetConfig(misses_per_minute=args.repeats_per_minute))
     offset = None if choice == "off" else (choice if choice is not None else uri.phase_locked)
     deadline = args.deadline if args.deadline is not None else uri.deadline_s
     assert not isinstance(offset, str)

@@ -9,10 +9,10 @@ The deadline sits a flip margin before the next refresh.  The offset (where the
 host's frame clock is steered to: refresh + offset) sits a *margin* before the
 deadline, and the margin is what the viewer learns: from every picture's lateness
 against its target (``done − (refresh + offset)``, the phase error's negative),
-over the last ``window_s``, it takes the 99th percentile plus half again its
-distance from the median (about 3.5 σ for Gaussian jitter, one miss in a few
-thousand refreshes), plus a guard, plus a bump for every deadline missed in the
-last minute (the tail the percentile did not see: stalls).
+over the last ``window_s``, it takes the lateness that ``misses_per_minute`` pictures
+exceed (one a minute by default; extrapolated from the median and the 99th
+percentile), plus a guard, plus a bump for every deadline missed in the last
+minute (the tail that extrapolation did not see: stalls).
 
 It never oscillates: it learns only while locked (the recent median lateness is
 near zero) and not while the host is still following an earlier rise; the margin
@@ -40,8 +40,11 @@ class AutoOffsetConfig:
     window_s: float = 20.0
     #: Samples needed before the margin follows them.
     min_samples: int = 120
-    #: Margin = p99 + spread_factor × (p99 − median) + guard (+ the misses' bump).
-    spread_factor: float = 0.5
+    #: Refreshes a minute allowed to miss their deadline.  The margin is the lateness that only that share of
+    #: pictures exceeds, extrapolated from the window's median and 99th percentile as if the tail were
+    #: Gaussian (20 s of samples cannot show a one-in-3600 event), plus a guard (plus the misses' bump, for
+    #: the tail that is not Gaussian).
+    misses_per_minute: float = 1.0
     guard_s: float = 0.0005
     #: Each deadline missed in the last ``miss_memory_s`` adds this much (up to ``max_miss_bump_s``).
     miss_step_s: float = 0.0005
@@ -91,6 +94,10 @@ class AutoOffset:
         self._last_rise_s = float("-inf")
         self._p99: float | None = None
         self._target: float | None = None
+        # How far beyond the median the allowed miss rate lies, in units of (p99 − median).
+        gauss = statistics.NormalDist()
+        miss_rate = min(0.01, max(1e-6, cfg.misses_per_minute * period_s / 60))
+        self._tail_stretch = max(1.0, gauss.inv_cdf(1 - miss_rate) / gauss.inv_cdf(0.99))
         self._target_at = float("-inf")
         self.locked = False
         #: Changes of direction of the margin (a rise after a fall or the reverse): the oscillation check.
@@ -160,7 +167,7 @@ class AutoOffset:
         late = np.fromiter((s for _, s in self._samples), float, len(self._samples))
         p50, p99 = np.percentile(late, (50, 99))
         self._p99 = float(p99)
-        margin = p99 + cfg.spread_factor * max(0.0, p99 - p50) + cfg.guard_s + bump
+        margin = p50 + max(0.0, p99 - p50) * self._tail_stretch + cfg.guard_s + bump
         return float(min(cfg.max_margin_s, max(cfg.min_margin_s, margin)))
 
     def _turn(self, direction: int) -> None:

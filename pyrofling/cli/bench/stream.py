@@ -407,7 +407,8 @@ def add_phase(sub: Sub) -> None:
         "the phase loop simulated with a fake clock: pi vs reference controller vs free-running",
         "Simulates host frame clock, pipeline jitter and the viewer's presentation loop with the real pure "
         "objects and a fake clock, from several starting phases per scenario (500 ppm skew, 2 ms jitter, "
-        "59.94 Hz, +-3 ms load, a 100 ms stall). Deterministic: the same seed gives the same numbers.",
+        "59.94 Hz, +-3 ms load, a 100 ms stall), then the viewer's automatic offset against the reference's "
+        "fixed 0 / 8 ms at four jitters (a minute each). Deterministic: the same seed gives the same numbers.",
         "pyrofling bench phase --duration 10 --phases 8 --plot phase.png",
     )
     add_common(p, duration_s=(2.0, 600.0, 10.0), plot=True)
@@ -417,11 +418,13 @@ def add_phase(sub: Sub) -> None:
 
 
 def _run_phase(args: argparse.Namespace) -> int:
-    from pyrofling.bench.phase import format_table, plot, run, standard_scenarios
+    from pyrofling.bench.phase import auto_offset_rows, format_auto_rows, format_table, plot, run, standard_scenarios
 
     setup(args)
     result = run(standard_scenarios(args.duration, args.seed), phases=args.phases)
-    print_result(args, result, format_table)
+    auto_s = max(60.0, args.duration)
+    result["auto_offset"] = auto_offset_rows(auto_s, args.seed)
+    print_result(args, result, lambda r: format_table(r) + "\n\n" + format_auto_rows(r["auto_offset"], auto_s))
     return draw_plot("bench phase", args.plot, lambda: plot(args.duration, args.seed, str(args.plot)))
 
 
