@@ -214,23 +214,29 @@ def test_bench_phase_is_deterministic_and_prints_json(capsys: pytest.CaptureFixt
     assert {r["controller"] for r in first["rows"]} == {"pi", "reference", "none"}
 
 
-def test_bench_latency_smoke_locks_and_measures_glass_to_glass() -> None:
-    """Real host and viewer for a few seconds at a tiny size, phase-locked with pyrofling's controller."""
+def test_bench_latency_smoke_locks_and_measures_glass_to_glass(tmp_path: Path) -> None:
+    """Real host and viewer at a tiny size: the automatic offset and pyrofling's controller at 0/8 ms, taking
+    turns in two rounds each, with both ends' frame traces."""
     proc = subprocess.run(
         [
-            *(sys.executable, "-m", "pyrofling", "bench", "latency", "--duration", "4", "--width", "320"),
+            *(sys.executable, "-m", "pyrofling", "bench", "latency", "--duration", "6", "--width", "320"),
             *("--height", "240", "--fps", "30", "--bitrate-kbits", "500", "--refresh-hz", "29.97"),
-            *("--modes", "pi", "--json"),
+            *("--modes", "pi,auto", "--rounds", "2", "--trace", str(tmp_path / "traces"), "--json"),
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=180,
     )
     assert proc.returncode == 0, proc.stderr
-    [row] = json.loads(proc.stdout)["rows"]
-    assert row["presented"] >= 60
-    assert row["glass_ms_median"] is not None and row["glass_ms_median"] > row["decoded_ms_median"] > 0
-    assert row["phase_trace"] and row["rate_trim_ppm"] is not None
+    pi, auto = json.loads(proc.stdout)["rows"]
+    for row in (pi, auto):
+        assert row["rounds"] == 2 and row["presented"] >= 120  # two runs of 3 s at 30 Hz, pooled
+        assert row["glass_ms_median"] is not None and row["glass_ms_median"] > row["decoded_ms_median"] > 0
+        assert row["phase_trace"] and row["rate_trim_ppm"] is not None
+        assert row["late_pictures"]["pictures"] >= 60  # both ends' traces joined
+    assert pi["offset_ms"] == 0 and pi["deadline_ms"] == 8
+    assert 0 < auto["offset_ms"] < auto["deadline_ms"] < 1000 / 29.97  # found by the viewer, before its deadline
+    assert len(list((tmp_path / "traces").glob("*.jsonl"))) == 8
 
 
 def test_bench_audio_smoke_plays_into_jack_and_times_the_clicks() -> None:

@@ -151,3 +151,32 @@ def test_the_phase_lock_flag_says_what_it_takes() -> None:
         phase_lock_choice("sometimes")
     with pytest.raises(argparse.ArgumentTypeError, match="out of range"):
         phase_lock_choice("2")
+
+
+def test_a_presenter_that_wakes_late_moves_the_deadline_earlier_and_the_offset_with_it() -> None:
+    auto = AutoOffset(PERIOD)
+    rng = random.Random(7)
+    t = 0.0
+    while t < 60.0:
+        auto.observe(rng.gauss(0.0, 0.0005), t)
+        auto.woke(abs(rng.gauss(0.0, 0.0012)), t)  # a busy machine: the presenter acts a millisecond or two late
+        t += PERIOD
+    assert 0.0035 < auto.flip_s <= AutoOffsetConfig().max_flip_margin_s
+    assert auto.deadline_s == pytest.approx(PERIOD - auto.flip_s)
+    assert auto.offset_s == pytest.approx(auto.deadline_s - auto.margin_s)
+    quiet = AutoOffset(PERIOD)
+    feed(quiet, 60.0, 0.0005)
+    for i in range(200):
+        quiet.woke(0.0001, 60.0 + i * PERIOD)
+    assert quiet.flip_s <= AutoOffsetConfig().flip_margin_s  # a prompt presenter keeps the deadline late
+
+
+def test_the_loop_tells_it_how_late_the_presenter_acted() -> None:
+    loop: PresentationLoop[int] = PresentationLoop(PresentationConfig.automatic(), PERIOD)
+    assert loop.auto is not None
+    loop.vblank(10.0)
+    loop.frame_ready(1, 10.005)
+    loop.poll(10.007)  # the picture was ready 2 ms before the presenter got to it
+    loop.vblank(10.0 + PERIOD)
+    loop.poll(10.0 + PERIOD + loop.deadline_s + 0.003)  # woke 3 ms after the deadline: a miss
+    assert [round(w * 1000, 3) for _, w in loop.auto._wakes] == [2.0, 3.0]

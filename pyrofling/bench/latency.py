@@ -53,6 +53,8 @@ class LatencyBenchConfig:
     modes: tuple[str, ...] = MODES
     #: Write both ends' frame traces here and say where the late pictures lost their time.
     trace_dir: str | None = None
+    #: Split each mode's time into this many runs, the modes taking turns (a noisy machine weighs on all alike).
+    rounds: int = 1
     #: A phase error whose 0.5 s mean stays within this for 2 s counts as locked.
     lock_threshold_ms: float = 1.0
     seed: int = 1
@@ -103,25 +105,63 @@ def runs(cfg: LatencyBenchConfig) -> list[tuple[str, str, StreamScenario]]:
 
 
 def run(cfg: LatencyBenchConfig, *, progress: Callable[[str], None] = lambda _s: None) -> dict[str, Any]:
-    rows = []
-    for label, mode, scenario in runs(cfg):
-        progress(f"running {label} for {cfg.duration_s:g} s ...")
-        traces = None
-        if cfg.trace_dir is not None:
-            name = "".join(c if c.isalnum() else "-" for c in label)
-            traces = (Path(cfg.trace_dir) / f"{name}-host.jsonl", Path(cfg.trace_dir) / f"{name}-view.jsonl")
-            scenario = replace(
-                scenario,
-                host_args=(*scenario.host_args, "--frame-trace", str(traces[0])),
-                view_args=(*scenario.view_args, "--frame-trace", str(traces[1])),
-            )
-        raw = run_scenario(scenario)
-        rows.append(summarize(mode, raw, cfg, label=label))
-        if traces is not None:
-            joined = join(read_lines(traces[0]), read_lines(traces[1]))
-            rows[-1]["late_pictures"] = attribute(joined)
-        progress(format_row(rows[-1]))
+    """Every mode for ``duration_s`` in all; with ``rounds`` > 1 the modes take turns in shorter runs, so a
+    machine whose load changes over minutes weighs on each mode alike, and each mode's runs are pooled."""
+    plan = runs(cfg)
+    slice_cfg = replace(cfg, duration_s=cfg.duration_s / cfg.rounds)
+    per_mode: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in plan}
+    joined: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in plan}
+    for round_ in range(cfg.rounds):
+        for label, mode, scenario in plan:
+            turn = f" (round {round_ + 1} of {cfg.rounds})" if cfg.rounds > 1 else ""
+            progress(f"running {label} for {slice_cfg.duration_s:g} s{turn} ...")
+            scenario = replace(scenario, duration_s=slice_cfg.duration_s)
+            traces = None
+            if cfg.trace_dir is not None:
+                name = "".join(c if c.isalnum() else "-" for c in label) + (f"-{round_ + 1}" if cfg.rounds > 1 else "")
+                traces = (Path(cfg.trace_dir) / f"{name}-host.jsonl", Path(cfg.trace_dir) / f"{name}-view.jsonl")
+                scenario = replace(
+                    scenario,
+                    host_args=(*scenario.host_args, "--frame-trace", str(traces[0])),
+                    view_args=(*scenario.view_args, "--frame-trace", str(traces[1])),
+                )
+            raw = run_scenario(scenario)
+            per_mode[label].append(summarize(mode, raw, slice_cfg, label=label))
+            if traces is not None and mode != "free":  # free-running has no deadline to be late for
+                joined[label] += join(read_lines(traces[0]), read_lines(traces[1]))
+            progress(format_row(per_mode[label][-1]))
+    rows = [pool(per_mode[label]) for label, _, _ in plan]
+    for row in rows:
+        if joined[row["mode"]]:
+            row["late_pictures"] = attribute(joined[row["mode"]])
     return {"config": asdict(cfg), "rows": rows}
+
+
+def pool(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One mode's runs as one row: counts added, latency samples pooled, repeats a minute over all locked time."""
+    if len(parts) == 1:
+        return parts[0]
+    row = dict(parts[-1])  # the offset, trim and traces at the end of the last run
+    for key in ("frames_encoded", "host_skipped", "presented", "repeated", "missed_deadlines", "dropped"):
+        row[key] = sum(p[key] for p in parts)
+    row["packets_lost"] = sum(p["packets_lost"] for p in parts)
+    if row["presentation"] != "free":
+        row["repeated_after_lock"] = sum(p["repeated_after_lock"] or 0 for p in parts)
+        minutes = sum(p["minutes_locked"] or 0.0 for p in parts)
+        row["minutes_locked"] = minutes
+        row["repeats_per_minute"] = row["repeated_after_lock"] / minutes if minutes else None
+        locks = [p["lock_s"] for p in parts if p["lock_s"] is not None]
+        row["lock_s"] = statistics.median(locks) if len(locks) == len(parts) else None
+        sigmas = [p["phase_sigma_ms"] for p in parts if p["phase_sigma_ms"] is not None]
+        row["phase_sigma_ms"] = statistics.fmean(sigmas) if sigmas else None
+    glass = [g for p in parts for g in p["glass_ms"]]
+    row["glass_ms"] = glass
+    for q, key in ((50, "glass_ms_median"), (5, "glass_ms_p5"), (95, "glass_ms_p95"), (99, "glass_ms_p99")):
+        row[key] = _pct(glass, q)
+    decoded = [p["decoded_ms_median"] for p in parts if p["decoded_ms_median"] is not None]
+    row["decoded_ms_median"] = statistics.median(decoded) if decoded else None
+    row["rounds"] = len(parts)
+    return row
 
 
 def summarize(mode: str, raw: dict[str, Any], cfg: LatencyBenchConfig, *, label: str | None = None) -> dict[str, Any]:
@@ -147,6 +187,7 @@ def summarize(mode: str, raw: dict[str, Any], cfg: LatencyBenchConfig, *, label:
         "missed_deadlines": pres.get("missed_deadlines", 0),
         "dropped": pres.get("dropped", 0),
         "repeated_after_lock": after_lock,
+        "minutes_locked": minutes_locked,
         "repeats_per_minute": (after_lock / minutes_locked) if after_lock is not None and minutes_locked else None,
         "offset_ms": pres.get("offset_ms"),
         "deadline_ms": pres.get("deadline_ms"),
@@ -228,7 +269,9 @@ def format_table(result: dict[str, Any]) -> str:
     skew = f" {c['skew_ppm']:+g} ppm" if c["skew_ppm"] else ""
     lines = [
         f"{c['height']}p{c['fps']} {c['bitrate_kbits'] / 1000:g} Mbit/s, viewer refresh {c['refresh_hz']:g} Hz{skew}, "
-        f"{net}, {c['duration_s']:g} s per mode; reference and pi: offset {c['offset_s'] * 1000:+g} ms, "
+        f"{net}, {c['duration_s']:g} s per mode"
+        + (f" in {c['rounds']} turns" if c.get("rounds", 1) > 1 else "")
+        + f"; reference and pi: offset {c['offset_s'] * 1000:+g} ms, "
         f"deadline {c['deadline_s'] * 1000:g} ms; auto: found by the viewer",
         HEADER,
         "-" * len(HEADER),

@@ -159,6 +159,8 @@ def simulate(cfg: PhaseSimConfig, controller: str) -> PhaseSimResult:
                 if cfg.stall_at_s is not None and stall_end is not None and cfg.stall_at_s <= arrival < stall_end:
                     arrival = stall_end
                 heapq.heappush(inbox, (max(arrival, tick.due_s), tick.index))
+                if wait_until is not None and arrival < wait_until:  # the presenter wakes when it arrives
+                    push(max(arrival, now), "poll")
                 true_error = wrap_phase(
                     display.start_s + loop.offset_s - (tick.due_s + cfg.pipeline_delay_s), display.period_s
                 )

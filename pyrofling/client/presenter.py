@@ -298,6 +298,7 @@ class Presenter:
                 a = loop.auto.state()
                 st.auto = {
                     "margin_ms": a.margin_s * 1000,
+                    "flip_margin_ms": a.flip_margin_s * 1000,
                     "locked": a.locked,
                     "learning": a.learning,
                     "p99_late_ms": a.p99_late_ms,

@@ -5,7 +5,8 @@ Pure.  A phase-locked viewer shows a picture chosen during refresh *k* at refres
 later than the deadline (the last moment the display can still take it for *k+1*)
 is a repeated refresh.  The reference asks the user for the offset; this chooses it.
 
-The deadline sits a flip margin before the next refresh.  The offset (where the
+The deadline sits a flip margin before the next refresh: the presenter must act
+by then, and how late it wakes on a busy machine is learnt the same way.  The offset (where the
 host's frame clock is steered to: refresh + offset) sits a *margin* before the
 deadline, and the margin is what the viewer learns: from every picture's lateness
 against its target (``done − (refresh + offset)``, the phase error's negative),
@@ -31,8 +32,11 @@ import numpy as np
 
 @dataclass(frozen=True, slots=True)
 class AutoOffsetConfig:
-    #: A picture must reach the display this long before the refresh that shows it.
+    #: A picture must reach the display this long before the refresh that shows it: the presenter must act
+    #: by then, so this follows how late the presenter itself wakes (its lateness's tail, as for pictures).
     flip_margin_s: float = 0.0015
+    min_flip_margin_s: float = 0.001
+    max_flip_margin_s: float = 0.005
     initial_margin_s: float = 0.006
     min_margin_s: float = 0.0015
     max_margin_s: float = 0.010
@@ -72,6 +76,7 @@ class OffsetState:
     offset_s: float
     deadline_s: float
     margin_s: float
+    flip_margin_s: float
     locked: bool
     learning: bool  # enough samples: the margin follows them (else still the initial one)
     p99_late_ms: float | None
@@ -84,9 +89,11 @@ class AutoOffset:
     def __init__(self, period_s: float, config: AutoOffsetConfig | None = None) -> None:
         self.config = cfg = config or AutoOffsetConfig()
         self.period_s = period_s
-        #: The latest a picture may be ready to be shown at the next refresh.
-        self.deadline_s = max(period_s / 2, period_s - cfg.flip_margin_s)
+        self.flip_s = cfg.flip_margin_s
         self.margin_s = cfg.initial_margin_s
+        self._wakes: deque[tuple[float, float]] = deque()  # (time, how late the presenter acted)
+        self._flip_target: float | None = None
+        self._flip_moving = 0
         self._samples: deque[tuple[float, float]] = deque()  # (time, lateness)
         self._recent: deque[float] = deque(maxlen=cfg.lock_samples)
         self._misses: deque[float] = deque()
@@ -106,8 +113,17 @@ class AutoOffset:
         self._moving = 0  # the direction of a move under way (0: none)
 
     @property
+    def deadline_s(self) -> float:
+        """The latest a picture may be ready to be shown at the next refresh."""
+        return max(self.period_s / 2, self.period_s - self.flip_s)
+
+    @property
     def offset_s(self) -> float:
         return self.deadline_s - self.margin_s
+
+    def woke(self, late_s: float, now: float) -> None:
+        """The presenter acted ``late_s`` after it should have (a picture was ready, or the deadline came)."""
+        self._wakes.append((now, late_s))
 
     def observe(self, lateness_s: float, now: float) -> None:
         """A picture was ready ``lateness_s`` after its target (negative: early)."""
@@ -134,13 +150,19 @@ class AutoOffset:
             self._samples.popleft()
         while self._misses and self._misses[0] < now - cfg.miss_memory_s:
             self._misses.popleft()
+        while self._wakes and self._wakes[0][0] < now - cfg.window_s:
+            self._wakes.popleft()
         last, self._last_update_s = self._last_update_s, now
         if now - self._target_at >= cfg.recompute_s:
             self._target, self._target_at = self.target_margin_s(), now
-        target = self._target
-        if last is None or target is None:
+            self._flip_target = self.target_flip_s()
+        if last is None:
             return
         dt = max(0.0, now - last)
+        self._follow_flip(dt, now)
+        target = self._target
+        if target is None:
+            return
         gap = target - self.margin_s
         # Start moving only when the target leaves the dead band; once moving, go all the way to it.
         band = cfg.band_share * self.margin_s
@@ -156,6 +178,36 @@ class AutoOffset:
             return
         if abs(target - self.margin_s) < 1e-9:
             self._moving = 0
+
+    def _follow_flip(self, dt: float, now: float) -> None:
+        """The flip margin towards its target, at the margin's rates (an earlier deadline is the safe way)."""
+        cfg = self.config
+        target = self._flip_target
+        if target is None:
+            return
+        gap = target - self.flip_s
+        if gap > cfg.rise_band_s or (self._flip_moving > 0 and gap > 0):
+            self._flip_moving = 1
+            self.flip_s += min(gap, cfg.rise_per_s * dt)
+            self._last_rise_s = now  # the offset moved earlier with the deadline: the host follows
+        elif gap < -cfg.fall_band_s or (self._flip_moving < 0 and gap < 0):
+            self._flip_moving = -1
+            self.flip_s -= min(-gap, cfg.fall_per_s * dt)
+        else:
+            self._flip_moving = 0
+        if abs(target - self.flip_s) < 1e-9:
+            self._flip_moving = 0
+
+    def target_flip_s(self) -> float | None:
+        """Where the flip margin is heading: the presenter's wake-up lateness that only the allowed share of
+        refreshes exceeds, plus the guard (None: too few samples yet)."""
+        cfg = self.config
+        if len(self._wakes) < cfg.min_samples:
+            return None
+        late = np.fromiter((w for _, w in self._wakes), float, len(self._wakes))
+        p50, p99 = np.percentile(late, (50, 99))
+        flip = p50 + max(0.0, p99 - p50) * self._tail_stretch + cfg.guard_s
+        return float(min(cfg.max_flip_margin_s, max(cfg.min_flip_margin_s, flip)))
 
     def target_margin_s(self) -> float | None:
         """Where the margin is heading (None: too few samples yet, it stays where it is)."""
@@ -180,6 +232,7 @@ class AutoOffset:
             offset_s=self.offset_s,
             deadline_s=self.deadline_s,
             margin_s=self.margin_s,
+            flip_margin_s=self.flip_s,
             locked=self.locked,
             learning=len(self._samples) >= self.config.min_samples,
             p99_late_ms=None if self._p99 is None else self._p99 * 1000,

@@ -192,11 +192,18 @@ class PresentationLoop(Generic[T]):
                 dropped = len(self._ready) - 1
                 frame, done = self._ready[-1]
                 self._ready.clear()
+                self._woke(now - (max(done, v) if not stale else v + wait))
                 return self._present(frame, done, on_screen_s=v + self.period_s, dropped=dropped)
             return Wait(v + wait)
         if now < v + wait:
             return Wait(v + wait)
+        self._woke(now - (v + wait))
         return self._repeat(missed=True)
+
+    def _woke(self, late_s: float) -> None:
+        """How late the presenter acted on what it waited for (auto mode learns its flip margin from it)."""
+        if self.auto is not None and self._vblank_s is not None:
+            self.auto.woke(max(0.0, late_s), self._vblank_s)
 
     def _present(self, frame: T, done_s: float, *, on_screen_s: float, dropped: int) -> Present[T]:
         assert self._vblank_s is not None

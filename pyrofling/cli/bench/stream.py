@@ -365,6 +365,13 @@ def add_latency(sub: Sub) -> None:
     )
     p.add_argument("--modes", type=choice_list(MODES), default=MODES, help=f"comma list of {', '.join(MODES)}")
     p.add_argument(
+        "--rounds",
+        type=whole_number(1, 100, "rounds"),
+        default=1,
+        help="split each mode's time into this many runs, the modes taking turns, and pool them (default 1): on "
+        "a machine whose load changes over minutes every mode sees the same",
+    )
+    p.add_argument(
         "--trace",
         type=output_dir,
         default=None,
@@ -394,6 +401,7 @@ def _run_latency(args: argparse.Namespace) -> int:
         jitter_sigma_ms=args.jitter_sigma_ms,
         modes=args.modes,
         trace_dir=str(args.trace) if args.trace is not None else None,
+        rounds=args.rounds,
     )
     result = run(cfg, progress=progress)
     print_result(args, result, format_table)
