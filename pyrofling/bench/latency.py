@@ -50,6 +50,8 @@ class LatencyBenchConfig:
     jitter_ms: float = 0.0
     #: Also run ``auto`` through netsim with a delay of 4 σ, fixed and then varying with this σ (ms).
     jitter_sigma_ms: float = 0.0
+    #: ``auto``: the repeats a minute the viewer aims for (its --repeats-per-minute).
+    auto_repeats_per_minute: float = 1.0
     modes: tuple[str, ...] = MODES
     #: Write both ends' frame traces here and say where the late pictures lost their time.
     trace_dir: str | None = None
@@ -70,7 +72,7 @@ def scenario_for(
     if mode == "free":
         view_args += ["--phase-locked", "off"]
     elif mode == "auto":
-        view_args += ["--phase-locked", "auto"]
+        view_args += ["--phase-locked", "auto", "--repeats-per-minute", f"{cfg.auto_repeats_per_minute:g}"]
         host_args += ["--phase-controller", "pi"]
     else:
         view_args += ["--phase-locked", f"{cfg.offset_s:g}", "--deadline", f"{cfg.deadline_s:g}"]
@@ -203,6 +205,8 @@ def summarize(mode: str, raw: dict[str, Any], cfg: LatencyBenchConfig, *, label:
         "glass_ms_p99": _pct(glass, 99),
         "decoded_ms_median": v.get("latency_ms_median"),
         "packets_lost": v.get("packets_lost_video", 0),
+        "host_cpu_pct": 100 * host.get("cpu_s", 0) / max(host.get("elapsed_s", 1), 1e-6),
+        "viewer_cpu_pct": 100 * v.get("cpu_s", 0) / max(v.get("elapsed_s", 1), 1e-6),
         "rate_trim_ppm": host.get("rate_trim_ppm"),
         "refresh_hz": pres.get("refresh_hz"),
         "phase_trace": trace,

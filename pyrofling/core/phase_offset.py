@@ -13,7 +13,7 @@ against its target (``done − (refresh + offset)``, the phase error's negative)
 over the last ``window_s``, it takes the lateness that ``misses_per_minute`` pictures
 exceed (one a minute by default; extrapolated from the median and the 99th
 percentile), plus a guard, plus a bump for every deadline missed in the last
-minute (the tail that extrapolation did not see: stalls).
+minute beyond that rate (the tail that extrapolation did not see: stalls).
 
 It never oscillates: it learns only while locked (the recent median lateness is
 near zero) and not while the host is still following an earlier rise; the margin
@@ -50,7 +50,8 @@ class AutoOffsetConfig:
     #: the tail that is not Gaussian).
     misses_per_minute: float = 1.0
     guard_s: float = 0.0005
-    #: Each deadline missed in the last ``miss_memory_s`` adds this much (up to ``max_miss_bump_s``).
+    #: Each deadline missed in the last ``miss_memory_s`` beyond the ``misses_per_minute`` allowed adds this
+    #: much (up to ``max_miss_bump_s``).
     miss_step_s: float = 0.0005
     miss_memory_s: float = 60.0
     max_miss_bump_s: float = 0.003
@@ -212,7 +213,8 @@ class AutoOffset:
     def target_margin_s(self) -> float | None:
         """Where the margin is heading (None: too few samples yet, it stays where it is)."""
         cfg = self.config
-        bump = min(cfg.max_miss_bump_s, cfg.miss_step_s * len(self._misses))
+        allowed = cfg.misses_per_minute * cfg.miss_memory_s / 60  # only misses beyond the chosen rate count
+        bump = min(cfg.max_miss_bump_s, cfg.miss_step_s * max(0.0, len(self._misses) - allowed))
         if len(self._samples) < cfg.min_samples:
             self._p99 = None
             return None if not self._misses else min(cfg.max_margin_s, cfg.initial_margin_s + bump)

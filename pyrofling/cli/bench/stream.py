@@ -365,6 +365,13 @@ def add_latency(sub: Sub) -> None:
     )
     p.add_argument("--modes", type=choice_list(MODES), default=MODES, help=f"comma list of {', '.join(MODES)}")
     p.add_argument(
+        "--auto-repeats",
+        type=number(0.01, 600.0, "repeats a minute"),
+        default=1.0,
+        metavar="N",
+        help="auto: the repeats a minute the viewer aims for (its --repeats-per-minute; default 1)",
+    )
+    p.add_argument(
         "--rounds",
         type=whole_number(1, 100, "rounds"),
         default=1,
@@ -402,6 +409,7 @@ def _run_latency(args: argparse.Namespace) -> int:
         modes=args.modes,
         trace_dir=str(args.trace) if args.trace is not None else None,
         rounds=args.rounds,
+        auto_repeats_per_minute=args.auto_repeats,
     )
     result = run(cfg, progress=progress)
     print_result(args, result, format_table)
