@@ -66,7 +66,7 @@ class InputScenario:
     #: Stream the example game through the capture socket (and time input to photon).
     game: bool = False
     immediate: bool = False
-    #: The game starts each frame just in time for the heartbeat (the capture library's default).
+    #: The game starts each frame just in time for the heartbeat (CaptureClient just_in_time=True).
     just_in_time: bool = False
     sync: str = "fifo"
     #: What is timed: "pad" (GAMEPAD_STATE), "keys" (INPUT_STATE: keys and the mouse, §7.11) or "rumble" (a
@@ -245,7 +245,7 @@ def run_one(cfg: InputBenchConfig, sc: InputScenario, tmp: Path) -> dict[str, An
             game_cmd = [*_cli(), "example-game", "-q", "--headless", "--stamp", "--capture-socket", capture_socket,
                         "--width", str(cfg.width), "--height", str(cfg.height), "--sync", sc.sync,
                         "--stats-json", str(game_json)]  # fmt: skip
-            game_cmd += [] if sc.just_in_time else ["--no-just-in-time"]
+            game_cmd += ["--just-in-time"] if sc.just_in_time else []
             procs.append(subprocess.Popen(game_cmd, env=env))
         port = host_port
         if sc.netsim:

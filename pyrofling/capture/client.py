@@ -13,10 +13,11 @@ Each image is a sealed ``memfd`` the host maps too, so presenting copies nothing
 ``present`` paces the game to the host's frame clock (``sync="fifo"``, the default;
 the clock is phase-locked to the viewers' displays), or never blocks
 (``sync="mailbox"``: the newest present at each heartbeat wins).  In FIFO mode it
-returns *just in time* (``just_in_time=True``, the default): not when the
+can return *just in time* (``just_in_time=True``; off by default, see below): not when the
 heartbeat took the last picture but as late as the game's own frame time allows
 before the next one (:mod:`pyrofling.core.frame_pacing`), so the pad state the
-next frame reads is the newest.
+next frame reads is the newest.  Measured with the example game on a 2-core machine (its frame takes most
+of a period in software GL), it did not help: opt in where a game's frame is short.
 
 The game does not need the host to be there: without one, the images are plain
 local memory, ``present`` paces at ``fallback_fps``, and the client tries to
@@ -201,7 +202,7 @@ class CaptureClient:
         fallback_fps: float = 60.0,
         on_gamepad: Callable[[int, PadState], None] | None = None,
         on_input: Callable[[m.InputEvent], None] | None = None,
-        just_in_time: bool = True,
+        just_in_time: bool = False,
     ) -> None:
         """
         ``images``: 2..16 shared images.  ``sync``: fifo (paced by the host) or mailbox (never waits).

@@ -44,7 +44,7 @@ class GameConfig:
     sync: str = "fifo"
     images: int = 3
     frames_in_flight: int = 1
-    just_in_time: bool = True
+    just_in_time: bool = False
     headless: bool = False
     duration_s: float | None = None
     stamp: bool = False

@@ -42,11 +42,10 @@ def add_example_game(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="fifo: presents waiting for the host before the game blocks (default 1, the lowest latency)",
     )
     p.add_argument(
-        "--no-just-in-time",
-        dest="just_in_time",
-        action="store_false",
-        help="fifo: start each frame as soon as the host took the last one, not just in time for the next "
-        "heartbeat (older pad input; the default starts as late as the game's frame time allows)",
+        "--just-in-time",
+        action="store_true",
+        help="fifo: start each frame as late as the game's frame time allows before the next heartbeat, not as "
+        "soon as the host took the last one (newer pad input for a game whose frame is short; see docs/games.md)",
     )
     view = p.add_mutually_exclusive_group()
     view.add_argument("--headless", action="store_true", help="no local window even with a display")
