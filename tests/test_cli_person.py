@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from support import run, start_host, stop_host, until
 
-from pyrofling.bench.stream import format_live, free_port
+from pyrofling.bench.stream import _wait_for_port, format_live, free_port
 from pyrofling.capture import CaptureClient
 from pyrofling.cli import build_parser, main
 from pyrofling.cli.options import setup_logging
@@ -148,6 +148,7 @@ def test_the_window_viewer_stops_cleanly_on_sigterm_with_its_statistics_and_a_su
     )  # fmt: skip
     stats = tmp_path / "viewer.json"
     try:
+        _wait_for_port(port, host, timeout_s=30)  # a loaded machine may take a while to start the host
         view = subprocess.Popen(
             [sys.executable, "-m", "pyrofling", "view", f"pyro://127.0.0.1:{port}", "--no-audio", "--no-gamepad",
              "--stats-json", str(stats), "--stats-interval", "0.5"],
