@@ -25,6 +25,16 @@ def default_socket_path() -> str:
     return f"/tmp/pyrofling-{os.getuid()}/capture"
 
 
+#: Where PyroFling's Vulkan capture layer looks for its server (the reference's variable and default).
+LAYER_SOCKET_ENV = "PYROFLING_SERVER"
+LAYER_SOCKET_DEFAULT = "/tmp/pyrofling-socket"
+
+
+def default_layer_socket() -> str:
+    """``$PYROFLING_SERVER``, else ``/tmp/pyrofling-socket``: the socket PyroFling's layer connects to."""
+    return os.environ.get(LAYER_SOCKET_ENV) or LAYER_SOCKET_DEFAULT
+
+
 def private_dir_problem(path: str) -> str | None:
     """Why the directory holding ``path`` cannot be trusted with this user's socket (None: it can): it must be a
     real directory (not a link), owned by this user, that nobody else may write to."""

@@ -8,6 +8,7 @@ import errno
 import sys
 from pathlib import Path
 
+from pyrofling.capture.paths import default_layer_socket
 from pyrofling.cli.gamepad import add_host_gamepad_options
 from pyrofling.cli.keyboard_mouse import add_host_input_options
 from pyrofling.cli.options import (
@@ -73,6 +74,16 @@ def add_host(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="PATH",
         help="the Unix socket games connect to (default $XDG_RUNTIME_DIR/pyrofling-capture, or "
         "$PYROFLING_CAPTURE_SOCKET; games read the same variable)",
+    )
+    g.add_argument(
+        "--layer-socket",
+        default=None,
+        metavar="PATH",
+        help="where Vulkan games running PyroFling's capture layer (PYROFLING=1) connect (default "
+        "$PYROFLING_SERVER or /tmp/pyrofling-socket, as the layer looks; README 'Games')",
+    )
+    g.add_argument(
+        "--no-layer-socket", action="store_true", help="do not serve PyroFling's layer (pyrofling games only)"
     )
     g.add_argument(
         "--encode-mode",
@@ -354,6 +365,13 @@ def host_config(args: argparse.Namespace) -> HostConfig:
     if args.immediate_encode and args.encode_mode == "heartbeat":
         raise ValueError("--immediate-encode contradicts --encode-mode heartbeat: give one of them")
     mode = "immediate" if args.immediate_encode else (args.encode_mode or DEFAULT_GAME_ENCODE)
+    if (args.layer_socket or args.no_layer_socket) and args.source != "capture":
+        raise ValueError("--layer-socket / --no-layer-socket apply to games (--source capture)")
+    if args.layer_socket and args.no_layer_socket:
+        raise ValueError("--layer-socket contradicts --no-layer-socket: give one of them")
+    layer_socket = None
+    if args.source == "capture" and not args.no_layer_socket:
+        layer_socket = args.layer_socket or default_layer_socket()
     return HostConfig(
         bind=args.bind,
         port=args.port,
@@ -380,6 +398,8 @@ def host_config(args: argparse.Namespace) -> HostConfig:
         frame_trace=args.frame_trace,
         gamepad_trace=args.gamepad_trace,
         capture_socket=args.capture_socket,
+        layer_socket=layer_socket,
+        layer_socket_required=bool(args.layer_socket),
         immediate_encode=args.source == "capture" and mode == "immediate",
         outputs=_output_config(args),
         password=_host_password(args),

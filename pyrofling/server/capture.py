@@ -1,11 +1,16 @@
-"""The host's capture socket: games present frames in shared memory (protocol.md §8).
+"""The host's capture sockets: games present frames in shared memory or in Vulkan memory (protocol.md §8).
 
-A ``SOCK_SEQPACKET`` Unix socket served from the host's event loop (``add_reader``,
-non-blocking).  Each game's images are ``memfd``s it passed with ``SCM_RIGHTS``;
-the host maps them read-only and hands the encoder a numpy view of the newest
-ready one, which PyAV wraps without a copy (``VideoFrame.from_numpy_buffer``).
-The colour conversion to YUV is the one pass over the pixels; the image goes back
-to the game as soon as it is done, before the encoder runs.
+``SOCK_SEQPACKET`` Unix sockets served from the host's event loop (``add_reader``,
+non-blocking): pyrofling's own, and PyroFling's (``/tmp/pyrofling-socket``) for its
+Vulkan capture layer.  The connection's ClientHello intent says which kind of
+game it is.  A pyrofling game's images are ``memfd``s it passed with
+``SCM_RIGHTS``; the host maps them read-only and hands the encoder a numpy view of
+the newest ready one, which PyAV wraps without a copy
+(``VideoFrame.from_numpy_buffer``).  A Vulkan layer's images are imported into
+the host's own device and copied into host memory at each present
+(:mod:`pyrofling.server.vulkan_import`).  The colour conversion to YUV is the one
+pass over the pixels; the image goes back to the game as soon as it is done,
+before the encoder runs.
 
 Decisions (which image, when to retire, FrameComplete) live in
 :class:`~pyrofling.core.swapchain.Swapchain`; this module moves bytes and file
@@ -39,6 +44,7 @@ from pyrofling.core.gamepad import PadUpdate
 from pyrofling.core.gamepad.rumble import RumbleCommand
 from pyrofling.core.keyboard_mouse import InputUpdate
 from pyrofling.core.swapchain import EncodeImage, Retire, Swapchain
+from pyrofling.server.vulkan_import import ImportedGroup, VulkanError, VulkanHost, vulkan_problem
 from pyrofling.wire import ProtocolError, key_bitmap
 from pyrofling.wire import capture as m
 
@@ -72,11 +78,14 @@ class _Game:
     sock: socket.socket
     name: str = "?"
     hello: bool = False
+    intent: int = 0
     last_serial: int = 0
     swapchain: Swapchain | None = None
     group: m.ImageGroup | None = None
     images: list[npt.NDArray[np.uint8]] = field(default_factory=list)
     audio: m.AudioFormat | None = None
+    vk_device: Any = None  # a Vulkan layer's GPU, once it said which (vulkan_import.ImportDevice)
+    vk_group: ImportedGroup | None = None
     errors: int = 0
     events_dropped: int = 0
 
@@ -95,6 +104,7 @@ class CaptureStats:
     errors: Counter[str] = field(default_factory=Counter)
     events_dropped: int = 0
     audio_bytes: int = 0
+    vulkan_games: int = 0
 
 
 class CaptureServer:
@@ -108,9 +118,14 @@ class CaptureServer:
         immediate: bool = False,
         on_new_image: Callable[[], None] | None = None,
         audio: GameAudio | None = None,
+        layer_path: str | None = None,
+        layer_path_required: bool = False,
     ) -> None:
-        """``on_new_image``: called (on the loop) when the streamed game presents; ``audio``: takes its samples."""
+        """``on_new_image``: called (on the loop) when the streamed game presents; ``audio``: takes its samples;
+        ``layer_path``: also serve PyroFling's Vulkan layer there (a warning if it is taken, unless required)."""
         self.path = path
+        self.layer_path = layer_path
+        self._layer_path_required = layer_path_required
         self.period_ns = period_ns
         self.immediate = immediate
         self.stats = CaptureStats()
@@ -118,8 +133,11 @@ class CaptureServer:
         self._audio = audio
         #: Called (on the loop) with (pad, command) when a game asks a pad to rumble.
         self.on_rumble: Callable[[int, RumbleCommand], None] | None = None
-        self._listener: socket.socket | None = None
+        self._listeners: dict[str, socket.socket] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._vulkan: VulkanHost | None = None
+        self._vulkan_problem: str | None = None
+        self._last_vulkan: dict[str, Any] | None = None
         self._games: dict[int, _Game] = {}
         self._next_id = 1
         self._active: int | None = None  # the game being streamed
@@ -128,31 +146,49 @@ class CaptureServer:
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        prepare_socket_dir(self.path)
-        _claim_path(self.path)
+        self._listen(self.path)
+        log.info("capture socket: %s (games connect with pyrofling.capture)", self.path)
+        if self.layer_path is not None:
+            try:
+                self._listen(self.layer_path)
+            except OSError as exc:
+                if self._layer_path_required:
+                    self.close()
+                    raise
+                log.warning("PyroFling layer socket not served: %s (pass --layer-socket PATH)", exc.strerror or exc)
+                self.layer_path = None
+            else:
+                log.info("PyroFling layer socket: %s (Vulkan games with PYROFLING=1)", self.layer_path)
+
+    def _listen(self, path: str) -> None:
+        assert self._loop is not None
+        prepare_socket_dir(path)
+        _claim_path(path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
         try:
-            sock.bind(self.path)
-            os.chmod(self.path, 0o600)  # only this user's games
+            sock.bind(path)
+            os.chmod(path, 0o600)  # only this user's games
             sock.listen(16)
             sock.setblocking(False)
         except OSError:
             sock.close()
             raise
-        self._listener = sock
-        loop.add_reader(sock.fileno(), self._accept)
-        log.info("capture socket: %s (games connect with pyrofling.capture)", self.path)
+        self._listeners[path] = sock
+        self._loop.add_reader(sock.fileno(), self._accept, sock)
 
     def close(self) -> None:
         for game in list(self._games.values()):
             self._drop(game, "host stopping", log_it=False)
-        if self._listener is not None:
+        for path, sock in self._listeners.items():
             if self._loop is not None:
-                self._loop.remove_reader(self._listener.fileno())
-            self._listener.close()
-            self._listener = None
+                self._loop.remove_reader(sock.fileno())
+            sock.close()
             with contextlib.suppress(OSError):
-                os.unlink(self.path)
+                os.unlink(path)
+        self._listeners.clear()
+        if self._vulkan is not None:
+            self._vulkan.close()
+            self._vulkan = None
 
     @property
     def active_name(self) -> str | None:
@@ -174,11 +210,14 @@ class CaptureServer:
     def take(self) -> CapturedFrame | None:
         """The streamed game's newest ready image, or None (no game, or nothing presented yet)."""
         game = self._games.get(self._active) if self._active is not None else None
-        if game is None or game.swapchain is None or game.group is None:
+        if game is None or game.swapchain is None:
             return None
         taken = game.swapchain.take()
         if taken is None:
             return None
+        if game.vk_group is not None:
+            return CapturedFrame(game.conn_id, taken, game.vk_group.pixels(taken.index), game.vk_group.av_name)
+        assert game.group is not None
         return CapturedFrame(game.conn_id, taken, game.images[taken.index], game.group.format.av_name)
 
     def has_new(self) -> bool:
@@ -197,7 +236,7 @@ class CaptureServer:
         state = update.state.message(update.seq or 0)
         event = m.gamepad_event(state) if pad == 1 else m.PadStateEvent(pad, state.payload()).encode(0)
         for game in list(self._games.values()):
-            if game.hello:
+            if game.intent == m.Intent.SHARED_MEMORY_FRAMES:  # PyroFling's layer drops on events it does not know
                 self._send(game, event, droppable=True)
 
     def input_update(self, update: InputUpdate) -> None:
@@ -215,7 +254,7 @@ class CaptureServer:
             ay,
         ).encode(0)
         for game in list(self._games.values()):
-            if game.hello:
+            if game.intent == m.Intent.SHARED_MEMORY_FRAMES:
                 self._send(game, event, droppable=True)
 
     def summary(self) -> dict[str, Any]:
@@ -236,15 +275,36 @@ class CaptureServer:
             "errors": dict(st.errors),
             "events_dropped": st.events_dropped + sum(g.events_dropped for g in self._games.values()),
             "audio_bytes": st.audio_bytes,
+            "layer_socket": self.layer_path,
+            "vulkan_games": st.vulkan_games,
+            "vulkan": self._vulkan_summary(),
+        }
+
+    def _vulkan_summary(self) -> dict[str, Any] | None:
+        """The streamed (else the last) Vulkan game's images and what reading them costs."""
+        game = self._games.get(self._active) if self._active is not None else None
+        group = game.vk_group if game is not None else None
+        if group is None:
+            return self._last_vulkan
+        st = group.stats
+        return {
+            "gpu": group.device.ids.name,
+            "format": m.VkFormat(group.group.vk_format).name,
+            "size": f"{group.group.width}x{group.group.height}",
+            "presents": st.presents,
+            "semaphores_imported": st.semaphores_imported,
+            "semaphores_assumed": st.semaphores_assumed,
+            "submit_ms_median": _median(st.submit_ms),
+            "wait_ms_median": _median(st.wait_ms),
         }
 
     # -- socket ----------------------------------------------------------------------------------
 
-    def _accept(self) -> None:
-        assert self._listener is not None and self._loop is not None
+    def _accept(self, listener: socket.socket) -> None:
+        assert self._loop is not None
         while True:
             try:
-                sock, _ = self._listener.accept()
+                sock, _ = listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
@@ -334,21 +394,28 @@ class CaptureServer:
         self, game: _Game, header: m.Header, payload: memoryview, fds: list[int]
     ) -> tuple[m.MessageType, str, str] | None:
         t = header.type
-        if fds and t != m.MessageType.IMAGE_GROUP:
-            raise ProtocolError(f"message type {t} carries no file descriptors")
         if t == m.MessageType.CLIENT_HELLO:
+            if fds:
+                raise ProtocolError(f"message type {t} carries no file descriptors")
+            if game.hello:
+                return m.MessageType.ERROR_PROTOCOL, "CLIENT_HELLO was already said", "hello_again"
             hello = m.ClientHello.parse_payload(payload)
-            if hello.intent != m.Intent.SHARED_MEMORY_FRAMES:
-                what = "PyroFling's Vulkan capture layer" if hello.intent == m.Intent.VULKAN_EXTERNAL_STREAM else ""
-                text = f"intent {hello.intent} is not supported: this host takes shared-memory frames"
-                if what:
-                    text += f" ({what} needs the native PyroFling host)"
-                return m.MessageType.ERROR, text, "intent"
-            game.hello, game.name = True, hello.text_name or f"game {game.conn_id}"
-            log.info("capture: %s connected", game.name)
+            if hello.intent == m.Intent.VULKAN_EXTERNAL_STREAM:
+                problem = self._vulkan_ready()
+                if problem is not None:
+                    return m.MessageType.ERROR, problem, "no_vulkan"
+                self.stats.vulkan_games += 1
+            elif hello.intent != m.Intent.SHARED_MEMORY_FRAMES:
+                return m.MessageType.ERROR, f"intent {hello.intent} is not supported", "intent"
+            game.hello, game.name, game.intent = True, hello.text_name or f"game {game.conn_id}", hello.intent
+            log.info("capture: %s connected%s", game.name, " (Vulkan layer)" if game.intent == 1 else "")
             return m.MessageType.SERVER_HELLO, "", ""
         if not game.hello:
             return m.MessageType.ERROR_PROTOCOL, "say CLIENT_HELLO first", "no_hello"
+        if game.intent == m.Intent.VULKAN_EXTERNAL_STREAM:
+            return self._layer_request(game, header, payload, fds)
+        if fds and t != m.MessageType.IMAGE_GROUP:
+            raise ProtocolError(f"message type {t} carries no file descriptors")
         if t == m.MessageType.IMAGE_GROUP:
             return self._image_group(game, header.serial, m.ImageGroup.parse_payload(payload), fds)
         if t == m.MessageType.PRESENT_IMAGE:
@@ -377,6 +444,88 @@ class CaptureServer:
             return None
         return m.MessageType.ERROR_PROTOCOL, f"unknown message type {t}", "unknown_type"
 
+    # -- PyroFling's Vulkan layer ----------------------------------------------------------------
+
+    def _vulkan_ready(self) -> str | None:
+        """Why this host cannot take Vulkan games (said once in the log), or None once its instance exists."""
+        if self._vulkan is not None:
+            return None
+        if self._vulkan_problem is None:
+            problem = vulkan_problem()
+            if problem is None:
+                try:
+                    self._vulkan = VulkanHost()
+                    return None
+                except Exception as exc:  # the driver's word, whatever it is: the host goes on without Vulkan
+                    problem = f"cannot create a Vulkan instance: {exc!r}"
+            self._vulkan_problem = f"this host cannot read Vulkan games: {problem}"
+            log.warning("capture: %s; other games and sources are unaffected", self._vulkan_problem)
+        return self._vulkan_problem
+
+    def _layer_request(
+        self, game: _Game, header: m.Header, payload: memoryview, fds: list[int]
+    ) -> tuple[m.MessageType, str, str] | None:
+        t = header.type
+        if t == m.MessageType.DEVICE:
+            if fds:
+                raise ProtocolError("DEVICE carries no file descriptors")
+            assert self._vulkan is not None
+            device = m.Device.parse_payload(payload)
+            try:
+                game.vk_device = self._vulkan.device_for(device)
+            except VulkanError as exc:
+                return m.MessageType.ERROR, str(exc), "vulkan_device"
+            if game.vk_device is None:
+                gpus = ", ".join(g.name for g in self._vulkan.gpus) or "none"
+                text = f"the game's GPU is not one this host can open (this host has: {gpus})"
+                log.warning("capture: %s: %s", game.name, text)
+                return m.MessageType.ERROR, text, "vulkan_device"
+            return m.MessageType.OK, "", ""
+        if t == m.MessageType.IMAGE_GROUP:
+            return self._layer_image_group(game, header.serial, m.VulkanImageGroup.parse_payload(payload), fds)
+        if t == m.MessageType.PRESENT_IMAGE:
+            if len(fds) > 1:
+                raise ProtocolError(f"a present carries at most one semaphore fd, not {len(fds)}")
+            return self._layer_present(game, m.VulkanPresentImage.parse_payload(payload), fds[0] if fds else None)
+        if fds:
+            raise ProtocolError(f"message type {t} carries no file descriptors")
+        return m.MessageType.ERROR_PROTOCOL, f"message type {t} is not one PyroFling's layer sends", "unknown_type"
+
+    def _layer_image_group(
+        self, game: _Game, serial: int, group: m.VulkanImageGroup, fds: list[int]
+    ) -> tuple[m.MessageType, str, str]:
+        if game.vk_device is None:
+            return m.MessageType.ERROR_PROTOCOL, "send DEVICE before IMAGE_GROUP", "no_device"
+        if len(fds) != group.num_images:
+            return m.MessageType.ERROR_PARAMETER, f"{group.num_images} images need as many fds, got {len(fds)}", "fds"
+        problem = group.problem()
+        if problem is not None:
+            log.warning("capture: %s: cannot stream its images: %s", game.name, problem)
+            return m.MessageType.ERROR_PARAMETER, problem, "vulkan_format"
+        try:
+            imported = ImportedGroup(game.vk_device, group, fds)
+        except VulkanError as exc:
+            log.warning("capture: %s: %s", game.name, exc)
+            return m.MessageType.ERROR, str(exc), "vulkan_import"
+        if game.vk_group is not None:
+            game.vk_group.close()  # arrays the encoder still reads stay valid: they are the host's memory
+        game.vk_group = imported
+        what = f"{m.VkFormat(group.vk_format).name} on {game.vk_device.ids.name}"
+        self._new_group(game, serial, group.num_images, f"{group.width}x{group.height} {what}")
+        return m.MessageType.OK, "", ""
+
+    def _layer_present(
+        self, game: _Game, present: m.VulkanPresentImage, semaphore_fd: int | None
+    ) -> tuple[m.MessageType, str, str] | None:
+        if game.swapchain is None or game.vk_group is None:
+            return m.MessageType.ERROR_PROTOCOL, "send an IMAGE_GROUP before presenting", "no_group"
+        if present.semaphore_type and semaphore_fd is None:
+            return m.MessageType.ERROR_PARAMETER, "the present names a semaphore but carries no fd", "semaphore"
+        group = game.vk_group
+        return self._present(game, present.as_present(), read=lambda: group.read(present, semaphore_fd))
+
+    # -- pyrofling's shared-memory games -----------------------------------------------------------
+
     def _image_group(
         self, game: _Game, serial: int, group: m.ImageGroup, fds: list[int]
     ) -> tuple[m.MessageType, str, str]:
@@ -390,32 +539,39 @@ class CaptureServer:
             mapping = mmap.mmap(fd, group.image_bytes, mmap.MAP_SHARED, mmap.PROT_READ)
             bpp = group.format.bytes_per_pixel
             images.append(np.ndarray((group.height, group.width, bpp), np.uint8, mapping, 0, (group.stride, bpp, 1)))
+        game.group, game.images = group, images
+        self._new_group(game, serial, group.num_images, f"{group.width}x{group.height} {group.format.name}")
+        return m.MessageType.OK, "", ""
+
+    def _new_group(self, game: _Game, serial: int, num_images: int, what: str) -> None:
+        """A game's images were (re)created: a new swapchain, and this game is now the one streamed."""
         if game.swapchain is not None:
             self._absorb(game.swapchain)
-            game.swapchain.replace(serial, group.num_images)
+            game.swapchain.replace(serial, num_images)
         else:
-            game.swapchain = Swapchain(serial, group.num_images, self.period_ns, immediate=self.immediate)
-        game.group, game.images = group, images
+            game.swapchain = Swapchain(serial, num_images, self.period_ns, immediate=self.immediate)
         self.stats.image_groups += 1
         if self._active != game.conn_id:
             self._active = game.conn_id
-            log.info(
-                "capture: streaming %s, %d images of %dx%d %s",
-                game.name,
-                group.num_images,
-                group.width,
-                group.height,
-                group.format.name,
-            )
-        return m.MessageType.OK, "", ""
+            log.info("capture: streaming %s, %d images of %s", game.name, num_images, what)
 
-    def _present(self, game: _Game, present: m.PresentImage) -> tuple[m.MessageType, str, str]:
+    def _present(
+        self, game: _Game, present: m.PresentImage, read: Callable[[], None] | None = None
+    ) -> tuple[m.MessageType, str, str]:
+        """``read``: start reading a Vulkan image once the present is accepted."""
         if game.swapchain is None:
             return m.MessageType.ERROR_PROTOCOL, "send an IMAGE_GROUP before presenting", "no_group"
         assert self._loop is not None
         error, events = game.swapchain.present(present, self._loop.time())
         if error is not None:
             return m.MessageType.ERROR_PARAMETER, error, "present"
+        if read is not None:
+            try:
+                read()
+            except VulkanError as exc:
+                # As PyroFling's server does: an image it cannot read ends the connection (after the reply).
+                game.errors = MAX_ERRORS_PER_CLIENT - 1
+                return m.MessageType.ERROR, str(exc), "vulkan_read"
         self._perform(game, events)
         if self.immediate and game.conn_id == self._active and self._on_new_image is not None:
             self._on_new_image()
@@ -425,6 +581,12 @@ class CaptureServer:
         for event in events:
             if isinstance(event, Retire):
                 serial = game.swapchain.group_serial if game.swapchain is not None else 0
+                if game.vk_group is not None:
+                    try:
+                        game.vk_group.settle(event.index)  # the copy must be done before the game writes again
+                    except VulkanError as exc:
+                        self._drop(game, str(exc))
+                        return
                 self._send(game, m.AcquireImage(serial, event.index).encode(0))
                 self._send(game, m.RetireImage(serial, event.index).encode(0))
             else:
@@ -470,10 +632,15 @@ class CaptureServer:
                 self._loop.remove_reader(game.sock.fileno())
         game.sock.close()
         game.images = []  # an image the encoder still reads keeps its mapping alive until it is done
+        if game.vk_group is not None:
+            if self._active == game.conn_id:
+                self._last_vulkan = self._vulkan_summary()
+            game.vk_group.close()  # likewise: its arrays are the host's memory
+            game.vk_group = None
         if log_it and game.hello:
             log.info("capture: %s left (%s)", game.name, reason)
         if self._active == game.conn_id:
-            with_group = [g for g in self._games.values() if g.group is not None]
+            with_group = [g for g in self._games.values() if g.group is not None or g.vk_group is not None]
             self._active = with_group[-1].conn_id if with_group else None
             if self._active is not None:
                 log.info("capture: streaming %s", self._games[self._active].name)
@@ -530,3 +697,8 @@ def _claim_path(path: str) -> None:
     finally:
         probe.close()
     raise OSError(errno.EADDRINUSE, f"another host is serving the capture socket {path}; pass another --capture-socket")
+
+
+def _median(values: Any) -> float | None:
+    ordered = sorted(values)
+    return round(ordered[len(ordered) // 2], 3) if ordered else None

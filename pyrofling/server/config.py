@@ -76,6 +76,11 @@ class HostConfig:
     frame_trace: Path | None = None
     #: With source "capture": the games' socket (None: $XDG_RUNTIME_DIR/pyrofling-capture).
     capture_socket: str | None = None
+    #: With source "capture": also serve PyroFling's Vulkan layer on this socket (None: not served; the CLI
+    #: serves $PYROFLING_SERVER or /tmp/pyrofling-socket unless told not to).
+    layer_socket: str | None = None
+    #: Refuse to start when ``layer_socket`` cannot be served (it was asked for by name), instead of a warning.
+    layer_socket_required: bool = False
     #: Encode a game's frame the moment it is presented instead of on the next heartbeat (the CLI's default
     #: for games: DEFAULT_GAME_ENCODE).
     immediate_encode: bool = False

@@ -197,6 +197,8 @@ class Host:
                 immediate=cfg.immediate_encode,
                 on_new_image=heartbeat.presented,
                 audio=audio_source if isinstance(audio_source, GameAudioSource) else None,
+                layer_path=cfg.layer_socket,
+                layer_path_required=cfg.layer_socket_required,
             )
             self.capture.on_rumble = self._rumble
             self.capture.start(loop)
@@ -457,7 +459,10 @@ class Host:
         if self.capture is None:
             return ""
         name = self.capture.active_name
-        return f"; streaming game {name!r}" if name else f"; waiting for a game on {self.capture.path}"
+        if name:
+            return f"; streaming game {name!r}"
+        layer = f" or {self.capture.layer_path}" if self.capture.layer_path else ""
+        return f"; waiting for a game on {self.capture.path}{layer}"
 
     async def _stats_loop(self, path: Path, interval_s: float) -> None:
         while True:

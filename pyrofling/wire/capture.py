@@ -40,6 +40,7 @@ class MessageType(enum.IntEnum):
     ERROR_PROTOCOL = 2
     ERROR = 3
     ERROR_PARAMETER = 4
+    DEVICE = 101  # PyroFling's Vulkan layer: which GPU its images live on
     IMAGE_GROUP = 102
     PRESENT_IMAGE = 103
     ACQUIRE_IMAGE = 104 | EVENT
@@ -57,7 +58,7 @@ class MessageType(enum.IntEnum):
 
 
 class Intent(enum.IntEnum):
-    VULKAN_EXTERNAL_STREAM = 1  # PyroFling's Vulkan layer: GPU memory pyrofling cannot import
+    VULKAN_EXTERNAL_STREAM = 1  # PyroFling's Vulkan layer: images in exported Vulkan memory
     ECHO = 2
     SHARED_MEMORY_FRAMES = 3  # pyrofling: CPU images in memfds
 
@@ -262,6 +263,169 @@ class FrameComplete(CaptureMessage):
     headroom_ns: int = 0  # time from this event to the next heartbeat
 
 
+# --------------------------------------------------------------------------------------------
+# PyroFling's Vulkan layer (intent VULKAN_EXTERNAL_STREAM): the same message numbers, Vulkan payloads
+# --------------------------------------------------------------------------------------------
+
+
+class VkFormat(enum.IntEnum):
+    """The swapchain formats a layer may send (VkFormat values)."""
+
+    R8G8B8A8_UNORM = 37
+    R8G8B8A8_SRGB = 43
+    B8G8R8A8_UNORM = 44
+    B8G8R8A8_SRGB = 50
+    A8B8G8R8_UNORM_PACK32 = 51
+    A8B8G8R8_SRGB_PACK32 = 57
+    A2R10G10B10_UNORM_PACK32 = 58
+    A2B10G10R10_UNORM_PACK32 = 64
+    R16G16B16A16_SFLOAT = 97
+
+
+#: VkColorSpaceKHR values PyroFling's server accepts.
+COLOR_SPACE_SRGB_NONLINEAR = 0
+COLOR_SPACE_EXTENDED_SRGB_LINEAR = 1000104002
+COLOR_SPACE_HDR10_ST2084 = 1000104008
+COLOR_SPACE_NAMES = {
+    COLOR_SPACE_SRGB_NONLINEAR: "sRGB",
+    COLOR_SPACE_EXTENDED_SRGB_LINEAR: "scRGB (extended sRGB linear)",
+    COLOR_SPACE_HDR10_ST2084: "HDR10 (ST 2084 PQ)",
+}
+#: VkExternalMemoryHandleTypeFlagBits / VkExternalSemaphoreHandleTypeFlagBits: OPAQUE_FD.
+HANDLE_OPAQUE_FD = 1
+#: VkImageUsageFlagBits the host reads an image with.
+USAGE_TRANSFER_SRC = 0x1
+USAGE_SAMPLED = 0x4
+#: VkImageCreateFlagBits: MUTABLE_FORMAT.
+IMAGE_MUTABLE_FORMAT = 0x8
+#: The 8-bit formats, as the encoder's PyAV pixel format names (sRGB formats hold the same bytes).
+VK_FORMAT_AV_NAMES = {
+    VkFormat.R8G8B8A8_UNORM: "rgba",
+    VkFormat.R8G8B8A8_SRGB: "rgba",
+    VkFormat.A8B8G8R8_UNORM_PACK32: "rgba",  # packed ABGR in a little-endian word: bytes R, G, B, A
+    VkFormat.A8B8G8R8_SRGB_PACK32: "rgba",
+    VkFormat.B8G8R8A8_UNORM: "bgra",
+    VkFormat.B8G8R8A8_SRGB: "bgra",
+}
+_SRGB_PAIRS = {
+    VkFormat.R8G8B8A8_SRGB: VkFormat.R8G8B8A8_UNORM,
+    VkFormat.B8G8R8A8_SRGB: VkFormat.B8G8R8A8_UNORM,
+    VkFormat.A8B8G8R8_SRGB_PACK32: VkFormat.A8B8G8R8_UNORM_PACK32,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Device(CaptureMessage):
+    """The GPU the layer's images live on: its IDs as ``VkPhysicalDeviceIDProperties`` gives them."""
+
+    TYPE = MessageType.DEVICE
+    PAYLOAD = struct.Struct("<16s16s8sI")
+    device_uuid: bytes
+    driver_uuid: bytes
+    luid: bytes
+    luid_valid: int
+
+
+@dataclass(frozen=True, slots=True)
+class VulkanImageGroup(CaptureMessage):
+    """``num_images`` 2D images (one level, one layer) in exported Vulkan memory; one memory fd each rides along."""
+
+    TYPE = MessageType.IMAGE_GROUP
+    PAYLOAD = struct.Struct("<9I15IQ")
+    num_images: int
+    width: int
+    height: int
+    vk_format: int
+    vk_color_space: int
+    usage: int
+    flags: int
+    memory_type: int
+    num_view_formats: int
+    view_formats: tuple[int, ...] = (0,) * 15
+    drm_modifier: int = 0
+
+    MAX_IMAGES: ClassVar[int] = MAX_FDS
+    MAX_SIDE: ClassVar[int] = 8192
+
+    def __post_init__(self) -> None:
+        if len(self.view_formats) > 15:
+            raise FieldError(f"{len(self.view_formats)} view formats; at most 15 fit")
+        object.__setattr__(self, "view_formats", (*self.view_formats, *(0,) * (15 - len(self.view_formats))))
+
+    def payload(self) -> bytes:
+        head = (self.num_images, self.width, self.height, self.vk_format, self.vk_color_space, self.usage)
+        formats = self.view_formats
+        return self.PAYLOAD.pack(
+            *head, self.flags, self.memory_type, self.num_view_formats, *formats, self.drm_modifier
+        )
+
+    @classmethod
+    def parse_payload(cls, data: Buffer) -> VulkanImageGroup:
+        cls.check_length(data)
+        v = cls.PAYLOAD.unpack(data)
+        group = cls(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], tuple(v[9:24]), v[24])
+        group.check()
+        return group
+
+    def check(self) -> None:
+        if not 1 <= self.num_images <= self.MAX_IMAGES:
+            raise FieldError(f"an image group has 1..{self.MAX_IMAGES} images, not {self.num_images}")
+        if not (1 <= self.width <= self.MAX_SIDE and 1 <= self.height <= self.MAX_SIDE):
+            raise FieldError(f"image size {self.width}x{self.height} is outside 1..{self.MAX_SIDE}")
+        if self.num_view_formats > 15:
+            raise FieldError(f"{self.num_view_formats} view formats; at most 15 fit")
+
+    @property
+    def formats(self) -> tuple[int, ...]:
+        return tuple(self.view_formats[: self.num_view_formats])
+
+    def problem(self) -> str | None:
+        """Why the host cannot stream these images (None: it can), checked as PyroFling's server checks them."""
+        if not self.usage & USAGE_SAMPLED or not self.usage & USAGE_TRANSFER_SRC:
+            return f"images need SAMPLED and TRANSFER_SRC usage (got {self.usage:#x})"
+        if self.memory_type != HANDLE_OPAQUE_FD:
+            return f"only OPAQUE_FD memory is supported (got handle type {self.memory_type:#x})"
+        space = COLOR_SPACE_NAMES.get(self.vk_color_space)
+        if space is None:
+            return f"unknown colour space {self.vk_color_space}"
+        if self.vk_color_space != COLOR_SPACE_SRGB_NONLINEAR:
+            return f"{space} is not supported yet: this host streams 8-bit SDR (turn HDR off in the game)"
+        if self.vk_format not in VK_FORMAT_AV_NAMES:
+            name = VkFormat(self.vk_format).name if self.vk_format in VkFormat._value2member_map_ else "?"
+            return f"format {self.vk_format} ({name}) is not supported: use an 8-bit UNORM or SRGB format"
+        if self.vk_format in _SRGB_PAIRS and not self.flags & IMAGE_MUTABLE_FORMAT:
+            return f"sRGB format {VkFormat(self.vk_format).name} must be created with MUTABLE_FORMAT"
+        return None
+
+    @property
+    def av_name(self) -> str:
+        return VK_FORMAT_AV_NAMES[VkFormat(self.vk_format)]
+
+
+@dataclass(frozen=True, slots=True)
+class VulkanPresentImage(CaptureMessage):
+    """A present from PyroFling's layer: the release barrier it did (old → new layout) and, when
+    ``semaphore_type`` is not 0, a release semaphore (one fd) the host waits on before reading."""
+
+    TYPE = MessageType.PRESENT_IMAGE
+    PAYLOAD = struct.Struct("<QHHIIIQ")
+    image_group_serial: int
+    period: int
+    index: int
+    semaphore_type: int
+    old_layout: int
+    new_layout: int
+    present_id: int
+
+    def check(self) -> None:
+        if self.present_id == 0:
+            raise FieldError("present ids start at 1")
+
+    def as_present(self) -> PresentImage:
+        """The same present as the swapchain core takes it."""
+        return PresentImage(self.image_group_serial, self.period, self.index, 0, self.present_id)
+
+
 def gamepad_event(state: GamepadState) -> bytes:
     """A GAMEPAD_STATE event: the state the host applied to its pad, as the viewer sent it (protocol.md §2.3)."""
     return pack(0, MessageType.GAMEPAD_STATE, state.payload())
@@ -354,4 +518,9 @@ PAYLOADS: dict[int, type[CaptureMessage]] = {
         PadStateEvent,
         RumbleRequest,
     )
+}
+#: A Vulkan layer's messages where they differ from pyrofling's (the same numbers, other payloads).
+VULKAN_PAYLOADS: dict[int, type[CaptureMessage]] = {
+    **PAYLOADS,
+    **{cls.TYPE: cls for cls in (Device, VulkanImageGroup, VulkanPresentImage)},
 }
