@@ -100,7 +100,7 @@ def test_malformed_and_out_of_order_requests_get_error_replies_and_the_server_go
             game.send(b"\0" * 40)  # bad magic
             out.append((game.reply().type, game.last_text))
             out.append((game.request(m.PresentImage(1, 1, 0, 0, 1)).type, game.last_text))  # before hello
-            out.append((game.request(m.ClientHello(1, b"vk")).type, game.last_text))  # PyroFling's Vulkan layer
+            out.append((game.request(m.ClientHello(2, b"echo")).type, game.last_text))  # PyroFling's echo test
             game.hello()
             game.serial -= 2
             out.append((game.request(None, type_=m.MessageType.OK).type, game.last_text))  # an old serial
@@ -127,7 +127,7 @@ def test_malformed_and_out_of_order_requests_get_error_replies_and_the_server_go
         texts = " | ".join(text for _, text in replies)
         P, E, X = m.MessageType.ERROR_PROTOCOL, m.MessageType.ERROR, m.MessageType.ERROR_PARAMETER
         assert kinds == [P, P, P, E, P, P, P, X, X, X, P, P, X], texts
-        for fragment in ("shorter", "magic", "CLIENT_HELLO", "native PyroFling host", "does not follow", "events",
+        for fragment in ("shorter", "magic", "CLIENT_HELLO", "intent 2 is not supported", "does not follow", "events",
                          "unknown message type 555", "F_SEAL_SHRINK", "need as many fds", "the image needs",
                          "IMAGE_GROUP before", "carries no file descriptors", "image group 99"):  # fmt: skip
             assert fragment in texts, fragment

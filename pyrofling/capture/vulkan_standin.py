@@ -146,7 +146,9 @@ class StandInLayer:
         )
         self.queue = vk.vkGetDeviceQueue(self.device, self.family, 0)
         self._memory_fd = vk.vkGetDeviceProcAddr(self.device, "vkGetMemoryFdKHR")
-        self._semaphore_fd: Any = vk.vkGetDeviceProcAddr(self.device, "vkGetSemaphoreFdKHR") if self._can_export else None
+        self._semaphore_fd: Any = (
+            vk.vkGetDeviceProcAddr(self.device, "vkGetSemaphoreFdKHR") if self._can_export else None
+        )
         self.memory = vk.vkGetPhysicalDeviceMemoryProperties(self.physical)
         self.pool = vk.vkCreateCommandPool(
             self.device,
@@ -395,7 +397,7 @@ class StandInLayer:
             for fd in fds:
                 os.close(fd)
         self._free = set(range(self.count))
-        self._present_id = 0
+        self._present_id = self._completed = 0  # a new group's present ids start again at 1
         self.stats.image_groups += 1
 
     def resize(self, width: int, height: int) -> None:
@@ -405,7 +407,8 @@ class StandInLayer:
         if self.sock is not None:
             try:
                 self._send_group()
-            except HostGone:
+            except HostGone as exc:
+                self.stats.errors.append(str(exc))
                 self._disconnect()
 
     def _disconnect(self) -> None:
@@ -441,7 +444,9 @@ class StandInLayer:
         try:
             data = self.sock.recv(m.MAX_MESSAGE_BYTES)
         except TimeoutError:
-            raise HostGone("the host stopped answering") from None
+            raise HostGone(
+                f"the host stopped answering (waiting for image {sorted(self._free) or '-'}, present {self._present_id} completed {self._completed})"
+            ) from None
         except OSError as exc:
             raise HostGone(f"receive failed: {exc}") from None
         if not data:

@@ -284,19 +284,7 @@ class CaptureServer:
         """The streamed (else the last) Vulkan game's images and what reading them costs."""
         game = self._games.get(self._active) if self._active is not None else None
         group = game.vk_group if game is not None else None
-        if group is None:
-            return self._last_vulkan
-        st = group.stats
-        return {
-            "gpu": group.device.ids.name,
-            "format": m.VkFormat(group.group.vk_format).name,
-            "size": f"{group.group.width}x{group.group.height}",
-            "presents": st.presents,
-            "semaphores_imported": st.semaphores_imported,
-            "semaphores_assumed": st.semaphores_assumed,
-            "submit_ms_median": _median(st.submit_ms),
-            "wait_ms_median": _median(st.wait_ms),
-        }
+        return _group_summary(group) if group is not None else self._last_vulkan
 
     # -- socket ----------------------------------------------------------------------------------
 
@@ -634,7 +622,7 @@ class CaptureServer:
         game.images = []  # an image the encoder still reads keeps its mapping alive until it is done
         if game.vk_group is not None:
             if self._active == game.conn_id:
-                self._last_vulkan = self._vulkan_summary()
+                self._last_vulkan = _group_summary(game.vk_group)
             game.vk_group.close()  # likewise: its arrays are the host's memory
             game.vk_group = None
         if log_it and game.hello:
@@ -702,3 +690,17 @@ def _claim_path(path: str) -> None:
 def _median(values: Any) -> float | None:
     ordered = sorted(values)
     return round(ordered[len(ordered) // 2], 3) if ordered else None
+
+
+def _group_summary(group: ImportedGroup) -> dict[str, Any]:
+    st = group.stats
+    return {
+        "gpu": group.device.ids.name,
+        "format": m.VkFormat(group.group.vk_format).name,
+        "size": f"{group.group.width}x{group.group.height}",
+        "presents": st.presents,
+        "semaphores_imported": st.semaphores_imported,
+        "semaphores_assumed": st.semaphores_assumed,
+        "submit_ms_median": _median(st.submit_ms),
+        "wait_ms_median": _median(st.wait_ms),
+    }

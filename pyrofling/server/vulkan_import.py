@@ -25,6 +25,7 @@ import contextlib
 import logging
 import os
 import select
+import stat
 import time
 from collections import deque
 from collections.abc import Iterator, Mapping
@@ -300,6 +301,10 @@ class ImportedGroup:
         except vk.VkError as exc:
             raise VulkanError(f"the driver refuses these images: {type(exc).__name__}") from None
         reqs = vk.vkGetImageMemoryRequirements(dev, image)
+        problem = _fd_problem(fd, reqs.size)
+        if problem is not None:
+            vk.vkDestroyImage(dev, image, None)
+            raise VulkanError(problem)
         kind = self.device.memory_type(reqs.memoryTypeBits, vk.VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT)
         if kind is None:
             kind = self.device.memory_type(reqs.memoryTypeBits, 0)
@@ -528,3 +533,16 @@ def _drain_eventfd(fd: int) -> None:
     with contextlib.suppress(OSError):
         if select.select([fd], [], [], 0)[0]:
             os.read(fd, 8)
+
+
+def _fd_problem(fd: int, needed: int) -> str | None:
+    """Why ``fd`` cannot be image memory of ``needed`` bytes, where that can be told: drivers whose exported
+    memory is a plain file (lavapipe's memfds) would otherwise map a file too small for the image and fault
+    in the copy."""
+    try:
+        st = os.fstat(fd)
+    except OSError as exc:
+        return f"cannot stat an image fd: {exc.strerror}"
+    if stat.S_ISREG(st.st_mode) and st.st_size < needed:
+        return f"an image fd holds {st.st_size} bytes, the image needs {needed}"
+    return None
