@@ -254,6 +254,10 @@ class StandInLayer:
             )
         self.width, self.height = width, height
 
+    def pixels_of(self, index: int) -> npt.NDArray[np.uint8]:
+        """What image ``index`` was last painted with."""
+        return self._images[index]["pixels"]  # type: ignore[no-any-return]
+
     @property
     def usage(self) -> int:
         vk = self.vk
@@ -281,7 +285,7 @@ class StandInLayer:
             self.vk.vkResetFences(self.device, 1, [img["fence"]])
             img["pending"] = False
 
-    def _render(self, index: int, painter: Painter, n: int) -> int | None:
+    def render(self, index: int, painter: Painter, n: int) -> int | None:
         """Paint image ``index`` and release it to the host; the semaphore fd to send, if any."""
         vk, img = self.vk, self._images[index]
         self._wait(img)
@@ -343,7 +347,8 @@ class StandInLayer:
         self._wait(img)
         return None
 
-    def _memory_fds(self) -> list[int]:
+    def memory_fds(self) -> list[int]:
+        """A new fd per image's memory (the caller closes them), as the layer sends with its image group."""
         vk = self.vk
         return [
             int(self._memory_fd(self.device, vk.VkMemoryGetFdInfoKHR(memory=img["memory"], handleType=_OPAQUE_FD)))
@@ -390,7 +395,7 @@ class StandInLayer:
             len(formats),
             formats,
         )
-        fds = self._memory_fds()
+        fds = self.memory_fds()
         try:
             self._group_serial = self._request(group, fds=fds)
         finally:
@@ -486,7 +491,7 @@ class StandInLayer:
                 self._receive()
             index = min(self._free)
             self._free.discard(index)
-            fd = self._render(index, painter, n)
+            fd = self.render(index, painter, n)
             self._present_id += 1
             present = m.VulkanPresentImage(
                 self._group_serial,

@@ -124,7 +124,9 @@ def add_capture(sub: Sub) -> None:
         "4 ms. Reports the share of game frames encoded, the game's frame interval while the host paces it "
         "(FIFO), and input to photon: a pad send to the decode of the first frame that shows the game's "
         "reaction, for heartbeat and immediate encode, each with the game starting its frames at once and just "
-        "in time for the heartbeat. Same runs as 'bench input --cases game,game-immediate,game-jit,...'.",
+        "in time for the heartbeat. Same runs as 'bench input --cases game,game-immediate,game-jit,...'. Then "
+        "what reading a frame of PyroFling's Vulkan layer costs the host (import, copy to host memory) at 720p "
+        "and 1080p, with the Python stand-in layer on this machine's Vulkan driver.",
         "pyrofling bench capture --duration 60",
     )
     add_common(p, duration_s=(5.0, 3600.0, 20.0))
@@ -135,8 +137,35 @@ def add_capture(sub: Sub) -> None:
         help="comma list: game (heartbeat encode), game-immediate (immediate encode), and the same with the game "
         "starting each frame just in time for the heartbeat: game-jit, game-immediate-jit (default all four)",
     )
+    p.add_argument(
+        "--readback-frames",
+        type=int,
+        default=200,
+        help="frames per size for the Vulkan layer readback table (default 200; 0 skips it)",
+    )
+    p.add_argument("--only-readback", action="store_true", help="only the Vulkan layer readback table")
     add_stream_size_options(p)
-    p.set_defaults(func=_run_input, client="view", jitter_ms=0.0, loss=0.0)
+    p.set_defaults(func=_run_capture, client="view", jitter_ms=0.0, loss=0.0)
+
+
+def _run_capture(args: argparse.Namespace) -> int:
+    from pyrofling.server.vulkan_import import vulkan_problem
+
+    if args.readback_frames < 0 or (args.only_readback and args.readback_frames == 0):
+        return refuse("bench capture", "--readback-frames must be at least 1 with --only-readback (0 skips it)")
+    setup(args)
+    status = 0 if args.only_readback else _run_input(args)
+    if args.readback_frames == 0:
+        return status
+    problem = vulkan_problem()
+    if problem is not None:
+        progress(f"Vulkan layer readback: skipped: {problem}")
+        return status if not args.only_readback else 1
+    from pyrofling.bench.vulkan_readback import format_table, run
+
+    result = run(args.readback_frames, progress=progress)
+    print_result(args, result, format_table)
+    return status if all(r["frames_wrong"] == 0 for r in result["rows"]) else 1
 
 
 def _run_input(args: argparse.Namespace) -> int:
