@@ -449,9 +449,8 @@ class StandInLayer:
         try:
             data = self.sock.recv(m.MAX_MESSAGE_BYTES)
         except TimeoutError:
-            raise HostGone(
-                f"the host stopped answering (waiting for image {sorted(self._free) or '-'}, present {self._present_id} completed {self._completed})"
-            ) from None
+            waiting = f"free images {sorted(self._free)}, present {self._present_id}, completed {self._completed}"
+            raise HostGone(f"the host stopped answering ({waiting})") from None
         except OSError as exc:
             raise HostGone(f"receive failed: {exc}") from None
         if not data:
