@@ -84,7 +84,7 @@ def measure(width: int, height: int, frames: int, *, host_pointers: bool | None 
 
 
 def run(frames: int = 200, *, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    rows = []
+    rows: list[dict[str, Any]] = []
     for width, height in SIZES:
         for host_pointers in (True, False):
             if progress is not None:

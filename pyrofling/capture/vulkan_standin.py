@@ -256,7 +256,8 @@ class StandInLayer:
 
     def pixels_of(self, index: int) -> npt.NDArray[np.uint8]:
         """What image ``index`` was last painted with."""
-        return self._images[index]["pixels"]  # type: ignore[no-any-return]
+        pixels: npt.NDArray[np.uint8] = self._images[index]["pixels"]
+        return pixels
 
     @property
     def usage(self) -> int:
