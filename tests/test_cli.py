@@ -110,6 +110,12 @@ def test_netsim_runs_and_reports_as_a_program() -> None:
         (["host", "--audio-codec", "opus", "--audio-chunk-ms", "3"], "Opus frames are 2.5, 5, 10, 20 ms"),
         (["host", "--immediate-encode"], "applies to games (--source capture)"),
         (["host", "--encode-mode", "heartbeat"], "--encode-mode applies to games"),
+        (["host", "--window", "Doom"], "--window picks a window to grab: it needs --source x11"),
+        (["host", "--layer-socket", "/tmp/x.sock"], "--layer-socket / --no-layer-socket apply to games"),
+        (
+            ["host", "--source", "capture", "--layer-socket", "/tmp/x", "--no-layer-socket"],
+            "contradicts --no-layer-socket",
+        ),
         (
             ["host", "--source", "capture", "--immediate-encode", "--encode-mode", "heartbeat"],
             "contradicts --encode-mode heartbeat",

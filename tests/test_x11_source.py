@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +17,7 @@ from pyrofling.server.encoder import EncoderConfig
 from pyrofling.server.gamepad import RecordingPad
 from pyrofling.server.host import Host, HostConfig
 from pyrofling.server.sources import X11GrabSource, open_source
+from pyrofling.server.x11_windows import Window, list_windows, pick_window
 
 
 @pytest.fixture
@@ -87,3 +89,59 @@ def test_a_grabbed_screen_streams_to_a_viewer(white_screen: str) -> None:
     summary = asyncio.run(scenario())
     assert summary["frames_encoded"] >= 15 and summary["encode_errors"] == 0
     assert min(display.means[-5:]) > 240  # white, through grab, encode, network and decode
+
+
+# -- one window ----------------------------------------------------------------------------------------
+
+
+def test_a_window_is_picked_by_id_exact_title_or_unique_part() -> None:
+    windows = [Window(0x20002C, "Portal 2 - Vulkan", 1280, 720), Window(0x40000A, "portal", 300, 200)]
+    windows.append(Window(0x60000B, "Terminal", 800, 600))
+    assert pick_window(windows, "0x40000a").title == "portal"
+    assert pick_window(windows, str(0x60000B)).title == "Terminal"
+    assert pick_window(windows, "PORTAL").id == 0x40000A  # the exact title wins over the part of another
+    assert pick_window(windows, "vulkan").id == 0x20002C
+    with pytest.raises(ValueError, match=r"2 windows match 'port'.*give more of the title"):
+        pick_window(windows, "port")
+    with pytest.raises(ValueError, match=r"no viewable window's title contains 'doom'.*Terminal"):
+        pick_window(windows, "doom")
+    with pytest.raises(ValueError, match="no viewable window has id 0x99"):
+        pick_window(windows, "0x99")
+
+
+def _open_window(display: str, title: str, colour: int, x: int, y: int, w: int, h: int) -> Any:
+    from Xlib import X
+    from Xlib import display as xdisplay
+
+    conn = xdisplay.Display(display)
+    screen = conn.screen()
+    window = screen.root.create_window(x, y, w, h, 0, screen.root_depth, X.InputOutput, background_pixel=colour)
+    window.set_wm_name(title.encode("latin-1", "replace").decode("latin-1"))  # old WM_NAME; the UTF-8 one:
+    window.change_property(conn.intern_atom("_NET_WM_NAME"), conn.intern_atom("UTF8_STRING"), 8, title.encode())
+    window.map()
+    conn.sync()
+    return conn
+
+
+def test_one_window_of_a_screen_is_grabbed_by_its_title(x_server: Callable[..., str]) -> None:
+    display = x_server("640x480x24")  # black root: only the window is red
+    game = _open_window(display, "Doom Eternal — Vulkan", 0xFF0000, 40, 30, 200, 120)
+    other = _open_window(display, "Terminal", 0x00FF00, 300, 200, 100, 100)
+    try:
+        for _ in range(50):  # mapping is asynchronous
+            if any(w.title.startswith("Doom") for w in list_windows(display)):
+                break
+            time.sleep(0.02)
+        source = open_source(f"x11:{display}", 1280, 720, window="doom eternal")
+        try:
+            assert isinstance(source, X11GrabSource) and (source.width, source.height) == (200, 120)
+            frame = [source.read(i, 0) for i in range(3)][-1]
+            rgb = frame.to_ndarray(format="rgb24")  # type: ignore[union-attr]
+            assert rgb.shape == (120, 200, 3) and (rgb[:, :, 0] > 240).mean() > 0.98 and rgb[:, :, 1].max() < 20
+        finally:
+            source.close()
+        with pytest.raises(ValueError, match="no viewable window's title contains 'quake'"):
+            open_source(f"x11:{display}", 1280, 720, window="quake")
+    finally:
+        game.close()
+        other.close()

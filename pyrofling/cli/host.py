@@ -67,6 +67,13 @@ def add_host(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--raw-format", choices=("yuv420p", "rgb24"), default="yuv420p", help="pixel format of raw input frames"
     )
+    p.add_argument(
+        "--window",
+        default=None,
+        metavar="TITLE|ID",
+        help="with --source x11: grab only this window, named by its title (or a unique part of it, any case) "
+        "or its id (0x… as xwininfo prints it), instead of the whole screen",
+    )
     g = p.add_argument_group("game capture (--source capture)")
     g.add_argument(
         "--capture-socket",
@@ -365,6 +372,8 @@ def host_config(args: argparse.Namespace) -> HostConfig:
     if args.immediate_encode and args.encode_mode == "heartbeat":
         raise ValueError("--immediate-encode contradicts --encode-mode heartbeat: give one of them")
     mode = "immediate" if args.immediate_encode else (args.encode_mode or DEFAULT_GAME_ENCODE)
+    if args.window is not None and not (args.source == "x11" or args.source.startswith("x11:")):
+        raise ValueError("--window picks a window to grab: it needs --source x11[:DISPLAY]")
     if (args.layer_socket or args.no_layer_socket) and args.source != "capture":
         raise ValueError("--layer-socket / --no-layer-socket apply to games (--source capture)")
     if args.layer_socket and args.no_layer_socket:
@@ -399,6 +408,7 @@ def host_config(args: argparse.Namespace) -> HostConfig:
         gamepad_trace=args.gamepad_trace,
         capture_socket=args.capture_socket,
         layer_socket=layer_socket,
+        x11_window=args.window,
         layer_socket_required=bool(args.layer_socket),
         immediate_encode=args.source == "capture" and mode == "immediate",
         outputs=_output_config(args),

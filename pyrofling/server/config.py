@@ -74,6 +74,8 @@ class HostConfig:
     gamepad_trace: Path | None = None
     #: Write a JSON line per encoded frame: when its tick was due, woke, was encoded and handed to the pacers.
     frame_trace: Path | None = None
+    #: With source "x11": grab only this window (a title, part of one, or an id) instead of the whole screen.
+    x11_window: str | None = None
     #: With source "capture": the games' socket (None: $XDG_RUNTIME_DIR/pyrofling-capture).
     capture_socket: str | None = None
     #: With source "capture": also serve PyroFling's Vulkan layer on this socket (None: not served; the CLI

@@ -165,7 +165,9 @@ class Host:
         loop = asyncio.get_running_loop()
         source: VideoSource | None = None
         if cfg.source != "capture":
-            source = open_source(cfg.source, cfg.encoder.width, cfg.encoder.height, cfg.raw_format)
+            source = open_source(
+                cfg.source, cfg.encoder.width, cfg.encoder.height, cfg.raw_format, window=cfg.x11_window
+            )
         encoder = self._encoder = await loop.run_in_executor(self._executor, VideoEncoder, cfg.encoder)
         audio_source = self._audio_source = open_audio_source(cfg.audio)
         audio_encoder = AudioEncoder(cfg.audio, audio_source.rate) if audio_source is not None else None

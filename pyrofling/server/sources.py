@@ -98,8 +98,16 @@ class X11GrabSource:
 
     pixel_format = "frame"
 
-    def __init__(self, display: str, *, draw_mouse: bool = True) -> None:
+    def __init__(self, display: str, *, draw_mouse: bool = True, window: str | None = None) -> None:
+        """``window``: grab only this window (a title, or part of one, or an id), not the whole screen."""
         options = {"framerate": "1000", "draw_mouse": "1" if draw_mouse else "0"}
+        self.window = None
+        if window is not None:
+            from pyrofling.server.x11_windows import find_window
+
+            self.window = find_window(display, window)
+            options["window_id"] = str(self.window.id)
+            log.info("x11: grabbing window %s", self.window.describe())
         try:
             self._container: Any = av.open(display, format="x11grab", options=options)
         except (av.FFmpegError, OSError) as exc:
@@ -111,9 +119,17 @@ class X11GrabSource:
 
     def read(self, index: int, capture_us: int) -> av.VideoFrame | None:
         with self._lock:
-            for packet in self._container.demux(self._stream):
-                for frame in packet.decode():
-                    return frame
+            try:
+                for packet in self._container.demux(self._stream):
+                    for frame in packet.decode():
+                        return frame
+            except (av.FFmpegError, OSError) as exc:  # a grabbed window that closed or shrank
+                if self.window is None:
+                    raise
+                log.warning(
+                    "x11: window %s cannot be grabbed any more (%s): the stream ends", self.window.describe(), exc
+                )
+                return None
         return None
 
     def close(self) -> None:
@@ -131,8 +147,11 @@ def check_source(spec: str) -> None:
         )
 
 
-def open_source(spec: str, width: int, height: int, raw_format: str = "yuv420p") -> VideoSource:
-    """``scene`` | ``file:PATH`` | ``rawvideo`` (stdin) | ``x11[:DISPLAY]``.  Raises ValueError with what to fix."""
+def open_source(
+    spec: str, width: int, height: int, raw_format: str = "yuv420p", *, window: str | None = None
+) -> VideoSource:
+    """``scene`` | ``file:PATH`` | ``rawvideo`` (stdin) | ``x11[:DISPLAY]`` (``window``: one window of it).
+    Raises ValueError with what to fix."""
     if spec == "scene":
         return SceneSource(width, height)
     if spec == "x11" or spec.startswith("x11:"):
@@ -141,7 +160,7 @@ def open_source(spec: str, width: int, height: int, raw_format: str = "yuv420p")
             raise ValueError("--source x11 needs a display: x11:DISPLAY (e.g. x11::0) or $DISPLAY set")
         if not display.startswith(":") and ":" not in display:
             display = f":{display}"
-        return X11GrabSource(display)
+        return X11GrabSource(display, window=window)
     if spec in ("rawvideo", "-", "file:-"):
         return RawSource(sys.stdin.buffer, width, height, raw_format, loop=False)
     if spec.startswith("file:"):
