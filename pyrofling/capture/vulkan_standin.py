@@ -529,17 +529,24 @@ QUADRANTS = ((220, 30, 30), (30, 200, 40), (40, 60, 220), (230, 220, 40))
 
 def quadrant_painter(vk_format: int = m.VkFormat.B8G8R8A8_UNORM, shift: Callable[[int], int] | None = None) -> Painter:
     """Four coloured quadrants (QUADRANTS, top-left clockwise…), in the image's byte order; ``shift(n)``
-    rotates which colour is where per present."""
+    rotates which colour is where per present.  Each picture is drawn once in ordinary memory and copied
+    in one pass: the staging memory may be write-combined, slow to write piecemeal."""
     bgr = m.VK_FORMAT_AV_NAMES[m.VkFormat(vk_format)] == "bgra"
+    drawn: dict[tuple[tuple[int, ...], int], npt.NDArray[np.uint8]] = {}
 
     def paint(pixels: npt.NDArray[np.uint8], n: int) -> None:
-        h, w = pixels.shape[:2]
-        k = shift(n) if shift is not None else 0
-        for q, (y, x) in enumerate(((0, 0), (0, 1), (1, 1), (1, 0))):
-            r, g, b = QUADRANTS[(q + k) % 4]
-            pixels[y * h // 2 : (y + 1) * h // 2, x * w // 2 : (x + 1) * w // 2] = (
-                (b, g, r, 255) if bgr else (r, g, b, 255)
-            )
+        k = (shift(n) if shift is not None else 0) % 4
+        picture = drawn.get((pixels.shape, k))
+        if picture is None:
+            picture = np.empty(pixels.shape, np.uint8)
+            h, w = pixels.shape[:2]
+            for q, (y, x) in enumerate(((0, 0), (0, 1), (1, 1), (1, 0))):
+                r, g, b = QUADRANTS[(q + k) % 4]
+                picture[y * h // 2 : (y + 1) * h // 2, x * w // 2 : (x + 1) * w // 2] = (
+                    (b, g, r, 255) if bgr else (r, g, b, 255)
+                )
+            drawn[(pixels.shape, k)] = picture
+        np.copyto(pixels, picture)
 
     return paint
 
