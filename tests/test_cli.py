@@ -8,6 +8,7 @@ import pytest
 
 from pyrofling.cli import main
 from pyrofling.cli.options import host_port as _host_port
+from pyrofling.server.vulkan_import import vulkan_problem
 
 
 def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
@@ -302,20 +303,25 @@ def test_bench_capture_smoke_streams_the_example_game_and_times_input_to_photon(
     proc = subprocess.run(
         [
             *(sys.executable, "-m", "pyrofling", "bench", "capture", "--duration", "6", "--cases", "game-immediate"),
-            *("--width", "320", "--height", "240", "--json"),
+            *("--width", "320", "--height", "240", "--readback-frames", "20", "--json"),
         ],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    [row] = json.loads(proc.stdout)["rows"]
+    result = json.loads(proc.stdout)
+    [row] = result["rows"]
     capture, game = row["capture"], row["game"]
     # Nearly every present encoded (under outside load a late heartbeat supersedes a few, never more).
     assert capture["presents"] > 100 and capture["encoded"] >= 0.97 * capture["presents"]
     assert game["connects"] == 1 and game["disconnects"] == 0 and game["gamepad_states"] > 100
     assert 15.0 < game["interval_ms_median"] < 18.5  # paced by the host's 60 Hz heartbeat
     assert row["photon_samples"] > 100 and 0 < row["photon_ms_median"] < 200
+    if vulkan_problem() is None:  # the Vulkan layer's readback: 720p and 1080p, every frame's pixels right
+        readback = result["vulkan_readback"]["rows"]
+        assert {r["size"] for r in readback} == {"1280x720", "1920x1080"}
+        assert all(r["frames"] == 20 and r["frames_wrong"] == 0 and r["readback_ms_median"] > 0 for r in readback)
 
 
 def test_bench_outputs_smoke_records_broadcasts_and_compares_with_plain() -> None:

@@ -361,7 +361,9 @@ class _GlitchySource:
 def test_an_encoder_error_on_one_frame_costs_that_frame_and_the_stream_goes_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(host_module, "open_source", lambda *_args: _GlitchySource(SMALL.width, SMALL.height, 45))
+    monkeypatch.setattr(
+        host_module, "open_source", lambda *_args, **_kwargs: _GlitchySource(SMALL.width, SMALL.height, 45)
+    )
 
     async def scenario() -> tuple[Host, Viewer]:
         host, task = await start_host(

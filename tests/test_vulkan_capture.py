@@ -205,6 +205,8 @@ def test_hostile_layer_requests_get_error_replies_and_the_host_goes_on(tmp_path:
             small = m.VulkanImageGroup(3, 64, 48, 44, 0, 7, 8, 1, 2, (44, 50))
             out.append((raw.request(small, fds=[memfd(64)]), raw.last_text))  # 1 fd for 3 images
             out.append((raw.request(small, fds=[memfd(64)] * 3), raw.last_text))  # memory far too small
+            huge = m.VulkanImageGroup(16, 8192, 8192, 44, 0, 7, 8, 1, 2, (44, 50))
+            out.append((raw.request(huge, fds=[memfd(64)] * 16), raw.last_text))  # 4 GiB of host memory
             hdr = m.VulkanImageGroup(3, 64, 48, 64, m.COLOR_SPACE_HDR10_ST2084, 7, 0, 1, 0)
             out.append((raw.request(hdr, fds=[memfd(1 << 16)] * 3), raw.last_text))  # HDR10
             out.append((raw.request(PRESENT, fds=[memfd(8), memfd(8)]), raw.last_text))  # two semaphore fds
@@ -233,10 +235,10 @@ def test_hostile_layer_requests_get_error_replies_and_the_host_goes_on(tmp_path:
     kinds = [kind for kind, _ in replies]
     texts = " | ".join(text for _, text in replies)
     P, E, X = m.MessageType.ERROR_PROTOCOL, m.MessageType.ERROR, m.MessageType.ERROR_PARAMETER
-    assert kinds == [P, P, E, X, E, X, P, P, P], texts
+    assert kinds == [P, P, E, X, E, E, X, P, P, P], texts
     for fragment in ("DEVICE before", "IMAGE_GROUP before", "not one this host can open", "need as many fds",
-                     "the image needs", "HDR10", "at most one semaphore", "not one PyroFling's layer sends",
-                     "already said"):  # fmt: skip
+                     "the image needs", "at most 512 MiB", "HDR10", "at most one semaphore",
+                     "not one PyroFling's layer sends", "already said"):  # fmt: skip
         assert fragment in texts, fragment
     assert summary["vulkan_games"] == 2 and summary["vulkan"]["presents"] == 1
 
@@ -419,3 +421,80 @@ def test_a_layer_game_survives_a_host_restart(tmp_path: Path) -> None:
     stats = game.layer.stats
     assert stats.connects == 2 and stats.disconnects == 2  # the restart, then its own close
     assert stats.errors == ["the host closed the socket"] and np.isfinite(stats.interval_ms()[0])
+
+
+def test_without_vulkan_the_host_says_so_once_and_keeps_its_other_games(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import pyrofling.server.capture as capture_module
+
+    monkeypatch.setattr(capture_module, "vulkan_problem", lambda: "no Vulkan loader (libvulkan.so.1: not found)")
+
+    async def scenario() -> list[tuple[int, str]]:
+        server = await layer_server(tmp_path)
+
+        def talk() -> list[tuple[int, str]]:
+            out = []
+            for _ in range(2):
+                layer = RawLayer(server.layer_path or "")
+                out.append(
+                    (layer.request(m.ClientHello.of("vkcube", m.Intent.VULKAN_EXTERNAL_STREAM)), layer.last_text)
+                )
+                layer.sock.close()
+            own = RawLayer(server.path)
+            out.append((own.request(m.ClientHello.of("python game")), own.last_text))
+            return out
+
+        replies = await in_thread(talk)
+        server.close()
+        return replies
+
+    with caplog.at_level("WARNING", logger="pyrofling.server.capture"):
+        replies = run(scenario)
+    assert [kind for kind, _ in replies] == [m.MessageType.ERROR, m.MessageType.ERROR, m.MessageType.SERVER_HELLO]
+    assert "libvulkan.so.1: not found" in replies[0][1]
+    said = [r for r in caplog.records if "cannot read Vulkan games" in r.getMessage()]
+    assert len(said) == 1 and "other games and sources are unaffected" in said[0].getMessage()
+
+
+@needs_vulkan
+def test_a_mailbox_layer_game_presents_freely_and_the_newest_image_wins(tmp_path: Path) -> None:
+    from pyrofling.capture.vulkan_standin import QUADRANTS, StandInLayer, quadrant_painter
+
+    async def scenario() -> tuple[list[tuple[int, ...]], dict[str, Any], int]:
+        server = await layer_server(tmp_path)
+        loop = asyncio.get_running_loop()
+        layer = StandInLayer(server.layer_path or "", 64, 48, fifo=False, semaphores="none")
+        paint = quadrant_painter(layer.vk_format, shift=lambda n: n)  # each present rotates the quadrants
+
+        def game() -> None:
+            layer.connect()
+            for _ in range(40):
+                layer.present(paint)
+
+        thread = loop.run_in_executor(None, game)
+        seen: list[tuple[int, ...]] = []
+        while not thread.done():
+            await asyncio.sleep(1 / 30)  # slower heartbeats than the game presents
+            server.beat(loop.time(), loop.time() + 1 / 30)
+            frame = server.take()
+            if frame is not None:
+                seen.append(tuple(int(v) for v in frame.array[5, 5, 2::-1]))  # top-left, B G R → R G B
+                server.release(frame)
+        await thread
+        server.beat(loop.time(), loop.time() + 1 / 30)
+        last = server.take()
+        assert last is not None
+        seen.append(tuple(int(v) for v in last.array[5, 5, 2::-1]))
+        server.release(last)
+        summary = server.summary()
+        presents = layer.stats.presents
+        await in_thread(layer.close)
+        server.close()
+        return seen, summary, presents
+
+    seen, summary, presents = run(scenario)
+    assert presents == 40 and summary["errors"] == {}
+    assert summary["superseded"] > 0  # presents between heartbeats replaced each other, unencoded
+    assert all(colour in QUADRANTS for colour in seen)
+    assert seen[-1] == QUADRANTS[39 % 4]  # the last present (n = 39) is what the host took last

@@ -45,6 +45,9 @@ _HOST_ALLOCATION = 0x80  # VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EX
 _QUEUE_FAMILY_EXTERNAL = 0xFFFF_FFFE
 _LAYOUT_TRANSFER_SRC = 6
 _TIMEOUT_NS = 2_000_000_000  # a copy that takes this long is a hung GPU, not a slow one
+#: Host memory one game's images may take (three 4K images are 100 MiB): a bound on what a game can make
+#: the host allocate.
+MAX_HOST_BYTES = 512 << 20
 
 #: Environment a host's instance is created with: PyroFling's layer is implicit when ``PYROFLING=1`` and
 #: explicit through VK_INSTANCE_LAYERS; either would make the host present into itself.
@@ -145,7 +148,8 @@ class VulkanHost:
             if ids.matches(want):
                 key = ids.device_uuid + ids.driver_uuid
                 if key not in self._devices:
-                    self._devices[key] = ImportDevice(self.vk, physical, ids)
+                    with _driver_errors(f"cannot open {ids.name}"):
+                        self._devices[key] = ImportDevice(self.vk, physical, ids)
                 return self._devices[key]
         return None
 
@@ -267,9 +271,14 @@ class ImportedGroup:
         self.device, self.group = device, group
         self.stats = ReadbackStats()
         self._images: list[_Image] = []
+        host_bytes = group.width * group.height * 4 * group.num_images
+        if host_bytes > MAX_HOST_BYTES:
+            raise VulkanError(f"{group.num_images} images of {group.width}x{group.height} need {host_bytes >> 20} MiB "
+                              f"of host memory; at most {MAX_HOST_BYTES >> 20} MiB")  # fmt: skip
         try:
-            for fd in fds:
-                self._images.append(self._import(fd))
+            with _driver_errors("cannot import the images"):
+                for fd in fds:
+                    self._images.append(self._import(fd))
         except BaseException:
             self.close()
             raise
@@ -399,9 +408,13 @@ class ImportedGroup:
         signalled (lavapipe: the layer's copy is done on the CPU before it presents); an eventfd it carries
         is drained so it does not stay readable.
         """
+        self.settle(present.index)
+        with _driver_errors("cannot read the image"):
+            self._read(present, semaphore_fd)
+
+    def _read(self, present: m.VulkanPresentImage, semaphore_fd: int | None) -> None:
         vk, d = self.device.vk, self.device
         slot = self._images[present.index]
-        self.settle(present.index)
         started = time.perf_counter()
         self.stats.presents += 1
         waits: list[Any] = []
@@ -488,7 +501,7 @@ class ImportedGroup:
         started = time.perf_counter()
         try:
             vk.vkWaitForFences(dev, 1, [slot.fence], vk.VK_TRUE, _TIMEOUT_NS)
-        except vk.VkError as exc:  # VK_TIMEOUT or a lost device: the image cannot be read or given back safely
+        except (vk.VkError, vk.VkException) as exc:  # VK_TIMEOUT, a lost device: not readable, not safe to give back
             raise VulkanError(f"the copy of image {index} did not finish: {type(exc).__name__}") from None
         self.stats.wait_ms.append((time.perf_counter() - started) * 1000)
         vk.vkResetFences(dev, 1, [slot.fence])
@@ -526,6 +539,17 @@ class ImportedGroup:
                 if handle is not None:
                     destroy(dev, handle, None)
         self._images = []
+
+
+@contextlib.contextmanager
+def _driver_errors(what: str) -> Iterator[None]:
+    """The driver's errors (VkError and its kin) as VulkanError, which the capture server answers."""
+    import vulkan as vk
+
+    try:
+        yield
+    except (vk.VkError, vk.VkException) as exc:  # errors, and codes like VK_TIMEOUT that are not
+        raise VulkanError(f"{what}: {type(exc).__name__}") from None
 
 
 def _drain_eventfd(fd: int) -> None:

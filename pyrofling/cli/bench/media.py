@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from pyrofling.cli.bench.common import (
     Sub,
@@ -149,29 +150,52 @@ def add_capture(sub: Sub) -> None:
 
 
 def _run_capture(args: argparse.Namespace) -> int:
+    """The game cases, then the Vulkan layer readback table; with --json, one document with both."""
+    from pyrofling.bench.input import format_table as input_table
     from pyrofling.server.vulkan_import import vulkan_problem
 
     if args.readback_frames < 0 or (args.only_readback and args.readback_frames == 0):
         return refuse("bench capture", "--readback-frames must be at least 1 with --only-readback (0 skips it)")
     setup(args)
-    status = 0 if args.only_readback else _run_input(args)
-    if args.readback_frames == 0:
-        return status
-    problem = vulkan_problem()
-    if problem is not None:
-        progress(f"Vulkan layer readback: skipped: {problem}")
-        return status if not args.only_readback else 1
-    from pyrofling.bench.vulkan_readback import format_table, run
+    result: dict[str, Any] = {"rows": []}
+    ok = True
+    if not args.only_readback:
+        result, ok = _input_result(args)
+    if args.readback_frames:
+        problem = vulkan_problem()
+        if problem is None:
+            from pyrofling.bench.vulkan_readback import run
 
-    result = run(args.readback_frames, progress=progress)
-    print_result(args, result, format_table)
-    return status if all(r["frames_wrong"] == 0 for r in result["rows"]) else 1
+            result["vulkan_readback"] = run(args.readback_frames, progress=progress)
+            ok = ok and all(r["frames_wrong"] == 0 for r in result["vulkan_readback"]["rows"])
+        else:
+            progress(f"Vulkan layer readback: skipped: {problem}")
+            ok = ok and not args.only_readback
+
+    def table(result: dict[str, Any]) -> str:
+        from pyrofling.bench.vulkan_readback import format_table as readback_table
+
+        parts = [input_table(result)] if result["rows"] else []
+        if "vulkan_readback" in result:
+            parts.append(readback_table(result["vulkan_readback"]))
+        return "\n\n".join(parts)
+
+    print_result(args, result, table)
+    return 0 if ok else 1
 
 
 def _run_input(args: argparse.Namespace) -> int:
-    from pyrofling.bench.input import InputBenchConfig, format_table, run, standard_scenarios
+    from pyrofling.bench.input import format_table
 
     setup(args)
+    result, ok = _input_result(args)
+    print_result(args, result, format_table)
+    return 0 if ok else 1
+
+
+def _input_result(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
+    from pyrofling.bench.input import InputBenchConfig, run, standard_scenarios
+
     cfg = InputBenchConfig(
         duration_s=args.duration,
         client=args.client,
@@ -181,8 +205,7 @@ def _run_input(args: argparse.Namespace) -> int:
         scenarios=standard_scenarios(list(args.cases), jitter_ms=args.jitter_ms, loss=args.loss),
     )
     result = run(cfg, progress=progress)
-    print_result(args, result, format_table)
     rows = result["rows"]
     games = [r for r in rows if "capture" in r]
     ok = all(r["applied"] for r in rows) and all(r.get("photon_samples") and r["capture"].get("encoded") for r in games)
-    return 0 if ok else 1
+    return result, bool(ok)
