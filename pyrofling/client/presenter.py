@@ -229,14 +229,18 @@ class Presenter:
             for i in range(1, count + 1):
                 st.repeat_times.append(round(last_s + i * period_s - self._started_s, 4))
                 st.graph_repeat.append(True)
-                if self.quality is not None:
-                    shown = self._on_screen
-                    self.quality.refresh(
-                        last_s + i * period_s,
-                        capture_s=shown.capture_s if shown is not None else None,
-                        clean=shown.clean if shown is not None else None,
-                        fresh=False,
-                    )
+                self._rate_refresh(last_s + i * period_s, fresh=False)
+
+    def _rate_refresh(self, at_s: float, *, fresh: bool) -> None:
+        """Tell the picture-quality tracker what a refresh showed (the picture on screen; ``fresh``: new)."""
+        if self.quality is not None:
+            shown = self._on_screen
+            self.quality.refresh(
+                at_s,
+                capture_s=shown.capture_s if shown is not None else None,
+                clean=shown.clean if shown is not None else None,
+                fresh=fresh,
+            )
 
     def _first_picture(self, stop: threading.Event) -> Picture | None:
         while not stop.is_set():
@@ -284,14 +288,7 @@ class Presenter:
         if isinstance(decision, Present):
             self._on_screen = decision.frame
         with st.lock:
-            if self.quality is not None:
-                shown = self._on_screen
-                self.quality.refresh(
-                    vblank,
-                    capture_s=shown.capture_s if shown is not None else None,
-                    clean=shown.clean if shown is not None else None,
-                    fresh=fresh,
-                )
+            self._rate_refresh(vblank, fresh=fresh)
             st.presented, st.repeated, st.missed_deadlines = c.presented, c.repeated, c.missed_deadlines
             st.offset_ms, st.deadline_ms = loop.offset_s * 1000, loop.deadline_s * 1000
             if loop.auto is not None:
