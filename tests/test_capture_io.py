@@ -303,7 +303,9 @@ def test_a_game_streams_to_a_viewer_paced_by_the_host_and_played_by_the_viewer_p
     # FIFO: the game runs at the host's 30 Hz, not as fast as it can.
     intervals = np.diff(list(stats.present_times)[5:])
     assert 0.030 < float(np.median(intervals)) < 0.037
-    assert cap["presents"] == stats.presents and cap["encoded"] >= cap["presents"] - 2
+    assert cap["presents"] == stats.presents
+    # Every present encoded or superseded (a heartbeat late on a loaded machine makes two ready at once).
+    assert cap["encoded"] + cap["superseded"] >= cap["presents"] - 2 and cap["encoded"] >= 0.8 * cap["presents"]
     assert cap["errors"] == {} and summary["encode_errors"] == 0
 
 
