@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 
-def write_stats(path: Path, stats: dict[str, Any]) -> None:
-    """Write ``stats`` as JSON beside ``path`` and rename it into place: readers never see half a file."""
+def write_stats(path: Path, stats: dict[str, Any], *, indent: int | None = 2) -> None:
+    """Write ``stats`` as JSON beside ``path`` and rename it into place: readers never see half a file.
+    ``indent=None``: compact, and several times faster (Python's C encoder; indenting takes the Python one)."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(stats, indent=2))
+    tmp.write_text(json.dumps(stats, indent=indent))
     tmp.replace(path)
 
 

@@ -241,6 +241,7 @@ def test_bench_latency_smoke_locks_and_measures_glass_to_glass(tmp_path: Path) -
         assert row["glass_ms_median"] is not None and row["glass_ms_median"] > row["decoded_ms_median"] > 0
         assert row["phase_trace"] and row["rate_trim_ppm"] is not None
         assert row["late_pictures"]["pictures"] >= 60  # both ends' traces joined
+        assert 0 < row["machine_busy_pct"] <= 100 and 0 <= row["machine_steal_pct"] < 100  # the machine's state
     assert pi["offset_ms"] == 0 and pi["deadline_ms"] == 8
     assert 0 < auto["offset_ms"] < auto["deadline_ms"] < 1000 / 29.97  # found by the viewer, before its deadline
     assert len(list((tmp_path / "traces").glob("*.jsonl"))) == 8

@@ -35,6 +35,8 @@ def test_late_pictures_are_blamed_on_the_stage_that_took_longer_than_usual() -> 
         if i in (10, 20, 30):  # these came after the deadline: a missed refresh, then shown at the next one
             view.append({"vblank": v["vblank"], "offset": v["offset"], "deadline": 0.015, "miss": True})
             v = dict(v, vblank=v["vblank"] + PERIOD)
+        if i == 40:  # a picture decoded but dropped (a newer one was ready by the same refresh) is not a row
+            view.append(dict(v, dropped_picture=True, seen=v["done"] + 0.003))
         view.append(v)
     rows = join(host, view)
     assert len(rows) == 60 and sum(1 for r in rows if r.get("missed")) == 3
@@ -52,3 +54,17 @@ def test_a_trace_cut_short_by_a_stopping_process_still_reads(tmp_path: Path) -> 
     path.write_text(json.dumps({"a": 1}) + "\n" + '{"b": 2, "c"')
     assert read_lines(path) == [{"a": 1}]
     assert read_lines(tmp_path / "missing.jsonl") == []
+
+
+def test_the_machines_busy_and_stolen_shares_come_from_proc_stat_ticks() -> None:
+    from pyrofling.bench.latency import cpu_shares, machine_cpu
+
+    # user nice system idle iowait irq softirq steal
+    before = [100, 0, 20, 500, 0, 0, 0, 10]
+    after = [160, 0, 30, 560, 10, 0, 0, 30]  # 70 busy, 70 idle, 20 stolen of 160 ticks
+    shares = cpu_shares(before, after)
+    assert shares == {"machine_busy_pct": 70 / 160 * 100, "machine_steal_pct": 20 / 160 * 100}
+    assert cpu_shares(None, after) == {"machine_busy_pct": None, "machine_steal_pct": None}
+    assert cpu_shares(after, after)["machine_steal_pct"] is None  # no time passed
+    now = machine_cpu()
+    assert now is None or (len(now) == 8 and all(v >= 0 for v in now))

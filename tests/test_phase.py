@@ -182,6 +182,24 @@ def test_refresh_clock_runs_at_its_rate_and_skew():
         RefreshClock(0, 0.0)
 
 
+def test_a_presenter_that_woke_late_still_decides_for_the_refresh_it_missed():
+    clock = RefreshClock(60.0, start_s=0.0)
+    v = 10 * PERIOD
+    # On time: the next refresh.
+    assert clock.following(v, v + 0.005, grace_s=0.015) == pytest.approx(v + PERIOD)
+    # 3 ms after the next refresh: that refresh is still decided (its picture goes on screen one later) ...
+    assert clock.following(v, v + PERIOD + 0.003, grace_s=0.015) == pytest.approx(v + PERIOD)
+    # ... but not without a grace (mailbox), nor once the grace is over: the refreshes between are skipped.
+    assert clock.following(v, v + PERIOD + 0.003, grace_s=0.0) == pytest.approx(v + 2 * PERIOD)
+    assert clock.following(v, v + PERIOD + 0.016, grace_s=0.015) == pytest.approx(v + 2 * PERIOD)
+    # Far behind: the latest refresh within the grace, never one already decided.
+    assert clock.following(v, v + 3 * PERIOD + 0.002, grace_s=0.015) == pytest.approx(v + 3 * PERIOD)
+    assert clock.following(v, v + 0.0001, grace_s=0.015) == pytest.approx(v + PERIOD)
+    fifo = PresentationLoop[str](PresentationConfig(phase_locked=True, deadline_s=0.008), PERIOD)
+    assert fifo.late_grace_s == 0.008  # a decision may start until the deadline it waits for
+    assert PresentationLoop[str](PresentationConfig(), PERIOD).late_grace_s == 0.0
+
+
 def test_mailbox_shows_the_newest_finished_picture_at_the_refresh():
     loop: PresentationLoop[str] = PresentationLoop(PresentationConfig(), PERIOD)
     loop.vblank(1.0)

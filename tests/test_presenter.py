@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 from pathlib import Path
@@ -51,6 +52,11 @@ def test_phase_locked_presenter_shows_pictures_and_reports_every_phase_error() -
     assert len(s["glass_ms"]) == s["presented"]
     assert all(10 <= g < 10 + 2 * 16.7 + 20 for g in s["glass_ms"])  # 10 ms lag + at most two refreshes
     assert s["repeated"] >= 5  # the 0.3 s after the last picture repeat it
+    # The live statistics (written every second) carry the distribution's figures, not every sample.
+    live = presenter.summary(samples=False)
+    assert not {"glass_ms", "phase_trace", "repeat_times"} & live.keys()
+    assert live["glass_ms_median"] == pytest.approx(statistics.median(s["glass_ms"]))
+    assert live["presented"] == s["presented"]
 
 
 def test_free_running_presenter_sends_nothing_and_a_skewed_clock_is_reported() -> None:
@@ -116,7 +122,7 @@ def test_the_frame_trace_says_when_each_picture_was_ready_against_its_target(tmp
     run_presenter(presenter, threading.Thread(target=feed, args=(presenter, 30, 60.0)), linger_s=0.1)
     presenter.close_trace()
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    shown = [r for r in lines if not r.get("miss")]
+    shown = [r for r in lines if not r.get("miss") and not r.get("dropped_picture")]
     assert len(shown) == presenter.summary()["presented"] >= 20
     for r in shown:
         assert r["offset"] < r["deadline"] < 1 / 60  # the automatic offset, ahead of its deadline
@@ -124,3 +130,27 @@ def test_the_frame_trace_says_when_each_picture_was_ready_against_its_target(tmp
         assert abs(r["late"]) <= 1 / 120 + 1e-6
         assert min(abs(r["late"] - raw - k / 60) for k in (-1, 0, 1)) < 1e-5
         assert r["picked"] >= r["vblank"] and r["on_screen"] == pytest.approx(r["vblank"] + 1 / 60)
+
+
+def test_the_frame_trace_says_when_a_dropped_picture_came_and_when_the_presenter_saw_it(tmp_path: Path) -> None:
+    import json
+
+    path = tmp_path / "trace.jsonl"
+    presenter = Presenter(
+        PresentationConfig.automatic(), HeadlessDisplay(), refresh_hz=60.0, frame_trace=path.open("w")
+    )
+
+    def bursts() -> None:  # pictures in pairs: one of each pair is dropped
+        for i in range(20):
+            now = time.monotonic()
+            for j in (0, 1):
+                presenter.submit(Picture(None, 2 * i + j, now, capture_s=now - 0.01, frame_id=2 * i + j))
+            time.sleep(2 / 60)
+
+    run_presenter(presenter, threading.Thread(target=bursts), linger_s=0.1)
+    presenter.close_trace()
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    dropped = [r for r in lines if r.get("dropped_picture")]
+    assert len(dropped) == presenter.summary()["dropped"] >= 10
+    for r in dropped:
+        assert r["seen"] >= r["done"] - 1e-6 and r["capture"] == pytest.approx(r["done"] - 0.01)

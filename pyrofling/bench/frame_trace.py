@@ -58,6 +58,8 @@ def join(host: list[dict[str, Any]], view: list[dict[str, Any]]) -> list[dict[st
     rows = []
     missed_at: dict[str, Any] | None = None
     for v in view:
+        if v.get("dropped_picture"):  # decoded but never shown: a newer one was ready by the same refresh
+            continue
         if v.get("miss"):
             missed_at = v
             continue

@@ -32,6 +32,9 @@ from typing import Any
 from pyrofling.bench.frame_trace import attribute, format_attribution, join, read_lines
 from pyrofling.bench.stream import StreamScenario, run_scenario
 
+#: /proc/stat's "cpu" line: user nice system idle iowait irq softirq steal (in ticks).
+_PROC_STAT = Path("/proc/stat")
+
 MODES = ("free", "reference", "pi", "auto")
 
 
@@ -127,8 +130,11 @@ def run(cfg: LatencyBenchConfig, *, progress: Callable[[str], None] = lambda _s:
                     host_args=(*scenario.host_args, "--frame-trace", str(traces[0])),
                     view_args=(*scenario.view_args, "--frame-trace", str(traces[1])),
                 )
+            before = machine_cpu()
             raw = run_scenario(scenario)
-            per_mode[label].append(summarize(mode, raw, slice_cfg, label=label))
+            row = summarize(mode, raw, slice_cfg, label=label)
+            row.update(cpu_shares(before, machine_cpu()))
+            per_mode[label].append(row)
             if traces is not None and mode != "free":  # free-running has no deadline to be late for
                 joined[label] += join(read_lines(traces[0]), read_lines(traces[1]))
             progress(format_row(per_mode[label][-1]))
@@ -137,6 +143,29 @@ def run(cfg: LatencyBenchConfig, *, progress: Callable[[str], None] = lambda _s:
         if joined[row["mode"]]:
             row["late_pictures"] = attribute(joined[row["mode"]])
     return {"config": asdict(cfg), "rows": rows}
+
+
+def machine_cpu() -> list[int] | None:
+    """The whole machine's CPU ticks so far (None where /proc/stat is not there)."""
+    try:
+        fields = _PROC_STAT.read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return None
+    return [int(v) for v in fields[1:9]] if fields and fields[0] == "cpu" and len(fields) >= 9 else None
+
+
+def cpu_shares(before: list[int] | None, after: list[int] | None) -> dict[str, float | None]:
+    """The machine's busy and stolen share between two :func:`machine_cpu` readings, %.  Stolen: time the
+    hypervisor gave this machine's CPUs to others (a shared cloud machine); every stage's tail grows with it,
+    so it says how far a run's repeats are the machine's."""
+    if before is None or after is None:
+        return {"machine_busy_pct": None, "machine_steal_pct": None}
+    d = [b - a for a, b in zip(before, after, strict=True)]
+    total = sum(d)
+    if total <= 0:
+        return {"machine_busy_pct": None, "machine_steal_pct": None}
+    idle = d[3] + d[4]
+    return {"machine_busy_pct": 100 * (total - idle - d[7]) / total, "machine_steal_pct": 100 * d[7] / total}
 
 
 def pool(parts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -162,6 +191,9 @@ def pool(parts: list[dict[str, Any]]) -> dict[str, Any]:
         row[key] = _pct(glass, q)
     decoded = [p["decoded_ms_median"] for p in parts if p["decoded_ms_median"] is not None]
     row["decoded_ms_median"] = statistics.median(decoded) if decoded else None
+    for key in ("machine_busy_pct", "machine_steal_pct"):
+        shares = [p[key] for p in parts if p.get(key) is not None]
+        row[key] = statistics.fmean(shares) if shares else None
     row["rounds"] = len(parts)
     return row
 
@@ -249,7 +281,7 @@ def _f(v: float | None, fmt: str, none: str = "-") -> str:
 
 HEADER = (
     f"{'mode':16} {'presented':>9} {'repeated':>8} {'after lock':>10} {'/min':>5} {'dropped':>7} {'lock':>7} "
-    f"{'offset':>7} {'σ phase':>8} {'glass med':>9} {'p5..p95':>13} {'decoded':>8} {'trim':>9}"
+    f"{'offset':>7} {'σ phase':>8} {'glass med':>9} {'p5..p95':>13} {'decoded':>8} {'trim':>9} {'steal':>6}"
 )
 
 
@@ -261,7 +293,8 @@ def format_row(r: dict[str, Any]) -> str:
         f"{r['mode']:16} {r['presented']:>9} {r['repeated']:>8} {_f(r['repeated_after_lock'], 'd'):>10} "
         f"{_f(r['repeats_per_minute'], '.1f'):>5} {r['dropped']:>7} {lock:>7} {offset:>7} "
         f"{_f(r['phase_sigma_ms'], '.2f'):>8} {_f(r['glass_ms_median'], '.1f') + ' ms':>9} {band:>13} "
-        f"{_f(r['decoded_ms_median'], '.1f') + ' ms':>8} {_f(r['rate_trim_ppm'], '+.0f') + ' ppm':>9}"
+        f"{_f(r['decoded_ms_median'], '.1f') + ' ms':>8} {_f(r['rate_trim_ppm'], '+.0f') + ' ppm':>9} "
+        f"{_f(r.get('machine_steal_pct'), '.1f') + ' %':>6}"
     )
 
 
@@ -288,7 +321,9 @@ def format_table(result: dict[str, Any]) -> str:
     lines.append(
         "repeated: refreshes that showed the previous picture again (/min: after lock); offset: the phase offset "
         "at the end, ms; glass: capture -> on screen; decoded: capture -> decoded; σ phase: measured phase error "
-        "after lock; trim: host frame clock vs nominal; auto +Dms±S: through netsim, delay D ms varying with σ S"
+        "after lock; trim: host frame clock vs nominal; auto +Dms±S: through netsim, delay D ms varying with σ S; "
+        "steal: the machine's CPU time its hypervisor gave to others during the run (every stage's tail grows "
+        "with it)"
     )
     return "\n".join(lines)
 

@@ -302,7 +302,7 @@ def finish(viewer: Viewer, command: str) -> int:
     """After the viewer stopped: a summary line, or why it never streamed; the exit status."""
     status = 0
     if viewer.streamed:
-        s = viewer.summary(audio=False)
+        s = viewer.summary(live=True)
         log.info(
             "shown %d frames (%d concealed), %d packets lost after FEC, longest freeze %.0f ms, %d reconnects",
             s["frames_shown"],

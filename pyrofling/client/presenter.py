@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, TextIO
 
+import numpy as np
+
 from pyrofling.core.picture_quality import RefreshQuality
 from pyrofling.core.presentation import (
     Present,
@@ -158,8 +160,10 @@ class Presenter:
         self._judge = judge_refreshes
         self.quality: RefreshQuality | None = None
         self._on_screen: Picture | None = None
-        #: A JSON line per refresh that showed a new picture or missed its deadline: where the time went.
+        #: A JSON line per refresh that showed a new picture or missed its deadline, and per picture dropped
+        #: unseen: where the time went.
         self._trace = frame_trace
+        self._fed: list[tuple[Picture, float]] = []  # traced: pictures given to the loop, when it got them
 
     # -- decode thread -------------------------------------------------------------------------
 
@@ -199,12 +203,14 @@ class Presenter:
             with self.stats.lock:
                 self.quality = RefreshQuality(1.0 / (self.stream_hz() or clock.hz))
         loop: PresentationLoop[Picture] = PresentationLoop(self.config, clock.period_s)
-        loop.frame_ready(first, first.done_s)
+        self._ready(loop, first)
         vblank = time.monotonic()
+        flipped_late = False  # the last picture was picked after the refresh it was meant for
         while not stop.is_set():
             if not vsync:
                 previous = vblank
-                vblank = clock.next_vblank(time.monotonic())
+                grace = 0.0 if flipped_late else loop.late_grace_s
+                vblank = clock.following(previous, time.monotonic(), grace_s=grace)
                 skipped = round((vblank - previous) / clock.period_s) - 1
                 if skipped > 0:  # the decision came after the next refresh: those refreshes repeated
                     loop.refreshes_skipped(skipped)
@@ -215,6 +221,7 @@ class Presenter:
             decision = self._decide(loop, vblank, stop)
             if decision is None:
                 return
+            flipped_late = isinstance(decision, Present) and time.monotonic() > decision.on_screen_s
             self._record(loop, decision, vblank)
             self.display.present(decision.frame if isinstance(decision, Present) else None)
             if vsync:
@@ -266,7 +273,7 @@ class Presenter:
                     picture = self._inbox.get(timeout=timeout)
                 except queue.Empty:
                     continue
-                loop.frame_ready(picture, picture.done_s)
+                self._ready(loop, picture)
                 self._drain(loop)
             if stop.is_set():
                 return None
@@ -277,7 +284,12 @@ class Presenter:
                 picture = self._inbox.get_nowait()
             except queue.Empty:
                 return
-            loop.frame_ready(picture, picture.done_s)
+            self._ready(loop, picture)
+
+    def _ready(self, loop: PresentationLoop[Picture], picture: Picture) -> None:
+        if self._trace is not None:
+            self._fed.append((picture, time.monotonic()))
+        loop.frame_ready(picture, picture.done_s)
 
     def _record(self, loop: PresentationLoop[Picture], decision: Present[Picture] | Repeat, vblank: float) -> None:
         c = loop.counters
@@ -333,18 +345,29 @@ class Presenter:
 
     def _write_trace(self, loop: PresentationLoop[Picture], decision: Present[Picture] | Repeat, vblank: float) -> None:
         assert self._trace is not None
-        record: dict[str, Any] = {"vblank": vblank, "offset": loop.offset_s, "deadline": loop.deadline_s}
+        now = time.monotonic()
+        record: dict[str, Any] = {"vblank": vblank, "offset": loop.offset_s, "deadline": loop.deadline_s, "picked": now}
         if isinstance(decision, Present):
             p = decision.frame
-            record.update(
-                late=-decision.phase_error_us / 1e6, picked=time.monotonic(), on_screen=decision.on_screen_s,
-                done=p.done_s, capture=p.capture_s, dropped=decision.dropped,
-            )  # fmt: skip
-            if p.timing is not None:
-                record.update(asdict(p.timing))
+            shown = next((i for i, (q, _) in enumerate(self._fed) if q is p), None)
+            if shown is not None:  # the ones before it were dropped: when did they come, and when were they seen?
+                for q, seen in self._fed[:shown]:
+                    self._trace.write(
+                        json.dumps(self._picture_record(q, seen, vblank=vblank, dropped_picture=True)) + "\n"
+                    )
+                record.update(self._picture_record(p, self._fed[shown][1]))
+                del self._fed[: shown + 1]
+            record.update(late=-decision.phase_error_us / 1e6, on_screen=decision.on_screen_s, dropped=decision.dropped)
         else:
-            record["miss"] = True
+            record.update(miss=True, waiting=len(self._fed))
         self._trace.write(json.dumps(record) + "\n")
+
+    @staticmethod
+    def _picture_record(p: Picture, seen: float, **extra: Any) -> dict[str, Any]:
+        record: dict[str, Any] = {"done": p.done_s, "seen": seen, "capture": p.capture_s, **extra}
+        if p.timing is not None:
+            record.update(asdict(p.timing))
+        return record
 
     def _log_offset(self, loop: PresentationLoop[Picture]) -> None:
         """Say where the automatic offset settles, and when it moves by a millisecond or more."""
@@ -390,10 +413,13 @@ class Presenter:
             parts.append("free-running (newest picture at each refresh)")
         return "; " + ", ".join(parts)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, *, samples: bool = True) -> dict[str, Any]:
+        """Counters and the glass-to-glass median and 95th percentile; ``samples``: also every sample (the final
+        statistics; live ones leave them out, as serializing them every second would hold up the viewer)."""
         with self.stats.lock:
             st = self.stats
-            return {
+            glass = tail(st.glass_ms, 20_000)
+            out = {
                 "refresh_hz": st.refresh_hz,
                 "refresh_clock": st.clock,
                 "mode": self.config.mode,
@@ -406,8 +432,10 @@ class Presenter:
                 "skipped_refreshes": st.skipped,
                 "dropped": st.dropped,
                 "phase_offsets_sent": st.phase_offsets_sent,
-                "glass_ms": tail(st.glass_ms, 20_000),
-                "phase_trace": list(st.phase_trace),
-                "repeat_times": list(st.repeat_times),
+                "glass_ms_median": float(np.median(glass)) if glass else None,
+                "glass_ms_p95": float(np.percentile(glass, 95)) if glass else None,
                 **({"quality": self.quality.summary()} if self.quality is not None else {}),
             }
+            if samples:
+                out.update(glass_ms=glass, phase_trace=list(st.phase_trace), repeat_times=list(st.repeat_times))
+            return out

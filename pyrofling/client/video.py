@@ -123,8 +123,9 @@ class VideoPipeline:
             self._queue.put(None)
             self._thread.join(timeout_s)
 
-    def summary(self, *, streaming: bool = False) -> dict[str, Any]:
-        """Counters and medians, in the viewer's statistics' names; ``streaming``: the stream is still running."""
+    def summary(self, *, streaming: bool = False, samples: bool = True) -> dict[str, Any]:
+        """Counters and medians, in the viewer's statistics' names; ``streaming``: the stream is still running;
+        ``samples``: also the latency samples."""
         with self.lock:
             st = self.stats
             out: dict[str, Any] = {k: getattr(st, k) for k in st.__dataclass_fields__ if not k.endswith("_ms")}
@@ -132,7 +133,8 @@ class VideoPipeline:
                 values = list(getattr(st, name))
                 out[f"{name}_median"] = statistics.median(values) if values else None
                 out[f"{name}_p95"] = float(np.percentile(values, 95)) if values else None
-            out["latency_ms_samples"] = tail(st.latency_ms, 2000)
+            if samples:
+                out["latency_ms_samples"] = tail(st.latency_ms, 2000)
             out["connect_to_first_frame_ms"] = list(st.connect_to_first_frame_ms)
             # While the stream runs, a picture that has not been replaced yet is a freeze in progress.
             still = self.concealment.still_s(time.monotonic()) if streaming else self.concealment.max_still_s

@@ -184,7 +184,7 @@ class ViewerWindow:
     def _update_hud(self) -> None:
         if self.stats_source is None:
             return
-        s = self.stats_source.summary(audio=False)  # the audio line uses the player's cheap live figures
+        s = self.stats_source.summary(live=True)  # the audio line uses the player's cheap live figures
 
         def ms(name: str) -> str:
             v = s.get(name)

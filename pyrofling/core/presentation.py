@@ -115,6 +115,16 @@ class RefreshClock:
         n = math.floor((now - self.start_s) / self.period_s + 1e-4) + 1
         return self.start_s + n * self.period_s
 
+    def following(self, previous_s: float, now: float, *, grace_s: float) -> float:
+        """The refresh to decide for after the one at ``previous_s``: the latest that has passed, if that was
+        less than ``grace_s`` ago and is not ``previous_s`` (a presenter that woke late still decides for it, and
+        what it picks is on screen at the refresh after, as if it had been on time); else the first after
+        ``now``.  Without this, waking a little after a refresh cost that refresh too: a second repeat."""
+        last = self.next_vblank(now) - self.period_s
+        if last > previous_s + self.period_s / 2 and now - last < grace_s:
+            return last
+        return last + self.period_s
+
 
 @dataclass(slots=True)
 class PresentationCounters:
@@ -149,6 +159,14 @@ class PresentationLoop(Generic[T]):
     def frame_ready(self, frame: T, done_s: float) -> None:
         """A decoded picture, ready to show since ``done_s``."""
         self._ready.append((frame, done_s))
+
+    @property
+    def late_grace_s(self) -> float:
+        """How long after a refresh its decision may still start (:meth:`RefreshClock.following`): until its
+        deadline when waiting for pictures (FIFO); mailbox shows what was ready at the refresh, so none."""
+        if not self.config.fifo:
+            return 0.0
+        return self.deadline_s if self.deadline_s > 0 else self.period_s * 0.95
 
     def vblank(self, now: float) -> None:
         """A display refresh happened at ``now``; a new decision is due."""

@@ -188,7 +188,7 @@ class Heartbeat:
             if captured is not None:
                 timing["present"] = captured.taken.present_s
         self._on_packets(packets)
-        if timing is not None and self._trace is not None:
+        if timing is not None and self._trace is not None and not self._trace.closed:  # an encode outlived close
             timing["queued"] = time.monotonic()  # handed to every viewer's pacer
             self._trace.write(json.dumps(timing) + "\n")
         self.presented()  # a present that came while this frame encoded
