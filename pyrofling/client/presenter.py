@@ -419,7 +419,7 @@ class Presenter:
         with self.stats.lock:
             st = self.stats
             glass = tail(st.glass_ms, 20_000)
-            out = {
+            out: dict[str, Any] = {
                 "refresh_hz": st.refresh_hz,
                 "refresh_clock": st.clock,
                 "mode": self.config.mode,

@@ -430,8 +430,8 @@ class Viewer:
             out["av_offset_ms"] = lat - out["glass_ms_median"] if lat is not None and out["glass_ms_median"] else None
         if self.gamepad is not None:
             out["gamepad"] = self.gamepad.summary()
-            live = self.connection.session.pad_assigned if self.connection is not None else None
-            pad = live or self.pad_assigned
+            assigned = self.connection.session.pad_assigned if self.connection is not None else None
+            pad = assigned or self.pad_assigned
             out["gamepad"]["host_pad"] = (
                 None if pad is None else (f"pad {pad[0]} of {pad[1]}" if pad[0] else "none free")
             )
