@@ -243,7 +243,10 @@ def test_a_million_hostile_datagrams_and_100k_control_messages_at_a_running_view
     assert rss_before is not None and rss_after <= rss_before * 1.05, (rss_before, rss_after, rss_trace)
     assert encoded_since > 20 and recovered >= 0.75 * encoded_since, (recovered, encoded_since, verr[-1500:])
     if sealed:
-        refused = sum(v for k, v in discarded.items() if k not in ("control_ignored", "unneeded_repair"))
+        # The stream's own datagrams discarded as stale (a repair not needed, a packet already given up on: the
+        # flood delays the viewer) are not refusals.
+        own = ("control_ignored", "unneeded_repair", "late", "gave_up_packet")
+        refused = sum(v for k, v in discarded.items() if k not in own)
         # Every injected datagram was refused unopened, or dropped by the kernel before the viewer read it.
         assert DATAGRAMS * 0.999 <= refused + drops <= DATAGRAMS * 1.001, (discarded, drops)
         assert refused >= DATAGRAMS * 0.8

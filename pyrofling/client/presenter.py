@@ -432,10 +432,11 @@ class Presenter:
                 "skipped_refreshes": st.skipped,
                 "dropped": st.dropped,
                 "phase_offsets_sent": st.phase_offsets_sent,
-                "glass_ms_median": float(np.median(glass)) if glass else None,
-                "glass_ms_p95": float(np.percentile(glass, 95)) if glass else None,
                 **({"quality": self.quality.summary()} if self.quality is not None else {}),
             }
             if samples:
                 out.update(glass_ms=glass, phase_trace=list(st.phase_trace), repeat_times=list(st.repeat_times))
-            return out
+        # Outside the lock: the presenter takes it every refresh.
+        out["glass_ms_median"] = float(np.median(glass)) if glass else None
+        out["glass_ms_p95"] = float(np.percentile(glass, 95)) if glass else None
+        return out
