@@ -189,9 +189,11 @@ def test_the_viewer_says_in_words_what_set_the_bitrate() -> None:
 
     mine = StreamRate(3500, 10_000, 3600, RateDecider.YOUR_LINK)
     assert describe_rate(mine) == "stream 3.50 Mbit/s (fitted to your link), your link carries about 3.60"
-    assert not narrower_than_stream(mine)
+    assert not narrower_than_stream(mine, received_kbits=3500)
     squeezed = StreamRate(8000, 10_000, 2000, RateDecider.OTHER_VIEWER)
-    assert "another viewer's link" in describe_rate(squeezed) and narrower_than_stream(squeezed)
+    assert "another viewer's link" in describe_rate(squeezed) and narrower_than_stream(squeezed, 1900)
+    # A small picture that sends 300 kbit/s of its 8 Mbit/s is not squeezed by a 2 Mbit/s estimate.
+    assert not narrower_than_stream(squeezed, 300)
 
 
 def test_arrival_times_are_the_kernels_not_when_the_loop_got_to_the_datagram() -> None:

@@ -10,8 +10,9 @@ import pytest
 from pyrofling.bench.phase import PhaseSimConfig, simulate
 from pyrofling.cli.view import phase_lock_choice, presentation_config
 from pyrofling.client.uri import parse_uri
+from pyrofling.core.frame_clock import wrap_phase
 from pyrofling.core.phase_offset import AutoOffset, AutoOffsetConfig
-from pyrofling.core.presentation import PresentationConfig, PresentationLoop
+from pyrofling.core.presentation import Present, PresentationConfig, PresentationLoop, Repeat, Wait
 
 PERIOD = 1 / 59.94
 
@@ -178,5 +179,29 @@ def test_the_loop_tells_it_how_late_the_presenter_acted() -> None:
     loop.frame_ready(1, 10.005)
     loop.poll(10.007)  # the picture was ready 2 ms before the presenter got to it
     loop.vblank(10.0 + PERIOD)
-    loop.poll(10.0 + PERIOD + loop.deadline_s + 0.003)  # woke 3 ms after the deadline: a miss
+    loop.poll(10.0 + PERIOD + loop.wait_s + 0.003)  # woke 3 ms after it stopped waiting: a miss
     assert [round(w * 1000, 3) for _, w in loop.auto._wakes] == [2.0, 3.0]
+
+
+def test_a_picture_later_than_half_a_refresh_is_learnt_as_late_and_still_shown_before_the_refresh() -> None:
+    # A busy machine: a wide margin, so the offset sits early in the refresh.
+    loop: PresentationLoop[int] = PresentationLoop(
+        PresentationConfig.automatic(AutoOffsetConfig(initial_margin_s=0.009)), PERIOD
+    )
+    assert loop.auto is not None
+    loop.vblank(10.0)
+    target = 10.0 + loop.offset_s
+    late_by = loop.deadline_s - loop.offset_s + 0.0003  # just after the deadline, more than half a refresh late
+    assert late_by > PERIOD / 2
+    d = loop.poll(10.0 + loop.deadline_s)
+    assert isinstance(d, Wait) and d.until_s == pytest.approx(10.0 + PERIOD - 0.001)  # waits past the deadline
+    loop.frame_ready(1, target + late_by)
+    d = loop.poll(target + late_by)
+    assert isinstance(d, Present) and d.on_screen_s == pytest.approx(10.0 + PERIOD)  # in time for its refresh
+    assert d.late_s == pytest.approx(late_by)  # late, as it was: the margin must learn this tail
+    assert d.phase_error_us == round(wrap_phase(-late_by, PERIOD) * 1e6)  # the host still gets the folded error
+    assert loop.auto._recent[-1] == pytest.approx(late_by)
+    assert loop.counters.missed_deadlines == 0 and loop.late_grace_s == pytest.approx(PERIOD - 0.001)
+    # Nothing by then: a miss.
+    loop.vblank(10.0 + PERIOD)
+    assert isinstance(loop.poll(10.0 + 2 * PERIOD - 0.001), Repeat) and loop.counters.missed_deadlines == 1

@@ -69,7 +69,10 @@ def add_view(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--stats-json", type=output_file(), default=None, help="write counters and latency samples here on exit"
     )
     p.add_argument(
-        "--stats-interval", type=number(0.0, 3600.0), default=0.0, help="also rewrite --stats-json this often, s"
+        "--stats-interval",
+        type=number(0.0, 3600.0),
+        default=0.0,
+        help="also rewrite --stats-json this often, s (counters and medians; the samples only at the end)",
     )
     p.add_argument(
         "--recovery",
@@ -141,8 +144,9 @@ def _add_presentation_options(p: argparse.ArgumentParser) -> None:
         type=output_file(),
         default=None,
         metavar="FILE",
-        help="write a JSON line per refresh that showed a new picture or missed its deadline: when the picture "
-        "arrived, was decoded and ready, and how late against its target (to find where late pictures lose time)",
+        help="write a JSON line per refresh that showed a new picture or missed its deadline, and per picture "
+        "dropped: when the picture arrived, was decoded, ready and seen by the presenter, and how late against its "
+        "target (to find where late pictures lose time)",
     )
     g.add_argument(
         "--refresh-skew-ppm",

@@ -357,7 +357,7 @@ class Presenter:
                     )
                 record.update(self._picture_record(p, self._fed[shown][1]))
                 del self._fed[: shown + 1]
-            record.update(late=-decision.phase_error_us / 1e6, on_screen=decision.on_screen_s, dropped=decision.dropped)
+            record.update(late=decision.late_s, on_screen=decision.on_screen_s, dropped=decision.dropped)
         else:
             record.update(miss=True, waiting=len(self._fed))
         self._trace.write(json.dumps(record) + "\n")

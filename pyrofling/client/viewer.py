@@ -210,6 +210,7 @@ class Viewer:
         warning when this viewer's link is narrower than the stream another viewer's link set."""
         seen = 0
         warned = False
+        last: tuple[float, int] | None = None  # (when, video bytes received by then)
         while True:
             with self.video.lock:
                 st = self.video.stats
@@ -222,12 +223,15 @@ class Viewer:
                 judged = (quality.refreshes - quality.blank, quality.good) if quality is not None else (0, 0)
             conn = self.connection
             rate = conn.session.stream_rate if conn is not None else None
-            received = (self._totals + conn.counters() if conn is not None else self._totals)["bytes_received"]
+            totals = self._totals + conn.counters() if conn is not None else self._totals
+            received, video = totals["bytes_received"], totals["bytes_received_video"]
             snap = Snapshot(
                 time.monotonic(), received, judged[0], judged[1], shown, rate.bitrate_kbits if rate else None
             )
             self.timeline.sample(snap, latencies)
-            squeezed = rate is not None and narrower_than_stream(rate)
+            video_kbits = (video - last[1]) * 8 / 1000 / (snap.t - last[0]) if last and snap.t > last[0] else 0.0
+            last = (snap.t, video)
+            squeezed = rate is not None and narrower_than_stream(rate, video_kbits)
             if rate is not None and squeezed and not warned:
                 log.warning("%s: the picture will break up where your link drops it", describe_rate(rate))
             warned = squeezed

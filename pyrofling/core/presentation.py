@@ -77,6 +77,9 @@ class Present(Generic[T]):
     on_screen_s: float
     phase_error_us: int  # (refresh + offset) − done, folded; sent as PHASE_OFFSET when phase-locked
     dropped: int  # pictures skipped to get to this one
+    #: done − (refresh + offset), not folded: a picture later than half a refresh is late, not early (FIFO;
+    #: a picture left over from an earlier refresh, and mailbox, take the folded error's).
+    late_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,12 +164,20 @@ class PresentationLoop(Generic[T]):
         self._ready.append((frame, done_s))
 
     @property
-    def late_grace_s(self) -> float:
-        """How long after a refresh its decision may still start (:meth:`RefreshClock.following`): until its
-        deadline when waiting for pictures (FIFO); mailbox shows what was ready at the refresh, so none."""
-        if not self.config.fifo:
-            return 0.0
+    def wait_s(self) -> float:
+        """How long after a refresh the presenter waits for a picture (FIFO): the deadline, or most of a
+        refresh without one.  With the automatic offset, until just before the next refresh: the deadline
+        there is what the margin protects, and a picture later than it is still shown if the presenter can
+        act in time (if not, its flip is late: the repeat a miss would have been, no more)."""
+        if self.auto is not None:
+            return self.period_s - self.auto.config.min_flip_margin_s
         return self.deadline_s if self.deadline_s > 0 else self.period_s * 0.95
+
+    @property
+    def late_grace_s(self) -> float:
+        """How long after a refresh its decision may still start (:meth:`RefreshClock.following`): as long as
+        it would wait for a picture (FIFO); mailbox shows what was ready at the refresh, so none."""
+        return self.wait_s if self.config.fifo else 0.0
 
     def vblank(self, now: float) -> None:
         """A display refresh happened at ``now``; a new decision is due."""
@@ -197,7 +208,7 @@ class PresentationLoop(Generic[T]):
                 self._ready.popleft()
             frame, done = due[-1]
             return self._present(frame, done, on_screen_s=v, dropped=len(due) - 1)
-        wait = self.deadline_s if self.deadline_s > 0 else self.period_s * 0.95
+        wait = self.wait_s
         # The newest picture is shown and older ones dropped (the reference keeps one back whenever
         # two are waiting, which holds a frame of extra latency after every burst).  In phase-locked
         # mode a picture finished more than half a refresh before its target is left over from an
@@ -229,11 +240,15 @@ class PresentationLoop(Generic[T]):
         self._shown_any = True
         self.counters.presented += 1
         self.counters.dropped += dropped
-        error = wrap_phase(self._vblank_s + self.offset_s - done_s, self.period_s)
+        target = self._vblank_s + self.offset_s
+        error = wrap_phase(target - done_s, self.period_s)
+        late = done_s - target
+        if not self.config.fifo or late < -self.period_s / 2:
+            late = -error
         if self.auto is not None:
-            self.auto.observe(-error, self._vblank_s)
+            self.auto.observe(late, self._vblank_s)  # folded, the tail it must cover would look early
             self._follow_auto()
-        return Present(frame, done_s, on_screen_s, round(error * 1e6), dropped)
+        return Present(frame, done_s, on_screen_s, round(error * 1e6), dropped, late)
 
     def _repeat(self, *, missed: bool) -> Repeat:
         self._decided = True

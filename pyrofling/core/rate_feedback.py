@@ -106,6 +106,10 @@ def describe_rate(rate: StreamRate) -> str:
     return text
 
 
-def narrower_than_stream(rate: StreamRate) -> bool:
-    """This viewer's link is narrower than the stream someone else's link set: its picture will suffer."""
-    return rate.decided_by == RateDecider.OTHER_VIEWER and 0 < rate.your_link_kbits < 0.9 * rate.bitrate_kbits
+def narrower_than_stream(rate: StreamRate, received_kbits: float) -> bool:
+    """This viewer's link is narrower than the stream someone else's link set, and the stream uses what the link
+    carries (``received_kbits``: the video this viewer received in the last second): its picture will suffer.
+    A small picture at a high bitrate sends far less than its bitrate, and then a low estimate (from frames of
+    a datagram or two) squeezes nothing."""
+    narrower = rate.decided_by == RateDecider.OTHER_VIEWER and 0 < rate.your_link_kbits < 0.9 * rate.bitrate_kbits
+    return narrower and received_kbits >= 0.8 * rate.your_link_kbits

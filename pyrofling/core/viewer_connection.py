@@ -133,6 +133,7 @@ class ViewerConnection:
         #: Datagrams that opened (sealed sessions) and reached the reassembler, and their bytes.
         self.datagrams = 0
         self.bytes_received = 0
+        self.bytes_received_video = 0  # of them, the video stream's (what the host's link estimate is about)
         self.packets_video = 0
         self.packets_audio = 0
         #: Video packets that never completed (what FEC could not repair).
@@ -166,6 +167,7 @@ class ViewerConnection:
         return Counter(
             datagrams=self.datagrams,
             bytes_received=self.bytes_received,
+            bytes_received_video=self.bytes_received_video,
             packets_video=self.packets_video,
             packets_audio=self.packets_audio,
             packets_lost_video=self.packets_lost_video,
@@ -229,6 +231,7 @@ class ViewerConnection:
         # about the link, and its header cannot be trusted to size anything.
         if header is None or header.stream != StreamType.VIDEO or header.is_ping_reply or not self.streaming:
             return out
+        self.bytes_received_video += len(opened)
         self.arrivals.video(header.packet_seq, now)
         if not self.loss.datagram(header, now, stale=verdict is Verdict.STALE):
             return out
