@@ -205,3 +205,13 @@ def test_a_picture_later_than_half_a_refresh_is_learnt_as_late_and_still_shown_b
     # Nothing by then: a miss.
     loop.vblank(10.0 + PERIOD)
     assert isinstance(loop.poll(10.0 + 2 * PERIOD - 0.001), Repeat) and loop.counters.missed_deadlines == 1
+
+
+def test_a_leftover_picture_is_shown_at_the_deadline_not_at_the_last_moment() -> None:
+    loop: PresentationLoop[int] = PresentationLoop(PresentationConfig.automatic(), PERIOD)
+    loop.frame_ready(1, 10.0 + loop.offset_s - PERIOD * 0.6)  # from an earlier refresh
+    loop.vblank(10.0)
+    d = loop.poll(10.0)
+    assert isinstance(d, Wait) and d.until_s == pytest.approx(10.0 + loop.deadline_s)  # a fresher one may come
+    d = loop.poll(10.0 + loop.deadline_s)
+    assert isinstance(d, Present) and d.frame == 1 and d.on_screen_s == pytest.approx(10.0 + PERIOD)

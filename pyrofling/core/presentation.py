@@ -213,17 +213,19 @@ class PresentationLoop(Generic[T]):
         # two are waiting, which holds a frame of extra latency after every burst).  In phase-locked
         # mode a picture finished more than half a refresh before its target is left over from an
         # earlier refresh: showing it would keep a frame of backlog forever, one in, one out, and
-        # its phase would fold to look right.  So wait for a fresher one until the deadline first.
+        # its phase would fold to look right.  So wait for a fresher one until the deadline first (no later:
+        # a picture is there to show, in good time).
         if self._ready:
             newest_done = self._ready[-1][1]
             stale = cfg.phase_locked and newest_done < v + self.offset_s - self.period_s / 2
-            if not stale or now >= v + wait:
+            until = v + (min(wait, self.deadline_s) if self.deadline_s > 0 else wait)
+            if not stale or now >= until:
                 dropped = len(self._ready) - 1
                 frame, done = self._ready[-1]
                 self._ready.clear()
-                self._woke(now - (max(done, v) if not stale else v + wait))
+                self._woke(now - (max(done, v) if not stale else until))
                 return self._present(frame, done, on_screen_s=v + self.period_s, dropped=dropped)
-            return Wait(v + wait)
+            return Wait(until)
         if now < v + wait:
             return Wait(v + wait)
         self._woke(now - (v + wait))
