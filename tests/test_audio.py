@@ -236,6 +236,11 @@ def test_player_without_an_output_device_disables_audio_and_keeps_going() -> Non
         player.close()
     assert player.error == "no audio output device"
     assert player.stats.packets == 0  # nothing decoded without a device
+    # Once it knows, the network thread stops handing it packets at all (none queued, none dropped).
+    before = player._queue.qsize()
+    player.packet(b"\0" * 100, 0, ClockSync())
+    player.lost(3)
+    assert player._queue.qsize() == before and player.stats.queue_overflows == 0
 
 
 def test_unknown_audio_codec_from_the_host_leaves_audio_off() -> None:

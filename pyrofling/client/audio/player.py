@@ -130,6 +130,8 @@ class AudioPlayer:
         #: The output's close did not return (the process should exit without PortAudio's exit handler).
         self.close_stuck = False
         self._callbacks_seen: tuple[int, float] | None = None  # (callbacks, when that count was first seen)
+        #: No output device could be opened (set by the player thread; a new stream's CODEC_PARAMETERS tries again).
+        self._no_output = False
         self._thread = threading.Thread(target=self._run, name="pyrofling-audio", daemon=True)
         self._thread.start()
 
@@ -145,10 +147,12 @@ class AudioPlayer:
 
     def packet(self, data: bytes, pts_us: int, clock: ClockSync) -> None:
         """A complete audio packet, in sequence order; ``clock`` maps the host's µs to ours."""
-        self._put(_Packet(data, pts_us, clock))
+        if not self._no_output:  # nowhere to play it: not worth waking the player thread 200 times a second
+            self._put(_Packet(data, pts_us, clock))
 
     def lost(self, count: int) -> None:
-        self._put(_Lost(count))
+        if not self._no_output:
+            self._put(_Lost(count))
 
     def _put(self, item: _Item) -> None:
         try:
@@ -207,8 +211,10 @@ class AudioPlayer:
                 self.output = self._factory(ring, item.rate, cfg.device)
             except OSError as exc:
                 self.error = str(exc)
+                self._no_output = True
                 log.warning("audio disabled: %s", exc)
                 return
+            self._no_output = False
             self.clock = DeviceClock(self.output.rate)
             self.device_name, self.device_rate = self.output.name, self.output.rate
             self.output.start()
