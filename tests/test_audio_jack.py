@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from pyrofling.bench.jack import JackUnavailable, dummy_jack
+from pyrofling.bench.latency import cpu_shares, machine_cpu
 from pyrofling.client.audio import AudioPlayer, AudioPlayerConfig
 from pyrofling.client.audio.devices import reinitialize_portaudio
 from pyrofling.client.viewer import Viewer, ViewerConfig
@@ -68,12 +69,18 @@ def stream_tone(
 
 
 def test_playback_holds_the_target_on_a_real_audio_clock(jack: str) -> None:
-    # A real clock on a shared 2-core machine: a run that a neighbour's burst of work disturbed is measured once
-    # more (a regression fails both runs; the failed run's numbers are kept in the message).
-    first = _playback_problem()
-    if first is not None:
-        second = _playback_problem()
-        assert second is None, f"{second} (and in the first run: {first})"
+    # A real clock on a shared 2-core machine: a run that a neighbour's burst of work disturbed is measured
+    # again, up to three runs (a regression fails them all; every failed run's numbers, with the share of the
+    # machine's CPU its hypervisor took meanwhile, are kept in the message).
+    problems = []
+    for _ in range(3):
+        before = machine_cpu()
+        problem = _playback_problem()
+        if problem is None:
+            return
+        steal = cpu_shares(before, machine_cpu())["machine_steal_pct"]
+        problems.append(f"{problem}, {steal if steal is not None else float('nan'):.0f} % stolen")
+    pytest.fail("; ".join(problems))
 
 
 def _playback_problem() -> str | None:
