@@ -7,13 +7,14 @@ the X server, are in ``conftest.py``.)
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from pyrofling.server.encoder import EncoderConfig
 from pyrofling.server.gamepad import VirtualPad
 from pyrofling.server.host import Host, HostConfig
 from pyrofling.server.input_devices import InputDevices
+from pyrofling.wire import capture
 
 T = TypeVar("T")
 
@@ -174,3 +175,21 @@ class _Datagrams(asyncio.DatagramProtocol):
 
     def datagram_received(self, data: bytes, addr: Any) -> None:
         self.on(data, addr)
+
+
+async def stop_viewer_and_host(
+    viewer: Any, viewer_task: asyncio.Task[Any], host: Host, host_task: asyncio.Task[Any]
+) -> None:
+    """Stop the viewer, then the host, waiting at most 10 s for each to finish."""
+    viewer.stop()
+    await asyncio.wait_for(viewer_task, 10)
+    await stop_host(host, host_task)
+
+
+def parse_capture_message(data: bytes, payloads: Mapping[int, Any]) -> None:
+    """Unpack a capture-socket message and parse its payload with the class ``payloads`` names for its type
+    (none: only the header); raises ProtocolError on anything malformed (the fuzz tests' one allowed error)."""
+    header, body = capture.unpack(data)
+    cls = payloads.get(header.type)
+    if cls is not None:
+        cls.parse_payload(body)

@@ -7,6 +7,7 @@ import contextlib
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import parse_capture_message
 
 from pyrofling.core.swapchain import EncodeImage, ImageState, Retire, Swapchain
 from pyrofling.wire import BadMagicError, GamepadState, ProtocolError
@@ -116,14 +117,8 @@ def test_present_ids_start_at_one_and_audio_formats_are_checked() -> None:
 @settings(max_examples=400, deadline=None)
 @given(st.binary(max_size=1100))
 def test_arbitrary_bytes_only_ever_raise_protocol_errors(data: bytes) -> None:
-    try:
-        header, body = m.unpack(data)
-    except ProtocolError:
-        return
-    cls = m.PAYLOADS.get(header.type)
-    if cls is not None:
-        with contextlib.suppress(ProtocolError):
-            cls.parse_payload(body)
+    with contextlib.suppress(ProtocolError):
+        parse_capture_message(data, m.PAYLOADS)
 
 
 @settings(max_examples=300, deadline=None)
@@ -131,13 +126,8 @@ def test_arbitrary_bytes_only_ever_raise_protocol_errors(data: bytes) -> None:
 def test_mutated_messages_only_ever_raise_protocol_errors(payload: m.CaptureMessage, at: int, value: int) -> None:
     data = bytearray(payload.encode(3))
     data[at % len(data)] = value
-    try:
-        header, body = m.unpack(bytes(data))
-        cls = m.PAYLOADS.get(header.type)
-        if cls is not None:
-            cls.parse_payload(body)
-    except ProtocolError:
-        pass
+    with contextlib.suppress(ProtocolError):
+        parse_capture_message(bytes(data), m.PAYLOADS)
 
 
 # -- swapchain ----------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 import pytest
-from support import run, start_host, until
+from support import run, start_host, stop_viewer_and_host, until
 
 from pyrofling.capture import CaptureClient
 from pyrofling.capture.paths import default_socket_path, peer_uid, prepare_socket_dir, private_dir_problem
@@ -290,10 +290,7 @@ def test_a_game_streams_to_a_viewer_paced_by_the_host_and_played_by_the_viewer_p
         await asyncio.sleep(1.0)
         game.stop()
         summary = host.summary()
-        viewer.stop()
-        await asyncio.wait_for(vtask, 10)
-        host.stop()
-        await asyncio.wait_for(task, 10)
+        await stop_viewer_and_host(viewer, vtask, host, task)
         return game, summary
 
     game, summary = run(scenario)
@@ -332,10 +329,7 @@ def test_host_restart_under_a_running_game_and_viewer(tmp_path: Path) -> None:
         await until(lambda: bool(display.colours) and near(display.colours[-1], (250, 250, 20)), 20)
         assert presents_alone > 0
         game.stop()
-        viewer.stop()
-        await asyncio.wait_for(vtask, 10)
-        host.stop()
-        await asyncio.wait_for(task, 10)
+        await stop_viewer_and_host(viewer, vtask, host, task)
         return game, viewer
 
     game, viewer = run(scenario, 90)

@@ -10,6 +10,7 @@ from typing import Any
 
 import av
 import pytest
+from support import stop_viewer_and_host
 
 from pyrofling.client.presenter import HeadlessDisplay
 from pyrofling.client.viewer import Viewer, ViewerConfig
@@ -80,10 +81,7 @@ def test_a_grabbed_screen_streams_to_a_viewer(white_screen: str) -> None:
                 await asyncio.sleep(0.01)
 
         await asyncio.wait_for(enough(), 20)
-        viewer.stop()
-        await asyncio.wait_for(vtask, 10)
-        host.stop()
-        await asyncio.wait_for(task, 10)
+        await stop_viewer_and_host(viewer, vtask, host, task)
         return host.summary()
 
     summary = asyncio.run(scenario())
