@@ -94,7 +94,8 @@ def test_through_a_narrow_link_the_host_lowers_the_bitrate_and_the_viewer_is_tol
     assert summary["rate"]["bitrate_changes"] >= 1
     trace = summary["rate"]["bitrate_trace"]
     assert min(kbits for _, kbits in trace) < 1500  # it went below the link
-    assert st["stream_bitrate_kbits"] is not None and 300 < st["stream_bitrate_kbits"] < 1500
+    # Within the link; on a loaded machine the in-process relay's queue can hold the estimate at the floor.
+    assert st["stream_bitrate_kbits"] is not None and 300 <= st["stream_bitrate_kbits"] < 1500
     assert st["bitrate_decided_by"] == "your_link"
     late = [row["frames"] for row in st["timeline"][-3:]]
     assert late and min(late) >= 15  # pictures keep coming at the end (30 fps)
