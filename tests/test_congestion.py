@@ -215,3 +215,69 @@ def test_arrival_times_are_the_kernels_not_when_the_loop_got_to_the_datagram() -
             late.append(clock.now() - sent)
     assert clock.kernel
     assert abs(late[-1]) < 0.01  # stamped on arrival, read 50 ms later
+
+
+class _RecordingConnection:
+    """Stands in for the pure ViewerConnection: records what the shell hands it, and in what order."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, float]] = []
+        self.due: float | None = None
+
+    def datagram_received(self, data: bytes, now: float) -> list[object]:
+        self.events.append(("datagram", now))
+        return []
+
+    def handle_timer(self, now: float) -> list[object]:
+        self.events.append(("timer", now))
+        self.due = None
+        return []
+
+    def control_bytes(self, data: bytes, now: float) -> list[object]:
+        return []
+
+    def next_timer(self) -> float | None:
+        return self.due
+
+
+def test_a_busy_viewer_reads_every_datagram_waiting_before_its_timer_judges_them() -> None:
+    """A frame's datagrams sit unread while the viewer is busy past a timer (the loss tracker's tail wait):
+    the shell must hand them all over before the time, or the core would count them lost and ask again."""
+    import asyncio
+    import socket
+    import time
+
+    from pyrofling.client.connection import ConnectionIO
+    from pyrofling.core.viewer_connection import DatagramToHost
+
+    async def scenario() -> list[tuple[str, float]]:
+        server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as host_udp:
+            host_udp.bind(("127.0.0.1", port))
+            core = _RecordingConnection()
+            io = ConnectionIO(core, lambda out: None)  # type: ignore[arg-type]
+            assert await asyncio.wait_for(io.open("127.0.0.1", port, 5.0), 5.0) is None
+            host_udp.settimeout(5.0)
+            core.due = time.monotonic() + 0.003
+            io.perform([DatagramToHost(b"hello")])  # the timer is armed for 3 ms from now
+            _, viewer = host_udp.recvfrom(64)
+            for _ in range(40):
+                host_udp.sendto(b"x" * 1200, viewer)
+            time.sleep(0.02)  # busy (a decode, a statistics write): the timer is overdue when the loop runs
+            for _ in range(100):
+                await asyncio.sleep(0.005)
+                if len(core.events) > 40:
+                    break
+            stop = asyncio.Event()
+            stop.set()
+            await io.ended(stop)  # closes the sockets
+        server.close()
+        return core.events
+
+    events = asyncio.run(asyncio.wait_for(scenario(), 10.0))
+    kinds = [e for e, _ in events]
+    assert kinds.count("datagram") == 40 and "timer" in kinds
+    assert kinds.index("timer") == 40, kinds  # every datagram first, then the time
+    timer_s = events[40][1]
+    assert all(now <= timer_s for _, now in events[:40])

@@ -313,3 +313,25 @@ def test_a_first_transmission_that_was_only_late_is_not_counted_lost() -> None:
     assert t.total.datagrams_lost == 3
     [report] = [m for m in t.poll(0.2, lambda seq: []) if isinstance(m, LossReport)]
     assert report.datagrams_lost == 3 and nack.blocks() == [2, 3]
+
+
+def test_late_repair_blocks_of_a_packet_already_delivered_are_not_counted_lost() -> None:
+    # The data blocks came, the packet was decoded, the tail wait ran out before the repair blocks were read (a
+    # busy viewer): they still arrive, stale for the reassembler, and must be credited like any late datagram.
+    t = LossTracker(nack=True, reports=True, tail_wait_s=0.003)
+    for i in range(4):
+        t.datagram(_header(1, i), 0.0)
+    t.packet_ready(1, recovered=False)
+    assert not [m for m in t.poll(0.004, lambda seq: []) if isinstance(m, Nack)]
+    assert t.total.datagrams_lost == 2
+    for i in range(2):
+        t.datagram(_header(1, i, fec=True), 0.005, stale=True)
+    assert t.total.datagrams_lost == 0
+    t.datagram(_header(1, 1, fec=True), 0.006, stale=True)  # a duplicate credits nothing twice
+    t.datagram(_header(1, 0, fec=True, repair=3), 0.006, stale=True)  # nor does a header that disagrees
+    for i in range(4):
+        t.datagram(_header(2, i), 0.007)
+    t.datagram(_header(1, 1, fec=True), 0.008, stale=True)
+    assert t.total.datagrams_lost == 0
+    [report] = [m for m in t.poll(0.2, lambda seq: []) if isinstance(m, LossReport)]
+    assert report.datagrams_lost == 2  # packet 2's repair blocks, which never came

@@ -32,20 +32,52 @@ from pyrofling.timers import DeadlineTimer
 log = logging.getLogger(__name__)
 
 
-class _UdpProtocol(asyncio.DatagramProtocol):
-    def __init__(self, on_datagram: Callable[[bytes, float], None]) -> None:
+#: Datagrams read per wake-up at most, so a flood cannot starve the rest of the event loop.
+READ_BATCH = 256
+
+
+class _MediaSocket:
+    """The connected UDP socket: each wake-up reads every datagram waiting, each stamped with its arrival.
+
+    Reading them all at once matters for timing, not only for speed: the connection's timers judge a packet by
+    when its datagrams arrived (kernel stamps), so the time is handed to it only after what has arrived is read
+    (:meth:`drain`).  Otherwise a viewer busy for a few milliseconds would see a frame's tail as lost while it
+    sits unread in the socket, count it, and ask for it again.
+    """
+
+    def __init__(self, sock: socket.socket, on_datagram: Callable[[bytes, float], None]) -> None:
+        self.sock = sock
         self.on_datagram = on_datagram
-        self.clock: ArrivalClock | None = None
+        self.clock = ArrivalClock(sock)
+        self.closed = False
+        asyncio.get_running_loop().add_reader(sock.fileno(), self.drain)
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        sock = transport.get_extra_info("socket")
-        self.clock = ArrivalClock(sock) if sock is not None else None
+    def drain(self) -> None:
+        for _ in range(READ_BATCH):
+            if self.closed:
+                return
+            try:
+                data = self.sock.recv(65536)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # ICMP refused while the host restarts: reported once, then reading goes on
+                log.debug("UDP error: %s", exc)
+                continue
+            self.on_datagram(data, self.clock.now())
 
-    def datagram_received(self, data: bytes, addr: Any) -> None:
-        self.on_datagram(data, self.clock.now() if self.clock is not None else time.monotonic())
+    def send(self, data: bytes) -> None:
+        if self.closed:
+            return
+        try:
+            self.sock.send(data)
+        except OSError as exc:  # a full send buffer or a refused port: a datagram lost, as on the way
+            log.debug("UDP send failed: %s", exc)
 
-    def error_received(self, exc: Exception) -> None:
-        log.debug("UDP error: %s", exc)  # ICMP refused while the host restarts
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            asyncio.get_running_loop().remove_reader(self.sock.fileno())
+            self.sock.close()
 
 
 class ConnectionIO:
@@ -56,15 +88,14 @@ class ConnectionIO:
         self.peer: Any = None
         self._deliver = deliver
         self._writer: asyncio.StreamWriter | None = None
-        self._udp: asyncio.DatagramTransport | None = None
+        self._udp: _MediaSocket | None = None
         self._reader_task: asyncio.Task[None] | None = None
-        self._timer = DeadlineTimer(lambda: self.perform(self.conn.handle_timer(time.monotonic())))
+        self._timer = DeadlineTimer(self._on_timer)
         self._ended: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
     async def open(self, host: str, port: int, timeout_s: float) -> str | None:
         """Connect TCP, then UDP to the same address; None, or why it failed in words."""
         where = f"{host} port {port}"
-        loop = asyncio.get_running_loop()
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
         except (OSError, TimeoutError) as exc:
@@ -74,16 +105,11 @@ class ConnectionIO:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._writer, self.peer = writer, writer.get_extra_info("peername")
         try:
-            self._udp, _ = await loop.create_datagram_endpoint(
-                lambda: _UdpProtocol(lambda data, now: self.perform(self.conn.datagram_received(data, now))),
-                remote_addr=(host, port),
-                family=sock.family if sock is not None else socket.AF_INET,
-            )
+            udp = _connected_udp(sock.family if sock is not None else socket.AF_INET, self.peer)
         except OSError as exc:
             writer.close()
             return f"cannot open a UDP socket to {where}: {os_error(exc)}"
-        with contextlib.suppress(OSError):
-            self._udp.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
+        self._udp = _MediaSocket(udp, lambda data, now: self.perform(self.conn.datagram_received(data, now)))
         self._reader_task = asyncio.create_task(self._read_control(reader))
         return None
 
@@ -91,8 +117,8 @@ class ConnectionIO:
         """Send what is for the host, pass the rest on, re-arm the timer."""
         for out in outputs:
             if isinstance(out, DatagramToHost):
-                if self._udp is not None and not self._udp.is_closing():
-                    self._udp.sendto(out.data)
+                if self._udp is not None:
+                    self._udp.send(out.data)
             elif isinstance(out, ControlToHost):
                 if self._writer is not None and not self._writer.is_closing():
                     self._writer.write(out.data)
@@ -104,6 +130,11 @@ class ConnectionIO:
                 self._deliver(out)
         if not self._ended.done():
             self._timer.arm(self.conn.next_timer())
+
+    def _on_timer(self) -> None:
+        if self._udp is not None:
+            self._udp.drain()  # what has arrived first: the time must not run ahead of unread datagrams
+        self.perform(self.conn.handle_timer(time.monotonic()))
 
     def end(self, reason: str) -> None:
         if not self._ended.done():
@@ -138,6 +169,20 @@ class ConnectionIO:
             self.end("the host closed the connection")
         except (ConnectionError, OSError) as exc:
             self.end(f"control connection error: {os_error(exc)}")
+
+
+def _connected_udp(family: int, peer: Any) -> socket.socket:
+    """A non-blocking UDP socket connected to the address TCP reached (so both go to the same host)."""
+    udp = socket.socket(family, socket.SOCK_DGRAM)
+    try:
+        udp.setblocking(False)
+        with contextlib.suppress(OSError):
+            udp.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
+        udp.connect(peer)
+    except OSError:
+        udp.close()
+        raise
+    return udp
 
 
 def os_error(exc: BaseException) -> str:

@@ -131,8 +131,13 @@ class LossTracker:
             self._next_report_s = now + self.report_interval_s
         seq = header.packet_seq
         data_blocks, expected = _sizes(header)
-        if data_blocks > self.max_data_blocks or (stale and seq not in self._open):
-            return False  # a stale datagram only completes what is known; its size was never checked
+        if data_blocks > self.max_data_blocks:
+            return False
+        if stale and seq not in self._open:  # its packet was delivered: it only completes what is known
+            known = self._packets.get(seq)
+            if known is not None and known.closed:
+                self._straggler(known, header)
+            return False
         newest = self._newest
         if newest is not None:
             ahead = seq14_delta(seq, newest)
