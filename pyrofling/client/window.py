@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import av
 import pyglet
+from av.video.reformatter import VideoReformatter
 from pyglet.window import key
 
 from pyrofling.client.presenter import Picture
@@ -102,6 +103,7 @@ class ViewerWindow:
         )
         self._graph_batch = pyglet.graphics.Batch()
         self._graph_shapes: list[Any] = []
+        self._reformatter = VideoReformatter()  # kept: a new swscale context per frame costs ~1 ms
         self.window.push_handlers(
             on_key_press=self._on_key,
             on_key_release=self._on_key_release,
@@ -121,7 +123,7 @@ class ViewerWindow:
         scale = min(1.0, w / frame.width, h / frame.height)  # never convert more pixels than we can show
         out_w = max(2, int(frame.width * scale) // 2 * 2)
         out_h = max(2, int(frame.height * scale) // 2 * 2)
-        rgb = frame.reformat(width=out_w, height=out_h, format="rgb24")
+        rgb = self._reformatter.reformat(frame, width=out_w, height=out_h, format="rgb24")
         data = bytes(rgb.planes[0]) if rgb.planes[0].line_size == out_w * 3 else rgb.to_ndarray().tobytes()
         return data, out_w, out_h
 
