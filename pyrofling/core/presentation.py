@@ -218,7 +218,7 @@ class PresentationLoop(Generic[T]):
         if self._ready:
             newest_done = self._ready[-1][1]
             stale = cfg.phase_locked and newest_done < v + self.offset_s - self.period_s / 2
-            until = v + (min(wait, self.deadline_s) if self.deadline_s > 0 else wait)
+            until = v + (self.deadline_s if self.deadline_s > 0 else wait)  # a leftover waits to the deadline
             if not stale or now >= until:
                 dropped = len(self._ready) - 1
                 frame, done = self._ready[-1]
