@@ -51,10 +51,15 @@ def test_phase_locked_presenter_shows_pictures_and_reports_every_phase_error() -
     assert all(-8334 <= e <= 8334 for e in errors)  # folded into half a refresh
     assert len(s["glass_ms"]) == s["presented"]
     assert all(10 <= g < 10 + 2 * 16.7 + 20 for g in s["glass_ms"])  # 10 ms lag + at most two refreshes
+    # Every picture's capture → ready time, shown or dropped: the feeder's 10 ms lag.
+    assert len(s["ready_trace"]) == s["presented"] + s["dropped"]
+    assert all(ms == pytest.approx(10, abs=0.01) for _, ms in s["ready_trace"])
+    times = [t for t, _ in s["ready_trace"]]
+    assert times == sorted(times) and 0 <= times[0] < times[-1] < 2  # since the presenter started
     assert s["repeated"] >= 5  # the 0.3 s after the last picture repeat it
     # The live statistics (written every second) carry the distribution's figures, not every sample.
     live = presenter.summary(samples=False)
-    assert not {"glass_ms", "phase_trace", "repeat_times"} & live.keys()
+    assert not {"glass_ms", "ready_trace", "phase_trace", "repeat_times"} & live.keys()
     assert live["glass_ms_median"] == pytest.approx(statistics.median(s["glass_ms"]))
     assert live["presented"] == s["presented"]
 

@@ -18,6 +18,15 @@ The viewer's refresh clock runs at ``--refresh-hz`` (59.94 by default: the
 Glass-to-glass is the time from the host's capture (stamped in the picture's
 frame marker) to the refresh at which the picture is on screen, on the viewer's
 clock (the host's clock is mapped through the RTT midpoint).
+
+Every row also says how far the pictures' *ready* times (capture → decoded and
+prepared at the viewer) spread, and from that the lowest glass-to-glass any
+phase-locked viewer could reach on those pictures at the chosen repeat rate
+(:func:`lock_bound`): a lock shows every picture at the same capture-to-refresh
+time, so that time must cover all but the allowed share of ready times, plus the
+flip margin.  Free-running waits half a refresh on average instead, so a lock
+beats it on the median only where that tail is within about half a refresh of
+the median ready time.
 """
 
 from __future__ import annotations
@@ -31,11 +40,15 @@ from typing import Any
 
 from pyrofling.bench.frame_trace import attribute, format_attribution, join, read_lines
 from pyrofling.bench.stream import StreamScenario, run_scenario
+from pyrofling.core.phase_offset import AutoOffsetConfig
 
 #: /proc/stat's "cpu" line: user nice system idle iowait irq softirq steal (in ticks).
 _PROC_STAT = Path("/proc/stat")
 
 MODES = ("free", "reference", "pi", "auto")
+
+#: Free-running has no lock to wait for; its pictures count for the lock bound from this far into the run.
+FREE_WARMUP_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +202,11 @@ def pool(parts: list[dict[str, Any]]) -> dict[str, Any]:
     row["glass_ms"] = glass
     for q, key in ((50, "glass_ms_median"), (5, "glass_ms_p5"), (95, "glass_ms_p95"), (99, "glass_ms_p99")):
         row[key] = _pct(glass, q)
+    row["ready_ms"] = [r for p in parts for r in p["ready_ms"]]
+    flips = [p["lock_bound_ms"] - p["ready_ms_tail"] for p in parts if p["lock_bound_ms"] is not None]
+    row.update(
+        lock_bound(row["ready_ms"], row["refresh_hz"] or 60.0, row["bound_repeats_per_minute"], max(flips, default=0))
+    )
     decoded = [p["decoded_ms_median"] for p in parts if p["decoded_ms_median"] is not None]
     row["decoded_ms_median"] = statistics.median(decoded) if decoded else None
     for key in ("machine_busy_pct", "machine_steal_pct"):
@@ -206,6 +224,9 @@ def summarize(mode: str, raw: dict[str, Any], cfg: LatencyBenchConfig, *, label:
     glass = pres.get("glass_ms", [])
     lock_s = lock_time(trace, cfg.lock_threshold_ms) if mode != "free" else None
     after = lock_s if lock_s is not None else math.inf
+    # The pictures whose repeats count: after lock (free-running: after its first second).
+    since = (lock_s or 0.0) if mode != "free" else FREE_WARMUP_S
+    ready = [ms for t, ms in pres.get("ready_trace", []) if t >= since]
     settled = [e / 1000 for t, e in trace if t >= after + 0.5]
     repeats = pres.get("repeat_times", [])
     after_lock = sum(1 for t in repeats if t > after) if mode != "free" else None
@@ -236,6 +257,8 @@ def summarize(mode: str, raw: dict[str, Any], cfg: LatencyBenchConfig, *, label:
         "glass_ms_p95": _pct(glass, 95),
         "glass_ms_p99": _pct(glass, 99),
         "decoded_ms_median": v.get("latency_ms_median"),
+        "bound_repeats_per_minute": cfg.auto_repeats_per_minute,
+        **lock_bound(ready, cfg.refresh_hz, cfg.auto_repeats_per_minute, _flip_margin_ms(auto)),
         "packets_lost": v.get("packets_lost_video", 0),
         "host_cpu_pct": 100 * host.get("cpu_s", 0) / max(host.get("elapsed_s", 1), 1e-6),
         "viewer_cpu_pct": 100 * v.get("cpu_s", 0) / max(v.get("elapsed_s", 1), 1e-6),
@@ -243,6 +266,34 @@ def summarize(mode: str, raw: dict[str, Any], cfg: LatencyBenchConfig, *, label:
         "refresh_hz": pres.get("refresh_hz"),
         "phase_trace": trace,
         "glass_ms": glass,
+        "ready_ms": ready,
+    }
+
+
+def _flip_margin_ms(auto: dict[str, Any]) -> float:
+    """The flip margin the viewer learnt (auto), else its starting one: how long before a refresh a picture must
+    be ready to be shown at it."""
+    learnt = auto.get("flip_margin_ms")
+    return float(learnt) if learnt is not None else AutoOffsetConfig().flip_margin_s * 1000
+
+
+def lock_bound(
+    ready_ms: list[float], refresh_hz: float, repeats_per_minute: float, flip_margin_ms: float
+) -> dict[str, float | None]:
+    """The ready times' median, the one that only ``repeats_per_minute`` pictures exceed, and the lowest
+    glass-to-glass median a phase lock could reach with them at that repeat rate (that tail plus the flip
+    margin: a locked viewer shows every picture at one capture-to-refresh time, and a picture not ready a flip
+    margin before its refresh repeats the last one).  Of N pictures, N × the rate's share may be later than the
+    tail; with fewer than one allowed, the tail is the latest picture: what one run can show."""
+    if not ready_ms:
+        return {"ready_ms_median": None, "ready_ms_tail": None, "lock_bound_ms": None}
+    ordered = sorted(ready_ms)
+    allowed_late = math.floor(len(ordered) * repeats_per_minute / (60 * refresh_hz) + 1e-9)
+    tail = ordered[max(0, len(ordered) - 1 - allowed_late)]
+    return {
+        "ready_ms_median": ordered[len(ordered) // 2],
+        "ready_ms_tail": tail,
+        "lock_bound_ms": tail + flip_margin_ms,
     }
 
 
@@ -281,7 +332,8 @@ def _f(v: float | None, fmt: str, none: str = "-") -> str:
 
 HEADER = (
     f"{'mode':16} {'presented':>9} {'repeated':>8} {'after lock':>10} {'/min':>5} {'dropped':>7} {'lock':>7} "
-    f"{'offset':>7} {'σ phase':>8} {'glass med':>9} {'p5..p95':>13} {'decoded':>8} {'trim':>9} {'steal':>6}"
+    f"{'offset':>7} {'σ phase':>8} {'glass med':>9} {'p5..p95':>13} {'decoded':>8} {'ready..tail':>12} "
+    f"{'bound':>8} {'trim':>9} {'steal':>6}"
 )
 
 
@@ -293,7 +345,9 @@ def format_row(r: dict[str, Any]) -> str:
         f"{r['mode']:16} {r['presented']:>9} {r['repeated']:>8} {_f(r['repeated_after_lock'], 'd'):>10} "
         f"{_f(r['repeats_per_minute'], '.1f'):>5} {r['dropped']:>7} {lock:>7} {offset:>7} "
         f"{_f(r['phase_sigma_ms'], '.2f'):>8} {_f(r['glass_ms_median'], '.1f') + ' ms':>9} {band:>13} "
-        f"{_f(r['decoded_ms_median'], '.1f') + ' ms':>8} {_f(r['rate_trim_ppm'], '+.0f') + ' ppm':>9} "
+        f"{_f(r['decoded_ms_median'], '.1f') + ' ms':>8} "
+        f"{_f(r.get('ready_ms_median'), '.1f') + '..' + _f(r.get('ready_ms_tail'), '.1f'):>12} "
+        f"{_f(r.get('lock_bound_ms'), '.1f') + ' ms':>8} {_f(r['rate_trim_ppm'], '+.0f') + ' ppm':>9} "
         f"{_f(r.get('machine_steal_pct'), '.1f') + ' %':>6}"
     )
 
@@ -314,6 +368,9 @@ def format_table(result: dict[str, Any]) -> str:
         "-" * len(HEADER),
     ]
     lines += [format_row(r) for r in result["rows"]]
+    verdict = bound_verdict(result["rows"])
+    if verdict:
+        lines += ["", verdict]
     traced = [r for r in result["rows"] if "late_pictures" in r]
     if traced:
         lines.append("")
@@ -321,11 +378,35 @@ def format_table(result: dict[str, Any]) -> str:
     lines.append(
         "repeated: refreshes that showed the previous picture again (/min: after lock); offset: the phase offset "
         "at the end, ms; glass: capture -> on screen; decoded: capture -> decoded; σ phase: measured phase error "
-        "after lock; trim: host frame clock vs nominal; auto +Dms±S: through netsim, delay D ms varying with σ S; "
+        "after lock; ready..tail: capture -> ready to show, median and the time only the auto repeat rate of pictures "
+        "exceed; bound: the lowest glass median any phase lock could reach on those pictures at that rate (tail + "
+        "flip margin); trim: host frame clock vs nominal; auto +Dms±S: through netsim, delay D ms varying with σ S; "
         "steal: the machine's CPU time its hypervisor gave to others during the run (every stage's tail grows "
         "with it)"
     )
     return "\n".join(lines)
+
+
+def bound_verdict(rows: list[dict[str, Any]]) -> str:
+    """Whether any phase offset could have beaten free-running's median at the auto repeat rate in this run:
+    the auto row's bound (its own pictures) against the free row's measured median."""
+    free = next((r for r in rows if r["mode"] == "free"), None)
+    auto = next((r for r in rows if r["mode"] == "auto"), None)
+    if free is None or auto is None or free["glass_ms_median"] is None or auto.get("lock_bound_ms") is None:
+        return ""
+    rate = auto["bound_repeats_per_minute"]
+    gap = auto["lock_bound_ms"] - free["glass_ms_median"]
+    said = (
+        f"no phase offset could give both on these pictures ({gap:.1f} ms short)"
+        if gap > 0
+        else f"an offset could give both ({-gap:.1f} ms to spare)"
+    )
+    repeats = f"{rate:g} repeat{'' if rate == 1 else 's'}"
+    return (
+        f"lock bound: at most {repeats} a minute needs auto's glass median >= {auto['lock_bound_ms']:.1f} ms "
+        f"(its pictures' tail {auto['ready_ms_tail']:.1f} ms + flip margin); free-running's median is "
+        f"{free['glass_ms_median']:.1f} ms: {said}"
+    )
 
 
 def plot(result: dict[str, Any], path: str) -> None:

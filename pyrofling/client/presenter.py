@@ -120,6 +120,9 @@ class PresentationStats:
     dropped: int = 0
     phase_offsets_sent: int = 0
     glass_ms: deque[float] = field(default_factory=recent_samples)  # capture → on screen
+    #: (time since start, capture → ready to show in ms) of every picture, shown or not: how far this spreads is
+    #: what any phase offset must cover, so it bounds what locking can gain over free-running (``bench latency``).
+    ready_trace: deque[tuple[float, float]] = field(default_factory=recent_samples)
     phase_trace: deque[tuple[float, int]] = field(default_factory=recent_samples)  # (time since start, µs)
     repeat_times: deque[float] = field(default_factory=recent_samples)  # time since start of each repeated refresh
     # Last GRAPH_SAMPLES refreshes, for the HUD: phase error ms, frame pace ms, latency ms, repeat flag.
@@ -289,6 +292,10 @@ class Presenter:
     def _ready(self, loop: PresentationLoop[Picture], picture: Picture) -> None:
         if self._trace is not None:
             self._fed.append((picture, time.monotonic()))
+        if picture.capture_s is not None:
+            ready = (round(picture.done_s - self._started_s, 4), (picture.done_s - picture.capture_s) * 1000)
+            with self.stats.lock:  # summary() copies it from another thread
+                self.stats.ready_trace.append(ready)
         loop.frame_ready(picture, picture.done_s)
 
     def _record(self, loop: PresentationLoop[Picture], decision: Present[Picture] | Repeat, vblank: float) -> None:
@@ -435,7 +442,12 @@ class Presenter:
                 **({"quality": self.quality.summary()} if self.quality is not None else {}),
             }
             if samples:
-                out.update(glass_ms=glass, phase_trace=list(st.phase_trace), repeat_times=list(st.repeat_times))
+                out.update(
+                    glass_ms=glass,
+                    ready_trace=tail(st.ready_trace, 20_000),
+                    phase_trace=list(st.phase_trace),
+                    repeat_times=list(st.repeat_times),
+                )
         # Outside the lock: the presenter takes it every refresh.
         out["glass_ms_median"] = float(np.median(glass)) if glass else None
         out["glass_ms_p95"] = float(np.percentile(glass, 95)) if glass else None
