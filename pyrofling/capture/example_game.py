@@ -102,11 +102,22 @@ def run_game(cfg: GameConfig) -> dict[str, Any]:
         pyglet.options["headless"] = True
     from pyglet import shapes, text
 
-    from pyrofling.capture.pyglet_helper import PygletCapture
+    from pyrofling.capture.pyglet_helper import PygletCapture, framebuffer_config
 
-    window = pyglet.window.Window(
-        cfg.width, cfg.height, caption="pyrofling example game", visible=not cfg.headless, vsync=False
-    )
+    def make_window(config: Any) -> Any:
+        return pyglet.window.Window(
+            cfg.width,
+            cfg.height,
+            caption="pyrofling example game",
+            visible=not cfg.headless,
+            vsync=False,
+            config=config,
+        )
+
+    try:
+        window = make_window(framebuffer_config())
+    except pyglet.window.NoSuchConfigException:  # PygletCapture says what the stream loses
+        window = make_window(None)
     capture = PygletCapture(
         window,
         name="pyrofling example game",
