@@ -115,7 +115,7 @@ def run_game(cfg: GameConfig) -> dict[str, Any]:
         )
 
     try:
-        window = make_window(framebuffer_config())
+        window = make_window(framebuffer_config(alpha=cfg.headless))  # a visible window stays opaque
     except pyglet.window.NoSuchConfigException:  # PygletCapture says what the stream loses
         window = make_window(None)
     capture = PygletCapture(
