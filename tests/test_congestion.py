@@ -196,6 +196,26 @@ def test_the_viewer_says_in_words_what_set_the_bitrate() -> None:
     assert not narrower_than_stream(squeezed, 300)
 
 
+def test_the_narrow_link_warning_waits_for_a_squeeze_that_lasts_and_says_it_once() -> None:
+    from pyrofling.core.rate_feedback import NarrowLinkWarning
+    from pyrofling.wire import StreamRate
+
+    squeezed = StreamRate(8000, 10_000, 2000, RateDecider.OTHER_VIEWER)
+    grown_back = StreamRate(8000, 10_000, 9000, RateDecider.OTHER_VIEWER)
+    warning = NarrowLinkWarning(hold_s=3.0)
+    # A blip: squeezed for two seconds (a busy machine), then the estimate grows back. No warning.
+    said = [warning.update(r, 1900, t) for t, r in enumerate([squeezed, squeezed, squeezed, grown_back])]
+    assert said == [None] * 4
+    # A link that stays narrow: said once, after three seconds of it, then not again while it lasts.
+    said = [warning.update(squeezed, 1900, 10.0 + t) for t in range(8)]
+    assert [t for t, line in enumerate(said) if line is not None] == [3]
+    assert said[3] is not None and "your link carries about 2.00" in said[3] and "break up" in said[3]
+    # It passes (the viewer left, so no rate), then comes back: a new spell, a new warning.
+    assert warning.update(None, 0, 20.0) is None
+    said = [warning.update(squeezed, 1900, 30.0 + t) for t in range(5)]
+    assert [t for t, line in enumerate(said) if line is not None] == [3]
+
+
 def test_arrival_times_are_the_kernels_not_when_the_loop_got_to_the_datagram() -> None:
     """A viewer busy for 50 ms reads a datagram late; its arrival time must still be when it arrived."""
     import socket

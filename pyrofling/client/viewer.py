@@ -32,7 +32,7 @@ from pyrofling.client.keyboard_mouse import InputLink
 from pyrofling.client.presenter import Display, HeadlessDisplay, Presenter
 from pyrofling.client.video import VideoPipeline
 from pyrofling.core.loss_tracker import LOSS_COUNTERS
-from pyrofling.core.rate_feedback import describe_rate, narrower_than_stream
+from pyrofling.core.rate_feedback import NarrowLinkWarning, describe_rate
 from pyrofling.core.samples import recent_samples, tail
 from pyrofling.core.timeline import Snapshot, Timeline
 from pyrofling.core.viewer_connection import (
@@ -209,7 +209,7 @@ class Viewer:
         """A row a second for the statistics' ``timeline`` (benches line it up with the network's changes); and a
         warning when this viewer's link is narrower than the stream another viewer's link set."""
         seen = 0
-        warned = False
+        narrow = NarrowLinkWarning()
         last: tuple[float, int] | None = None  # (when, video bytes received by then)
         while True:
             with self.video.lock:
@@ -231,10 +231,8 @@ class Viewer:
             self.timeline.sample(snap, latencies)
             video_kbits = (video - last[1]) * 8 / 1000 / (snap.t - last[0]) if last and snap.t > last[0] else 0.0
             last = (snap.t, video)
-            squeezed = rate is not None and narrower_than_stream(rate, video_kbits)
-            if rate is not None and squeezed and not warned:
-                log.warning("%s: the picture will break up where your link drops it", describe_rate(rate))
-            warned = squeezed
+            if (warning := narrow.update(rate, video_kbits, snap.t)) is not None:
+                log.warning("%s", warning)
             await asyncio.sleep(1.0)
 
     async def _write_stats_periodically(self, path: Path) -> None:

@@ -113,3 +113,29 @@ def narrower_than_stream(rate: StreamRate, received_kbits: float) -> bool:
     a datagram or two) squeezes nothing."""
     narrower = rate.decided_by == RateDecider.OTHER_VIEWER and 0 < rate.your_link_kbits < 0.9 * rate.bitrate_kbits
     return narrower and received_kbits >= 0.8 * rate.your_link_kbits
+
+
+class NarrowLinkWarning:
+    """When to warn that this viewer's link is narrower than the stream another viewer's link set: once the
+    squeeze (:func:`narrower_than_stream`) has held for ``hold_s``, then not again until it has passed.
+
+    A moment's squeeze is not worth a warning: on a machine short of CPU a few late datagrams read as a queue, the
+    host cuts that viewer's estimate to what a small picture was sending, and it grows back within seconds.
+    """
+
+    def __init__(self, hold_s: float = 3.0) -> None:
+        self.hold_s = hold_s
+        self._since: float | None = None
+        self._warned = False
+
+    def update(self, rate: StreamRate | None, received_kbits: float, now: float) -> str | None:
+        """The warning to log now, if one is due (``received_kbits``: the video received in the last second)."""
+        if rate is None or not narrower_than_stream(rate, received_kbits):
+            self._since, self._warned = None, False
+            return None
+        if self._since is None:
+            self._since = now
+        if self._warned or now - self._since < self.hold_s:
+            return None
+        self._warned = True
+        return f"{describe_rate(rate)}: the picture will break up where your link drops it"

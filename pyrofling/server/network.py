@@ -43,20 +43,50 @@ log = logging.getLogger(__name__)
 
 #: Control replies queued for a connection before it counts as not reading them (and is closed).
 CONTROL_BACKLOG_BYTES = 64 * 1024
+#: Datagrams read per wake-up at most, so a flood cannot starve the rest of the event loop.
+READ_BATCH = 256
 #: What ``--bind localhost`` listens on.
 LOOPBACKS = ("127.0.0.1", "::1")
 
 
-class _UdpProtocol(asyncio.DatagramProtocol):
-    def __init__(self, network: HostNetwork) -> None:
-        self.network = network
+class _UdpSocket:
+    """One bound UDP socket: each wake-up reads every datagram waiting (up to :data:`READ_BATCH`).
 
-    def datagram_received(self, data: bytes, addr: Address) -> None:
-        self.network.perform(self.network.sessions.datagram(addr, data, time.monotonic()))
+    asyncio's datagram transport reads one datagram a wake-up, so each cost a trip round the event loop: under a
+    flood the kernel's buffer overflowed while the loop was busy going round, and a viewer's own loss reports
+    and NACKs were lost with the attacker's datagrams.  Sends go straight out; a full send buffer loses the
+    datagram, as the link would (the pacer keeps far below that).
+    """
 
-    def error_received(self, exc: Exception) -> None:
-        # ICMP unreachable from a viewer that went away: nothing to do, the keep-alive drops it.
-        log.debug("UDP error: %s", exc)
+    def __init__(self, sock: socket.socket, on_datagram: Callable[[bytes, Address], None]) -> None:
+        sock.setblocking(False)
+        self.sock = sock
+        self.on_datagram = on_datagram
+        self.closed = False
+        asyncio.get_running_loop().add_reader(sock.fileno(), self.drain)
+
+    def drain(self) -> None:
+        for _ in range(READ_BATCH):
+            if self.closed:
+                return
+            try:
+                data, addr = self.sock.recvfrom(65536)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # ICMP unreachable from a viewer that went away: the keep-alive drops it
+                log.debug("UDP error: %s", exc)
+                continue
+            self.on_datagram(data, addr)
+
+    def sendto(self, data: bytes, addr: Address) -> None:
+        """Raises OSError when the datagram could not be sent."""
+        self.sock.sendto(data, addr)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            asyncio.get_running_loop().remove_reader(self.sock.fileno())
+            self.sock.close()
 
 
 class HostNetwork:
@@ -76,7 +106,7 @@ class HostNetwork:
         self.addresses: list[str] = []
         self._on_output = on_output
         self._servers: list[asyncio.Server] = []
-        self._udp: dict[int, asyncio.DatagramTransport] = {}  # by address family
+        self._udp: dict[int, _UdpSocket] = {}  # by address family
         self._writers: dict[int, asyncio.StreamWriter] = {}
         self._pumps: dict[int, asyncio.TimerHandle] = {}
         self._timer = DeadlineTimer(lambda: self.perform(self.sessions.handle_timer(time.monotonic())))
@@ -98,16 +128,13 @@ class HostNetwork:
         raise OSError("could not find a port free for both TCP and UDP on every address")
 
     async def _bind_all(self, addresses: list[str], port: int) -> int:
-        loop = asyncio.get_running_loop()
         any_port = port == 0
         for i, address in enumerate(addresses):
             try:
                 server = await asyncio.start_server(self._on_connection, address, port, reuse_address=True)
                 port = server.sockets[0].getsockname()[1]  # the first address fixes the port when it was 0
                 self._servers.append(server)
-                transport, _ = await loop.create_datagram_endpoint(
-                    lambda: _UdpProtocol(self), local_addr=(address, port), reuse_port=False
-                )
+                udp = _bound_udp(address, port)
             except OSError as exc:
                 if address == "::1" and i > 0 and exc.errno in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL):
                     log.debug("no IPv6 loopback here (%s): listening on IPv4 only", exc)
@@ -116,19 +143,15 @@ class HostNetwork:
                 if any_port and exc.errno == errno.EADDRINUSE:
                     raise _PortTaken from exc
                 raise
-            sock = transport.get_extra_info("socket")
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 * 1024 * 1024)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024 * 1024)
-            self._udp[sock.family] = transport
+            self._udp[udp.family] = _UdpSocket(udp, self._datagram)
             self.addresses.append(address)
         return port
 
     def _close_sockets(self) -> None:
         for server in self._servers:
             server.close()
-        for transport in self._udp.values():
-            transport.close()
+        for udp in self._udp.values():
+            udp.close()
         self._servers.clear()
         self._udp.clear()
         self.addresses.clear()
@@ -145,6 +168,9 @@ class HostNetwork:
         for server in servers:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 1.0)
+
+    def _datagram(self, data: bytes, addr: Address) -> None:
+        self.perform(self.sessions.datagram(addr, data, time.monotonic()))
 
     # -- control channel -----------------------------------------------------------------------
 
@@ -243,16 +269,35 @@ class HostNetwork:
 
     def send_now(self, data: bytes, addr: Address) -> None:
         """One datagram, now, from the socket of the address's family."""
-        transport = self._udp.get(socket.AF_INET6 if ":" in str(addr[0]) else socket.AF_INET)
-        if transport is None or transport.is_closing():
+        udp = self._udp.get(socket.AF_INET6 if ":" in str(addr[0]) else socket.AF_INET)
+        if udp is None or udp.closed:
             return
         try:
-            transport.sendto(data, addr)
+            udp.sendto(data, addr)
         except OSError:
             self.stats.send_errors += 1
             return
         self.stats.datagrams_sent += 1
         self.stats.bytes_sent += len(data)
+
+
+def _bound_udp(address: str, port: int) -> socket.socket:
+    """A UDP socket bound to ``address`` and ``port`` (the first of its addresses that binds, as asyncio does),
+    with buffers for bursts of video and of viewers' reports."""
+    error: OSError | None = None
+    for family, kind, proto, _, sockaddr in socket.getaddrinfo(address, port, type=socket.SOCK_DGRAM):
+        sock = socket.socket(family, kind, proto)
+        try:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 * 1024 * 1024)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024 * 1024)
+            sock.bind(sockaddr)
+        except OSError as exc:
+            sock.close()
+            error = exc
+            continue
+        return sock
+    raise error or OSError(f"no address for {address!r}")
 
 
 class _PortTaken(Exception):
