@@ -19,6 +19,7 @@ from pyrofling.bench.latency import cpu_shares, machine_cpu
 from pyrofling.client.audio import AudioPlayer, AudioPlayerConfig
 from pyrofling.client.audio.devices import reinitialize_portaudio
 from pyrofling.client.viewer import Viewer, ViewerConfig
+from pyrofling.core.audio_control import MAX_TRIM
 from pyrofling.core.clock_sync import ClockSync
 from pyrofling.server.audio import AudioConfig, AudioEncoder, DeviceSource, ToneSource
 from pyrofling.server.encoder import EncoderConfig
@@ -80,16 +81,26 @@ def test_playback_holds_the_target_on_a_real_audio_clock(jack: str) -> None:
             return
         steal = cpu_shares(before, machine_cpu())["machine_steal_pct"]
         problems.append(f"{problem}, {steal if steal is not None else float('nan'):.0f} % stolen")
+    if all(p.startswith(_SLOW_CLOCK) for p in problems):
+        pytest.skip("; ".join(problems))
     pytest.fail("; ".join(problems))
+
+
+#: How a run starts its problem when JACK's dummy driver, starved of CPU, lost time: its "clock" then ran further
+#: from the source's than any sound card's, past what the player may trim, and holding the target was not on trial.
+_SLOW_CLOCK = "JACK's dummy clock"
+SKEW_PPM = 500
 
 
 def _playback_problem() -> str | None:
     """Play 8 s of a tone from a source 500 ppm fast into JACK; what was wrong, or None."""
     player = AudioPlayer(AudioPlayerConfig(target_s=0.030))
     try:
-        stream_tone(player, 8.0, skew_ppm=500)
-        underruns = player.ring.underruns if player.ring else -1
+        stream_tone(player, 8.0, skew_ppm=SKEW_PPM)
+        ring = player.ring
+        underruns = ring.underruns if ring else -1
         samples = list(player.readings.samples)
+        callbacks = ring.records[: min(ring.callbacks, len(ring.records)), 3].copy() if ring else np.zeros(0)
     finally:
         player.close()
     assert player.error is None, player.error
@@ -105,6 +116,14 @@ def _playback_problem() -> str | None:
     period_ms = PERIOD_S * 1000
     median, p95 = dev[len(dev) // 2], dev[int(0.95 * (len(dev) - 1))]
     if median > 2.0 or p95 > period_ms + 1.0:
+        # The device's clock over the settled half: blocks it asked for per second of ours.
+        half = callbacks[len(callbacks) // 2 :]
+        device_speed = (len(half) - 1) * PERIOD_S / (half[-1] - half[0])
+        if abs((1 + SKEW_PPM * 1e-6) / device_speed - 1) > 0.8 * MAX_TRIM:
+            # Out of the player's reach: it must still keep the buffer under its skip threshold.
+            ceiling_ms = (0.030 + AudioPlayerConfig().max_excess_s) * 1000 + 2 * period_ms  # a block, a reading
+            assert max(settled) <= ceiling_ms, f"the buffer reached {max(settled):.1f} ms, over {ceiling_ms:.1f}"
+            return f"{_SLOW_CLOCK} ran {(device_speed - 1) * 100:+.2f} % (the player trims ±{MAX_TRIM * 100:.1f} %)"
         return f"off the target by {median:.1f} ms (median), {p95:.1f} ms (95th percentile)"
     if max(abs(s - 1) for s in speeds) > 0.005 or statistics.mean(speeds) <= 1.0:
         return f"speed {min(speeds):.4f}..{max(speeds):.4f}, mean {statistics.mean(speeds):.5f}"
