@@ -56,8 +56,8 @@ def rss_mb(proc: subprocess.Popen[bytes]) -> float:
     return usage.rss_bytes / 2**20
 
 
-def udp_drops(pid: int) -> int:
-    """Datagrams the kernel dropped on this process's UDP sockets (a full receive buffer): /proc/net/udp."""
+def _udp_rows(pid: int) -> list[list[str]]:
+    """The /proc/net/udp{,6} rows of this process's UDP sockets."""
     inodes = set()
     for fd in Path(f"/proc/{pid}/fd").iterdir():
         try:
@@ -66,17 +66,24 @@ def udp_drops(pid: int) -> int:
             continue
         if target.startswith("socket:["):
             inodes.add(target[8:-1])
-    drops = 0
+    rows = []
     for table in ("/proc/net/udp", "/proc/net/udp6"):
         try:
             lines = Path(table).read_text().splitlines()[1:]
         except OSError:
             continue
-        for line in lines:
-            fields = line.split()
-            if fields[9] in inodes:
-                drops += int(fields[-1])
-    return drops
+        rows += [fields for line in lines if (fields := line.split())[9] in inodes]
+    return rows
+
+
+def udp_drops(pid: int) -> int:
+    """Datagrams the kernel dropped on this process's UDP sockets (a full receive buffer): /proc/net/udp."""
+    return sum(int(fields[-1]) for fields in _udp_rows(pid))
+
+
+def udp_unread_bytes(pid: int) -> int:
+    """Bytes waiting, unread, in this process's UDP receive buffers (the rx_queue of /proc/net/udp)."""
+    return sum(int(fields[4].split(":")[1], 16) for fields in _udp_rows(pid))
 
 
 class HostProcess:

@@ -29,6 +29,7 @@ from faults import (
     mutate,
     rss_mb,
     udp_drops,
+    udp_unread_bytes,
     wait_for,
 )
 from support import SMALL, run, start_host, stop_host, until
@@ -44,13 +45,21 @@ DATAGRAMS = 1_000_000
 TCP_MESSAGES = 100_000
 
 
-def _send_paced(sock: socket.socket, address: tuple[str, int], pool: list[bytes], count: int, rate: float) -> None:
-    """``count`` datagrams from ``pool`` at about ``rate`` a second: the parser is tested, not the kernel buffer."""
+def _send_paced(
+    sock: socket.socket, address: tuple[str, int], pool: list[bytes], count: int, rate: float, pid: int
+) -> None:
+    """``count`` datagrams from ``pool`` at about ``rate`` a second, waiting while more than a quarter of a
+    megabyte sits unread in process ``pid``'s receive buffers: the parser is tested, not the kernel buffer (on a
+    busy shared machine the host reads slower than the flood comes, and the kernel dropped a quarter)."""
     start = time.monotonic()
     n = len(pool)
     for i in range(count):
         sock.sendto(pool[i % n], address)
-        if i % 2000 == 1999:
+        if i % 500 == 499:
+            waited = time.monotonic()
+            while udp_unread_bytes(pid) > 256 * 1024 and time.monotonic() - waited < 1.0:
+                time.sleep(0.002)
+            start += time.monotonic() - waited  # the pace starts again from here, not with a burst
             ahead = (i + 1) / rate - (time.monotonic() - start)
             if ahead > 0:
                 time.sleep(ahead)
@@ -129,11 +138,11 @@ def test_a_million_hostile_datagrams_and_100k_tcp_messages_at_a_running_host(tmp
         tcp_result: dict[str, int] = {}
         tcp = threading.Thread(target=lambda: tcp_result.update(_tcp_flood(host.port, TCP_MESSAGES, rng)))
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            _send_paced(s, ("127.0.0.1", host.port), pool, DATAGRAMS // 10, 60_000)
+            _send_paced(s, ("127.0.0.1", host.port), pool, DATAGRAMS // 10, 60_000, host.proc.pid)
             rss_before = rss_mb(host.proc)
             shown_before, encoded_before = viewer.shown(), host.encoded()
             tcp.start()
-            _send_paced(s, ("127.0.0.1", host.port), pool, DATAGRAMS - DATAGRAMS // 10, 60_000)
+            _send_paced(s, ("127.0.0.1", host.port), pool, DATAGRAMS - DATAGRAMS // 10, 60_000, host.proc.pid)
             tcp.join(120)
             assert not tcp.is_alive()
             shown_during, encoded_during = viewer.shown() - shown_before, host.encoded() - encoded_before
@@ -154,7 +163,7 @@ def test_a_million_hostile_datagrams_and_100k_tcp_messages_at_a_running_host(tmp
     # The kernel's drops also take some of the real viewer's own datagrams (loss reports, NACKs, pings).
     own = sum(viewer_stats.get(k, 0) for k in ("loss_reports_sent", "nacks_sent", "rate_feedbacks_sent")) + 10
     assert DATAGRAMS * 0.999 <= udp_counted + drops <= DATAGRAMS + own, (discarded, drops, own)
-    assert udp_counted >= DATAGRAMS * 0.8, "the host's parser, not the kernel, must see most of the flood"
+    assert udp_counted >= DATAGRAMS * 0.95, "the host's parser, not the kernel, must see the flood"
     assert tcp_result["messages"] >= TCP_MESSAGES
     # The host read every message of every connection it did not close for a protocol error.
     assert stats["control_messages"] >= TCP_MESSAGES * 0.9, (stats["control_messages"], tcp_result)
