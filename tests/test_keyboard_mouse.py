@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import threading
@@ -292,6 +293,12 @@ def test_a_viewers_keys_and_mouse_reach_the_hosts_devices_and_a_python_game(tmp_
         viewer = Viewer(cfg)
         await asyncio.wait_for(viewer.run(), 20)
         await until(lambda: host.sessions.input.owner is None, 5)  # the viewer left: everything let go
+        assert viewer.keyboard_mouse is not None
+        sent_dy = viewer.keyboard_mouse.sender.dy_total
+        # The game takes its motion once a frame: the last of it may still be on its way (the check below says
+        # what arrived if it never does).
+        with contextlib.suppress(TimeoutError):
+            await until(lambda: game_saw["dy"] == sent_dy, 5)
         stop.set()
         await asyncio.get_running_loop().run_in_executor(None, thread.join, 5)
         host.stop()
