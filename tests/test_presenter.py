@@ -161,3 +161,28 @@ def test_the_frame_trace_says_when_a_dropped_picture_came_and_when_the_presenter
     assert len(dropped) == presenter.summary()["dropped"] >= 10
     for r in dropped:
         assert r["seen"] >= r["done"] - 1e-6 and r["capture"] == pytest.approx(r["done"] - 0.01)
+
+
+def test_live_figures_cover_the_last_samples_and_sort_them_outside_the_decode_lock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import pyrofling.client.video as video
+    from pyrofling.core.samples import LIVE_SAMPLES, SAMPLES_KEPT
+
+    presenter = Presenter(PresentationConfig(), HeadlessDisplay(), refresh_hz=60.0)
+    pipeline = video.VideoPipeline(presenter, HeadlessDisplay(), on_decode_error=lambda: None)
+    # A long run: latencies of 50 ms, then the last LIVE_SAMPLES at 10 ms.
+    pipeline.stats.latency_ms.extend([50.0] * (SAMPLES_KEPT - LIVE_SAMPLES) + [10.0] * LIVE_SAMPLES)
+    presenter.stats.glass_ms.extend([60.0] * 3000 + [20.0] * LIVE_SAMPLES)
+    assert pipeline.summary(samples=True)["latency_ms_median"] == 50.0  # the final figures: every sample kept
+    median = statistics.median
+
+    def unlocked_median(values: list[float]) -> float:
+        assert not pipeline.lock.locked(), "the decode thread would wait while this sorts"
+        return median(values)
+
+    monkeypatch.setattr(video.statistics, "median", unlocked_median)
+    live = pipeline.summary(streaming=True, samples=False)
+    assert live["latency_ms_median"] == 10.0 and live["latency_ms_p95"] == 10.0
+    assert presenter.summary(samples=False)["glass_ms_median"] == 20.0
+    assert presenter.summary()["glass_ms_median"] == 60.0

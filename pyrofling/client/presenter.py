@@ -34,7 +34,7 @@ from pyrofling.core.presentation import (
     Repeat,
     Wait,
 )
-from pyrofling.core.samples import recent_samples, tail
+from pyrofling.core.samples import LIVE_SAMPLES, recent_samples, tail
 
 log = logging.getLogger(__name__)
 
@@ -422,10 +422,11 @@ class Presenter:
 
     def summary(self, *, samples: bool = True) -> dict[str, Any]:
         """Counters and the glass-to-glass median and 95th percentile; ``samples``: also every sample (the final
-        statistics; live ones leave them out, as serializing them every second would hold up the viewer)."""
+        statistics; live ones leave them out, as serializing them every second would hold up the viewer, and
+        take the median over the last ``LIVE_SAMPLES``)."""
         with self.stats.lock:
             st = self.stats
-            glass = tail(st.glass_ms, 20_000)
+            glass = tail(st.glass_ms, 20_000 if samples else LIVE_SAMPLES)
             out: dict[str, Any] = {
                 "refresh_hz": st.refresh_hz,
                 "refresh_clock": st.clock,

@@ -32,7 +32,7 @@ from pyrofling.client.presenter import Display, Picture, PictureTiming, Presente
 from pyrofling.core import frame_marker
 from pyrofling.core.clock_sync import ClockSync
 from pyrofling.core.picture_quality import CLEAN_TILE_ERROR, tile_error
-from pyrofling.core.samples import recent_samples, tail
+from pyrofling.core.samples import LIVE_SAMPLES, SAMPLES_KEPT, recent_samples, tail
 from pyrofling.core.scene import TestScene
 from pyrofling.core.viewer_connection import Concealment, DecodeVideo
 
@@ -125,14 +125,13 @@ class VideoPipeline:
 
     def summary(self, *, streaming: bool = False, samples: bool = True) -> dict[str, Any]:
         """Counters and medians, in the viewer's statistics' names; ``streaming``: the stream is still running;
-        ``samples``: also the latency samples."""
-        with self.lock:
+        ``samples``: also the latency samples, and medians over every sample kept (else over the last
+        ``LIVE_SAMPLES``: the live figures, asked for every second or more often)."""
+        keep = SAMPLES_KEPT if samples else LIVE_SAMPLES
+        with self.lock:  # the decode thread takes it every picture: copy here, sort outside
             st = self.stats
             out: dict[str, Any] = {k: getattr(st, k) for k in st.__dataclass_fields__ if not k.endswith("_ms")}
-            for name in ("decode_ms", "latency_ms", "network_ms", "connect_to_first_frame_ms"):
-                values = list(getattr(st, name))
-                out[f"{name}_median"] = statistics.median(values) if values else None
-                out[f"{name}_p95"] = float(np.percentile(values, 95)) if values else None
+            series = {name: tail(getattr(st, name), keep) for name in ("decode_ms", "latency_ms", "network_ms")}
             if samples:
                 out["latency_ms_samples"] = tail(st.latency_ms, 2000)
             out["connect_to_first_frame_ms"] = list(st.connect_to_first_frame_ms)
@@ -140,6 +139,10 @@ class VideoPipeline:
             still = self.concealment.still_s(time.monotonic()) if streaming else self.concealment.max_still_s
             out["max_freeze_ms"] = still * 1000
             out["freezes_over_250ms"] = self.concealment.freezes
+        series["connect_to_first_frame_ms"] = out["connect_to_first_frame_ms"]
+        for name, values in series.items():
+            out[f"{name}_median"] = statistics.median(values) if values else None
+            out[f"{name}_p95"] = float(np.percentile(values, 95)) if values else None
         return out
 
     # -- the decode thread -------------------------------------------------------------------

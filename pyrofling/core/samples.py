@@ -16,6 +16,10 @@ T = TypeVar("T")
 
 #: Samples kept per statistic: two minutes at 60 a second (~230 kB of floats).
 SAMPLES_KEPT = 7_200
+#: Samples that live figures (a HUD, a statistics file rewritten every second) take their medians over: the
+#: last 10 s at 60 a second.  Sorting every kept sample that often cost a viewer 2-4 ms of its event loop,
+#: and its decode thread waited as long for the statistics' lock.
+LIVE_SAMPLES = 600
 
 
 def recent_samples(maxlen: int = SAMPLES_KEPT) -> deque[Any]:
