@@ -43,3 +43,62 @@ def test_the_verdict_compares_autos_bound_with_free_runnings_median(free_median:
     assert ("an offset could give both" in said) is feasible
     assert ("no phase offset could give both" in said) is not feasible
     assert bound_verdict(rows[:1]) == ""  # nothing to compare without both runs
+
+
+def test_a_traced_verdict_names_the_stage_that_alone_takes_more_than_a_lock_could_spare() -> None:
+    # Free-running shows pictures 20 ms after capture; auto's are ready after 12, so a lock showing them no
+    # later than free-running may wait 20 - 12 - 1.5 (flip) = 6.5 ms; the encode alone once a minute ran 9 over.
+    traced = {
+        "stage_median_ms": {"encode": 8.0, "decode": 1.5},
+        "stage_tail_ms": {"encode": 17.0, "decode": 4.0},
+    }
+    auto = {
+        "mode": "auto",
+        "lock_bound_ms": 30.0,
+        "ready_ms_tail": 28.5,
+        "ready_ms_median": 12.0,
+        "flip_margin_ms": 1.5,
+        "bound_repeats_per_minute": 1.0,
+        "late_pictures": traced,
+    }
+    said = bound_verdict([{"mode": "free", "glass_ms_median": 20.0}, auto])
+    assert "at most 6.5 ms" in said and "the encode alone ran 9.0 ms over its median" in said
+    # Where an offset could give both, there is nothing to explain.
+    assert "alone" not in bound_verdict([{"mode": "free", "glass_ms_median": 31.0}, auto])
+
+
+def test_pinning_gives_the_host_side_and_the_viewers_their_own_cpus() -> None:
+    import os
+    import subprocess
+    import sys
+
+    from pyrofling.bench.stream import _pinned, split_cpus
+
+    allowed = os.sched_getaffinity(0)
+    if len(allowed) < 2:
+        pytest.skip("needs two CPUs")
+    host_cpus, viewer_cpus = split_cpus()
+    assert host_cpus and viewer_cpus and not host_cpus & viewer_cpus and host_cpus | viewer_cpus == allowed
+    # A real child: pinned before it starts a thread, so the thread it starts runs there too.
+    code = "import threading, os, time; t = threading.Thread(target=time.sleep, args=(0.5,)); time.sleep(0.3)\n"
+    code += "t.start(); print(sorted(os.sched_getaffinity(t.native_id)), flush=True); t.join()"
+    proc = _pinned(subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True), viewer_cpus)
+    out, _ = proc.communicate(timeout=20)
+    assert out.strip() == str(sorted(viewer_cpus))
+
+
+def test_pinning_on_one_cpu_is_refused_before_anything_runs() -> None:
+    import os
+    import subprocess
+    import sys
+
+    one_cpu = min(os.sched_getaffinity(0))
+    done = subprocess.run(
+        [sys.executable, "-m", "pyrofling", "bench", "latency", "--pin-cpus", "--duration", "1", "--modes", "free"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: os.sched_setaffinity(0, {one_cpu}),
+    )
+    assert done.returncode == 2
+    assert "--pin-cpus" in done.stderr and "needs two" in done.stderr and "running" not in done.stderr

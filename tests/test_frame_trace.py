@@ -68,3 +68,17 @@ def test_the_machines_busy_and_stolen_shares_come_from_proc_stat_ticks() -> None
     assert cpu_shares(after, after)["machine_steal_pct"] is None  # no time passed
     now = machine_cpu()
     assert now is None or (len(now) == 8 and all(v >= 0 for v in now))
+
+
+def test_each_stage_reports_the_time_only_the_allowed_share_of_pictures_exceed() -> None:
+    from pyrofling.bench.frame_trace import share_tail
+
+    # 3600 encodes of 6 ms but two: at one in 3600 the tail is the second slowest, at one in 1800 the third.
+    host = [host_line(i, encode_s=0.006 + (0.010 if i == 7 else 0.004 if i == 8 else 0.0)) for i in range(3600)]
+    rows = join(host, [view_line(i, h) for i, h in enumerate(host)])
+    a = attribute(rows, tail_share=1 / 3600)
+    assert abs(a["stage_tail_ms"]["encode"] - 10.0) < 0.01
+    assert abs(attribute(rows, tail_share=1 / 1800)["stage_tail_ms"]["encode"] - 6.0) < 0.01
+    text = format_attribution("auto", a)
+    assert "1 picture in 3600 ran over its median by more than (ms): encode +4.0" in text
+    assert share_tail([3.0, 1.0, 2.0], 0.0) == 3.0 and share_tail([3.0, 1.0, 2.0], 0.34) == 2.0

@@ -18,6 +18,7 @@ duration exceeded that stage's median by the most.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 from typing import Any
@@ -77,8 +78,18 @@ def join(host: list[dict[str, Any]], view: list[dict[str, Any]]) -> list[dict[st
     return rows
 
 
-def attribute(rows: list[dict[str, Any]], *, close_ms: float = 1.0) -> dict[str, Any]:
-    """Count late pictures per stage to blame, with the stages' medians and the late ones' mean excess."""
+def share_tail(values: list[float], share: float) -> float:
+    """The value that only ``share`` of ``values`` exceed: of N, N × share may be above it (with fewer than one
+    allowed, the largest: what one run can show)."""
+    ordered = sorted(values)
+    allowed = math.floor(len(ordered) * share + 1e-9)
+    return ordered[max(0, len(ordered) - 1 - allowed)]
+
+
+def attribute(rows: list[dict[str, Any]], *, close_ms: float = 1.0, tail_share: float = 1 / 3600) -> dict[str, Any]:
+    """Count late pictures per stage to blame, with the stages' medians and the late ones' mean excess; and
+    each stage's own tail: the duration only ``tail_share`` of pictures exceed (the allowed repeat rate's share
+    of refreshes), which a phase offset's margin would have to cover for that stage alone."""
     durations: dict[str, list[float]] = {name: [] for name, _, _ in STAGES}
     for r in rows:
         for name, a, b in STAGES:
@@ -103,6 +114,8 @@ def attribute(rows: list[dict[str, Any]], *, close_ms: float = 1.0) -> dict[str,
         "missed": sum(1 for r in rows if r.get("missed")),
         "stage_median_ms": medians,
         "stage_p99_ms": {n: sorted(v)[int(len(v) * 0.99)] for n, v in durations.items() if v},
+        "tail_share": tail_share,
+        "stage_tail_ms": {n: share_tail(v, tail_share) for n, v in durations.items() if v},
         "blame": dict(sorted(blame.items(), key=lambda kv: -kv[1])),
         "blame_excess_ms": {k: statistics.fmean(v) for k, v in excess.items()},
     }
@@ -117,4 +130,9 @@ def format_attribution(label: str, a: dict[str, Any]) -> str:
     med, p99 = a["stage_median_ms"], a["stage_p99_ms"]
     medians = ", ".join(f"{n} {med[n]:.2f}/{p99[n]:.2f}" for n, _, _ in STAGES if n in med)
     lines.append(f"  stage median/p99 ms: {medians}")
+    tails = a.get("stage_tail_ms")
+    if tails:
+        over = sorted(((tails[n] - med[n], n) for n in tails if n in med), reverse=True)
+        said = ", ".join(f"{n} +{ms:.1f}" for ms, n in over if ms >= 0.05)
+        lines.append(f"  1 picture in {1 / a['tail_share']:.0f} ran over its median by more than (ms): {said}")
     return "\n".join(lines)

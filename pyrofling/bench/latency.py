@@ -38,8 +38,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pyrofling.bench.frame_trace import attribute, format_attribution, join, read_lines
-from pyrofling.bench.stream import StreamScenario, run_scenario
+from pyrofling.bench.frame_trace import attribute, format_attribution, join, read_lines, share_tail
+from pyrofling.bench.stream import StreamScenario, run_scenario, split_cpus
 from pyrofling.core.phase_offset import AutoOffsetConfig
 
 #: /proc/stat's "cpu" line: user nice system idle iowait irq softirq steal (in ticks).
@@ -73,6 +73,8 @@ class LatencyBenchConfig:
     trace_dir: str | None = None
     #: Split each mode's time into this many runs, the modes taking turns (a noisy machine weighs on all alike).
     rounds: int = 1
+    #: Host side and viewer each on their own CPUs (:attr:`StreamScenario.pin_cpus`).
+    pin_cpus: bool = False
     #: A phase error whose 0.5 s mean stays within this for 2 s counts as locked.
     lock_threshold_ms: float = 1.0
     seed: int = 1
@@ -85,6 +87,8 @@ def scenario_for(
         raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
     view_args = ["--refresh-hz", f"{cfg.refresh_hz:g}", "--refresh-skew-ppm", f"{cfg.skew_ppm:g}"]
     host_args: list[str] = []
+    if cfg.pin_cpus and len(split_cpus()[0]) == 1:
+        host_args += ["--encoder-threads", "1"]  # a second slice thread on the same CPU only takes turns
     if mode == "free":
         view_args += ["--phase-locked", "off"]
     elif mode == "auto":
@@ -106,6 +110,7 @@ def scenario_for(
         seed=cfg.seed,
         host_args=tuple(host_args),
         view_args=tuple(view_args),
+        pin_cpus=cfg.pin_cpus,
     )
 
 
@@ -154,7 +159,8 @@ def run(cfg: LatencyBenchConfig, *, progress: Callable[[str], None] = lambda _s:
     rows = [pool(per_mode[label]) for label, _, _ in plan]
     for row in rows:
         if joined[row["mode"]]:
-            row["late_pictures"] = attribute(joined[row["mode"]])
+            share = repeat_share(cfg.auto_repeats_per_minute, cfg.refresh_hz)
+            row["late_pictures"] = attribute(joined[row["mode"]], tail_share=share)
     return {"config": asdict(cfg), "rows": rows}
 
 
@@ -279,6 +285,11 @@ def _flip_margin_ms(auto: dict[str, Any]) -> float:
     return float(learnt) if learnt is not None else AutoOffsetConfig().flip_margin_s * 1000
 
 
+def repeat_share(repeats_per_minute: float, refresh_hz: float) -> float:
+    """The share of refreshes that may repeat."""
+    return repeats_per_minute / (60 * refresh_hz)
+
+
 def lock_bound(
     ready_ms: list[float], refresh_hz: float, repeats_per_minute: float, flip_margin_ms: float
 ) -> dict[str, float | None]:
@@ -289,11 +300,9 @@ def lock_bound(
     tail; with fewer than one allowed, the tail is the latest picture: what one run can show."""
     if not ready_ms:
         return {"ready_ms_median": None, "ready_ms_tail": None, "lock_bound_ms": None}
-    ordered = sorted(ready_ms)
-    allowed_late = math.floor(len(ordered) * repeats_per_minute / (60 * refresh_hz) + 1e-9)
-    tail = ordered[max(0, len(ordered) - 1 - allowed_late)]
+    tail = share_tail(ready_ms, repeat_share(repeats_per_minute, refresh_hz))
     return {
-        "ready_ms_median": ordered[len(ordered) // 2],
+        "ready_ms_median": sorted(ready_ms)[len(ready_ms) // 2],
         "ready_ms_tail": tail,
         "lock_bound_ms": tail + flip_margin_ms,
     }
@@ -360,6 +369,9 @@ def format_table(result: dict[str, Any]) -> str:
     if c["loss"] or c["jitter_ms"]:
         net = f"netsim (loss {c['loss']:.1%}, jitter 0..{c['jitter_ms']:g} ms)"
     skew = f" {c['skew_ppm']:+g} ppm" if c["skew_ppm"] else ""
+    if c.get("pin_cpus"):
+        host_cpus, viewer_cpus = split_cpus()
+        net += f", host on CPU {_cpu_list(host_cpus)} and viewer on CPU {_cpu_list(viewer_cpus)}"
     lines = [
         f"{c['height']}p{c['fps']} {c['bitrate_kbits'] / 1000:g} Mbit/s, viewer refresh {c['refresh_hz']:g} Hz{skew}, "
         f"{net}, {c['duration_s']:g} s per mode"
@@ -389,6 +401,10 @@ def format_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _cpu_list(cpus: set[int]) -> str:
+    return ",".join(str(c) for c in sorted(cpus))
+
+
 def bound_verdict(rows: list[dict[str, Any]]) -> str:
     """Whether any phase offset could have beaten free-running's median at the auto repeat rate in this run:
     the auto row's bound (its own pictures) against the free row's measured median."""
@@ -404,11 +420,22 @@ def bound_verdict(rows: list[dict[str, Any]]) -> str:
         else f"an offset could give both ({-gap:.1f} ms to spare)"
     )
     repeats = f"{rate:g} repeat{'' if rate == 1 else 's'}"
-    return (
+    verdict = (
         f"lock bound: at most {repeats} a minute needs auto's glass median >= {auto['lock_bound_ms']:.1f} ms "
         f"(its pictures' tail {auto['ready_ms_tail']:.1f} ms + flip margin); free-running's median is "
         f"{free['glass_ms_median']:.1f} ms: {said}"
     )
+    traced = auto.get("late_pictures")
+    if gap > 0 and traced and traced.get("stage_tail_ms"):
+        # What the margin may be to stay at free-running's median, against the stage that alone took the most.
+        budget = free["glass_ms_median"] - auto["ready_ms_median"] - auto["flip_margin_ms"]
+        med = traced["stage_median_ms"]
+        over, stage = max((t - med[n], n) for n, t in traced["stage_tail_ms"].items() if n in med)
+        verdict += (
+            f"\n  at free-running's median a lock's margin over the median ready time is at most {budget:.1f} ms; "
+            f"at that rate the {stage} alone ran {over:.1f} ms over its median"
+        )
+    return verdict
 
 
 def plot(result: dict[str, Any], path: str) -> None:

@@ -70,6 +70,9 @@ class StreamScenario:
     schedule: str | None = None
     queue_ms: float | None = None
     rate_mbits: float = 0.0
+    #: Give the host side (host, game, netsim) one CPU and the viewers another, as two machines would have: on
+    #: a small machine their threads otherwise take turns on the same cores and each one's tail grows the other's.
+    pin_cpus: bool = False
 
     @property
     def lossy(self) -> bool:
@@ -127,6 +130,24 @@ def free_port() -> int:
                     continue
             return port
     raise OSError("no free port")
+
+
+def split_cpus() -> tuple[set[int], set[int]]:
+    """The CPUs this process may use, split in two: (host side, viewers).  ValueError with fewer than two."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise ValueError(f"pinning host and viewer to their own CPUs needs two; this process may use {len(cpus)}")
+    half = len(cpus) // 2
+    return set(cpus[:half]), set(cpus[half:])
+
+
+def _pinned(proc: subprocess.Popen[bytes], cpus: set[int] | None) -> subprocess.Popen[bytes]:
+    """Keep ``proc`` on ``cpus`` (None: anywhere).  Set at once after the start, before the interpreter has
+    started a thread, so every thread it starts inherits it."""
+    if cpus is not None:
+        with contextlib.suppress(ProcessLookupError):  # it already exited: its error is reported as usual
+            os.sched_setaffinity(proc.pid, cpus)
+    return proc
 
 
 def _cli() -> list[str]:
@@ -207,13 +228,14 @@ def _run(
     netsim_out = tmp / "netsim.json"
     services = procs  # what runs until the viewers are done: host, relay, game
     try:
-        procs.append(subprocess.Popen(host_cmd, env=env))
+        host_cpus, viewer_cpus = split_cpus() if sc.pin_cpus else (None, None)
+        procs.append(_pinned(subprocess.Popen(host_cmd, env=env), host_cpus))
         _wait_for_port(host_port, procs[0], timeout_s=30)
         if sc.game:
             game_cmd = [*_cli(), "example-game", "-q", "--headless", "--capture-socket", capture_socket,
                         "--width", str(sc.width), "--height", str(sc.height),
                         "--stats-json", str(tmp / "game.json")]  # fmt: skip
-            procs.append(subprocess.Popen(game_cmd, env=env))
+            procs.append(_pinned(subprocess.Popen(game_cmd, env=env), host_cpus))
         view_port = host_port
         netsim: subprocess.Popen[bytes] | None = None
         if sc.lossy:
@@ -246,7 +268,7 @@ def _run(
             if sc.queue_ms is not None:
                 net_cmd += ["--queue-ms", str(sc.queue_ms)]
             with netsim_out.open("wb") as out:
-                netsim = subprocess.Popen(net_cmd, env=env, stdout=out)
+                netsim = _pinned(subprocess.Popen(net_cmd, env=env, stdout=out), host_cpus)
             procs.append(netsim)
             _wait_for_port(view_port, netsim, timeout_s=15)
         viewer_files = [tmp / f"viewer{i}.json" for i in range(sc.viewers)]
@@ -269,7 +291,7 @@ def _run(
                     cmd += ["--gamepad-source", "sweep"]  # no keyboard without a window: steer the ball anyway
             if sc.duration_s is not None:
                 cmd += ["--duration", str(sc.duration_s)]
-            viewers.append(subprocess.Popen(cmd, env=env))
+            viewers.append(_pinned(subprocess.Popen(cmd, env=env), viewer_cpus))
         services = list(procs)
         procs.extend(viewers)
         started = time.monotonic()

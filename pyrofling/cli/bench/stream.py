@@ -386,6 +386,12 @@ def add_latency(sub: Sub) -> None:
         help="write the host's and the viewer's frame traces here and say, per mode, which stage made the late "
         "pictures late",
     )
+    p.add_argument(
+        "--pin-cpus",
+        action="store_true",
+        help="run the host on half of this machine's CPUs and the viewer on the other half, as on two machines "
+        "(on a small machine their threads otherwise take turns on the same cores; needs 2 CPUs)",
+    )
     p.set_defaults(func=_run_latency)
 
 
@@ -410,7 +416,15 @@ def _run_latency(args: argparse.Namespace) -> int:
         trace_dir=str(args.trace) if args.trace is not None else None,
         rounds=args.rounds,
         auto_repeats_per_minute=args.auto_repeats,
+        pin_cpus=args.pin_cpus,
     )
+    if cfg.pin_cpus:
+        from pyrofling.bench.stream import split_cpus
+
+        try:
+            split_cpus()
+        except ValueError as exc:
+            return refuse("bench latency", f"--pin-cpus: {exc}")
     result = run(cfg, progress=progress)
     print_result(args, result, format_table)
     return draw_plot("bench latency", args.plot, lambda: plot(result, str(args.plot)))
