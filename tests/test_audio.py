@@ -26,6 +26,7 @@ class FakeOutput:
         self.rate = rate
         self.name = "fake output"
         self.played: list[np.ndarray] = []
+        self.max_late_s = 0.0  # how late its thread came to a fill (a busy machine: it then catches up at once)
         self._halt = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -41,6 +42,7 @@ class FakeOutput:
             delay = due - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
+            self.max_late_s = max(self.max_late_s, -delay)
             out = np.empty((block, self.ring.channels), np.float32)
             now = time.monotonic()
             self.ring.fill(out, block, due + 2 * block / self.rate, due, False)
@@ -166,17 +168,20 @@ def test_unknown_output_backend() -> None:
 # -- player ---------------------------------------------------------------------------------------
 
 
-def play(player: AudioPlayer, chunks: list[AudioChunk], lose: set[int], *, codec: int = 3) -> int:
-    """Feed chunks in real time (5 ms apart); a lost chunk is reported as lost when the next arrives."""
+def play(player: AudioPlayer, chunks: list[AudioChunk], lose: set[int], *, codec: int = 3) -> tuple[int, float]:
+    """Feed chunks in real time (5 ms apart); a lost chunk is reported as lost when the next arrives.
+    Returns the ring's underruns and how late the feeding thread itself came to a chunk, seconds."""
     enc = AudioEncoder(AudioConfig(), RATE)
     clock = clock_sync()
     player.configure(codec, RATE, 2)
     start = time.monotonic()
     missing = 0
+    feeder_late_s = 0.0
     for k, chunk in enumerate(chunks):
         delay = start + k * 0.005 - time.monotonic()
         if delay > 0:
             time.sleep(delay)
+        feeder_late_s = max(feeder_late_s, -delay)
         if k in lose:
             missing += 1
             continue
@@ -186,7 +191,8 @@ def play(player: AudioPlayer, chunks: list[AudioChunk], lose: set[int], *, codec
         for p in enc.encode(chunk):
             player.packet(p.data, p.pts_us, clock)
     time.sleep(0.01)
-    return player.ring.underruns if player.ring is not None else -1  # before the end of the stream runs dry
+    underruns = player.ring.underruns if player.ring is not None else -1  # before the end of the stream runs dry
+    return underruns, feeder_late_s
 
 
 def test_lost_packets_are_concealed_without_a_click_and_cost_their_own_duration() -> None:
@@ -196,13 +202,20 @@ def test_lost_packets_are_concealed_without_a_click_and_cost_their_own_duration(
         outputs.append(FakeOutput(ring, rate, device))
         return outputs[-1]
 
-    player = AudioPlayer(AudioPlayerConfig(), factory=factory)
     chunks = tone_chunks(AudioConfig(click_period_s=0), 2.5)
     lose = {150, 200, 201, 300}
-    try:
-        underruns = play(player, chunks, lose)
-    finally:
-        player.close()
+    # The test's own clocks (the feeding thread and the fake device's) must keep time: one held up for half the
+    # 30 ms buffer by a busy machine starves any player, so such a run is tried again (at most three runs).
+    for _attempt in range(3):
+        outputs.clear()
+        player = AudioPlayer(AudioPlayerConfig(), factory=factory)
+        try:
+            underruns, feeder_late_s = play(player, chunks, lose)
+        finally:
+            player.close()
+        held_up = max(feeder_late_s, outputs[0].max_late_s if outputs else 0.0)
+        if underruns == 0 or held_up < 0.015:
+            break
     stats = player.stats
     assert stats.packets_lost == 4 and stats.concealed_frames == 4 * 240
     assert underruns == 0 and stats.primes == 1
