@@ -72,7 +72,8 @@ def add_view(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--stats-interval",
         type=number(0.0, 3600.0),
         default=0.0,
-        help="also rewrite --stats-json this often, s (counters and medians; the samples only at the end)",
+        help="also rewrite --stats-json this often, s (counters, and medians of the last 10 s; the samples only at "
+        "the end)",
     )
     p.add_argument(
         "--recovery",
