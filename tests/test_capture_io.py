@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import array
 import asyncio
+import contextlib
 import fcntl
 import os
 import shutil
@@ -163,6 +164,47 @@ def test_a_game_that_floods_bad_requests_is_dropped(tmp_path: Path) -> None:
         server.close()
 
     run(scenario)
+
+
+def test_a_game_that_falls_behind_reading_misses_no_motion_and_ends_with_the_newest_states(tmp_path: Path) -> None:
+    """Its socket has room for a few hundred packets: the events beyond are held back (the pads' newest states and
+    the keyboard and mouse, motion summed) and go out once the game reads again; no mouse count is lost."""
+    from pyrofling.core.gamepad import PadState, PadUpdate
+    from pyrofling.core.keyboard_mouse import InputUpdate
+
+    async def scenario() -> tuple[int, frozenset[int], int, int, int]:
+        server = await serving(tmp_path)
+        raw = await in_thread(lambda: RawGame(server.path))
+        await in_thread(raw.hello)
+        # The game does not read while 400 pad states and 400 moves (one count each) arrive.
+        for i in range(1, 401):
+            server.pad_update(PadUpdate(1, i, PadState(buttons=i), []))
+            server.input_update(InputUpdate(1, [], [], [], dy=1, keys=frozenset({30 + i % 5})))
+        held_back = server.summary()["events_dropped"]
+
+        def read_until_quiet() -> tuple[int, frozenset[int], int, int]:
+            dy, keys, buttons, events = 0, frozenset[int](), -1, 0
+            raw.sock.settimeout(0.5)
+            with contextlib.suppress(TimeoutError):
+                while True:
+                    header, body = m.unpack(raw.sock.recv(2048))
+                    events += 1
+                    if header.type == m.MessageType.INPUT_EVENT:
+                        ev = m.InputEvent.parse_payload(body)
+                        dy, keys = dy + ev.dy, ev.held()
+                    elif header.type == m.MessageType.GAMEPAD_STATE:
+                        buttons = m.parse_gamepad_event(body).buttons
+            return dy, keys, buttons, events
+
+        dy, keys, buttons, events = await in_thread(read_until_quiet)
+        raw.sock.close()
+        server.close()
+        return dy, keys, buttons, events, held_back
+
+    dy, keys, buttons, events, held_back = run(scenario)
+    assert held_back > 0 and events < 800  # the socket was full: what waited went out merged
+    assert dy == 400  # every count, none lost to the full socket
+    assert keys == frozenset({30}) and buttons == 400  # the last states sent
 
 
 def test_a_stale_socket_is_replaced_and_a_live_one_is_not_stolen(tmp_path: Path) -> None:

@@ -291,7 +291,12 @@ def test_a_viewers_keys_and_mouse_reach_the_hosts_devices_and_a_python_game(tmp_
             duration_s=3.0,
         )
         viewer = Viewer(cfg)
+        assert viewer.keyboard_mouse is not None
+        # The sweep stops half a second before the viewer leaves: its last state (UDP) could otherwise cross the
+        # viewer's goodbye (TCP), and a host that saw the owner go first rightly ignores it (seen once under load).
+        stop_sweep = asyncio.get_running_loop().call_later(2.5, viewer.keyboard_mouse.detach)
         await asyncio.wait_for(viewer.run(), 20)
+        stop_sweep.cancel()
         await until(lambda: host.sessions.input.owner is None, 5)  # the viewer left: everything let go
         assert viewer.keyboard_mouse is not None
         sent_dy = viewer.keyboard_mouse.sender.dy_total
@@ -320,6 +325,16 @@ def test_a_viewers_keys_and_mouse_reach_the_hosts_devices_and_a_python_game(tmp_
     assert held == set()  # nothing stays held after the viewer leaves
     # The Python game saw the keys held and the same motion, through the capture socket.
     assert game_saw["keys_events"] > 10 and game_saw["dy"] == sent.dy_total > 100
+
+
+def test_an_update_after_one_that_was_never_read_carries_both_motions_and_the_newest_state() -> None:
+    from pyrofling.core.keyboard_mouse import InputUpdate
+
+    earlier = InputUpdate(1, [], [], [], dx=3, dy=-2, wheel=1, keys=frozenset({30}), buttons=1)
+    later = InputUpdate(1, [], [], [], dx=1, dy=5, hwheel=2, keys=frozenset({31}), absolute=(10, 20))
+    merged = later.after(earlier)
+    assert (merged.dx, merged.dy, merged.wheel, merged.hwheel) == (4, 3, 1, 2)
+    assert merged.keys == frozenset({31}) and merged.buttons == 0 and merged.absolute == (10, 20)
 
 
 # -- the uinput adapter -----------------------------------------------------------------------------

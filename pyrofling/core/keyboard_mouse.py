@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pyrofling.core.gamepad.state import (
     ABS_X,
@@ -299,6 +299,16 @@ class InputUpdate:
     @property
     def empty(self) -> bool:
         return not (self.keyboard or self.mouse or self.pointer)
+
+    def after(self, earlier: InputUpdate) -> InputUpdate:
+        """This update for a reader that never got ``earlier``: what is held now, and both motions summed."""
+        return replace(
+            self,
+            dx=earlier.dx + self.dx,
+            dy=earlier.dy + self.dy,
+            wheel=earlier.wheel + self.wheel,
+            hwheel=earlier.hwheel + self.hwheel,
+        )
 
 
 @dataclass(slots=True)

@@ -87,7 +87,13 @@ class _Game:
     vk_device: Any = None  # a Vulkan layer's GPU, once it said which (vulkan_import.ImportDevice)
     vk_group: ImportedGroup | None = None
     errors: int = 0
+    #: Events its socket had no room for (it queues 10 packets: a game that fell behind reading).  Their state
+    #: is not lost: the newest of each pad and of the keyboard and mouse (motion summed) wait here, and go out
+    #: as soon as the socket has room (``flush_armed``) or with the next event of their kind.
     events_dropped: int = 0
+    unsent_pads: dict[int, bytes] = field(default_factory=dict)
+    unsent_input: InputUpdate | None = None
+    flush_armed: bool = False
 
 
 @dataclass(slots=True)
@@ -237,25 +243,42 @@ class CaptureServer:
         event = m.gamepad_event(state) if pad == 1 else m.PadStateEvent(pad, state.payload()).encode(0)
         for game in list(self._games.values()):
             if game.intent == m.Intent.SHARED_MEMORY_FRAMES:  # PyroFling's layer drops on events it does not know
-                self._send(game, event, droppable=True)
+                game.unsent_pads.pop(pad, None)  # a pad's state replaces the last one
+                if not self._send(game, event, droppable=True):
+                    game.unsent_pads[pad] = event
+                    self._flush_when_writable(game)
 
     def input_update(self, update: InputUpdate) -> None:
         """An InputOutput listener: every game gets what the host applied to its keyboard and mouse."""
-        ax, ay = update.absolute or (0, 0)
-        event = m.InputEvent(
-            key_bitmap(update.keys),
-            update.buttons,
-            1 if update.absolute is not None else 0,
-            update.dx,
-            update.dy,
-            update.wheel,
-            update.hwheel,
-            ax,
-            ay,
-        ).encode(0)
         for game in list(self._games.values()):
             if game.intent == m.Intent.SHARED_MEMORY_FRAMES:
-                self._send(game, event, droppable=True)
+                pending = update.after(game.unsent_input) if game.unsent_input is not None else update
+                game.unsent_input = None
+                if not self._send(game, _input_event(pending), droppable=True):
+                    game.unsent_input = pending
+                    self._flush_when_writable(game)
+
+    def _flush_when_writable(self, game: _Game) -> None:
+        if self._loop is not None and not game.flush_armed:
+            game.flush_armed = True
+            self._loop.add_writer(game.sock.fileno(), self._flush_unsent, game)
+
+    def _flush_unsent(self, game: _Game) -> None:
+        """The game's socket has room again: the pad and input states it missed, newest only."""
+        game.flush_armed = False
+        if self._loop is not None:
+            with contextlib.suppress(ValueError, OSError):
+                self._loop.remove_writer(game.sock.fileno())
+        if game.conn_id not in self._games:
+            return
+        pads, game.unsent_pads = game.unsent_pads, {}
+        for pad, event in pads.items():
+            if not self._send(game, event, droppable=True):
+                game.unsent_pads[pad] = event
+        if game.unsent_input is not None and self._send(game, _input_event(game.unsent_input), droppable=True):
+            game.unsent_input = None
+        if game.unsent_pads or game.unsent_input is not None:
+            self._flush_when_writable(game)
 
     def summary(self) -> dict[str, Any]:
         st = self.stats
@@ -580,11 +603,14 @@ class CaptureServer:
             else:
                 self._send(game, event.encode(0))
 
-    def _send(self, game: _Game, data: bytes, *, droppable: bool = False) -> None:
+    def _send(self, game: _Game, data: bytes, *, droppable: bool = False) -> bool:
+        """Whether ``data`` went out.  A full socket drops a ``droppable`` event (the caller keeps its state), and
+        the game for anything else."""
         if game.conn_id not in self._games:
-            return
+            return False
         try:
             game.sock.send(data)
+            return True
         except (BlockingIOError, InterruptedError):
             if droppable:
                 game.events_dropped += 1
@@ -592,6 +618,7 @@ class CaptureServer:
                 self._drop(game, "it stopped reading its socket")
         except OSError as exc:
             self._drop(game, f"send failed: {exc}")
+        return False
 
     def _error(self, game: _Game, serial: int, kind: m.MessageType, text: str, reason: str) -> None:
         self.stats.errors[reason] += 1
@@ -618,6 +645,9 @@ class CaptureServer:
         if self._loop is not None:
             with contextlib.suppress(ValueError, OSError):
                 self._loop.remove_reader(game.sock.fileno())
+            if game.flush_armed:
+                with contextlib.suppress(ValueError, OSError):
+                    self._loop.remove_writer(game.sock.fileno())
         game.sock.close()
         game.images = []  # an image the encoder still reads keeps its mapping alive until it is done
         if game.vk_group is not None:
@@ -632,6 +662,13 @@ class CaptureServer:
             self._active = with_group[-1].conn_id if with_group else None
             if self._active is not None:
                 log.info("capture: streaming %s", self._games[self._active].name)
+
+
+def _input_event(update: InputUpdate) -> bytes:
+    ax, ay = update.absolute or (0, 0)
+    flags = 1 if update.absolute is not None else 0
+    motion = (update.dx, update.dy, update.wheel, update.hwheel)
+    return m.InputEvent(key_bitmap(update.keys), update.buttons, flags, *motion, ax, ay).encode(0)
 
 
 def _fds_of(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
