@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyrofling.core.host_auth import PairedViewer
-from pyrofling.core.viewer_auth import HostCredential
+from pyrofling.core.host.auth import PairedViewer
+from pyrofling.core.viewer.auth import HostCredential
 
 log = logging.getLogger(__name__)
 

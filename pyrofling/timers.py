@@ -1,4 +1,4 @@
-"""One asyncio timer that follows a pure core's ``next_timer()``: the shells' half of conventions §2.
+"""One asyncio timer that follows a pure core's ``next_timer()``: the shells' half of its timer contract.
 
 The core says when it next has something to do (monotonic seconds); the shell
 arms one ``call_at`` for then, after every input.  A deadline that moved later

@@ -43,7 +43,7 @@ FORBIDDEN = frozenset(
         "pyaudio",
     }
 )
-#: The pure core: decisions that take ``now`` and return what to do (design.md, conventions §1).
+#: The pure core: decisions that take ``now`` and return what to do (docs/architecture.md).
 PURE_PACKAGES = ("pyrofling.wire", "pyrofling.fec", "pyrofling.core")
 PURE_MODULES = ("pyrofling.seqnum", "pyrofling.units", "pyrofling.netsim.models")
 
@@ -109,7 +109,7 @@ def loaded_by(module: str) -> dict[str, set[str]]:
 
 
 def test_the_pure_set_is_the_core() -> None:
-    assert {"pyrofling.wire.control", "pyrofling.core.viewer_connection", "pyrofling.core.host_session"} <= set(PURE)
+    assert {"pyrofling.wire.control", "pyrofling.core.viewer.connection", "pyrofling.core.host.sessions"} <= set(PURE)
     assert not [m for m in PURE if m.startswith(("pyrofling.server", "pyrofling.client", "pyrofling.cli"))]
 
 
@@ -171,6 +171,41 @@ def test_no_import_cycles_anywhere() -> None:
     assert _cycles() == []
 
 
+#: The core's layers, and which others each may load: the host's and the viewer's decisions never meet; both
+#: use the players' input and the shared modules at the core's top, which use neither.
+LAYERS = {
+    "pyrofling.core.host": ("pyrofling.core.input",),
+    "pyrofling.core.viewer": ("pyrofling.core.input",),
+    "pyrofling.core.input": (),
+}
+
+
+def layer_of(module: str) -> str | None:
+    """The layer a core module belongs to; None for the shared modules at the core's top and anything else."""
+    return next((layer for layer in LAYERS if module == layer or module.startswith(layer + ".")), None)
+
+
+def layer_violations(module: str) -> list[str]:
+    """The modules of a layer ``module`` may not use that importing it loads, however deep."""
+    own = layer_of(module)
+    allowed = {None, own, *LAYERS.get(own or "", ())}
+    return sorted(n for n in loaded_by(module) if n.startswith("pyrofling.core") and layer_of(n) not in allowed)
+
+
+CORE = sorted(m for m in MODULES if m.startswith("pyrofling.core"))
+
+
+def test_every_core_module_is_in_a_layer_or_shared_and_the_layers_exist() -> None:
+    assert {layer_of(m) for m in CORE} == {None, *LAYERS}
+    shared = [m for m in CORE if layer_of(m) is None]
+    assert "pyrofling.core.secure" in shared and "pyrofling.core.host.sessions" not in shared
+
+
+@pytest.mark.parametrize("module", CORE)
+def test_the_host_and_the_viewer_never_import_each_other(module: str) -> None:
+    assert layer_violations(module) == [], f"{module} ({layer_of(module) or 'shared'}) loads another layer"
+
+
 def test_the_checks_catch_what_they_look_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two fake modules that import each other, one of them a pure one that loads a socket through the other."""
     pure = tmp_path / "a.py"
@@ -182,3 +217,16 @@ def test_the_checks_catch_what_they_look_for(tmp_path: Path, monkeypatch: pytest
     loaded = loaded_by("pyrofling.core.a")
     assert "pyrofling.server.b" in loaded and "socket" in loaded["pyrofling.server.b"]
     assert ["pyrofling.core.a", "pyrofling.server.b"] in _cycles()
+
+
+def test_the_layer_check_catches_a_host_module_that_loads_the_viewer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host = tmp_path / "h.py"
+    host.write_text("from pyrofling.core.viewer import reassembler\n")
+    shared = tmp_path / "s.py"
+    shared.write_text("from pyrofling.core.input import pad\n")
+    monkeypatch.setitem(MODULES, "pyrofling.core.host.h", host)
+    monkeypatch.setitem(MODULES, "pyrofling.core.s", shared)
+    assert "pyrofling.core.viewer.reassembler" in layer_violations("pyrofling.core.host.h")
+    assert "pyrofling.core.input.pad" in layer_violations("pyrofling.core.s")

@@ -11,7 +11,7 @@ import pytest
 
 from pyrofling.client.audio import AudioPlayer, AudioPlayerConfig, OutputRing, output_factory
 from pyrofling.client.codecs import AudioDecoder, DecodeError
-from pyrofling.core.clock_sync import ClockSync
+from pyrofling.core.viewer.clock_sync import ClockSync
 from pyrofling.server.audio import AudioChunk, AudioConfig, AudioEncoder, ToneSource, open_audio_source
 from pyrofling.wire import AudioCodec
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from pyrofling.core.audio_control import (
+from pyrofling.core.viewer.audio_control import (
     MAX_TRIM,
     DeviceClock,
     DriftController,

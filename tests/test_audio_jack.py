@@ -19,8 +19,8 @@ from pyrofling.bench.latency import cpu_shares, machine_cpu
 from pyrofling.client.audio import AudioPlayer, AudioPlayerConfig
 from pyrofling.client.audio.devices import reinitialize_portaudio
 from pyrofling.client.viewer import Viewer, ViewerConfig
-from pyrofling.core.audio_control import MAX_TRIM
-from pyrofling.core.clock_sync import ClockSync
+from pyrofling.core.viewer.audio_control import MAX_TRIM
+from pyrofling.core.viewer.clock_sync import ClockSync
 from pyrofling.server.audio import AudioConfig, AudioEncoder, DeviceSource, ToneSource
 from pyrofling.server.encoder import EncoderConfig
 from pyrofling.server.host import Host, HostConfig

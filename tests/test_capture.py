@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import parse_capture_message
 
-from pyrofling.core.swapchain import EncodeImage, ImageState, Retire, Swapchain
+from pyrofling.core.host.swapchain import EncodeImage, ImageState, Retire, Swapchain
 from pyrofling.wire import BadMagicError, GamepadState, ProtocolError
 from pyrofling.wire import capture as m
 
@@ -63,7 +63,7 @@ def test_gamepad_events_carry_the_viewer_payload_unchanged() -> None:
 
 
 def test_reference_framing_is_kept_byte_for_byte() -> None:
-    """PyroFling's 32-byte header: magic, serial, type, payload length, reserved (anchor §9)."""
+    """PyroFling's 32-byte header: magic, serial, type, payload length, reserved (protocol.md §8.7)."""
     data = m.pack(5, m.MessageType.OK)
     assert data == bytes.fromhex("9f2f12bd4a243875050000000000000001000000000000000000000000000000")
     assert m.MessageType.FRAME_COMPLETE == 0x80000069 and m.FrameComplete.payload_bytes() == 48

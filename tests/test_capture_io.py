@@ -169,8 +169,8 @@ def test_a_game_that_floods_bad_requests_is_dropped(tmp_path: Path) -> None:
 def test_a_game_that_falls_behind_reading_misses_no_motion_and_ends_with_the_newest_states(tmp_path: Path) -> None:
     """Its socket has room for a few hundred packets: the events beyond are held back (the pads' newest states and
     the keyboard and mouse, motion summed) and go out once the game reads again; no mouse count is lost."""
-    from pyrofling.core.gamepad import PadState, PadUpdate
-    from pyrofling.core.keyboard_mouse import InputUpdate
+    from pyrofling.core.input.keyboard_mouse import InputUpdate
+    from pyrofling.core.input.pad import PadState, PadUpdate
 
     async def scenario() -> tuple[int, frozenset[int], int, int, int]:
         server = await serving(tmp_path)

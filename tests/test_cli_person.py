@@ -26,7 +26,7 @@ from pyrofling.capture import CaptureClient
 from pyrofling.cli import build_parser, main
 from pyrofling.cli.options import setup_logging
 from pyrofling.client.viewer import Viewer, ViewerConfig
-from pyrofling.core.viewer_connection import Reconnect
+from pyrofling.core.viewer.connection import Reconnect
 
 
 def pyrofling(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:

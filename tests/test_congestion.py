@@ -2,7 +2,7 @@
 
 A closed loop with a fake clock: frames of the size the controller allows leave paced, cross a simulated
 bottleneck (:class:`~pyrofling.netsim.models.Impairment`: rate, drop-tail queue, loss), the viewer's
-:class:`~pyrofling.core.rate_feedback.ArrivalRecorder` stamps them on its own clock and reports every 50 ms,
+:class:`~pyrofling.core.viewer.rate_feedback.ArrivalRecorder` stamps them on its own clock and reports every 50 ms,
 and the report reaches the controller a few ms later.  What a player would feel is measured on the way:
 each frame's queueing delay.
 """
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from pyrofling.core.congestion import LinkController, RateConfig, RateVoter, SharedBitrate
-from pyrofling.core.rate_feedback import ArrivalRecorder
+from pyrofling.core.host.congestion import LinkController, RateConfig, RateVoter, SharedBitrate
+from pyrofling.core.viewer.rate_feedback import ArrivalRecorder
 from pyrofling.netsim.models import Impairment, ImpairmentConfig, LinkChange
 from pyrofling.wire import RateDecider, RateFeedback
 
@@ -184,7 +184,7 @@ def test_the_player_decides_and_lowest_lets_everyone_decide() -> None:
 
 
 def test_the_viewer_says_in_words_what_set_the_bitrate() -> None:
-    from pyrofling.core.rate_feedback import describe_rate, narrower_than_stream
+    from pyrofling.core.viewer.rate_feedback import describe_rate, narrower_than_stream
     from pyrofling.wire import StreamRate
 
     mine = StreamRate(3500, 10_000, 3600, RateDecider.YOUR_LINK)
@@ -197,7 +197,7 @@ def test_the_viewer_says_in_words_what_set_the_bitrate() -> None:
 
 
 def test_the_narrow_link_warning_waits_for_a_squeeze_that_lasts_and_says_it_once() -> None:
-    from pyrofling.core.rate_feedback import NarrowLinkWarning
+    from pyrofling.core.viewer.rate_feedback import NarrowLinkWarning
     from pyrofling.wire import StreamRate
 
     squeezed = StreamRate(8000, 10_000, 2000, RateDecider.OTHER_VIEWER)
@@ -268,7 +268,7 @@ def test_a_busy_viewer_reads_every_datagram_waiting_before_its_timer_judges_them
     import time
 
     from pyrofling.client.connection import ConnectionIO
-    from pyrofling.core.viewer_connection import DatagramToHost
+    from pyrofling.core.viewer.connection import DatagramToHost
 
     async def scenario() -> list[tuple[str, float]]:
         server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)

@@ -35,7 +35,7 @@ from faults import (
 from support import SMALL, run, start_host, stop_host, until
 
 from pyrofling.client.viewer import Viewer, ViewerConfig
-from pyrofling.core.host_session import HostSessionConfig
+from pyrofling.core.host.sessions import HostSessionConfig
 from pyrofling.server import host as host_module
 from pyrofling.server.host import Host
 from pyrofling.server.sources import SceneSource

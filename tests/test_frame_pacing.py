@@ -9,7 +9,7 @@ import pytest
 from support import run, start_host, stop_host
 
 from pyrofling.capture import CaptureClient
-from pyrofling.core.frame_pacing import JustInTime, JustInTimeConfig
+from pyrofling.core.just_in_time import JustInTime, JustInTimeConfig
 from pyrofling.server.encoder import EncoderConfig
 from pyrofling.server.gamepad import RecordingPad
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyrofling.core.gamepad import (
+from pyrofling.core.input.pad import (
     ABS_BRAKE,
     ABS_GAS,
     ABS_HAT0X,
@@ -51,9 +51,9 @@ from pyrofling.core.gamepad import (
     GamepadSender,
     KeyboardPad,
     PadCandidate,
+    PadSenderConfig,
     PadState,
-    SenderConfig,
-    Verdict,
+    PadVerdict,
     choose_pad,
     face_layout_for,
     hat_value,
@@ -331,7 +331,7 @@ def test_merge_ors_buttons_and_keeps_the_larger_deflection() -> None:
 
 
 def test_sender_sends_every_interval_and_changes_at_once() -> None:
-    s = GamepadSender(SenderConfig(interval_s=0.004))
+    s = GamepadSender(PadSenderConfig(interval_s=0.004))
     first = s.poll(NEUTRAL, 10.0)
     assert first is not None and first[0] == 0 and GamepadState.parse(first[1]) == GamepadState(seq=0)
     assert s.poll(NEUTRAL, 10.002) is None  # nothing changed, not due
@@ -346,7 +346,7 @@ def test_sender_sends_every_interval_and_changes_at_once() -> None:
 
 
 def test_changes_closer_than_the_minimum_gap_wait_for_it() -> None:
-    s = GamepadSender(SenderConfig(interval_s=0.004, min_gap_s=0.001))
+    s = GamepadSender(PadSenderConfig(interval_s=0.004, min_gap_s=0.001))
     s.poll(NEUTRAL, 0.0)
     assert s.poll(PadState(lx=1), 0.0015) is not None
     assert s.poll(PadState(lx=2), 0.0020) is None  # 0.5 ms after the last send
@@ -357,7 +357,7 @@ def test_changes_closer_than_the_minimum_gap_wait_for_it() -> None:
 
 
 def test_late_wake_ups_keep_the_250_hz_cadence() -> None:
-    s = GamepadSender(SenderConfig(interval_s=0.004))
+    s = GamepadSender(PadSenderConfig(interval_s=0.004))
     now, sent = 0.0, 0
     while now < 4.0:
         sent += s.poll(NEUTRAL, now) is not None
@@ -368,7 +368,7 @@ def test_late_wake_ups_keep_the_250_hz_cadence() -> None:
 
 
 def test_without_send_on_change_a_change_waits_for_the_tick() -> None:
-    s = GamepadSender(SenderConfig(interval_s=0.004, send_on_change=False))
+    s = GamepadSender(PadSenderConfig(interval_s=0.004, send_on_change=False))
     s.poll(NEUTRAL, 0.0)
     assert s.poll(PadState(buttons=1), 0.001) is None
     out = s.poll(PadState(buttons=1), 0.004)
@@ -486,11 +486,11 @@ def msg(seq: int, buttons: int = 0, lx: int = 0) -> GamepadState:
 
 def test_only_forward_sequences_are_applied() -> None:
     r = GamepadRouter()
-    assert r.offer(1, msg(10, lx=1))[0] is Verdict.APPLIED
-    assert r.offer(1, msg(10, lx=2))[0] is Verdict.STALE  # duplicate
-    assert r.offer(1, msg(9, lx=3))[0] is Verdict.STALE  # reordered, older
-    assert r.offer(1, msg(12, lx=4))[0] is Verdict.APPLIED  # a gap is fine: 11 was lost
-    assert r.offer(1, msg(11, lx=5))[0] is Verdict.STALE  # 11 arriving late
+    assert r.offer(1, msg(10, lx=1))[0] is PadVerdict.APPLIED
+    assert r.offer(1, msg(10, lx=2))[0] is PadVerdict.STALE  # duplicate
+    assert r.offer(1, msg(9, lx=3))[0] is PadVerdict.STALE  # reordered, older
+    assert r.offer(1, msg(12, lx=4))[0] is PadVerdict.APPLIED  # a gap is fine: 11 was lost
+    assert r.offer(1, msg(11, lx=5))[0] is PadVerdict.STALE  # 11 arriving late
     assert r.applied == PadState(lx=4)
     assert r.stats.verdicts == {"applied": 2, "stale_seq": 3}
 
@@ -503,22 +503,22 @@ def test_only_forward_sequences_are_applied() -> None:
 def test_sequence_comparison_wraps_at_16_bits(last: int, seq: int, applied: bool) -> None:
     r = GamepadRouter()
     r.offer(1, msg(last))
-    assert (r.offer(1, msg(seq & 0xFFFF, lx=9))[0] is Verdict.APPLIED) is applied
+    assert (r.offer(1, msg(seq & 0xFFFF, lx=9))[0] is PadVerdict.APPLIED) is applied
 
 
 def test_each_connection_has_its_own_sequence() -> None:
     r = GamepadRouter()
     r.offer(1, msg(500))
     r.reset_ownership()
-    assert r.offer(2, msg(3))[0] is Verdict.APPLIED  # 2's first state: its own numbering
+    assert r.offer(2, msg(3))[0] is PadVerdict.APPLIED  # 2's first state: its own numbering
 
 
 def test_first_sender_owns_and_others_are_refused() -> None:
     r = GamepadRouter()
     verdict, update = r.offer(1, msg(0, buttons=GamepadButton.SOUTH))
-    assert verdict is Verdict.APPLIED and update is not None and r.owner == 1
+    assert verdict is PadVerdict.APPLIED and update is not None and r.owner == 1
     assert update.events == [(EV_KEY, 0x130, 1), SYN] and not update.took_over
-    assert r.offer(2, msg(0, buttons=GamepadButton.EAST)) == (Verdict.NOT_OWNER, None)
+    assert r.offer(2, msg(0, buttons=GamepadButton.EAST)) == (PadVerdict.NOT_OWNER, None)
     assert r.applied == PadState(buttons=GamepadButton.SOUTH)
 
 
@@ -527,17 +527,17 @@ def test_mode_or_the_four_button_combo_takes_over(buttons: int) -> None:
     r = GamepadRouter()
     r.offer(1, msg(0, buttons=GamepadButton.SOUTH))
     verdict, update = r.offer(2, msg(0, buttons=buttons))
-    assert verdict is Verdict.APPLIED and update is not None and update.took_over and r.owner == 2
+    assert verdict is PadVerdict.APPLIED and update is not None and update.took_over and r.owner == 2
     assert r.stats.takeovers == 1
-    assert r.offer(1, msg(1))[0] is Verdict.NOT_OWNER  # the old owner is now the one refused
-    assert r.offer(2, msg(1))[0] is Verdict.APPLIED  # and the new owner keeps it without the combo
+    assert r.offer(1, msg(1))[0] is PadVerdict.NOT_OWNER  # the old owner is now the one refused
+    assert r.offer(2, msg(1))[0] is PadVerdict.APPLIED  # and the new owner keeps it without the combo
 
 
 @pytest.mark.parametrize("missing", [GamepadButton.START, GamepadButton.SELECT, GamepadButton.TL, GamepadButton.TR])
 def test_three_of_the_four_combo_buttons_do_not_take_over(missing: GamepadButton) -> None:
     r = GamepadRouter()
     r.offer(1, msg(0))
-    assert r.offer(2, msg(0, buttons=TAKEOVER & ~missing))[0] is Verdict.NOT_OWNER
+    assert r.offer(2, msg(0, buttons=TAKEOVER & ~missing))[0] is PadVerdict.NOT_OWNER
 
 
 def test_a_gamepad_kick_clears_ownership() -> None:
@@ -545,7 +545,7 @@ def test_a_gamepad_kick_clears_ownership() -> None:
     r.offer(1, msg(0))
     r.reset_ownership()
     assert r.owner is None
-    assert r.offer(2, msg(0, buttons=GamepadButton.EAST))[0] is Verdict.APPLIED and r.owner == 2
+    assert r.offer(2, msg(0, buttons=GamepadButton.EAST))[0] is PadVerdict.APPLIED and r.owner == 2
 
 
 def test_an_owner_leaving_lets_go_of_what_it_held() -> None:
@@ -555,7 +555,7 @@ def test_an_owner_leaving_lets_go_of_what_it_held() -> None:
     assert release is not None and release.conn_id is None and release.state == NEUTRAL
     assert release.events == [(EV_KEY, 0x130, 0), (EV_ABS, ABS_X, 0), SYN]
     assert r.owner is None and r.applied == NEUTRAL
-    assert r.offer(2, msg(0))[0] is Verdict.APPLIED  # anyone may pick it up
+    assert r.offer(2, msg(0))[0] is PadVerdict.APPLIED  # anyone may pick it up
 
 
 def test_a_non_owner_leaving_changes_nothing_and_its_sequence_is_forgotten() -> None:
@@ -564,7 +564,7 @@ def test_a_non_owner_leaving_changes_nothing_and_its_sequence_is_forgotten() -> 
     r.offer(2, msg(50))
     assert r.connection_closed(2) is None and r.owner == 1
     assert r.connection_closed(1) is not None
-    assert r.offer(2, msg(3))[0] is Verdict.APPLIED  # a new connection with the same id starts over
+    assert r.offer(2, msg(3))[0] is PadVerdict.APPLIED  # a new connection with the same id starts over
     assert r.connection_closed(7) is None  # never seen
 
 
@@ -590,12 +590,12 @@ def test_router_invariants_under_any_traffic(traffic: list[tuple[int, int, int, 
         verdict, update = r.offer(conn, msg(seq, buttons))
         forward = conn not in last_seen or 0 < ((seq - last_seen[conn]) & 0xFFFF) < 0x8000
         if not forward:
-            assert verdict is Verdict.STALE and update is None
+            assert verdict is PadVerdict.STALE and update is None
             continue
         last_seen[conn] = seq
         may_drive = owner_before in (None, conn) or buttons & GamepadButton.MODE or buttons & TAKEOVER == TAKEOVER
-        assert (verdict is Verdict.APPLIED) == bool(may_drive)
-        if verdict is Verdict.APPLIED:
+        assert (verdict is PadVerdict.APPLIED) == bool(may_drive)
+        if verdict is PadVerdict.APPLIED:
             assert r.owner == conn and r.applied == PadState.of(msg(seq, buttons))
         else:
             assert r.owner == owner_before

@@ -22,7 +22,7 @@ import pytest
 from support import until
 
 from pyrofling.client.gamepad import EvdevPadReader, GamepadConfig, GamepadLink
-from pyrofling.core.gamepad import (
+from pyrofling.core.input.pad import (
     ABS_X,
     ABS_Y,
     BTN_EAST,
@@ -34,9 +34,9 @@ from pyrofling.core.gamepad import (
     SYN_DROPPED,
     SYN_REPORT,
     VIRTUAL_PAD,
+    PadSenderConfig,
     PadState,
     PadUpdate,
-    SenderConfig,
     choose_pad,
 )
 from pyrofling.server.gamepad import (
@@ -457,7 +457,7 @@ def test_a_connected_pad_sends_even_at_rest() -> None:
 
 
 def test_the_sweep_changes_the_state_on_every_send_and_detach_stops_sending() -> None:
-    link = GamepadLink(GamepadConfig(source="sweep", sender=SenderConfig(interval_s=0.004)))
+    link = GamepadLink(GamepadConfig(source="sweep", sender=PadSenderConfig(interval_s=0.004)))
 
     async def body(sent: list[bytes]) -> None:
         await until(lambda: len(sent) >= 20)
@@ -487,4 +487,4 @@ def test_unknown_gamepad_settings_are_refused_clearly() -> None:
     with pytest.raises(ValueError, match="unknown gamepad source 'joystick'"):
         GamepadConfig(source="joystick").check()
     with pytest.raises(ValueError, match="between 1 and 1000 ms"):
-        GamepadConfig(sender=SenderConfig(interval_s=0.0)).check()
+        GamepadConfig(sender=PadSenderConfig(interval_s=0.0)).check()

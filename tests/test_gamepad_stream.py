@@ -14,7 +14,7 @@ from support import TINY, run, start_host, stop_host, until
 
 from pyrofling.client.gamepad import GamepadConfig
 from pyrofling.client.viewer import Viewer, ViewerConfig
-from pyrofling.core.gamepad import ABS_X, BTN_EAST, BTN_SOUTH, BTN_WEST, EV_ABS, EV_KEY
+from pyrofling.core.input.pad import ABS_X, BTN_EAST, BTN_SOUTH, BTN_WEST, EV_ABS, EV_KEY
 from pyrofling.server.gamepad import RecordingPad
 from pyrofling.server.host import Host
 from pyrofling.wire import (

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pyrofling.core.host_state import Address, HostOutput, SendDatagram
+from pyrofling.core.host.state import Address, HostOutput, SendDatagram
 from pyrofling.server.network import READ_BATCH, HostNetwork
 from pyrofling.server.stats import HostStats
 

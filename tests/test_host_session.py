@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from pyrofling.core.congestion import RateConfig
-from pyrofling.core.host_session import (
+from pyrofling.core.host.congestion import RateConfig
+from pyrofling.core.host.keyframes import KeyframePolicy
+from pyrofling.core.host.packetizer import MediaPacket, Packetizer
+from pyrofling.core.host.sessions import (
     CloseConnection,
     GamepadInput,
     HostSessionConfig,
@@ -16,9 +18,7 @@ from pyrofling.core.host_session import (
     SendDatagram,
     ViewerLeft,
 )
-from pyrofling.core.host_state import RemoteViewer, SetBitrate
-from pyrofling.core.keyframes import KeyframePolicy
-from pyrofling.core.packetizer import MediaPacket, Packetizer
+from pyrofling.core.host.state import RemoteViewer, SetBitrate
 from pyrofling.wire import (
     Again,
     ArrivalSample,

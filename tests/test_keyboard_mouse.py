@@ -18,30 +18,17 @@ from support import TINY, run, start_host, until
 from pyrofling.capture import CaptureClient
 from pyrofling.client.keyboard_mouse import InputConfig, InputLink
 from pyrofling.client.viewer import Viewer, ViewerConfig
-from pyrofling.core.gamepad.state import EV_KEY, EV_SYN
-from pyrofling.core.host_session import (
+from pyrofling.core.host.keyframes import KeyframePolicy
+from pyrofling.core.host.packetizer import Packetizer
+from pyrofling.core.host.sessions import (
     HostSessionConfig,
     HostSessions,
     KeyboardMouseInput,
     LogLine,
 )
-from pyrofling.core.keyboard_mouse import (
-    BTN_LEFT,
-    EV_ABS,
-    EV_REL,
-    KEY_HOME,
-    KEY_LEFTALT,
-    KEY_LEFTCTRL,
-    REL_WHEEL,
-    REL_X,
-    REL_Y,
-    WINDOW_KEYS,
-    InputRouter,
-    InputSender,
-    InputVerdict,
-)
-from pyrofling.core.keyframes import KeyframePolicy
-from pyrofling.core.packetizer import Packetizer
+from pyrofling.core.input.keyboard_mouse import WINDOW_KEYS, InputRouter, InputSender, InputVerdict
+from pyrofling.core.input.keyboard_mouse.codes import KEY_HOME, KEY_LEFTALT, KEY_LEFTCTRL
+from pyrofling.core.input.pad.state import BTN_LEFT, EV_ABS, EV_KEY, EV_REL, EV_SYN, REL_WHEEL, REL_X, REL_Y
 from pyrofling.server.input_devices import RecordingInput
 from pyrofling.wire import (
     CodecParameters,
@@ -328,7 +315,7 @@ def test_a_viewers_keys_and_mouse_reach_the_hosts_devices_and_a_python_game(tmp_
 
 
 def test_an_update_after_one_that_was_never_read_carries_both_motions_and_the_newest_state() -> None:
-    from pyrofling.core.keyboard_mouse import InputUpdate
+    from pyrofling.core.input.keyboard_mouse import InputUpdate
 
     earlier = InputUpdate(1, [], [], [], dx=3, dy=-2, wheel=1, keys=frozenset({30}), buttons=1)
     later = InputUpdate(1, [], [], [], dx=1, dy=5, hwheel=2, keys=frozenset({31}), absolute=(10, 20))

@@ -7,11 +7,11 @@ import random
 
 import pytest
 
-from pyrofling.core.host_session import HostSessions, SendDatagram
-from pyrofling.core.keyframes import KeyframePolicy
-from pyrofling.core.loss_tracker import LossTracker
-from pyrofling.core.packetizer import MediaPacket, Packetizer
-from pyrofling.core.resend import RetainedPackets
+from pyrofling.core.host.keyframes import KeyframePolicy
+from pyrofling.core.host.packetizer import MediaPacket, Packetizer
+from pyrofling.core.host.resend import RetainedPackets
+from pyrofling.core.host.sessions import HostSessions, SendDatagram
+from pyrofling.core.viewer.loss_tracker import LossTracker
 from pyrofling.fec import FecError, FecPlan, split_data
 from pyrofling.fec.mds import MdsFrameDecoder, encode_mds_repair, mds_plan
 from pyrofling.fec.planner import make_planner

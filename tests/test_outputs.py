@@ -19,7 +19,7 @@ from support import run, start_host, until
 from pyrofling.bench import nginx
 from pyrofling.client.viewer import Viewer, ViewerConfig
 from pyrofling.core.bitstream import KeyGate, KeyInfo
-from pyrofling.core.outputs import Backoff, StreamClock
+from pyrofling.core.host.recording import Backoff, StreamClock
 from pyrofling.server.audio import AudioConfig
 from pyrofling.server.host import Host
 from pyrofling.server.muxing import OutputConfig, redact_url

@@ -2,7 +2,7 @@ import itertools
 
 import pytest
 
-from pyrofling.core.pacer import UDP_OVERHEAD_BYTES, PacedQueue, TokenBucketPacer, UnpacedPacer, make_pacer
+from pyrofling.core.host.pacer import UDP_OVERHEAD_BYTES, PacedQueue, TokenBucketPacer, UnpacedPacer, make_pacer
 
 
 def test_token_bucket_caps_the_rate_after_the_burst() -> None:

@@ -1,6 +1,6 @@
 import pytest
 
-from pyrofling.core.packetizer import MAX_PACKET_BYTES, MediaPacket, Packetizer, initial_sequences
+from pyrofling.core.host.packetizer import MAX_PACKET_BYTES, MediaPacket, Packetizer, initial_sequences
 from pyrofling.fec import make_planner
 from pyrofling.wire import StreamType, parse_media_datagram
 

@@ -13,11 +13,11 @@ from support import TINY, run, start_host, until
 from pyrofling.capture import CaptureClient
 from pyrofling.client.gamepad import GamepadConfig
 from pyrofling.client.viewer import Viewer, ViewerConfig
-from pyrofling.core.gamepad.slots import PadSlots
-from pyrofling.core.gamepad.state import PadState
-from pyrofling.core.host_session import GamepadInput, HostSessions, SendControl
-from pyrofling.core.keyframes import KeyframePolicy
-from pyrofling.core.packetizer import Packetizer
+from pyrofling.core.host.keyframes import KeyframePolicy
+from pyrofling.core.host.packetizer import Packetizer
+from pyrofling.core.host.sessions import GamepadInput, HostSessions, SendControl
+from pyrofling.core.input.pad.slots import PadSlots
+from pyrofling.core.input.pad.state import PadState
 from pyrofling.server.gamepad import RecordingPad
 from pyrofling.wire import (
     CodecParameters,

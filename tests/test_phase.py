@@ -7,8 +7,9 @@ from dataclasses import replace
 import pytest
 
 from pyrofling.bench.phase import PhaseSimConfig, format_table, run, simulate, standard_scenarios
-from pyrofling.core.frame_clock import FrameClock, PiConfig, PiController, ReferenceController, wrap_phase
-from pyrofling.core.presentation import (
+from pyrofling.core.host.frame_clock import FrameClock, PiConfig, PiController, ReferenceController
+from pyrofling.core.phase import wrap_phase
+from pyrofling.core.viewer.presentation import (
     Present,
     PresentationConfig,
     PresentationLoop,

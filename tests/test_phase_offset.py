@@ -10,9 +10,9 @@ import pytest
 from pyrofling.bench.phase import PhaseSimConfig, simulate
 from pyrofling.cli.view import phase_lock_choice, presentation_config
 from pyrofling.client.uri import parse_uri
-from pyrofling.core.frame_clock import wrap_phase
-from pyrofling.core.phase_offset import AutoOffset, AutoOffsetConfig
-from pyrofling.core.presentation import Present, PresentationConfig, PresentationLoop, Repeat, Wait
+from pyrofling.core.phase import wrap_phase
+from pyrofling.core.viewer.phase_offset import AutoOffset, AutoOffsetConfig
+from pyrofling.core.viewer.presentation import Present, PresentationConfig, PresentationLoop, Repeat, Wait
 
 PERIOD = 1 / 59.94
 

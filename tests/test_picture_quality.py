@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pyrofling.core.picture_quality import CLEAN_TILE_ERROR, RefreshQuality, tile_error
 from pyrofling.core.scene import TestScene
+from pyrofling.core.viewer.picture_quality import CLEAN_TILE_ERROR, RefreshQuality, tile_error
 
 
 def test_a_picture_matches_its_own_frame_and_not_a_neighbour_or_a_damaged_copy() -> None:

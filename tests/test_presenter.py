@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pyrofling.client.presenter import HeadlessDisplay, Picture, Presenter
-from pyrofling.core.presentation import PresentationConfig
+from pyrofling.core.viewer.presentation import PresentationConfig
 
 
 def feed(presenter: Presenter, count: int, hz: float, *, capture_lag_s: float = 0.01) -> None:

@@ -2,8 +2,8 @@
 
 import random
 
-from pyrofling.core.packetizer import MediaPacket, Packetizer
-from pyrofling.core.reassembler import (
+from pyrofling.core.host.packetizer import MediaPacket, Packetizer
+from pyrofling.core.viewer.reassembler import (
     PacketReady,
     PacketsLost,
     PingReplyReceived,

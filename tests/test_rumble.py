@@ -18,12 +18,12 @@ from support import TINY, run, start_host, until
 from pyrofling.capture import CaptureClient
 from pyrofling.client.gamepad import EvdevPadReader, GamepadConfig
 from pyrofling.client.viewer import Viewer, ViewerConfig
-from pyrofling.core.gamepad.rumble import FF_GAIN, FF_RUMBLE, STOP, UNTIL_STOPPED_MS, RumbleCommand, RumbleEffects
-from pyrofling.core.host_session import HostSessions, SendControl
-from pyrofling.core.keyframes import KeyframePolicy
-from pyrofling.core.packetizer import Packetizer
-from pyrofling.core.reassembler import ProgressCounters
-from pyrofling.core.viewer_session import Phase, PlayRumble, ViewerSession, ViewerSessionConfig
+from pyrofling.core.host.keyframes import KeyframePolicy
+from pyrofling.core.host.packetizer import Packetizer
+from pyrofling.core.host.sessions import HostSessions, SendControl
+from pyrofling.core.input.pad.rumble import FF_GAIN, FF_RUMBLE, STOP, UNTIL_STOPPED_MS, RumbleCommand, RumbleEffects
+from pyrofling.core.viewer.reassembler import ProgressCounters
+from pyrofling.core.viewer.session import Phase, PlayRumble, ViewerSession, ViewerSessionConfig
 from pyrofling.server.gamepad import EvdevFfPad, RecordingPad
 from pyrofling.wire import (
     CodecParameters,

@@ -18,8 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from spake2 import SPAKE2_B  # type: ignore[import-untyped]
 
-from pyrofling.core.host_auth import PairedViewer
-from pyrofling.core.host_session import (
+from pyrofling.core.host.auth import PairedViewer
+from pyrofling.core.host.keyframes import KeyframePolicy
+from pyrofling.core.host.packetizer import Packetizer
+from pyrofling.core.host.sessions import (
     CloseConnection,
     GamepadInput,
     HostSessionConfig,
@@ -30,9 +32,6 @@ from pyrofling.core.host_session import (
     SendDatagram,
     ViewerPaired,
 )
-from pyrofling.core.keyframes import KeyframePolicy
-from pyrofling.core.packetizer import Packetizer
-from pyrofling.core.reassembler import ProgressCounters
 from pyrofling.core.secure import (
     PAIRING_ALPHABET,
     SEAL_OVERHEAD,
@@ -50,9 +49,10 @@ from pyrofling.core.secure import (
     pairing_code,
     prove,
 )
-from pyrofling.core.viewer_auth import HostCredential
-from pyrofling.core.viewer_connection import Reconnect
-from pyrofling.core.viewer_session import (
+from pyrofling.core.viewer.auth import HostCredential
+from pyrofling.core.viewer.connection import Reconnect
+from pyrofling.core.viewer.reassembler import ProgressCounters
+from pyrofling.core.viewer.session import (
     ControlToHost,
     DatagramToHost,
     Paired,

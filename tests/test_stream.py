@@ -241,7 +241,7 @@ def test_phase_locked_viewer_steers_the_host_frame_clock() -> None:
     """A viewer whose display runs 3000 ppm slow pulls the host's frame clock slower; a free one does not."""
 
     async def scenario() -> tuple[Host, Viewer, Viewer]:
-        from pyrofling.core.presentation import PresentationConfig
+        from pyrofling.core.viewer.presentation import PresentationConfig
 
         host, task = await start_host()
         port = host.port or 0

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from pyrofling.core.congestion import RateConfig
-from pyrofling.core.encode_schedule import EncodeSchedule
-from pyrofling.core.host_session import HostSessions, SendControl, SendDatagram
-from pyrofling.core.keyframes import KeyframePolicy
-from pyrofling.core.pacer import TokenBucketPacer, UnpacedPacer
-from pyrofling.core.packetizer import MediaPacket, Packetizer
-from pyrofling.core.viewer_connection import (
+from pyrofling.core.host.congestion import RateConfig
+from pyrofling.core.host.encode_schedule import EncodeSchedule
+from pyrofling.core.host.keyframes import KeyframePolicy
+from pyrofling.core.host.pacer import TokenBucketPacer, UnpacedPacer
+from pyrofling.core.host.packetizer import MediaPacket, Packetizer
+from pyrofling.core.host.sessions import HostSessions, SendControl, SendDatagram
+from pyrofling.core.viewer.connection import (
     AudioLost,
     Concealment,
     ControlToHost,
@@ -28,7 +28,7 @@ from pyrofling.core.viewer_connection import (
     Streaming,
     ViewerConnection,
 )
-from pyrofling.core.viewer_session import ViewerSessionConfig
+from pyrofling.core.viewer.session import ViewerSessionConfig
 from pyrofling.fec.planner import make_planner
 from pyrofling.server.config import HostConfig
 from pyrofling.wire import (

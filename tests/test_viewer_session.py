@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from pyrofling.core.bitstream import KeyGate, KeyInfo
-from pyrofling.core.clock_sync import ClockSync
-from pyrofling.core.keyframes import KeyframeConfig, KeyframePolicy
-from pyrofling.core.reassembler import ProgressCounters
-from pyrofling.core.viewer_session import (
+from pyrofling.core.host.keyframes import KeyframeConfig, KeyframePolicy
+from pyrofling.core.viewer.clock_sync import ClockSync
+from pyrofling.core.viewer.reassembler import ProgressCounters
+from pyrofling.core.viewer.session import (
     ControlToHost,
     DatagramToHost,
     Phase,

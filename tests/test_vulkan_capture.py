@@ -27,7 +27,7 @@ from support import parse_capture_message, run, start_host, stop_viewer_and_host
 from pyrofling.capture.paths import default_layer_socket
 from pyrofling.client.presenter import HeadlessDisplay
 from pyrofling.client.viewer import Viewer, ViewerConfig
-from pyrofling.core.gamepad import PadUpdate
+from pyrofling.core.input.pad import PadUpdate
 from pyrofling.server.capture import CaptureServer
 from pyrofling.server.encoder import EncoderConfig
 from pyrofling.server.host import Host
@@ -236,7 +236,7 @@ def test_hostile_layer_requests_get_error_replies_and_the_host_goes_on(tmp_path:
 def test_layer_games_get_no_pyrofling_events(tmp_path: Path) -> None:
     """PyroFling's layer drops the connection on an event it does not know: gamepad states go only to
     pyrofling's own games."""
-    from pyrofling.core.gamepad import PadState
+    from pyrofling.core.input.pad import PadState
 
     async def scenario() -> tuple[bytes | None, bytes | None]:
         server = await layer_server(tmp_path)

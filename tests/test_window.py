@@ -58,7 +58,7 @@ def test_v_toggles_the_overlay_with_its_graphs(xvfb: str, monkeypatch: pytest.Mo
 
     from pyrofling.client.presenter import HeadlessDisplay, Presenter
     from pyrofling.client.window import ViewerWindow
-    from pyrofling.core.presentation import PresentationConfig
+    from pyrofling.core.viewer.presentation import PresentationConfig
 
     presenter = Presenter(PresentationConfig(phase_locked=True), HeadlessDisplay())
     st = presenter.stats

@@ -97,7 +97,7 @@ def test_magic_is_derived_from_pyr_letters_and_version_mask() -> None:
     assert magic ^ (0xAA02 << 16) == TYPE_MAGIC
 
 
-# The exact 64-bit type values a native x86-64 build writes (pyrofling-anchor §1.2a).
+# The exact 64-bit type values a native x86-64 build writes (protocol.md §2.2).
 NATIVE_WIDE = {
     MessageId.OK: 0x00000000_EF968000,
     MessageId.NAK: 0x00000000_EF968001,

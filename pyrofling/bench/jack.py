@@ -1,7 +1,7 @@
 """A JACK server with the dummy driver: a real audio clock on a machine without a sound card.
 
 The ALSA ``null`` device swallows samples as fast as they come, so it cannot test
-buffering; JACK's dummy driver runs a real period clock (design.md).  The audio
+buffering; JACK's dummy driver runs a real period clock (docs/audio.md).  The audio
 tests and ``pyrofling bench audio`` start one of their own under a unique server
 name, point ``JACK_DEFAULT_SERVER`` at it (child processes inherit it) and stop it
 by pid afterwards.

@@ -40,7 +40,7 @@ from typing import Any
 
 from pyrofling.bench.frame_trace import attribute, format_attribution, join, read_lines, share_tail
 from pyrofling.bench.stream import StreamScenario, run_scenario, split_cpus
-from pyrofling.core.phase_offset import AutoOffsetConfig
+from pyrofling.core.viewer.phase_offset import AutoOffsetConfig
 
 #: /proc/stat's "cpu" line: user nice system idle iowait irq softirq steal (in ticks).
 _PROC_STAT = Path("/proc/stat")

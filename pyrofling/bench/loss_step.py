@@ -18,12 +18,12 @@ import random
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pyrofling.core.host_session import HostSessions
-from pyrofling.core.host_state import SendControl, SendDatagram
-from pyrofling.core.keyframes import KeyframePolicy
-from pyrofling.core.packetizer import MediaPacket, Packetizer
-from pyrofling.core.viewer_connection import ControlToHost, DatagramToHost, DecodeVideo, ViewerConnection
-from pyrofling.core.viewer_session import ViewerSessionConfig
+from pyrofling.core.host.keyframes import KeyframePolicy
+from pyrofling.core.host.packetizer import MediaPacket, Packetizer
+from pyrofling.core.host.sessions import HostSessions
+from pyrofling.core.host.state import SendControl, SendDatagram
+from pyrofling.core.viewer.connection import ControlToHost, DatagramToHost, DecodeVideo, ViewerConnection
+from pyrofling.core.viewer.session import ViewerSessionConfig
 from pyrofling.fec.planner import AdaptivePlanner, make_planner
 from pyrofling.wire import CodecParameters, KickFlags
 

@@ -1,10 +1,10 @@
 """``pyrofling bench phase``: the phase loop simulated with a fake clock, controller against controller.
 
 A discrete-event simulation of the whole loop with the real pure objects: the
-host's :class:`~pyrofling.core.frame_clock.FrameClock` ticks, each frame takes a
+host's :class:`~pyrofling.core.host.frame_clock.FrameClock` ticks, each frame takes a
 pipeline delay (capture + encode + network + decode, with jitter) to be decoded
-at the viewer, whose :class:`~pyrofling.core.presentation.PresentationLoop`
-presents it on a :class:`~pyrofling.core.presentation.RefreshClock` running at a
+at the viewer, whose :class:`~pyrofling.core.viewer.presentation.PresentationLoop`
+presents it on a :class:`~pyrofling.core.viewer.presentation.RefreshClock` running at a
 skew from the host and sends the phase error back, which reaches the host after
 a return delay.  Every controller sees the same trace (same seed, same jitter
 per frame, same starting phase).
@@ -23,8 +23,9 @@ import statistics
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from pyrofling.core.frame_clock import CONTROLLERS, FrameClock, wrap_phase
-from pyrofling.core.presentation import Present, PresentationConfig, PresentationLoop, RefreshClock, Repeat, Wait
+from pyrofling.core.host.frame_clock import CONTROLLERS, FrameClock
+from pyrofling.core.phase import wrap_phase
+from pyrofling.core.viewer.presentation import Present, PresentationConfig, PresentationLoop, RefreshClock, Repeat, Wait
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pyrofling.bench.stream import StreamScenario, median_of, run_scenario, summarize
-from pyrofling.core.viewer_auth import HostCredential
+from pyrofling.core.viewer.auth import HostCredential
 
 BENCH_SECRET = "bench-secret-not-for-use"
 #: Mode → (host arguments, viewer arguments); PAIRING_DIR is replaced by a pairing made for the bench.

@@ -15,7 +15,7 @@ the clock is phase-locked to the viewers' displays), or never blocks
 (``sync="mailbox"``: the newest present at each heartbeat wins).  In FIFO mode it
 can return *just in time* (``just_in_time=True``; off by default, see below): not when the
 heartbeat took the last picture but as late as the game's own frame time allows
-before the next one (:mod:`pyrofling.core.frame_pacing`), so the pad state the
+before the next one (:mod:`pyrofling.core.just_in_time`), so the pad state the
 next frame reads is the newest.  Measured with the example game on a 2-core machine (its frame takes most
 of a period in software GL), it did not help: opt in where a game's frame is short.
 
@@ -48,8 +48,8 @@ import numpy as np
 import numpy.typing as npt
 
 from pyrofling.capture.paths import default_socket_path, peer_uid
-from pyrofling.core.frame_pacing import JustInTime
-from pyrofling.core.gamepad import NEUTRAL, PadState
+from pyrofling.core.input.pad import NEUTRAL, PadState
+from pyrofling.core.just_in_time import JustInTime
 from pyrofling.wire import ProtocolError
 from pyrofling.wire import capture as m
 
@@ -530,7 +530,7 @@ class CaptureClient:
                 self._cond.wait(left)
 
     def _until_just_in_time(self, present_id: int) -> None:
-        """Just in time: sleep until the game's next frame should start (see :mod:`pyrofling.core.frame_pacing`)."""
+        """Just in time: sleep until the game's next frame should start (see :mod:`pyrofling.core.just_in_time`)."""
         pacing = self.pacing
         if pacing is None:
             return

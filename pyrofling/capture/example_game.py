@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyrofling.core import frame_marker
-from pyrofling.core.gamepad import STICK_MAX, PadState
+from pyrofling.core.input.pad import STICK_MAX, PadState
 from pyrofling.wire import GamepadButton
 
 log = logging.getLogger(__name__)

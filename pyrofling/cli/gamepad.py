@@ -23,7 +23,7 @@ from pyrofling.client.config import ViewerConfig
 from pyrofling.client.gamepad import GamepadConfig
 from pyrofling.client.uri import parse_uri
 from pyrofling.client.viewer import Viewer
-from pyrofling.core.gamepad import KEYBOARD_HELP, SenderConfig
+from pyrofling.core.input.pad import KEYBOARD_HELP, PadSenderConfig
 from pyrofling.wire import KickFlags
 
 log = logging.getLogger("pyrofling")
@@ -95,7 +95,7 @@ def gamepad_config(args: argparse.Namespace) -> GamepadConfig | None:
         return None
     cfg = GamepadConfig(
         source=args.gamepad_source,
-        sender=SenderConfig(interval_s=args.gamepad_interval_ms / 1000),
+        sender=PadSenderConfig(interval_s=args.gamepad_interval_ms / 1000),
         send_log=args.gamepad_log,
         rumble_log=args.rumble_log,
     )

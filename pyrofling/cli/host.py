@@ -28,8 +28,8 @@ from pyrofling.cli.options import (
     setup_logging,
     whole_number,
 )
-from pyrofling.core.congestion import RATE_POLICIES
-from pyrofling.core.frame_clock import CONTROLLERS, POLICIES
+from pyrofling.core.host.congestion import RATE_POLICIES
+from pyrofling.core.host.frame_clock import CONTROLLERS, POLICIES
 from pyrofling.fec.planner import PLANNERS
 from pyrofling.runtime import tune_for_latency
 from pyrofling.server.audio import AudioConfig

@@ -6,7 +6,7 @@ import argparse
 
 from pyrofling.cli.options import number, output_file
 from pyrofling.client.keyboard_mouse import INPUT_SOURCES, InputConfig
-from pyrofling.core.keyboard_mouse import INPUT_HELP
+from pyrofling.core.input.keyboard_mouse import INPUT_HELP
 from pyrofling.server.input_devices import INPUT_KINDS
 
 

@@ -27,9 +27,9 @@ from pyrofling.client.config import ViewerConfig
 from pyrofling.client.display import display_problem
 from pyrofling.client.uri import PyroUri, parse_uri
 from pyrofling.client.viewer import Viewer
-from pyrofling.core.audio_control import RATE_CONTROLLERS
-from pyrofling.core.phase_offset import AutoOffsetConfig
-from pyrofling.core.presentation import PresentationConfig
+from pyrofling.core.viewer.audio_control import RATE_CONTROLLERS
+from pyrofling.core.viewer.phase_offset import AutoOffsetConfig
+from pyrofling.core.viewer.presentation import PresentationConfig
 from pyrofling.runtime import tune_for_latency
 from pyrofling.wire import KickFlags
 

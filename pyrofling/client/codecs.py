@@ -2,7 +2,7 @@
 
 Each runs on its own thread (video on the decode thread, audio on the player's).
 Errors on network data come out as :class:`DecodeError`: the caller counts it and
-asks for a key frame (video) or conceals the packet (audio) (conventions §12).
+asks for a key frame (video) or conceals the packet (audio).
 """
 
 from __future__ import annotations

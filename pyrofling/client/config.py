@@ -10,10 +10,10 @@ from pathlib import Path
 from pyrofling.client.audio import AudioPlayerConfig
 from pyrofling.client.gamepad import GamepadConfig
 from pyrofling.client.keyboard_mouse import InputConfig
-from pyrofling.core.presentation import PresentationConfig
-from pyrofling.core.reassembler import ReassemblerConfig
-from pyrofling.core.viewer_auth import HostCredential
-from pyrofling.core.viewer_session import ViewerSessionConfig
+from pyrofling.core.viewer.auth import HostCredential
+from pyrofling.core.viewer.presentation import PresentationConfig
+from pyrofling.core.viewer.reassembler import ReassemblerConfig
+from pyrofling.core.viewer.session import ViewerSessionConfig
 from pyrofling.pairing import PairingStoreError, ViewerPairings
 from pyrofling.wire import ExtensionFeature, KickFlags
 

@@ -1,4 +1,4 @@
-"""One connection's sockets, moved through a pure :class:`~pyrofling.core.viewer_connection.ViewerConnection`.
+"""One connection's sockets, moved through a pure :class:`~pyrofling.core.viewer.connection.ViewerConnection`.
 
 TCP control and UDP media to one host: what arrives goes into the connection
 with the time it was read, the bytes it answers go out, and one timer follows
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pyrofling.client.arrival_clock import ArrivalClock
-from pyrofling.core.viewer_connection import (
+from pyrofling.core.viewer.connection import (
     ControlToHost,
     DatagramToHost,
     SessionFailed,

@@ -5,9 +5,9 @@ pyrofling's own virtual pad), reads it on the event loop and keeps looking once 
 second while there is none, so a pad can be plugged in or out at any time.
 :class:`GamepadLink` merges the pad, the window's keyboard pad and (for tests and
 benchmarks) a synthetic sweep, and sends the result through
-:class:`~pyrofling.core.gamepad.GamepadSender`: every 4 ms like the reference, and
+:class:`~pyrofling.core.input.pad.GamepadSender`: every 4 ms like the reference, and
 at once when something changes.  The mapping and timing decisions are pure, in
-:mod:`pyrofling.core.gamepad`.
+:mod:`pyrofling.core.input.pad`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from pyrofling.core.gamepad import (
+from pyrofling.core.input.pad import (
     EV_ABS,
     EV_KEY,
     NEUTRAL,
@@ -36,8 +36,8 @@ from pyrofling.core.gamepad import (
     GamepadSender,
     KeyboardPad,
     PadCandidate,
+    PadSenderConfig,
     PadState,
-    SenderConfig,
     choose_pad,
     face_layout_for,
     merge,
@@ -55,7 +55,7 @@ class GamepadConfig:
     #: evdev: the first physical pad; sweep: a synthetic pad whose left stick never stops moving
     #: (every state differs, for tests and ``bench input``); none: only the window's keyboard.
     source: str = "evdev"
-    sender: SenderConfig = field(default_factory=SenderConfig)
+    sender: PadSenderConfig = field(default_factory=PadSenderConfig)
     #: Write each sent state's sequence number and send time as JSON lines (for ``bench input``).
     send_log: Path | None = None
     #: Write each RUMBLE from the host with the time it reached the pad, as JSON lines (benches).

@@ -3,7 +3,7 @@
 The window calls in from its own thread (:meth:`InputLink.key`, :meth:`button`,
 :meth:`move`, :meth:`scroll`, :meth:`point`, :meth:`capture`,
 :meth:`release_all`); everything is moved onto the viewer's event loop, where an
-:class:`~pyrofling.core.keyboard_mouse.InputSender` decides what to send and
+:class:`~pyrofling.core.input.keyboard_mouse.InputSender` decides what to send and
 when.  ``source="sweep"`` replaces the window with a synthetic player (a key
 that changes and a mouse that moves at every send) for ``bench input``.
 """
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from pyrofling.core.keyboard_mouse import WINDOW_KEYS, InputSender, SenderConfig
+from pyrofling.core.input.keyboard_mouse import WINDOW_KEYS, InputSender, InputSenderConfig
 from pyrofling.wire import InputState
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ class InputLink:
     def __init__(self, config: InputConfig | None = None) -> None:
         self.config = config or InputConfig()
         self.config.check()
-        self.sender = InputSender(SenderConfig())
+        self.sender = InputSender(InputSenderConfig())
         self._loop: asyncio.AbstractEventLoop | None = None
         self._send: Callable[[bytes], None] | None = None
         self._timer: asyncio.TimerHandle | None = None

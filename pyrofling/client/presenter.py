@@ -1,8 +1,8 @@
-"""The presentation shell: runs :class:`~pyrofling.core.presentation.PresentationLoop` against a display.
+"""The presentation shell: runs :class:`~pyrofling.core.viewer.presentation.PresentationLoop` against a display.
 
 Once per display refresh it waits for the vblank — the return of a blocking
 vsync'd flip where the display has one, else a software
-:class:`~pyrofling.core.presentation.RefreshClock` at the display's rate (Xvfb,
+:class:`~pyrofling.core.viewer.presentation.RefreshClock` at the display's rate (Xvfb,
 headless, or ``--refresh-hz`` to simulate 59.94 Hz) — then lets the pure loop
 choose a picture (waiting for one up to the deadline), hands it to the display,
 and reports the phase error for PHASE_OFFSET.  The window runs it on pyglet's
@@ -25,8 +25,9 @@ from typing import Any, Protocol, TextIO
 
 import numpy as np
 
-from pyrofling.core.picture_quality import RefreshQuality
-from pyrofling.core.presentation import (
+from pyrofling.core.samples import LIVE_SAMPLES, recent_samples, tail
+from pyrofling.core.viewer.picture_quality import RefreshQuality
+from pyrofling.core.viewer.presentation import (
     Present,
     PresentationConfig,
     PresentationLoop,
@@ -34,7 +35,6 @@ from pyrofling.core.presentation import (
     Repeat,
     Wait,
 )
-from pyrofling.core.samples import LIVE_SAMPLES, recent_samples, tail
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,9 @@
 """The viewer's decode thread: complete video packets in, pictures for the presenter out.
 
-The network thread queues each :class:`~pyrofling.core.viewer_connection.DecodeVideo`
+The network thread queues each :class:`~pyrofling.core.viewer.connection.DecodeVideo`
 (bounded; :meth:`VideoPipeline.offer` never blocks).  This thread decodes it with
 PyAV, reads the test scene's frame marker (capture time, for latency), asks
-:class:`~pyrofling.core.viewer_connection.Concealment` whether the picture is
+:class:`~pyrofling.core.viewer.connection.Concealment` whether the picture is
 shown, lets the display prepare it and hands it to the
 :class:`~pyrofling.client.presenter.Presenter`.  A packet the decoder refuses is
 reported back to the network thread, which asks for a key frame.
@@ -30,11 +30,11 @@ import numpy.typing as npt
 from pyrofling.client.codecs import DecodeError, VideoDecoder
 from pyrofling.client.presenter import Display, Picture, PictureTiming, Presenter
 from pyrofling.core import frame_marker
-from pyrofling.core.clock_sync import ClockSync
-from pyrofling.core.picture_quality import CLEAN_TILE_ERROR, tile_error
 from pyrofling.core.samples import LIVE_SAMPLES, SAMPLES_KEPT, recent_samples, tail
 from pyrofling.core.scene import TestScene
-from pyrofling.core.viewer_connection import Concealment, DecodeVideo
+from pyrofling.core.viewer.clock_sync import ClockSync
+from pyrofling.core.viewer.connection import Concealment, DecodeVideo
+from pyrofling.core.viewer.picture_quality import CLEAN_TILE_ERROR, tile_error
 
 log = logging.getLogger(__name__)
 

@@ -1,14 +1,14 @@
 """``pyrofling view`` and ``pyrofling gamepad``: the asyncio shell around the viewer's connection.
 
 It moves bytes.  Each connection is a pure
-:class:`~pyrofling.core.viewer_connection.ViewerConnection` behind its sockets
+:class:`~pyrofling.core.viewer.connection.ViewerConnection` behind its sockets
 (:class:`~pyrofling.client.connection.ConnectionIO`); what it decides goes where
 it belongs: video packets to the decode thread
 (:class:`~pyrofling.client.video.VideoPipeline`), audio to the
 :class:`~pyrofling.client.audio.AudioPlayer`, the pad's link to the host.  The
 presenter shows one picture per display refresh and its phase error goes back as
 PHASE_OFFSET.  When a connection ends,
-:class:`~pyrofling.core.viewer_connection.Reconnect` says whether to try again.
+:class:`~pyrofling.core.viewer.connection.Reconnect` says whether to try again.
 """
 
 from __future__ import annotations
@@ -31,11 +31,8 @@ from pyrofling.client.gamepad import GamepadLink
 from pyrofling.client.keyboard_mouse import InputLink
 from pyrofling.client.presenter import Display, HeadlessDisplay, Presenter
 from pyrofling.client.video import VideoPipeline
-from pyrofling.core.loss_tracker import LOSS_COUNTERS
-from pyrofling.core.rate_feedback import NarrowLinkWarning, describe_rate
 from pyrofling.core.samples import recent_samples, tail
-from pyrofling.core.timeline import Snapshot, Timeline
-from pyrofling.core.viewer_connection import (
+from pyrofling.core.viewer.connection import (
     AudioLost,
     DecodeVideo,
     Paired,
@@ -47,6 +44,9 @@ from pyrofling.core.viewer_connection import (
     ViewerConnection,
     ViewerOutput,
 )
+from pyrofling.core.viewer.loss_tracker import LOSS_COUNTERS
+from pyrofling.core.viewer.rate_feedback import NarrowLinkWarning, describe_rate
+from pyrofling.core.viewer.timeline import Snapshot, Timeline
 from pyrofling.files import write_stats
 from pyrofling.pairing import PairingStoreError, ViewerPairings
 from pyrofling.wire import CodecParameters, ExtensionFeature, KickFlags, RateDecider, StreamRate, VideoCodec

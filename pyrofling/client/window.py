@@ -9,7 +9,7 @@ presenter keeps a software refresh clock instead.
 
 Keys: V statistics overlay with graphs (phase error, frame pace, latency, repeated
 refreshes), F full screen, Esc quit (and Q, when the keyboard is not a pad).  With a
-gamepad link, the keys of :data:`~pyrofling.core.gamepad.KEYBOARD_HELP` play.
+gamepad link, the keys of :data:`~pyrofling.core.input.pad.KEYBOARD_HELP` play.
 """
 
 from __future__ import annotations

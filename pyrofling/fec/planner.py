@@ -54,7 +54,7 @@ def repair_count(data_blocks: int, ratio: float = REFERENCE_RATIO) -> int:
 
 
 def reference_plan(data_blocks: int, repair_blocks: int | None = None) -> FecPlan:
-    """The reference server's plan (pyrofling-anchor §2.4), optionally with another count."""
+    """The reference server's plan (PyroFling's `pyro_server.cpp`; protocol.md §7.3), optionally with another count."""
     n = data_blocks
     f = repair_count(n) if repair_blocks is None else repair_blocks
     if f == 0:

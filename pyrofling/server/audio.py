@@ -6,7 +6,7 @@ of their first frame, the same clock as video pts — to a callback.  The host e
 each chunk on that thread and sends it at once: audio is small, and any wait is
 latency.
 
-Raw S16LE (what the reference streams, anchor §5) is the default, for native viewers;
+Raw S16LE (what the reference's `pyrofling.cpp` streams) is the default, for native viewers;
 at 48 kHz stereo a 5 ms chunk is 960 bytes, one datagram, so one lost datagram costs
 exactly 5 ms.  Opus (``--audio-codec opus``) runs in low-delay mode with 5 ms frames at
 ``opus_kbits`` (about 10× less bandwidth, 2.5 ms more delay).

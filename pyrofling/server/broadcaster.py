@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 from av.video.frame import PictureType
 
-from pyrofling.core.outputs import Backoff
+from pyrofling.core.host.recording import Backoff
 from pyrofling.server.audio import AudioChunk
 from pyrofling.server.encoder import EncodedVideo
 from pyrofling.server.muxing import AAC_FRAME, US, MediaOutput, OutputConfig, StreamInfo, redact_url

@@ -13,7 +13,7 @@ pass over the pixels; the image goes back to the game as soon as it is done,
 before the encoder runs.
 
 Decisions (which image, when to retire, FrameComplete) live in
-:class:`~pyrofling.core.swapchain.Swapchain`; this module moves bytes and file
+:class:`~pyrofling.core.host.swapchain.Swapchain`; this module moves bytes and file
 descriptors.  Any number of games may connect; the one that created its image
 group last is the one streamed (like a window taking focus), the others are
 paced but not encoded.
@@ -40,10 +40,10 @@ import numpy as np
 import numpy.typing as npt
 
 from pyrofling.capture.paths import peer_uid, prepare_socket_dir
-from pyrofling.core.gamepad import PadUpdate
-from pyrofling.core.gamepad.rumble import RumbleCommand
-from pyrofling.core.keyboard_mouse import InputUpdate
-from pyrofling.core.swapchain import EncodeImage, Retire, Swapchain
+from pyrofling.core.host.swapchain import EncodeImage, Retire, Swapchain
+from pyrofling.core.input.keyboard_mouse import InputUpdate
+from pyrofling.core.input.pad import PadUpdate
+from pyrofling.core.input.pad.rumble import RumbleCommand
 from pyrofling.server.vulkan_import import ImportedGroup, VulkanError, VulkanHost, vulkan_problem
 from pyrofling.wire import ProtocolError, key_bitmap
 from pyrofling.wire import capture as m

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pyrofling.core.pacer import Pacer, make_pacer
+from pyrofling.core.host.pacer import Pacer, make_pacer
 from pyrofling.fec.planner import REFERENCE_RATIO
 from pyrofling.server.audio import AudioConfig
 from pyrofling.server.encoder import EncoderConfig

@@ -1,4 +1,4 @@
-"""Video encoding through PyAV with the low-latency settings of the reference (anchor §5).
+"""Video encoding through PyAV with the low-latency settings of the reference (PyroFling's `pyrofling.cpp`).
 
 libx264 (default): ``tune=zerolatency``, no B-frames, ``intra-refresh=1``,
 ``forced-idr=1``, ``refs=1``, CBR-style VBV of about one frame, so a frame's
@@ -237,7 +237,7 @@ class VideoEncoder:
             frame = self._convert(frame)
             convert_s += time.perf_counter() - t0
             t0 = time.perf_counter()
-        # pts must increase strictly even if the clock stalls (anchor §5, low-latency).
+        # pts must increase strictly even if the clock stalls (as the reference does with --low-latency).
         if self._last_pts is not None and pts_us <= self._last_pts:
             pts_us = self._last_pts + 1
         self._last_pts = pts_us

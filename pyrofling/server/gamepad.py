@@ -1,6 +1,6 @@
 """The host's virtual gamepad: the uinput device games see, and what else hears the pad.
 
-:class:`~pyrofling.core.gamepad.GamepadRouter` (in the host's sessions) decides
+:class:`~pyrofling.core.input.pad.GamepadRouter` (in the host's sessions) decides
 which states reach the pad and which events they make; this module writes those
 events.  :class:`UinputPad` is the real device through python-uinput (needs
 ``/dev/uinput``); without it the host warns once and carries on streaming with a
@@ -23,8 +23,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from pyrofling.core.gamepad import EV_SYN, SYN_REPORT, VIRTUAL_PAD, Event, PadUpdate, VirtualPadSpec
-from pyrofling.core.gamepad.rumble import RumbleCommand, RumbleEffects
+from pyrofling.core.input.pad import EV_SYN, SYN_REPORT, VIRTUAL_PAD, Event, PadUpdate, VirtualPadSpec
+from pyrofling.core.input.pad.rumble import RumbleCommand, RumbleEffects
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class UinputPad:
 class EvdevFfPad:
     """The virtual pad through python-evdev's UInput, which (unlike python-uinput) takes force feedback: games
     upload, play and erase rumble effects on it, and :meth:`start_rumble` hands each change to the host as a
-    :class:`~pyrofling.core.gamepad.rumble.RumbleCommand` for the pad's player (protocol.md §7.13).  Same name,
+    :class:`~pyrofling.core.input.pad.rumble.RumbleCommand` for the pad's player (protocol.md §7.13).  Same name,
     ids, codes and ranges as :class:`UinputPad`."""
 
     def __init__(self, spec: VirtualPadSpec = VIRTUAL_PAD, *, make_uinput: Callable[..., Any] | None = None) -> None:

@@ -1,9 +1,9 @@
 """The host's heartbeat: the frame clock ticked on time, and a frame encoded when the schedule says so.
 
 A thread sleeps precisely until each tick of the
-:class:`~pyrofling.core.frame_clock.FrameClock` (asyncio's timers are only good
+:class:`~pyrofling.core.host.frame_clock.FrameClock` (asyncio's timers are only good
 to a millisecond) and hands it to the event loop.  There the
-:class:`~pyrofling.core.encode_schedule.EncodeSchedule` decides whether this
+:class:`~pyrofling.core.host.encode_schedule.EncodeSchedule` decides whether this
 tick (or, with ``--immediate-encode``, a game's present) starts an encode; the
 encode thread renders or takes the picture, converts and encodes it, and the
 packets go back to the loop through ``on_packets``.  A source that ends stops
@@ -24,9 +24,9 @@ from typing import TextIO
 
 import av
 
-from pyrofling.core.encode_schedule import EncodeSchedule
-from pyrofling.core.frame_clock import FrameClock
-from pyrofling.core.keyframes import KeyframePolicy
+from pyrofling.core.host.encode_schedule import EncodeSchedule
+from pyrofling.core.host.frame_clock import FrameClock
+from pyrofling.core.host.keyframes import KeyframePolicy
 from pyrofling.server.capture import CapturedFrame, CaptureServer
 from pyrofling.server.encoder import EncodedVideo, VideoEncoder
 from pyrofling.server.sources import VideoSource, placeholder_frame

@@ -1,12 +1,12 @@
 """``pyrofling host``: capture, encode and fan out one stream to every viewer.
 
 The decisions live in the pure core — who is connected and what they may do
-(:class:`~pyrofling.core.host_session.HostSessions`), when to force a key frame
-(:class:`~pyrofling.core.keyframes.KeyframePolicy`), the frame clock steered by
-phase-locked viewers (:class:`~pyrofling.core.frame_clock.FrameClock`), when to
-encode (:class:`~pyrofling.core.encode_schedule.EncodeSchedule`), FEC and pacing
-per viewer (:class:`~pyrofling.core.packetizer.Packetizer`,
-:mod:`pyrofling.core.pacer`).  This module wires the shells together: the sockets
+(:class:`~pyrofling.core.host.sessions.HostSessions`), when to force a key frame
+(:class:`~pyrofling.core.host.keyframes.KeyframePolicy`), the frame clock steered by
+phase-locked viewers (:class:`~pyrofling.core.host.frame_clock.FrameClock`), when to
+encode (:class:`~pyrofling.core.host.encode_schedule.EncodeSchedule`), FEC and pacing
+per viewer (:class:`~pyrofling.core.host.packetizer.Packetizer`,
+:mod:`pyrofling.core.host.pacer`).  This module wires the shells together: the sockets
 (:class:`~pyrofling.server.network.HostNetwork`), the heartbeat and encoder
 (:class:`~pyrofling.server.heartbeat.Heartbeat`), audio, the capture socket for
 games, the virtual pad and the recording and broadcast outputs.
@@ -25,11 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from pyrofling.capture.paths import default_socket_path
-from pyrofling.core.congestion import RateConfig
-from pyrofling.core.encode_schedule import EncodeSchedule
-from pyrofling.core.frame_clock import FrameClock
-from pyrofling.core.gamepad.rumble import RumbleCommand
-from pyrofling.core.host_session import (
+from pyrofling.core.host.congestion import RateConfig
+from pyrofling.core.host.encode_schedule import EncodeSchedule
+from pyrofling.core.host.frame_clock import FrameClock
+from pyrofling.core.host.keyframes import KeyframePolicy
+from pyrofling.core.host.packetizer import MediaPacket, Packetizer
+from pyrofling.core.host.sessions import (
     GamepadInput,
     HostOutput,
     HostSessionConfig,
@@ -38,9 +39,8 @@ from pyrofling.core.host_session import (
     PhaseFeedback,
     ViewerLeft,
 )
-from pyrofling.core.host_state import SetBitrate, ViewerPaired
-from pyrofling.core.keyframes import KeyframePolicy
-from pyrofling.core.packetizer import MediaPacket, Packetizer
+from pyrofling.core.host.state import SetBitrate, ViewerPaired
+from pyrofling.core.input.pad.rumble import RumbleCommand
 from pyrofling.fec.codec import FecPlan, block_count
 from pyrofling.fec.planner import AdaptivePlanner, make_planner
 from pyrofling.files import write_stats

@@ -1,6 +1,6 @@
 """The host's virtual keyboard, mouse and pointer (protocol.md §7.11): uinput devices games and the desktop see.
 
-:class:`~pyrofling.core.keyboard_mouse.InputRouter` (in the host's sessions)
+:class:`~pyrofling.core.input.keyboard_mouse.InputRouter` (in the host's sessions)
 decides what reaches them and which events each update makes; this module writes
 those events.  :class:`UinputInput` makes three python-uinput devices: a keyboard,
 a relative mouse (buttons, motion, wheels) and an absolute pointer (where the
@@ -22,21 +22,21 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from pyrofling.core.gamepad import EV_SYN, SYN_REPORT, Event
-from pyrofling.core.gamepad.state import BUS_USB, EV_KEY
-from pyrofling.core.keyboard_mouse import (
-    ABS_MAX,
+from pyrofling.core.input.keyboard_mouse import ABS_MAX, KEYBOARD_CODES, MOUSE_BUTTONS, InputUpdate
+from pyrofling.core.input.pad.state import (
     ABS_X,
     ABS_Y,
+    BUS_USB,
     EV_ABS,
+    EV_KEY,
     EV_REL,
-    KEYBOARD_CODES,
-    MOUSE_BUTTONS,
+    EV_SYN,
     REL_HWHEEL,
     REL_WHEEL,
     REL_X,
     REL_Y,
-    InputUpdate,
+    SYN_REPORT,
+    Event,
 )
 from pyrofling.server.gamepad import UinputUnavailable
 

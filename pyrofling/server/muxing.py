@@ -4,7 +4,7 @@ The host pushes a packet after it has gone to the direct viewers, and a push
 never waits.  An output that falls behind (a slow disk, a stalled server) drops
 packets and starts again at the next key frame
 (:class:`~pyrofling.core.bitstream.KeyGate`); container timestamps start at zero
-and only grow (:class:`~pyrofling.core.outputs.StreamClock`).  Subclasses say what
+and only grow (:class:`~pyrofling.core.host.recording.StreamClock`).  Subclasses say what
 goes into which container: :mod:`.recorder`, :mod:`.broadcaster`.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 import av
 
 from pyrofling.core.bitstream import KeyGate, KeyInfo
-from pyrofling.core.outputs import StreamClock
+from pyrofling.core.host.recording import StreamClock
 from pyrofling.files import unwritable
 from pyrofling.server.audio import AudioChunk, EncodedAudio
 from pyrofling.server.encoder import EncodedVideo

@@ -1,11 +1,11 @@
 """The host's sockets: TCP control and UDP media on one port (protocol.md §1), moved through HostSessions.
 
 It moves bytes.  What each connection reads, every datagram, each connection opening or
-closing goes into :class:`~pyrofling.core.host_session.HostSessions` with the time
+closing goes into :class:`~pyrofling.core.host.sessions.HostSessions` with the time
 it was read, and this module performs what comes back: writes, datagrams,
 closes and log lines (gamepad input, phase feedback and bitrate changes go to
 the host through ``on_output``).  One timer follows
-:meth:`~pyrofling.core.host_session.HostSessions.next_timer`.  Video datagrams
+:meth:`~pyrofling.core.host.sessions.HostSessions.next_timer`.  Video datagrams
 leave through each viewer's own paced queue, which the core keeps
 (``RemoteViewer.paced``): this module sends what it releases, when it does.
 
@@ -26,8 +26,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pyrofling.core.host_session import HostSessions
-from pyrofling.core.host_state import (
+from pyrofling.core.host.sessions import HostSessions
+from pyrofling.core.host.state import (
     Address,
     CloseConnection,
     HostOutput,

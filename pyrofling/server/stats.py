@@ -6,7 +6,7 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
-from pyrofling.core.frame_clock import FrameClock
+from pyrofling.core.host.frame_clock import FrameClock
 from pyrofling.core.samples import recent_samples, tail
 
 

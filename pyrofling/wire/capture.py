@@ -5,7 +5,7 @@ the host's :mod:`pyrofling.server.capture`).  One message per ``SOCK_SEQPACKET``
 datagram: a 32-byte header (magic, serial, type, payload length, reserved) and a
 payload, at most 1024 bytes in all; file descriptors (one ``memfd`` per image)
 travel beside it as ``SCM_RIGHTS``.  The framing and the numbers of the messages
-both sides share are PyroFling's (anchor §9); the image group describes shared
+both sides share are PyroFling's (its `ipc/` sources; protocol.md §8.7); the image group describes shared
 memory in a pixel format instead of Vulkan memory, and pyrofling adds gamepad
 events, audio and error texts.
 

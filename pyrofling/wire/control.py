@@ -617,6 +617,10 @@ class ArrivalSample:
     last_arrival_us: int
 
 
+#: How often a viewer that negotiated RATE_CONTROL sends RATE_FEEDBACK (protocol.md §7.10).
+RATE_FEEDBACK_INTERVAL_S = 0.05
+
+
 @dataclass(frozen=True, slots=True)
 class RateFeedback(ControlMessage):
     """pyrofling extension (protocol.md §7.10), viewer → host over UDP, every 50 ms: what arrived, and when."""

@@ -1,4 +1,4 @@
-"""One error hierarchy for everything a peer can send (conventions §6).
+"""One error hierarchy for everything a peer can send.
 
 Parsers check lengths before they unpack, so nothing but :class:`ProtocolError`
 (a ``ValueError``) ever escapes them, and ``reason`` names the counter a shell

@@ -1,7 +1,7 @@
 """The media datagram: the 24-byte header in front of every host → viewer datagram, and ping replies (§4).
 
 A native viewer decodes exactly this; pyrofling chooses the FEC fields per packet
-(protocol.md §5) and reads them back in :mod:`pyrofling.core.reassembler`.
+(protocol.md §5) and reads them back in :mod:`pyrofling.core.viewer.reassembler`.
 """
 
 from __future__ import annotations

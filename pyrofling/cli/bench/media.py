@@ -25,7 +25,7 @@ from pyrofling.cli.options import (
 
 def add_audio(sub: Sub) -> None:
     from pyrofling.bench.audio import CASES, STANDARD_CASES
-    from pyrofling.core.audio_control import RATE_CONTROLLERS
+    from pyrofling.core.viewer.audio_control import RATE_CONTROLLERS
 
     p = bench_parser(
         sub,

@@ -5,7 +5,7 @@ Three threads touch audio:
 * the network thread (asyncio) hands complete packets and loss reports to
   :meth:`AudioPlayer.packet` / :meth:`AudioPlayer.lost` (a bounded queue, never blocks);
 * the player thread decodes, conceals losses, measures how much audio waits ahead of
-  the speaker (:class:`~pyrofling.core.audio_control.DeviceClock`, on the device's own
+  the speaker (:class:`~pyrofling.core.viewer.audio_control.DeviceClock`, on the device's own
   playback clock), asks the rate controller for a speed, resamples with libsamplerate
   (``samplerate``) at that speed and writes the result into the :class:`OutputRing`;
 * the device's callback only copies from the ring (:mod:`pyrofling.client.audio.ring`).
@@ -30,9 +30,9 @@ from pyrofling.client.audio.devices import AudioOutput, OutputFactory, output_fa
 from pyrofling.client.audio.readings import PlaybackReadings
 from pyrofling.client.audio.ring import OutputRing
 from pyrofling.client.codecs import AudioDecoder, DecodeError
-from pyrofling.core.audio_control import DeviceClock, RateController, make_rate_controller
 from pyrofling.core.audio_signal import ClickDetector, Frames, fade_in, fade_out, fade_out_from
-from pyrofling.core.clock_sync import ClockSync
+from pyrofling.core.viewer.audio_control import DeviceClock, RateController, make_rate_controller
+from pyrofling.core.viewer.clock_sync import ClockSync
 from pyrofling.wire import AudioCodec
 
 log = logging.getLogger(__name__)

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from pyrofling.core.audio_control import DeviceClock
-from pyrofling.core.clock_sync import ClockSync
 from pyrofling.core.samples import recent_samples, tail
+from pyrofling.core.viewer.audio_control import DeviceClock
+from pyrofling.core.viewer.clock_sync import ClockSync
 
 #: The test tone's click period (on the host's clock), seconds.
 CLICK_PERIOD_S = 1.0

@@ -1,7 +1,7 @@
 """The ring between the audio player's thread and the output device's callback (PortAudio's thread).
 
 The callback only copies from the ring — no locks, no allocation beyond a few
-views, no logging, no decoding (conventions §14).  An underrun is zero-filled
+views, no logging, no decoding.  An underrun is zero-filled
 (after a short fade) and counted, and playback stops until the player has primed
 the ring to its target again, so one stall never becomes a cascade.
 """

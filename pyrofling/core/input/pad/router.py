@@ -12,7 +12,7 @@ import enum
 from collections import Counter
 from dataclasses import dataclass, field
 
-from pyrofling.core.gamepad.state import (
+from pyrofling.core.input.pad.state import (
     ABS_HAT0X,
     ABS_HAT0Y,
     ABS_RX,
@@ -111,7 +111,7 @@ def pad_events(before: PadState, after: PadState, spec: VirtualPadSpec = VIRTUAL
     return events
 
 
-class Verdict(enum.Enum):
+class PadVerdict(enum.Enum):
     APPLIED = "applied"
     STALE = "stale_seq"  # older than, or the same as, the last state from that connection
     NOT_OWNER = "not_owner"  # someone else holds the pad and this state asks for no take-over
@@ -153,24 +153,24 @@ class GamepadRouter:
         self.stats = RouterStats()
         self._last_seq: dict[int, int] = {}
 
-    def offer(self, conn_id: int, msg: GamepadState) -> tuple[Verdict, PadUpdate | None]:
+    def offer(self, conn_id: int, msg: GamepadState) -> tuple[PadVerdict, PadUpdate | None]:
         last = self._last_seq.get(conn_id)
         if last is not None and seq16_delta(msg.seq, last) <= 0:
-            return self._count(Verdict.STALE), None
+            return self._count(PadVerdict.STALE), None
         self._last_seq[conn_id] = msg.seq
         state = PadState.of(msg)
         took_over = False
         if self.owner is not None and self.owner != conn_id:
             if not wants_takeover(state):
-                return self._count(Verdict.NOT_OWNER), None
+                return self._count(PadVerdict.NOT_OWNER), None
             took_over = True
             self.stats.takeovers += 1
         self.owner = conn_id
         events = pad_events(self.applied, state, self.spec)
         self.applied = state
         self.stats.applied += 1
-        self._count(Verdict.APPLIED)
-        return Verdict.APPLIED, PadUpdate(conn_id, msg.seq, state, events, took_over)
+        self._count(PadVerdict.APPLIED)
+        return PadVerdict.APPLIED, PadUpdate(conn_id, msg.seq, state, events, took_over)
 
     def reset_ownership(self) -> None:
         """A viewer KICKed asking for the gamepad: the next sender owns the pad."""
@@ -186,7 +186,7 @@ class GamepadRouter:
         self.applied = NEUTRAL
         return PadUpdate(None, None, NEUTRAL, events) if events else None
 
-    def _count(self, verdict: Verdict) -> Verdict:
+    def _count(self, verdict: PadVerdict) -> PadVerdict:
         self.stats.verdicts[verdict.value] += 1
         return verdict
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from pyrofling.core.gamepad.state import NEUTRAL, STICK_MAX, TRIGGER_MAX, PadState
+from pyrofling.core.input.pad.state import NEUTRAL, STICK_MAX, TRIGGER_MAX, PadState
 from pyrofling.wire import GamepadButton
 
 KEY_BUTTONS: dict[str, GamepadButton] = {

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyrofling.core.gamepad.state import PadState
+from pyrofling.core.input.pad.state import PadState
 
 
 @dataclass(frozen=True, slots=True)
-class SenderConfig:
+class PadSenderConfig:
     #: The reference sends every 4 ms whether or not anything changed: loss is healed by the next one.
     interval_s: float = 0.004
     #: Also send a change at once rather than at the next tick (saves half a tick on average)...
@@ -18,7 +18,7 @@ class SenderConfig:
 
 
 @dataclass(slots=True)
-class SenderStats:
+class PadSenderStats:
     sent: int = 0
     sent_on_change: int = 0
 
@@ -31,10 +31,10 @@ class GamepadSender:
     Call :meth:`poll` again at :meth:`next_timer`.
     """
 
-    def __init__(self, config: SenderConfig | None = None, *, first_seq: int = 0) -> None:
-        self.config = config or SenderConfig()
+    def __init__(self, config: PadSenderConfig | None = None, *, first_seq: int = 0) -> None:
+        self.config = config or PadSenderConfig()
         self.seq = first_seq & 0xFFFF
-        self.stats = SenderStats()
+        self.stats = PadSenderStats()
         self._last: PadState | None = None
         self._last_sent_s: float | None = None
         self._next_s: float | None = None

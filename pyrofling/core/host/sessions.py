@@ -12,12 +12,12 @@ close, lines to log.  It calls :meth:`HostSessions.handle_timer` when
 
 The media fan-out asks :meth:`HostSessions.video_targets` /
 :meth:`HostSessions.audio_targets` for the viewers of each encoded packet and
-sends through each viewer's own :class:`~pyrofling.core.packetizer.Packetizer`.
+sends through each viewer's own :class:`~pyrofling.core.host.packetizer.Packetizer`.
 
-The outputs and what the host keeps per viewer are in :mod:`pyrofling.core.host_state`;
-authentication (protocol.md §7.7) is :class:`~pyrofling.core.host_auth.HostAuth`'s, rate control
-:class:`~pyrofling.core.host_rate.HostRate`'s, the players' pads, keyboard, mouse and rumble
-:class:`~pyrofling.core.host_players.HostPlayers`'.
+The outputs and what the host keeps per viewer are in :mod:`pyrofling.core.host.state`;
+authentication (protocol.md §7.7) is :class:`~pyrofling.core.host.auth.HostAuth`'s, rate control
+:class:`~pyrofling.core.host.rate.HostRate`'s, the players' pads, keyboard, mouse and rumble
+:class:`~pyrofling.core.host.players.HostPlayers`'.
 """
 
 from __future__ import annotations
@@ -26,12 +26,15 @@ import secrets
 from collections import Counter
 from collections.abc import Callable
 
-from pyrofling.core.congestion import KEY_FRAME_PACING, RateConfig
-from pyrofling.core.gamepad.rumble import RumbleCommand
-from pyrofling.core.host_auth import HostAuth, PairedViewers
-from pyrofling.core.host_players import HostPlayers
-from pyrofling.core.host_rate import HostRate
-from pyrofling.core.host_state import (
+from pyrofling.core.host.auth import HostAuth, PairedViewers
+from pyrofling.core.host.congestion import KEY_FRAME_PACING, RateConfig
+from pyrofling.core.host.keyframes import KeyframePolicy
+from pyrofling.core.host.pacer import PacedQueue, Pacer, TokenBucketPacer
+from pyrofling.core.host.packetizer import Packetizer
+from pyrofling.core.host.players import HostPlayers
+from pyrofling.core.host.rate import HostRate
+from pyrofling.core.host.resend import RetainedPackets
+from pyrofling.core.host.state import (
     Address,
     CloseConnection,
     GamepadInput,
@@ -46,10 +49,7 @@ from pyrofling.core.host_state import (
     ViewerLeft,
     ViewerPaired,
 )
-from pyrofling.core.keyframes import KeyframePolicy
-from pyrofling.core.pacer import PacedQueue, Pacer, TokenBucketPacer
-from pyrofling.core.packetizer import Packetizer
-from pyrofling.core.resend import RetainedPackets
+from pyrofling.core.input.pad.rumble import RumbleCommand
 from pyrofling.core.secure import (
     AuthError,
     FailureLimiter,

@@ -1,9 +1,9 @@
 """The viewer's side of AUTH and ENCRYPTION (protocol.md §7.7): which way in, the response, the host's proof.
 
-Pure.  :class:`~pyrofling.core.viewer_session.ViewerSession` starts it when the
+Pure.  :class:`~pyrofling.core.viewer.session.ViewerSession` starts it when the
 host grants both bits, hands it AUTH_CHALLENGE and AUTH_RESULT, and installs the
 keys it returns; :class:`AuthFailed` says, in words, why not.  The transcript is
-the same the host keeps (:mod:`pyrofling.core.host_auth`): what either side saw
+the same the host keeps (:mod:`pyrofling.core.host.auth`): what either side saw
 differently gives other keys, and the proofs fail.
 """
 

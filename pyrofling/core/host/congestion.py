@@ -45,8 +45,6 @@ from dataclasses import dataclass, field
 
 from pyrofling.wire import RateDecider, RateFeedback
 
-#: How often a viewer sends RATE_FEEDBACK.
-FEEDBACK_INTERVAL_S = 0.05
 #: A key frame's datagrams cost the pacer this many times their size: twice the link's rate / 1.75, just over
 #: the link (an IDR is up to the VBV's ceiling-sized peak; in the network's queue it would read as congestion).
 KEY_FRAME_PACING = 1.75

@@ -1,6 +1,6 @@
 """The host's side of NACK (protocol.md §7.9): recent packets kept per viewer, resent within a budget.
 
-Pure.  The viewer's :class:`~pyrofling.core.packetizer.Packetizer` hands every
+Pure.  The viewer's :class:`~pyrofling.core.host.packetizer.Packetizer` hands every
 packet's data datagrams (plaintext, before sealing) to :meth:`RetainedPackets.keep`;
 a NACK from that viewer asks :meth:`RetainedPackets.resend` for some of them
 again.  What a viewer can make the host send is bounded, so a viewer that lies

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from pyrofling.core.gamepad.state import (
+from pyrofling.core.input.pad.state import (
     ABS_BRAKE,
     ABS_GAS,
     ABS_HAT0X,

@@ -1,7 +1,7 @@
 """What the host's session core says and keeps: its outputs, its settings, and what it knows of each viewer.
 
-Shared by :mod:`pyrofling.core.host_session` (the protocol) and
-:mod:`pyrofling.core.host_auth` (its authentication); the host's shells perform
+Shared by :mod:`pyrofling.core.host.sessions` (the protocol) and
+:mod:`pyrofling.core.host.auth` (its authentication); the host's shells perform
 the outputs (protocol.md §3).
 """
 
@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
-from pyrofling.core.congestion import LinkController
 from pyrofling.core.control_channel import ControlChannel
-from pyrofling.core.gamepad import PadUpdate
-from pyrofling.core.keyboard_mouse import InputUpdate
-from pyrofling.core.pacer import PacedQueue
-from pyrofling.core.packetizer import Packetizer
+from pyrofling.core.host.congestion import LinkController
+from pyrofling.core.host.pacer import PacedQueue
+from pyrofling.core.host.packetizer import Packetizer
+from pyrofling.core.input.keyboard_mouse import InputUpdate
+from pyrofling.core.input.pad import PadUpdate
 from pyrofling.core.secure import SEAL_OVERHEAD, CodeExchange, Opener, Sealer, ShareExchange, Transcript
 from pyrofling.wire import ControlMessage, ExtensionFeature, KickFlags, Progress
 

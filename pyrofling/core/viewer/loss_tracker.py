@@ -1,6 +1,6 @@
 """The viewer's side of NACK and LOSS_REPORT (protocol.md §7.9): which video datagrams went missing, and asking.
 
-Pure.  :class:`~pyrofling.core.viewer_connection.ViewerConnection` shows it the
+Pure.  :class:`~pyrofling.core.viewer.connection.ViewerConnection` shows it the
 header of every video datagram (:meth:`LossTracker.datagram`), tells it which
 packets were delivered or lost, and asks it at :meth:`LossTracker.next_timer`
 what to send (:meth:`LossTracker.poll`): NACKs for packets that cannot complete

@@ -3,20 +3,20 @@
 Which virtual pad each player drives (one shared pad as the reference, or one
 each), who types and moves the mouse, everything let go when a player leaves or
 goes quiet, and rumble sent back to the pad's player.
-:class:`~pyrofling.core.host_session.HostSessions` hands it the KICKs, states and
+:class:`~pyrofling.core.host.sessions.HostSessions` hands it the KICKs, states and
 departures of its connections; it answers with outputs, as
-:class:`~pyrofling.core.host_auth.HostAuth` does.
+:class:`~pyrofling.core.host.auth.HostAuth` does.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
-from pyrofling.core.gamepad import GamepadRouter, Verdict
-from pyrofling.core.gamepad.rumble import RumbleCommand
-from pyrofling.core.gamepad.slots import PadSlots
-from pyrofling.core.host_state import GamepadInput, HostOutput, KeyboardMouseInput, LogLine, RemoteViewer
-from pyrofling.core.keyboard_mouse import InputRouter, InputVerdict
+from pyrofling.core.host.state import GamepadInput, HostOutput, KeyboardMouseInput, LogLine, RemoteViewer
+from pyrofling.core.input.keyboard_mouse import InputRouter, InputVerdict
+from pyrofling.core.input.pad import GamepadRouter, PadVerdict
+from pyrofling.core.input.pad.rumble import RumbleCommand
+from pyrofling.core.input.pad.slots import PadSlots
 from pyrofling.wire import ExtensionFeature, GamepadState, InputState, KickFlags, PadAssigned, Player, Rumble
 
 
@@ -96,7 +96,7 @@ class HostPlayers:
             self.discarded["gamepad_no_pad"] += 1  # every pad is taken
             return []
         verdict, update = self.router(pad).offer(conn.conn_id, msg)
-        if verdict is not Verdict.APPLIED or update is None:
+        if verdict is not PadVerdict.APPLIED or update is None:
             self.discarded[f"gamepad_{verdict.value}"] += 1
             return []
         out: list[HostOutput] = [GamepadInput(update, pad)]

@@ -1,6 +1,6 @@
 """The host's side of AUTH and ENCRYPTION (protocol.md §7.7): the challenge, the proofs, the keys, refusals.
 
-Pure.  :class:`~pyrofling.core.host_session.HostSessions` hands it the EXTENSIONS
+Pure.  :class:`~pyrofling.core.host.sessions.HostSessions` hands it the EXTENSIONS
 and AUTH_RESPONSE messages of a connection and what an unauthenticated one
 sends; it answers with outputs and installs the connection's keys.  A host with
 no code that is not private offers nothing, as the reference.
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from pyrofling.core.host_state import (
+from pyrofling.core.host.state import (
     CloseConnection,
     HostHandshake,
     HostOutput,

@@ -4,7 +4,7 @@ Pure.  The connection tells :class:`ArrivalRecorder` of every datagram off the
 wire (its size) and of every video datagram's packet; :meth:`ArrivalRecorder.poll`
 returns a RATE_FEEDBACK when one is due.  The host, which knows when it sent
 each packet, turns these into the link's queueing delay and rate
-(:mod:`pyrofling.core.congestion`): the viewer needs no clock in common with it.
+(:mod:`pyrofling.core.host.congestion`): the viewer needs no clock in common with it.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from pyrofling.core.congestion import FEEDBACK_INTERVAL_S
-from pyrofling.wire import ArrivalSample, RateDecider, RateFeedback, StreamRate
+from pyrofling.wire import RATE_FEEDBACK_INTERVAL_S, ArrivalSample, RateDecider, RateFeedback, StreamRate
 
 #: Packets remembered (a late datagram of one still adds to its count).
 _REMEMBERED = 32
@@ -29,7 +28,7 @@ class _Arrivals:
 class ArrivalRecorder:
     """Counts and stamps arrivals; a RATE_FEEDBACK every ``interval_s`` while ``active``."""
 
-    def __init__(self, interval_s: float = FEEDBACK_INTERVAL_S) -> None:
+    def __init__(self, interval_s: float = RATE_FEEDBACK_INTERVAL_S) -> None:
         self.interval_s = interval_s
         #: The host granted RATE_CONTROL and the stream runs.
         self.active = False

@@ -7,14 +7,14 @@ state and the input codes both use: :mod:`.state`.  The public names are re-expo
 
 from __future__ import annotations
 
-from pyrofling.core.gamepad.keyboard import (
+from pyrofling.core.input.pad.keyboard import (
     KEY_BUTTONS,
     KEY_STICKS,
     KEY_TRIGGERS,
     KEYBOARD_HELP,
     KeyboardPad,
 )
-from pyrofling.core.gamepad.physical import (
+from pyrofling.core.input.pad.physical import (
     BUTTON_BITS,
     DIGITAL_TRIGGERS,
     DPAD_BUTTONS,
@@ -34,21 +34,21 @@ from pyrofling.core.gamepad.physical import (
     stick_value,
     trigger_value,
 )
-from pyrofling.core.gamepad.router import (
+from pyrofling.core.input.pad.router import (
     VIRTUAL_PAD,
     GamepadRouter,
     PadUpdate,
+    PadVerdict,
     RouterStats,
-    Verdict,
     VirtualPadSpec,
     pad_events,
 )
-from pyrofling.core.gamepad.sender import (
+from pyrofling.core.input.pad.sender import (
     GamepadSender,
-    SenderConfig,
-    SenderStats,
+    PadSenderConfig,
+    PadSenderStats,
 )
-from pyrofling.core.gamepad.state import (
+from pyrofling.core.input.pad.state import (
     ABS_BRAKE,
     ABS_GAS,
     ABS_HAT0X,
@@ -158,12 +158,12 @@ __all__ = [
     "GamepadSender",
     "KeyboardPad",
     "PadCandidate",
+    "PadSenderConfig",
+    "PadSenderStats",
     "PadState",
     "PadUpdate",
+    "PadVerdict",
     "RouterStats",
-    "SenderConfig",
-    "SenderStats",
-    "Verdict",
     "VirtualPadSpec",
     "choose_pad",
     "face_layout_for",

@@ -73,7 +73,7 @@ class PingReplyReceived(ReassemblyEvent):
     received_s: float
 
 
-class Verdict(enum.Enum):
+class DatagramVerdict(enum.Enum):
     """What became of a datagram: taken into a packet, stale (its packet already delivered or given up: it
     still arrived), or refused as malformed."""
 
@@ -160,7 +160,7 @@ class Reassembler:
         self.discarded: Counter[str] = Counter()
         self.datagrams = 0
         #: What became of the last datagram, and its header (see :meth:`receive`).
-        self.verdict = Verdict.TAKEN
+        self.verdict = DatagramVerdict.TAKEN
         self.header: MediaHeader | None = None
         self._streams = {StreamType.VIDEO: _StreamState(), StreamType.AUDIO: _StreamState()}
         self._buffered_bytes = 0
@@ -176,7 +176,7 @@ class Reassembler:
         """One datagram from the server.  Never raises on peer data.  Afterwards :attr:`verdict` says what became
         of it and :attr:`header` holds its media header (None when it had none)."""
         self.datagrams += 1
-        self.verdict = Verdict.TAKEN
+        self.verdict = DatagramVerdict.TAKEN
         self.header = None
         size = len(datagram)
         if size < MEDIA_HEADER_BYTES:
@@ -246,7 +246,7 @@ class Reassembler:
 
     def _discard(self, reason: str) -> list[ReassemblyEvent]:
         self.discarded[reason] += 1
-        self.verdict = Verdict.STALE if reason in ("unneeded_repair", "late") else Verdict.REFUSED
+        self.verdict = DatagramVerdict.STALE if reason in ("unneeded_repair", "late") else DatagramVerdict.REFUSED
         return []
 
     def _media(self, header: MediaHeader, body: memoryview, now: float) -> list[ReassemblyEvent]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pyrofling.core.resend import RetainedPackets
+from pyrofling.core.host.resend import RetainedPackets
 from pyrofling.fec.codec import (
     BLOCK_BYTES,
     NO_FEC,

@@ -1,6 +1,6 @@
 """The viewer's side of one connection to a host: control, media, and what the decoder gets (protocol.md §3–§7).
 
-Pure, and shaped like :class:`~pyrofling.core.host_session.HostSessions`.  The
+Pure, and shaped like :class:`~pyrofling.core.host.sessions.HostSessions`.  The
 viewer's shell opens the TCP connection and a UDP socket, then hands over what
 arrives with the time it read it — :meth:`ViewerConnection.start` once,
 :meth:`ViewerConnection.control_bytes` for what the control connection reads,
@@ -11,10 +11,10 @@ comes due, and performs the returned outputs in order: bytes to write or send
 (:class:`DecodeVideo`, :class:`PlayAudio`, :class:`AudioLost`) and the
 connection's fate (:class:`Streaming`, :class:`SessionFailed`, :class:`StreamStalled`).
 
-It joins the control session (:class:`~pyrofling.core.viewer_session.ViewerSession`:
+It joins the control session (:class:`~pyrofling.core.viewer.session.ViewerSession`:
 handshake, keep-alive, pings, key-frame requests) with the reassembler
-(:class:`~pyrofling.core.reassembler.Reassembler`: datagrams → packets, FEC), the
-loss tracker (:class:`~pyrofling.core.loss_tracker.LossTracker`: NACKs and loss
+(:class:`~pyrofling.core.viewer.reassembler.Reassembler`: datagrams → packets, FEC), the
+loss tracker (:class:`~pyrofling.core.viewer.loss_tracker.LossTracker`: NACKs and loss
 reports, when the host grants them) and the session's key gate, and decides: no
 video reaches the decoder before the first key frame, a picture is marked whole
 or not, a video packet lost for good asks for a key frame.
@@ -32,19 +32,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyrofling.core.bitstream import key_info
-from pyrofling.core.clock_sync import ClockSync
-from pyrofling.core.loss_tracker import LossTracker
-from pyrofling.core.rate_feedback import ArrivalRecorder
-from pyrofling.core.reassembler import (
+from pyrofling.core.viewer.clock_sync import ClockSync
+from pyrofling.core.viewer.loss_tracker import LossTracker
+from pyrofling.core.viewer.rate_feedback import ArrivalRecorder
+from pyrofling.core.viewer.reassembler import (
+    DatagramVerdict,
     PacketReady,
     PacketsLost,
     PingReplyReceived,
     Reassembler,
     ReassemblerConfig,
     ReassemblyEvent,
-    Verdict,
 )
-from pyrofling.core.viewer_session import (
+from pyrofling.core.viewer.session import (
     ControlToHost,
     DatagramToHost,
     Paired,
@@ -224,7 +224,7 @@ class ViewerConnection:
         reassembler = self.reassembler
         out = self._media(reassembler.receive(opened, now), now)
         verdict, header = reassembler.verdict, reassembler.header
-        if verdict is Verdict.REFUSED:
+        if verdict is DatagramVerdict.REFUSED:
             self._refused_recently(now)
             return out
         # Only a datagram the reassembler took (or found merely late) counts: a malformed one says nothing
@@ -233,7 +233,7 @@ class ViewerConnection:
             return out
         self.bytes_received_video += len(opened)
         self.arrivals.video(header.packet_seq, now)
-        if not self.loss.datagram(header, now, stale=verdict is Verdict.STALE):
+        if not self.loss.datagram(header, now, stale=verdict is DatagramVerdict.STALE):
             return out
         return out + self._ask(now)
 

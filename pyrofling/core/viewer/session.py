@@ -24,15 +24,15 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from pyrofling.core.bitstream import KeyGate, KeyInfo
-from pyrofling.core.clock_sync import ClockSync
 from pyrofling.core.control_channel import ControlChannel
-from pyrofling.core.reassembler import ProgressCounters
 from pyrofling.core.secure import (
     AuthError,
     Opener,
     Sealer,
 )
-from pyrofling.core.viewer_auth import AuthFailed, HostCredential, ViewerAuth
+from pyrofling.core.viewer.auth import AuthFailed, HostCredential, ViewerAuth
+from pyrofling.core.viewer.clock_sync import ClockSync
+from pyrofling.core.viewer.reassembler import ProgressCounters
 from pyrofling.wire import (
     EXTENSIONS_VERSION,
     SEALED_HEAD,

@@ -3,8 +3,8 @@
 Pure.  One encoder serves every viewer, so a forced IDR costs everyone a large
 frame; this policy collects the reasons (a viewer joined, a viewer lost video)
 and rate-limits them.  The host's frame loop asks :meth:`KeyframePolicy.should_force`
-once per frame, before encoding, and calls :meth:`KeyframePolicy.key_frame_sent`
-whenever the encoder produced an IDR (forced or not).
+once per frame, before encoding; a True answer consumes the pending reasons,
+whichever of them the IDR serves.
 
 Compared with the reference (hold-off of 60 frames after every forced IDR), the
 limit is in seconds and separate for joins and losses: a new viewer is served

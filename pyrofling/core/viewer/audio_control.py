@@ -5,17 +5,17 @@ Pure (no clocks, threads or devices): the viewer's audio shell
 
 * :class:`DeviceClock` maps ring positions to the times they are heard, from the
   output callback's reports on the device's own playback clock;
-* a rate controller (:class:`PiRateController`, :class:`ReferenceRateController`)
+* a rate controller (:class:`DriftController`, :class:`ReferenceRateController`)
   turns the buffered amount into a playback speed: ``speed = controller.update(now_s,
   buffered_s)``; ``speed > 1`` plays faster (the resampler's output/input ratio is
   ``nominal / speed``).
 
 The host's and the viewer's audio clocks never agree exactly, so without control
 the buffer drifts by the skew (500 ppm is 30 ms a minute).  The reference steers
-``1 + 0.05·(buffered − target)``, clamped to ±0.5 % (anchor §7.4): a proportional
+``1 + 0.05·(buffered − target)``, clamped to ±0.5 % (Granite's `video/ffmpeg_decode.cpp`): a proportional
 controller, so a skew of s leaves the buffer s/0.05 away from target (10 ms at
 500 ppm) and every millisecond of network jitter moves the rate by 50 ppm.
-:class:`PiRateController` removes both: it filters the buffered amount over
+:class:`DriftController` removes both: it filters the buffered amount over
 a quarter of a second, learns the skew with an integrator (zero offset in steady
 state) and keeps the proportional gain small once locked (little rate wobble).
 """
@@ -49,7 +49,7 @@ class RateController(Protocol):
 
 
 class ReferenceRateController:
-    """PyroFling's rule: ``1 + 0.05·(buffered − target)``, clamped to ±0.5 % (anchor §7.4)."""
+    """PyroFling's rule: ``1 + 0.05·(buffered − target)``, clamped to ±0.5 % (Granite's `video/ffmpeg_decode.cpp`)."""
 
     name = "reference"
 

@@ -6,7 +6,7 @@ every decoded picture (from any thread, via the shell), then :meth:`poll` until
 it returns a :class:`Present` or :class:`Repeat`; a :class:`Wait` means "wait for
 a picture until ``until_s``, then poll again".
 
-Two ways to present, as in the reference viewer (anchor §7.2):
+Two ways to present, as in the reference viewer (PyroFling's `pyrofling_viewer.cpp`):
 
 * **FIFO** (phase-locked, or a deadline is set): at each refresh show the newest
   picture (older ones are dropped), or wait for one up to the deadline (most of
@@ -20,7 +20,7 @@ Each new picture yields the phase error: ``(refresh + offset) − decode_done``,
 folded into ± half a refresh (positive: it was done early, "deliver later").  In
 phase-locked mode the viewer sends it to the host, which steers on it.  With
 ``auto_offset`` (the viewer's default) the offset and deadline are not given but
-learnt from those errors (:mod:`pyrofling.core.phase_offset`): pictures are
+learnt from those errors (:mod:`pyrofling.core.viewer.phase_offset`): pictures are
 steered to be ready just before the refresh that shows them.
 """
 
@@ -31,8 +31,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from pyrofling.core.frame_clock import wrap_phase
-from pyrofling.core.phase_offset import AutoOffset, AutoOffsetConfig
+from pyrofling.core.phase import wrap_phase
+from pyrofling.core.viewer.phase_offset import AutoOffset, AutoOffsetConfig
 
 T = TypeVar("T")
 

@@ -28,7 +28,6 @@ which adds every viewer's offsets together.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -57,7 +56,7 @@ class PhaseController(Protocol):
 
 
 class ReferenceController:
-    """The reference host's controller, step for step (anchor §6.2), in integer nanoseconds."""
+    """The reference host's controller, step for step (PyroFling's `pyrofling.cpp`), in integer nanoseconds."""
 
     name = "reference"
     DEAD_BAND_US = 200
@@ -301,8 +300,3 @@ class FrameClock:
             "heartbeats_missed": self.missed_total,
             "rate_trim_ppm": self.rate_trim_ppm,
         }
-
-
-def wrap_phase(error_s: float, period_s: float) -> float:
-    """Fold a phase error into [-period/2, period/2): only the phase within a frame is meaningful."""
-    return error_s - period_s * math.floor(error_s / period_s + 0.5)

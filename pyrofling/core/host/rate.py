@@ -1,12 +1,12 @@
 """The host's rate control across its viewers (protocol.md §7.10): each link, the one bitrate, what each hears.
 
-Pure, and :class:`~pyrofling.core.host_session.HostSessions`'s, as
-:class:`~pyrofling.core.host_auth.HostAuth` is: the sessions hand it each
+Pure, and :class:`~pyrofling.core.host.sessions.HostSessions`'s, as
+:class:`~pyrofling.core.host.auth.HostAuth` is: the sessions hand it each
 RATE_FEEDBACK with the viewers streaming video, and perform what it returns — the
 encoder's new bitrate (:class:`SetBitrate`) and each reporting viewer's
 STREAM_RATE.  The link estimate itself is
-:class:`~pyrofling.core.congestion.LinkController`'s, the policy
-:class:`~pyrofling.core.congestion.SharedBitrate`'s.
+:class:`~pyrofling.core.host.congestion.LinkController`'s, the policy
+:class:`~pyrofling.core.host.congestion.SharedBitrate`'s.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from pyrofling.core.congestion import LinkController, RateConfig, RateVoter, SharedBitrate
-from pyrofling.core.host_state import HostOutput, RemoteViewer, SetBitrate
-from pyrofling.core.pacer import TokenBucketPacer
+from pyrofling.core.host.congestion import LinkController, RateConfig, RateVoter, SharedBitrate
+from pyrofling.core.host.pacer import TokenBucketPacer
+from pyrofling.core.host.state import HostOutput, RemoteViewer, SetBitrate
 from pyrofling.wire import RateDecider, RateFeedback, StreamRate
 
 #: STREAM_RATE to one viewer at most this often.

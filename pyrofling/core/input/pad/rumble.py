@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pyrofling.core.gamepad.state import FF_GAIN, FF_RUMBLE
+from pyrofling.core.input.pad.state import FF_GAIN, FF_RUMBLE
 
 __all__ = ["FF_GAIN", "FF_RUMBLE", "STOP", "UNTIL_STOPPED_MS", "RumbleCommand", "RumbleEffects"]
 
