@@ -20,10 +20,17 @@ class _RecordingSessions:
     def __init__(self) -> None:
         self.turn = 0
         self.datagrams: list[tuple[bytes, Address, int]] = []
+        self._replies: list[SendDatagram] = []
 
     def datagram(self, addr: Address, data: bytes, now: float) -> list[HostOutput]:
         self.datagrams.append((data, addr, self.turn))
-        return [SendDatagram(addr, b"echo " + data)] if len(self.datagrams) == 1 else []
+        if len(self.datagrams) == 1:
+            self._replies.append(SendDatagram(addr, b"echo " + data))
+        return []
+
+    def datagrams_to_send(self, now: float) -> list[SendDatagram]:
+        replies, self._replies = self._replies, []
+        return replies
 
     def next_timer(self) -> float | None:
         return None

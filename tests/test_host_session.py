@@ -60,7 +60,7 @@ def replies(outputs: list[object]) -> list[object]:
 
 
 def kicked(s: HostSessions, conn_id: int = 1, cookie: int = 0xDEADBEEF_00000001, now: float = 0.0) -> None:
-    s.open(conn_id, PEER, cookie, now)
+    s.open(conn_id, PEER, now, cookie=cookie)
     s.control(conn_id, Hello(), now)
     s.datagram((UDP[0], UDP[1] + conn_id), bytes(Cookie(cookie)), now)
     out = s.control(conn_id, Kick(KickFlags.VIDEO | KickFlags.GAMEPAD), now)
@@ -69,7 +69,7 @@ def kicked(s: HostSessions, conn_id: int = 1, cookie: int = 0xDEADBEEF_00000001,
 
 def test_handshake_exactly_as_the_reference() -> None:
     s = make()
-    s.open(1, PEER, 77, 0.0)
+    s.open(1, PEER, 0.0, cookie=77)
     assert replies(s.control(1, Hello(), 0.0)) == [Cookie(77)]
     # KICK before the UDP cookie arrived: NAK.
     assert replies(s.control(1, Kick(KickFlags.VIDEO), 0.01)) == [Nak()]
@@ -86,7 +86,7 @@ def test_handshake_exactly_as_the_reference() -> None:
 
 def test_again_while_the_encoder_has_no_parameters() -> None:
     s = make(params=None)
-    s.open(1, PEER, 5, 0.0)
+    s.open(1, PEER, 0.0, cookie=5)
     s.datagram(UDP, bytes(Cookie(5)), 0.0)
     assert replies(s.control(1, Kick(KickFlags.VIDEO), 0.0)) == [Again()]
     s.codec_parameters = PARAMS
@@ -99,14 +99,15 @@ def test_first_video_packet_of_a_new_viewer_is_an_idr_and_a_join_forces_one() ->
     assert s.keyframes.should_force(0.0)  # the join asks for an IDR
     assert s.video_targets(idr=False) == []  # no P-frames before its IDR
     [conn] = s.video_targets(idr=True)
-    s.idr_sent(conn, 0.0)
+    s.send_video(MediaPacket(bytes(100), 0, key_frame=True), idr=True, now=0.0)
     assert s.video_targets(idr=False) == [conn]
+    assert len(s.datagrams_to_send(0.0)) == 1  # its IDR, through its pacer
 
 
 def test_udp_binding_is_first_come_and_never_rebinds() -> None:
     s = make()
-    s.open(1, PEER, 5, 0.0)
-    s.open(2, PEER, 6, 0.0)
+    s.open(1, PEER, 0.0, cookie=5)
+    s.open(2, PEER, 0.0, cookie=6)
     s.datagram(UDP, bytes(Cookie(5)), 0.0)
     s.datagram(("6.6.6.6", 1), bytes(Cookie(5)), 0.0)  # an attacker replaying the cookie
     assert s.discarded["rebind_refused"] == 1
@@ -123,9 +124,11 @@ def test_ping_answered_with_the_server_clock_only_for_a_kicked_bound_viewer() ->
     assert s.datagram(UDP, bytes(Ping(3)), 1.0) == []
     assert s.discarded["unknown_peer"] == 1
     kicked(s, cookie=9)
-    out = s.datagram((UDP[0], UDP[1] + 1), bytes(Ping(3)), 12.345678)
-    assert len(out) == 1 and isinstance(out[0], SendDatagram)
-    assert PingReply.parse(out[0].data) == PingReply(3, 12_345_678)
+    assert s.datagram((UDP[0], UDP[1] + 1), bytes(Ping(3)), 12.345678) == []
+    assert s.next_timer() == 12.345678  # the reply is due at once
+    [reply] = s.datagrams_to_send(12.345678)
+    assert isinstance(reply, SendDatagram) and reply.address == (UDP[0], UDP[1] + 1)
+    assert PingReply.parse(reply.data) == PingReply(3, 12_345_678)
 
 
 def test_phase_offsets_and_gamepad_states_are_passed_on() -> None:
@@ -160,7 +163,7 @@ def test_keepalive_drops_a_silent_viewer_after_15_s_and_progress_keeps_it() -> N
     assert [type(o) for o in out] == [ViewerLeft, CloseConnection]  # it no longer steers the frame clock
     assert s.connection(1) is None and s.timed_out == 1
     # A connection that never speaks is dropped too.
-    s.open(2, PEER, 3, 30.0)
+    s.open(2, PEER, 30.0, cookie=3)
     assert [type(o) for o in s.handle_timer(45.0)] == [ViewerLeft, CloseConnection]
 
 
@@ -184,7 +187,7 @@ def test_loss_in_progress_forces_an_idr_for_a_native_viewer_only() -> None:
     assert native.keyframes.should_force(1.0)
 
     ours = make()
-    ours.open(1, PEER, 5, 0.0)
+    ours.open(1, PEER, 0.0, cookie=5)
     ext = ours.control(1, Extensions(1, ExtensionFeature.KEYFRAME_REQUEST), 0.0)
     assert replies(ext) == [Extensions(1, ExtensionFeature.KEYFRAME_REQUEST)]
     ours.datagram(UDP, bytes(Cookie(5)), 0.0)
@@ -200,8 +203,7 @@ def test_a_viewer_whose_idr_never_arrived_gets_another() -> None:
     s = make()
     kicked(s)
     s.keyframes.should_force(0.0)
-    [conn] = s.video_targets(idr=True)
-    s.idr_sent(conn, 0.0)
+    s.send_video(MediaPacket(bytes(100), 0, key_frame=True), idr=True, now=0.0)
     s.control(1, Progress(0, 0, 0, 0, 0), 0.5)
     assert not s.keyframes.should_force(0.5)  # too early to tell
     s.control(1, Progress(0, 0, 0, 0, 0), 1.5)
@@ -210,7 +212,7 @@ def test_a_viewer_whose_idr_never_arrived_gets_another() -> None:
 
 def test_unknown_and_host_only_messages_get_nak_and_do_not_close() -> None:
     s = make()
-    s.open(1, PEER, 5, 0.0)
+    s.open(1, PEER, 0.0, cookie=5)
     assert replies(s.control(1, UnknownControl(45, b"xyz"), 0.0)) == [Nak()]
     assert replies(s.control(1, PARAMS, 0.0)) == [Nak()]
     assert s.connection(1) is not None
@@ -218,15 +220,15 @@ def test_unknown_and_host_only_messages_get_nak_and_do_not_close() -> None:
 
 def test_extension_grants_only_what_both_support() -> None:
     s = HostSessions(make_packetizer=Packetizer.for_cookie, config=HostSessionConfig(extensions=ExtensionFeature.NONE))
-    s.open(1, PEER, 5, 0.0)
+    s.open(1, PEER, 0.0, cookie=5)
     assert replies(s.control(1, Extensions(1, 0xFFFF), 0.0)) == [Extensions(1, 0)]
 
 
 def test_cookies_must_be_unique() -> None:
     s = make()
-    s.open(1, PEER, 5, 0.0)
+    s.open(1, PEER, 0.0, cookie=5)
     with pytest.raises(ValueError):
-        s.open(2, PEER, 5, 0.0)
+        s.open(2, PEER, 0.0, cookie=5)
 
 
 def test_close_forgets_the_udp_binding() -> None:
@@ -243,7 +245,7 @@ def gamepad_inputs(outputs: list[object]) -> list[GamepadInput]:
 
 def test_gamepad_states_need_the_gamepad_bit_and_a_kick() -> None:
     s = make()
-    s.open(1, PEER, 5, 0.0)
+    s.open(1, PEER, 0.0, cookie=5)
     s.control(1, Hello(), 0.0)
     s.datagram(UDP, bytes(Cookie(5)), 0.0)
     assert s.datagram(UDP, bytes(GamepadState(seq=1, buttons=1)), 0.0) == []  # bound, not kicked
@@ -292,19 +294,19 @@ def test_connections_are_bounded_overall_and_per_address_until_they_kick() -> No
     s.codec_parameters = PARAMS
     kicked(s, conn_id=1, cookie=101)  # streaming: no longer pending
     for conn_id in (2, 3, 4):
-        assert s.open(conn_id, PEER, 100 + conn_id, 0.0) == []
-    refused = s.open(5, PEER, 105, 0.0)  # a fourth from the same address that has not kicked
+        assert s.open(conn_id, PEER, 0.0, cookie=100 + conn_id) == []
+    refused = s.open(5, PEER, 0.0, cookie=105)  # a fourth from the same address that has not kicked
     assert [type(o) for o in refused] == [CloseConnection] and s.connection(5) is None
     assert s.discarded["pending_limit"] == 1
     # Another address is not held up by the first one's pending connections...
-    assert s.open(6, ("10.0.0.3", 5000), 106, 0.0) == []
-    assert s.open(7, ("10.0.0.4", 5000), 107, 0.0) == []
+    assert s.open(6, ("10.0.0.3", 5000), 0.0, cookie=106) == []
+    assert s.open(7, ("10.0.0.4", 5000), 0.0, cookie=107) == []
     # ...until the host is full.
-    assert [type(o) for o in s.open(8, ("10.0.0.5", 5000), 108, 0.0)] == [CloseConnection]
+    assert [type(o) for o in s.open(8, ("10.0.0.5", 5000), 0.0, cookie=108)] == [CloseConnection]
     assert s.discarded["connection_limit"] == 1 and len(s.connections) == 6
     # A pending one that leaves makes room again.
     s.close(2)
-    assert s.open(9, PEER, 109, 0.0) == []
+    assert s.open(9, PEER, 0.0, cookie=109) == []
 
 
 # -- rate control (protocol.md §7.10) ---------------------------------------------------------------
@@ -312,7 +314,7 @@ def test_connections_are_bounded_overall_and_per_address_until_they_kick() -> No
 
 def rate_viewer(s: HostSessions, conn_id: int, flags: KickFlags, now: float) -> RemoteViewer:
     cookie = 0x5EED_0000 + conn_id
-    s.open(conn_id, (PEER[0], PEER[1] + conn_id), cookie, now)
+    s.open(conn_id, (PEER[0], PEER[1] + conn_id), now, cookie=cookie)
     s.control(conn_id, Hello(), now)
     granted = replies(s.control(conn_id, Extensions(1, ExtensionFeature.RATE_CONTROL), now))
     assert granted == [Extensions(1, ExtensionFeature.RATE_CONTROL)]
@@ -320,7 +322,6 @@ def rate_viewer(s: HostSessions, conn_id: int, flags: KickFlags, now: float) -> 
     s.control(conn_id, Kick(flags), now)
     conn = s.connection(conn_id)
     assert conn is not None and conn.link is not None and conn.paced is not None
-    s.idr_sent(conn, now)
     return conn
 
 
@@ -334,14 +335,17 @@ def stream_with_feedback(
     sent: dict[int, list[tuple[int, float]]] = {c: [] for c in viewers}
     for i in range(int(seconds * 60)):
         now = 1.0 + i / 60
-        for conn_id, growth in viewers.items():
+        seqs = {}
+        for conn_id in viewers:
             conn = s.connection(conn_id)
-            assert conn is not None and conn.packetizer is not None and conn.paced is not None
-            seq = conn.packetizer.next_seq(StreamType.VIDEO)
-            datagrams = conn.packetizer.packetize(MediaPacket(bytes(20_000), int(now * 1e6)))
-            s.video_queued(conn, datagrams, seq, 20_000)
-            for ms in range(16):  # the shell sends what the pacer releases, when it does
-                conn.paced.pop_due(now + ms / 1000)
+            assert conn is not None and conn.packetizer is not None
+            seqs[conn_id] = conn.packetizer.next_seq(StreamType.VIDEO)
+        first = any(c.awaiting_idr for c in s.connections)
+        s.send_video(MediaPacket(bytes(20_000), int(now * 1e6), key_frame=first), idr=first, now=now)
+        for ms in range(16):  # the shell sends what the pacers release, when they do
+            s.datagrams_to_send(now + ms / 1000)
+        for conn_id, growth in viewers.items():
+            seq = seqs[conn_id]
             sent[conn_id].append((seq, now))
             if i % 3 == 2:
                 claimed = growth * (now - 1.0)

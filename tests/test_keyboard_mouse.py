@@ -196,7 +196,7 @@ UDP = ("10.0.0.2", 40001)
 
 def kicked(hs: HostSessions, conn_id: int, *, extensions: bool = True, flags: KickFlags | None = None) -> None:
     addr = (UDP[0], UDP[1] + conn_id)
-    hs.open(conn_id, ("10.0.0.2", 40000 + conn_id), 1000 + conn_id, 0.0)
+    hs.open(conn_id, ("10.0.0.2", 40000 + conn_id), 0.0, cookie=1000 + conn_id)
     hs.control(conn_id, Hello(), 0.0)
     if extensions:
         hs.control(conn_id, Extensions(1, int(ExtensionFeature.KEYBOARD_MOUSE)), 0.0)

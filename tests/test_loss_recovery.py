@@ -10,7 +10,7 @@ import pytest
 from pyrofling.core.host.keyframes import KeyframePolicy
 from pyrofling.core.host.packetizer import MediaPacket, Packetizer
 from pyrofling.core.host.resend import RetainedPackets
-from pyrofling.core.host.sessions import HostSessions, SendDatagram
+from pyrofling.core.host.sessions import HostSessions
 from pyrofling.core.viewer.loss_tracker import LossTracker
 from pyrofling.fec import FecError, FecPlan, split_data
 from pyrofling.fec.mds import MdsFrameDecoder, encode_mds_repair, mds_plan
@@ -115,7 +115,7 @@ def _host_with_viewer(features: ExtensionFeature, cookie: int = 0xABC) -> tuple[
     hs = HostSessions(make_packetizer=lambda c: Packetizer.for_cookie(c), keyframes=KeyframePolicy())
     hs.codec_parameters = PARAMS
     address = ("127.0.0.1", 40000 + cookie % 1000)
-    hs.open(1, ("127.0.0.1", 50000), cookie, 0.0)
+    hs.open(1, ("127.0.0.1", 50000), 0.0, cookie=cookie)
     hs.control(1, Hello(), 0.0)
     hs.control(1, Extensions(1, int(features)), 0.0)
     hs.datagram(address, bytes(Cookie(cookie)), 0.0)
@@ -128,9 +128,10 @@ def test_the_host_resends_only_to_a_viewer_that_negotiated_nack() -> None:
     conn = hs.connection(1)
     assert conn is not None and conn.packetizer is not None and conn.packetizer.retained is not None
     datagrams = conn.packetizer.packetize(MediaPacket(bytes(3000), 1_000))
-    out = hs.datagram(address, bytes(Nack.for_blocks(0xABC & 0x3FFF, 0, [1])[0]), 0.01)
-    assert [o.data for o in out if isinstance(o, SendDatagram)] == [datagrams[1]]
-    assert all(o.resend for o in out if isinstance(o, SendDatagram))
+    assert hs.datagram(address, bytes(Nack.for_blocks(0xABC & 0x3FFF, 0, [1])[0]), 0.01) == []
+    out = hs.datagrams_to_send(0.01)
+    assert [o.data for o in out] == [datagrams[1]] and all(o.resend for o in out) and out[0].address == address
+    assert hs.media_counters["resent_datagrams"] == 1
 
     plain, plain_address = _host_with_viewer(ExtensionFeature.KEYFRAME_REQUEST, cookie=0xDEF)
     assert plain.datagram(plain_address, bytes(Nack.whole_packet(0, 0)), 0.01) == []
@@ -147,7 +148,7 @@ def test_a_viewer_that_lies_in_its_reports_changes_only_its_own_repair() -> None
     hs.codec_parameters = PARAMS
     features = int(ExtensionFeature.LOSS_REPORTS)
     for conn_id, cookie in ((1, 0x111), (2, 0x222)):
-        hs.open(conn_id, ("127.0.0.1", 50000 + conn_id), cookie, 0.0)
+        hs.open(conn_id, ("127.0.0.1", 50000 + conn_id), 0.0, cookie=cookie)
         hs.control(conn_id, Hello(), 0.0)
         hs.control(conn_id, Extensions(1, features), 0.0)
         hs.datagram(("127.0.0.1", 40000 + conn_id), bytes(Cookie(cookie)), 0.0)
@@ -231,7 +232,7 @@ def test_audio_repair_goes_only_to_a_reporting_viewer_while_it_reports_loss() ->
     for features, lossy in ((ExtensionFeature.LOSS_REPORTS, True), (ExtensionFeature.NONE, False)):
         hs = HostSessions(make_packetizer=with_audio_fec, keyframes=KeyframePolicy())
         hs.codec_parameters = PARAMS
-        hs.open(1, ("127.0.0.1", 50000), 0x77, 0.0)
+        hs.open(1, ("127.0.0.1", 50000), 0.0, cookie=0x77)
         hs.control(1, Hello(), 0.0)
         if features:
             hs.control(1, Extensions(1, int(features)), 0.0)
@@ -273,7 +274,7 @@ def test_auto_fec_follows_reports_only_for_a_viewer_that_sends_them() -> None:
     ):
         hs = HostSessions(make_packetizer=auto, keyframes=KeyframePolicy())
         hs.codec_parameters = PARAMS
-        hs.open(1, ("127.0.0.1", 50000), 0x99, 0.0)
+        hs.open(1, ("127.0.0.1", 50000), 0.0, cookie=0x99)
         hs.control(1, Hello(), 0.0)
         if features:
             hs.control(1, Extensions(1, int(features)), 0.0)

@@ -71,7 +71,7 @@ def host(pads: int) -> HostSessions:
 
 
 def join(s: HostSessions, conn_id: int, token: int | None, now: float = 0.0) -> list[object]:
-    s.open(conn_id, ("10.0.0.2", 40000 + conn_id), 500 + conn_id, now)
+    s.open(conn_id, ("10.0.0.2", 40000 + conn_id), now, cookie=500 + conn_id)
     s.control(conn_id, Hello(), now)
     if token is not None:
         s.control(conn_id, Extensions(1, int(ExtensionFeature.PADS)), now)

@@ -67,7 +67,7 @@ def test_rumble_goes_to_the_pads_player_only_when_it_asked_for_it() -> None:
     hs.codec_parameters = PARAMS
     assert hs.rumble(1, RumbleCommand(1, 2, 3)) == [] and hs.discarded["rumble_no_player"] == 1  # nobody plays
     for conn_id, features in ((1, ExtensionFeature.RUMBLE), (2, ExtensionFeature.NONE)):
-        hs.open(conn_id, ("10.0.0.2", 40000 + conn_id), 70 + conn_id, 0.0)
+        hs.open(conn_id, ("10.0.0.2", 40000 + conn_id), 0.0, cookie=70 + conn_id)
         hs.control(conn_id, Hello(), 0.0)
         hs.control(conn_id, Extensions(1, int(features)), 0.0)
         hs.datagram(("10.0.0.2", 50000 + conn_id), bytes(Cookie(70 + conn_id)), 0.0)

@@ -274,7 +274,7 @@ class Link:
         self.host_paired: list[ViewerPaired] = []
         self.failure: str | None = None
         self.now = 0.0
-        hs.open(conn_id, PEER, 0xC0FFEE00 + conn_id, 0.0)
+        hs.open(conn_id, PEER, 0.0, cookie=0xC0FFEE00 + conn_id)
 
     def run(self, now: float = 0.0, until_s: float = 1.0) -> Link:
         """Start the viewer and let both sides talk (timers included) until it streams or fails."""
@@ -308,7 +308,7 @@ class Link:
                 self.viewer_paired.append(out.credential)
 
     def _host(self, outputs: list[Any], pending: list[Any]) -> None:
-        for o in outputs:
+        for o in [*outputs, *self.hs.datagrams_to_send(self.now)]:
             if isinstance(o, SendControl) and not self.closed:
                 data = self.tamper("tcp<", o.data)
                 if data is not None:
@@ -409,7 +409,7 @@ def test_the_paced_queue_seals_as_datagrams_leave_so_a_deep_queue_never_looks_li
         assert link.vs.open_datagram(conn.outgoing(bytes(PingReply(i, 0)))) is not None
     opened, t = 0, 1.0
     while len(conn.paced):
-        for d in conn.paced.pop_due(t):
+        for d in (o.data for o in link.hs.datagrams_to_send(t)):
             assert len(d) == 1000 + SEAL_OVERHEAD
             opened += link.vs.open_datagram(d) is not None
         t += 0.01
@@ -734,18 +734,15 @@ def test_a_held_back_datagram_from_a_forged_source_does_not_redirect_the_stream(
     link = Link(host(), ViewerSessionConfig(flags=PAD, secret=SECRET)).run()
     held = DatagramToHost(link.vs.udp(bytes(Ping(9))))  # the attacker holds it back: never seen by the host
     victim = ("192.0.2.66", 9999)
-    out = link.hs.datagram(victim, held.data, 1.0)
+    link.hs.datagram(victim, held.data, 1.0)
     assert link.conn.udp_address == UDP  # media still goes to the viewer
     # One small challenge went to the forged address (no more than one per 50 ms, however many replays)...
-    challenges = [o for o in out if isinstance(o, SendDatagram) and o.address == victim]
+    challenges = [o for o in link.hs.datagrams_to_send(1.0) if o.address == victim]
     assert len(challenges) == 1 and len(challenges[0].data) == 16 + SEAL_OVERHEAD
     for i in range(20):
         again = DatagramToHost(link.vs.udp(bytes(Ping(10 + i))))
-        assert not [
-            o
-            for o in link.hs.datagram(victim, again.data, 1.001)
-            if isinstance(o, SendDatagram) and o.address == victim
-        ]
+        link.hs.datagram(victim, again.data, 1.001)
+        assert not [o for o in link.hs.datagrams_to_send(1.001) if o.address == victim]
     # ... and nobody there can answer it: media never moves.
     assert link.conn.udp_address == UDP
 
@@ -762,8 +759,8 @@ def test_a_viewer_whose_address_changes_keeps_its_stream_after_answering() -> No
 def test_a_stale_path_response_from_elsewhere_moves_nothing() -> None:
     link = Link(host(), ViewerSessionConfig(flags=PAD, secret=SECRET)).run()
     held = link.vs.udp(bytes(Ping(2)))
-    out = link.hs.datagram(("192.0.2.1", 1), held, 1.0)
-    (challenge,) = [o for o in out if isinstance(o, SendDatagram) and o.address == ("192.0.2.1", 1)]
+    link.hs.datagram(("192.0.2.1", 1), held, 1.0)
+    (challenge,) = [o for o in link.hs.datagrams_to_send(1.0) if o.address == ("192.0.2.1", 1)]
     token = PathChallenge.parse(link.vs.open_datagram(challenge.data) or b"").token
     # The real viewer's answer, carried by the attacker to yet another address: refused.
     from pyrofling.wire import PathResponse
@@ -790,7 +787,7 @@ def test_random_bytes_on_a_sealed_control_channel_close_it_and_never_act(garbage
     link = Link(hs, ViewerSessionConfig(flags=PAD, secret=SECRET)).run()
     sealed_ok(link)
     out = hs.tcp_received(1, garbage, 1.0)
-    assert not any(isinstance(o, GamepadInput | SendDatagram) for o in out)
+    assert not any(isinstance(o, GamepadInput) for o in out) and hs.datagrams_to_send(1.0) == []
     whole_record = len(garbage) >= 2 and (
         not 16 < int.from_bytes(garbage[:2], "little") <= 279
         or len(garbage) >= 2 + int.from_bytes(garbage[:2], "little")
@@ -803,7 +800,7 @@ def test_random_bytes_on_a_sealed_control_channel_close_it_and_never_act(garbage
 
 def test_a_connection_that_never_authenticates_is_closed() -> None:
     hs = host()
-    hs.open(1, PEER, 99, 0.0)
+    hs.open(1, PEER, 0.0, cookie=99)
     hs.control(1, Hello(), 0.0)
     assert hs.next_timer() == pytest.approx(10.0)
     out = hs.handle_timer(10.0)

@@ -17,7 +17,7 @@ from pyrofling.core.host.encode_schedule import EncodeSchedule
 from pyrofling.core.host.keyframes import KeyframePolicy
 from pyrofling.core.host.pacer import TokenBucketPacer, UnpacedPacer
 from pyrofling.core.host.packetizer import MediaPacket, Packetizer
-from pyrofling.core.host.sessions import HostSessions, SendControl, SendDatagram
+from pyrofling.core.host.sessions import HostSessions, SendControl
 from pyrofling.core.viewer.connection import (
     AudioLost,
     Concealment,
@@ -68,7 +68,7 @@ class Pair:
         self.keyframes = KeyframePolicy()
         self.hs = HostSessions(make_packetizer=make_packetizer, keyframes=self.keyframes, rate=rate)
         self.hs.codec_parameters = PARAMS
-        self.hs.open(1, ("127.0.0.1", 50000), 0xC0FFEE, 0.0)
+        self.hs.open(1, ("127.0.0.1", 50000), 0.0, cookie=0xC0FFEE)
         config = ViewerSessionConfig(flags=flags)
         if extensions is not None:
             config = replace(config, extensions=extensions)
@@ -93,8 +93,9 @@ class Pair:
                             pending += self.conn.control_received(parse_control(reply.data), now)
             elif isinstance(out, DatagramToHost):
                 self.udp_to_host.append(out.data)
-                for reply in self.hs.datagram(UDP, out.data, now):
-                    if isinstance(reply, SendDatagram) and not (reply.resend and self.drop_resends):
+                self.hs.datagram(UDP, out.data, now)
+                for reply in self.hs.datagrams_to_send(now):
+                    if not (reply.resend and self.drop_resends):
                         pending += self.conn.datagram_received(reply.data, now)
             else:
                 self.outputs.append(out)

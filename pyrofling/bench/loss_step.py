@@ -19,9 +19,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pyrofling.core.host.keyframes import KeyframePolicy
+from pyrofling.core.host.pacer import UnpacedPacer
 from pyrofling.core.host.packetizer import MediaPacket, Packetizer
 from pyrofling.core.host.sessions import HostSessions
-from pyrofling.core.host.state import SendControl, SendDatagram
+from pyrofling.core.host.state import SendControl
 from pyrofling.core.viewer.connection import ControlToHost, DatagramToHost, DecodeVideo, ViewerConnection
 from pyrofling.core.viewer.session import ViewerSessionConfig
 from pyrofling.fec.planner import AdaptivePlanner, make_planner
@@ -59,7 +60,8 @@ def run(cfg: StepConfig) -> dict[str, Any]:
     def make_packetizer(cookie: int) -> Packetizer:
         return Packetizer.for_cookie(cookie, video_planner=make_planner(planner_name))
 
-    host = HostSessions(make_packetizer=make_packetizer, keyframes=KeyframePolicy())
+    # Unpaced: a frame's datagrams leave together (this bench's link has no queue to spare them).
+    host = HostSessions(make_packetizer=make_packetizer, keyframes=KeyframePolicy(), make_pacer=UnpacedPacer)
     host.codec_parameters = PARAMS
     viewer = ViewerConnection(ViewerSessionConfig(flags=KickFlags.VIDEO))
     address = ("127.0.0.1", 40000)
@@ -81,6 +83,14 @@ def run(cfg: StepConfig) -> dict[str, Any]:
             return
         heapq.heappush(events, (now + cfg.one_way_delay_s, next(order), "down", data))
 
+    def transmit(now: float, *, counted: bool) -> int:
+        """What the host sends now (``counted``: a frame's datagrams, not replies or resends); how many."""
+        datagrams = host.datagrams_to_send(now)
+        for d in datagrams:
+            bucket(now)["resent"] += d.resend
+            to_viewer(d.data, now, counted=counted)
+        return len(datagrams)
+
     def perform(outputs: list[Any], now: float) -> None:
         for out in outputs:
             if isinstance(out, ControlToHost):
@@ -88,15 +98,12 @@ def run(cfg: StepConfig) -> dict[str, Any]:
                     if isinstance(reply, SendControl):
                         perform(viewer.control_bytes(reply.data, now), now)
             elif isinstance(out, DatagramToHost):
-                for reply in host.datagram(address, out.data, now):
-                    if isinstance(reply, SendDatagram):
-                        if reply.resend:
-                            bucket(now)["resent"] += 1
-                        to_viewer(reply.data, now, counted=False)
+                host.datagram(address, out.data, now)
+                transmit(now, counted=False)
             elif isinstance(out, DecodeVideo):
                 bucket(now)["frames"] += 1
 
-    host.open(1, ("127.0.0.1", 50000), 0x5EED, 0.0)
+    host.open(1, ("127.0.0.1", 50000), 0.0, cookie=0x5EED)
     perform(viewer.start(0.0), 0.0)
     conn = host.connection(1)
     assert conn is not None and conn.packetizer is not None
@@ -117,13 +124,12 @@ def run(cfg: StepConfig) -> dict[str, Any]:
         else:
             size = int(frame_bytes * rng.uniform(0.8, 1.2))
             payload = b"\x00\x00\x00\x01\x65" + rng.randbytes(size)  # key-flagged so every packet decodes
-            datagrams = packetizer.packetize(MediaPacket(payload, int(now * 1e6), key_frame=True))
+            host.send_video(MediaPacket(payload, int(now * 1e6), key_frame=True), idr=True, now=now)
+            sent = transmit(now, counted=True)
             n = -(-len(payload) // 1024)
             b = bucket(now)
             b["data"] += n
-            b["repair"] += len(datagrams) - n
-            for d in datagrams:
-                to_viewer(d, now)
+            b["repair"] += sent - n
     lost_frames = viewer.counters()["packets_lost_video"]
     estimate = packetizer.video_planner.loss_estimate if isinstance(packetizer.video_planner, AdaptivePlanner) else None
     series = []

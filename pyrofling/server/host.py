@@ -41,7 +41,6 @@ from pyrofling.core.host.sessions import (
 )
 from pyrofling.core.host.state import SetBitrate, ViewerPaired
 from pyrofling.core.input.pad.rumble import RumbleCommand
-from pyrofling.fec.codec import FecPlan, block_count
 from pyrofling.fec.planner import AdaptivePlanner, make_planner
 from pyrofling.files import write_stats
 from pyrofling.pairing import HostPairings, PairingStoreError
@@ -367,7 +366,7 @@ class Host:
     # -- media out -----------------------------------------------------------------------------
 
     def _fan_out(self, packets: list[EncodedVideo]) -> None:
-        """Encoded video to every viewer that wants it, each through its own FEC and pacer."""
+        """Encoded video to every viewer that wants it (the sessions packetize and pace it), then the outputs."""
         st = self.stats
         for packet in packets:
             st.frames_encoded += 1
@@ -377,26 +376,9 @@ class Host:
             st.key_frames += packet.key_frame
             st.idrs += packet.idr
             media = MediaPacket(packet.data, packet.pts_us, StreamType.VIDEO, key_frame=packet.key_frame)
-            now = time.monotonic()
-            repair_cache: dict[FecPlan, list[bytes]] = {}  # one FEC encode per packet, whatever the viewer count
-            for conn in self.sessions.video_targets(idr=packet.idr):
-                assert conn.packetizer is not None
-                seq = conn.packetizer.next_seq(StreamType.VIDEO)
-                datagrams = conn.packetizer.packetize(media, repair_cache=repair_cache)
-                repair = datagrams[block_count(len(media.data)) :]
-                self._count_repair(len(repair), sum(map(len, repair)) + len(repair) * conn.seal_overhead, audio=False)
-                # Sealed as each leaves the paced queue (protocol.md §7.7).
-                self.sessions.video_queued(conn, datagrams, seq, len(media.data), idr=packet.idr)
-                self.network.pump(conn)
-                if packet.idr:
-                    self.sessions.idr_sent(conn, now)
+            self.sessions.send_video(media, idr=packet.idr, now=time.monotonic())
+            self.network.transmit()
             self.outputs.push_video(packet)  # after the viewers, and it never waits
-
-    def _count_repair(self, count: int, size: int, *, audio: bool) -> None:
-        self.stats.repair_datagrams_sent += count
-        self.stats.repair_bytes_sent += size
-        if audio:
-            self.stats.audio_repair_bytes_sent += size
 
     def _start_audio(self, loop: asyncio.AbstractEventLoop, source: AudioSource, encoder: AudioEncoder) -> None:
         cfg = self.config
@@ -428,19 +410,12 @@ class Host:
                 loop.call_soon_threadsafe(self._fan_out_audio, packets)
 
     def _fan_out_audio(self, packets: list[EncodedAudio]) -> None:
-        """Audio goes out at once, past the pacer: it is small and any queueing is latency."""
+        """Encoded audio to every viewer that wants it: the sessions send it at once, past the pacer."""
         for packet in packets:
             self.stats.audio_packets += 1
             self.stats.audio_bytes += len(packet.data)
-            media = MediaPacket(packet.data, packet.pts_us, StreamType.AUDIO)
-            for conn in self.sessions.audio_targets():
-                assert conn.packetizer is not None and conn.udp_address is not None
-                wire = [conn.outgoing(d) for d in conn.packetizer.packetize(media)]
-                repair = wire[block_count(len(media.data)) :]
-                self._count_repair(len(repair), sum(map(len, repair)), audio=True)
-                self.sessions.audio_sent(conn, sum(map(len, wire)))
-                for d in wire:
-                    self.network.send_now(d, conn.udp_address)
+            self.sessions.send_audio(MediaPacket(packet.data, packet.pts_us, StreamType.AUDIO), time.monotonic())
+        self.network.transmit()
 
     # -- reporting ---------------------------------------------------------------------------
 
@@ -478,6 +453,7 @@ class Host:
         pad = self.pad_output.summary() if self.pad_output is not None else {"pad": None}
         return {
             **st.counters(),
+            **self.sessions.media_counters,
             "frames_skipped": self.schedule.skipped,
             **st.medians(),
             "elapsed_s": elapsed,

@@ -2,12 +2,12 @@
 
 It moves bytes.  What each connection reads, every datagram, each connection opening or
 closing goes into :class:`~pyrofling.core.host.sessions.HostSessions` with the time
-it was read, and this module performs what comes back: writes, datagrams,
-closes and log lines (gamepad input, phase feedback and bitrate changes go to
-the host through ``on_output``).  One timer follows
-:meth:`~pyrofling.core.host.sessions.HostSessions.next_timer`.  Video datagrams
-leave through each viewer's own paced queue, which the core keeps
-(``RemoteViewer.paced``): this module sends what it releases, when it does.
+it was read, and this module performs what comes back: writes, closes and log
+lines (gamepad input, phase feedback and bitrate changes go to the host through
+``on_output``).  Then one transmit: every datagram
+:meth:`~pyrofling.core.host.sessions.HostSessions.datagrams_to_send` releases,
+and one timer for :meth:`~pyrofling.core.host.sessions.HostSessions.next_timer`
+(pacing, keep-alive, authentication deadlines).
 
 ``bind`` ``localhost`` (the default) listens on both loopbacks, 127.0.0.1 and
 ::1, so ``pyro://127.0.0.1`` and ``pyro://[::1]`` both reach the host; any other
@@ -20,22 +20,13 @@ import asyncio
 import contextlib
 import errno
 import logging
-import secrets
 import socket
 import time
 from collections.abc import Callable
 from typing import Any
 
 from pyrofling.core.host.sessions import HostSessions
-from pyrofling.core.host.state import (
-    Address,
-    CloseConnection,
-    HostOutput,
-    LogLine,
-    RemoteViewer,
-    SendControl,
-    SendDatagram,
-)
+from pyrofling.core.host.state import Address, CloseConnection, HostOutput, LogLine, SendControl
 from pyrofling.server.stats import HostStats
 from pyrofling.timers import DeadlineTimer
 
@@ -108,7 +99,6 @@ class HostNetwork:
         self._servers: list[asyncio.Server] = []
         self._udp: dict[int, _UdpSocket] = {}  # by address family
         self._writers: dict[int, asyncio.StreamWriter] = {}
-        self._pumps: dict[int, asyncio.TimerHandle] = {}
         self._timer = DeadlineTimer(lambda: self.perform(self.sessions.handle_timer(time.monotonic())))
         self._next_conn_id = 1
         self._closing = False
@@ -161,8 +151,6 @@ class HostNetwork:
         self._timer.cancel()
         for writer in list(self._writers.values()):
             writer.close()
-        for handle in self._pumps.values():
-            handle.cancel()
         servers = list(self._servers)
         self._close_sockets()
         for server in servers:
@@ -183,15 +171,15 @@ class HostNetwork:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._writers[conn_id] = writer
-        self.perform(self.sessions.open(conn_id, peer, self._new_cookie(), time.monotonic()))
-        if self.sessions.connection(conn_id) is None:  # refused: too many connections
+        self.perform(self.sessions.open(conn_id, peer, time.monotonic()))
+        if conn_id not in self._writers:  # refused (and closed): too many connections
             return
         log.info("connection %d from %s", conn_id, format_address(peer))
         reason = "closed by viewer"
         try:
             while not self._closing and (data := await reader.read(4096)):
                 self.perform(self.sessions.tcp_received(conn_id, data, time.monotonic()))
-                if self.sessions.connection(conn_id) is None:
+                if conn_id not in self._writers:
                     reason = "dropped"
                     break
         except (ConnectionError, OSError) as exc:
@@ -199,75 +187,39 @@ class HostNetwork:
         finally:
             self.drop(conn_id, reason)
 
-    def _new_cookie(self) -> int:
-        """A random 64-bit cookie (the reference counts from 1001, which anyone can guess)."""
-        while True:
-            cookie = secrets.randbits(64)
-            if not any(c.cookie == cookie for c in self.sessions.connections):
-                return cookie
-
     def drop(self, conn_id: int, reason: str) -> None:
         conn = self.sessions.connection(conn_id)
         self.perform(self.sessions.close(conn_id))
         writer = self._writers.pop(conn_id, None)
         if writer is not None:
             writer.close()
-        if conn is not None and conn.paced is not None:
-            self.stats.queue_dropped += conn.paced.dropped
-        handle = self._pumps.pop(conn_id, None)
-        if handle is not None:
-            handle.cancel()
-        if writer is not None:
             log.info("connection %d%s ended: %s", conn_id, f" ({conn.label})" if conn else "", reason)
 
     def perform(self, outputs: list[HostOutput]) -> None:
+        """Carry out what the sessions said, then :meth:`transmit`."""
         for out in outputs:
-            if isinstance(out, SendDatagram):
-                self.send_now(out.data, out.address)
-                if out.resend:
-                    self.stats.resent_datagrams += 1
-                    self.stats.resent_bytes += len(out.data)
-            elif isinstance(out, SendControl):
+            if isinstance(out, SendControl):
                 writer = self._writers.get(out.conn_id)
                 if writer is not None and not writer.is_closing():
                     writer.write(out.data)  # one message, one write (TCP_NODELAY is on)
                     if writer.transport.get_write_buffer_size() > CONTROL_BACKLOG_BYTES:
-                        # A peer that sends but never reads its replies would grow this buffer forever.
-                        self.sessions.discarded["tcp_not_reading"] += 1
-                        self.drop(out.conn_id, "not reading its replies")
+                        self.perform(self.sessions.not_reading(out.conn_id))
             elif isinstance(out, LogLine):
                 log.info("%s", out.text)
             elif isinstance(out, CloseConnection):
                 self.drop(out.conn_id, out.reason)
             else:
                 self._on_output(out)
-        if not self._closing:  # keep-alive and authentication deadlines
+        self.transmit()
+
+    def transmit(self) -> None:
+        """Send every datagram the sessions release now; arm the one timer for their next deadline."""
+        for d in self.sessions.datagrams_to_send(time.monotonic()):
+            self._send(d.data, d.address)
+        if not self._closing:
             self._timer.arm(self.sessions.next_timer())
 
-    # -- media out -----------------------------------------------------------------------------
-
-    def pump(self, conn: RemoteViewer) -> None:
-        """Send what ``conn``'s pacer releases now (call after queueing its video)."""
-        assert conn.udp_address is not None
-        if conn.conn_id not in self._pumps:
-            self._pump(conn.conn_id, conn.udp_address)
-
-    def _pump(self, conn_id: int, addr: Address) -> None:
-        """Send what the pacer allows now; come back when the next datagram is due."""
-        self._pumps.pop(conn_id, None)
-        conn = self.sessions.connection(conn_id)
-        queue = conn.paced if conn is not None else None
-        if queue is None:
-            return
-        now = time.monotonic()
-        for d in queue.pop_due(now):
-            self.send_now(d, addr)
-        due = queue.next_timer(now)
-        if due is not None and conn_id not in self._pumps:
-            loop = asyncio.get_running_loop()
-            self._pumps[conn_id] = loop.call_at(loop.time() + max(0.0, due - now), self._pump, conn_id, addr)
-
-    def send_now(self, data: bytes, addr: Address) -> None:
+    def _send(self, data: bytes, addr: Address) -> None:
         """One datagram, now, from the socket of the address's family."""
         udp = self._udp.get(socket.AF_INET6 if ":" in str(addr[0]) else socket.AF_INET)
         if udp is None or udp.closed:

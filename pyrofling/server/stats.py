@@ -16,16 +16,10 @@ class HostStats:
     key_frames: int = 0
     idrs: int = 0
     bytes_encoded: int = 0
+    #: Datagrams the sockets sent (repair, resends and queue drops are the sessions' MediaCounters).
     datagrams_sent: int = 0
     bytes_sent: int = 0
-    #: Of those: FEC repair datagrams (video and audio), and datagrams sent again because a viewer asked.
-    repair_datagrams_sent: int = 0
-    repair_bytes_sent: int = 0
-    audio_repair_bytes_sent: int = 0
-    resent_datagrams: int = 0
-    resent_bytes: int = 0
     send_errors: int = 0
-    queue_dropped: int = 0
     encode_errors: int = 0
     audio_chunks: int = 0
     audio_packets: int = 0

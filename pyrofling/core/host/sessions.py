@@ -1,18 +1,21 @@
 """The host's side of the control protocol, for every viewer at once (protocol.md §3).
 
 Pure: the host's network shell hands over what arrives — a TCP connection
-opening (:meth:`HostSessions.open`, with a random cookie the shell drew), the
-bytes each connection reads (:meth:`HostSessions.tcp_received`: plain messages,
-then sealed records once it has authenticated), each UDP datagram
+opening (:meth:`HostSessions.open`; the core draws its cookie), the bytes each
+connection reads (:meth:`HostSessions.tcp_received`: plain messages, then
+sealed records once it has authenticated), each UDP datagram
 (:meth:`HostSessions.datagram`), the connection closing
 (:meth:`HostSessions.close`) — with the time it read it, and performs the
-returned outputs: control bytes to write, datagrams to send, connections to
-close, lines to log.  It calls :meth:`HostSessions.handle_timer` when
-:meth:`HostSessions.next_timer` comes due (the 15 s keep-alive).
+returned outputs: control bytes to write, connections to close, lines to log,
+and what the rest of the host acts on (pad states, phase feedback, bitrate).
+The encoder's output comes in the same way (:meth:`HostSessions.send_video`,
+:meth:`HostSessions.send_audio`).
 
-The media fan-out asks :meth:`HostSessions.video_targets` /
-:meth:`HostSessions.audio_targets` for the viewers of each encoded packet and
-sends through each viewer's own :class:`~pyrofling.core.host.packetizer.Packetizer`.
+Every datagram leaves by one road, as aioquic's connections do: the shell asks
+:meth:`HostSessions.datagrams_to_send` after each input and whenever
+:meth:`HostSessions.next_timer` comes due (pacing, the keep-alive, the
+authentication deadline, held input), sends what it gets, and calls
+:meth:`HostSessions.handle_timer` at that time too (:mod:`pyrofling.core.host.media_out`).
 
 The outputs and what the host keeps per viewer are in :mod:`pyrofling.core.host.state`;
 authentication (protocol.md §7.7) is :class:`~pyrofling.core.host.auth.HostAuth`'s, rate control
@@ -27,10 +30,11 @@ from collections import Counter
 from collections.abc import Callable
 
 from pyrofling.core.host.auth import HostAuth, PairedViewers
-from pyrofling.core.host.congestion import KEY_FRAME_PACING, RateConfig
+from pyrofling.core.host.congestion import RateConfig
 from pyrofling.core.host.keyframes import KeyframePolicy
+from pyrofling.core.host.media_out import MediaOut
 from pyrofling.core.host.pacer import PacedQueue, Pacer, TokenBucketPacer
-from pyrofling.core.host.packetizer import Packetizer
+from pyrofling.core.host.packetizer import MediaPacket, Packetizer
 from pyrofling.core.host.players import HostPlayers
 from pyrofling.core.host.rate import HostRate
 from pyrofling.core.host.resend import RetainedPackets
@@ -143,6 +147,8 @@ class HostSessions:
         self.control_messages = 0
         #: Pads, keyboard and mouse, and rumble (protocol.md §7.6, §7.11–§7.13).
         self.players = HostPlayers(self.discarded, pads=pads)
+        #: Every datagram the host sends waits here until :meth:`datagrams_to_send`.
+        self.media_out = MediaOut()
         self.pads = self.players.pads
         self.gamepads = self.players.gamepads
         self.gamepad = self.gamepads[1]  # the shared pad
@@ -150,9 +156,13 @@ class HostSessions:
 
     # -- connections ---------------------------------------------------------------------
 
-    def open(self, conn_id: int, peer: Address, cookie: int, now: float) -> list[HostOutput]:
-        """A new TCP connection; a CloseConnection back means it was refused (and is not tracked)."""
-        if cookie in self._by_cookie:
+    def open(self, conn_id: int, peer: Address, now: float, *, cookie: int | None = None) -> list[HostOutput]:
+        """A new TCP connection; a CloseConnection back means it was refused (and is not tracked).  ``cookie``:
+        the one to give it (tests); by default a random 64-bit one (the reference counts from 1001, which anyone
+        can guess)."""
+        if cookie is None:
+            cookie = self._draw_cookie()
+        elif cookie in self._by_cookie:
             raise ValueError("cookie already in use; draw another")
         cfg = self.config
         if len(self._connections) >= cfg.max_connections:
@@ -168,11 +178,18 @@ class HostSessions:
         self.connections_total += 1
         return []
 
+    def _draw_cookie(self) -> int:
+        while True:
+            cookie = int.from_bytes(self._random_bytes(8), "little")
+            if cookie not in self._by_cookie:
+                return cookie
+
     def close(self, conn_id: int) -> list[HostOutput]:
         """The shell saw the connection end (or closed it): it leaves, and if it held the pad, the pad lets go."""
         conn = self._connections.pop(conn_id, None)
         if conn is None:
             return []
+        self.media_out.left(conn)
         self._by_cookie.pop(conn.cookie, None)
         if conn.udp_address is not None and self._by_address.get(conn.udp_address) is conn:
             del self._by_address[conn.udp_address]
@@ -188,8 +205,16 @@ class HostSessions:
     def connections(self) -> list[RemoteViewer]:
         return list(self._connections.values())
 
+    def not_reading(self, conn_id: int) -> list[HostOutput]:
+        """The shell's write buffer for this connection is full: a peer that sends but never reads its replies
+        would grow it forever, so it is closed."""
+        if conn_id not in self._connections:
+            return []
+        self.discarded["tcp_not_reading"] += 1
+        return [*self.close(conn_id), CloseConnection(conn_id, "not reading its replies")]
+
     def video_targets(self, *, idr: bool) -> list[RemoteViewer]:
-        """Viewers that get this video packet.  Call :meth:`idr_sent` after sending an IDR."""
+        """Viewers that get a video packet (an IDR, or anything once they have had one)."""
         return [c for c in self._connections.values() if c.wants(KickFlags.VIDEO) and (idr or not c.awaiting_idr)]
 
     def audio_targets(self) -> list[RemoteViewer]:
@@ -207,9 +232,24 @@ class HostSessions:
     def auth_successes(self) -> int:
         return self.auth.successes
 
-    def idr_sent(self, conn: RemoteViewer, now: float) -> None:
-        conn.awaiting_idr = False
-        conn.idr_sent_s = now
+    # -- media out --------------------------------------------------------------------------
+
+    def send_video(self, media: MediaPacket, *, idr: bool, now: float) -> None:
+        """One encoded video unit for every viewer that wants it, each through its own FEC and pacer."""
+        self.media_out.video(self.video_targets(idr=idr), media, idr=idr, now=now)
+
+    def send_audio(self, media: MediaPacket, now: float) -> None:
+        """One encoded audio unit for every viewer that wants it: it goes at once, past the pacer."""
+        self.media_out.audio(self.audio_targets(), media, now)
+
+    def datagrams_to_send(self, now: float) -> list[SendDatagram]:
+        """Every datagram that may leave at ``now``, in order: replies, resends and audio, then paced video."""
+        return self.media_out.due(list(self._connections.values()), now)
+
+    @property
+    def media_counters(self) -> dict[str, int]:
+        """Repair, resends and queue drops, for the statistics."""
+        return self.media_out.counters.as_dict()
 
     # -- TCP -------------------------------------------------------------------------------
 
@@ -430,7 +470,8 @@ class HostSessions:
             return []
         token = int.from_bytes(self._random_bytes(8), "little")
         conn.path_probe = (address, token, now)
-        return [SendDatagram(address, conn.outgoing(bytes(PathChallenge(token))))]
+        self.media_out.at_once(SendDatagram(address, conn.outgoing(bytes(PathChallenge(token)))), now)
+        return []
 
     def _path_response(self, conn: RemoteViewer, address: Address, msg: PathResponse, now: float) -> list[HostOutput]:
         probe = conn.path_probe
@@ -462,7 +503,8 @@ class HostSessions:
         if isinstance(msg, Ping):
             conn.pings += 1
             reply = bytes(PingReply(msg.seq, int(now * 1_000_000)))
-            return [SendDatagram(conn.udp_address, conn.outgoing(reply))]
+            self.media_out.at_once(SendDatagram(conn.udp_address, conn.outgoing(reply)), now)
+            return []
         if isinstance(msg, PhaseOffset):
             conn.phase_offsets += 1
             return [PhaseFeedback(conn.conn_id, msg.ideal_phase_offset_us)]
@@ -471,14 +513,14 @@ class HostSessions:
         if isinstance(msg, InputState):
             return self.players.keyboard_mouse(conn, msg, now)
         if isinstance(msg, Nack):
-            return self._nack(conn, msg)
+            return self._nack(conn, msg, now)
         if isinstance(msg, LossReport):
             self._loss_report(conn, msg, now)
         if isinstance(msg, RateFeedback):
             return self._rate_feedback(conn, msg, now)
         return []
 
-    def _nack(self, conn: RemoteViewer, msg: Nack) -> list[HostOutput]:
+    def _nack(self, conn: RemoteViewer, msg: Nack, now: float) -> list[HostOutput]:
         """Send the datagrams again, now; what a viewer can ask for is bounded by its own stream (core.resend)."""
         retained = conn.packetizer.retained if conn.packetizer is not None else None
         if retained is None:
@@ -489,7 +531,9 @@ class HostSessions:
         resent = [conn.outgoing(d) for d in retained.resend(msg)]
         if conn.link is not None:
             conn.link.count(sum(map(len, resent)))
-        return [SendDatagram(conn.udp_address, d, resend=True) for d in resent]
+        for d in resent:
+            self.media_out.at_once(SendDatagram(conn.udp_address, d, resend=True), now)
+        return []
 
     def _loss_report(self, conn: RemoteViewer, msg: LossReport, now: float) -> None:
         """The viewer's FEC follows what it reports (its own planners only: a lie costs nobody else)."""
@@ -519,23 +563,6 @@ class HostSessions:
                 planner.observe_datagram_loss(lost, expected)
 
     # -- rate control (protocol.md §7.10) --------------------------------------------------
-
-    def video_queued(
-        self, conn: RemoteViewer, datagrams: list[bytes], seq: int, payload_bytes: int, *, idr: bool = False
-    ) -> None:
-        """A video packet's datagrams (as they go on the wire) join the viewer's paced queue; an IDR, on a link
-        rate control has measured, leaves at just over the link's rate (protocol.md §7.10)."""
-        assert conn.paced is not None
-        link = conn.link
-        weight = KEY_FRAME_PACING if idr and link is not None and link.capacity_bps is not None else 1.0
-        conn.paced.push(datagrams, tag=seq if link is not None else None, weight=weight)
-        if conn.link is not None:
-            conn.link.video_packet(payload_bytes)
-
-    def audio_sent(self, conn: RemoteViewer, size: int) -> None:
-        """Audio datagrams of ``size`` bytes in all went to the viewer: they share its link with the video."""
-        if conn.link is not None:
-            conn.link.count(size)
 
     def _rate_feedback(self, conn: RemoteViewer, msg: RateFeedback, now: float) -> list[HostOutput]:
         if conn.link is None or self.rate is None:
@@ -576,9 +603,14 @@ class HostSessions:
     # -- timers ----------------------------------------------------------------------------
 
     def next_timer(self) -> float | None:
+        """When :meth:`handle_timer` and :meth:`datagrams_to_send` next have something to do: a datagram the pacer
+        releases, a keep-alive or authentication deadline, held input to let go."""
         if not self._connections:
             return None
         due = min(c.last_alive_s for c in self._connections.values()) + self.config.keepalive_timeout_s
+        sending = self.media_out.next_timer(list(self._connections.values()))
+        if sending is not None:
+            due = min(due, sending)
         if self.auth_required:
             waiting = [c.opened_s for c in self._connections.values() if not c.authenticated]
             if waiting:

@@ -173,7 +173,7 @@ class RemoteViewer:
     udp_address: Address | None = None
     extensions: ExtensionFeature = ExtensionFeature.NONE
     packetizer: Packetizer | None = None
-    #: Its video datagrams wait here for the pacer (the shell sends what :meth:`PacedQueue.pop_due` releases).
+    #: Its video datagrams wait here for the pacer (``HostSessions.datagrams_to_send`` takes what it releases).
     paced: PacedQueue | None = None
     #: What its link carries (it negotiated RATE_CONTROL, protocol.md §7.10).
     link: LinkController | None = None
