@@ -112,8 +112,8 @@ class PathAttacker:
             self._server.close()
         if self._udp is not None:
             self._udp.close()
-        for t in self._to_host.values():
-            t.close()
+        for transport in self._to_host.values():
+            transport.close()
 
     async def _on_tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

@@ -230,3 +230,30 @@ def test_the_layer_check_catches_a_host_module_that_loads_the_viewer(
     monkeypatch.setitem(MODULES, "pyrofling.core.s", shared)
     assert "pyrofling.core.viewer.reassembler" in layer_violations("pyrofling.core.host.h")
     assert "pyrofling.core.input.pad" in layer_violations("pyrofling.core.s")
+
+
+#: A shell is small enough to read in one sitting (docs/architecture.md, "Size").
+SHELL_LINES = 450
+#: The FFI adapter to the Vulkan driver: one binding per call it makes, nothing to decide.
+SHELL_EXEMPT = {"pyrofling.server.vulkan_import"}
+#: Shells still waiting to be split, with their size when listed: the list may only shrink.
+SHELL_WAITING: dict[str, int] = {
+    "pyrofling.server.capture": 743,
+    "pyrofling.server.host": 484,
+    "pyrofling.client.gamepad": 461,
+    "pyrofling.client.presenter": 455,
+    "pyrofling.client.viewer": 465,
+    "pyrofling.client.window": 470,
+}
+
+
+def _lines(module: str) -> int:
+    return len(MODULES[module].read_text().splitlines())
+
+
+def test_every_shell_module_is_small_enough_to_read_in_one_sitting() -> None:
+    shells = [m for m in MODULES if m.startswith(("pyrofling.server", "pyrofling.client"))]
+    over = {m: _lines(m) for m in shells if m not in SHELL_EXEMPT and _lines(m) > SHELL_LINES}
+    assert over.keys() == SHELL_WAITING.keys(), "a shell grew past the limit, or one waiting was split: update the list"
+    grown = {m: n for m, n in over.items() if n > SHELL_WAITING[m]}
+    assert not grown, f"shells waiting to be split grew: {grown}"

@@ -1,6 +1,7 @@
 """The FEC bench: its JSON shape, and the reference's known recovery figures within sampling error."""
 
 import json
+from typing import Any
 
 import pytest
 
@@ -9,14 +10,14 @@ from pyrofling.bench.fec_report import format_table
 from pyrofling.cli import main
 
 
-def _rows(**kw: object) -> dict[tuple[str, int, str], dict]:  # type: ignore[type-arg]
-    cfg = FecBenchConfig(compare=False, throughput=False, **kw)  # type: ignore[arg-type]
+def _rows(**kw: Any) -> dict[tuple[str, int, str], dict[str, Any]]:
+    cfg = FecBenchConfig(compare=False, throughput=False, **kw)
     result = run(cfg, progress_stream=None)
     assert all(r["mismatches"] == 0 for r in result["rows"])
     return {(r["scheme"], r["k"], r["loss_model"]): r for r in result["rows"]}
 
 
-def _within(row: dict, expected: float) -> bool:  # type: ignore[type-arg]
+def _within(row: dict[str, Any], expected: float) -> bool:
     lo, hi = wilson_interval(round(row["frame_success"] * row["trials"]), row["trials"], z=3.3)
     return lo <= expected <= hi
 

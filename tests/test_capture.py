@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -240,7 +241,7 @@ def test_any_sequence_keeps_every_image_accounted_for(ops: list[tuple[str, int]]
     in_encoder: list[EncodeImage] = []
     pid = 0
     for op, arg in ops:
-        events: list[object] = []
+        events: list[Any] = []
         if op == "present" and owned:
             index = sorted(owned)[arg % len(owned)]
             pid += 1

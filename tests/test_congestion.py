@@ -12,6 +12,7 @@ from __future__ import annotations
 import heapq
 import random
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import pytest
@@ -102,7 +103,7 @@ def simulate(
         elif kind == "arrive":
             viewer.datagram(DATAGRAM if payload else 220, now + viewer_clock)
             if payload is not None:
-                seq, first, sent_at = payload  # type: ignore[misc]
+                seq, first, sent_at = cast(tuple[int, bool, float], payload)
                 viewer.video(seq, now + viewer_clock)
                 if first:
                     run.delays.append((sent_at, now - sent_at))

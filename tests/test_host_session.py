@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from pyrofling.core.host.congestion import RateConfig
@@ -55,7 +57,7 @@ def make(params: CodecParameters | None = PARAMS) -> HostSessions:
     return s
 
 
-def replies(outputs: list[object]) -> list[object]:
+def replies(outputs: Sequence[object]) -> list[object]:
     return [parse_control(o.data) for o in outputs if isinstance(o, SendControl)]
 
 
@@ -239,7 +241,7 @@ def test_close_forgets_the_udp_binding() -> None:
     assert s.discarded["unknown_peer"] == 1
 
 
-def gamepad_inputs(outputs: list[object]) -> list[GamepadInput]:
+def gamepad_inputs(outputs: Sequence[object]) -> list[GamepadInput]:
     return [o for o in outputs if isinstance(o, GamepadInput)]
 
 

@@ -284,7 +284,9 @@ def test_auto_fec_follows_reports_only_for_a_viewer_that_sends_them() -> None:
         assert conn is not None and conn.packetizer is not None
         assert isinstance(conn.packetizer.video_planner, kind)
         if kind is AdaptivePlanner:
-            assert conn.packetizer.key_planner is None and conn.packetizer.video_planner.efficiency == 1.0
+            planner = conn.packetizer.video_planner
+            assert conn.packetizer.key_planner is None and isinstance(planner, AdaptivePlanner)
+            assert planner.efficiency == 1.0
 
 
 def test_forged_headers_size_nothing_and_a_flood_of_them_stops_the_nacks() -> None:

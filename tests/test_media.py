@@ -14,12 +14,14 @@ from pyrofling.client.uri import parse_uri
 from pyrofling.core import frame_marker
 from pyrofling.core.bitstream import key_info, nal_units
 from pyrofling.core.scene import TestScene, rgb_to_yuv709_full
-from pyrofling.server.encoder import EncoderConfig, VideoEncoder
+from pyrofling.server.encoder import EncodedVideo, EncoderConfig, VideoEncoder
 from pyrofling.server.sources import open_source
 from pyrofling.wire import VideoCodec
 
 
-def _encode(n: int, *, force_at: int | None = None, encoder: str = "libx264") -> tuple[VideoEncoder, list]:  # type: ignore[type-arg]
+def _encode(
+    n: int, *, force_at: int | None = None, encoder: str = "libx264"
+) -> tuple[VideoEncoder, list[EncodedVideo]]:
     enc = VideoEncoder(EncoderConfig(encoder=encoder, width=320, height=240, fps=30, bitrate_kbits=800, refresh_s=0.5))
     scene = TestScene(320, 240)
     out = []
@@ -168,11 +170,11 @@ def test_raw_file_source_loops_and_rgb_input_is_converted(tmp_path: Path) -> Non
     src = open_source(f"file:{path}", 320, 240)
     got = [src.read(i, 0) for i in range(5)]
     src.close()
-    assert [int(g[0, 0]) for g in got if g is not None] == [0, 40, 80, 0, 40]  # loops at the end of the file
+    assert [int(g[0, 0]) for g in got if isinstance(g, np.ndarray)] == [0, 40, 80, 0, 40]  # loops at the end
     rgb = open_source(f"file:{path}", 160, 120, "rgb24")  # same bytes read as 160x120 RGB
     frame = rgb.read(0, 0)
     rgb.close()
-    assert frame is not None and frame.shape == (120, 160, 3)
+    assert isinstance(frame, np.ndarray) and frame.shape == (120, 160, 3)
     enc = VideoEncoder(EncoderConfig(width=160, height=120))
     [packet] = enc.encode_array(frame, 0, pixel_format="rgb24")
     assert packet.idr and packet.convert_s > 0

@@ -2,6 +2,7 @@ import pytest
 
 from pyrofling.core.host.packetizer import MAX_PACKET_BYTES, MediaPacket, Packetizer, initial_sequences
 from pyrofling.fec import make_planner
+from pyrofling.fec.codec import FecPlan
 from pyrofling.wire import StreamType, parse_media_datagram
 
 
@@ -75,7 +76,7 @@ def test_key_frames_get_their_own_planner() -> None:
 def test_viewers_share_one_repair_encode_and_get_identical_blocks() -> None:
     frame = bytes(range(256)) * 80
     packet = MediaPacket(frame, pts_us=123_456)
-    cache: dict = {}  # type: ignore[type-arg]
+    cache: dict[FecPlan, list[bytes]] = {}
     a = Packetizer.for_cookie(1, video_planner=make_planner("tuned")).packetize(packet, repair_cache=cache)
     assert len(cache) == 1
     [(plan, blocks)] = cache.items()

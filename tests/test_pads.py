@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from pathlib import Path
+from typing import cast
 
 import pytest
 from support import TINY, run, start_host, until
@@ -157,7 +158,7 @@ def test_two_players_on_two_pads_a_reconnect_and_a_python_game_reading_both(tmp_
 
         first, second = player(1, 3.0), player(2, 1.0)
         t1 = asyncio.create_task(first.run())
-        await until(lambda: 1 in host.sessions.pads.summary(0)["players"].values(), 10)  # type: ignore[operator]
+        await until(lambda: 1 in cast(dict[str, int], host.sessions.pads.summary(0)["players"]).values(), 10)
         await asyncio.wait_for(second.run(), 10)  # the second player, then it leaves ...
         again = player(2, 1.0)  # ... and comes back within the grace period
         await asyncio.wait_for(again.run(), 10)

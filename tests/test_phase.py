@@ -3,6 +3,7 @@
 import itertools
 import statistics
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ PERIOD = 1 / 60
 # -- reference controller -------------------------------------------------------------------
 
 
-def test_reference_controller_matches_the_reference_step_for_step():
+def test_reference_controller_matches_the_reference_step_for_step() -> None:
     c = ReferenceController(PERIOD)
     assert (c.base_ns, c.frac_ns) == (16_666_666, 1_666)
     adj = c.update(150)  # inside the 200 µs dead-band: nothing but relaxing
@@ -45,7 +46,7 @@ def test_reference_controller_matches_the_reference_step_for_step():
 # -- PI controller ----------------------------------------------------------------------------
 
 
-def test_pi_controller_corrects_in_the_direction_asked_and_within_limits():
+def test_pi_controller_corrects_in_the_direction_asked_and_within_limits() -> None:
     c = PiController(PERIOD)
     assert c.update(None).phase_shift_s == 0
     later = c.update(1000)
@@ -56,7 +57,7 @@ def test_pi_controller_corrects_in_the_direction_asked_and_within_limits():
     assert sooner.phase_shift_s < 0
 
 
-def test_pi_controller_learns_a_rate_offset_and_its_trim_is_bounded():
+def test_pi_controller_learns_a_rate_offset_and_its_trim_is_bounded() -> None:
     c = PiController(PERIOD)
     for _ in range(2000):
         adj = c.update(500)  # always "later": the display is slower than the host
@@ -64,7 +65,7 @@ def test_pi_controller_learns_a_rate_offset_and_its_trim_is_bounded():
     assert adj.interval_s <= PERIOD * 1.005 + 1e-12  # ±0.5 % at most
 
 
-def test_pi_controller_ignores_a_lone_outlier_but_follows_a_real_jump():
+def test_pi_controller_ignores_a_lone_outlier_but_follows_a_real_jump() -> None:
     c = PiController(PERIOD, PiConfig())
     for _ in range(50):
         c.update(0)
@@ -78,7 +79,7 @@ def test_pi_controller_ignores_a_lone_outlier_but_follows_a_real_jump():
 # -- frame clock --------------------------------------------------------------------------------
 
 
-def test_frame_clock_ticks_at_the_nominal_rate_without_feedback():
+def test_frame_clock_ticks_at_the_nominal_rate_without_feedback() -> None:
     clock = FrameClock(fps=60, start_s=1.0)
     assert clock.handle_timer(0.999) is None
     times = []
@@ -89,7 +90,7 @@ def test_frame_clock_ticks_at_the_nominal_rate_without_feedback():
     assert [b - a for a, b in itertools.pairwise(times)] == pytest.approx([PERIOD] * 4)
 
 
-def test_frame_clock_counts_missed_ticks_and_keeps_its_cadence():
+def test_frame_clock_counts_missed_ticks_and_keeps_its_cadence() -> None:
     clock = FrameClock(fps=60, start_s=0.0)
     clock.handle_timer(0.0)
     tick = clock.handle_timer(3.5 * PERIOD)  # the host was busy for two and a half frames
@@ -99,7 +100,7 @@ def test_frame_clock_counts_missed_ticks_and_keeps_its_cadence():
     assert clock.missed_total == 2
 
 
-def test_client_rate_multiplier_encodes_every_nth_heartbeat():
+def test_client_rate_multiplier_encodes_every_nth_heartbeat() -> None:
     clock = FrameClock(fps=60, start_s=0.0, multiplier=2)
     assert clock.nominal_s == pytest.approx(1 / 120)
     encodes = []
@@ -112,7 +113,7 @@ def test_client_rate_multiplier_encodes_every_nth_heartbeat():
     assert tick is not None and tick.missed == 1 and tick.encode
 
 
-def test_frame_clock_moves_later_when_viewers_ask_for_later():
+def test_frame_clock_moves_later_when_viewers_ask_for_later() -> None:
     clock = FrameClock(fps=60, start_s=0.0, controller="pi")
     clock.handle_timer(0.0)
     clock.feedback(1, 2000, 0.001)
@@ -122,7 +123,7 @@ def test_frame_clock_moves_later_when_viewers_ask_for_later():
     assert clock.next_timer() > due_before + PERIOD  # the next tick comes later than nominal
 
 
-def test_leader_policy_follows_the_first_viewer_until_it_goes_quiet():
+def test_leader_policy_follows_the_first_viewer_until_it_goes_quiet() -> None:
     clock = FrameClock(fps=60, start_s=0.0, policy="leader", leader_timeout_s=1.0)
     clock.feedback(1, 100, 0.0)
     clock.feedback(2, -900, 0.001)
@@ -138,7 +139,7 @@ def test_leader_policy_follows_the_first_viewer_until_it_goes_quiet():
     assert tick is not None and tick.error_us is None and clock.leader is None
 
 
-def test_sum_policy_adds_every_viewers_offsets_like_the_reference():
+def test_sum_policy_adds_every_viewers_offsets_like_the_reference() -> None:
     clock = FrameClock(fps=60, start_s=0.0, policy="sum")
     clock.feedback(1, 100, 0.0)
     clock.feedback(2, -900, 0.0)
@@ -156,12 +157,12 @@ def test_sum_policy_adds_every_viewers_offsets_like_the_reference():
         ({"fps": 60, "controller": "magic"}, "controller"),
     ],
 )
-def test_frame_clock_rejects_bad_settings_clearly(kwargs, message):
+def test_frame_clock_rejects_bad_settings_clearly(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         FrameClock(start_s=0.0, **kwargs)
 
 
-def test_wrap_phase_folds_into_half_a_period():
+def test_wrap_phase_folds_into_half_a_period() -> None:
     assert wrap_phase(0.001, PERIOD) == pytest.approx(0.001)
     assert wrap_phase(PERIOD + 0.001, PERIOD) == pytest.approx(0.001)
     assert wrap_phase(0.6 * PERIOD, PERIOD) == pytest.approx(-0.4 * PERIOD)
@@ -171,7 +172,7 @@ def test_wrap_phase_folds_into_half_a_period():
 # -- refresh clock and presentation loop ----------------------------------------------------
 
 
-def test_refresh_clock_runs_at_its_rate_and_skew():
+def test_refresh_clock_runs_at_its_rate_and_skew() -> None:
     clock = RefreshClock(60.0, start_s=0.5)
     assert clock.next_vblank(0.5) == pytest.approx(0.5 + PERIOD)
     v = clock.next_vblank(0.51)
@@ -183,7 +184,7 @@ def test_refresh_clock_runs_at_its_rate_and_skew():
         RefreshClock(0, 0.0)
 
 
-def test_a_presenter_that_woke_late_still_decides_for_the_refresh_it_missed():
+def test_a_presenter_that_woke_late_still_decides_for_the_refresh_it_missed() -> None:
     clock = RefreshClock(60.0, start_s=0.0)
     v = 10 * PERIOD
     # On time: the next refresh.
@@ -201,7 +202,7 @@ def test_a_presenter_that_woke_late_still_decides_for_the_refresh_it_missed():
     assert PresentationLoop[str](PresentationConfig(), PERIOD).late_grace_s == 0.0
 
 
-def test_mailbox_shows_the_newest_finished_picture_at_the_refresh():
+def test_mailbox_shows_the_newest_finished_picture_at_the_refresh() -> None:
     loop: PresentationLoop[str] = PresentationLoop(PresentationConfig(), PERIOD)
     loop.vblank(1.0)
     assert isinstance(loop.poll(1.0), Repeat)  # nothing yet (and nothing to count as repeated)
@@ -223,7 +224,7 @@ def test_mailbox_shows_the_newest_finished_picture_at_the_refresh():
     assert (c.presented, c.dropped, c.repeated, c.missed_deadlines) == (2, 1, 1, 0)
 
 
-def test_phase_locked_waits_up_to_the_deadline_and_reports_the_phase_error():
+def test_phase_locked_waits_up_to_the_deadline_and_reports_the_phase_error() -> None:
     cfg = PresentationConfig(phase_locked=True, offset_s=0.0, deadline_s=0.008)
     loop: PresentationLoop[str] = PresentationLoop(cfg, PERIOD)
     loop.vblank(2.0)
@@ -268,19 +269,19 @@ def test_phase_locked_catches_up_after_a_burst() -> None:
 
 
 @pytest.fixture(scope="module")
-def headline():
+def headline() -> list[dict[str, Any]]:
     """500 ppm skew, 2 ms (σ) of jitter, eight starting phases spread over a frame, both controllers."""
     return run([standard_scenarios(10.0)[0]], controllers=("pi", "reference"), phases=8)["rows"]
 
 
-def test_pi_locks_within_two_seconds_and_holds_half_a_millisecond(headline):
+def test_pi_locks_within_two_seconds_and_holds_half_a_millisecond(headline: list[dict[str, Any]]) -> None:
     pi = next(r for r in headline if r["controller"] == "pi")
     assert pi["locked_runs"] == pi["runs"] == 8
     assert pi["lock_s_worst"] < 2.0
     assert pi["sigma_ms_worst"] <= 0.5
 
 
-def test_pi_locks_twice_as_fast_with_half_the_jitter_of_the_reference(headline):
+def test_pi_locks_twice_as_fast_with_half_the_jitter_of_the_reference(headline: list[dict[str, Any]]) -> None:
     pi, ref = (next(r for r in headline if r["controller"] == c) for c in ("pi", "reference"))
     assert ref["locked_runs"] == 8  # the reference does lock, just slower and noisier
     assert pi["lock_s_median"] * 2 <= ref["lock_s_median"]
@@ -290,7 +291,7 @@ def test_pi_locks_twice_as_fast_with_half_the_jitter_of_the_reference(headline):
     assert "pi" in format_table({"rows": headline})
 
 
-def test_loop_is_stable_under_encode_and_decode_load():
+def test_loop_is_stable_under_encode_and_decode_load() -> None:
     load = standard_scenarios(10.0)[3].config  # ±3 ms of extra, uniform variation per frame
     for start in (-0.4, 0.1, 0.45):
         r = simulate(replace(load, initial_phase=start), "pi")
@@ -299,7 +300,7 @@ def test_loop_is_stable_under_encode_and_decode_load():
         assert r.repeated_after_lock == 0
 
 
-def test_loop_recovers_from_a_100_ms_stall_within_a_second():
+def test_loop_recovers_from_a_100_ms_stall_within_a_second() -> None:
     stall = standard_scenarios(10.0)[4].config
     for controller in ("pi", "reference"):
         for start in (-0.3, 0.25):
@@ -307,7 +308,7 @@ def test_loop_recovers_from_a_100_ms_stall_within_a_second():
             assert r.recover_s is not None and r.recover_s < 1.0, (controller, start)
 
 
-def test_free_running_drifts_through_the_frame():
+def test_free_running_drifts_through_the_frame() -> None:
     r = simulate(PhaseSimConfig(duration_s=10.0, skew_ppm=1000.0, initial_phase=0.0), "none")
     assert r.feedback == 0
     errors = [e for _, e, _ in r.trace]

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -83,5 +84,5 @@ def test_pyglets_default_16_bit_headless_framebuffer_is_called_out(tmp_path: Pat
     got = read_back(tmp_path, "default", "default")
     if got["red_bits"] != 5:
         pytest.skip(f"pyglet's default framebuffer here has {got['red_bits']} bits of red, not RGB565")
-    [warning] = got["warnings"]  # type: ignore[misc]
+    [warning] = cast(list[str], got["warnings"])
     assert "5/6/5 bits" in warning and "framebuffer_config()" in warning

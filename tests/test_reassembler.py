@@ -1,6 +1,7 @@
 """Reassembly with a fake clock: order, loss, FEC, reordering, deadlines, limits."""
 
 import random
+from typing import Any
 
 from pyrofling.core.host.packetizer import MediaPacket, Packetizer
 from pyrofling.core.viewer.reassembler import (
@@ -182,8 +183,8 @@ def test_ping_reply_event() -> None:
     assert r.discarded["bad_length"] == 1
 
 
-def _header(**kw: object) -> bytes:
-    fields = dict(
+def _header(**kw: Any) -> bytes:
+    fields: dict[str, Any] = dict(
         pts_us=1,
         dts_delta_us=0,
         payload_size=2048,
@@ -195,7 +196,7 @@ def _header(**kw: object) -> bytes:
         begin=True,
     )
     fields.update(kw)
-    return bytes(MediaHeader(**fields))  # type: ignore[arg-type]
+    return bytes(MediaHeader(**fields))
 
 
 def test_malformed_datagrams_are_counted_by_reason() -> None:

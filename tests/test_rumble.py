@@ -280,7 +280,8 @@ def test_a_real_game_rumble_on_the_uinput_pad_reaches_the_host() -> None:
     pad._on_rumble = heard.append
     try:
         time.sleep(0.3)
-        [dev] = [d for d in map(evdev.InputDevice, evdev.list_devices()) if d.name == "PyroFling virtual gamepad"]
+        devices: list[Any] = [evdev.InputDevice(path) for path in evdev.list_devices()]
+        [dev] = [d for d in devices if d.name == "PyroFling virtual gamepad"]
         effect = ff.Effect(
             ecodes.FF_RUMBLE, -1, 0, ff.Trigger(0, 0), ff.Replay(200, 0),
             ff.EffectType(ff_rumble_effect=ff.Rumble(strong_magnitude=30_000, weak_magnitude=1_000)),

@@ -269,7 +269,7 @@ class Link:
         self.viewer_opened: list[bytes] = []  # datagrams the viewer opened
         self.host_logs: list[str] = []
         self.closed: list[str] = []
-        self.pad_inputs: list[GamepadInput] = []
+        self.pad_inputs: list[GamepadInput | KeyboardMouseInput] = []
         self.viewer_paired: list[HostCredential] = []
         self.host_paired: list[ViewerPaired] = []
         self.failure: str | None = None
@@ -753,7 +753,8 @@ def test_a_viewer_whose_address_changes_keeps_its_stream_after_answering() -> No
     link.udp(bytes(Ping(1)), now=2.0)
     assert link.conn.udp_address == ("10.0.0.2", 50000) and link.conn.path_validations == 2
     assert any("new address" in line for line in link.host_logs)
-    assert link.hs.connection(1).udp_address == link.address
+    conn = link.hs.connection(1)
+    assert conn is not None and conn.udp_address == link.address
 
 
 def test_a_stale_path_response_from_elsewhere_moves_nothing() -> None:

@@ -156,7 +156,7 @@ def test_a_lost_packet_is_asked_for_whole_and_resent_so_no_key_frame_is_needed()
     pair.receive(pair.media(IDR, 1_000, 0.1), 0.1)
     pair.media(P_FRAME, 17_000, 0.117)  # every datagram of it lost
     pair.receive(pair.media(P_FRAME, 34_000, 0.134), 0.134)  # the gap shows: NACK, resent at once
-    nacks = [parse_udp_control(d) for d in pair.udp_to_host if parse_udp_control(d).ID.name == "NACK"]
+    nacks = [m for m in map(parse_udp_control, pair.udp_to_host) if isinstance(m, Nack)]
     assert nacks and nacks[0].whole and nacks[0].packet_seq == (0xC0FFEE + 1) & 0x3FFF
     decoded = [o for o in pair.outputs if isinstance(o, DecodeVideo)]
     assert [(d.pts_us, d.whole) for d in decoded] == [(1_000, True), (17_000, True), (34_000, True)]
@@ -274,8 +274,7 @@ def test_the_viewer_reports_arrivals_every_50_ms_once_granted_and_hears_the_bitr
         now = 0.1 + i / 60
         pair.receive(pair.media(IDR if i == 0 else P_FRAME, int(now * 1e6), now), now)
         pair._perform(pair.conn.handle_timer(now), now)
-    feedback = [parse_udp_control(d) for d in pair.udp_to_host]
-    feedback = [m for m in feedback if isinstance(m, RateFeedback)]
+    feedback = [m for m in map(parse_udp_control, pair.udp_to_host) if isinstance(m, RateFeedback)]
     assert 3 <= len(feedback) <= 4 and host.rate_feedbacks == len(feedback)
     assert all(m.samples and m.bytes_received > 0 for m in feedback)
     assert [m.seq for m in feedback] == list(range(len(feedback)))

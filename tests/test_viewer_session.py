@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import pytest
 
 from pyrofling.core.bitstream import KeyGate, KeyInfo
@@ -19,6 +22,7 @@ from pyrofling.core.viewer.session import (
     ViewerSessionConfig,
 )
 from pyrofling.wire import (
+    ALL_EXTENSIONS,
     Again,
     CodecParameters,
     Cookie,
@@ -40,8 +44,8 @@ PARAMS = CodecParameters(1, 1, 0, 60, 1, 320, 240, 0, 0)
 IDR = KeyInfo(idr=True)
 
 
-def sent(outputs: list[object]) -> list[object]:
-    out: list[object] = []
+def sent(outputs: Sequence[object]) -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
     for o in outputs:
         if isinstance(o, ControlToHost):
             out.append(("tcp", parse_control(o.data)))
@@ -63,18 +67,7 @@ def streaming(extensions: bool = True) -> ViewerSession:
 def test_handshake_pipelines_extensions_after_hello() -> None:
     s = ViewerSession(ProgressCounters())
     # It offers authentication and encryption too; a host without a secret grants neither.
-    offered = (
-        ExtensionFeature.KEYFRAME_REQUEST
-        | ExtensionFeature.AUTH
-        | ExtensionFeature.ENCRYPTION
-        | ExtensionFeature.LOSS_REPORTS
-        | ExtensionFeature.NACK
-        | ExtensionFeature.MDS_FEC
-        | ExtensionFeature.RATE_CONTROL
-        | ExtensionFeature.KEYBOARD_MOUSE
-        | ExtensionFeature.PADS
-        | ExtensionFeature.RUMBLE
-    )
+    offered = ALL_EXTENSIONS
     assert sent(s.start(0.0)) == [("tcp", Hello()), ("tcp", Extensions(1, offered))]
     assert s.control(Cookie(42), 0.001) == []
     out = s.control(Extensions(1, ExtensionFeature.KEYFRAME_REQUEST), 0.002)

@@ -103,7 +103,7 @@ def test_mutated_layer_messages_only_ever_raise_protocol_errors(message: m.Captu
     ],
 )
 def test_images_the_host_cannot_stream_are_named_with_the_reason(changes: dict[str, int], complaint: str) -> None:
-    fields = {name: getattr(GROUP, name) for name in GROUP.__match_args__}
+    fields: dict[str, Any] = {name: getattr(GROUP, name) for name in GROUP.__match_args__}
     assert m.VulkanImageGroup(**fields).problem() is None
     assert complaint in (m.VulkanImageGroup(**(fields | changes)).problem() or "")
 

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, cast
 
 import av
 import numpy as np
@@ -102,7 +103,7 @@ def test_v_toggles_the_overlay_with_its_graphs(xvfb: str, monkeypatch: pytest.Mo
     window = ViewerWindow()
     try:
         assert not window.vsync_blocks  # Xvfb's flips do not wait for a refresh
-        window.stats_source = Stats()
+        window.stats_source = cast(Any, Stats())  # what the overlay reads of a viewer
         assert not window.hud_visible
         window._on_key(key.V, 0)
         assert window.hud_visible

@@ -5,6 +5,7 @@ import struct
 import pytest
 
 from pyrofling.wire import (
+    ALL_EXTENSIONS,
     CONTROL_TYPES,
     EXTENSIONS_VERSION,
     MAX_MEDIA_DATAGRAM_BYTES,
@@ -238,7 +239,7 @@ def test_unknown_kick_bits_are_kept() -> None:
 
 
 def test_framer_splits_a_stream_fed_byte_by_byte() -> None:
-    stream = b"".join(bytes(m) for m in SAMPLES)  # type: ignore[call-overload]
+    stream = b"".join(bytes(m) for m in SAMPLES)
     framer = ControlFramer()
     out = []
     for i in range(len(stream)):
@@ -339,19 +340,8 @@ def test_extensions_drop_unknown_feature_bits() -> None:
     msg = parse_control(bytes(Extensions(1, 0xFFFF_FFFF)))
     assert isinstance(msg, Extensions)
     assert msg.features == 0xFFFF_FFFF  # kept on the wire object
-    known = (
-        ExtensionFeature.KEYFRAME_REQUEST
-        | ExtensionFeature.AUTH
-        | ExtensionFeature.ENCRYPTION
-        | ExtensionFeature.LOSS_REPORTS
-        | ExtensionFeature.NACK
-        | ExtensionFeature.MDS_FEC
-        | ExtensionFeature.RATE_CONTROL
-        | ExtensionFeature.KEYBOARD_MOUSE
-        | ExtensionFeature.PADS
-        | ExtensionFeature.RUMBLE
-    )
-    assert msg.feature_flags == known  # but only known ones are usable
+    assert msg.feature_flags == ALL_EXTENSIONS  # but only known ones are usable
+    assert ALL_EXTENSIONS == 0x3FF  # the ten features of protocol.md §7.2
 
 
 def test_sealed_viewer_datagrams_are_not_type_words() -> None:

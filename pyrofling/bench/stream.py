@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, AnyStr
 
 #: Default Gilbert–Elliott burst model: P(good→bad), P(bad→good), loss in bad.  ~5 % average loss.
 DEFAULT_GE = (0.01, 0.15, 0.8)
@@ -141,7 +141,7 @@ def split_cpus() -> tuple[set[int], set[int]]:
     return set(cpus[:half]), set(cpus[half:])
 
 
-def _pinned(proc: subprocess.Popen[bytes], cpus: set[int] | None) -> subprocess.Popen[bytes]:
+def _pinned(proc: subprocess.Popen[AnyStr], cpus: set[int] | None) -> subprocess.Popen[AnyStr]:
     """Keep ``proc`` on ``cpus`` (None: anywhere).  Set at once after the start, before the interpreter has
     started a thread, so every thread it starts inherits it."""
     if cpus is not None:

@@ -12,6 +12,7 @@ Pure: packing and parsing, no I/O.  The control and media names are re-exported 
 from __future__ import annotations
 
 from pyrofling.wire.control import (
+    ALL_EXTENSIONS,
     AUTH_FLAG_PAIR,
     CONTROL_TYPES,
     EXTENSIONS_VERSION,
@@ -114,6 +115,7 @@ from pyrofling.wire.records import (
 )
 
 __all__ = [
+    "ALL_EXTENSIONS",
     "AUTH_FLAG_PAIR",
     "CONTROL_TYPES",
     "EXTENSIONS_VERSION",

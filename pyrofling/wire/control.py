@@ -409,6 +409,10 @@ class ExtensionFeature(enum.IntFlag):
     RUMBLE = 1 << 9
 
 
+#: Every feature this build knows: what a pyrofling viewer asks for, and (less AUTH and ENCRYPTION, which a host
+#: grants only with a secret) what a pyrofling host grants.
+ALL_EXTENSIONS = ExtensionFeature(sum(ExtensionFeature))
+
 #: Version of the pyrofling extension set this build speaks.
 EXTENSIONS_VERSION = 1
 
@@ -425,7 +429,7 @@ class Extensions(ControlMessage):
     @property
     def feature_flags(self) -> ExtensionFeature:
         # Unknown bits from a newer peer are dropped here: nobody can use them.
-        return ExtensionFeature(self.features & sum(ExtensionFeature))
+        return ExtensionFeature(self.features) & ALL_EXTENSIONS
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from pyrofling.core.host.packetizer import Packetizer
 from pyrofling.core.input.keyboard_mouse import InputUpdate
 from pyrofling.core.input.pad import PadUpdate
 from pyrofling.core.secure import SEAL_OVERHEAD, CodeExchange, Opener, Sealer, ShareExchange, Transcript
-from pyrofling.wire import ControlMessage, ExtensionFeature, KickFlags, Progress
+from pyrofling.wire import ALL_EXTENSIONS, ControlMessage, ExtensionFeature, KickFlags, Progress
 
 #: A socket address as asyncio reports it: (host, port) or (host, port, flowinfo, scope_id).
 Address: TypeAlias = tuple[Any, ...]
@@ -116,16 +116,7 @@ class HostSessionConfig:
     #: Drop a connection this long after its last KICK or PROGRESS (protocol.md §3.3).
     keepalive_timeout_s: float = 15.0
     #: Extension features this host grants (protocol.md §7.2).
-    extensions: ExtensionFeature = (
-        ExtensionFeature.KEYFRAME_REQUEST
-        | ExtensionFeature.LOSS_REPORTS
-        | ExtensionFeature.NACK
-        | ExtensionFeature.MDS_FEC
-        | ExtensionFeature.RATE_CONTROL
-        | ExtensionFeature.KEYBOARD_MOUSE
-        | ExtensionFeature.PADS
-        | ExtensionFeature.RUMBLE
-    )
+    extensions: ExtensionFeature = ALL_EXTENSIONS & ~(ExtensionFeature.AUTH | ExtensionFeature.ENCRYPTION)
     #: At most one PROGRESS log line per viewer per this interval.
     progress_log_interval_s: float = 1.0
     #: A kicked viewer whose PROGRESS still shows no key frame this long after we sent one asks for another.

@@ -34,6 +34,7 @@ from pyrofling.core.viewer.auth import AuthFailed, HostCredential, ViewerAuth
 from pyrofling.core.viewer.clock_sync import ClockSync
 from pyrofling.core.viewer.reassembler import ProgressCounters
 from pyrofling.wire import (
+    ALL_EXTENSIONS,
     EXTENSIONS_VERSION,
     SEALED_HEAD,
     SEALED_MAGIC,
@@ -144,18 +145,7 @@ class ViewerSessionConfig:
     #: What to subscribe to (KICK flags).
     flags: KickFlags = KickFlags.VIDEO | KickFlags.AUDIO
     #: Extension features to ask for; NONE behaves exactly like a native viewer.
-    extensions: ExtensionFeature = (
-        ExtensionFeature.KEYFRAME_REQUEST
-        | ExtensionFeature.AUTH
-        | ExtensionFeature.ENCRYPTION
-        | ExtensionFeature.LOSS_REPORTS
-        | ExtensionFeature.NACK
-        | ExtensionFeature.MDS_FEC
-        | ExtensionFeature.RATE_CONTROL
-        | ExtensionFeature.KEYBOARD_MOUSE
-        | ExtensionFeature.PADS
-        | ExtensionFeature.RUMBLE
-    )
+    extensions: ExtensionFeature = ALL_EXTENSIONS
     #: Who plays, the same across reconnects: a host with a pad per player gives it its pad back (§7.12).
     player_token: int | None = None
     #: The host's password or pairing code, for a host that asks (protocol.md §7.7).
