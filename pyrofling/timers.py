@@ -9,23 +9,26 @@ finds nothing due, and saves cancelling and re-creating a handle per datagram.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
+
+from pyrofling.clocks import SYSTEM_CLOCK, Clock
 
 
 class DeadlineTimer:
     """``arm(due)`` after each input; ``callback`` runs at the earliest deadline armed (then arm again)."""
 
-    def __init__(self, callback: Callable[[], None]) -> None:
+    def __init__(self, callback: Callable[[], None], clock: Clock = SYSTEM_CLOCK) -> None:
+        """``clock``: the one the deadlines are on (its seconds are the event loop's)."""
         self._callback = callback
+        self._clock = clock
         self._handle: asyncio.TimerHandle | None = None
 
     def arm(self, due: float | None) -> None:
-        """Run the callback at ``due`` (``time.monotonic()`` seconds) unless it is armed for earlier already."""
+        """Run the callback at ``due`` (the clock's seconds) unless it is armed for earlier already."""
         if due is None:
             return
         loop = asyncio.get_running_loop()
-        when = loop.time() + max(0.0, due - time.monotonic())
+        when = loop.time() + max(0.0, due - self._clock.now())
         if self._handle is not None:
             if self._handle.when() <= when + 1e-4:
                 return

@@ -42,6 +42,7 @@ from pyrofling.core.input.pad import (
     face_layout_for,
     merge,
 )
+from pyrofling.timers import DeadlineTimer
 
 log = logging.getLogger(__name__)
 
@@ -323,7 +324,7 @@ class GamepadLink:
         self.reader: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._send: Callable[[bytes], None] | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer = DeadlineTimer(self._poll)
         self._log: IO[str] | None = None
         self._keyboard_used = False
         self.sends_dropped = 0
@@ -369,9 +370,7 @@ class GamepadLink:
 
     def detach(self) -> None:
         self._send = None
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._timer.cancel()
 
     def rumble(self, strong: int, weak: int, duration_ms: int, seq: int) -> None:
         """The host says the player's pad should rumble (on the loop): the real pad plays it, if it can."""
@@ -427,7 +426,6 @@ class GamepadLink:
             self._poll()
 
     def _poll(self) -> None:
-        self._timer = None
         if self._send is None or self._loop is None or not self.active:
             return
         now = time.monotonic()
@@ -440,11 +438,7 @@ class GamepadLink:
                 self.sends_dropped += 1
             if self._log is not None:
                 self._log.write(json.dumps({"seq": seq, "t": now}) + "\n")
-        due = self.sender.next_timer()
-        if due is not None:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer = self._loop.call_at(self._loop.time() + max(0.0, due - time.monotonic()), self._poll)
+        self._timer.arm(self.sender.next_timer())
 
     def summary(self) -> dict[str, Any]:
         reader = self.reader

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from pyrofling.core.input.keyboard_mouse import WINDOW_KEYS, InputSender, InputSenderConfig
+from pyrofling.timers import DeadlineTimer
 from pyrofling.wire import InputState
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ class InputLink:
         self.sender = InputSender(InputSenderConfig())
         self._loop: asyncio.AbstractEventLoop | None = None
         self._send: Callable[[bytes], None] | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer = DeadlineTimer(self._poll)
         self._log: IO[str] | None = None
         self._sweep_step = 0
         self.sends_dropped = 0
@@ -76,9 +77,7 @@ class InputLink:
         self._send = None
         self.available = False
         self.sender.release_all()
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._timer.cancel()
 
     def close(self) -> None:
         self.detach()
@@ -136,7 +135,6 @@ class InputLink:
     # -- sending (loop) --------------------------------------------------------------------------
 
     def _poll(self) -> None:
-        self._timer = None
         if self._send is None or self._loop is None:
             return
         now = time.monotonic()
@@ -149,9 +147,7 @@ class InputLink:
         if self.config.source == "sweep":
             due = now + self.config.sweep_interval_ms / 1000
         if due is not None:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer = self._loop.call_at(self._loop.time() + max(0.0, due - time.monotonic()), self._poll)
+            self._timer.arm(due)
 
     def _sweep(self, now: float) -> None:
         """A synthetic player: every step presses or lets go a letter and moves the mouse one pixel."""

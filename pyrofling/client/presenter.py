@@ -17,7 +17,6 @@ import json
 import logging
 import queue
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -25,6 +24,7 @@ from typing import Any, Protocol, TextIO
 
 import numpy as np
 
+from pyrofling.clocks import SYSTEM_CLOCK, Clock
 from pyrofling.core.samples import LIVE_SAMPLES, recent_samples, tail
 from pyrofling.core.viewer.picture_quality import RefreshQuality
 from pyrofling.core.viewer.presentation import (
@@ -147,8 +147,11 @@ class Presenter:
         max_pending: int = 16,
         judge_refreshes: bool = False,
         frame_trace: TextIO | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        """``clock``: what it reads and waits on (a test's virtual one; pictures' times are on it too)."""
         self.config = config
+        self.clock = clock
         self.display = display
         self.refresh_hz = refresh_hz
         self.skew_ppm = skew_ppm
@@ -156,7 +159,7 @@ class Presenter:
         self.on_phase_error = on_phase_error
         self.stats = PresentationStats()
         self._inbox: queue.Queue[Picture] = queue.Queue(maxsize=max_pending)
-        self._started_s = time.monotonic()
+        self._started_s = clock.now()
         self._last_on_screen_s: float | None = None
         self._logged_offset_s: float | None = None
         #: Judge every refresh by the picture on screen (pictures carry ``clean``: the bench's scene check).
@@ -191,44 +194,44 @@ class Presenter:
         if first is None:
             return
         hz = self.refresh_hz or self.display.refresh_hz or self.stream_hz() or 60.0
-        clock = RefreshClock(hz, time.monotonic(), skew_ppm=self.skew_ppm)
+        refresh = RefreshClock(hz, self.clock.now(), skew_ppm=self.skew_ppm)
         vsync = self.display.vsync_blocks and not self.refresh_hz and not self.skew_ppm
         with self.stats.lock:
-            self.stats.refresh_hz = clock.hz
+            self.stats.refresh_hz = refresh.hz
             self.stats.clock = "vsync" if vsync else "software"
         log.info(
             "presenting at %.3f Hz (%s refresh clock)%s",
-            clock.hz,
+            refresh.hz,
             "vsync" if vsync else "software",
             self._mode_text(),
         )
         if self._judge:
             with self.stats.lock:
-                self.quality = RefreshQuality(1.0 / (self.stream_hz() or clock.hz))
-        loop: PresentationLoop[Picture] = PresentationLoop(self.config, clock.period_s)
+                self.quality = RefreshQuality(1.0 / (self.stream_hz() or refresh.hz))
+        loop: PresentationLoop[Picture] = PresentationLoop(self.config, refresh.period_s)
         self._ready(loop, first)
-        vblank = time.monotonic()
+        vblank = self.clock.now()
         flipped_late = False  # the last picture was picked after the refresh it was meant for
         while not stop.is_set():
             if not vsync:
                 previous = vblank
                 grace = 0.0 if flipped_late else loop.late_grace_s
-                vblank = clock.following(previous, time.monotonic(), grace_s=grace)
-                skipped = round((vblank - previous) / clock.period_s) - 1
+                vblank = refresh.following(previous, self.clock.now(), grace_s=grace)
+                skipped = round((vblank - previous) / refresh.period_s) - 1
                 if skipped > 0:  # the decision came after the next refresh: those refreshes repeated
                     loop.refreshes_skipped(skipped)
-                    self._count_skipped(loop, previous, skipped, clock.period_s)
+                    self._count_skipped(loop, previous, skipped, refresh.period_s)
                 if self._sleep_until(vblank, stop):
                     return
             loop.vblank(vblank)
             decision = self._decide(loop, vblank, stop)
             if decision is None:
                 return
-            flipped_late = isinstance(decision, Present) and time.monotonic() > decision.on_screen_s
+            flipped_late = isinstance(decision, Present) and self.clock.now() > decision.on_screen_s
             self._record(loop, decision, vblank)
             self.display.present(decision.frame if isinstance(decision, Present) else None)
             if vsync:
-                vblank = time.monotonic()  # the flip returned: that was the refresh
+                vblank = self.clock.now()  # the flip returned: that was the refresh
             if not self.display.pump_events():
                 return
 
@@ -257,7 +260,7 @@ class Presenter:
             if not self.display.pump_events():
                 return None
             try:
-                return self._inbox.get(timeout=0.02)
+                return self.clock.get(self._inbox, 0.02)
             except queue.Empty:
                 continue
         return None
@@ -267,13 +270,13 @@ class Presenter:
     ) -> Present[Picture] | Repeat | None:
         self._drain(loop)
         while True:
-            decision = loop.poll(time.monotonic())
+            decision = loop.poll(self.clock.now())
             if not isinstance(decision, Wait):
                 return decision
-            timeout = decision.until_s - time.monotonic()
+            timeout = decision.until_s - self.clock.now()
             if timeout > 0:
                 try:
-                    picture = self._inbox.get(timeout=timeout)
+                    picture = self.clock.get(self._inbox, timeout)
                 except queue.Empty:
                     continue
                 self._ready(loop, picture)
@@ -291,7 +294,7 @@ class Presenter:
 
     def _ready(self, loop: PresentationLoop[Picture], picture: Picture) -> None:
         if self._trace is not None:
-            self._fed.append((picture, time.monotonic()))
+            self._fed.append((picture, self.clock.now()))
         if picture.capture_s is not None:
             ready = (round(picture.done_s - self._started_s, 4), (picture.done_s - picture.capture_s) * 1000)
             with self.stats.lock:  # summary() copies it from another thread
@@ -324,7 +327,7 @@ class Presenter:
             st.dropped += decision.dropped if isinstance(decision, Present) else 0
             st.graph_repeat.append(repeated)
             if repeated:
-                st.repeat_times.append(round(time.monotonic() - self._started_s, 4))
+                st.repeat_times.append(round(self.clock.now() - self._started_s, 4))
             if isinstance(decision, Present):
                 picture = decision.frame
                 if self._last_on_screen_s is not None:
@@ -352,7 +355,7 @@ class Presenter:
 
     def _write_trace(self, loop: PresentationLoop[Picture], decision: Present[Picture] | Repeat, vblank: float) -> None:
         assert self._trace is not None
-        now = time.monotonic()
+        now = self.clock.now()
         record: dict[str, Any] = {"vblank": vblank, "offset": loop.offset_s, "deadline": loop.deadline_s, "picked": now}
         if isinstance(decision, Present):
             p = decision.frame
@@ -397,14 +400,13 @@ class Presenter:
                 a.misses_last_minute,
             )
 
-    @staticmethod
-    def _sleep_until(deadline: float, stop: threading.Event) -> bool:
+    def _sleep_until(self, deadline: float, stop: threading.Event) -> bool:
         """Sleep precisely until ``deadline``; True if stopped meanwhile."""
         while True:
-            delay = deadline - time.monotonic()
+            delay = deadline - self.clock.now()
             if delay <= 0:
                 return stop.is_set()
-            if stop.wait(min(delay, 0.1)):
+            if self.clock.wait(stop, min(delay, 0.1)):
                 return True
 
     def _mode_text(self) -> str:

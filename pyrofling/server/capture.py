@@ -40,6 +40,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyrofling.capture.paths import peer_uid, prepare_socket_dir
+from pyrofling.clocks import SYSTEM_CLOCK, Clock
 from pyrofling.core.host.swapchain import EncodeImage, Retire, Swapchain
 from pyrofling.core.input.keyboard_mouse import InputUpdate
 from pyrofling.core.input.pad import PadUpdate
@@ -126,10 +127,12 @@ class CaptureServer:
         audio: GameAudio | None = None,
         layer_path: str | None = None,
         layer_path_required: bool = False,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         """``on_new_image``: called (on the loop) when the streamed game presents; ``audio``: takes its samples;
         ``layer_path``: also serve PyroFling's Vulkan layer there (a warning if it is taken, unless required)."""
         self.path = path
+        self._clock = clock  # the heartbeat's: a present's time and a beat's are on one clock
         self.layer_path = layer_path
         self._layer_path_required = layer_path_required
         self.period_ns = period_ns
@@ -572,8 +575,7 @@ class CaptureServer:
         """``read``: start reading a Vulkan image once the present is accepted."""
         if game.swapchain is None:
             return m.MessageType.ERROR_PROTOCOL, "send an IMAGE_GROUP before presenting", "no_group"
-        assert self._loop is not None
-        error, events = game.swapchain.present(present, self._loop.time())
+        error, events = game.swapchain.present(present, self._clock.now())
         if error is not None:
             return m.MessageType.ERROR_PARAMETER, error, "present"
         if read is not None:

@@ -24,6 +24,7 @@ from typing import TextIO
 
 import av
 
+from pyrofling.clocks import SYSTEM_CLOCK, Clock
 from pyrofling.core.host.encode_schedule import EncodeSchedule
 from pyrofling.core.host.frame_clock import FrameClock
 from pyrofling.core.host.keyframes import KeyframePolicy
@@ -51,8 +52,11 @@ class Heartbeat:
         on_packets: Callable[[list[EncodedVideo]], None],
         on_source_end: Callable[[], None],
         frame_trace: TextIO | None = None,
+        time_source: Clock = SYSTEM_CLOCK,
     ) -> None:
+        """``time_source``: what the heartbeat thread reads and sleeps on (the frame clock's times are on it)."""
         self.clock = clock
+        self._time = time_source
         self.schedule = schedule
         self.keyframes = keyframes
         self.encoder = encoder
@@ -76,7 +80,7 @@ class Heartbeat:
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self.clock.next_tick_s = self._next_tick_s = time.monotonic()
+        self.clock.next_tick_s = self._next_tick_s = self._time.now()
         self._thread = threading.Thread(target=self._run, name="pyrofling-heartbeat", daemon=True)
         self._thread.start()
 
@@ -98,10 +102,10 @@ class Heartbeat:
         loop = self._loop
         assert loop is not None
         while not self._halt.is_set():
-            delay = self._next_tick_s - time.monotonic()
-            if delay > 0 and self._halt.wait(min(delay, 0.5)):
+            delay = self._next_tick_s - self._time.now()
+            if delay > 0 and self._time.wait(self._halt, min(delay, 0.5)):
                 return
-            woke = time.monotonic()
+            woke = self._time.now()
             if woke < self._next_tick_s:
                 continue  # woke early (or the loop moved the tick): sleep again
             self._tick_handled.clear()
@@ -139,7 +143,7 @@ class Heartbeat:
         capture = self.capture
         if capture is None or self._halt.is_set():
             return
-        now = time.monotonic()
+        now = self._time.now()
         if self.schedule.presented(now, new_image=capture.has_new()):
             captured = capture.take()
             if captured is not None:
@@ -152,7 +156,7 @@ class Heartbeat:
     async def _encode_and_send(self, woke: float, captured: CapturedFrame | None) -> None:
         loop = asyncio.get_running_loop()
         index = self._frame_index
-        timing = {"due": self._due_s, "woke": woke, "loop": time.monotonic()} if self._trace is not None else None
+        timing = {"due": self._due_s, "woke": woke, "loop": self._time.now()} if self._trace is not None else None
         capture_us = int(woke * 1_000_000)
         force = self.keyframes.should_force(woke)
         packets: list[EncodedVideo] | None
@@ -181,7 +185,7 @@ class Heartbeat:
         if timing is not None and self._trace is not None:
             timing.update(
                 capture_us=capture_us,
-                encoded=time.monotonic(),
+                encoded=self._time.now(),
                 encode_s=sum(p.encode_s + p.convert_s for p in packets),
                 bytes=sum(len(p.data) for p in packets),
             )
@@ -189,7 +193,7 @@ class Heartbeat:
                 timing["present"] = captured.taken.present_s
         self._on_packets(packets)
         if timing is not None and self._trace is not None and not self._trace.closed:  # an encode outlived close
-            timing["queued"] = time.monotonic()  # handed to every viewer's pacer
+            timing["queued"] = self._time.now()  # handed to every viewer's pacer
             self._trace.write(json.dumps(timing) + "\n")
         self.presented()  # a present that came while this frame encoded
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pyrofling.capture.paths import default_socket_path
+from pyrofling.clocks import SYSTEM_CLOCK, Clock
 from pyrofling.core.host.congestion import RateConfig
 from pyrofling.core.host.encode_schedule import EncodeSchedule
 from pyrofling.core.host.frame_clock import FrameClock
@@ -78,10 +79,13 @@ class Host:
         pad: VirtualPad | None = None,
         input_devices: InputDevices | None = None,
         pad_factory: Callable[[int], VirtualPad] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         """``pad``, ``input_devices``, ``pad_factory``: a virtual pad (pad 1), keyboard and mouse, and pads 2..N,
-        to use instead of opening ``config.virtual_pad`` / ``config.virtual_input`` (tests)."""
+        to use instead of opening ``config.virtual_pad`` / ``config.virtual_input`` (tests).  ``clock``: the one
+        the frame clock, the heartbeat and the capture server keep time on."""
         self.config = config
+        self._clock = clock
         self.stats = HostStats()
         self.keyframes = KeyframePolicy()
         #: The viewers this host paired with, and its lasting id (None: pairing off, a throwaway id).
@@ -106,7 +110,7 @@ class Host:
             paired=self.pairings,
             pads=config.pads,
         )
-        self.network = HostNetwork(self.sessions, stats=self.stats, on_output=self._on_output)
+        self.network = HostNetwork(self.sessions, stats=self.stats, on_output=self._on_output, clock=clock)
         #: (seconds since start, encoder kbit/s) at each change, for the statistics and the benches.
         self.bitrate_trace: list[tuple[float, int]] = [(0.0, config.encoder.bitrate_kbits)]
         self._encoder: VideoEncoder | None = None
@@ -114,10 +118,10 @@ class Host:
         self._stop = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pyrofling-encode")
         self._cpu_start = time.process_time()
-        self._started_s = time.monotonic()
+        self._started_s = clock.now()
         self.clock = FrameClock(
             fps=config.encoder.fps,
-            start_s=time.monotonic(),
+            start_s=clock.now(),
             controller=config.phase_controller,
             multiplier=config.client_rate_multiplier,
             policy=config.phase_policy,
@@ -190,6 +194,7 @@ class Host:
             on_packets=self._fan_out,
             on_source_end=self.stop,
             frame_trace=cfg.frame_trace.open("w") if cfg.frame_trace is not None else None,
+            time_source=self._clock,
         )
         if cfg.source == "capture":
             heartbeat.capture = self.capture = CaptureServer(
@@ -200,6 +205,7 @@ class Host:
                 audio=audio_source if isinstance(audio_source, GameAudioSource) else None,
                 layer_path=cfg.layer_socket,
                 layer_path_required=cfg.layer_socket_required,
+                clock=self._clock,
             )
             self.capture.on_rumble = self._rumble
             self.capture.start(loop)
@@ -341,7 +347,7 @@ class Host:
     def _on_output(self, out: HostOutput) -> None:
         """What the sessions decide beyond the sockets: phase feedback steers the clock, pad states the pad."""
         if isinstance(out, PhaseFeedback):
-            self.clock.feedback(out.conn_id, out.offset_us, time.monotonic())
+            self.clock.feedback(out.conn_id, out.offset_us, self._clock.now())
         elif isinstance(out, ViewerLeft):
             self.clock.viewer_left(out.conn_id)
         elif isinstance(out, GamepadInput) and self.pad_output is not None:
@@ -359,7 +365,7 @@ class Host:
         elif isinstance(out, SetBitrate) and self._encoder is not None:
             self._encoder.set_bitrate(out.bits_per_s)
             kbits = round(out.bits_per_s / 1000)
-            self.bitrate_trace.append((round(time.monotonic() - self._started_s, 3), kbits))
+            self.bitrate_trace.append((round(self._clock.now() - self._started_s, 3), kbits))
             del self.bitrate_trace[:-2000]
             log.debug("bitrate %d kbit/s (%s)", kbits, out.why)
 
@@ -376,7 +382,7 @@ class Host:
             st.key_frames += packet.key_frame
             st.idrs += packet.idr
             media = MediaPacket(packet.data, packet.pts_us, StreamType.VIDEO, key_frame=packet.key_frame)
-            self.sessions.send_video(media, idr=packet.idr, now=time.monotonic())
+            self.sessions.send_video(media, idr=packet.idr, now=self._clock.now())
             self.network.transmit()
             self.outputs.push_video(packet)  # after the viewers, and it never waits
 
@@ -414,17 +420,17 @@ class Host:
         for packet in packets:
             self.stats.audio_packets += 1
             self.stats.audio_bytes += len(packet.data)
-            self.sessions.send_audio(MediaPacket(packet.data, packet.pts_us, StreamType.AUDIO), time.monotonic())
+            self.sessions.send_audio(MediaPacket(packet.data, packet.pts_us, StreamType.AUDIO), self._clock.now())
         self.network.transmit()
 
     # -- reporting ---------------------------------------------------------------------------
 
     async def _status_loop(self, interval_s: float) -> None:
-        line = StatusLine(at_s=time.monotonic())
+        line = StatusLine(at_s=self._clock.now())
         while True:
             await asyncio.sleep(interval_s)
             text = line.text(
-                time.monotonic(),
+                self._clock.now(),
                 self.stats,
                 viewers=len(self.sessions.connections),
                 forced=self.keyframes.forced,
@@ -449,7 +455,7 @@ class Host:
     def summary(self) -> dict[str, Any]:
         """Every part's statistics, as ``--stats-json`` writes them."""
         st = self.stats
-        elapsed = time.monotonic() - self._started_s
+        elapsed = self._clock.now() - self._started_s
         pad = self.pad_output.summary() if self.pad_output is not None else {"pad": None}
         return {
             **st.counters(),
@@ -466,7 +472,7 @@ class Host:
             "gamepad": {
                 **pad,
                 **self.sessions.gamepad.summary(),
-                "pads": self.sessions.pads.summary(time.monotonic()),
+                "pads": self.sessions.pads.summary(self._clock.now()),
                 "rumbles_sent": self.sessions.players.rumbles_sent,
                 "per_pad": {str(n): o.summary() for n, o in self.pad_outputs.items()},
             },

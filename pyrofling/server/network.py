@@ -21,10 +21,10 @@ import contextlib
 import errno
 import logging
 import socket
-import time
 from collections.abc import Callable
 from typing import Any
 
+from pyrofling.clocks import SYSTEM_CLOCK, Clock
 from pyrofling.core.host.sessions import HostSessions
 from pyrofling.core.host.state import Address, CloseConnection, HostOutput, LogLine, SendControl
 from pyrofling.server.stats import HostStats
@@ -89,8 +89,11 @@ class HostNetwork:
         *,
         stats: HostStats,
         on_output: Callable[[HostOutput], None],
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        """``clock``: the time everything read is stamped with, and the sessions' deadlines are on."""
         self.sessions = sessions
+        self._clock = clock
         self.stats = stats
         self.port: int | None = None
         #: The addresses actually listened on.
@@ -99,7 +102,7 @@ class HostNetwork:
         self._servers: list[asyncio.Server] = []
         self._udp: dict[int, _UdpSocket] = {}  # by address family
         self._writers: dict[int, asyncio.StreamWriter] = {}
-        self._timer = DeadlineTimer(lambda: self.perform(self.sessions.handle_timer(time.monotonic())))
+        self._timer = DeadlineTimer(lambda: self.perform(self.sessions.handle_timer(clock.now())), clock)
         self._next_conn_id = 1
         self._closing = False
 
@@ -158,7 +161,7 @@ class HostNetwork:
                 await asyncio.wait_for(server.wait_closed(), 1.0)
 
     def _datagram(self, data: bytes, addr: Address) -> None:
-        self.perform(self.sessions.datagram(addr, data, time.monotonic()))
+        self.perform(self.sessions.datagram(addr, data, self._clock.now()))
 
     # -- control channel -----------------------------------------------------------------------
 
@@ -171,14 +174,14 @@ class HostNetwork:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._writers[conn_id] = writer
-        self.perform(self.sessions.open(conn_id, peer, time.monotonic()))
+        self.perform(self.sessions.open(conn_id, peer, self._clock.now()))
         if conn_id not in self._writers:  # refused (and closed): too many connections
             return
         log.info("connection %d from %s", conn_id, format_address(peer))
         reason = "closed by viewer"
         try:
             while not self._closing and (data := await reader.read(4096)):
-                self.perform(self.sessions.tcp_received(conn_id, data, time.monotonic()))
+                self.perform(self.sessions.tcp_received(conn_id, data, self._clock.now()))
                 if conn_id not in self._writers:
                     reason = "dropped"
                     break
@@ -214,7 +217,7 @@ class HostNetwork:
 
     def transmit(self) -> None:
         """Send every datagram the sessions release now; arm the one timer for their next deadline."""
-        for d in self.sessions.datagrams_to_send(time.monotonic()):
+        for d in self.sessions.datagrams_to_send(self._clock.now()):
             self._send(d.data, d.address)
         if not self._closing:
             self._timer.arm(self.sessions.next_timer())

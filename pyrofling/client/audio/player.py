@@ -19,7 +19,6 @@ import contextlib
 import logging
 import queue
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +29,7 @@ from pyrofling.client.audio.devices import AudioOutput, OutputFactory, output_fa
 from pyrofling.client.audio.readings import PlaybackReadings
 from pyrofling.client.audio.ring import OutputRing
 from pyrofling.client.codecs import AudioDecoder, DecodeError
+from pyrofling.clocks import SYSTEM_CLOCK, Clock
 from pyrofling.core.audio_signal import ClickDetector, Frames, fade_in, fade_out, fade_out_from
 from pyrofling.core.viewer.audio_control import DeviceClock, RateController, make_rate_controller
 from pyrofling.core.viewer.clock_sync import ClockSync
@@ -105,8 +105,12 @@ class AudioPlayer:
     Everything after the queue runs on the player's own thread; :meth:`close` stops it.
     """
 
-    def __init__(self, config: AudioPlayerConfig, *, factory: OutputFactory | None = None) -> None:
+    def __init__(
+        self, config: AudioPlayerConfig, *, factory: OutputFactory | None = None, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
+        """``clock``: the player thread's (the device's playback times are mapped onto it)."""
         self.config = config
+        self._clock = clock
         self.stats = AudioStats()
         self.controller: RateController = make_rate_controller(config.controller, config.target_s)
         self._factory = factory or output_factory(config.backend)
@@ -266,7 +270,7 @@ class AudioPlayer:
         if self._chunk_frames == 0 or self._last is None or self.ring is None or not self.ring.playing:
             return  # nothing playing yet: priming waits for real audio
         frames = count * self._chunk_frames
-        buffered = self._buffered_s(time.monotonic())
+        buffered = self._buffered_s(self._clock.now())
         if buffered is not None:  # never conceal the buffer past its target (a long outage)
             room = (self.controller.target_s - buffered) * self._stream_rate + self._chunk_frames
             frames = min(frames, max(0, int(room)))
@@ -294,7 +298,7 @@ class AudioPlayer:
     def _queue_audio(self, frames: Frames, pts_us: int | None, host_clock: ClockSync | None) -> None:
         ring, clock, out = self.ring, self.clock, self.output
         assert ring is not None and clock is not None and out is not None
-        now = time.monotonic()
+        now = self._clock.now()
         self.readings.started(now)
         if self._was_playing and not ring.playing:
             # The callback ran dry: the block it played faded out; prime again and fade in.
@@ -367,7 +371,7 @@ class AudioPlayer:
         ring = self.ring
         if ring is None or self.output is None or ring.callbacks == 0:
             return 0.0
-        now = time.monotonic() if now is None else now
+        now = self._clock.now() if now is None else now
         seen = self._callbacks_seen
         if seen is None or seen[0] != ring.callbacks:
             self._callbacks_seen = (ring.callbacks, now)
