@@ -108,8 +108,8 @@ def _playback_problem() -> str | None:
     assert player.device_name is not None and "JACK" in player.device_name
     settled = [b for t, b, _s in samples if t >= 4.0]
     speeds = [s for t, _b, s in samples if t >= 4.0]
-    if underruns != 0 or player.stats.primes != 1 or len(settled) <= 500:
-        return f"{underruns} underruns, {player.stats.primes} primes, {len(settled)} settled readings"
+    if underruns != 0 or player.playout.primes != 1 or len(settled) <= 500:
+        return f"{underruns} underruns, {player.playout.primes} primes, {len(settled)} settled readings"
     # Held at the target: half the readings within 2 ms, 95 % within one device period and a millisecond.
     # (A reading taken just as the device takes its next block is a whole period off; on a loaded 2-core
     # machine, with the feeding thread waking late, more readings land there.)
@@ -165,7 +165,7 @@ def test_callback_never_blocks_even_when_the_producer_stalls(jack: str) -> None:
     assert float(np.median(gaps)) == pytest.approx(PERIOD_S, rel=0.1)
     assert ring.underruns >= 1
     # ... and playback started again, primed to the target, when audio came back.
-    assert player.stats.primes == 2
+    assert player.playout.primes == 2
     assert ring.playing
 
 

@@ -4,13 +4,12 @@ Three threads touch audio:
 
 * the network thread (asyncio) hands complete packets and loss reports to
   :meth:`AudioPlayer.packet` / :meth:`AudioPlayer.lost` (a bounded queue, never blocks);
-* the player thread decodes, conceals losses, measures how much audio waits ahead of
-  the speaker (:class:`~pyrofling.core.viewer.audio_control.DeviceClock`, on the device's own
-  playback clock), asks the rate controller for a speed, resamples with libsamplerate
-  (``samplerate``) at that speed and writes the result into the :class:`OutputRing`;
+* the player thread decodes, measures how much audio waits ahead of the speaker
+  (:class:`~pyrofling.core.viewer.audio_control.DeviceClock`, on the device's own playback
+  clock), and does what :class:`~pyrofling.core.viewer.audio_playout.AudioPlayout` decides —
+  when to start, the speed for each chunk, what to skip after a burst and to conceal for a
+  loss — resampling with libsamplerate (``samplerate``) into the :class:`OutputRing`;
 * the device's callback only copies from the ring (:mod:`pyrofling.client.audio.ring`).
-
-Start-up fills the buffer to the target before playback starts.
 """
 
 from __future__ import annotations
@@ -32,6 +31,7 @@ from pyrofling.client.codecs import AudioDecoder, DecodeError
 from pyrofling.clocks import SYSTEM_CLOCK, Clock
 from pyrofling.core.audio_signal import ClickDetector, Frames, fade_in, fade_out, fade_out_from
 from pyrofling.core.viewer.audio_control import DeviceClock, RateController, make_rate_controller
+from pyrofling.core.viewer.audio_playout import AudioPlayout
 from pyrofling.core.viewer.clock_sync import ClockSync
 from pyrofling.wire import AudioCodec
 
@@ -90,10 +90,7 @@ class AudioStats:
     packets_lost: int = 0
     decode_errors: int = 0
     queue_overflows: int = 0
-    concealed_frames: int = 0  # at the stream's rate
-    skipped_frames: int = 0  # dropped after a burst, at the stream's rate
     ring_overflows: int = 0
-    primes: int = 0  # playback (re)starts; 1 without underruns
     clicks: int = 0
     frames_in: int = 0
     frames_out: int = 0
@@ -113,6 +110,7 @@ class AudioPlayer:
         self._clock = clock
         self.stats = AudioStats()
         self.controller: RateController = make_rate_controller(config.controller, config.target_s)
+        self.playout = AudioPlayout(self.controller, max_excess_s=config.max_excess_s)
         self._factory = factory or output_factory(config.backend)
         self._queue: queue.Queue[_Item] = queue.Queue(maxsize=256)
         self.ring: OutputRing | None = None
@@ -123,12 +121,7 @@ class AudioPlayer:
         self.device_rate: int | None = None
         self._decoder: AudioDecoder | None = None
         self._resampler: Any = None
-        self._stream_rate = 0
-        self._chunk_frames = 0
         self._last: npt.NDArray[np.float32] | None = None
-        self._fade_in_next = False
-        self._skip = 0
-        self._was_playing = False
         self._detector: ClickDetector | None = None
         self.readings = PlaybackReadings()
         #: The output's close did not return (the process should exit without PortAudio's exit handler).
@@ -227,15 +220,11 @@ class AudioPlayer:
             log.warning("the host's channel count changed; audio disabled until the viewer restarts")
             return
         self._decoder = AudioDecoder(item.codec, item.rate, item.channels)
-        self._stream_rate = item.rate
         self._resampler = samplerate.Resampler(cfg.converter, channels=item.channels)
         self._detector = ClickDetector(refractory_frames=self.output.rate // 4)
-        self._chunk_frames = 0
         self._last = None
-        self._skip = 0
         ring.playing = False  # prime again for the new stream
-        self.controller.reset()
-        self._was_playing = False
+        self.playout.configure(item.rate)
 
     def _packet(self, item: _Packet) -> None:
         assert self._decoder is not None
@@ -248,42 +237,29 @@ class AudioPlayer:
             return
         if not len(frames):
             return
-        self._chunk_frames = len(frames)
-        if self._skip > 0:  # skipping audio that piled up after a burst
-            cut = min(self._skip, len(frames))
-            self._skip -= cut
-            self.stats.skipped_frames += cut
-            frames = frames[cut:]
-            if not len(frames):
-                return
-            self._fade_in_next = True
-        if self._fade_in_next:
+        cut, fade = self.playout.decoded(len(frames))  # a skip after a burst takes the start
+        frames = frames[cut:]
+        if not len(frames):
+            return
+        if fade:
             frames = frames.copy() if not frames.flags.writeable else frames
             fade_in(frames, self._fade_frames)
-            self._fade_in_next = False
         self._last = frames[-1].copy()
         self._queue_audio(frames, item.pts_us, item.clock)
 
     def _conceal(self, count: int) -> None:
         """Lost packets: a short fade from the last sample to silence, as long as what was lost."""
         self.stats.packets_lost += count
-        if self._chunk_frames == 0 or self._last is None or self.ring is None or not self.ring.playing:
-            return  # nothing playing yet: priming waits for real audio
-        frames = count * self._chunk_frames
-        buffered = self._buffered_s(self._clock.now())
-        if buffered is not None:  # never conceal the buffer past its target (a long outage)
-            room = (self.controller.target_s - buffered) * self._stream_rate + self._chunk_frames
-            frames = min(frames, max(0, int(room)))
-        if frames <= 0:
-            return
-        self.stats.concealed_frames += frames
-        self._queue_audio(fade_out_from(self._last, frames, self._fade_frames), None, None)
-        self._last = np.zeros_like(self._last)
-        self._fade_in_next = True
+        playing = self._last is not None and self.ring is not None and self.ring.playing
+        buffered = self._buffered_s(self._clock.now()) if playing else None
+        frames = self.playout.conceal(count, playing=playing, buffered_s=buffered)
+        if frames and self._last is not None:
+            self._queue_audio(fade_out_from(self._last, frames, self._fade_frames), None, None)
+            self._last = np.zeros_like(self._last)
 
     @property
     def _fade_frames(self) -> int:
-        return max(1, round(self._stream_rate * self.config.fade_s))
+        return max(1, round(self.playout.stream_rate * self.config.fade_s))
 
     def _buffered_s(self, now: float) -> float | None:
         ring, clock = self.ring, self.clock
@@ -300,24 +276,15 @@ class AudioPlayer:
         assert ring is not None and clock is not None and out is not None
         now = self._clock.now()
         self.readings.started(now)
-        if self._was_playing and not ring.playing:
-            # The callback ran dry: the block it played faded out; prime again and fade in.
-            self._was_playing = False
-            self._fade_in_next = False
-        speed = self.controller.speed
-        if ring.playing:
-            buffered = self._buffered_s(now)
-            if buffered is not None:
-                if buffered > self.controller.target_s + self.config.max_excess_s:
-                    # A burst after a stall: skip the excess rather than play it late for seconds.
-                    frames = frames.copy()
-                    fade_out(frames)
-                    self._skip = int((buffered - self.controller.target_s) * self._stream_rate)
-                    self.controller.reset()
-                else:
-                    speed = self.controller.update(now, buffered)
-                self.readings.record(now, buffered, speed)
-        ratio = out.rate / self._stream_rate / speed
+        buffered = self._buffered_s(now) if ring.playing else None
+        pace = self.playout.pace(now, playing=ring.playing, buffered_s=buffered)
+        if pace.skip_excess:  # a burst after a stall: this chunk fades out, the excess after it is skipped
+            frames = frames.copy()
+            fade_out(frames)
+        if buffered is not None:
+            self.readings.record(now, buffered, pace.speed)
+        stream_rate = self.playout.stream_rate
+        ratio = out.rate / stream_rate / pace.speed
         resampled = self._resampler.process(frames, ratio)
         self.stats.frames_in += len(frames)
         self.stats.frames_out += len(resampled)
@@ -326,7 +293,7 @@ class AudioPlayer:
         first = ring.write_pos
         if pts_us is not None and host_clock is not None and self._detector is not None:
             for pos in self._detector.feed(resampled, first):
-                offset_s = (pos - first) / (self._stream_rate * ratio)
+                offset_s = (pos - first) / (stream_rate * ratio)
                 if self.readings.click_found(pos, pts_us, offset_s, host_clock, ring.underruns):
                     self.stats.clicks += 1
         written = ring.write(resampled)
@@ -337,32 +304,21 @@ class AudioPlayer:
         self.readings.resolve_clicks(ring.read_pos, ring.underruns, clock)
 
     def _prime(self, ring: OutputRing, clock: DeviceClock, rate: int) -> None:
-        """Start playback once the target is queued (counting the device's own latency).
-
-        Anything queued beyond the target (packets that piled up while the device opened,
-        or a burst) is dropped from the old end, so playback starts at the target, not above.
-        The callback does not touch the ring while ``playing`` is False, so this thread may.
-        """
-        if not self._queue.empty():
-            return  # more audio is already waiting (it piled up while the device opened): take it first
+        """Start playback when the playout says so (the callback does not touch the ring while ``playing`` is
+        False, so this thread may trim it)."""
         rec = ring.latest_record()
-        if rec is None:
-            return  # the device has not called back yet: its latency is still unknown
-        clock.callback(*rec)
-        want = max(0, round((self.controller.target_s - clock.latency_s) * rate))
-        if ring.level < want:
-            return
-        excess = ring.level - want
-        if excess:
-            ring.read_pos += excess
-        self.controller.reset()
-        # Audio keeps arriving until the callback plays the first block: it trims to ``want`` then,
-        # and fades the block in.  The buffer is measured just before each arrival, when it is lowest:
-        # half a chunk more makes those readings centre on the target from the start.
-        ring.start_level = want + round(self._chunk_frames * rate / max(1, self._stream_rate) / 2)
-        ring.playing = True
-        self._was_playing = True
-        self.stats.primes += 1
+        if rec is not None:  # the device has called back: its latency is known
+            clock.callback(*rec)
+        prime = self.playout.prime(
+            more_waiting=not self._queue.empty(),
+            latency_s=clock.latency_s if rec is not None else None,
+            level=ring.level,
+            device_rate=rate,
+        )
+        if prime is not None:
+            ring.read_pos += prime.trim_frames
+            ring.start_level = prime.start_level
+            ring.playing = True
 
     # -- reporting ----------------------------------------------------------------------------
 
@@ -387,7 +343,9 @@ class AudioPlayer:
             "speed_ppm": (recent[-1][2] - 1) * 1e6 if recent else None,
             "target_ms": self.controller.target_s * 1000,
             "underruns": ring.underruns if ring is not None else 0,
-            "concealed_ms": self.stats.concealed_frames / self._stream_rate * 1000 if self._stream_rate else 0.0,
+            "concealed_ms": self.playout.concealed_frames / self.playout.stream_rate * 1000
+            if self.playout.stream_rate
+            else 0.0,
             "latency_ms": latency,
             "device_stalled_s": self.device_stalled_s(),
             "recent_buffered_ms": [b for _t, b, _s in recent],
@@ -399,18 +357,23 @@ class AudioPlayer:
         ring = self.ring
         st = self.stats
         out: dict[str, Any] = {k: getattr(st, k) for k in st.__dataclass_fields__}
+        playout = self.playout
+        out.update(
+            concealed_frames=playout.concealed_frames, skipped_frames=playout.skipped_frames, primes=playout.primes
+        )
+        stream_rate = playout.stream_rate
         target_ms = self.controller.target_s * 1000
         out.update(
             controller=self.controller.name,
             target_ms=target_ms,
             device=self.device_name,
             device_rate=self.device_rate,
-            stream_rate=self._stream_rate or None,
+            stream_rate=stream_rate or None,
             device_latency_ms=self.clock.latency_s * 1000 if self.clock is not None and self.clock.ready else None,
             error=self.error,
             underruns=ring.underruns if ring else 0,
             underrun_ms=ring.underrun_frames / self.device_rate * 1000 if ring and self.device_rate else 0.0,
-            underruns_after_start=max(0, st.primes - 1) if ring else 0,
+            underruns_after_start=max(0, playout.primes - 1) if ring else 0,
             start_trimmed_ms=ring.start_trimmed / self.device_rate * 1000 if ring and self.device_rate else 0.0,
             device_xruns=ring.device_xruns if ring else 0,
             callbacks=ring.callbacks if ring else 0,
@@ -422,8 +385,6 @@ class AudioPlayer:
         out["callback_us_p99"] = float(np.percentile(runs, 99)) if len(runs) else None
         out["callback_us_max"] = ring.max_run_s * 1e6 if ring is not None else None
         out["concealed_ms_per_loss"] = (
-            st.concealed_frames / st.packets_lost / self._stream_rate * 1000
-            if st.packets_lost and self._stream_rate
-            else None
+            playout.concealed_frames / st.packets_lost / stream_rate * 1000 if st.packets_lost and stream_rate else None
         )
         return out
