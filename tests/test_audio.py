@@ -11,7 +11,7 @@ import pytest
 
 from pyrofling.client.audio import AudioPlayer, AudioPlayerConfig, OutputRing, output_factory
 from pyrofling.client.codecs import AudioDecoder, DecodeError
-from pyrofling.core.viewer.clock_sync import ClockSync
+from pyrofling.core.viewer.clock_sync import HostClock
 from pyrofling.server.audio import AudioChunk, AudioConfig, AudioEncoder, ToneSource, open_audio_source
 from pyrofling.wire import AudioCodec
 
@@ -56,11 +56,8 @@ class FakeOutput:
         self._thread.join(2)
 
 
-def clock_sync() -> ClockSync:
-    clock = ClockSync()
-    now = time.monotonic()
-    clock.add(now, now, round(now * 1e6))  # same machine, same clock
-    return clock
+def clock_sync() -> HostClock:
+    return HostClock(0.0)  # same machine, same clock
 
 
 # -- ring -----------------------------------------------------------------------------------------
@@ -251,7 +248,7 @@ def test_player_without_an_output_device_disables_audio_and_keeps_going() -> Non
     assert player.stats.packets == 0  # nothing decoded without a device
     # Once it knows, the network thread stops handing it packets at all (none queued, none dropped).
     before = player._queue.qsize()
-    player.packet(b"\0" * 100, 0, ClockSync())
+    player.packet(b"\0" * 100, 0, HostClock())
     player.lost(3)
     assert player._queue.qsize() == before and player.stats.queue_overflows == 0
 

@@ -20,7 +20,7 @@ from pyrofling.client.audio import AudioPlayer, AudioPlayerConfig
 from pyrofling.client.audio.devices import reinitialize_portaudio
 from pyrofling.client.viewer import Viewer, ViewerConfig
 from pyrofling.core.viewer.audio_control import MAX_TRIM
-from pyrofling.core.viewer.clock_sync import ClockSync
+from pyrofling.core.viewer.clock_sync import HostClock
 from pyrofling.server.audio import AudioConfig, AudioEncoder, DeviceSource, ToneSource
 from pyrofling.server.encoder import EncoderConfig
 from pyrofling.server.host import Host, HostConfig
@@ -48,9 +48,7 @@ def stream_tone(
     """The host's tone source and raw encoder, in this process, into the player; ``pause`` drops a stretch."""
     cfg = AudioConfig(skew_ppm=skew_ppm)
     enc = AudioEncoder(cfg, RATE)
-    clock = ClockSync()
-    now = time.monotonic()
-    clock.add(now, now, round(now * 1e6))
+    clock = HostClock(0.0)  # same machine, same clock
     start = time.monotonic()
 
     def sink(chunk: object) -> None:

@@ -263,7 +263,7 @@ def test_reader_lists_real_input_devices_without_error() -> None:
     # It took the pad that the pure choice picks from the same real devices, or said there is none.
     import evdev
 
-    from pyrofling.client.gamepad import _evdev_candidates
+    from pyrofling.client.evdev_pad import _evdev_candidates
 
     found = _evdev_candidates(reader._readable_input_devices(), evdev.InputDevice)
     chosen = choose_pad(c for c, _ in found)

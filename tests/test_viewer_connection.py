@@ -18,9 +18,9 @@ from pyrofling.core.host.keyframes import KeyframePolicy
 from pyrofling.core.host.pacer import TokenBucketPacer, UnpacedPacer
 from pyrofling.core.host.packetizer import MediaPacket, Packetizer
 from pyrofling.core.host.sessions import HostSessions, SendControl
+from pyrofling.core.viewer.concealment import Concealment
 from pyrofling.core.viewer.connection import (
     AudioLost,
-    Concealment,
     ControlToHost,
     DatagramToHost,
     DecodeVideo,

@@ -127,7 +127,7 @@ def test_progress_every_second_even_when_nothing_arrives() -> None:
         if due > 4.0:
             break
         now = due
-        s.datagram_received(now)  # keep the stall timer quiet
+        s.datagram(b"media", now)  # keep the stall timer quiet
         for _kind, msg in sent(s.handle_timer(now)):
             if isinstance(msg, Progress):
                 progress_times.append(round(now, 3))
@@ -154,7 +154,7 @@ def test_clock_sync_trusts_the_fastest_round_trip() -> None:
 
 def test_stall_reported_once_after_five_silent_seconds() -> None:
     s = streaming()
-    s.datagram_received(1.0)
+    s.datagram(b"media", 1.0)
     events = [o for o in s.handle_timer(5.9) if isinstance(o, StreamStalled)]
     assert events == []
     events = [o for o in s.handle_timer(6.0) if isinstance(o, StreamStalled)]

@@ -409,7 +409,7 @@ def test_a_layer_game_survives_a_host_restart(tmp_path: Path) -> None:
 def test_without_vulkan_the_host_says_so_once_and_keeps_its_other_games(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    import pyrofling.server.capture as capture_module
+    import pyrofling.server.capture_work as capture_module
 
     monkeypatch.setattr(capture_module, "vulkan_problem", lambda: "no Vulkan loader (libvulkan.so.1: not found)")
 

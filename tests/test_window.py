@@ -113,7 +113,7 @@ def test_v_toggles_the_overlay_with_its_graphs(xvfb: str, monkeypatch: pytest.Mo
         assert "audio 30.2 ms buffered (target 30), speed +512 ppm, underruns 0, click latency 36 ms" in text
         assert "gamepad: window keys, 250 states sent" in text
         assert "sealed, authenticated with a stored pairing" in text
-        labels = [s.text for s in window._graph_shapes if hasattr(s, "text")]
+        labels = [s.text for s in window._graphs.shapes if hasattr(s, "text")]
         assert [label.split(":")[0] for label in labels] == [
             "phase error",
             "frame pace",

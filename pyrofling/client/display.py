@@ -1,8 +1,11 @@
-"""Whether a window can open here: a display named in the environment, and an X server answering on it."""
+"""Where pictures go: what a display must do, the headless one, the pictures it is handed, and whether a window
+can open here at all (a display named in the environment, and an X server answering on it)."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 
 def display_problem() -> str | None:
@@ -21,3 +24,64 @@ def display_problem() -> str | None:
     except Exception as exc:  # pyglet's exception types differ per platform
         return f"cannot open a window on display {name!r} ({exc})"
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class PictureTiming:
+    """When a picture passed each stage on the viewer (monotonic seconds), for the frame trace."""
+
+    capture_us: int | None  # the host's capture time, on the host's clock (from the frame marker)
+    first_s: float  # its first datagram arrived
+    complete_s: float  # its last needed datagram arrived
+    queued_s: float  # handed to the decode thread
+    decode_start_s: float
+    decoded_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Picture:
+    """A decoded picture waiting to be presented."""
+
+    prepared: Any  # what the display made of it on the decode thread (an RGB texture source, or None)
+    pts_us: int
+    done_s: float  # decoded and prepared: ready to show
+    capture_s: float | None  # the host's capture time on our clock (from the frame marker), if known
+    frame_id: int | None
+    clean: bool | None = None  # matched the test scene (benches check it); None: not checked
+    timing: PictureTiming | None = None
+
+
+class Display(Protocol):
+    """Where pictures go.  ``prepare`` runs on the decode thread, the rest on the presenter's."""
+
+    #: The display's refresh rate if it knows it (None: use the stream's).
+    refresh_hz: float | None
+    #: True when :meth:`present` blocks until the refresh (a working vsync): then the flip's
+    #: return is the vblank.  False: the presenter keeps a software refresh clock.
+    vsync_blocks: bool
+
+    def prepare(self, frame: Any) -> Any: ...
+
+    def present(self, picture: Picture | None) -> None:
+        """Show ``picture`` (None: the previous one stays; redraw if needed)."""
+        ...
+
+    def pump_events(self) -> bool:
+        """Handle window events; False when the display was closed."""
+        ...
+
+
+class HeadlessDisplay:
+    """No screen: pictures are counted, not drawn (bench, tests, ``--headless``)."""
+
+    refresh_hz: float | None = None
+    vsync_blocks = False
+
+    def prepare(self, frame: Any) -> Any:
+        return None
+
+    def present(self, picture: Picture | None) -> None:
+        pass
+
+    def pump_events(self) -> bool:
+        return True

@@ -3,7 +3,7 @@
 The network thread queues each :class:`~pyrofling.core.viewer.connection.DecodeVideo`
 (bounded; :meth:`VideoPipeline.offer` never blocks).  This thread decodes it with
 PyAV, reads the test scene's frame marker (capture time, for latency), asks
-:class:`~pyrofling.core.viewer.connection.Concealment` whether the picture is
+:class:`~pyrofling.core.viewer.concealment.Concealment` whether the picture is
 shown, lets the display prepare it and hands it to the
 :class:`~pyrofling.client.presenter.Presenter`.  A packet the decoder refuses is
 reported back to the network thread, which asks for a key frame.
@@ -32,8 +32,9 @@ from pyrofling.client.presenter import Display, Picture, PictureTiming, Presente
 from pyrofling.core import frame_marker
 from pyrofling.core.samples import LIVE_SAMPLES, SAMPLES_KEPT, recent_samples, tail
 from pyrofling.core.scene import TestScene
-from pyrofling.core.viewer.clock_sync import ClockSync
-from pyrofling.core.viewer.connection import Concealment, DecodeVideo
+from pyrofling.core.viewer.clock_sync import HostClock
+from pyrofling.core.viewer.concealment import Concealment
+from pyrofling.core.viewer.connection import DecodeVideo
 from pyrofling.core.viewer.picture_quality import CLEAN_TILE_ERROR, tile_error
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ log = logging.getLogger(__name__)
 @dataclass(slots=True)
 class _Item:
     packet: DecodeVideo
-    clock: ClockSync  # the connection's: maps the capture time in the picture to ours
+    clock: HostClock  # the connection's: maps the capture time in the picture to ours
     connection: int  # which connection (the viewer's count) it came on
     connect_s: float
     queued_s: float = 0.0  # handed to the decode thread
@@ -101,7 +102,7 @@ class VideoPipeline:
     def start(self) -> None:
         self._thread.start()
 
-    def offer(self, packet: DecodeVideo, clock: ClockSync, connection: int, connect_s: float) -> bool:
+    def offer(self, packet: DecodeVideo, clock: HostClock, connection: int, connect_s: float) -> bool:
         """Queue a packet for the decoder; False when the queue is full (the decoder is falling behind)."""
         try:
             self._queue.put_nowait(_Item(packet, clock, connection, connect_s, time.monotonic()))

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import statistics
 import threading
 import time
 from collections import Counter, deque
@@ -31,6 +30,7 @@ from pyrofling.client.gamepad import GamepadLink
 from pyrofling.client.keyboard_mouse import InputLink
 from pyrofling.client.presenter import Display, HeadlessDisplay, Presenter
 from pyrofling.client.video import VideoPipeline
+from pyrofling.client.viewer_stats import viewer_summary
 from pyrofling.core.samples import recent_samples, tail
 from pyrofling.core.viewer.connection import (
     AudioLost,
@@ -44,12 +44,11 @@ from pyrofling.core.viewer.connection import (
     ViewerConnection,
     ViewerOutput,
 )
-from pyrofling.core.viewer.loss_tracker import LOSS_COUNTERS
-from pyrofling.core.viewer.rate_feedback import NarrowLinkWarning, describe_rate
+from pyrofling.core.viewer.rate_feedback import NarrowLinkWarning
 from pyrofling.core.viewer.timeline import Snapshot, Timeline
 from pyrofling.files import write_stats
 from pyrofling.pairing import PairingStoreError, ViewerPairings
-from pyrofling.wire import CodecParameters, ExtensionFeature, KickFlags, RateDecider, StreamRate, VideoCodec
+from pyrofling.wire import CodecParameters, ExtensionFeature, KickFlags, StreamRate, VideoCodec
 
 log = logging.getLogger(__name__)
 
@@ -111,17 +110,18 @@ class Viewer:
         self.paired = False
         #: The pad the host gave this player, and how many it has (PADS, protocol.md §7.12).
         self.pad_assigned: tuple[int, int] | None = None
-        self._totals: Counter[str] = Counter()  # counters of the connections that ended
+        #: Counters and discards of the connections that ended (the live one adds its own).
+        self.ended_totals: Counter[str] = Counter()
         #: The host's last word on the bitrate (STREAM_RATE) on a connection that has ended.
         self.stream_rate: StreamRate | None = None
         #: A row a second of what arrived and what was seen (statistics' ``timeline``).
         self.timeline = Timeline()
-        self._discarded: Counter[str] = Counter()
+        self.ended_discarded: Counter[str] = Counter()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._perform: Callable[[list[ViewerOutput]], None] | None = None
-        self._cpu_start = time.process_time()
-        self._started_s = time.monotonic()
+        self.cpu_start = time.process_time()
+        self.started_s = time.monotonic()
         self.audio: AudioPlayer | None = None
         if config.audio is not None and config.flags & KickFlags.AUDIO:
             self.audio = AudioPlayer(config.audio)
@@ -223,7 +223,7 @@ class Viewer:
                 judged = (quality.refreshes - quality.blank, quality.good) if quality is not None else (0, 0)
             conn = self.connection
             rate = conn.session.stream_rate if conn is not None else None
-            totals = self._totals + conn.counters() if conn is not None else self._totals
+            totals = self.ended_totals + conn.counters() if conn is not None else self.ended_totals
             received, video = totals["bytes_received"], totals["bytes_received_video"]
             snap = Snapshot(
                 time.monotonic(), received, judged[0], judged[1], shown, rate.bitrate_kbits if rate else None
@@ -259,11 +259,11 @@ class Viewer:
             """What the connection decided beyond the sockets: decode, play, start, fail."""
             nonlocal streamed
             if isinstance(out, DecodeVideo):
-                if not self.video.offer(out, conn.clock, number, connect_s):
+                if not self.video.offer(out, conn.host_clock, number, connect_s):
                     io.perform(conn.decode_queue_full(time.monotonic()))
             elif isinstance(out, PlayAudio):
                 if self.audio is not None:
-                    self.audio.packet(out.data, out.pts_us, conn.clock)
+                    self.audio.packet(out.data, out.pts_us, conn.host_clock)
             elif isinstance(out, AudioLost):
                 if self.audio is not None:
                     self.audio.lost(out.count)
@@ -343,8 +343,8 @@ class Viewer:
 
     def _bank(self, conn: ViewerConnection) -> None:
         """The connection ended: keep its counters (summary() adds the live one's to these)."""
-        self._totals += conn.counters()
-        self._discarded += conn.discarded()
+        self.ended_totals += conn.counters()
+        self.ended_discarded += conn.discarded()
         if conn.streaming:
             self.video.stream_ended(time.monotonic())
         if conn.clock.last_rtt_s is not None:
@@ -381,68 +381,8 @@ class Viewer:
     # -- reporting ---------------------------------------------------------------------------
 
     def summary(self, *, live: bool = False) -> dict[str, Any]:
-        """Counters and distributions.  ``live`` (written every second while streaming): without the samples,
-        the timeline and the audio statistics, which grow with the run and would hold up this loop."""
-        conn = self.connection
-        totals = self._totals + conn.counters() if conn is not None else Counter(self._totals)
-        discarded = self._discarded + conn.discarded() if conn is not None else Counter(self._discarded)
-        out: dict[str, Any] = {
-            name: totals[name]
-            for name in (
-                "datagrams",
-                "bytes_received",
-                "packets_video",
-                "packets_audio",
-                "packets_lost_video",
-                "packets_recovered",
-                "keyframe_requests",
-                "decode_queue_overflows",
-                "rate_feedbacks_sent",
-                *LOSS_COUNTERS,
-            )
-        }
-        out.update(connects=self.connects, sessions_streaming=self.sessions_streaming, reconnects=self.reconnects)
-        out.update(self.video.summary(streaming=conn is not None and conn.streaming, samples=not live))
-        handshakes = list(self.handshake_ms)
-        out["handshake_ms_median"] = statistics.median(handshakes) if handshakes else None
-        rtt = conn.clock.last_rtt_s if conn is not None else None
-        out["rtt_ms"] = rtt * 1000 if rtt is not None else self.rtt_ms
-        out["discarded"] = dict(discarded)
-        out["security"] = {
-            "sealed": self.sealed,
-            "auth_method": self.auth_method,
-            "paired_now": self.paired,
-            "text": self.security if self.sessions_streaming else "",
-        }
-        if not live:
-            out["timeline"] = list(self.timeline.rows)
-        rate = conn.session.stream_rate if conn is not None and conn.session.stream_rate else self.stream_rate
-        out["stream_bitrate_kbits"] = rate.bitrate_kbits if rate is not None else None
-        out["link_kbits"] = rate.your_link_kbits if rate is not None and rate.your_link_kbits else None
-        out["bitrate_decided_by"] = RateDecider(rate.decided_by).name.lower() if rate is not None else None
-        out["stream_rate"] = describe_rate(rate) if rate is not None else None
-        out["failure"] = self.failure
-        out["presentation"] = self.presenter.summary(samples=not live)
-        out["glass_ms_median"] = out["presentation"]["glass_ms_median"]
-        out["glass_ms_p95"] = out["presentation"]["glass_ms_p95"]
-        if self.audio is not None and not live:
-            audio_stats = self.audio.summary()
-            out["audio"] = audio_stats
-            lat = audio_stats.get("latency_ms_median")
-            out["av_offset_ms"] = lat - out["glass_ms_median"] if lat is not None and out["glass_ms_median"] else None
-        if self.gamepad is not None:
-            out["gamepad"] = self.gamepad.summary()
-            assigned = self.connection.session.pad_assigned if self.connection is not None else None
-            pad = assigned or self.pad_assigned
-            out["gamepad"]["host_pad"] = (
-                None if pad is None else (f"pad {pad[0]} of {pad[1]}" if pad[0] else "none free")
-            )
-        if self.keyboard_mouse is not None:
-            out["keyboard_mouse"] = self.keyboard_mouse.summary()
-        out["cpu_s"] = time.process_time() - self._cpu_start
-        out["elapsed_s"] = time.monotonic() - self._started_s
-        out["received_mbits"] = totals["bytes_received"] * 8 / max(out["elapsed_s"], 1e-6) / 1e6
-        return out
+        """Counters and distributions (:func:`~pyrofling.client.viewer_stats.viewer_summary`)."""
+        return viewer_summary(self, live=live)
 
 
 def _conceal_after_s(config: ViewerConfig) -> float | None:

@@ -19,10 +19,9 @@ import contextlib
 import itertools
 import logging
 import signal
-import statistics
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +30,7 @@ import pyglet
 from av.video.reformatter import VideoReformatter
 from pyglet.window import key
 
+from pyrofling.client.hud import REFERENCE_FRAME_MS, HudGraphs, hud_lines, presentation_line
 from pyrofling.client.presenter import Picture
 
 if TYPE_CHECKING:
@@ -39,31 +39,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-HUD_KEYS = (
-    ("frames_shown", "frames decoded"),
-    ("packets_lost_video", "packets lost"),
-    ("packets_recovered", "FEC recovered"),
-    ("keyframe_requests", "key-frame requests"),
-    ("reconnects", "reconnects"),
-)
-GRAPH_W, GRAPH_H = 300, 46
-REFERENCE_FRAME_MS = 1000 / 60  # graphs are scaled in 60 Hz frames, like the reference's
-
-
-def presentation_line(pres: dict[str, Any]) -> str:
-    """How pictures are timed: free-running, or locked at which offset (and, automatic, for what margin)."""
-    mode = pres.get("mode")
-    if mode in (None, "free"):
-        return "free-running: the newest picture at each refresh"
-    if mode == "deadline":
-        return f"waiting up to {pres.get('deadline_ms', 0):.1f} ms for each picture (not locked)"
-    text = f"phase-locked, offset {pres.get('offset_ms', 0):+.1f} ms, deadline {pres.get('deadline_ms', 0):.1f} ms"
-    auto = pres.get("auto_offset")
-    if mode == "auto" and auto is not None:
-        p99 = auto.get("p99_late_ms")
-        found = f"margin {auto['margin_ms']:.1f} ms" + (f" for p99 lateness {p99:.1f} ms" if p99 is not None else "")
-        text += f" (auto: {found})" if auto.get("learning") else " (auto: learning)"
-    return text
+__all__ = ["ViewerWindow", "presentation_line", "watch_in_window"]
 
 
 class ViewerWindow:
@@ -101,8 +77,7 @@ class ViewerWindow:
         self._status = pyglet.text.Label(
             "", x=width // 2, y=height // 2, anchor_x="center", anchor_y="center", font_size=16
         )
-        self._graph_batch = pyglet.graphics.Batch()
-        self._graph_shapes: list[Any] = []
+        self._graphs = HudGraphs()
         self._reformatter = VideoReformatter()  # kept: a new swscale context per frame costs ~1 ms
         self.window.push_handlers(
             on_key_press=self._on_key,
@@ -181,72 +156,19 @@ class ViewerWindow:
             panel.y = self._hud.y - panel.height + 6
             panel.draw()
             self._hud.draw()
-            self._graph_batch.draw()
+            self._graphs.batch.draw()
 
     def _update_hud(self) -> None:
         if self.stats_source is None:
             return
         s = self.stats_source.summary(live=True)  # the audio line uses the player's cheap live figures
-
-        def ms(name: str) -> str:
-            v = s.get(name)
-            return "-" if v is None else f"{v:.1f} ms"
-
-        params = self.stats_source.codec_parameters
-        audio = self.stats_source.audio
-        pres = s.get("presentation", {})
-        lines = []
-        if params is not None:
-            lines.append(f"{params.width}x{params.height} @ {params.frame_rate_num} fps")
-        now, shown = time.monotonic(), int(pres.get("presented", 0))
+        now, shown = time.monotonic(), int(s.get("presentation", {}).get("presented", 0))
         last_t, last_shown = self._fps_mark
         self._fps_mark = (now, shown)
         fps = (shown - last_shown) / (now - last_t) if now > last_t else 0.0
-        hz = pres.get("refresh_hz")
-        refresh = f" at {hz:.2f} Hz ({pres.get('refresh_clock')})" if hz else ""
-        lines.append(f"{fps:.1f} fps presented{refresh}, received {s.get('received_mbits', 0):.2f} Mbit/s")
-        if s.get("stream_rate"):
-            lines.append(s["stream_rate"])
-        security = s.get("security") or {}
-        if security.get("text"):
-            lines.append(security["text"])
-        km = s.get("keyboard_mouse")
-        if km is not None and km.get("available"):
-            lines.append(
-                "keyboard and mouse: pointer captured (Ctrl+Alt+Z lets go; Ctrl+Alt+V/F/Q for the window)"
-                if km.get("captured")
-                else "keyboard and mouse: click the picture to play with them"
-            )
-        lines.append(
-            f"repeated {pres.get('repeated', 0)}, missed deadline {pres.get('missed_deadlines', 0)}, "
-            f"dropped {pres.get('dropped', 0)}"
-        )
-        lines.append(presentation_line(pres))
-        lines += [f"{label}: {s.get(k, 0)}" for k, label in HUD_KEYS]
-        lines.append(f"decode {ms('decode_ms_median')}, capture->on screen {ms('glass_ms_median')}")
-        lines.append(f"ping {ms('rtt_ms')}, longest freeze {s.get('max_freeze_ms', 0):.0f} ms")
+        audio = self.stats_source.audio
         self._audio_live = audio.live() if audio is not None else None
-        if self._audio_live is not None:
-            a = self._audio_live
-            if a["error"]:
-                lines.append(f"audio: {a['error']}")
-            elif a["buffered_ms"] is not None:
-                latency = "-" if a["latency_ms"] is None else f"{a['latency_ms']:.0f} ms"
-                lines.append(
-                    f"audio {a['buffered_ms']:.1f} ms buffered (target {a['target_ms']:.0f}), speed "
-                    f"{a['speed_ppm']:+.0f} ppm, underruns {a['underruns']}, click latency {latency}"
-                )
-        pad = s.get("gamepad")
-        if pad is not None:
-            host_pad = f", {pad['host_pad']} on the host" if pad.get("host_pad") else ""
-            lines.append(f"gamepad: {pad['pad'] or 'window keys'}{host_pad}, {pad['states_sent']} states sent")
-        self._hud.text = "\n".join(lines)
-        self._update_graphs()
-
-    def _update_graphs(self) -> None:
-        """150-sample graphs under the text, scaled in 60 Hz frames like the reference's HUD."""
-        if self.stats_source is None:
-            return
+        self._hud.text = "\n".join(hud_lines(s, self.stats_source.codec_parameters, fps, self._audio_live))
         st = self.stats_source.presenter.stats
         with st.lock:
             series = [
@@ -255,42 +177,10 @@ class ViewerWindow:
                 ("capture->on screen", list(st.graph_glass_ms), 0.0, 6 * REFERENCE_FRAME_MS),
                 ("repeated refreshes", [1.0 if r else 0.0 for r in st.graph_repeat], 0.0, 1.0),
             ]
-        audio = self._audio_live
-        if audio is not None and audio["recent_buffered_ms"]:
-            series.append(("audio buffer", audio["recent_buffered_ms"], 0.0, 2 * REFERENCE_FRAME_MS))
-        for shape in self._graph_shapes:
-            shape.delete()
-        self._graph_shapes = []
-        top = self._hud.y - self._hud.content_height - 20
-        for i, (name, values, low, high) in enumerate(series):
-            y0 = top - (i + 1) * (GRAPH_H + 22)
-            self._graph(name, values, 10, y0, low, high)
-
-    def _graph(self, name: str, values: Sequence[float], x0: float, y0: float, low: float, high: float) -> None:
-        b = self._graph_batch
-        self._graph_shapes.append(pyglet.shapes.Rectangle(x0, y0, GRAPH_W, GRAPH_H, color=(0, 0, 0, 150), batch=b))
-        if low < 0 < high:  # the zero line
-            zy = y0 + GRAPH_H * (0 - low) / (high - low)
-            self._graph_shapes.append(pyglet.shapes.Line(x0, zy, x0 + GRAPH_W, zy, color=(90, 90, 90), batch=b))
-        avg = statistics.fmean(values) if values else 0.0
-        self._graph_shapes.append(
-            pyglet.text.Label(
-                f"{name}: {avg:.2f}" + ("" if high == 1.0 else " ms"),
-                x=x0,
-                y=y0 + GRAPH_H + 3,
-                font_size=10,
-                color=(200, 255, 200, 255),
-                batch=b,
-            )
-        )
-        if len(values) < 2:
-            return
-        step = GRAPH_W / max(1, len(values) - 1)
-        points = []
-        for j, v in enumerate(values):
-            f = min(1.0, max(0.0, (v - low) / (high - low)))
-            points.append((x0 + j * step, y0 + f * GRAPH_H))
-        self._graph_shapes.append(pyglet.shapes.MultiLine(*points, thickness=1.5, color=(80, 255, 80, 255), batch=b))
+        live = self._audio_live
+        if live is not None and live["recent_buffered_ms"]:
+            series.append(("audio buffer", live["recent_buffered_ms"], 0.0, 2 * REFERENCE_FRAME_MS))
+        self._graphs.update(series, self._hud.y - self._hud.content_height - 20)
 
     @property
     def captured(self) -> bool:

@@ -85,6 +85,14 @@ class AudioConfig:
         if abs(self.skew_ppm) > 5000:
             raise ValueError("--audio-skew-ppm must be within ±5000 (the viewer corrects at most ±0.5 %)")
 
+    def describe(self, rate: int, codec: str) -> str:
+        """What the host streams, in words, for its start-up line."""
+        what = {"tone": "test tone", "game": "from the game"}.get(
+            self.source, f"capture device {self.device or '(default)'}"
+        )
+        layout = "stereo" if self.channels == 2 else "mono"
+        return f"{what}, {rate} Hz {layout}, {codec} in {self.chunk_ms:g} ms chunks"
+
 
 @dataclass(frozen=True, slots=True)
 class AudioChunk:

@@ -6,10 +6,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyrofling.core.host.pacer import Pacer, make_pacer
-from pyrofling.fec.planner import REFERENCE_RATIO
+from pyrofling.core.host.packetizer import Packetizer
+from pyrofling.fec.planner import REFERENCE_RATIO, AdaptivePlanner, make_planner
 from pyrofling.server.audio import AudioConfig
 from pyrofling.server.encoder import EncoderConfig
 from pyrofling.server.muxing import OutputConfig
+from pyrofling.wire import AudioCodec, CodecParameters, ColorProfile, VideoCodec
 
 DEFAULT_PORT = 9876
 
@@ -100,3 +102,44 @@ class HostConfig:
         if self.max_rate_mbits <= 0:
             return make_pacer("none")
         return make_pacer("token-bucket", rate_bits_per_s=self.max_rate_mbits * 1e6)
+
+    def make_packetizer(self, cookie: int) -> Packetizer:
+        """A new viewer's packetizer: its sequence numbers from its cookie, the FEC this host is told to send."""
+        fixed = "tuned" if self.fec == "auto" else self.fec
+        planner = make_planner(fixed, ratio=self.fec_ratio)
+        key_planner = None
+        if fixed != "none" and self.key_fec_ratio > self.fec_ratio:
+            key_planner = make_planner(fixed, ratio=self.key_fec_ratio)
+        audio_planner = make_planner("reference") if self.audio_fec else None
+        packetizer = Packetizer.for_cookie(
+            cookie, video_planner=planner, key_planner=key_planner, audio_planner=audio_planner
+        )
+        if self.fec == "auto":  # a viewer that reports its loss gets repair that follows it
+            packetizer.planner_when_reported = AdaptivePlanner
+        return packetizer
+
+    def codec_parameters(
+        self, video: VideoCodec, color: ColorProfile, audio: AudioCodec, audio_rate: int
+    ) -> CodecParameters:
+        """What every viewer is told of the stream (``audio_rate`` 0: no audio)."""
+        return CodecParameters(
+            video_codec=int(video),
+            color_profile=int(color),
+            audio_codec=int(audio) if audio_rate else 0,
+            frame_rate_num=self.encoder.fps,
+            frame_rate_den=1,
+            width=self.encoder.width,
+            height=self.encoder.height,
+            channels=self.audio.channels if audio_rate else 0,
+            rate=audio_rate,
+        )
+
+    def security_text(self, paired: int) -> str:
+        """Who may join and what protects the stream, in words (``paired``: the viewers this host keeps)."""
+        if self.password is None and not self.private:
+            open_text = "open: anyone who reaches the port can watch and take the pad, nothing is sealed"
+            if paired:
+                open_text += f" ({paired} paired viewer(s) kept: run with --private to admit only them)"
+            return open_text
+        who = "the code or a pairing" if self.password is not None else "a pairing only"
+        return f"viewers must prove {who} ({paired} paired); control, media and pad sealed with AES-GCM"

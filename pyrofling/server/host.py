@@ -30,7 +30,7 @@ from pyrofling.core.host.congestion import RateConfig
 from pyrofling.core.host.encode_schedule import EncodeSchedule
 from pyrofling.core.host.frame_clock import FrameClock
 from pyrofling.core.host.keyframes import KeyframePolicy
-from pyrofling.core.host.packetizer import MediaPacket, Packetizer
+from pyrofling.core.host.packetizer import MediaPacket
 from pyrofling.core.host.sessions import (
     GamepadInput,
     HostOutput,
@@ -42,7 +42,6 @@ from pyrofling.core.host.sessions import (
 )
 from pyrofling.core.host.state import SetBitrate, ViewerPaired
 from pyrofling.core.input.pad.rumble import RumbleCommand
-from pyrofling.fec.planner import AdaptivePlanner, make_planner
 from pyrofling.files import write_stats
 from pyrofling.pairing import HostPairings, PairingStoreError
 from pyrofling.server.audio import (
@@ -64,7 +63,7 @@ from pyrofling.server.network import HostNetwork, uri_host
 from pyrofling.server.outputs import Outputs
 from pyrofling.server.sources import VideoSource, open_source
 from pyrofling.server.stats import HostStats, StatusLine, phase_status
-from pyrofling.wire import AudioCodec, CodecParameters, StreamType
+from pyrofling.wire import AudioCodec, StreamType
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +100,7 @@ class Host:
         ceiling = config.encoder.bitrate_kbits * 1000
         rate = RateConfig(ceiling_bps=ceiling, floor_bps=min(ceiling, config.min_bitrate_kbits * 1000))
         self.sessions = HostSessions(
-            make_packetizer=self._make_packetizer,
+            make_packetizer=config.make_packetizer,
             keyframes=self.keyframes,
             config=session_config,
             make_pacer=config.make_pacer,
@@ -143,21 +142,6 @@ class Host:
     def port(self) -> int | None:
         return self.network.port
 
-    def _make_packetizer(self, cookie: int) -> Packetizer:
-        cfg = self.config
-        fixed = "tuned" if cfg.fec == "auto" else cfg.fec
-        planner = make_planner(fixed, ratio=cfg.fec_ratio)
-        key_planner = None
-        if fixed != "none" and cfg.key_fec_ratio > cfg.fec_ratio:
-            key_planner = make_planner(fixed, ratio=cfg.key_fec_ratio)
-        audio_planner = make_planner("reference") if cfg.audio_fec else None
-        packetizer = Packetizer.for_cookie(
-            cookie, video_planner=planner, key_planner=key_planner, audio_planner=audio_planner
-        )
-        if cfg.fec == "auto":  # a viewer that reports its loss gets repair that follows it
-            packetizer.planner_when_reported = AdaptivePlanner
-        return packetizer
-
     def stop(self) -> None:
         self._stop.set()
 
@@ -174,7 +158,12 @@ class Host:
         encoder = self._encoder = await loop.run_in_executor(self._executor, VideoEncoder, cfg.encoder)
         audio_source = self._audio_source = open_audio_source(cfg.audio)
         audio_encoder = AudioEncoder(cfg.audio, audio_source.rate) if audio_source is not None else None
-        self.sessions.codec_parameters = self._codec_parameters(encoder, audio_encoder, audio_source)
+        self.sessions.codec_parameters = cfg.codec_parameters(
+            encoder.video_codec,
+            encoder.color_profile,
+            audio_encoder.codec if audio_encoder is not None else AudioCodec.NONE,
+            audio_source.rate if audio_source is not None else 0,
+        )
         self._open_outputs(encoder, audio_encoder, audio_source)
         pad = self._pad if self._pad is not None else open_virtual_pad(cfg.virtual_pad)
         self.pad_output = self.pad_outputs[1] = PadOutput(pad, trace=cfg.gamepad_trace)
@@ -263,22 +252,6 @@ class Host:
             log.info("host stopped after %d frames", self.stats.frames_encoded)
         return self.stats
 
-    def _codec_parameters(
-        self, encoder: VideoEncoder, audio: AudioEncoder | None, audio_source: AudioSource | None
-    ) -> CodecParameters:
-        cfg = self.config
-        return CodecParameters(
-            video_codec=int(encoder.video_codec),
-            color_profile=int(encoder.color_profile),
-            audio_codec=int(audio.codec) if audio is not None else 0,
-            frame_rate_num=cfg.encoder.fps,
-            frame_rate_den=1,
-            width=cfg.encoder.width,
-            height=cfg.encoder.height,
-            channels=cfg.audio.channels if audio_source is not None else 0,
-            rate=audio_source.rate if audio_source is not None else 0,
-        )
-
     def _open_outputs(
         self, encoder: VideoEncoder, audio: AudioEncoder | None, audio_source: AudioSource | None
     ) -> None:
@@ -308,13 +281,7 @@ class Host:
                 paired = len(self.pairings.entries())
             except PairingStoreError as exc:
                 log.warning("pairings: %s", exc)
-        if cfg.password is None and not cfg.private:
-            open_text = "open: anyone who reaches the port can watch and take the pad, nothing is sealed"
-            if paired:
-                open_text += f" ({paired} paired viewer(s) kept: run with --private to admit only them)"
-            return open_text
-        who = "the code or a pairing" if cfg.password is not None else "a pairing only"
-        return f"viewers must prove {who} ({paired} paired); control, media and pad sealed with AES-GCM"
+        return cfg.security_text(paired)
 
     # -- viewers' input ----------------------------------------------------------------------
 
@@ -387,17 +354,7 @@ class Host:
             self.outputs.push_video(packet)  # after the viewers, and it never waits
 
     def _start_audio(self, loop: asyncio.AbstractEventLoop, source: AudioSource, encoder: AudioEncoder) -> None:
-        cfg = self.config
-        log.info(
-            "audio: %s, %d Hz %s, %s in %g ms chunks",
-            {"tone": "test tone", "game": "from the game"}.get(
-                cfg.audio.source, f"capture device {cfg.audio.device or '(default)'}"
-            ),
-            source.rate,
-            "stereo" if cfg.audio.channels == 2 else "mono",
-            encoder.codec.name,
-            cfg.audio.chunk_ms,
-        )
+        log.info("audio: %s", self.config.audio.describe(source.rate, encoder.codec.name))
         source.start(lambda chunk: self._on_audio_chunk(loop, encoder, chunk))
 
     def _on_audio_chunk(self, loop: asyncio.AbstractEventLoop, encoder: AudioEncoder, chunk: AudioChunk) -> None:
@@ -436,16 +393,13 @@ class Host:
                 forced=self.keyframes.forced,
                 skipped=self.schedule.skipped,
             )
-            log.info("%s", text + phase_status(self.clock) + self._capture_status() + self.outputs.status())
-
-    def _capture_status(self) -> str:
-        if self.capture is None:
-            return ""
-        name = self.capture.active_name
-        if name:
-            return f"; streaming game {name!r}"
-        layer = f" or {self.capture.layer_path}" if self.capture.layer_path else ""
-        return f"; waiting for a game on {self.capture.path}{layer}"
+            log.info(
+                "%s",
+                text
+                + phase_status(self.clock)
+                + (self.capture.status() if self.capture is not None else "")
+                + self.outputs.status(),
+            )
 
     async def _stats_loop(self, path: Path, interval_s: float) -> None:
         while True:

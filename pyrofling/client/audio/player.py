@@ -32,7 +32,7 @@ from pyrofling.clocks import SYSTEM_CLOCK, Clock
 from pyrofling.core.audio_signal import ClickDetector, Frames, fade_in, fade_out, fade_out_from
 from pyrofling.core.viewer.audio_control import DeviceClock, RateController, make_rate_controller
 from pyrofling.core.viewer.audio_playout import AudioPlayout
-from pyrofling.core.viewer.clock_sync import ClockSync
+from pyrofling.core.viewer.clock_sync import HostClock
 from pyrofling.wire import AudioCodec
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ class _Configure:
 class _Packet:
     data: bytes
     pts_us: int
-    clock: ClockSync
+    clock: HostClock
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +142,7 @@ class AudioPlayer:
             self.error = f"the host sends audio codec {codec}, which this viewer does not know"
             log.warning("audio disabled: %s", self.error)
 
-    def packet(self, data: bytes, pts_us: int, clock: ClockSync) -> None:
+    def packet(self, data: bytes, pts_us: int, clock: HostClock) -> None:
         """A complete audio packet, in sequence order; ``clock`` maps the host's µs to ours."""
         if not self._no_output:  # nowhere to play it: not worth waking the player thread 200 times a second
             self._put(_Packet(data, pts_us, clock))
@@ -271,7 +271,7 @@ class AudioPlayer:
         clock.callback(*rec)
         return clock.buffered_s(ring.write_pos, now)
 
-    def _queue_audio(self, frames: Frames, pts_us: int | None, host_clock: ClockSync | None) -> None:
+    def _queue_audio(self, frames: Frames, pts_us: int | None, host_clock: HostClock | None) -> None:
         ring, clock, out = self.ring, self.clock, self.output
         assert ring is not None and clock is not None and out is not None
         now = self._clock.now()

@@ -17,7 +17,7 @@ import numpy as np
 
 from pyrofling.core.samples import recent_samples, tail
 from pyrofling.core.viewer.audio_control import DeviceClock
-from pyrofling.core.viewer.clock_sync import ClockSync
+from pyrofling.core.viewer.clock_sync import HostClock
 
 #: The test tone's click period (on the host's clock), seconds.
 CLICK_PERIOD_S = 1.0
@@ -47,7 +47,7 @@ class PlaybackReadings:
         with self._lock:
             self.samples.append((now - self._started_s, buffered_s * 1000, speed))
 
-    def click_found(self, pos: int, pts_us: int, input_offset_s: float, host_clock: ClockSync, underruns: int) -> bool:
+    def click_found(self, pos: int, pts_us: int, input_offset_s: float, host_clock: HostClock, underruns: int) -> bool:
         """A click queued at ring position ``pos``: which click of the host's clock it is, when it was captured.
 
         False when it is no click of the test tone (loud programme audio) or the host's clock is not known yet.

@@ -108,7 +108,7 @@ class Swapchain:
 
     def present(self, msg: PresentImage, now: float) -> tuple[str | None, list[SwapchainEvent]]:
         """Validate and queue a present.  Returns (error text or None, events to send)."""
-        error = self._check(msg)
+        error = self.check(msg)
         if error is not None:
             self.stats.rejected += 1
             return error, []
@@ -127,7 +127,8 @@ class Swapchain:
             events += self._supersede_older(image)
         return None, events
 
-    def _check(self, msg: PresentImage) -> str | None:
+    def check(self, msg: PresentImage) -> str | None:
+        """Why the game may not present this now (None: it may); changes nothing."""
         if msg.image_group_serial != self.group_serial:
             return f"present for image group {msg.image_group_serial}, the current one is {self.group_serial}"
         if not 0 <= msg.index < self.num_images:

@@ -1,10 +1,24 @@
 """The host's clock on the viewer's, from ping round trips (protocol.md §4.4).
 
 Pure: the viewer's session records each ping it sends and each reply
-(:meth:`ClockSync.add`); the decode and audio threads read the mapping.
+(:meth:`ClockSync.add`); the decode and audio threads get the mapping as it stands,
+an immutable :class:`HostClock`, with each packet they are handed.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class HostClock:
+    """The host's clock on ours, as last measured: immutable, so another thread may keep it."""
+
+    #: Host clock minus local clock, seconds; None until a ping came back.
+    offset_s: float | None = None
+
+    def to_local(self, server_time_us: int) -> float | None:
+        return None if self.offset_s is None else server_time_us / 1e6 - self.offset_s
 
 
 class ClockSync:
@@ -20,6 +34,8 @@ class ClockSync:
         self._samples: list[tuple[float, float]] = []  # (rtt_s, offset_s = host − local)
         self._window = window
         self.last_rtt_s: float | None = None
+        #: The mapping now (replaced, never changed, at each reply).
+        self.mapping = HostClock()
 
     def add(self, sent_s: float, received_s: float, server_time_us: int) -> None:
         rtt = received_s - sent_s
@@ -28,16 +44,16 @@ class ClockSync:
         self.last_rtt_s = rtt
         self._samples.append((rtt, server_time_us / 1e6 - (sent_s + received_s) / 2))
         del self._samples[: -self._window]
+        self.mapping = HostClock(min(self._samples)[1])
 
     @property
     def offset_s(self) -> float | None:
         """Host clock minus local clock, seconds; None until a ping came back."""
-        return min(self._samples)[1] if self._samples else None
+        return self.mapping.offset_s
 
     @property
     def min_rtt_s(self) -> float | None:
         return min(self._samples)[0] if self._samples else None
 
     def to_local(self, server_time_us: int) -> float | None:
-        off = self.offset_s
-        return None if off is None else server_time_us / 1e6 - off
+        return self.mapping.to_local(server_time_us)

@@ -20,8 +20,7 @@ video reaches the decoder before the first key frame, a picture is marked whole
 or not, a video packet lost for good asks for a key frame.
 
 :class:`Reconnect` decides whether the viewer tries again after a connection
-ends, and :class:`Concealment`, on the decode thread, which decoded pictures are
-shown.
+ends.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyrofling.core.bitstream import key_info
-from pyrofling.core.viewer.clock_sync import ClockSync
+from pyrofling.core.viewer.clock_sync import ClockSync, HostClock
 from pyrofling.core.viewer.loss_tracker import LossTracker
 from pyrofling.core.viewer.rate_feedback import ArrivalRecorder
 from pyrofling.core.viewer.reassembler import (
@@ -74,7 +73,6 @@ SUSPECT_REFUSED_PER_S = 200
 
 __all__ = [
     "AudioLost",
-    "Concealment",
     "ControlToHost",
     "DatagramToHost",
     "DecodeVideo",
@@ -151,8 +149,13 @@ class ViewerConnection:
 
     @property
     def clock(self) -> ClockSync:
-        """The host's clock on ours (pings); the audio player and the decode thread map timestamps with it."""
+        """The host's clock on ours, from pings (round trips, for the statistics)."""
         return self.session.clock
+
+    @property
+    def host_clock(self) -> HostClock:
+        """The mapping as it stands, for the decode and audio threads (immutable: hand it with each packet)."""
+        return self.session.clock.mapping
 
     @property
     def streaming(self) -> bool:
@@ -211,19 +214,15 @@ class ViewerConnection:
 
     def datagram_received(self, data: bytes, now: float) -> list[ViewerOutput]:
         """A datagram from the host, as it came off the wire.  Never raises on peer data."""
-        opened = self.session.open_datagram(data)
+        opened, answer = self.session.datagram(data, now)
         if opened is None:
-            return []  # forged, replayed or plaintext on a sealed session: counted by the session
-        answer = self.session.path_challenge(opened)
-        if answer is not None:
             return answer
         self.datagrams += 1
         self.bytes_received += len(opened)
         self.arrivals.datagram(len(data), now)
-        self.session.datagram_received(now)
-        reassembler = self.reassembler
-        out = self._media(reassembler.receive(opened, now), now)
-        verdict, header = reassembler.verdict, reassembler.header
+        received = self.reassembler.take(opened, now)
+        out = self._media(received.events, now)
+        verdict, header = received.verdict, received.header
         if verdict is DatagramVerdict.REFUSED:
             self._refused_recently(now)
             return out
@@ -326,7 +325,7 @@ class ViewerConnection:
 
 
 # --------------------------------------------------------------------------------------------
-# Around the connection: trying again, and what is shown
+# Around the connection: trying again
 # --------------------------------------------------------------------------------------------
 
 
@@ -363,52 +362,3 @@ class Reconnect:
             # so someone on the path may have forged it.  It tries again, slowly (a wrong code it cannot be).
             self.delay_s = max(self.delay_s, self.auth_retry_s, min(retry_after_s, self.max_blocked_wait_s))
         return self.delay_s
-
-
-@dataclass(slots=True)
-class Concealment:
-    """Which decoded pictures are shown, and how long the picture stood still (the decode thread's).
-
-    Whole pictures always are.  After a loss, damaged ones wait for the key frame
-    that repairs them, unless the picture has already been still for
-    ``conceal_after_s``: then they are shown (the freeze is bounded in time rather
-    than by the next key frame, and intra refresh heals what they lack).  Never
-    before a connection's first whole picture: there is nothing to conceal yet.
-    """
-
-    conceal_after_s: float | None = 0.1
-    #: A still picture longer than this counts as a freeze.
-    freeze_s: float = 0.25
-    last_shown_s: float | None = None
-    max_still_s: float = 0.0
-    freezes: int = 0
-    _whole_since: int | None = None  # the connection whose first whole picture has been shown
-
-    def show(self, *, whole: bool, connection: int, now: float) -> bool:
-        """Whether to show a decoded picture of connection number ``connection``."""
-        if whole:
-            self._whole_since = connection
-            return True
-        limit = self.conceal_after_s
-        if limit is None or self.last_shown_s is None or self._whole_since != connection:
-            return False
-        return now - self.last_shown_s >= limit
-
-    def still_s(self, now: float) -> float:
-        """The longest still spell so far, the one still running at ``now`` included (a picture that is never
-        replaced is the longest freeze of all)."""
-        running = now - self.last_shown_s if self.last_shown_s is not None else 0.0
-        return max(self.max_still_s, running)
-
-    def stream_ended(self, now: float) -> None:
-        """The connection ended at ``now``: a picture still on screen since long before was a freeze to its end."""
-        self.max_still_s = self.still_s(now)
-
-    def shown(self, now: float) -> None:
-        """A picture went to the presenter at ``now``."""
-        if self.last_shown_s is not None:
-            still = now - self.last_shown_s
-            self.max_still_s = max(self.max_still_s, still)
-            if still > self.freeze_s:
-                self.freezes += 1
-        self.last_shown_s = now

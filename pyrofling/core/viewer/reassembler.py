@@ -149,6 +149,21 @@ class _StreamState:
     stale_since_s: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Received:
+    """What one datagram did: the events it caused, what became of it, and its header (None: it had none)."""
+
+    events: list[ReassemblyEvent]
+    verdict: DatagramVerdict
+    header: MediaHeader | None
+
+
+def _verdict(refusal: str | None) -> DatagramVerdict:
+    if refusal is None:
+        return DatagramVerdict.TAKEN
+    return DatagramVerdict.STALE if refusal in ("unneeded_repair", "late") else DatagramVerdict.REFUSED
+
+
 class Reassembler:
     """Rebuilds packets from media datagrams (see module docstring for the contract)."""
 
@@ -159,9 +174,7 @@ class Reassembler:
         self.counters = ProgressCounters()
         self.discarded: Counter[str] = Counter()
         self.datagrams = 0
-        #: What became of the last datagram, and its header (see :meth:`receive`).
-        self.verdict = DatagramVerdict.TAKEN
-        self.header: MediaHeader | None = None
+        self._refusal: str | None = None  # why the datagram being read was discarded
         self._streams = {StreamType.VIDEO: _StreamState(), StreamType.AUDIO: _StreamState()}
         self._buffered_bytes = 0
         #: How long each stream waits for an older packet (``config.reorder_timeout_s`` until told otherwise:
@@ -173,25 +186,28 @@ class Reassembler:
     # ---------------------------------------------------------------------------------------
 
     def receive(self, datagram: Buffer, now: float) -> list[ReassemblyEvent]:
-        """One datagram from the server.  Never raises on peer data.  Afterwards :attr:`verdict` says what became
-        of it and :attr:`header` holds its media header (None when it had none)."""
+        """One datagram from the server: what it completed or gave up.  Never raises on peer data."""
+        return self.take(datagram, now).events
+
+    def take(self, datagram: Buffer, now: float) -> Received:
+        """One datagram from the server: what it completed or gave up, what became of it, and its header."""
         self.datagrams += 1
-        self.verdict = DatagramVerdict.TAKEN
-        self.header = None
+        self._refusal = None
         size = len(datagram)
         if size < MEDIA_HEADER_BYTES:
-            return self._discard("short_datagram")
+            return Received(self._discard("short_datagram"), DatagramVerdict.REFUSED, None)
         if size > MAX_MEDIA_DATAGRAM_BYTES:
-            return self._discard("long_datagram")
-        header = self.header = MediaHeader.parse(datagram)
+            return Received(self._discard("long_datagram"), DatagramVerdict.REFUSED, None)
+        header = MediaHeader.parse(datagram)
         body = memoryview(datagram)[MEDIA_HEADER_BYTES:]
         if header.is_ping_reply:
             try:
                 reply = PingReply.from_datagram(header, body)
             except ProtocolError as exc:
-                return self._discard(exc.reason)
-            return [PingReplyReceived(reply.seq, reply.server_time_us, now)]
-        return self._media(header, body, now)
+                return Received(self._discard(exc.reason), DatagramVerdict.REFUSED, header)
+            return Received([PingReplyReceived(reply.seq, reply.server_time_us, now)], DatagramVerdict.TAKEN, header)
+        events = self._media(header, body, now)
+        return Received(events, _verdict(self._refusal), header)
 
     def handle_timer(self, now: float) -> list[ReassemblyEvent]:
         """Give up on packets whose reorder wait or deadline has passed."""
@@ -246,7 +262,7 @@ class Reassembler:
 
     def _discard(self, reason: str) -> list[ReassemblyEvent]:
         self.discarded[reason] += 1
-        self.verdict = DatagramVerdict.STALE if reason in ("unneeded_repair", "late") else DatagramVerdict.REFUSED
+        self._refusal = reason
         return []
 
     def _media(self, header: MediaHeader, body: memoryview, now: float) -> list[ReassemblyEvent]:

@@ -428,8 +428,18 @@ class ViewerSession:
 
     # -- stream events ---------------------------------------------------------------------
 
-    def datagram_received(self, now: float) -> None:
+    def datagram(self, data: bytes, now: float) -> tuple[bytes | None, list[ViewerOutput]]:
+        """A datagram from the host: its media, opened if the session is sealed; or None, with the answer when it
+        was the host's PATH_CHALLENGE, or nothing when it must be dropped (forged, replayed, plaintext on a sealed
+        session: counted in :attr:`refused`)."""
+        opened = self.open_datagram(data)
+        if opened is None:
+            return None, []
+        answer = self.path_challenge(opened)
+        if answer is not None:
+            return None, answer
         self._last_udp_s = now
+        return opened, []
 
     def video_packet(self, key: KeyInfo | None, now: float) -> tuple[bool, list[ViewerOutput]]:
         """A video packet goes to the decoder; returns (its picture is whole, outputs)."""
