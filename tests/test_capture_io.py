@@ -307,7 +307,7 @@ def test_a_game_streams_to_a_viewer_paced_by_the_host_and_played_by_the_viewer_p
     path = str(tmp_path / "cap.sock")
     display = ColourDisplay()
 
-    async def scenario() -> tuple[Game, dict[str, Any]]:
+    async def scenario() -> tuple[Game, dict[str, Any], int]:
         host, task = await capture_host(path, immediate_encode=immediate)
         viewer = Viewer(
             ViewerConfig(
@@ -324,24 +324,26 @@ def test_a_game_streams_to_a_viewer_paced_by_the_host_and_played_by_the_viewer_p
         await until(lambda: len(display.colours) >= 3, 10)
         assert near(display.colours[-1], (26, 51, 77))  # no game yet: the placeholder
         game = Game(path, (200, 40, 90))
+        beats = host.clock.index
         game.start()
         await until(lambda: bool(display.colours) and near(display.colours[-1], (200, 40, 90)), 10)
         assert viewer.gamepad is not None
         viewer.gamepad.key("Z", True)  # A
         await until(lambda: any(buttons for _, buttons in game.pads), 5)
-        await asyncio.sleep(1.0)
+        await until(lambda: game.client.stats.presents >= 30, 10)
         game.stop()
+        beats = host.clock.index - beats
         summary = host.summary()
         await stop_viewer_and_host(viewer, vtask, host, task)
-        return game, summary
+        return game, summary, beats
 
-    game, summary = run(scenario)
+    game, summary, beats = run(scenario)
     cap = summary["capture"]
     stats = game.client.stats
-    assert stats.connects == 1 and stats.presents >= 20 and stats.gamepad_states > 0
-    # FIFO: the game runs at the host's 30 Hz, not as fast as it can.
-    intervals = np.diff(list(stats.present_times)[5:])
-    assert 0.030 < float(np.median(intervals)) < 0.037
+    assert stats.connects == 1 and stats.presents >= 30 and stats.gamepad_states > 0
+    # FIFO: the game runs at the host's heartbeat, not as fast as it can: a present each heartbeat at most
+    # (and the one or two it had under way when the count began).
+    assert stats.presents <= beats + 2 and stats.frame_completes >= stats.presents - 2
     assert cap["presents"] == stats.presents
     # Every present encoded or superseded (a heartbeat late on a loaded machine makes two ready at once).
     assert cap["encoded"] + cap["superseded"] >= cap["presents"] - 2 and cap["encoded"] >= 0.8 * cap["presents"]

@@ -255,7 +255,7 @@ def test_broadcast_through_nginx_survives_the_server_dying_without_disturbing_vi
         viewer = Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0, duration_s=14.0))
         viewing = asyncio.create_task(viewer.run())
         first = await asyncio.to_thread(play_rtmp, url, frames=45, audio_s=1.0)
-        broadcast = host.outputs.outputs[0]
+        broadcast = host.destinations.outputs[0]
         server.kill()
         await until(lambda: broadcast.stats.failures >= 1, 10.0)
         shown_during_outage = viewer.summary()["frames_shown"]

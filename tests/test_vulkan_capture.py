@@ -338,24 +338,26 @@ def test_layer_images_reach_a_viewer_intact_paced_by_the_host_through_a_resize(
 ) -> None:
     display = QuadrantDisplay()
 
-    async def scenario() -> tuple[LayerGame, dict[str, Any]]:
+    async def scenario() -> tuple[LayerGame, dict[str, Any], int]:
         host, task = await layer_host(tmp_path)
         viewer = Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0), display, run_presenter=True)
         vtask = asyncio.create_task(viewer.run())
         game = LayerGame(str(tmp_path / "layer.sock"), vk_format=vk_format, semaphores="eventfd")
+        beats = host.clock.index
         game.start()
         await until(lambda: quadrants_intact(display), 15)
-        await asyncio.sleep(1.5)  # FIFO pacing, measured below
+        await until(lambda: len(game.layer.stats.complete_times) >= 30, 10)  # FIFO pacing, counted below
         game.resize_to = (96, 64)  # the game's window changed: a new image group mid-stream
         await until(lambda: game.layer.stats.image_groups == 2, 5)
         shown = len(display.quadrants)
         await until(lambda: len(display.quadrants) > shown + 10 and quadrants_intact(display), 10)
         await in_thread(game.stop)  # off the loop: the host answers its last present
+        beats = host.clock.index - beats
         summary = host.summary()
         await stop_viewer_and_host(viewer, vtask, host, task)
-        return game, summary
+        return game, summary, beats
 
-    game, summary = run(scenario, 90)
+    game, summary, beats = run(scenario, 90)
     cap, stats = summary["capture"], game.layer.stats
     assert (
         stats.connects == 1
@@ -365,11 +367,9 @@ def test_layer_images_reach_a_viewer_intact_paced_by_the_host_through_a_resize(
         and summary["encode_errors"] == 0
     )
     assert cap["image_groups"] == 2 and cap["presents"] == stats.presents
-    # FIFO: each present waits for the previous one's FrameComplete, so the game runs at the host's 30 Hz.
-    median, sigma = stats.interval_ms()
-    print(f"FrameComplete interval: median {median:.2f} ms, σ {sigma:.2f} ms over {len(stats.complete_times)}")
-    assert 30.0 < median < 37.0
-    assert sigma < 15.0
+    # FIFO: each present waits for the previous one's FrameComplete, so the game presents once a heartbeat at
+    # most (the interval's median and spread are `bench capture`'s to report).
+    assert stats.presents <= beats + 2 and len(stats.complete_times) >= stats.presents - 2
     vk = cap["vulkan"]  # the last image group's
     assert vk["size"] == "96x64" and vk["semaphores_assumed"] == vk["presents"] > 10  # lavapipe: taken as signalled
 

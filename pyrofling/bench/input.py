@@ -349,6 +349,7 @@ def _game_summary(result: dict[str, Any]) -> dict[str, Any]:
         "photon_samples": len(ph),
         "game": result.get("game", {}),
         "capture": capture,
+        "heartbeats": result["host"].get("heartbeats"),  # the host's whole run: a FIFO game presents fewer
         "encoded_pct": 100 * capture.get("encoded", 0) / presents if presents else None,
         "present_to_decoded_ms_median": result["client"].get("latency_ms_median"),
     }

@@ -342,11 +342,10 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def _floor_kbits(args: argparse.Namespace) -> int:
+def _floor_kbits(args: argparse.Namespace) -> int | None:
+    """The floor asked for (None: HostConfig's default), checked against the ceiling."""
     floor: int | None = args.min_bitrate_kbits
-    if floor is None:
-        return min(args.bitrate_kbits, max(500, args.bitrate_kbits // 10))
-    if floor > args.bitrate_kbits:
+    if floor is not None and floor > args.bitrate_kbits:
         raise ValueError(f"--min-bitrate-kbits {floor} is above --bitrate-kbits {args.bitrate_kbits} (the ceiling)")
     return floor
 

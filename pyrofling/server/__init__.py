@@ -2,5 +2,5 @@
 
 :mod:`.host` wires them: :mod:`.network` (TCP and UDP through ``HostSessions``), :mod:`.heartbeat` (the
 frame clock and the encoder), :mod:`.sources` and :mod:`.capture` (what is streamed), :mod:`.audio`,
-:mod:`.gamepad` (the virtual pad) and :mod:`.outputs` (recording and broadcasting).
+:mod:`.gamepad` (the virtual pad) and :mod:`.destinations` (recording and broadcasting).
 """

@@ -47,7 +47,7 @@ class HostConfig:
     #: How the encoder's bitrate follows the viewers' links (core.congestion): player, lowest or fixed.
     #: ``encoder.bitrate_kbits`` is the ceiling, this the floor.
     rate_policy: str = "player"
-    min_bitrate_kbits: int = 1000
+    min_bitrate_kbits: int | None = None  # None: a tenth of the ceiling, at least 500 (``floor_kbits``)
     #: Stop after this many seconds (None: until Ctrl-C).
     duration_s: float | None = None
     stats_json: Path | None = None
@@ -102,6 +102,13 @@ class HostConfig:
         if self.max_rate_mbits <= 0:
             return make_pacer("none")
         return make_pacer("token-bucket", rate_bits_per_s=self.max_rate_mbits * 1e6)
+
+    @property
+    def floor_kbits(self) -> int:
+        """The bitrate rate control never goes below: as told, else a tenth of the ceiling, at least 500 kbit/s."""
+        ceiling = self.encoder.bitrate_kbits
+        floor = self.min_bitrate_kbits if self.min_bitrate_kbits is not None else max(500, ceiling // 10)
+        return min(ceiling, floor)
 
     def make_packetizer(self, cookie: int) -> Packetizer:
         """A new viewer's packetizer: its sequence numbers from its cookie, the FEC this host is told to send."""

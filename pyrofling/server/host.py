@@ -9,7 +9,7 @@ per viewer (:class:`~pyrofling.core.host.packetizer.Packetizer`,
 :mod:`pyrofling.core.host.pacer`).  This module wires the shells together: the sockets
 (:class:`~pyrofling.server.network.HostNetwork`), the heartbeat and encoder
 (:class:`~pyrofling.server.heartbeat.Heartbeat`), audio, the capture socket for
-games, the virtual pad and the recording and broadcast outputs.
+games, the virtual pad and where else the stream goes (a recording, a broadcast).
 """
 
 from __future__ import annotations
@@ -54,13 +54,13 @@ from pyrofling.server.audio import (
 )
 from pyrofling.server.capture import CaptureServer
 from pyrofling.server.config import HostConfig
+from pyrofling.server.destinations import Destinations
 from pyrofling.server.encoder import EncodedVideo, VideoEncoder
 from pyrofling.server.gamepad import PadOutput, VirtualPad, open_virtual_pad
 from pyrofling.server.heartbeat import Heartbeat
 from pyrofling.server.input_devices import InputDevices, InputOutput, open_input_devices
 from pyrofling.server.muxing import StreamInfo
 from pyrofling.server.network import HostNetwork, uri_host
-from pyrofling.server.outputs import Outputs
 from pyrofling.server.sources import VideoSource, open_source
 from pyrofling.server.stats import HostStats, StatusLine, phase_status
 from pyrofling.wire import AudioCodec, StreamType
@@ -98,7 +98,7 @@ class Host:
                 self.pairings = None
         session_config = HostSessionConfig(auth_secret=config.password, private=config.private, host_id=host_id)
         ceiling = config.encoder.bitrate_kbits * 1000
-        rate = RateConfig(ceiling_bps=ceiling, floor_bps=min(ceiling, config.min_bitrate_kbits * 1000))
+        rate = RateConfig(ceiling_bps=ceiling, floor_bps=config.floor_kbits * 1000)
         self.sessions = HostSessions(
             make_packetizer=config.make_packetizer,
             keyframes=self.keyframes,
@@ -136,7 +136,7 @@ class Host:
         self._input_devices = input_devices
         self.input_output: InputOutput | None = None
         self.capture: CaptureServer | None = None
-        self.outputs = Outputs()
+        self.destinations = Destinations()
 
     @property
     def port(self) -> int | None:
@@ -240,7 +240,7 @@ class Host:
                 source,
                 self.capture,
                 audio_source,
-                self.outputs,
+                self.destinations,
                 self.pad_output,
                 self.input_output,
                 *pads,
@@ -268,9 +268,9 @@ class Host:
             audio_rate=audio_source.rate if audio_source is not None else 0,
             audio_channels=cfg.audio.channels,
         )
-        self.outputs = Outputs.open(cfg.outputs, info)
-        if self.outputs.wants_frames:
-            encoder.frame_tap = self.outputs.push_frame
+        self.destinations = Destinations.open(cfg.outputs, info)
+        if self.destinations.wants_frames:
+            encoder.frame_tap = self.destinations.push_frame
 
     def security(self) -> str:
         """Who may join and what protects the stream, in words."""
@@ -339,7 +339,7 @@ class Host:
     # -- media out -----------------------------------------------------------------------------
 
     def _fan_out(self, packets: list[EncodedVideo]) -> None:
-        """Encoded video to every viewer that wants it (the sessions packetize and pace it), then the outputs."""
+        """Encoded video to every viewer that wants it (the sessions packetize and pace it), then the destinations."""
         st = self.stats
         for packet in packets:
             st.frames_encoded += 1
@@ -351,7 +351,7 @@ class Host:
             media = MediaPacket(packet.data, packet.pts_us, StreamType.VIDEO, key_frame=packet.key_frame)
             self.sessions.send_video(media, idr=packet.idr, now=self._clock.now())
             self.network.transmit()
-            self.outputs.push_video(packet)  # after the viewers, and it never waits
+            self.destinations.push_video(packet)  # after the viewers, and it never waits
 
     def _start_audio(self, loop: asyncio.AbstractEventLoop, source: AudioSource, encoder: AudioEncoder) -> None:
         log.info("audio: %s", self.config.audio.describe(source.rate, encoder.codec.name))
@@ -360,7 +360,7 @@ class Host:
     def _on_audio_chunk(self, loop: asyncio.AbstractEventLoop, encoder: AudioEncoder, chunk: AudioChunk) -> None:
         """Audio thread: encode the chunk there, send it from the loop."""
         self.stats.audio_chunks += 1
-        self.outputs.push_pcm(chunk)
+        self.destinations.push_pcm(chunk)
         try:
             packets = encoder.encode(chunk)
         except Exception:
@@ -368,7 +368,7 @@ class Host:
             log.exception("audio encode failed")
             return
         if packets:
-            self.outputs.push_audio(packets)
+            self.destinations.push_audio(packets)
             with contextlib.suppress(RuntimeError):  # the loop closed while stopping
                 loop.call_soon_threadsafe(self._fan_out_audio, packets)
 
@@ -398,7 +398,7 @@ class Host:
                 text
                 + phase_status(self.clock)
                 + (self.capture.status() if self.capture is not None else "")
-                + self.outputs.status(),
+                + self.destinations.status(),
             )
 
     async def _stats_loop(self, path: Path, interval_s: float) -> None:
@@ -435,7 +435,7 @@ class Host:
                 **self.sessions.input.summary(),
             },
             "capture": self.capture.summary() if self.capture is not None else None,
-            "outputs": self.outputs.summary(),
+            "outputs": self.destinations.summary(),
             "rate": {
                 **self.sessions.rate_summary(),
                 "started_monotonic_s": self._started_s,

@@ -4,7 +4,7 @@ Both take the packets the host already encoded for its viewers, with no second
 encode (:mod:`.recorder`, :mod:`.broadcaster`).  Each output is a thread with a
 bounded queue (:mod:`.muxing`): the host pushes a packet after it has gone to
 the direct viewers, and a push never waits, so nothing an output does can delay
-a viewer.  :class:`Outputs` is the set the host pushes to.
+a viewer.  :class:`Destinations` is the set the host pushes to (a recording, a broadcast: where else the stream goes).
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
-class Outputs:
+class Destinations:
     """The host's recording and broadcast, if any: one call per packet from the host."""
 
     outputs: list[MediaOutput] = field(default_factory=list)
 
     @classmethod
-    def open(cls, config: OutputConfig, info: StreamInfo) -> Outputs:
+    def open(cls, config: OutputConfig, info: StreamInfo) -> Destinations:
         config.check()
         outputs: list[MediaOutput] = []
         if config.record is not None:
