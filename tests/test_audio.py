@@ -11,6 +11,7 @@ import pytest
 
 from pyrofling.client.audio import AudioPlayer, AudioPlayerConfig, OutputRing, output_factory
 from pyrofling.client.codecs import AudioDecoder, DecodeError
+from pyrofling.clocks import VirtualClock
 from pyrofling.core.viewer.clock_sync import HostClock
 from pyrofling.server.audio import AudioChunk, AudioConfig, AudioEncoder, ToneSource, open_audio_source
 from pyrofling.wire import AudioCodec
@@ -18,8 +19,15 @@ from pyrofling.wire import AudioCodec
 RATE = 48_000
 
 
+#: Frames per callback of the fake output device.
+BLOCK = 256
+
+
 class FakeOutput:
-    """An output device with a perfect clock: calls ``ring.fill`` every 256 frames, records what it played."""
+    """An output device with a perfect clock: calls ``ring.fill`` every 256 frames, records what it played.
+
+    :meth:`start` runs it on its own thread in real time; a test on a virtual clock leaves it unstarted and
+    calls :meth:`fill_block` itself at each block's time."""
 
     def __init__(self, ring: OutputRing, rate: int, device: str | None) -> None:
         self.ring = ring
@@ -34,22 +42,23 @@ class FakeOutput:
         self._thread.start()
 
     def _run(self) -> None:
-        block = 256
         start = time.monotonic()
         k = 0
         while not self._halt.is_set():
-            due = start + k * block / self.rate
+            due = start + k * BLOCK / self.rate
             delay = due - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
             self.max_late_s = max(self.max_late_s, -delay)
-            out = np.empty((block, self.ring.channels), np.float32)
-            now = time.monotonic()
-            self.ring.fill(out, block, due + 2 * block / self.rate, due, False)
-            if self.ring.callbacks > 1:
-                self.played.append(out)
+            self.fill_block(due)
             k += 1
-            del now
+
+    def fill_block(self, due: float) -> None:
+        """One callback at ``due``, its block heard two blocks later."""
+        out = np.empty((BLOCK, self.ring.channels), np.float32)
+        self.ring.fill(out, BLOCK, due + 2 * BLOCK / self.rate, due, False)
+        if self.ring.callbacks > 1:
+            self.played.append(out)
 
     def close(self) -> None:
         self._halt.set()
@@ -64,20 +73,18 @@ def clock_sync() -> HostClock:
 
 
 def test_ring_copies_across_the_wrap_and_counts_an_underrun() -> None:
-    ring = OutputRing(10, 1, fade_frames=2)
+    clock = VirtualClock(50.0)
+    ring = OutputRing(10, 1, fade_frames=2, clock=clock)
     assert ring.write(np.arange(8, dtype=np.float32)[:, None]) == 8
     out = np.full((6, 1), 9.0, np.float32)
     ring.fill(out, 6, 1.0, 0.9, False)
     assert not out.any()  # not playing yet (priming): silence, nothing read
     assert ring.read_pos == 0 and ring.latest_record(played=True) is None
     ring.playing = True
-    before = time.monotonic()
     ring.fill(out, 6, 1.1, 1.0, False)
-    after = time.monotonic()
     assert out[:, 0].tolist() == [0, 1, 2, 3, 4, 5]
     record = ring.latest_record(played=True)
-    assert record is not None and record[:3] == (0, 1.1, 1.0)
-    assert before <= record[3] <= after  # the callback stamps its own clock reading, taken while it ran
+    assert record == (0, 1.1, 1.0, 50.0)  # the callback stamps the player's clock as it runs
     assert ring.write(np.arange(10, 18, dtype=np.float32)[:, None]) == 8  # wraps: 6 + 2 free ... 10 total
     assert ring.write(np.ones((5, 1), np.float32)) == 0  # full
     ring.fill(out, 6, 1.2, 1.1, True)
@@ -165,65 +172,86 @@ def test_unknown_output_backend() -> None:
 # -- player ---------------------------------------------------------------------------------------
 
 
-def play(player: AudioPlayer, chunks: list[AudioChunk], lose: set[int], *, codec: int = 3) -> tuple[int, float]:
-    """Feed chunks in real time (5 ms apart); a lost chunk is reported as lost when the next arrives.
-    Returns the ring's underruns and how late the feeding thread itself came to a chunk, seconds."""
+def play(player: AudioPlayer, chunks: list[AudioChunk], lose: set[int], *, codec: int = 3) -> None:
+    """Feed chunks in real time, 5 ms apart (the device, if any, keeps its own time on its thread)."""
     enc = AudioEncoder(AudioConfig(), RATE)
-    clock = clock_sync()
     player.configure(codec, RATE, 2)
     start = time.monotonic()
-    missing = 0
-    feeder_late_s = 0.0
     for k, chunk in enumerate(chunks):
-        delay = start + k * 0.005 - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        feeder_late_s = max(feeder_late_s, -delay)
+        time.sleep(max(0.0, start + k * 0.005 - time.monotonic()))
+        if k not in lose:
+            for p in enc.encode(chunk):
+                player.packet(p.data, p.pts_us, clock_sync())
+    time.sleep(0.01)
+
+
+class UnstartedOutput(FakeOutput):
+    """The fake device with no thread of its own: the test calls each block at its virtual time."""
+
+    def start(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def play_in_virtual_time(
+    chunks: list[AudioChunk], lose: set[int], *, output: type[UnstartedOutput] = UnstartedOutput
+) -> tuple[AudioPlayer, UnstartedOutput, VirtualClock]:
+    """Chunks every 5 ms and a device callback every 256 frames on one virtual clock, in time order; the
+    player has handled each chunk before time moves on. A lost chunk is reported as lost when the next arrives,
+    as the reassembler reports it. Exact on any machine, however busy."""
+    clock = VirtualClock()
+    outputs: list[UnstartedOutput] = []
+
+    def factory(ring: OutputRing, rate: int, device: str | None) -> UnstartedOutput:
+        outputs.append(output(ring, rate, device))
+        return outputs[-1]
+
+    player = AudioPlayer(AudioPlayerConfig(), factory=factory, clock=clock)
+    enc = AudioEncoder(AudioConfig(), RATE)
+    player.configure(3, RATE, 2)
+    assert player.idle(10.0) and outputs, player.error
+    device = outputs[0]
+    missing = 0
+    blocks = 0
+    for k, chunk in enumerate(chunks):
+        fed_at = k * 0.005
+        while blocks * BLOCK / RATE <= fed_at:  # the device's callbacks due by now come first
+            clock.t = blocks * BLOCK / RATE
+            device.fill_block(clock.t)
+            blocks += 1
+        clock.t = fed_at
         if k in lose:
             missing += 1
             continue
         if missing:
-            player.lost(missing)  # as the reassembler reports it: when a later packet completes
+            player.lost(missing)
             missing = 0
         for p in enc.encode(chunk):
-            player.packet(p.data, p.pts_us, clock)
-    time.sleep(0.01)
-    underruns = player.ring.underruns if player.ring is not None else -1  # before the end of the stream runs dry
-    return underruns, feeder_late_s
+            player.packet(p.data, p.pts_us, clock_sync())
+        assert player.idle(10.0)
+    return player, device, clock
 
 
 def test_lost_packets_are_concealed_without_a_click_and_cost_their_own_duration() -> None:
-    outputs: list[FakeOutput] = []
-
-    def factory(ring: OutputRing, rate: int, device: str | None) -> FakeOutput:
-        outputs.append(FakeOutput(ring, rate, device))
-        return outputs[-1]
-
     chunks = tone_chunks(AudioConfig(click_period_s=0), 2.5)
-    lose = {150, 200, 201, 300}
-    # The test's own clocks (the feeding thread and the fake device's) must keep time: one held up for half the
-    # 30 ms buffer by a busy machine starves any player, so such a run is tried again (at most three runs).
-    for _attempt in range(3):
-        outputs.clear()
-        player = AudioPlayer(AudioPlayerConfig(), factory=factory)
-        try:
-            underruns, feeder_late_s = play(player, chunks, lose)
-        finally:
-            player.close()
-        held_up = max(feeder_late_s, outputs[0].max_late_s if outputs else 0.0)
-        if underruns == 0 or held_up < 0.015:
-            break
-    stats = player.stats
-    assert stats.packets_lost == 4 and player.playout.concealed_frames == 4 * 240
-    assert underruns == 0 and player.playout.primes == 1
-    played = np.concatenate(outputs[0].played)[:, 0]
-    steps = np.abs(np.diff(played))
-    tone_step = 2 * np.pi * 440 / RATE * 0.2
-    assert steps.max() < 4 * tone_step  # no discontinuity anywhere, including around the losses
-    # Silence (the concealed stretches and the fades) is there, and only briefly.
-    silent = np.abs(played) < 1e-3
-    assert 100 < silent.sum() < 4 * 240 + 2000
-    assert summary_ok(player)
+    player, device, _ = play_in_virtual_time(chunks, lose={150, 200, 201, 300})
+    try:
+        underruns = player.ring.underruns if player.ring is not None else -1
+        stats = player.stats
+        assert stats.packets_lost == 4 and player.playout.concealed_frames == 4 * 240
+        assert underruns == 0 and player.playout.primes == 1
+        played = np.concatenate(device.played)[:, 0]
+        steps = np.abs(np.diff(played))
+        tone_step = 2 * np.pi * 440 / RATE * 0.2
+        assert steps.max() < 4 * tone_step  # no discontinuity anywhere, including around the losses
+        # Silence (the concealed stretches and the fades) is there, and only briefly.
+        silent = np.abs(played) < 1e-3
+        assert 100 < silent.sum() < 4 * 240 + 2000
+        assert summary_ok(player)
+    finally:
+        player.close()
 
 
 def summary_ok(player: AudioPlayer) -> bool:
@@ -259,36 +287,28 @@ def test_unknown_audio_codec_from_the_host_leaves_audio_off() -> None:
         player.configure(99, RATE, 2)
         assert player.error is not None and "codec 99" in player.error
         player.configure(int(AudioCodec.AAC), RATE, 2)  # known to the protocol, not decodable here
-        time.sleep(0.2)
+        assert player.idle(10.0)
     finally:
         player.close()
     assert player.error is not None and "not supported" in player.error
 
 
-class _DroppedByTheServer(FakeOutput):
+class _DroppedByTheServer(UnstartedOutput):
     """A device that stops calling back (as JACK does to a client it finds too slow) and whose close then
     waits for a callback that never comes."""
 
     def close(self) -> None:
-        self._halt.set()
         threading.Event().wait()  # forever
 
 
 def test_an_output_that_stops_calling_back_is_reported_and_cannot_hold_up_close() -> None:
-    player = AudioPlayer(
-        AudioPlayerConfig(), factory=lambda ring, rate, device: _DroppedByTheServer(ring, rate, device)
-    )
+    player, _, clock = play_in_virtual_time(tone_chunks(AudioConfig(), 0.5), set(), output=_DroppedByTheServer)
     try:
-        play(player, tone_chunks(AudioConfig(), 0.5), set())
-        assert player.device_stalled_s() == 0.0  # calling back
-        assert isinstance(player.output, _DroppedByTheServer)
-        player.output._halt.set()  # the server drops the client
-        time.sleep(0.05)
-        player.device_stalled_s()
-        time.sleep(0.3)
-        assert player.device_stalled_s() >= 0.25
+        assert player.device_stalled_s() == 0.0  # it called back up to now
+        clock.t += 0.05  # the server drops the client: no callback from here on
+        assert player.device_stalled_s() == pytest.approx(0.05)
+        clock.t += 0.3
+        assert player.device_stalled_s() == pytest.approx(0.35)
     finally:
-        started = time.monotonic()
-        player.close()
-        took = time.monotonic() - started
-    assert player.close_stuck and took < 6.0
+        player.close()  # returns although the output's close never does
+    assert player.close_stuck and player.output is None

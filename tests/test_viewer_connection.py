@@ -309,6 +309,19 @@ def test_concealment_waits_for_a_whole_picture_and_bounds_a_freeze() -> None:
     assert not Concealment(conceal_after_s=None).show(whole=False, connection=1, now=9.0)
 
 
+def test_frames_never_shown_are_counted_on_the_stream_per_connection() -> None:
+    c = Concealment()
+    c.shown(0.0, connection=1, seq=16380)
+    c.shown(0.1, connection=1, seq=16383)  # two frames lost or held back
+    c.shown(0.2, connection=1, seq=5)  # across the 14-bit wrap: 0..4 never shown, five
+    assert c.max_unshown_frames == 5
+    c.shown(0.3, connection=2, seq=9000)  # a new connection's numbers start afresh
+    c.shown(0.4, connection=2, seq=9001)
+    assert c.max_unshown_frames == 5
+    c.shown(0.5, connection=2, seq=9009)
+    assert c.max_unshown_frames == 7
+
+
 def test_a_picture_never_replaced_is_the_longest_freeze() -> None:
     """One frame and then nothing (a link narrower than the stream): the freeze is measured while it lasts."""
     c = Concealment()

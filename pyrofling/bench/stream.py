@@ -428,6 +428,7 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
         "resent_datagrams": host.get("resent_datagrams", 0),
         "max_freeze_ms": v.get("max_freeze_ms", 0.0),
         "frames_concealed": v.get("frames_concealed", 0),
+        "max_unshown_frames": v.get("max_unshown_frames", 0),
         "freezes_over_250ms": v.get("freezes_over_250ms", 0),
         "bitrate_mbits": host.get("encoded_mbits", 0.0),
         "host_cpu_pct": host_cpu,
@@ -493,7 +494,8 @@ def format_table(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"  key frames forced {r['keyframes_forced']} ({r['keyframes_forced_for_loss']} for loss), "
             f"viewer requests {r['keyframe_requests']}; longest still picture {f(r['max_freeze_ms'], '.0f')} ms, "
-            f"freezes > 250 ms: {r['freezes_over_250ms']}; concealed frames shown {r['frames_concealed']}; "
+            f"freezes > 250 ms: {r['freezes_over_250ms']}, most frames in a row unshown {r['max_unshown_frames']}; "
+            f"concealed frames shown {r['frames_concealed']}; "
             f"reconnects {r['reconnects']}"
         )
         extra = r.get("host_cpu_pct_per_extra_viewer")

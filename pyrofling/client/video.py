@@ -140,6 +140,7 @@ class VideoPipeline:
             still = self.concealment.still_s(time.monotonic()) if streaming else self.concealment.max_still_s
             out["max_freeze_ms"] = still * 1000
             out["freezes_over_250ms"] = self.concealment.freezes
+            out["max_unshown_frames"] = self.concealment.max_unshown_frames
         series["connect_to_first_frame_ms"] = out["connect_to_first_frame_ms"]
         for name, values in series.items():
             out[f"{name}_median"] = statistics.median(values) if values else None
@@ -224,7 +225,7 @@ class VideoPipeline:
             if item.connection != self._first_picture_of:
                 self._first_picture_of = item.connection
                 st.connect_to_first_frame_ms.append((done - item.connect_s) * 1000)
-            self.concealment.shown(done)
+            self.concealment.shown(done, connection=item.connection, seq=packet.seq)
         frame_id = stamp.frame_id if stamp is not None else None
         timing = PictureTiming(
             capture_us=frame_marker.unwrap_capture_us(stamp.capture_us, packet.pts_us) if stamp is not None else None,

@@ -173,6 +173,13 @@ class AudioPlayer:
             self.close_stuck = True
             log.warning("audio: the output did not close in %g s; leaving it", CLOSE_TIMEOUT_S)
 
+    def idle(self, timeout_s: float) -> bool:
+        """Whether every item handed over so far has been handled, waiting up to ``timeout_s`` (tests that
+        run the player on a virtual clock move time on only once it has caught up)."""
+        done = self._queue.all_tasks_done
+        with done:
+            return done.wait_for(lambda: self._queue.unfinished_tasks == 0, timeout_s)
+
     # -- player thread ----------------------------------------------------------------------
 
     def _run(self) -> None:
@@ -181,27 +188,33 @@ class AudioPlayer:
             if item is None:
                 return
             try:
-                if isinstance(item, _Configure):
-                    self._configure(item)
-                elif self._decoder is None:
-                    continue
-                elif isinstance(item, _Packet):
-                    self._packet(item)
-                else:
-                    self._conceal(item.count)
-            except Exception as exc:  # never let one bad packet end the audio
-                if self.error is None:
-                    log.exception("audio playback failed")
-                self.error = str(exc)
-                if isinstance(item, _Configure):
-                    self._decoder = None
+                self._handle(item)
+            finally:
+                self._queue.task_done()
+
+    def _handle(self, item: _Configure | _Packet | _Lost) -> None:
+        try:
+            if isinstance(item, _Configure):
+                self._configure(item)
+            elif self._decoder is None:
+                return
+            elif isinstance(item, _Packet):
+                self._packet(item)
+            else:
+                self._conceal(item.count)
+        except Exception as exc:  # never let one bad packet end the audio
+            if self.error is None:
+                log.exception("audio playback failed")
+            self.error = str(exc)
+            if isinstance(item, _Configure):
+                self._decoder = None
 
     def _configure(self, item: _Configure) -> None:
         import samplerate  # the libsamplerate binding; imported here so video-only viewers do not need it
 
         cfg = self.config
         if self.ring is None:
-            self.ring = OutputRing(max(4096, round(item.rate * 2 * cfg.ring_s)), item.channels)
+            self.ring = OutputRing(max(4096, round(item.rate * 2 * cfg.ring_s)), item.channels, clock=self._clock)
         ring = self.ring
         if self.output is None:
             try:

@@ -13,6 +13,7 @@ import time
 import numpy as np
 import numpy.typing as npt
 
+from pyrofling.clocks import SYSTEM_CLOCK, Clock
 from pyrofling.core.audio_signal import Frames
 
 #: Callback records kept for the player thread and the run-time statistics.
@@ -27,7 +28,9 @@ class OutputRing:
     attribute stores are atomic under the GIL, so neither side ever waits.
     """
 
-    def __init__(self, capacity: int, channels: int, *, fade_frames: int = 120) -> None:
+    def __init__(self, capacity: int, channels: int, *, fade_frames: int = 120, clock: Clock = SYSTEM_CLOCK) -> None:
+        """``clock``: the player's, so that each callback's local time is on the clock the player reads."""
+        self._clock = clock
         self.capacity = capacity
         self.channels = channels
         self.buf = np.zeros((capacity, channels), dtype=np.float32)
@@ -106,7 +109,7 @@ class OutputRing:
         rec[0] = r
         rec[1] = dac_s
         rec[2] = current_s
-        rec[3] = time.monotonic()
+        rec[3] = self._clock.now()
         run = time.perf_counter() - t0
         rec[4] = run
         rec[5] = played

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pyrofling.seqnum import SEQ14_MASK
+
 
 @dataclass(slots=True)
 class Concealment:
@@ -22,7 +24,11 @@ class Concealment:
     last_shown_s: float | None = None
     max_still_s: float = 0.0
     freezes: int = 0
+    #: The most of the host's frames in a row that were never shown (lost, or damaged and held back): a
+    #: freeze counted on the stream itself, the same however busy the viewer's machine is.
+    max_unshown_frames: int = 0
     _whole_since: int | None = None  # the connection whose first whole picture has been shown
+    _last_shown: tuple[int, int] | None = None  # (connection, video packet sequence) of the last picture shown
 
     def show(self, *, whole: bool, connection: int, now: float) -> bool:
         """Whether to show a decoded picture of connection number ``connection``."""
@@ -44,8 +50,15 @@ class Concealment:
         """The connection ended at ``now``: a picture still on screen since long before was a freeze to its end."""
         self.max_still_s = self.still_s(now)
 
-    def shown(self, now: float) -> None:
-        """A picture went to the presenter at ``now``."""
+    def shown(self, now: float, *, connection: int = 0, seq: int | None = None) -> None:
+        """A picture went to the presenter at ``now``: that of video packet ``seq`` (14 bits) of the connection
+        numbered ``connection``."""
+        if seq is not None:
+            last = self._last_shown
+            if last is not None and last[0] == connection:
+                skipped = ((seq - last[1]) & SEQ14_MASK) - 1
+                self.max_unshown_frames = max(self.max_unshown_frames, skipped)
+            self._last_shown = (connection, seq)
         if self.last_shown_s is not None:
             still = now - self.last_shown_s
             self.max_still_s = max(self.max_still_s, still)

@@ -99,6 +99,7 @@ class DecodeVideo(ViewerOutput):
     complete_s: float
     codec: VideoCodec
     first_s: float = 0.0  # when its first datagram arrived
+    seq: int | None = None  # the video packet's sequence number (14 bits): one per frame the host sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,7 +312,7 @@ class ViewerConnection:
                 out += outputs
                 if session.gate.key_frames == 0:
                     continue  # nothing decodes before the first key frame
-                out.append(DecodeVideo(ev.data, ev.pts_us, whole, ev.complete_s, codec, ev.first_datagram_s))
+                out.append(DecodeVideo(ev.data, ev.pts_us, whole, ev.complete_s, codec, ev.first_datagram_s, ev.seq))
             elif isinstance(ev, PacketsLost):
                 if ev.stream == StreamType.AUDIO:
                     out.append(AudioLost(ev.count))
