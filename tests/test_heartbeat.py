@@ -1,0 +1,81 @@
+"""The heartbeat thread on a virtual clock: it wakes exactly at each of the frame clock's ticks, never early,
+stamps each frame with that time, and a tick that comes while the encoder is still busy is skipped and counted.
+
+Virtual time moves only when the heartbeat waits, so the encoder (real libx264, real executor) always takes
+"no time" on the clock however long it takes on the machine: the ticks are exact on any machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+from pyrofling.clocks import VirtualClock
+from pyrofling.core.host.encode_schedule import EncodeSchedule
+from pyrofling.core.host.frame_clock import FrameClock
+from pyrofling.core.host.keyframes import KeyframePolicy
+from pyrofling.server.encoder import EncodedVideo, EncoderConfig, VideoEncoder
+from pyrofling.server.heartbeat import Heartbeat
+from pyrofling.server.sources import SceneSource
+from pyrofling.server.stats import HostStats
+
+FPS = 60
+START_S = 100.0
+
+
+class _Trace(io.StringIO):
+    def close(self) -> None:  # keep the lines readable after the heartbeat closes its trace
+        pass
+
+
+def test_the_heartbeat_wakes_exactly_at_each_tick_and_stamps_frames_with_it() -> None:
+    time_source = VirtualClock(START_S)
+    frame_clock = FrameClock(fps=FPS, start_s=START_S)
+    schedule = EncodeSchedule(1.0 / FPS)
+    trace = _Trace()
+    sent: list[EncodedVideo] = []
+
+    async def scenario() -> None:
+        done = asyncio.Event()
+
+        def on_packets(packets: list[EncodedVideo]) -> None:
+            sent.extend(packets)
+            if len(sent) >= 20:
+                done.set()
+
+        with ThreadPoolExecutor(max_workers=1) as executor:
+            heartbeat = Heartbeat(
+                clock=frame_clock,
+                schedule=schedule,
+                keyframes=KeyframePolicy(),
+                encoder=VideoEncoder(EncoderConfig(width=160, height=96, fps=FPS, bitrate_kbits=300)),
+                executor=executor,
+                stats=HostStats(),
+                source=SceneSource(160, 96),
+                on_packets=on_packets,
+                on_source_end=done.set,
+                frame_trace=trace,
+                time_source=time_source,
+            )
+            heartbeat.start(asyncio.get_running_loop())
+            await asyncio.wait_for(done.wait(), 30)
+            await heartbeat.stop()
+
+    asyncio.run(scenario())
+    frames = [json.loads(line) for line in trace.getvalue().splitlines()]
+    assert len(frames) >= 20
+    period = 1.0 / FPS
+    for frame in frames:
+        assert frame["woke"] == frame["due"]  # woken at the tick itself, never early, never late
+        ticks = (frame["due"] - START_S) / period
+        assert abs(ticks - round(ticks)) < 1e-6  # on the frame clock's grid
+        assert frame["capture_us"] == int(frame["woke"] * 1_000_000)  # the frame carries the tick's time
+    dues = [f["due"] for f in frames]
+    assert dues == sorted(set(dues))  # each tick encoded once at most, in order
+    # Every tick up to the last encoded one either encoded a frame or was skipped (and counted) while the
+    # encoder was busy: nothing is lost without a count.
+    last_tick = round((dues[-1] - START_S) / period)
+    assert len(frames) + schedule.skipped >= last_tick + 1
+    assert [p.pts_us for p in sent[: len(frames)]] == [f["capture_us"] for f in frames]
