@@ -166,7 +166,7 @@ class ReadImage(HostWork):
 
 
 @dataclass(slots=True)
-class CaptureStats:
+class CaptureSessionStats:
     games_total: int = 0
     #: Connections from another user's processes, closed at once.
     games_refused: int = 0
@@ -214,7 +214,7 @@ class CaptureSessions:
         self.period_ns = period_ns
         self.immediate = immediate
         self.audio = audio
-        self.stats = CaptureStats()
+        self.stats = CaptureSessionStats()
         self._games: dict[int, _Game] = {}
         #: The game being streamed: the one that created its images last.
         self.active: int | None = None
