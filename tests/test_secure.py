@@ -570,8 +570,8 @@ def test_an_impostor_host_gets_one_online_guess_and_nothing_to_test_offline(gues
     saved: list[bytes] = []
     original = impostor.auth.negotiate
 
-    def negotiate(conn: Any, msg: Any) -> Any:
-        out = original(conn, msg)
+    def negotiate(conn: Any, msg: Any, now: float) -> Any:
+        out = original(conn, msg, now)
         saved.append(conn.handshake.code._spake.serialize())  # the impostor keeps all its own secrets
         return out
 

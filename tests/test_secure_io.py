@@ -22,7 +22,17 @@ from pyrofling.client.viewer import Viewer, ViewerConfig
 from pyrofling.pairing import HostPairings, PairingStoreError
 from pyrofling.server.gamepad import RecordingPad
 from pyrofling.server.host import Host
-from pyrofling.wire import AuthResult, Cookie, Extensions, GamepadState, Kick, KickFlags, RequestKeyframe
+from pyrofling.wire import (
+    AuthResult,
+    Cookie,
+    ExtensionFeature,
+    Extensions,
+    GamepadState,
+    Hello,
+    Kick,
+    KickFlags,
+    RequestKeyframe,
+)
 
 SECRET = "correct-horse-battery"
 
@@ -290,3 +300,48 @@ def test_pairing_files_that_cannot_be_trusted_are_refused_not_followed(tmp_path:
     (tmp_path / "p" / "host.json").symlink_to(real)  # a link planted in place of the file
     with pytest.raises(PairingStoreError, match="a link"):
         store.entries()
+
+
+def test_a_32_kb_burst_of_extensions_costs_one_handshake_and_the_stream_goes_on() -> None:
+    """The attacker writes HELLO and 2048 EXTENSIONS(AUTH, ENCRYPTION) in one go, then holds 20 such
+    connections open, while a viewer streams: it keeps streaming, and a new viewer with the password gets in."""
+    pad = RecordingPad()
+
+    async def scenario() -> dict[str, Any]:
+        host, task = await sealed_host(pad)
+        port = host.port or 0
+        viewer = viewer_for(host, SECRET, duration_s=4.0)
+        vtask = asyncio.create_task(viewer.run())
+        await until(lambda: viewer.connection is not None and viewer.connection.streaming, 10)
+        hello_offer = bytes(Hello()) + bytes(Extensions(1, int(ExtensionFeature.AUTH | ExtensionFeature.ENCRYPTION)))
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(hello_offer + hello_offer[len(bytes(Hello())) :] * 2047)  # 32 KB
+        await writer.drain()
+        burst_closed = await asyncio.wait_for(reader.read(), 10)  # everything it got, up to the close
+        writer.close()
+        floods = []
+        for _ in range(20):
+            r, w = await asyncio.open_connection("127.0.0.1", port)
+            w.write(hello_offer)
+            floods.append((r, w))
+        late = viewer_for(host, SECRET, duration_s=1.0)
+        await asyncio.wait_for(late.run(), 15)
+        await asyncio.wait_for(vtask, 15)
+        for _r, w in floods:
+            w.close()
+        host.stop()
+        await asyncio.wait_for(task, 15)
+        return dict(
+            burst_reply=len(burst_closed), budget=host.sessions.auth.budget, viewer=viewer.summary(),
+            late=late.summary(), discarded=dict(host.sessions.discarded),
+        )  # fmt: skip
+
+    r = run(scenario, 60)
+    assert r["discarded"]["extensions_repeated"] == 1  # the burst: one handshake, then closed
+    assert r["burst_reply"] < 400  # COOKIE, EXTENSIONS, one AUTH_CHALLENGE: not one answer per message
+    # One address (all of them share loopback here) gets 6 challenges at once and 2 a second after that; the
+    # rest are told "busy" and closed, the late viewer among them: it tries again and gets in.
+    assert r["budget"].granted <= 6 + 2 * 5 and r["discarded"]["challenge_budget"] >= 20 - 6
+    v = r["viewer"]
+    assert v["reconnects"] == 0 and v["max_unshown_frames"] < 8 and v["frames_shown"] >= 40
+    assert r["late"]["sessions_streaming"] == 1 and r["late"]["frames_shown"] >= 10

@@ -103,6 +103,7 @@ class Viewer:
         #: Why authentication failed (a wrong password...): the viewer stops instead of reconnecting.
         self.auth_failure: str | None = None
         self._retry_after_s = 0.0
+        self._busy = False  # the host made no challenge for now: try again even before a first stream
         #: Whether the stream is sealed, and how the viewer authenticated ("code", "paired"; "" when open).
         self.sealed = False
         self.auth_method = ""
@@ -169,9 +170,12 @@ class Viewer:
                 if self._stop.is_set():
                     break
                 delay = self.reconnect.after(
-                    streamed=streamed, auth_failed=self.auth_failure is not None, retry_after_s=self._retry_after_s
+                    streamed=streamed,
+                    auth_failed=self.auth_failure is not None,
+                    retry_after_s=self._retry_after_s,
+                    busy=self._busy,
                 )
-                self.auth_failure, self._retry_after_s = None, 0.0
+                self.auth_failure, self._retry_after_s, self._busy = None, 0.0, False
                 if delay is None:
                     self.failure = self.state = reason
                     break
@@ -274,7 +278,7 @@ class Viewer:
                     self.keyboard_mouse.start(asyncio.get_running_loop())
                     self.keyboard_mouse.attach(lambda message: io.perform(conn.input_state(message)))
             elif isinstance(out, SessionFailed) and conn.session.auth_failed:
-                self.auth_failure, self._retry_after_s = out.reason, out.retry_after_s
+                self.auth_failure, self._retry_after_s, self._busy = out.reason, out.retry_after_s, out.busy
             elif isinstance(out, Paired):
                 self._store_pairing(out)
             elif isinstance(out, PlayRumble) and self.gamepad is not None:

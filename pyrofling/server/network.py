@@ -185,6 +185,9 @@ class HostNetwork:
                 if conn_id not in self._writers:
                     reason = "dropped"
                     break
+                # A read returns at once while bytes are buffered: let pacing, timers and the other viewers run
+                # between two chunks, so one connection's burst cannot hold the loop.
+                await asyncio.sleep(0)
         except (ConnectionError, OSError) as exc:
             reason = f"connection error: {exc}"
         finally:

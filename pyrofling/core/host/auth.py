@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from pyrofling.core.host.admission import ChallengeBudget
 from pyrofling.core.host.state import (
     CloseConnection,
     HostHandshake,
@@ -99,12 +100,16 @@ class HostAuth:
         random_bytes: Callable[[int], bytes],
         limiter: FailureLimiter | None = None,
         paired: PairedViewers | None = None,
+        budget: ChallengeBudget | None = None,
     ) -> None:
         self.config = config
         self.discarded = discarded
         self._random_bytes = random_bytes
         #: Wrong codes per address prefix and in total.
         self.limiter = limiter or FailureLimiter()
+        #: Challenges (the one expensive step before authentication) per address prefix and in total.
+        self.budget = budget or ChallengeBudget()
+        self._decoy: bytes | None = None
         self.paired = paired or NoPairedViewers()
         self.failures = 0
         self.successes = 0
@@ -114,7 +119,14 @@ class HostAuth:
     def required(self) -> bool:
         return self.config.auth_secret is not None or self.config.private
 
-    def negotiate(self, conn: RemoteViewer, msg: Extensions) -> list[HostOutput]:
+    def negotiate(self, conn: RemoteViewer, msg: Extensions, now: float) -> list[HostOutput]:
+        """EXTENSIONS, once per connection: the grant, and the challenge when AUTH is granted — if the budget
+        for challenges allows one now (else a "busy" AUTH_RESULT). An address blocked after wrong codes gets a
+        challenge that takes paired viewers only: no PAKE is run for it."""
+        if conn.negotiated:
+            self.discarded["extensions_repeated"] += 1
+            return [CloseConnection(conn.conn_id, "EXTENSIONS sent twice (one negotiation per connection)")]
+        conn.negotiated = True
         offered = self.config.extensions | (SEALED if self.required else ExtensionFeature.NONE)
         granted = msg.feature_flags & offered
         if granted & SEALED != SEALED:
@@ -122,22 +134,31 @@ class HostAuth:
         conn.extensions = granted
         reply = Extensions(EXTENSIONS_VERSION, int(granted))
         out: list[HostOutput] = [conn.send(reply)]
-        if granted & ExtensionFeature.AUTH:
-            transcript = Transcript(bytes(msg), bytes(Cookie(conn.cookie)), bytes(reply))
-            secret = self.config.auth_secret
-            code = CodeExchange(secret, host=True) if secret is not None else None
-            share = ShareExchange()
-            methods = 1 << AuthMethod.PAIRED | (1 << AuthMethod.CODE if code is not None else 0)
-            challenge = AuthChallenge(
-                self.config.host_id,
-                self._random_bytes(NONCE_BYTES),
-                code.message if code is not None else bytes(PAKE_MESSAGE_BYTES),
-                share.public,
-                methods,
-            )
-            transcript.add(bytes(challenge))
-            conn.handshake = HostHandshake(transcript, share, code)
-            out.append(conn.send(challenge))
+        if not granted & ExtensionFeature.AUTH:
+            return out
+        address = str(conn.peer[0])
+        wait = self.budget.take(address, now)
+        if wait > 0:
+            self.discarded["challenge_budget"] += 1
+            return out + self._busy(conn, wait)
+        transcript = Transcript(bytes(msg), bytes(Cookie(conn.cookie)), bytes(reply))
+        secret = self.config.auth_secret
+        code = None
+        if secret is not None and not self.limiter.blocked(address, now):
+            code = CodeExchange(secret, host=True)
+        pake_message = bytes(PAKE_MESSAGE_BYTES)
+        if code is not None:
+            pake_message = code.message
+        elif secret is not None:  # blocked: a CODE answer gets "blocked"; the decoy lets the viewer give one
+            pake_message = self._decoy_message()
+        share = ShareExchange()
+        methods = 1 << AuthMethod.PAIRED | (1 << AuthMethod.CODE if secret is not None else 0)
+        challenge = AuthChallenge(
+            self.config.host_id, self._random_bytes(NONCE_BYTES), pake_message, share.public, methods
+        )
+        transcript.add(bytes(challenge))
+        conn.handshake = HostHandshake(transcript, share, code)
+        out.append(conn.send(challenge))
         return out
 
     def respond(self, conn: RemoteViewer, msg: AuthResponse, now: float) -> list[HostOutput]:
@@ -152,12 +173,14 @@ class HostAuth:
         name = ""
         try:
             if msg.method == AuthMethod.CODE:
-                if hs.code is None:
-                    return self._refuse(conn, "asked to use a code; this host takes paired viewers only")
                 wait = self.limiter.blocked_for(address, now)
-                if wait > 0:
+                if wait > 0 and self.config.auth_secret is not None:
                     self.discarded["auth_blocked"] += 1
                     return self._blocked(conn, wait, f"{address} is blocked after repeated wrong codes")
+                if hs.code is None and self.config.auth_secret is not None:  # the block ended meanwhile
+                    return self._blocked(conn, 1.0, f"{address} was blocked when it was challenged")
+                if hs.code is None:
+                    return self._refuse(conn, "asked to use a code; this host takes paired viewers only")
                 material = hs.code.finish(msg.viewer_message)
             else:
                 entry = self.paired.lookup(msg.viewer_id)
@@ -200,6 +223,13 @@ class HostAuth:
         out.append(LogLine(conn.conn_id, f"{conn.label} authenticated with {how}; control and datagrams sealed"))
         return out
 
+    def _decoy_message(self) -> bytes:
+        """A PAKE message for an address blocked after wrong codes, made once (from a random secret nobody
+        knows): its viewer can still answer with CODE, and learn it is blocked, without a PAKE run for it."""
+        if self._decoy is None:
+            self._decoy = CodeExchange(self._random_bytes(16).hex(), host=True).message
+        return self._decoy
+
     def _wrong(self, conn: RemoteViewer, msg: AuthResponse, address: str, now: float) -> list[HostOutput]:
         self.failures += 1
         if msg.method != AuthMethod.CODE:  # a credential cannot be guessed: no block, which would lock friends out
@@ -217,11 +247,18 @@ class HostAuth:
         ]
 
     def _blocked(self, conn: RemoteViewer, wait_s: float, why: str) -> list[HostOutput]:
-        retry_ms = min(2**32 - 1, int(wait_s * 1000) + 1)
         return [
-            conn.send(AuthResult(AuthStatus.BLOCKED, retry_ms, bytes(PROOF_BYTES))),
+            conn.send(AuthResult(AuthStatus.BLOCKED, _retry_ms(wait_s), bytes(PROOF_BYTES))),
             LogLine(conn.conn_id, why),
             CloseConnection(conn.conn_id, "blocked after repeated wrong codes"),
+        ]
+
+    def _busy(self, conn: RemoteViewer, wait_s: float) -> list[HostOutput]:
+        """No challenge now (too many asked for from this prefix, or from everywhere): try again later. Not
+        logged per connection (a flood would fill the log); ``discarded["challenge_budget"]`` counts them."""
+        return [
+            conn.send(AuthResult(AuthStatus.BLOCKED, _retry_ms(wait_s), bytes(PROOF_BYTES))),
+            CloseConnection(conn.conn_id, "too many handshakes at once: told to try again"),
         ]
 
     def refuse(self, conn: RemoteViewer, msg: ControlMessage | UnknownControl) -> list[HostOutput]:
@@ -239,3 +276,7 @@ class HostAuth:
                 )
             out.append(LogLine(conn.conn_id, f"refused {conn.label}: {why}"))
         return out
+
+
+def _retry_ms(wait_s: float) -> int:
+    return min(2**32 - 1, int(wait_s * 1000) + 1)

@@ -276,7 +276,11 @@ class HostSessions:
                 break
             if msg is None:
                 break
-            out += self.control(conn_id, msg, now)
+            answer = self.control(conn_id, msg, now)
+            out += answer
+            if any(isinstance(o, CloseConnection) and o.conn_id == conn_id for o in answer):
+                out += self.close(conn_id)  # what it sent after that is not read
+                break
         return out
 
     def control(self, conn_id: int, msg: ControlMessage | UnknownControl, now: float) -> list[HostOutput]:
@@ -288,7 +292,7 @@ class HostSessions:
             conn.hello = True
             return [conn.send(Cookie(conn.cookie))]
         if isinstance(msg, Extensions):
-            return self.auth.negotiate(conn, msg)
+            return self.auth.negotiate(conn, msg, now)
         if isinstance(msg, AuthResponse):
             return self.auth.respond(conn, msg, now)
         if self.auth_required and not conn.authenticated:

@@ -163,6 +163,8 @@ class RemoteViewer:
     kicked_s: float | None = None
     udp_address: Address | None = None
     extensions: ExtensionFeature = ExtensionFeature.NONE
+    #: It sent EXTENSIONS (once only: a second closes the connection).
+    negotiated: bool = False
     packetizer: Packetizer | None = None
     #: Its video datagrams wait here for the pacer (``HostSessions.datagrams_to_send`` takes what it releases).
     paced: PacedQueue | None = None

@@ -352,9 +352,20 @@ class Reconnect:
     #: The longest a "blocked" reply (unauthenticated: maybe forged) makes it wait.
     max_blocked_wait_s: float = 300.0
 
-    def after(self, *, streamed: bool, auth_failed: bool, retry_after_s: float = 0.0) -> float | None:
+    #: "Busy" replies in a row (the host made no challenge for now) after which a viewer that never streamed
+    #: gives up; each waits what the reply asks, at most ``max_busy_wait_s``.
+    max_busy_replies: int = 10
+    max_busy_wait_s: float = 10.0
+    busy_replies: int = 0
+
+    def after(
+        self, *, streamed: bool, auth_failed: bool, retry_after_s: float = 0.0, busy: bool = False
+    ) -> float | None:
         """A connection ended; seconds until the next attempt, or None to stop."""
         self.ever_streamed |= streamed
+        self.busy_replies = self.busy_replies + 1 if busy else 0
+        if busy and self.enabled and not self.ever_streamed and self.busy_replies <= self.max_busy_replies:
+            return min(self.max_busy_wait_s, max(self.initial_s, retry_after_s))
         if not self.enabled or not self.ever_streamed:
             return None  # a wrong password fails the same way again (and gets the address blocked)
         self.delay_s = self.initial_s if streamed else min(self.max_s, self.delay_s * 2)

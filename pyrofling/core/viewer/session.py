@@ -41,6 +41,7 @@ from pyrofling.wire import (
     Again,
     AuthChallenge,
     AuthResult,
+    AuthStatus,
     CodecParameters,
     ControlMessage,
     Cookie,
@@ -100,6 +101,9 @@ class SessionFailed(ViewerOutput):
     reason: str
     #: The host blocked this address for this long (an AUTH_RESULT that nobody can authenticate: maybe forged).
     retry_after_s: float = 0.0
+    #: The host made no challenge for now (too many handshakes at once): worth trying again even on a first
+    #: connection.
+    busy: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,6 +350,10 @@ class ViewerSession:
                 return [self._send(response)]
             if auth is not None and isinstance(msg, AuthResult) and auth.answered:
                 keys, credential = auth.result(msg)
+            elif auth is not None and isinstance(msg, AuthResult) and msg.status == AuthStatus.BLOCKED:
+                wait = msg.retry_after_ms / 1000  # before any challenge: the host makes no more just now
+                reason = f"the host is busy with other handshakes: try again in {wait:.1f} s"
+                return self._fail(reason, auth=True, retry_after_s=wait, busy=True)
             else:
                 return self._fail(f"expected AUTH_CHALLENGE or AUTH_RESULT, got {_name(msg)}")
         except AuthFailed as exc:
@@ -419,12 +427,14 @@ class ViewerSession:
         self._timers.ping = now
         return [Streaming(params, self.extensions, now - self._started_s)]
 
-    def _fail(self, reason: str, *, auth: bool = False, retry_after_s: float = 0.0) -> list[ViewerOutput]:
+    def _fail(
+        self, reason: str, *, auth: bool = False, retry_after_s: float = 0.0, busy: bool = False
+    ) -> list[ViewerOutput]:
         self.phase = Phase.FAILED
         self.failure = reason
         self.auth_failed = auth  # trying again at once would fail the same way (and get the address blocked)
         self._timers = _Timers()
-        return [SessionFailed(reason, retry_after_s)]
+        return [SessionFailed(reason, retry_after_s, busy)]
 
     # -- stream events ---------------------------------------------------------------------
 

@@ -1,0 +1,176 @@
+"""What a stranger can make the host do before authenticating, played as the attacker would (pure, virtual
+time): bursts of EXTENSIONS, floods of handshakes from one address, a prefix or many, and codes from a blocked
+address. The host's work is counted in what it would run (PAKE starts, challenges), not in wall time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import pyrofling.core.host.auth as host_auth
+from pyrofling.core.host.admission import ChallengeBudget, TokenBucket
+from pyrofling.core.host.keyframes import KeyframePolicy
+from pyrofling.core.host.packetizer import Packetizer
+from pyrofling.core.host.sessions import CloseConnection, HostSessionConfig, HostSessions, SendControl
+from pyrofling.core.secure import FailureLimiter
+from pyrofling.core.viewer.connection import Reconnect
+from pyrofling.core.viewer.reassembler import ProgressCounters
+from pyrofling.core.viewer.session import SessionFailed, ViewerSession, ViewerSessionConfig
+from pyrofling.wire import (
+    AuthChallenge,
+    AuthMethod,
+    AuthResult,
+    AuthStatus,
+    ControlFramer,
+    ExtensionFeature,
+    Extensions,
+    Hello,
+    KickFlags,
+)
+
+SECRET = "hunter22"
+OFFER = bytes(Extensions(1, int(ExtensionFeature.AUTH | ExtensionFeature.ENCRYPTION)))
+
+
+def sealed_host(**budget: Any) -> HostSessions:
+    hs = HostSessions(
+        make_packetizer=Packetizer.for_cookie,
+        keyframes=KeyframePolicy(),
+        config=HostSessionConfig(auth_secret=SECRET),
+    )
+    if budget:
+        hs.auth.budget = ChallengeBudget(**budget)
+    return hs
+
+
+def replies(outputs: list[Any]) -> list[Any]:
+    return [m for o in outputs if isinstance(o, SendControl) for m in ControlFramer().feed(o.data)]
+
+
+def handshake_start(hs: HostSessions, conn_id: int, address: str, now: float) -> list[Any]:
+    """A new connection from ``address`` sends HELLO and EXTENSIONS(AUTH, ENCRYPTION): the host's answers."""
+    hs.open(conn_id, (address, 40000 + conn_id), now)
+    return replies(hs.tcp_received(conn_id, bytes(Hello()) + OFFER, now))
+
+
+# -- the budget itself ------------------------------------------------------------------------
+
+
+def test_a_token_bucket_saves_up_to_its_burst_and_refills_at_its_rate() -> None:
+    bucket = TokenBucket.full(2.0, 3, now=0.0)
+    for _ in range(3):
+        assert bucket.available(0.0)
+        bucket.take()
+    assert not bucket.available(0.0) and bucket.wait_s(0.0) == pytest.approx(0.5)
+    assert bucket.available(0.5) and not bucket.is_full(0.5)
+    assert bucket.is_full(100.0) and bucket.tokens == 3  # never more than the burst
+
+
+def test_the_budget_holds_each_prefix_and_the_host_whatever_the_number_of_addresses() -> None:
+    budget = ChallengeBudget(per_prefix_rate_s=2.0, per_prefix_burst=6, total_rate_s=25.0, total_burst=25)
+    assert [budget.take("192.0.2.1", 0.0) for _ in range(6)] == [0.0] * 6
+    assert budget.take("192.0.2.1", 0.0) == pytest.approx(0.5)  # its own bucket is empty: half a second
+    assert budget.take("2001:db8:1:2::1", 0.0) == 0.0
+    assert budget.take("2001:db8:1:2:ffff::9", 0.0) == 0.0  # the same /64: one bucket
+    # Many addresses at once: the host's own bucket (25) is the bound, not the number of prefixes.
+    granted = sum(budget.take(f"198.51.100.{i}", 0.0) == 0.0 for i in range(200))
+    assert granted == 25 - 8 and budget.granted == 25
+    assert budget.take("192.0.2.200", 0.0) == pytest.approx(1 / 25)
+    assert budget.take("192.0.2.1", 0.5) == 0.0  # refilled
+
+
+def test_the_budget_remembers_a_bounded_number_of_prefixes() -> None:
+    budget = ChallengeBudget(total_rate_s=1e9, total_burst=10**9, max_prefixes=10)
+    for i in range(10):
+        assert budget.take(f"198.51.100.{i}", 0.0) == 0.0
+    assert budget.take("203.0.113.1", 0.0) > 0  # the table is full of prefixes still spending
+    assert budget.take("203.0.113.1", 10.0) == 0.0  # once theirs refilled, they are forgotten
+    assert len(budget._prefixes) == 1
+
+
+# -- against the host --------------------------------------------------------------------------
+
+
+def test_a_burst_of_extensions_runs_one_pake_and_ends_the_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HELLO and 2048 EXTENSIONS in one 32 KB write: one challenge, then the connection is closed."""
+    starts: list[bool] = []
+    real = host_auth.CodeExchange
+
+    def counted(secret: str, *, host: bool) -> Any:
+        starts.append(host)
+        return real(secret, host=host)
+
+    monkeypatch.setattr(host_auth, "CodeExchange", counted)
+    hs = sealed_host()
+    hs.open(1, ("192.0.2.9", 5000), 0.0)
+    out = hs.tcp_received(1, bytes(Hello()) + OFFER * 2048, 0.0)
+    assert starts == [True]  # one PAKE, for the first EXTENSIONS
+    assert sum(isinstance(m, AuthChallenge) for m in replies(out)) == 1
+    assert any(isinstance(o, CloseConnection) and "EXTENSIONS sent twice" in o.reason for o in out)
+    assert hs.connection(1) is None and hs.discarded["extensions_repeated"] == 1
+
+
+def test_a_flood_of_handshakes_gets_busy_replies_and_a_friend_elsewhere_still_gets_a_challenge() -> None:
+    hs = sealed_host(per_prefix_burst=6, total_burst=25)
+    answers = [handshake_start(hs, i, "192.0.2.66", 0.0) for i in range(1, 41)]
+    challenged = [a for a in answers if any(isinstance(m, AuthChallenge) for m in a)]
+    busy = [m for a in answers for m in a if isinstance(m, AuthResult)]
+    assert len(challenged) == 6 and len(busy) == 34
+    assert all(r.status == AuthStatus.BLOCKED and r.retry_after_ms == 501 for r in busy)  # "in half a second"
+    assert hs.discarded["challenge_budget"] == 34
+    assert all(hs.connection(i) is None for i in range(7, 41))  # closed at once: no slot held
+    assert any(isinstance(m, AuthChallenge) for m in handshake_start(hs, 100, "203.0.113.5", 0.0))
+    # Later the flooding address gets challenges again, at the bucket's rate.
+    assert any(isinstance(m, AuthChallenge) for m in handshake_start(hs, 101, "192.0.2.66", 0.5))
+
+
+def test_a_viewer_told_busy_tries_again_even_before_it_ever_streamed() -> None:
+    hs = sealed_host(per_prefix_burst=1)
+    handshake_start(hs, 1, "10.0.0.2", 0.0)  # someone else from its address took the one challenge
+    vs = ViewerSession(ProgressCounters(), ViewerSessionConfig(flags=KickFlags.VIDEO, secret=SECRET))
+    hs.open(2, ("10.0.0.2", 40002), 0.0)
+    failed: list[SessionFailed] = []
+    pending = vs.start(0.0)
+    while pending:
+        out = pending.pop(0)
+        if isinstance(out, SessionFailed):
+            failed.append(out)
+        elif hasattr(out, "data") and hs.connection(2) is not None:
+            for o in hs.tcp_received(2, out.data, 0.0):
+                if isinstance(o, SendControl):
+                    pending += vs.control_bytes(o.data, 0.0)
+    [busy] = failed
+    assert busy.busy and "busy" in busy.reason and busy.retry_after_s == pytest.approx(0.5, abs=0.01)
+    reconnect = Reconnect()
+    assert reconnect.after(
+        streamed=False, auth_failed=True, retry_after_s=busy.retry_after_s, busy=True
+    ) == pytest.approx(0.5, abs=0.01)
+    # A host (or a forger on the path) that says "busy" forever does not hold it forever.
+    delays = [reconnect.after(streamed=False, auth_failed=True, retry_after_s=60, busy=True) for _ in range(20)]
+    assert delays[: reconnect.max_busy_replies - 1] == [reconnect.max_busy_wait_s] * (reconnect.max_busy_replies - 1)
+    assert delays[-1] is None
+
+
+def test_no_pake_runs_for_an_address_blocked_after_wrong_codes(monkeypatch: pytest.MonkeyPatch) -> None:
+    hs = sealed_host(per_prefix_burst=100, total_burst=100)
+    hs.auth.limiter = FailureLimiter(max_failures=1)
+    hs.auth.limiter.failed("192.0.2.77", 0.0)  # blocked for 60 s
+    starts: list[bool] = []
+    real = host_auth.CodeExchange
+
+    def counted(secret: str, *, host: bool) -> Any:
+        starts.append(host)
+        return real(secret, host=host)
+
+    monkeypatch.setattr(host_auth, "CodeExchange", counted)
+    challenges = [
+        next(m for m in handshake_start(hs, i, "192.0.2.77", 1.0) if isinstance(m, AuthChallenge)) for i in range(8)
+    ]
+    assert len(starts) == 1  # the one decoy message, made once for every blocked address
+    assert len({c.pake_message for c in challenges}) == 1
+    assert all(
+        c.methods & 1 << AuthMethod.CODE and c.methods & 1 << AuthMethod.PAIRED for c in challenges
+    )  # CODE still offered (its answer: "blocked")
+    handshake_start(hs, 50, "203.0.113.1", 1.0)  # another address: a real PAKE
+    assert len(starts) == 2
