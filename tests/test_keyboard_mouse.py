@@ -25,6 +25,7 @@ from pyrofling.core.host.sessions import (
     HostSessions,
     KeyboardMouseInput,
     LogLine,
+    SendControl,
 )
 from pyrofling.core.input.keyboard_mouse import WINDOW_KEYS, InputRouter, InputSender, InputVerdict
 from pyrofling.core.input.keyboard_mouse.codes import KEY_HOME, KEY_LEFTALT, KEY_LEFTCTRL
@@ -32,6 +33,7 @@ from pyrofling.core.input.pad.state import BTN_LEFT, EV_ABS, EV_KEY, EV_REL, EV_
 from pyrofling.server.input_devices import RecordingInput
 from pyrofling.wire import (
     CodecParameters,
+    ControlFramer,
     Cookie,
     ExtensionFeature,
     Extensions,
@@ -204,10 +206,26 @@ def kicked(hs: HostSessions, conn_id: int, *, extensions: bool = True, flags: Ki
     hs.control(conn_id, Kick(flags if flags is not None else KickFlags.VIDEO | KickFlags.KEYBOARD_MOUSE), 0.0)
 
 
-def host() -> HostSessions:
-    hs = HostSessions(make_packetizer=Packetizer.for_cookie, keyframes=KeyframePolicy(), config=HostSessionConfig())
+def host(*, open_keyboard_mouse: bool = True) -> HostSessions:
+    """An open host (no password); this one lets every viewer type unless told otherwise."""
+    config = HostSessionConfig(open_keyboard_mouse=open_keyboard_mouse)
+    hs = HostSessions(make_packetizer=Packetizer.for_cookie, keyframes=KeyframePolicy(), config=config)
     hs.codec_parameters = PARAMS
     return hs
+
+
+def test_an_open_host_takes_keys_from_nobody_unless_it_says_so() -> None:
+    """Another user of the machine (or anyone on the network) connects to an open host and types: by default
+    the host does not grant the keyboard, and drops what comes anyway."""
+    hs = host(open_keyboard_mouse=False)
+    hs.open(9, ("10.0.0.2", 40009), 0.0)
+    asked = ExtensionFeature.KEYBOARD_MOUSE | ExtensionFeature.KEYFRAME_REQUEST
+    out = hs.control(9, Extensions(1, int(asked)), 0.0)
+    [grant] = [m for o in out if isinstance(o, SendControl) for m in ControlFramer().feed(o.data)]
+    assert isinstance(grant, Extensions) and grant.feature_flags == ExtensionFeature.KEYFRAME_REQUEST
+    kicked(hs, 1)  # negotiates, asks for keys in its KICK: still not granted
+    assert hs.datagram((UDP[0], UDP[1] + 1), bytes(state(0, {KEY_W})), 0.1) == []
+    assert hs.discarded["input_not_requested"] == 1
 
 
 def test_keys_reach_the_devices_only_from_a_viewer_that_asked_and_negotiated() -> None:
@@ -252,7 +270,12 @@ def test_a_viewers_keys_and_mouse_reach_the_hosts_devices_and_a_python_game(tmp_
 
     async def scenario() -> tuple[Viewer, dict[str, int], InputLink]:
         host, task = await start_host(
-            encoder=TINY, source="capture", capture_socket=sock, virtual_pad="none", input_devices=devices
+            encoder=TINY,
+            source="capture",
+            capture_socket=sock,
+            virtual_pad="none",
+            input_devices=devices,
+            open_keyboard_mouse=True,
         )
         game_saw: dict[str, int] = {"keys_events": 0, "dy": 0}
         stop = threading.Event()

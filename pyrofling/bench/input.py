@@ -230,6 +230,8 @@ def run_one(cfg: InputBenchConfig, sc: InputScenario, tmp: Path) -> dict[str, An
     host_cmd = [*_cli(), "host", "-q", "--port", str(host_port), "--width", str(cfg.width), "--height",
                 str(cfg.height), "--fps", str(cfg.fps), "--bitrate-kbits", str(cfg.bitrate_kbits), "--no-audio",
                 "--input-trace" if keys else "--gamepad-trace", str(trace), "--stats-json", str(host_json)]  # fmt: skip
+    if keys:
+        host_cmd.append("--open-keyboard-mouse")  # an open host on loopback: the bench is its only viewer
     rumble = sc.device == "rumble"
     if sc.game or rumble:
         host_cmd += ["--source", "capture", "--capture-socket", capture_socket]

@@ -413,6 +413,7 @@ def host_config(args: argparse.Namespace) -> HostConfig:
         outputs=_output_config(args),
         password=_host_password(args),
         private=args.private,
+        open_keyboard_mouse=args.open_keyboard_mouse,
         pairing_dir=pairing_dir(args),
     )
 

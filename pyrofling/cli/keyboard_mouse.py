@@ -24,6 +24,13 @@ def add_host_input_options(p: argparse.ArgumentParser) -> None:
         help="uinput: a virtual keyboard, mouse and pointer (needs write access to /dev/uinput; without it the host "
         "warns and streams on); none: ignore keys and the mouse (default uinput)",
     )
+    g.add_argument(
+        "--open-keyboard-mouse",
+        action="store_true",
+        help="let viewers that did not authenticate type and move the mouse: on an open host, anyone who reaches "
+        "the port, every user of this machine included (by default only viewers that proved a password or "
+        "pairing can)",
+    )
     g.add_argument("--input-trace", type=output_file(), default=None, metavar="FILE", help=argparse.SUPPRESS)
 
 

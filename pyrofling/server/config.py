@@ -94,6 +94,8 @@ class HostConfig:
     password: str | None = field(default=None, repr=False)
     #: Admit only viewers that authenticate (paired ones, or with ``password``), even without a password.
     private: bool = False
+    #: Let viewers that did not authenticate type and move the mouse (without it only authenticated ones can).
+    open_keyboard_mouse: bool = False
     #: Where this host keeps its id and its paired viewers (None: no pairing; the CLI gives the user's directory).
     pairing_dir: Path | None = None
 
@@ -144,7 +146,11 @@ class HostConfig:
     def security_text(self, paired: int) -> str:
         """Who may join and what protects the stream, in words (``paired``: the viewers this host keeps)."""
         if self.password is None and not self.private:
-            open_text = "open: anyone who reaches the port can watch and take the pad, nothing is sealed"
+            if self.open_keyboard_mouse and self.virtual_input != "none":
+                who = "watch, take the pad and type"
+            else:
+                who = "watch and take the pad (keyboard and mouse: nobody; --open-keyboard-mouse lets them type)"
+            open_text = f"open: anyone who reaches the port can {who}, nothing is sealed"
             if paired:
                 open_text += f" ({paired} paired viewer(s) kept: run with --private to admit only them)"
             return open_text

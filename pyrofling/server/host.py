@@ -96,7 +96,12 @@ class Host:
             except PairingStoreError as exc:
                 log.warning("pairings: %s; codes still work, stored pairings do not", exc)
                 self.pairings = None
-        session_config = HostSessionConfig(auth_secret=config.password, private=config.private, host_id=host_id)
+        session_config = HostSessionConfig(
+            auth_secret=config.password,
+            private=config.private,
+            host_id=host_id,
+            open_keyboard_mouse=config.open_keyboard_mouse,
+        )
         ceiling = config.encoder.bitrate_kbits * 1000
         rate = RateConfig(ceiling_bps=ceiling, floor_bps=config.floor_kbits * 1000)
         self.sessions = HostSessions(

@@ -131,6 +131,8 @@ class HostAuth:
         granted = msg.feature_flags & offered
         if granted & SEALED != SEALED:
             granted &= ~SEALED  # not both: not at all (a host that requires them then refuses the viewer)
+        if not granted & ExtensionFeature.AUTH and not self.config.open_keyboard_mouse:
+            granted &= ~ExtensionFeature.KEYBOARD_MOUSE  # keys only from a viewer that will have authenticated
         conn.extensions = granted
         reply = Extensions(EXTENSIONS_VERSION, int(granted))
         out: list[HostOutput] = [conn.send(reply)]

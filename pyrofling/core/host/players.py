@@ -107,7 +107,8 @@ class HostPlayers:
         return out
 
     def keyboard_mouse(self, conn: RemoteViewer, msg: InputState, now: float) -> list[HostOutput]:
-        """Keys and the mouse: only from a viewer that negotiated them and asked for them in its KICK."""
+        """Keys and the mouse: only from a viewer that negotiated them (granted only once it authenticates, unless
+        the host opened them) and asked for them in its KICK."""
         if not conn.extensions & ExtensionFeature.KEYBOARD_MOUSE or not conn.flags & KickFlags.KEYBOARD_MOUSE:
             self.discarded["input_not_requested"] += 1
             return []

@@ -137,6 +137,9 @@ class HostSessionConfig:
     max_connections: int = 64
     #: Connections from one IP address that have not KICKed yet; more from it are closed at once.
     max_pending_per_address: int = 8
+    #: Grant keyboard and mouse to viewers that did not authenticate (an open host): anyone who reaches the
+    #: port could type into the host's session. Off unless the host says so.
+    open_keyboard_mouse: bool = False
 
 
 @dataclass(slots=True)
