@@ -67,6 +67,8 @@ def run_demo(args: argparse.Namespace) -> int:
         ge=args.ge,
         window=window,
         game=args.game,
+        # The demo's own window plays the example game: let it type (the host listens on loopback only).
+        host_args=("--open-keyboard-mouse",) if args.game else (),
     )
     print(
         f"pyrofling demo: host {'example game ' if args.game else ''}"
