@@ -709,6 +709,25 @@ def test_a_forged_refusal_does_not_stop_a_viewer_that_has_streamed_for_good() ->
     assert r.after(streamed=False, auth_failed=False) is not None
 
 
+def test_an_impostor_at_the_hosts_address_gets_fewer_and_fewer_guesses() -> None:
+    """A viewer that once streamed meets refusals in a row (an impostor answering at its host's address gets
+    one guess at its code per try): it waits 5 s, then twice as long each time, up to 5 minutes."""
+    r = Reconnect()
+    r.after(streamed=True, auth_failed=False)
+    waits = [r.after(streamed=False, auth_failed=True) for _ in range(9)]
+    assert waits == [5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 300.0, 300.0, 300.0]
+    tries_in_an_hour, t = 0, 0.0
+    r = Reconnect()
+    r.after(streamed=True, auth_failed=False)
+    while t < 3600:
+        wait = r.after(streamed=False, auth_failed=True)
+        assert wait is not None
+        t += wait
+        tries_in_an_hour += 1
+    assert tries_in_an_hour <= 18  # was 720 at one every 5 s
+    assert r.after(streamed=True, auth_failed=False) == 0.25 and r.refusals == 0  # streamed again: starts over
+
+
 def test_plaintext_and_replayed_datagrams_never_act_for_a_sealed_viewer() -> None:
     link = Link(host(), ViewerSessionConfig(flags=PAD, secret=SECRET)).run()
     state = GamepadState(1, 0, 0, 0, 0, 0, 0, 0x10)

@@ -182,6 +182,14 @@ class Viewer:
                 self.state = f"{reason}; connecting again…"
                 if streamed:
                     log.warning("lost the stream: %s; connecting again", reason)
+                elif self.reconnect.refusals > 1:
+                    log.warning(
+                        "refused %d times in a row (%s): trying again in %.0f s; if the host did not change its "
+                        "code, something at its address is not your host",
+                        self.reconnect.refusals,
+                        reason,
+                        delay,
+                    )
                 else:
                     log.info("%s; trying again in %.2f s", reason, delay)
                 self.reconnects += 1

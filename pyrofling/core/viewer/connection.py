@@ -339,7 +339,7 @@ class Reconnect:
     "reconnects".  One that once streamed follows its host through restarts and
     through anything on the path: at once after a connection that streamed, then
     backing off to ``max_s`` while the host is away, and to ``auth_retry_s`` after
-    a refusal.
+    a refusal, doubling with each refusal in a row up to ``max_blocked_wait_s``.
     """
 
     enabled: bool = True
@@ -349,8 +349,10 @@ class Reconnect:
     ever_streamed: bool = False
     #: After a refusal on a host it once streamed from.
     auth_retry_s: float = 5.0
-    #: The longest a "blocked" reply (unauthenticated: maybe forged) makes it wait.
+    #: The longest a "blocked" reply (unauthenticated: maybe forged), or refusals in a row, make it wait.
     max_blocked_wait_s: float = 300.0
+    #: Refusals in a row (each doubles the wait after the first, ``auth_retry_s``).
+    refusals: int = 0
 
     #: "Busy" replies in a row (the host made no challenge for now) after which a viewer that never streamed
     #: gives up; each waits what the reply asks, at most ``max_busy_wait_s``.
@@ -369,8 +371,13 @@ class Reconnect:
         if not self.enabled or not self.ever_streamed:
             return None  # a wrong password fails the same way again (and gets the address blocked)
         self.delay_s = self.initial_s if streamed else min(self.max_s, self.delay_s * 2)
+        if not auth_failed or streamed:
+            self.refusals = 0
         if auth_failed:
             # Once it has streamed, a refusal does not stop the viewer for good: nobody can authenticate a refusal,
-            # so someone on the path may have forged it.  It tries again, slowly (a wrong code it cannot be).
-            self.delay_s = max(self.delay_s, self.auth_retry_s, min(retry_after_s, self.max_blocked_wait_s))
+            # so someone on the path may have forged it.  It tries again, slowly, and slower each time in a row
+            # (an impostor at the host's address would get a guess at its code with each try).
+            self.refusals += 1
+            backoff = min(self.max_blocked_wait_s, self.auth_retry_s * 2 ** (self.refusals - 1))
+            self.delay_s = max(self.delay_s, backoff, min(retry_after_s, self.max_blocked_wait_s))
         return self.delay_s
