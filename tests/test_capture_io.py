@@ -10,6 +10,7 @@ import array
 import asyncio
 import contextlib
 import fcntl
+import logging
 import os
 import shutil
 import socket
@@ -599,3 +600,47 @@ def test_a_game_never_hands_its_frames_to_a_socket_another_user_serves(reachable
         client.close()
     thread.join(10)
     assert os.read(done[0], 1) == b"0"  # it got a connection, and not one byte
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="acting as another user needs root (the suite runs as root in CI)")
+def test_the_host_will_not_advertise_a_layer_socket_another_user_squats(
+    reachable_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another user binds PyroFling's well-known path first (/tmp is shared): the host says whose it is and what
+    to set instead, rather than "another host is serving" as if it were its own."""
+    shared = reachable_dir / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)  # as /tmp: sticky, root's, everyone may add an entry
+    squatted = shared / "pyrofling-socket"
+    ready, release = os.pipe(), os.pipe()
+
+    def squat() -> None:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+            s.bind(str(squatted))
+            s.listen(4)
+            os.chmod(squatted, 0o777)  # it even lets everyone in
+            os.write(ready[1], b"x")
+            os.read(release[0], 1)
+
+    thread = threading.Thread(target=_as_nobody, args=(squat,))
+    thread.start()
+    assert os.read(ready[0], 1) == b"x"
+    own = reachable_dir / "own"
+    own.mkdir(mode=0o700)
+
+    async def scenario() -> None:
+        server = await serving(own, layer_path=str(squatted))
+        assert server.layer_path is None  # not served, not advertised
+        server.close()
+        with pytest.raises(OSError, match="belongs to another user"):
+            await serving(own, layer_path=str(squatted), layer_path_required=True)
+
+    caplog.set_level(logging.WARNING)
+    try:
+        run(scenario)
+    finally:
+        os.write(release[1], b"x")
+        thread.join(10)
+    [warning] = [r.getMessage() for r in caplog.records if "layer socket not served" in r.getMessage()]
+    assert "belongs to another user (uid 65534)" in warning and "PYROFLING_SERVER" in warning
+    assert "another host is serving" not in warning

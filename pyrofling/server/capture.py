@@ -363,6 +363,13 @@ def _claim_path(path: str) -> None:
         return
     if not stat.S_ISSOCK(st.st_mode):
         raise OSError(errno.EEXIST, f"{path} exists and is not a socket; pass another --capture-socket")
+    if st.st_uid != os.geteuid():  # squatted: this user's games would present to someone else
+        raise OSError(
+            errno.EPERM,
+            f"{path} belongs to another user (uid {st.st_uid}), and your games would present to it: serve a path "
+            "of your own (--layer-socket $XDG_RUNTIME_DIR/pyrofling-layer) and start games with PYROFLING_SERVER "
+            "set to the same path",
+        )
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         probe.settimeout(0.5)
