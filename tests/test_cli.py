@@ -1,5 +1,6 @@
 import contextlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -421,3 +422,23 @@ def test_the_bitrate_floor_has_one_default_whoever_makes_the_host() -> None:
         by_flags = host_config(args).floor_kbits
         by_config = HostConfig(encoder=EncoderConfig(bitrate_kbits=kbits)).floor_kbits
         assert by_flags == by_config == min(kbits, max(500, kbits // 10))
+
+
+def test_pair_takes_the_code_from_a_file_and_never_needs_it_in_argv(tmp_path: Path) -> None:
+    from pyrofling.cli.pair import _code_from_file_or_prompt
+
+    code = tmp_path / "code"
+    code.write_text("k7dm-x3qa-pn2f\n")
+    assert _code_from_file_or_prompt(code) == "k7dm-x3qa-pn2f"
+    code.write_text("")
+    assert _code_from_file_or_prompt(code) is None
+    assert _code_from_file_or_prompt(None) is None  # no terminal here: nothing to ask on
+    proc = subprocess.run(
+        [sys.executable, "-m", "pyrofling", "pair", "pyro://127.0.0.1:1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        env={k: v for k, v in os.environ.items() if k != "PYROFLING_PASSWORD"},
+    )
+    assert proc.returncode == 2 and "it asks" in proc.stderr and "--code-file" in proc.stderr

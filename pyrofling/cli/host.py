@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import errno
+import os
 import sys
 from pathlib import Path
 
@@ -282,8 +283,16 @@ def _add_security_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--pairing-code",
         action="store_true",
-        help="make up a random code, printed once at start (not logged): friends pair with it once (pyrofling pair) "
-        "and join without it from then on",
+        help="make up a random code, shown once at start on this terminal (never in the log): friends pair with it "
+        "once (pyrofling pair) and join without it from then on",
+    )
+    g.add_argument(
+        "--pairing-code-file",
+        type=output_file(),
+        default=None,
+        metavar="FILE",
+        help="with --pairing-code: write the code to FILE (readable by you alone) instead of the terminal, for "
+        "scripts (pyrofling pair --code-file FILE reads it)",
     )
     g.add_argument(
         "--private",
@@ -456,19 +465,39 @@ def _host_password(args: argparse.Namespace) -> str | None:
     from pyrofling.core.secure import pairing_code
 
     password = given_password(args)
+    if args.pairing_code_file is not None and not args.pairing_code:
+        raise ValueError("--pairing-code-file goes with --pairing-code")
     if args.pairing_code:
         if password:
             raise ValueError(f"--pairing-code makes up a secret: drop --password (and ${PASSWORD_ENV})")
         password = pairing_code()
-        print(
-            f"pairing code: {password}\n  a friend pairs once with: pyrofling pair pyro://HOST:PORT --code {password}"
-            f"\n  (or watches this time only with: pyrofling view pyro://HOST:PORT --password {password})",
-            file=sys.stderr,
-            flush=True,
-        )
+        _show_pairing_code(password, args.pairing_code_file)
     if password is not None and len(password) < 6:
         raise ValueError("the password is too short: use at least 6 characters, or --pairing-code")
     return password
+
+
+def _show_pairing_code(code: str, file: Path | None) -> None:
+    """The code goes to the person, not to the log (stderr is the log, and often a file): to ``file`` (0600),
+    else the controlling terminal, else standard output."""
+    if file is not None:
+        fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(code + "\n")
+        print(f"pairing code written to {file}", file=sys.stderr, flush=True)
+        return
+    text = (
+        f"pairing code: {code}\n  a friend pairs once with: pyrofling pair pyro://HOST:PORT (it asks for the code)"
+        "\n  (or watches this time only: pyrofling view pyro://HOST:PORT, with the code in $PYROFLING_PASSWORD)\n"
+    )
+    try:
+        with open("/dev/tty", "w") as tty:
+            tty.write(text)
+            return
+    except OSError:
+        pass  # no terminal (a service, a script): standard output, still apart from the log
+    sys.stdout.write(text)
+    sys.stdout.flush()
 
 
 def run_host(args: argparse.Namespace) -> int:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import logging
 import socket
+import sys
+from pathlib import Path
 
 from pyrofling.cli.options import (
     PASSWORD_ENV,
@@ -38,7 +41,11 @@ def add_pair(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--code",
         default=None,
-        help=f"the pairing code the host printed, or its password (or set ${PASSWORD_ENV})",
+        help=f"the pairing code the host showed, or its password (seen by anyone who lists processes: rather let "
+        f"it ask, or set ${PASSWORD_ENV}, or --code-file)",
+    )
+    p.add_argument(
+        "--code-file", type=Path, default=None, metavar="FILE", help="read the code from the first line of FILE"
     )
     p.add_argument(
         "--name",
@@ -64,12 +71,31 @@ def add_pair(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     q.set_defaults(func=run_paired)
 
 
+def _code_from_file_or_prompt(path: Path | None) -> str | None:
+    """The code from ``path``'s first line, else asked for on the terminal (not echoed); None without either."""
+    if path is not None:
+        lines = path.read_text().splitlines()
+        return lines[0].strip() or None if lines else None
+    if not sys.stdin.isatty():
+        return None
+    try:
+        return getpass.getpass("the host's pairing code: ").strip() or None
+    except (EOFError, KeyboardInterrupt):
+        return None
+
+
 def run_pair(args: argparse.Namespace) -> int:
     setup_logging(args)
     args.password = args.code
-    code = given_password(args)
+    try:
+        code = given_password(args) or _code_from_file_or_prompt(args.code_file)
+    except OSError as exc:
+        return refuse("pair", f"cannot read the code from {args.code_file}: {exc.strerror or exc}")
     if not code:
-        return refuse("pair", f"give the host's pairing code: --code CODE (or set ${PASSWORD_ENV})")
+        return refuse(
+            "pair",
+            f"give the host's pairing code: run this on a terminal (it asks), or set ${PASSWORD_ENV}, or --code-file",
+        )
     if not args.name.strip() or len(args.name.encode()) > 32:
         return refuse("pair", "--name must be 1 to 32 bytes")
     try:
