@@ -174,3 +174,43 @@ def test_no_pake_runs_for_an_address_blocked_after_wrong_codes(monkeypatch: pyte
     )  # CODE still offered (its answer: "blocked")
     handshake_start(hs, 50, "203.0.113.1", 1.0)  # another address: a real PAKE
     assert len(starts) == 2
+
+
+# -- slots -------------------------------------------------------------------------------------
+
+
+def test_idle_connections_from_eight_addresses_and_one_prefix_never_lock_a_friend_out() -> None:
+    """8 idle connections from each of 8 addresses fill all 64 slots; a friend still gets in (the oldest idle
+    connection makes room), and a /64 counts as one address."""
+    hs = sealed_host()
+    conn_id = 0
+    for a in range(8):
+        for _ in range(8):
+            conn_id += 1
+            assert hs.open(conn_id, (f"192.0.2.{a}", 1000 + conn_id), conn_id * 0.01) == []
+    assert len(hs.connections) == 64
+    out = hs.open(100, ("203.0.113.9", 5000), 1.0)
+    assert [o.conn_id for o in out if isinstance(o, CloseConnection)] == [1]  # the oldest idle one
+    assert hs.connection(100) is not None and hs.connection(1) is None and hs.discarded["evicted_idle"] == 1
+    # The friend streams (KICKed): however many newcomers follow, it is never the one that makes room.
+    hs.connection(100).kicked = True  # type: ignore[union-attr]
+    for k in range(64):
+        hs.open(300 + k, (f"198.51.100.{k // 8}", 7000 + k), 2.0 + k * 0.01)
+    assert hs.connection(100) is not None and hs.discarded["evicted_idle"] == 65
+    # One /64 is one address: its 9th pending connection is refused, whichever addresses in it are used.
+    hs = sealed_host()
+    for k in range(8):
+        assert hs.open(k, (f"2001:db8:1:2::{k + 1}", 4000), 0.0) == []
+    refused = hs.open(9, ("2001:db8:1:2:ffff::9", 4000), 0.0)
+    assert isinstance(refused[0], CloseConnection) and "2001:db8:1:2::/64" in refused[0].reason
+    assert hs.open(10, ("2001:db8:1:3::1", 4000), 0.0) == []  # the next /64 is someone else
+
+
+def test_when_every_slot_streams_a_newcomer_is_refused() -> None:
+    hs = HostSessions(make_packetizer=Packetizer.for_cookie, keyframes=KeyframePolicy(), config=HostSessionConfig())
+    for k in range(64):
+        hs.open(k, (f"10.0.{k // 8}.{k % 8}", 4000), 0.0)
+        hs.connection(k).kicked = True  # type: ignore[union-attr]
+    out = hs.open(99, ("10.9.9.9", 4000), 1.0)
+    assert [o.conn_id for o in out if isinstance(o, CloseConnection)] == [99]
+    assert hs.discarded["connection_limit"] == 1 and len(hs.connections) == 64

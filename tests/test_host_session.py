@@ -287,7 +287,7 @@ def test_a_timed_out_owner_lets_go_of_the_pad() -> None:
     assert release.update.events == [(1, 0x130, 0), (0, 0, 0)]
 
 
-def test_connections_are_bounded_overall_and_per_address_until_they_kick() -> None:
+def test_connections_are_bounded_overall_and_per_address_and_idle_ones_make_room() -> None:
     s = HostSessions(
         make_packetizer=Packetizer.for_cookie,
         keyframes=KeyframePolicy(),
@@ -303,12 +303,13 @@ def test_connections_are_bounded_overall_and_per_address_until_they_kick() -> No
     # Another address is not held up by the first one's pending connections...
     assert s.open(6, ("10.0.0.3", 5000), 0.0, cookie=106) == []
     assert s.open(7, ("10.0.0.4", 5000), 0.0, cookie=107) == []
-    # ...until the host is full.
-    assert [type(o) for o in s.open(8, ("10.0.0.5", 5000), 0.0, cookie=108)] == [CloseConnection]
-    assert s.discarded["connection_limit"] == 1 and len(s.connections) == 6
-    # A pending one that leaves makes room again.
-    s.close(2)
-    assert s.open(9, PEER, 0.0, cookie=109) == []
+    # ...and once the host is full, the oldest pending one makes room for a newcomer.
+    made_room = s.open(8, ("10.0.0.5", 5000), 0.1, cookie=108)
+    assert [(type(o), o.conn_id) for o in made_room if isinstance(o, CloseConnection)] == [(CloseConnection, 2)]
+    assert s.connection(8) is not None and s.discarded["evicted_idle"] == 1 and len(s.connections) == 6
+    # A pending one that leaves makes room too.
+    s.close(3)
+    assert s.open(9, PEER, 0.2, cookie=109) == []
 
 
 # -- rate control (protocol.md §7.10) ---------------------------------------------------------------

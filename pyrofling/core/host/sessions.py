@@ -57,6 +57,7 @@ from pyrofling.core.input.pad.rumble import RumbleCommand
 from pyrofling.core.secure import (
     AuthError,
     FailureLimiter,
+    limiter_key,
 )
 from pyrofling.wire import (
     SEALED_HEAD,
@@ -157,7 +158,8 @@ class HostSessions:
     # -- connections ---------------------------------------------------------------------
 
     def open(self, conn_id: int, peer: Address, now: float, *, cookie: int | None = None) -> list[HostOutput]:
-        """A new TCP connection; a CloseConnection back means it was refused (and is not tracked).  ``cookie``:
+        """A new TCP connection; a CloseConnection for it back means it was refused (and is not tracked), one for
+        another connection that it took that one's place (every slot was taken).  ``cookie``:
         the one to give it (tests); by default a random 64-bit one (the reference counts from 1001, which anyone
         can guess)."""
         if cookie is None:
@@ -165,18 +167,28 @@ class HostSessions:
         elif cookie in self._by_cookie:
             raise ValueError("cookie already in use; draw another")
         cfg = self.config
-        if len(self._connections) >= cfg.max_connections:
-            self.discarded["connection_limit"] += 1
-            return [CloseConnection(conn_id, f"refused: already {cfg.max_connections} connections")]
-        pending = sum(1 for c in self._connections.values() if not c.kicked and c.peer[0] == peer[0])
+        prefix = limiter_key(str(peer[0]))
+        pending = sum(1 for c in self._connections.values() if not c.kicked and limiter_key(str(c.peer[0])) == prefix)
         if pending >= cfg.max_pending_per_address:
             self.discarded["pending_limit"] += 1
-            return [CloseConnection(conn_id, f"refused: {pending} connections from {peer[0]} not streaming yet")]
+            return [CloseConnection(conn_id, f"refused: {pending} connections from {prefix} not streaming yet")]
+        out: list[HostOutput] = []
+        if len(self._connections) >= cfg.max_connections:
+            # Full: the oldest connection that is not streaming yet makes room (idle ones cannot lock friends
+            # out); when every slot streams, the newcomer is refused.
+            idle = [c for c in self._connections.values() if not c.kicked and not c.authenticated]
+            if not idle:
+                self.discarded["connection_limit"] += 1
+                return [CloseConnection(conn_id, f"refused: already {cfg.max_connections} connections")]
+            oldest = min(idle, key=lambda c: c.opened_s)
+            self.discarded["evicted_idle"] += 1
+            out += self.close(oldest.conn_id)
+            out.append(CloseConnection(oldest.conn_id, "made room: the oldest connection not streaming yet"))
         conn = RemoteViewer(conn_id=conn_id, peer=peer, cookie=cookie, opened_s=now, last_alive_s=now)
         self._connections[conn_id] = conn
         self._by_cookie[cookie] = conn
         self.connections_total += 1
-        return []
+        return out
 
     def _draw_cookie(self) -> int:
         while True:
