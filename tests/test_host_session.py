@@ -111,7 +111,7 @@ def test_udp_binding_is_first_come_and_never_rebinds() -> None:
     s.open(1, PEER, 0.0, cookie=5)
     s.open(2, PEER, 0.0, cookie=6)
     s.datagram(UDP, bytes(Cookie(5)), 0.0)
-    s.datagram(("6.6.6.6", 1), bytes(Cookie(5)), 0.0)  # an attacker replaying the cookie
+    s.datagram((UDP[0], 9), bytes(Cookie(5)), 0.0)  # the cookie again, from another port
     assert s.discarded["rebind_refused"] == 1
     s.datagram(UDP, bytes(Cookie(6)), 0.0)  # one address cannot be two viewers
     assert s.discarded["address_taken"] == 1
@@ -119,6 +119,26 @@ def test_udp_binding_is_first_come_and_never_rebinds() -> None:
     assert s.discarded["unknown_cookie"] == 1
     conn = s.connection(1)
     assert conn is not None and conn.udp_address == UDP
+
+
+def test_an_open_host_is_no_reflector_a_cookie_from_another_ip_aims_nothing() -> None:
+    # Anyone who reads a cookie on the path (or guesses a native host's) sends it from a victim's address.
+    s = make()
+    s.open(1, PEER, 0.0, cookie=5)
+    s.datagram(("6.6.6.6", 1), bytes(Cookie(5)), 0.0)
+    assert s.discarded["cookie_from_another_address"] == 1
+    conn = s.connection(1)
+    assert conn is not None and conn.udp_address is None
+    assert replies(s.control(1, Kick(KickFlags.VIDEO), 0.1)) == [Nak()]  # no media to the victim
+    # The viewer itself, from its TCP peer's IP on another port (a native viewer does this), still binds;
+    # an IPv4-mapped spelling of the same address is the same address.
+    s.open(2, ("::ffff:10.0.0.3", 5), 0.0, cookie=6)
+    s.datagram(UDP, bytes(Cookie(5)), 0.0)
+    s.datagram(("10.0.0.3", 7), bytes(Cookie(6)), 0.0)
+    assert conn.udp_address == UDP
+    assert replies(s.control(1, Kick(KickFlags.VIDEO), 0.2)) == [PARAMS]
+    second = s.connection(2)
+    assert second is not None and second.udp_address == ("10.0.0.3", 7)
 
 
 def test_ping_answered_with_the_server_clock_only_for_a_kicked_bound_viewer() -> None:

@@ -25,6 +25,7 @@ authentication (protocol.md §7.7) is :class:`~pyrofling.core.host.auth.HostAuth
 
 from __future__ import annotations
 
+import ipaddress
 import secrets
 from collections import Counter
 from collections.abc import Callable
@@ -428,6 +429,11 @@ class HostSessions:
             return
         if not self._plain_allowed(conn):  # it counts why not
             return
+        if plain_ip(address[0]) != plain_ip(conn.peer[0]):
+            # Its TCP peer is elsewhere: anyone who reads a cookie could otherwise aim the stream at a victim
+            # (a reflector). A viewer sends both from the same address (a NAT keeps one public address).
+            self.discarded["cookie_from_another_address"] += 1
+            return
         if conn.udp_address is None:
             if address in self._by_address:
                 self.discarded["address_taken"] += 1
@@ -653,3 +659,15 @@ def _flag_names(flags: KickFlags) -> str:
     shown = (KickFlags.VIDEO, KickFlags.AUDIO, KickFlags.GAMEPAD, KickFlags.KEYBOARD_MOUSE)
     names = [f.name.lower() for f in shown if flags & f and f.name]
     return "+".join(names) or "nothing"
+
+
+def plain_ip(host: object) -> str:
+    """An address as one spelling: an IPv4-mapped IPv6 address is its IPv4 one, zone ids dropped."""
+    text = str(host).split("%")[0]
+    try:
+        ip = ipaddress.ip_address(text)
+    except ValueError:
+        return text
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ip)
