@@ -2,7 +2,7 @@
 
 Two small JSON files in the user's configuration directory (``$PYROFLING_CONFIG_DIR``,
 else ``$XDG_CONFIG_HOME/pyrofling``, else ``~/.config/pyrofling``): ``host.json``
-(this host's lasting id and the viewers it admits without a code) and
+(this host's identity key and the viewers it admits without a code) and
 ``viewer.json`` (the hosts this viewer paired with).  The directory is 0700 and the
 files 0600, owned by the user; a file that is a link, or a directory anyone else
 can write, is refused rather than trusted.  Each write goes to a new file renamed
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pyrofling.core.host.auth import PairedViewer
+from pyrofling.core.secure import HostIdentity
 from pyrofling.core.viewer.auth import HostCredential
 
 log = logging.getLogger(__name__)
@@ -113,13 +114,24 @@ class HostPairings:
     def __init__(self, directory: Path | None = None) -> None:
         self._file = _JsonFile(directory or default_config_dir(), "host.json")
 
-    def host_id(self) -> bytes:
-        """This host's lasting id, made on first use."""
+    def identity(self) -> HostIdentity:
+        """This host's lasting identity key, made on first use; its id is the key's hash."""
         data = self._file.read()
-        if "host_id" not in data:
-            data["host_id"] = secrets.token_hex(16)
-            self._file.write(data)
-        return bytes.fromhex(data["host_id"])
+        if "host_key" in data:
+            try:
+                return HostIdentity(bytes.fromhex(data["host_key"]))
+            except ValueError as exc:
+                raise PairingStoreError(f"{self._file.path} holds a damaged host key: remove it") from exc
+        identity = HostIdentity()
+        if "host_id" in data:
+            log.warning(
+                "pairings: this host now proves who it is with a key, so its id changes; viewers paired before "
+                "must pair again (pyrofling pair)"
+            )
+            data.pop("host_id")
+        data["host_key"] = identity.private_bytes().hex()
+        self._file.write(data)
+        return identity
 
     def lookup(self, viewer_id: bytes) -> PairedViewer | None:
         """The viewer's credential, read now (a revocation counts at once); None also when the file cannot be
@@ -135,7 +147,10 @@ class HostPairings:
 
     def add(self, viewer_id: bytes, name: str, credential: bytes) -> None:
         data = self._file.read()
-        data.setdefault("viewers", {})[viewer_id.hex()] = {
+        viewers = data.setdefault("viewers", {})
+        if viewer_id.hex() in viewers:  # the core refuses this first; a store never overwrites a pairing
+            raise PairingStoreError(f"viewer {viewer_id.hex()[:8]} is already paired: not replaced")
+        viewers[viewer_id.hex()] = {
             "name": name,
             "credential": credential.hex(),
             "paired_at": _now(),
@@ -173,13 +188,22 @@ class ViewerPairings:
             for k, v in hosts.items()
         )
 
-    def paired_at(self, address: str) -> bool:
-        """Whether a host at ``address`` (host:port as typed) paired with this viewer: it must authenticate."""
-        return any(v.get("address") == address for v in self._file.read().get("hosts", {}).values())
+    def host_at(self, address: str) -> bytes | None:
+        """The id of the host this viewer paired with at ``address`` (host:port as typed), if any: only that host
+        is accepted there, and it must authenticate."""
+        for host_id, v in self._file.read().get("hosts", {}).items():
+            if v.get("address") == address:
+                return bytes.fromhex(host_id)
+        return None
 
     def add(self, credential: HostCredential, address: str) -> None:
+        """Keep a pairing the host proved with its identity key. Pairing again at an address replaces what was
+        paired there (the person typed that host's code)."""
         data = self._file.read()
-        data.setdefault("hosts", {})[credential.host_id.hex()] = {
+        hosts = data.setdefault("hosts", {})
+        for host_id in [k for k, v in hosts.items() if v.get("address") == address]:
+            del hosts[host_id]
+        hosts[credential.host_id.hex()] = {
             "viewer_id": credential.viewer_id.hex(),
             "credential": credential.credential.hex(),
             "address": address,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import secrets
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -32,6 +33,7 @@ from pyrofling.core.host.sessions import (
     SendDatagram,
     ViewerPaired,
 )
+from pyrofling.core.host.state import PairingCodeSpent
 from pyrofling.core.secure import (
     PAIRING_ALPHABET,
     SEAL_OVERHEAD,
@@ -40,6 +42,7 @@ from pyrofling.core.secure import (
     ControlOpener,
     ControlSealer,
     FailureLimiter,
+    HostIdentity,
     Opener,
     ReplayWindow,
     Sealer,
@@ -90,7 +93,8 @@ PARAMS = CodecParameters(1, 1, 0, 60, 1, 320, 240, 0, 0)
 PEER = ("10.0.0.2", 40000)
 UDP = ("10.0.0.2", 40001)
 SECRET = "hunter22"
-HOST_ID = bytes(range(16))
+HOST_IDENTITY = HostIdentity(bytes(range(32)))
+HOST_ID = HOST_IDENTITY.host_id
 PAD = KickFlags.VIDEO | KickFlags.GAMEPAD
 
 # -- primitives --------------------------------------------------------------------------------
@@ -236,9 +240,14 @@ class Book:
 
 
 def host(
-    secret: str | None = SECRET, *, private: bool = False, book: Book | None = None, host_id: bytes = HOST_ID
+    secret: str | None = SECRET,
+    *,
+    private: bool = False,
+    book: Book | None = None,
+    identity: HostIdentity = HOST_IDENTITY,
+    one_time_code: bool = False,
 ) -> HostSessions:
-    cfg = HostSessionConfig(auth_secret=secret, private=private, host_id=host_id)
+    cfg = HostSessionConfig(auth_secret=secret, private=private, identity=identity, one_time_code=one_time_code)
     s = HostSessions(make_packetizer=Packetizer.for_cookie, keyframes=KeyframePolicy(), config=cfg, paired=book)
     s.codec_parameters = PARAMS
     return s
@@ -257,11 +266,16 @@ class Link:
     path seeing every TCP write ("tcp>" to the host, "tcp<" to the viewer) and datagram ("udp>", "udp<")."""
 
     def __init__(
-        self, hs: HostSessions, viewer: ViewerSessionConfig, conn_id: int = 1, tamper: Tamper = untouched
+        self,
+        hs: HostSessions,
+        viewer: ViewerSessionConfig,
+        conn_id: int = 1,
+        tamper: Tamper = untouched,
+        random_bytes: Callable[[int], bytes] = secrets.token_bytes,
     ) -> None:
         self.hs, self.conn_id, self.tamper = hs, conn_id, tamper
         self.address = (UDP[0], UDP[1] + conn_id - 1)  # each viewer its own UDP port
-        self.vs = ViewerSession(ProgressCounters(), viewer)
+        self.vs = ViewerSession(ProgressCounters(), viewer, random_bytes=random_bytes)
         self.tcp_to_host: list[bytes] = []
         self.tcp_to_viewer: list[bytes] = []
         self.to_host_udp: list[bytes] = []
@@ -272,6 +286,7 @@ class Link:
         self.pad_inputs: list[GamepadInput | KeyboardMouseInput] = []
         self.viewer_paired: list[HostCredential] = []
         self.host_paired: list[ViewerPaired] = []
+        self.codes_spent: list[str] = []
         self.failure: str | None = None
         self.now = 0.0
         hs.open(conn_id, PEER, 0.0, cookie=0xC0FFEE00 + conn_id)
@@ -334,6 +349,8 @@ class Link:
                 self.pad_inputs.append(o)
             elif isinstance(o, ViewerPaired):
                 self.host_paired.append(o)
+            elif isinstance(o, PairingCodeSpent):
+                self.codes_spent.append(o.why)
 
     def udp(self, message: bytes, now: float = 0.5) -> None:
         self.now = now
@@ -511,7 +528,7 @@ def test_a_password_does_not_connect_to_an_open_host_unless_told() -> None:
     told = Link(host(None), ViewerSessionConfig(flags=PAD, secret=SECRET, allow_open_host=True)).run()
     assert told.streaming and not told.vs.encrypted
     # A paired viewer knows the address is a paired host's: no open host there either.
-    paired = Link(host(None), ViewerSessionConfig(flags=PAD, expect_auth=True)).run()
+    paired = Link(host(None), ViewerSessionConfig(flags=PAD, paired_host_id=HOST_ID)).run()
     assert paired.failure is not None and not paired.conn.kicked
 
 
@@ -607,6 +624,100 @@ def test_an_impostor_host_cannot_fake_a_pairing() -> None:
     # Same host id copied, still no credential: its proof fails.
     copy = Link(host("anything", book=Book()), ViewerSessionConfig(flags=PAD, credentials=(credential,))).run()
     assert copy.failure is not None and copy.pad_inputs == []
+
+
+class CopiedIdentity(HostIdentity):
+    """A rogue host's identity: it sends a friend's id and public key (both go in the clear), and signs with the
+    only key it has, its own."""
+
+    def __init__(self, victim: HostIdentity) -> None:
+        super().__init__()
+        self.public, self.host_id = victim.public, victim.host_id
+
+
+def test_a_paired_host_is_not_accepted_at_another_paired_hosts_address() -> None:
+    # The viewer paired with A (here) and with B (elsewhere); B answers at A's address. It is a genuine host with
+    # a genuine pairing, yet not the one the person asked for: refused, and told why.
+    a_book, b_book, b_identity = Book(), Book(), HostIdentity()
+    with_a = Link(host(book=a_book), ViewerSessionConfig(flags=PAD, secret=SECRET, pair_as="deck")).run()
+    with_b = Link(
+        host(book=b_book, identity=b_identity), ViewerSessionConfig(flags=PAD, secret=SECRET, pair_as="deck")
+    ).run()
+    for link, book in ((with_a, a_book), (with_b, b_book)):
+        (stored,) = link.host_paired
+        book.viewers[stored.viewer_id] = PairedViewer(stored.name, stored.credential)
+    both = (*with_a.viewer_paired, *with_b.viewer_paired)
+    at_a = ViewerSessionConfig(flags=PAD, credentials=both, paired_host_id=HOST_ID)
+    b_at_a = Link(host(None, private=True, book=b_book, identity=b_identity), at_a).run()
+    assert b_at_a.failure is not None and "not the one this viewer paired with here" in b_at_a.failure
+    assert not b_at_a.vs.authenticated and not b_at_a.conn.authenticated and b_at_a.pad_inputs == []
+    sealed_ok(Link(host(None, private=True, book=a_book), at_a).run())  # A itself, of course
+
+
+def test_a_rogue_host_reusing_a_friends_id_neither_pairs_nor_passes_for_the_friend() -> None:
+    book = Book()
+    friend = Link(host(book=book), ViewerSessionConfig(flags=PAD, secret=SECRET, pair_as="deck")).run()
+    (stored,) = friend.host_paired
+    book.viewers[stored.viewer_id] = PairedViewer(stored.name, stored.credential)
+    (credential,) = friend.viewer_paired
+    rogue = CopiedIdentity(HOST_IDENTITY)
+    # The victim pairs with the rogue (its own code, typed in good faith): the rogue cannot sign as the friend,
+    # so nothing is stored that could replace the friend's pairing.
+    duped = Link(
+        host("rogue-code", book=Book(), identity=rogue),
+        ViewerSessionConfig(flags=PAD, secret="rogue-code", pair_as="deck"),
+    ).run()
+    assert duped.failure is not None and "identity key" in duped.failure
+    assert duped.viewer_paired == [] and not duped.vs.authenticated
+    # At the friend's address the rogue gets nowhere either, open or with a code.
+    at_friend = ViewerSessionConfig(flags=PAD, credentials=(credential,), paired_host_id=HOST_ID)
+    for rogue_host in (
+        host(None, identity=rogue),
+        host("x" * 8, identity=rogue),
+        host(None, private=True, identity=rogue),
+    ):
+        link = Link(rogue_host, at_friend).run()
+        assert link.failure is not None and link.pad_inputs == [] and not link.vs.authenticated
+    # The friend still admits the viewer.
+    sealed_ok(Link(host(None, private=True, book=book), at_friend).run())
+
+
+def test_a_code_holder_cannot_take_over_another_viewers_pairing() -> None:
+    book = Book()
+    first = Link(host(book=book), ViewerSessionConfig(flags=PAD, secret=SECRET, pair_as="deck")).run()
+    (stored,) = first.host_paired
+    book.viewers[stored.viewer_id] = PairedViewer(stored.name, stored.credential)
+    # Someone else with the code pairs under the deck's id (it went in the clear): refused, nothing replaced.
+    hs = host(book=book)
+    reuse = Link(
+        hs,
+        ViewerSessionConfig(flags=PAD, secret=SECRET, pair_as="thief"),
+        random_bytes=lambda n: stored.viewer_id if n == 16 else secrets.token_bytes(n),
+    ).run()
+    assert reuse.failure is not None and reuse.host_paired == [] and reuse.viewer_paired == []
+    assert hs.discarded["pairing_id_taken"] == 1
+    assert book.viewers[stored.viewer_id].credential == stored.credential
+
+
+def test_a_pairing_code_works_once_and_runs_out() -> None:
+    hs = host(one_time_code=True, book=Book())
+    first = Link(hs, ViewerSessionConfig(flags=PAD, secret=SECRET, pair_as="deck"), conn_id=1).run(now=10.0)
+    sealed_ok(first)
+    assert len(first.codes_spent) == 1 and "used it" in first.codes_spent[0]
+    again = Link(hs, ViewerSessionConfig(flags=PAD, secret=SECRET, pair_as="thief"), conn_id=2).run(now=11.0)
+    assert again.failure is not None and again.host_paired == []
+    assert any("used or ran out" in line for line in again.host_logs)
+    # The host shows the next code; it works, once, for ten minutes from when it was issued.
+    hs.auth.issue_code("next-code-1", now=12.0)
+    assert Link(hs, ViewerSessionConfig(flags=PAD, secret="next-code-1"), conn_id=3).run(now=13.0).streaming
+    hs.auth.issue_code("next-code-2", now=20.0)
+    late = Link(hs, ViewerSessionConfig(flags=PAD, secret="next-code-2"), conn_id=4).run(now=20.0 + 601)
+    assert late.failure is not None and not late.vs.authenticated
+    assert late.codes_spent and "not used within 10 minutes" in late.codes_spent[0]
+    # A password (not a pairing code) is for every viewer, every time.
+    reusable = host(book=Book())
+    for conn_id in (1, 2, 3):
+        sealed_ok(Link(reusable, ViewerSessionConfig(flags=PAD, secret=SECRET), conn_id=conn_id).run(now=700.0))
 
 
 # -- pair once, then pinned keys -------------------------------------------------------------------

@@ -19,7 +19,10 @@ from support import TINY, PathAttacker, run, start_host, until
 from pyrofling.bench.stream import _wait_for_port, free_port
 from pyrofling.client.gamepad import GamepadConfig
 from pyrofling.client.viewer import Viewer, ViewerConfig
-from pyrofling.pairing import HostPairings, PairingStoreError
+from pyrofling.core.host.auth import PairedViewer
+from pyrofling.core.secure import host_id_of
+from pyrofling.core.viewer.auth import HostCredential
+from pyrofling.pairing import HostPairings, PairingStoreError, ViewerPairings
 from pyrofling.server.gamepad import RecordingPad
 from pyrofling.server.host import Host
 from pyrofling.wire import (
@@ -267,6 +270,15 @@ def test_the_pairing_commands_end_to_end(tmp_path: Path) -> None:
         )
         assert paired.returncode == 0, paired.stderr
         assert "now joins without a code" in paired.stdout
+        # The code worked once: the host wrote the next one, and the old one pairs nobody else.
+        next_code = code_file.read_text().strip()
+        assert next_code != code
+        old_file = tmp_path / "old-code"
+        old_file.write_text(code)
+        again = run_cli(
+            "pair", uri, "--code-file", str(old_file), "--name", "thief", "--pairing-dir", str(tmp_path / "t")
+        )
+        assert again.returncode != 0 and "refused the code" in again.stderr
         listed = run_cli("paired", "list", "--pairing-dir", str(host_dir))
         assert "friend-deck" in listed.stdout
         assert f"127.0.0.1:{port}" in run_cli("paired", "--pairing-dir", str(viewer_dir)).stdout
@@ -281,10 +293,32 @@ def test_the_pairing_commands_end_to_end(tmp_path: Path) -> None:
         refused = run_cli("view", uri, "--headless", "--no-audio", "--duration", "2", "--pairing-dir", str(viewer_dir))
         assert refused.returncode != 0 and "revoked" in refused.stderr
         # Never logged, on either side.
-        assert code not in view.stderr + refused.stderr + paired.stderr + paired.stdout + "".join(host_log)
+        for secret in (code, next_code):
+            assert secret not in view.stderr + refused.stderr + paired.stderr + paired.stdout + "".join(host_log)
     finally:
         host.terminate()
         host.wait(15)
+
+
+def test_the_host_id_is_its_keys_and_a_viewer_keeps_one_pairing_per_address(tmp_path: Path) -> None:
+    host = HostPairings(tmp_path / "h")
+    identity = host.identity()
+    assert host.identity().host_id == identity.host_id == host_id_of(identity.public)  # lasting
+    store = ViewerPairings(tmp_path / "v")
+    friend, other = (
+        HostCredential(identity.host_id, b"v" * 16, b"c" * 32),
+        HostCredential(b"o" * 16, b"w" * 16, b"d" * 32),
+    )
+    store.add(friend, "friend:9100")
+    store.add(other, "elsewhere:9100")  # another host's pairing never replaces the friend's
+    assert store.host_at("friend:9100") == identity.host_id and store.host_at("elsewhere:9100") == b"o" * 16
+    renewed = HostCredential(b"n" * 16, b"x" * 16, b"e" * 32)
+    store.add(renewed, "friend:9100")  # paired again at the address (the person typed that host's code)
+    assert store.host_at("friend:9100") == b"n" * 16 and len(store.credentials()) == 2
+    host.add(b"v" * 16, "deck", b"c" * 32)
+    with pytest.raises(PairingStoreError, match="already paired"):
+        host.add(b"v" * 16, "thief", b"t" * 32)  # a store never replaces a viewer's pairing
+    assert host.lookup(b"v" * 16) == PairedViewer("deck", b"c" * 32)
 
 
 def test_pairing_files_that_cannot_be_trusted_are_refused_not_followed(tmp_path: Path) -> None:

@@ -114,9 +114,9 @@ NATIVE_WIDE = {
     # pyrofling extensions follow the same rule: sign-extended when a payload follows.
     MessageId.EXTENSIONS: 0xFFFFFFFF_EF968220,
     MessageId.REQUEST_KEYFRAME: 0x00000000_EF968021,
-    MessageId.AUTH_CHALLENGE: 0xFFFFFFFF_EF969D62,  # 117-byte payload
+    MessageId.AUTH_CHALLENGE: 0xFFFFFFFF_EF96A562,  # 149-byte payload
     MessageId.AUTH_RESPONSE: 0xFFFFFFFF_EF96A663,  # 153
-    MessageId.AUTH_RESULT: 0xFFFFFFFF_EF968A24,  # 40
+    MessageId.AUTH_RESULT: 0xFFFFFFFF_EF969A24,  # 104
     MessageId.NACK: 0xFFFFFFFF_EF968625,  # 24
     MessageId.LOSS_REPORT: 0xFFFFFFFF_EF968726,  # 28
     MessageId.RATE_FEEDBACK: 0xFFFFFFFF_EF969C27,  # 112

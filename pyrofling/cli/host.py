@@ -7,6 +7,7 @@ import asyncio
 import errno
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from pyrofling.capture.paths import default_layer_socket
@@ -283,8 +284,9 @@ def _add_security_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--pairing-code",
         action="store_true",
-        help="make up a random code, shown once at start on this terminal (never in the log): friends pair with it "
-        "once (pyrofling pair) and join without it from then on",
+        help="make up a random code, shown on this terminal (never in the log): a friend pairs with it once "
+        "(pyrofling pair) and joins without it from then on. Each code works once and for 10 minutes; the host "
+        "then shows the next",
     )
     g.add_argument(
         "--pairing-code-file",
@@ -421,6 +423,7 @@ def host_config(args: argparse.Namespace) -> HostConfig:
         immediate_encode=args.source == "capture" and mode == "immediate",
         outputs=_output_config(args),
         password=_host_password(args),
+        show_pairing_code=_pairing_code_shower(args.pairing_code_file) if args.pairing_code else None,
         private=args.private,
         open_keyboard_mouse=args.open_keyboard_mouse,
         pairing_dir=pairing_dir(args),
@@ -471,25 +474,33 @@ def _host_password(args: argparse.Namespace) -> str | None:
         if password:
             raise ValueError(f"--pairing-code makes up a secret: drop --password (and ${PASSWORD_ENV})")
         password = pairing_code()
-        _show_pairing_code(password, args.pairing_code_file)
+        _pairing_code_shower(args.pairing_code_file)(password, "")
     if password is not None and len(password) < 6:
         raise ValueError("the password is too short: use at least 6 characters, or --pairing-code")
     return password
 
 
-def _show_pairing_code(code: str, file: Path | None) -> None:
+def _pairing_code_shower(file: Path | None) -> Callable[[str, str], None]:
+    return lambda code, why: _show_pairing_code(code, why, file)
+
+
+def _show_pairing_code(code: str, why: str, file: Path | None) -> None:
     """The code goes to the person, not to the log (stderr is the log, and often a file): to ``file`` (0600),
-    else the controlling terminal, else standard output."""
+    else the controlling terminal, else standard output. ``why``: why the last code went ("" at start)."""
     if file is not None:
         fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:
             out.write(code + "\n")
         print(f"pairing code written to {file}", file=sys.stderr, flush=True)
         return
-    text = (
-        f"pairing code: {code}\n  a friend pairs once with: pyrofling pair pyro://HOST:PORT (it asks for the code)"
-        "\n  (or watches this time only: pyrofling view pyro://HOST:PORT, with the code in $PYROFLING_PASSWORD)\n"
-    )
+    if why:
+        text = f"the pairing code {why}; the next one: {code} (once, within 10 minutes)\n"
+    else:
+        text = (
+            f"pairing code: {code} (works once, within 10 minutes; then the next is shown here)\n"
+            "  a friend pairs once with: pyrofling pair pyro://HOST:PORT (it asks for the code)\n"
+            "  (or watches this time only: pyrofling view pyro://HOST:PORT, with the code in $PYROFLING_PASSWORD)\n"
+        )
     try:
         with open("/dev/tty", "w") as tty:
             tty.write(text)

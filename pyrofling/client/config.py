@@ -89,18 +89,18 @@ class ViewerConfig:
 
     def session_config(self) -> ViewerSessionConfig:
         credentials: tuple[HostCredential, ...] = ()
-        expect_auth = False
+        paired_here = None
         if self.pairing_dir is not None:
             store = ViewerPairings(self.pairing_dir)
             try:
-                credentials, expect_auth = store.credentials(), store.paired_at(self.address)
+                credentials, paired_here = store.credentials(), store.host_at(self.address)
             except PairingStoreError as exc:
                 log.warning("pairings: %s; joining without them", exc)
         cfg = ViewerSessionConfig(
             flags=self.flags,
             secret=self.password,
             credentials=credentials,
-            expect_auth=expect_auth,
+            paired_host_id=paired_here,
             pair_as=self.pair_as,
             allow_open_host=self.allow_open_host,
             player_token=self.player_token,

@@ -26,8 +26,9 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cryptography.exceptions import InvalidTag
+from cryptography.exceptions import InvalidSignature, InvalidTag
 from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
@@ -52,6 +53,10 @@ HOST_IDENTITY = b"pyrofling host"
 _TRANSCRIPT = b"pyrofling v2 handshake"
 _KEYS = b"pyrofling v2 keys"
 _PAIRING = b"pyrofling v2 pairing credential"
+_HOST_ID = b"pyrofling host id"
+_HOST_SIGNATURE = b"pyrofling host signature"
+HOST_KEY_BYTES = 32
+SIGNATURE_BYTES = 64
 
 
 PAIRING_ALPHABET = "abcdefghjkmnpqrstuvwxyz23456789"  # no 0/o, 1/l/i: read aloud, typed by a friend
@@ -113,6 +118,40 @@ class ShareExchange:
             return self._private.exchange(X25519PublicKey.from_public_bytes(bytes(their_public[:SHARE_BYTES])))
         except ValueError as exc:  # a low-order point: the result would be all zeros
             raise AuthError("share_invalid") from exc
+
+
+def host_id_of(host_key: bytes) -> bytes:
+    """A host's id is the hash of its public identity key: claiming an id means holding that key."""
+    return hashlib.sha256(_HOST_ID + bytes(host_key)).digest()[:ID_BYTES]
+
+
+class HostIdentity:
+    """A host's lasting Ed25519 identity: its id, and a signature over each handshake it accepts, which no
+    one else (a rogue host reusing the id it sends in the clear) can make."""
+
+    def __init__(self, private: bytes | None = None) -> None:
+        key = Ed25519PrivateKey.from_private_bytes(private) if private else Ed25519PrivateKey.generate()
+        self._private = key
+        self.public: bytes = key.public_key().public_bytes_raw()
+        self.host_id = host_id_of(self.public)
+
+    def private_bytes(self) -> bytes:
+        """The raw 32-byte private key, for the host's pairing file (0600) only."""
+        return self._private.private_bytes_raw()
+
+    def sign(self, transcript: bytes, viewer_proof: bytes) -> bytes:
+        return self._private.sign(_HOST_SIGNATURE + transcript + viewer_proof)
+
+
+def check_host_signature(host_key: bytes, transcript: bytes, viewer_proof: bytes, signature: bytes) -> bool:
+    """Whether the holder of ``host_key`` signed this handshake (a viewer checks it before trusting a host id)."""
+    try:
+        Ed25519PublicKey.from_public_bytes(bytes(host_key)).verify(
+            bytes(signature), _HOST_SIGNATURE + transcript + viewer_proof
+        )
+    except (InvalidSignature, ValueError):
+        return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)

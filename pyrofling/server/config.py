@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,6 +95,9 @@ class HostConfig:
     password: str | None = field(default=None, repr=False)
     #: Admit only viewers that authenticate (paired ones, or with ``password``), even without a password.
     private: bool = False
+    #: ``password`` is a one-time pairing code (good once, and for 10 minutes): each next code is made by the
+    #: host and handed here with why the last one went (the CLI shows it on the terminal, never in the log).
+    show_pairing_code: Callable[[str, str], None] | None = field(default=None, repr=False)
     #: Let viewers that did not authenticate type and move the mouse (without it only authenticated ones can).
     open_keyboard_mouse: bool = False
     #: Where this host keeps its id and its paired viewers (None: no pairing; the CLI gives the user's directory).

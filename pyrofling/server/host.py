@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -40,8 +39,9 @@ from pyrofling.core.host.sessions import (
     PhaseFeedback,
     ViewerLeft,
 )
-from pyrofling.core.host.state import SetBitrate, ViewerPaired
+from pyrofling.core.host.state import PairingCodeSpent, SetBitrate, ViewerPaired
 from pyrofling.core.input.pad.rumble import RumbleCommand
+from pyrofling.core.secure import HostIdentity, pairing_code
 from pyrofling.files import write_stats
 from pyrofling.pairing import HostPairings, PairingStoreError
 from pyrofling.server.audio import (
@@ -89,17 +89,18 @@ class Host:
         self.keyframes = KeyframePolicy()
         #: The viewers this host paired with, and its lasting id (None: pairing off, a throwaway id).
         self.pairings = HostPairings(config.pairing_dir) if config.pairing_dir is not None else None
-        host_id = secrets.token_bytes(16)  # an open host never touches the pairing files
+        identity = HostIdentity()  # a throwaway one: an open host never touches the pairing files
         if self.pairings is not None and (config.password is not None or config.private):
             try:
-                host_id = self.pairings.host_id()
+                identity = self.pairings.identity()
             except PairingStoreError as exc:
                 log.warning("pairings: %s; codes still work, stored pairings do not", exc)
                 self.pairings = None
         session_config = HostSessionConfig(
             auth_secret=config.password,
             private=config.private,
-            host_id=host_id,
+            identity=identity,
+            one_time_code=config.show_pairing_code is not None,
             open_keyboard_mouse=config.open_keyboard_mouse,
         )
         ceiling = config.encoder.bitrate_kbits * 1000
@@ -326,6 +327,11 @@ class Host:
             self._pad_output_for(out.pad).apply(out.update)
         elif isinstance(out, KeyboardMouseInput) and self.input_output is not None:
             self.input_output.apply(out.update)
+        elif isinstance(out, PairingCodeSpent) and self.config.show_pairing_code is not None:
+            code = pairing_code()
+            self.sessions.auth.issue_code(code, self._clock.now())
+            log.info("the pairing code %s: a new one is on the host's terminal", out.why)
+            self.config.show_pairing_code(code, out.why)
         elif isinstance(out, ViewerPaired):
             if self.pairings is not None:
                 try:

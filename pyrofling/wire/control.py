@@ -465,12 +465,13 @@ class AuthChallenge(ControlMessage):
     """pyrofling extension (protocol.md §7.7), host → viewer: who the host is and how a viewer may prove itself."""
 
     ID = MessageId.AUTH_CHALLENGE
-    PAYLOAD = struct.Struct("<16s32s33s32sI")
-    host_id: bytes  # the host's lasting identity: a paired viewer finds its credential by it
+    PAYLOAD = struct.Struct("<16s32s33s32sI32s")
+    host_id: bytes  # the host's lasting identity, the hash of host_key: a paired viewer finds its credential by it
     host_nonce: bytes  # fresh for this connection
     pake_message: bytes  # the host's SPAKE2 message (zeros when it takes no code)
     host_share: bytes  # an X25519 public key, fresh for this connection (for PAIRED)
     methods: int  # bit (1 << AuthMethod): the methods this host takes
+    host_key: bytes = bytes(32)  # its lasting Ed25519 public key; AUTH_RESULT(1) carries its signature
 
     def check(self) -> None:
         if not self.methods & ((1 << AuthMethod.CODE) | (1 << AuthMethod.PAIRED)):
@@ -505,10 +506,11 @@ class AuthResult(ControlMessage):
     """pyrofling extension (protocol.md §7.7), host → viewer: accepted (with the host's proof), refused or blocked."""
 
     ID = MessageId.AUTH_RESULT
-    PAYLOAD = struct.Struct("<II32s")
+    PAYLOAD = struct.Struct("<II32s64s")
     status: int
     retry_after_ms: int
     proof: bytes
+    signature: bytes = bytes(64)  # accepted: the host key's Ed25519 signature over the handshake (zeros otherwise)
 
     def check(self) -> None:
         if self.status not in AuthStatus._value2member_map_:

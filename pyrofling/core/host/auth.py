@@ -26,6 +26,7 @@ from pyrofling.core.host.state import (
     HostOutput,
     HostSessionConfig,
     LogLine,
+    PairingCodeSpent,
     RemoteViewer,
     ViewerPaired,
 )
@@ -114,6 +115,30 @@ class HostAuth:
         self.failures = 0
         self.successes = 0
         self.pairings = 0
+        #: The code a CODE answer must prove now: the password, or the live one-time pairing code (None: used or
+        #: expired, until the shell issues the next); its serial counts the codes issued.
+        self.code = config.auth_secret
+        self.code_serial = 0
+        self._code_expires_at: float | None = None  # a one-time code's clock starts at its first sight of time
+
+    def issue_code(self, code: str, now: float) -> None:
+        """The next one-time pairing code (after :class:`PairingCodeSpent`), good for ``code_lifetime_s``."""
+        self.code, self.code_serial = code, self.code_serial + 1
+        self._code_expires_at = now + self.config.code_lifetime_s
+
+    def _live_code(self, now: float) -> tuple[str | None, list[HostOutput]]:
+        """The code a challenge made now takes, and a :class:`PairingCodeSpent` when a one-time code ran out."""
+        if not self.config.one_time_code or self.code is None:
+            return self.code, []
+        if self._code_expires_at is None:
+            self._code_expires_at = now + self.config.code_lifetime_s
+        if now < self._code_expires_at:
+            return self.code, []
+        self._spend()
+        return None, [PairingCodeSpent(f"it was not used within {self.config.code_lifetime_s / 60:g} minutes")]
+
+    def _spend(self) -> None:
+        self.code, self.code_serial = None, self.code_serial + 1
 
     @property
     def required(self) -> bool:
@@ -144,22 +169,30 @@ class HostAuth:
             self.discarded["challenge_budget"] += 1
             return out + self._busy(conn, wait)
         transcript = Transcript(bytes(msg), bytes(Cookie(conn.cookie)), bytes(reply))
-        secret = self.config.auth_secret
+        secret, spent = self._live_code(now)
+        out += spent
+        takes_code = self.config.auth_secret is not None
         code = None
         if secret is not None and not self.limiter.blocked(address, now):
             code = CodeExchange(secret, host=True)
         pake_message = bytes(PAKE_MESSAGE_BYTES)
         if code is not None:
             pake_message = code.message
-        elif secret is not None:  # blocked: a CODE answer gets "blocked"; the decoy lets the viewer give one
+        elif takes_code:  # blocked, or the one-time code is spent: a CODE answer is told why; no PAKE runs
             pake_message = self._decoy_message()
         share = ShareExchange()
-        methods = 1 << AuthMethod.PAIRED | (1 << AuthMethod.CODE if secret is not None else 0)
+        methods = 1 << AuthMethod.PAIRED | (1 << AuthMethod.CODE if takes_code else 0)
+        identity = self.config.identity
         challenge = AuthChallenge(
-            self.config.host_id, self._random_bytes(NONCE_BYTES), pake_message, share.public, methods
+            identity.host_id,
+            self._random_bytes(NONCE_BYTES),
+            pake_message,
+            share.public,
+            methods,
+            identity.public,
         )
         transcript.add(bytes(challenge))
-        conn.handshake = HostHandshake(transcript, share, code)
+        conn.handshake = HostHandshake(transcript, share, code, self.code_serial)
         out.append(conn.send(challenge))
         return out
 
@@ -179,6 +212,8 @@ class HostAuth:
                 if wait > 0 and self.config.auth_secret is not None:
                     self.discarded["auth_blocked"] += 1
                     return self._blocked(conn, wait, f"{address} is blocked after repeated wrong codes")
+                if self.config.one_time_code and (hs.code is None or hs.code_serial != self.code_serial):
+                    return self._refuse(conn, "the pairing code was used or ran out: the host shows a new one")
                 if hs.code is None and self.config.auth_secret is not None:  # the block ended meanwhile
                     return self._blocked(conn, 1.0, f"{address} was blocked when it was challenged")
                 if hs.code is None:
@@ -199,18 +234,27 @@ class HostAuth:
         keys = handshake_keys(material, transcript, msg.method) if material else None
         if keys is None or not check_proof(prove(keys.viewer_proof, transcript), msg.proof):
             return self._wrong(conn, msg, address, now)
+        pairing = msg.method == AuthMethod.CODE and msg.flags & AUTH_FLAG_PAIR
+        if pairing and self.paired.lookup(msg.viewer_id) is not None:
+            # Ids are random: a taken one is someone (who holds the code) trying to replace another's pairing.
+            self.discarded["pairing_id_taken"] += 1
+            return self._refuse(conn, f"asked to pair as {msg.viewer_id.hex()[:8]}, a viewer already paired")
         self.limiter.succeeded(address)
         self.successes += 1
         conn.authenticated = True
         conn.auth_method = AuthMethod(msg.method).name.lower()
+        signature = self.config.identity.sign(transcript, msg.proof)
         out: list[HostOutput] = [
-            conn.send(AuthResult(AuthStatus.ACCEPTED, 0, prove(keys.host_proof, transcript, msg.proof)))
+            conn.send(AuthResult(AuthStatus.ACCEPTED, 0, prove(keys.host_proof, transcript, msg.proof), signature))
         ]
+        if msg.method == AuthMethod.CODE and self.config.one_time_code:
+            self._spend()
+            out.append(PairingCodeSpent(f"{conn.label} used it"))
         # Everything after AUTH_RESULT is sealed, both ways.
         conn.channel.seal_with(keys.control_host_to_viewer)
         conn.channel.open_with(keys.control_viewer_to_host)
         conn.sealer, conn.opener = Sealer(keys.datagram_host_to_viewer), Opener(keys.datagram_viewer_to_host)
-        if msg.method == AuthMethod.CODE and msg.flags & AUTH_FLAG_PAIR:
+        if pairing:
             name = printable_name(msg.name)
             self.pairings += 1
             out.append(ViewerPaired(bytes(msg.viewer_id), name, keys.pairing))

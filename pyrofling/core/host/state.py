@@ -16,7 +16,15 @@ from pyrofling.core.host.pacer import PacedQueue
 from pyrofling.core.host.packetizer import Packetizer
 from pyrofling.core.input.keyboard_mouse import InputUpdate
 from pyrofling.core.input.pad import PadUpdate
-from pyrofling.core.secure import SEAL_OVERHEAD, CodeExchange, Opener, Sealer, ShareExchange, Transcript
+from pyrofling.core.secure import (
+    SEAL_OVERHEAD,
+    CodeExchange,
+    HostIdentity,
+    Opener,
+    Sealer,
+    ShareExchange,
+    Transcript,
+)
 from pyrofling.wire import ALL_EXTENSIONS, ControlMessage, ExtensionFeature, KickFlags, Progress
 
 #: A socket address as asyncio reports it: (host, port) or (host, port, flowinfo, scope_id).
@@ -81,6 +89,14 @@ class SetBitrate(HostOutput):
 
 
 @dataclass(frozen=True, slots=True)
+class PairingCodeSpent(HostOutput):
+    """The one-time pairing code was used or ran out: make a new one, show it to the person, and
+    :meth:`~pyrofling.core.host.auth.HostAuth.issue_code` it."""
+
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
 class ViewerPaired(HostOutput):
     """A viewer proved the code and asked to be remembered: store its credential (protocol.md §7.7)."""
 
@@ -125,8 +141,12 @@ class HostSessionConfig:
     auth_secret: str | None = field(default=None, repr=False)
     #: Require authentication even without a code: only paired viewers get in.
     private: bool = False
-    #: The host's lasting identity (a paired viewer finds its credential by it).
-    host_id: bytes = bytes(16)
+    #: The host's lasting identity key (its id is the key's hash; a paired viewer finds its credential by it).
+    identity: HostIdentity = field(default_factory=HostIdentity, repr=False, compare=False)
+    #: ``auth_secret`` is a pairing code: good for one successful handshake, and for ``code_lifetime_s`` (then
+    #: :class:`PairingCodeSpent` asks the shell for a new one).
+    one_time_code: bool = False
+    code_lifetime_s: float = 600.0
     #: With a secret: a connection that has not authenticated this long after it opened is closed.
     auth_timeout_s: float = 10.0
     #: At most one PATH_CHALLENGE per connection this often (protocol.md §7.7).
@@ -149,6 +169,8 @@ class HostHandshake:
     transcript: Transcript
     share: ShareExchange
     code: CodeExchange | None
+    #: Which code the challenge was made with (a one-time code used meanwhile is not used twice).
+    code_serial: int = 0
 
 
 @dataclass(slots=True)

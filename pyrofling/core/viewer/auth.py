@@ -20,8 +20,10 @@ from pyrofling.core.secure import (
     HandshakeKeys,
     ShareExchange,
     Transcript,
+    check_host_signature,
     check_proof,
     handshake_keys,
+    host_id_of,
     paired_material,
     prove,
 )
@@ -68,8 +70,12 @@ class ViewerAuth:
         credentials: tuple[HostCredential, ...],
         pair_as: str | None,
         random_bytes: Callable[[int], bytes],
+        expected_host_id: bytes | None = None,
     ) -> None:
         self._secret, self._credentials, self._pair_as = secret, credentials, pair_as
+        #: The host this viewer paired with at this address: no other is accepted here.
+        self._expected = expected_host_id
+        self._host_key = b""
         self._random_bytes = random_bytes
         self._transcript = Transcript(bytes(offer), bytes(Cookie(cookie)), bytes(grant))
         self._pending: tuple[HandshakeKeys, bytes, bytes, HostCredential | None] | None = None
@@ -83,6 +89,15 @@ class ViewerAuth:
     def respond(self, challenge: AuthChallenge) -> AuthResponse:
         """The answer to the host's challenge, with this viewer's proof."""
         self._transcript.add(bytes(challenge))
+        if host_id_of(challenge.host_key) != challenge.host_id:
+            raise AuthFailed("the host's id is not its key's: an impostor, or changed on the path")
+        if self._expected is not None and challenge.host_id != self._expected and self._pair_as is None:
+            raise AuthFailed(
+                f"the host at this address is not the one this viewer paired with here (it is "
+                f"{challenge.host_id.hex()[:8]}, the pairing is with {self._expected.hex()[:8]}): someone else "
+                "answers at this address, or that host was set up anew (then pair again: pyrofling pair)"
+            )
+        self._host_key = bytes(challenge.host_key)
         paired = next((c for c in self._credentials if c.host_id == challenge.host_id), None)
         takes_code = bool(challenge.methods & 1 << AuthMethod.CODE)
         flags, name, viewer_id = 0, bytes(32), bytes(ID_BYTES)
@@ -134,7 +149,12 @@ class ViewerAuth:
                 raise AuthFailed(
                     "the host no longer knows this viewer's pairing (revoked?): pair again with pyrofling pair"
                 )
-            raise AuthFailed("the host refused the code: check the password or pairing code")
+            raise AuthFailed(
+                "the host refused the code: check the password, or ask for the pairing code the host shows now "
+                "(each works once, within 10 minutes)"
+            )
         if not check_proof(prove(keys.host_proof, digest, proof), msg.proof):
             raise AuthFailed("the host could not prove the handshake: an impostor, or changed on the path")
+        if not check_host_signature(self._host_key, digest, proof, msg.signature):
+            raise AuthFailed("the host could not prove it holds its identity key: an impostor using its id")
         return keys, credential

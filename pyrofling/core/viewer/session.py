@@ -156,8 +156,9 @@ class ViewerSessionConfig:
     secret: str | None = field(default=None, repr=False)
     #: Credentials from earlier pairings; the host's AUTH_CHALLENGE names which one applies.
     credentials: tuple[HostCredential, ...] = field(default=(), repr=False)
-    #: This address belongs to a host we paired with: it must authenticate.
-    expect_auth: bool = False
+    #: The host this viewer paired with at this address (its id): only it is accepted here, and it must
+    #: authenticate.
+    paired_host_id: bytes | None = None
     #: Ask the host to remember this viewer under this name (with ``secret``: the pairing code).
     pair_as: str | None = None
     #: Watch a host that does not authenticate even though we have a secret for it (the stream is not sealed).
@@ -252,7 +253,8 @@ class ViewerSession:
     def needs_auth(self) -> bool:
         """Whether this viewer accepts only an authenticated, sealed stream."""
         cfg = self.config
-        return (cfg.secret is not None or cfg.expect_auth or cfg.pair_as is not None) and not cfg.allow_open_host
+        wants = cfg.secret is not None or cfg.paired_host_id is not None or cfg.pair_as is not None
+        return wants and not cfg.allow_open_host
 
     def control_bytes(self, data: bytes, now: float) -> list[ViewerOutput]:
         """Bytes read from the control connection: its messages one by one (the handshake switches it to sealed
@@ -299,6 +301,7 @@ class ViewerSession:
                         credentials=cfg.credentials,
                         pair_as=cfg.pair_as,
                         random_bytes=self._random_bytes,
+                        expected_host_id=cfg.paired_host_id,
                     )
                 return []
             if self.extensions & sealed:
