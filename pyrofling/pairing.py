@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pyrofling.core.host.auth import PairedViewer
+from pyrofling.core.host.state import ViewerPaired
 from pyrofling.core.secure import HostIdentity
 from pyrofling.core.viewer.auth import HostCredential
 
@@ -173,6 +174,30 @@ class HostPairings:
         if gone:
             self._file.write(data)
         return gone
+
+
+def open_host_pairings(directory: Path | None, needed: bool) -> tuple[HostPairings | None, HostIdentity]:
+    """A host's pairings (None: it keeps none) and its identity: the lasting one when it takes a code or
+    pairings (``needed``), else a throwaway one (an open host never touches the pairing files)."""
+    pairings = HostPairings(directory) if directory is not None else None
+    if pairings is None or not needed:
+        return pairings, HostIdentity()
+    try:
+        return pairings, pairings.identity()
+    except PairingStoreError as exc:
+        log.warning("pairings: %s; codes still work, stored pairings do not", exc)
+        return None, HostIdentity()
+
+
+def keep_pairing(pairings: HostPairings | None, paired: ViewerPaired) -> None:
+    """The host's side of a new pairing: stored, or said why not (the viewer needs the code next time)."""
+    if pairings is None:
+        log.warning("a viewer paired, but this host keeps no pairings: it will need the code next time")
+        return
+    try:
+        pairings.add(paired.viewer_id, paired.name, paired.credential)
+    except (PairingStoreError, OSError) as exc:
+        log.error("could not keep the pairing with %r: %s", paired.name, exc)
 
 
 class ViewerPairings:

@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -178,10 +179,13 @@ def run_scenario(
     *,
     live: Callable[[list[dict[str, Any]], float], str] | None = None,
     settle_s: float = 1.0,
+    alongside: Callable[[int], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Run host, netsim (when lossy) and viewers; return the collected statistics."""
+    """Run host, netsim (when lossy) and viewers; return the collected statistics. ``alongside(host_port)``, if
+    given, runs in a thread of this process from when the viewers start (an attacker, in ``bench security``);
+    what it returns is ``result["alongside"]``."""
     with tempfile.TemporaryDirectory(prefix="pyrofling-bench-") as tmp:
-        return _run(scenario, Path(tmp), live, settle_s)
+        return _run(scenario, Path(tmp), live, settle_s, alongside)
 
 
 def _run(
@@ -189,7 +193,10 @@ def _run(
     tmp: Path,
     live: Callable[[list[dict[str, Any]], float], str] | None,
     settle_s: float,
+    alongside: Callable[[int], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
+    beside: dict[str, Any] = {}
+    beside_thread: threading.Thread | None = None
     procs: list[subprocess.Popen[bytes]] = []
     host_port = free_port()
     host_json = tmp / "host.json"
@@ -295,7 +302,13 @@ def _run(
         services = list(procs)
         procs.extend(viewers)
         started = time.monotonic()
+        if alongside is not None:
+            run_beside = alongside
+            beside_thread = threading.Thread(target=lambda: beside.update(run_beside(host_port)), daemon=True)
+            beside_thread.start()
         _watch(viewers, viewer_files, started, live)
+        if beside_thread is not None:
+            beside_thread.join(timeout=60)
         # Viewers are done: let the host see them leave, then stop it and the relay.
         time.sleep(min(settle_s, 0.5))
         stop_processes(services, procs)
@@ -307,7 +320,11 @@ def _run(
     game = _read_json(tmp / "game.json") if sc.game else None
     if game is not None:
         game.pop("present_times", None)
-    return {"scenario": asdict(sc), "host": host, "viewers": viewer_stats, "netsim": net, "game": game}
+    result: dict[str, Any] = {"scenario": asdict(sc), "host": host, "viewers": viewer_stats, "netsim": net}
+    result["game"] = game
+    if alongside is not None:
+        result["alongside"] = beside
+    return result
 
 
 def stop_processes(interrupt: list[subprocess.Popen[bytes]], wait_for: list[subprocess.Popen[bytes]]) -> None:

@@ -41,9 +41,9 @@ from pyrofling.core.host.sessions import (
 )
 from pyrofling.core.host.state import PairingCodeSpent, SetBitrate, ViewerPaired
 from pyrofling.core.input.pad.rumble import RumbleCommand
-from pyrofling.core.secure import HostIdentity, pairing_code
+from pyrofling.core.secure import pairing_code
 from pyrofling.files import write_stats
-from pyrofling.pairing import HostPairings, PairingStoreError
+from pyrofling.pairing import PairingStoreError, keep_pairing, open_host_pairings
 from pyrofling.server.audio import (
     AudioChunk,
     AudioEncoder,
@@ -87,15 +87,8 @@ class Host:
         self._clock = clock
         self.stats = HostStats()
         self.keyframes = KeyframePolicy()
-        #: The viewers this host paired with, and its lasting id (None: pairing off, a throwaway id).
-        self.pairings = HostPairings(config.pairing_dir) if config.pairing_dir is not None else None
-        identity = HostIdentity()  # a throwaway one: an open host never touches the pairing files
-        if self.pairings is not None and (config.password is not None or config.private):
-            try:
-                identity = self.pairings.identity()
-            except PairingStoreError as exc:
-                log.warning("pairings: %s; codes still work, stored pairings do not", exc)
-                self.pairings = None
+        #: The viewers this host paired with (None: pairing off), and its lasting identity.
+        self.pairings, identity = open_host_pairings(config.pairing_dir, config.password is not None or config.private)
         session_config = HostSessionConfig(
             auth_secret=config.password,
             private=config.private,
@@ -333,13 +326,7 @@ class Host:
             log.info("the pairing code %s: a new one is on the host's terminal", out.why)
             self.config.show_pairing_code(code, out.why)
         elif isinstance(out, ViewerPaired):
-            if self.pairings is not None:
-                try:
-                    self.pairings.add(out.viewer_id, out.name, out.credential)
-                except (PairingStoreError, OSError) as exc:
-                    log.error("could not keep the pairing with %r: %s", out.name, exc)
-            else:
-                log.warning("a viewer paired, but this host keeps no pairings: it will need the code next time")
+            keep_pairing(self.pairings, out)
         elif isinstance(out, SetBitrate) and self._encoder is not None:
             self._encoder.set_bitrate(out.bits_per_s)
             kbits = round(out.bits_per_s / 1000)

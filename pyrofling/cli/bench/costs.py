@@ -40,6 +40,7 @@ def _run_comparison(
     check_modes: Callable[[list[str]], str | None],
     run: Callable[..., dict[str, Any]],
     table: Callable[[dict[str, Any]], str],
+    show: bool = True,
 ) -> dict[str, Any] | None:
     """Run the modes in turn and print the comparison; None (after saying why) when the modes do not fit."""
     from pyrofling.bench.stream import StreamScenario
@@ -58,7 +59,8 @@ def _run_comparison(
         preset=args.preset,
     )
     result = run(base, list(args.modes), args.rounds, progress=progress)
-    print_result(args, result, table)
+    if show:
+        print_result(args, result, table)
     return result
 
 
@@ -91,6 +93,7 @@ def _run_outputs(args: argparse.Namespace) -> int:
 
 
 def add_security(sub: Sub) -> None:
+    from pyrofling.bench.attacks import ATTACKS
     from pyrofling.bench.security import DEFAULT_MODES, MODES
 
     _comparison(
@@ -101,17 +104,53 @@ def add_security(sub: Sub) -> None:
         "control channel and every datagram AES-GCM) and with a stored pairing (paired: pinned keys), the modes "
         "taking turns. Report median host and viewer CPU and capture-to-decoded latency next to open's, then time "
         "20 handshakes per way in (open, password, pinned keys) on loopback.",
-        "pyrofling bench security --width 1920 --height 1080 --bitrate-kbits 20000 --rounds 3",
+        "pyrofling bench security --width 1920 --height 1080 --bitrate-kbits 20000 --rounds 3; "
+        "pyrofling bench security --attacks all --attacks-only",
         tuple(MODES),
         tuple(DEFAULT_MODES),
     )
-    sub.choices["security"].set_defaults(func=_run_security)
+    p = sub.choices["security"]
+    p.add_argument(
+        "--attacks",
+        type=lambda text: ATTACKS if text == "all" else choice_list(ATTACKS)(text),
+        default=(),
+        metavar="LIST",
+        help="then play a stranger who reaches the port, beside a stream with a password: burst (32 KB of "
+        "EXTENSIONS a second), flood (8 s of handshakes and datagrams from 8 addresses), idle (144 silent "
+        "connections), reflect (a cookie sent from a victim's address; bytes both ways, open, password and "
+        "private hosts); a friend joins during each. 'all' for every one",
+    )
+    p.add_argument("--attacks-only", action="store_true", help="with --attacks: skip the cost comparison")
+    p.set_defaults(func=_run_security)
 
 
 def _run_security(args: argparse.Namespace) -> int:
+    from pyrofling.bench.attacks import format_table as attack_table
+    from pyrofling.bench.attacks import run_attack_bench
     from pyrofling.bench.security import check_modes, format_table, run_security_bench
+    from pyrofling.bench.stream import StreamScenario
 
-    result = _run_comparison(args, "security", check_modes, run_security_bench, format_table)
-    if result is None:
-        return 2
-    return 0 if all(m["sealed_runs"] >= m["runs"] for m in result["modes"] if m["mode"] != "open") else 1
+    if args.attacks_only and not args.attacks:
+        return refuse("bench security", "--attacks-only needs --attacks LIST (or --attacks all)")
+    ok = True
+    result: dict[str, Any] | None = None
+    if not args.attacks_only:
+        # With --json and --attacks, one document holds both: {"costs": ..., "attacks": ...}.
+        show = not (args.json and args.attacks)
+        result = _run_comparison(args, "security", check_modes, run_security_bench, format_table, show=show)
+        if result is None:
+            return 2
+        ok = all(m["sealed_runs"] >= m["runs"] for m in result["modes"] if m["mode"] != "open")
+    if args.attacks:
+        setup(args)
+        base = StreamScenario(
+            width=args.width, height=args.height, fps=args.fps, bitrate_kbits=args.bitrate_kbits, preset=args.preset
+        )
+        attacked = run_attack_bench(base, list(args.attacks), progress=progress)
+        if args.json and result is not None:
+            print_result(args, {"costs": result, "attacks": attacked}, attack_table)
+        else:
+            print_result(args, attacked, attack_table)
+        ok = ok and all(r["reconnects"] == 0 for r in attacked["attacks"])
+        ok = ok and all(m["bytes_to_victim"] <= 3 * m["bytes_from_victim"] for m in attacked["reflect"])
+    return 0 if ok else 1
