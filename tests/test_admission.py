@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import pyrofling.core.host.auth as host_auth
-from pyrofling.core.host.admission import ChallengeBudget, TokenBucket
+from pyrofling.core.host.admission import ChallengeBudget, ConnectionBudget, TokenBucket
 from pyrofling.core.host.keyframes import KeyframePolicy
 from pyrofling.core.host.packetizer import Packetizer
 from pyrofling.core.host.sessions import CloseConnection, HostSessionConfig, HostSessions, SendControl
@@ -23,6 +23,7 @@ from pyrofling.wire import (
     AuthResult,
     AuthStatus,
     ControlFramer,
+    Cookie,
     ExtensionFeature,
     Extensions,
     Hello,
@@ -111,8 +112,26 @@ def test_a_burst_of_extensions_runs_one_pake_and_ends_the_connection(monkeypatch
     assert hs.connection(1) is None and hs.discarded["extensions_repeated"] == 1
 
 
+def test_connections_opened_too_fast_are_closed_before_anything_is_read() -> None:
+    """One address connecting as fast as it can: a viewer's reconnects fit at once, the rest are closed at open
+    (no cookie drawn, no slot held); a friend elsewhere is not affected, and the address gets a few a second."""
+    hs = sealed_host()
+    out = [hs.open(i, ("192.0.2.66", 1000 + i), 0.0) for i in range(1, 101)]
+    burst = ConnectionBudget().per_prefix_burst
+    too_fast = [c for o in out for c in o if isinstance(c, CloseConnection) and "too fast" in c.reason]
+    assert len(too_fast) == 100 - burst == hs.discarded["connection_rate"]
+    assert all(o for o in out[burst:])  # every one past the burst closed at once
+    assert len(hs.connections) == hs.config.max_pending_per_address  # of the burst, as many as may wait
+    assert hs.open(200, ("203.0.113.5", 9), 0.0) == []  # a friend elsewhere
+    for conn in hs.connections:
+        hs.close(conn.conn_id)
+    later = [hs.open(300 + i, ("192.0.2.66", 3000 + i), 1.0) for i in range(10)]
+    assert sum(not o for o in later) == ConnectionBudget().per_prefix_rate_s  # then four a second
+
+
 def test_a_flood_of_handshakes_gets_busy_replies_and_a_friend_elsewhere_still_gets_a_challenge() -> None:
     hs = sealed_host(per_prefix_burst=6, total_burst=25)
+    hs.connection_budget = ConnectionBudget(per_prefix_burst=100)  # the connections themselves are let in
     answers = [handshake_start(hs, i, "192.0.2.66", 0.0) for i in range(1, 41)]
     challenged = [a for a in answers if any(isinstance(m, AuthChallenge) for m in a)]
     busy = [m for a in answers for m in a if isinstance(m, AuthResult)]
@@ -150,6 +169,24 @@ def test_a_viewer_told_busy_tries_again_even_before_it_ever_streamed() -> None:
     delays = [reconnect.after(streamed=False, auth_failed=True, retry_after_s=60, busy=True) for _ in range(20)]
     assert delays[: reconnect.max_busy_replies - 1] == [reconnect.max_busy_wait_s] * (reconnect.max_busy_replies - 1)
     assert delays[-1] is None
+
+
+def test_a_viewer_turned_away_at_the_door_tries_again_like_a_busy_one() -> None:
+    """The host closes a connection from an address that opens them too fast before a word: the viewer (a friend
+    behind the same NAT as a flooder) takes it as "busy", not as a wrong code."""
+    hs = sealed_host()
+    hs.connection_budget = ConnectionBudget(per_prefix_burst=1)
+    assert hs.open(1, ("10.0.0.2", 40001), 0.0) == []  # someone else from its address
+    vs = ViewerSession(ProgressCounters(), ViewerSessionConfig(flags=KickFlags.VIDEO, secret=SECRET))
+    vs.start(0.0)
+    refused = hs.open(2, ("10.0.0.2", 40002), 0.0)
+    assert [c.conn_id for c in refused if isinstance(c, CloseConnection)] == [2]
+    assert vs.turned_away  # it heard nothing before the close
+    assert Reconnect().after(streamed=False, auth_failed=False, busy=vs.turned_away) is not None
+    heard = ViewerSession(ProgressCounters(), ViewerSessionConfig(flags=KickFlags.VIDEO, secret=SECRET))
+    heard.start(0.0)
+    heard.control_bytes(bytes(Cookie(5)), 0.0)
+    assert not heard.turned_away  # a host that spoke and then closed: not a door turning it away
 
 
 def test_no_pake_runs_for_an_address_blocked_after_wrong_codes(monkeypatch: pytest.MonkeyPatch) -> None:

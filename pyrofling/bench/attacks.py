@@ -56,6 +56,9 @@ ATTACK_S = 8.0
 #: Sources the attacker uses; 127.0.0.1 is the friends'.
 ATTACKER_ADDRESSES = tuple(f"127.0.0.{i}" for i in range(2, 10))
 ONE_ADDRESS = "127.0.0.10"
+#: The flood: handshakes asked for at once from each address, and random datagrams a second from each (0: none).
+FLOOD_ASKERS = 4
+FLOOD_DATAGRAMS_S = 8000
 VICTIM = "127.0.0.3"
 _OFFER = bytes(Hello()) + bytes(Extensions(1, int(ExtensionFeature.AUTH | ExtensionFeature.ENCRYPTION)))
 _EXTENSIONS = _OFFER[len(bytes(Hello())) :]
@@ -87,8 +90,7 @@ def run_attack_bench(
                 host_args=("--password", BENCH_SECRET, "--pairing-dir", tmp),
                 view_args=("--password", BENCH_SECRET),
             )
-            beside = _beside(attack, pairing_dir)
-            raw = run_scenario(sc, alongside=beside)
+            raw = _pinned_run(sc, attack, pairing_dir)
             row = summarize(raw)
             rows.append(
                 {
@@ -106,8 +108,27 @@ def run_attack_bench(
     return {"scenario": base.label(), "attacks": rows, "reflect": reflect}
 
 
-def _beside(attack: str, pairing_dir: Path) -> Callable[[int], dict[str, Any]]:
+def _pinned_run(sc: StreamScenario, attack: str, pairing_dir: Path) -> dict[str, Any]:
+    """With ``pin_cpus``: the host, the viewer and the attacker each on a third of this process's CPUs (the host
+    and viewer split the first two thirds, as :func:`~pyrofling.bench.stream.split_cpus` does), so that what the
+    attack costs the host is not the attacker's own work taking the host's CPU."""
+    if not sc.pin_cpus:
+        return run_scenario(sc, alongside=_beside(attack, pairing_dir, None))
+    every = sorted(os.sched_getaffinity(0))
+    if len(every) < 3:
+        raise ValueError(f"pinning host, viewer and attacker needs three CPUs; this process may use {len(every)}")
+    third = len(every) // 3
+    os.sched_setaffinity(0, set(every[: 2 * third]))
+    try:
+        return run_scenario(sc, alongside=_beside(attack, pairing_dir, set(every[2 * third :])))
+    finally:
+        os.sched_setaffinity(0, set(every))
+
+
+def _beside(attack: str, pairing_dir: Path, cpus: set[int] | None) -> Callable[[int], dict[str, Any]]:
     def run(port: int) -> dict[str, Any]:
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)  # this thread only: the attacker on CPUs of its own
         time.sleep(ATTACK_START_S)
         plays: dict[str, Callable[[int, Path], Coroutine[Any, Any, dict[str, Any]]]] = {
             "burst": bursts,
@@ -205,20 +226,23 @@ async def flood(port: int, pairing_dir: Path) -> dict[str, Any]:
             writer.close()
 
     async def sprayer(source: str) -> None:
+        sent = 0
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             s.bind((source, 0))
             s.setblocking(False)
-            while time.monotonic() < deadline:
-                for _ in range(50):
-                    try:
+            started = time.monotonic()
+            while (now := time.monotonic()) < deadline:
+                due = int((now - started) * FLOOD_DATAGRAMS_S) - sent
+                for _ in range(max(0, due)):
+                    with contextlib.suppress(BlockingIOError):
                         s.sendto(os.urandom(64), ("127.0.0.1", port))
-                        counts["datagrams"] += 1
-                    except BlockingIOError:
-                        break
+                    sent += 1
                 await asyncio.sleep(0.005)
+            counts["datagrams"] += sent
 
-    tasks = [asyncio.create_task(asker(a)) for a in ATTACKER_ADDRESSES for _ in range(4)]
-    tasks += [asyncio.create_task(sprayer(a)) for a in ATTACKER_ADDRESSES]
+    tasks = [asyncio.create_task(asker(a)) for a in ATTACKER_ADDRESSES for _ in range(FLOOD_ASKERS)]
+    if FLOOD_DATAGRAMS_S > 0:
+        tasks += [asyncio.create_task(sprayer(a)) for a in ATTACKER_ADDRESSES]
     await asyncio.sleep(ATTACK_S / 2)
     join_ms = await friend_joins(port)
     await asyncio.gather(*tasks)
@@ -256,8 +280,19 @@ async def idle_connections(port: int, pairing_dir: Path) -> dict[str, Any]:
 
 async def _still_open(readers: list[asyncio.StreamReader]) -> int:
     """How many of these connections the host has not closed (what it sent them is read and dropped)."""
-    await asyncio.gather(*(_drain_until_closed(r, 0.3) for r in readers))
-    return sum(not r.at_eof() for r in readers)
+
+    async def closed(reader: asyncio.StreamReader) -> bool:
+        try:
+            async with asyncio.timeout(0.3):
+                while await reader.read(65536):
+                    pass
+        except TimeoutError:
+            return False
+        except OSError:  # reset: the host closed it with our bytes unread
+            return True
+        return True
+
+    return sum(not c for c in await asyncio.gather(*(closed(r) for r in readers)))
 
 
 class _Victim(asyncio.DatagramProtocol):

@@ -307,6 +307,7 @@ class Viewer:
             if self.keyboard_mouse is not None:
                 self.keyboard_mouse.detach()
             self._bank(conn)
+        self._busy = self._busy or conn.session.turned_away
         return streamed, reason
 
     def _streaming(self, out: Streaming, peer: Any, send_gamepad: Callable[[bytes], None]) -> None:

@@ -169,14 +169,14 @@ class HostNetwork:
         conn_id = self._next_conn_id
         self._next_conn_id += 1
         peer = writer.get_extra_info("peername") or ("?", 0)
+        self._writers[conn_id] = writer
+        self.perform(self.sessions.open(conn_id, peer, self._clock.now()))
+        if conn_id not in self._writers:  # refused (and closed) before anything is read: too many, or too fast
+            return
         sock = writer.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._writers[conn_id] = writer
-        self.perform(self.sessions.open(conn_id, peer, self._clock.now()))
-        if conn_id not in self._writers:  # refused (and closed): too many connections
-            return
         log.info("connection %d from %s", conn_id, format_address(peer))
         reason = "closed by viewer"
         try:

@@ -121,6 +121,12 @@ def add_security(sub: Sub) -> None:
         "private hosts); a friend joins during each. 'all' for every one",
     )
     p.add_argument("--attacks-only", action="store_true", help="with --attacks: skip the cost comparison")
+    p.add_argument(
+        "--pin-cpus",
+        action="store_true",
+        help="with --attacks: host, viewer and attacker each on a third of the CPUs (needs 3; the point is a "
+        "machine with many), so the attacker's own work does not take the host's CPU",
+    )
     p.set_defaults(func=_run_security)
 
 
@@ -144,7 +150,12 @@ def _run_security(args: argparse.Namespace) -> int:
     if args.attacks:
         setup(args)
         base = StreamScenario(
-            width=args.width, height=args.height, fps=args.fps, bitrate_kbits=args.bitrate_kbits, preset=args.preset
+            width=args.width,
+            height=args.height,
+            fps=args.fps,
+            bitrate_kbits=args.bitrate_kbits,
+            preset=args.preset,
+            pin_cpus=args.pin_cpus,
         )
         attacked = run_attack_bench(base, list(args.attacks), progress=progress)
         if args.json and result is not None:

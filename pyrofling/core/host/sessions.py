@@ -30,6 +30,7 @@ import secrets
 from collections import Counter
 from collections.abc import Callable
 
+from pyrofling.core.host.admission import ConnectionBudget
 from pyrofling.core.host.auth import HostAuth, PairedViewers
 from pyrofling.core.host.congestion import RateConfig
 from pyrofling.core.host.keyframes import KeyframePolicy
@@ -142,6 +143,8 @@ class HostSessions:
         self.discarded: Counter[str] = Counter()
         #: AUTH and ENCRYPTION (protocol.md §7.7).
         self.auth = HostAuth(self.config, self.discarded, random_bytes=random_bytes, limiter=limiter, paired=paired)
+        #: New connections per address prefix, before any work is done for them.
+        self.connection_budget = ConnectionBudget()
         self._random_bytes = random_bytes
         self.connections_total = 0
         self.timed_out = 0
@@ -169,7 +172,10 @@ class HostSessions:
             raise ValueError("cookie already in use; draw another")
         cfg = self.config
         prefix = limiter_key(str(peer[0]))
-        pending = sum(1 for c in self._connections.values() if not c.kicked and limiter_key(str(c.peer[0])) == prefix)
+        if not self.connection_budget.take(prefix, now):
+            self.discarded["connection_rate"] += 1
+            return [CloseConnection(conn_id, f"refused: {prefix} opens connections too fast")]
+        pending = sum(1 for c in self._connections.values() if not c.kicked and c.prefix == prefix)
         if pending >= cfg.max_pending_per_address:
             self.discarded["pending_limit"] += 1
             return [CloseConnection(conn_id, f"refused: {pending} connections from {prefix} not streaming yet")]
@@ -185,7 +191,7 @@ class HostSessions:
             self.discarded["evicted_idle"] += 1
             out += self.close(oldest.conn_id)
             out.append(CloseConnection(oldest.conn_id, "made room: the oldest connection not streaming yet"))
-        conn = RemoteViewer(conn_id=conn_id, peer=peer, cookie=cookie, opened_s=now, last_alive_s=now)
+        conn = RemoteViewer(conn_id=conn_id, peer=peer, cookie=cookie, opened_s=now, last_alive_s=now, prefix=prefix)
         self._connections[conn_id] = conn
         self._by_cookie[cookie] = conn
         self.connections_total += 1

@@ -185,6 +185,8 @@ class RemoteViewer:
     hello: bool = False
     flags: KickFlags = KickFlags.NONE
     kicked: bool = False
+    #: Its address's limiter key (an IPv4 address, an IPv6 /64): what per-address limits count by.
+    prefix: str = ""
     kicked_s: float | None = None
     udp_address: Address | None = None
     extensions: ExtensionFeature = ExtensionFeature.NONE

@@ -250,6 +250,12 @@ class ViewerSession:
         return ControlToHost(self.channel.encode(message))
 
     @property
+    def turned_away(self) -> bool:
+        """The connection ended before the host said a word (no COOKIE): it had too many connections, or too many
+        from this address at once, and says so by closing. Worth trying again, like a "busy" reply."""
+        return self.phase is Phase.HELLO and self.cookie is None
+
+    @property
     def needs_auth(self) -> bool:
         """Whether this viewer accepts only an authenticated, sealed stream."""
         cfg = self.config
