@@ -33,7 +33,7 @@ from pyrofling.core.host.sessions import (
     SendDatagram,
     ViewerPaired,
 )
-from pyrofling.core.host.state import PairingCodeSpent
+from pyrofling.core.host.state import Compute, PairingCodeSpent
 from pyrofling.core.secure import (
     PAIRING_ALPHABET,
     SEAL_OVERHEAD,
@@ -246,8 +246,15 @@ def host(
     book: Book | None = None,
     identity: HostIdentity = HOST_IDENTITY,
     one_time_code: bool = False,
+    crypto_off_loop: bool = False,
 ) -> HostSessions:
-    cfg = HostSessionConfig(auth_secret=secret, private=private, identity=identity, one_time_code=one_time_code)
+    cfg = HostSessionConfig(
+        auth_secret=secret,
+        private=private,
+        identity=identity,
+        one_time_code=one_time_code,
+        crypto_off_loop=crypto_off_loop,
+    )
     s = HostSessions(make_packetizer=Packetizer.for_cookie, keyframes=KeyframePolicy(), config=cfg, paired=book)
     s.codec_parameters = PARAMS
     return s
@@ -287,6 +294,7 @@ class Link:
         self.viewer_paired: list[HostCredential] = []
         self.host_paired: list[ViewerPaired] = []
         self.codes_spent: list[str] = []
+        self.computed = 0
         self.failure: str | None = None
         self.now = 0.0
         hs.open(conn_id, PEER, 0.0, cookie=0xC0FFEE00 + conn_id)
@@ -351,6 +359,9 @@ class Link:
                 self.host_paired.append(o)
             elif isinstance(o, PairingCodeSpent):
                 self.codes_spent.append(o.why)
+            elif isinstance(o, Compute):  # as the shell does, on its worker, then back here
+                self.computed += 1
+                self._host(o.then(o.work(), self.now), pending)
 
     def udp(self, message: bytes, now: float = 0.5) -> None:
         self.now = now
@@ -697,6 +708,25 @@ def test_a_code_holder_cannot_take_over_another_viewers_pairing() -> None:
     assert reuse.failure is not None and reuse.host_paired == [] and reuse.viewer_paired == []
     assert hs.discarded["pairing_id_taken"] == 1
     assert book.viewers[stored.viewer_id].credential == stored.credential
+
+
+def test_the_pake_runs_off_the_loop_and_nothing_follows_for_a_connection_gone_meanwhile() -> None:
+    """With ``crypto_off_loop`` (the real host), the PAKE's two slow steps come out as Compute work for the
+    shell's worker; the handshake is the same, and what finishes for a connection closed meanwhile does nothing."""
+    hs = host(crypto_off_loop=True)
+    link = Link(hs, ViewerSessionConfig(flags=PAD, secret=SECRET)).run()
+    sealed_ok(link)
+    assert link.computed == 2  # the host's PAKE message, then its key
+    hs.open(9, PEER, 0.0, cookie=99)
+    out = hs.tcp_received(
+        9, bytes(Hello()) + bytes(Extensions(1, int(ExtensionFeature.AUTH | ExtensionFeature.ENCRYPTION))), 0.0
+    )
+    [job] = [o for o in out if isinstance(o, Compute)]
+    assert not any(
+        isinstance(m, AuthChallenge) for o in out if isinstance(o, SendControl) for m in ControlFramer().feed(o.data)
+    )
+    hs.close(9)
+    assert job.then(job.work(), 0.1) == []  # gone: no challenge, nothing
 
 
 def test_a_pairing_code_works_once_and_runs_out() -> None:

@@ -9,9 +9,10 @@ attack a friend joins: a new viewer with the password (and, with idle
 connections, one with a stored pairing), timed from the TCP connection to the
 stream's parameters.
 
+- ``quiet``: no attack, a friend joins: what a join alone costs the stream (a key frame for the newcomer).
 - ``burst``: HELLO and 2048 EXTENSIONS (32 KB) in one write, once a second.
-- ``flood``: 8 s of handshakes asked for as fast as they are answered, 4 at a time from each of 8 addresses,
-  and random datagrams from each at the UDP port.
+- ``flood``: 8 s of handshakes asked for as fast as they are answered, 4 at a time from each of 8 addresses.
+- ``spray``: 8 s of random 64-byte datagrams at the UDP port, 8000 a second from each of 8 addresses.
 - ``idle``: 8 connections from each of 8 addresses and 72 more from one address, held open and silent.
 - ``reflect``: the attacker takes a cookie on its own TCP connection and sends it, and whatever else, from
   a victim's address (127.0.0.3, which it does not own); the victim counts the bytes both ways. Run against
@@ -49,16 +50,16 @@ from pyrofling.wire import (
     parse_control,
 )
 
-ATTACKS = ("burst", "flood", "idle", "reflect")
+ATTACKS = ("quiet", "burst", "flood", "spray", "idle", "reflect")
 #: When the attack starts (the viewer streams by then) and how long it lasts, seconds.
 ATTACK_START_S = 3.0
 ATTACK_S = 8.0
 #: Sources the attacker uses; 127.0.0.1 is the friends'.
 ATTACKER_ADDRESSES = tuple(f"127.0.0.{i}" for i in range(2, 10))
 ONE_ADDRESS = "127.0.0.10"
-#: The flood: handshakes asked for at once from each address, and random datagrams a second from each (0: none).
+#: The flood: handshakes asked for at once from each address; the spray: random datagrams a second from each.
 FLOOD_ASKERS = 4
-FLOOD_DATAGRAMS_S = 8000
+SPRAY_DATAGRAMS_S = 8000
 VICTIM = "127.0.0.3"
 _OFFER = bytes(Hello()) + bytes(Extensions(1, int(ExtensionFeature.AUTH | ExtensionFeature.ENCRYPTION)))
 _EXTENSIONS = _OFFER[len(bytes(Hello())) :]
@@ -101,11 +102,20 @@ def run_attack_bench(
                     "reconnects": row["reconnects"],
                     "frames_shown": row["frames_shown"],
                     "host_cpu_pct": row["host_cpu_pct"],
+                    "stale_refreshes": row["stale_refreshes"],
+                    "corrupt_refreshes": row["corrupt_refreshes"],
+                    "freeze_log": _freeze_log(raw),
                     "host_discarded": raw["host"].get("discarded", {}),
                     "attacker": raw.get("alongside", {}),
                 }
             )
     return {"scenario": base.label(), "attacks": rows, "reflect": reflect}
+
+
+def _freeze_log(raw: dict[str, Any]) -> list[Any]:
+    """(seconds since the viewer started, seconds frozen) of each freeze: when, against the attack's timing."""
+    viewer = raw["viewers"][0] if raw["viewers"] else {}
+    return list(viewer.get("presentation", {}).get("quality", {}).get("freeze_log", []))
 
 
 def _pinned_run(sc: StreamScenario, attack: str, pairing_dir: Path) -> dict[str, Any]:
@@ -129,20 +139,30 @@ def _beside(attack: str, pairing_dir: Path, cpus: set[int] | None) -> Callable[[
     def run(port: int) -> dict[str, Any]:
         if cpus is not None:
             os.sched_setaffinity(0, cpus)  # this thread only: the attacker on CPUs of its own
+        _joins.clear()
+        started = time.monotonic()
         time.sleep(ATTACK_START_S)
         plays: dict[str, Callable[[int, Path], Coroutine[Any, Any, dict[str, Any]]]] = {
+            "quiet": quiet,
             "burst": bursts,
             "flood": flood,
+            "spray": lambda port, d: flood(port, d, askers=0, spray_s=SPRAY_DATAGRAMS_S),
             "idle": idle_connections,
         }
-        return asyncio.run(plays[attack](port, pairing_dir))
+        out = asyncio.run(plays[attack](port, pairing_dir))
+        out["friends_joined_at_s"] = [round(t - started, 3) for t in _joins]  # from when the viewer started
+        return out
 
     return run
+
+
+_joins: list[float] = []
 
 
 async def friend_joins(port: int, pairing_dir: Path | None = None) -> float | None:
     """A new viewer with the password (or the pairing): ms from its TCP connection to the stream, None if never."""
     extra: dict[str, Any] = {"pairing_dir": pairing_dir} if pairing_dir else {"password": BENCH_SECRET}
+    _joins.append(time.monotonic())
     times = await _one_handshake(port, KickFlags.VIDEO, extra)
     return times[0] if times else None
 
@@ -160,6 +180,11 @@ async def _drain_until_closed(reader: asyncio.StreamReader, timeout_s: float) ->
     except (TimeoutError, OSError):
         pass
     return got
+
+
+async def quiet(port: int, pairing_dir: Path) -> dict[str, Any]:
+    await asyncio.sleep(ATTACK_S / 2)
+    return {"friend_join_ms": await friend_joins(port)}
 
 
 async def bursts(port: int, pairing_dir: Path) -> dict[str, Any]:
@@ -208,8 +233,9 @@ async def _answer(reader: asyncio.StreamReader) -> str:
     return "no_answer"
 
 
-async def flood(port: int, pairing_dir: Path) -> dict[str, Any]:
-    """Handshakes asked for from 8 addresses, 4 at a time each, for ATTACK_S; random datagrams from each."""
+async def flood(port: int, pairing_dir: Path, *, askers: int = FLOOD_ASKERS, spray_s: int = 0) -> dict[str, Any]:
+    """Handshakes asked for from 8 addresses, ``askers`` at a time each, and ``spray_s`` random datagrams a
+    second from each, for ATTACK_S; a friend joins halfway."""
     counts = {"connections": 0, "challenges": 0, "busy": 0, "no_answer": 0, "datagrams": 0}
     deadline = time.monotonic() + ATTACK_S
 
@@ -232,7 +258,7 @@ async def flood(port: int, pairing_dir: Path) -> dict[str, Any]:
             s.setblocking(False)
             started = time.monotonic()
             while (now := time.monotonic()) < deadline:
-                due = int((now - started) * FLOOD_DATAGRAMS_S) - sent
+                due = int((now - started) * spray_s) - sent
                 for _ in range(max(0, due)):
                     with contextlib.suppress(BlockingIOError):
                         s.sendto(os.urandom(64), ("127.0.0.1", port))
@@ -240,8 +266,8 @@ async def flood(port: int, pairing_dir: Path) -> dict[str, Any]:
                 await asyncio.sleep(0.005)
             counts["datagrams"] += sent
 
-    tasks = [asyncio.create_task(asker(a)) for a in ATTACKER_ADDRESSES for _ in range(FLOOD_ASKERS)]
-    if FLOOD_DATAGRAMS_S > 0:
+    tasks = [asyncio.create_task(asker(a)) for a in ATTACKER_ADDRESSES for _ in range(askers)]
+    if spray_s > 0:
         tasks += [asyncio.create_task(sprayer(a)) for a in ATTACKER_ADDRESSES]
     await asyncio.sleep(ATTACK_S / 2)
     join_ms = await friend_joins(port)
@@ -378,9 +404,11 @@ def format_table(result: dict[str, Any]) -> str:
     ]
     for r in result["attacks"]:
         a = r["attacker"]
-        if r["attack"] == "burst":
+        if r["attack"] == "quiet":
+            what = "nothing: a friend joins"
+        elif r["attack"] == "burst":
             what = f"{a.get('bursts')} bursts of 32 KB, each closed after {f(a.get('closed_after_ms_median'))} ms"
-        elif r["attack"] == "flood":
+        elif r["attack"] in ("flood", "spray"):
             what = (
                 f"{a.get('connections')} handshakes asked from {a.get('addresses')} addresses "
                 f"({a.get('challenges')} challenged, {a.get('busy')} told busy), {a.get('datagrams')} random "

@@ -94,6 +94,7 @@ class Host:
             private=config.private,
             identity=identity,
             one_time_code=config.show_pairing_code is not None,
+            crypto_off_loop=True,
             open_keyboard_mouse=config.open_keyboard_mouse,
         )
         ceiling = config.encoder.bitrate_kbits * 1000

@@ -22,11 +22,12 @@ import errno
 import logging
 import socket
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pyrofling.clocks import SYSTEM_CLOCK, Clock
 from pyrofling.core.host.sessions import HostSessions
-from pyrofling.core.host.state import Address, CloseConnection, HostOutput, LogLine, SendControl
+from pyrofling.core.host.state import Address, CloseConnection, Compute, HostOutput, LogLine, SendControl
 from pyrofling.server.stats import HostStats
 from pyrofling.timers import DeadlineTimer
 
@@ -36,6 +37,8 @@ log = logging.getLogger(__name__)
 CONTROL_BACKLOG_BYTES = 64 * 1024
 #: Datagrams read per wake-up at most, so a flood cannot starve the rest of the event loop.
 READ_BATCH = 256
+#: Connections accepted per wake-up at most.
+ACCEPT_BATCH = 64
 #: What ``--bind localhost`` listens on.
 LOOPBACKS = ("127.0.0.1", "::1")
 
@@ -49,29 +52,68 @@ class _UdpSocket:
     datagram, as the link would (the pacer keeps far below that).
     """
 
-    def __init__(self, sock: socket.socket, on_datagram: Callable[[bytes, Address], None]) -> None:
+    def __init__(
+        self, sock: socket.socket, on_datagram: Callable[[bytes, Address], None], after: Callable[[], None]
+    ) -> None:
         sock.setblocking(False)
         self.sock = sock
         self.on_datagram = on_datagram
+        self.after = after  # once per wake-up, after its datagrams: one transmit for all of them
         self.closed = False
         asyncio.get_running_loop().add_reader(sock.fileno(), self.drain)
 
     def drain(self) -> None:
-        for _ in range(READ_BATCH):
-            if self.closed:
-                return
-            try:
-                data, addr = self.sock.recvfrom(65536)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:  # ICMP unreachable from a viewer that went away: the keep-alive drops it
-                log.debug("UDP error: %s", exc)
-                continue
-            self.on_datagram(data, addr)
+        try:
+            for _ in range(READ_BATCH):
+                if self.closed:
+                    return
+                try:
+                    data, addr = self.sock.recvfrom(65536)
+                except (BlockingIOError, InterruptedError):
+                    return
+                except OSError as exc:  # ICMP unreachable from a viewer that went away: the keep-alive drops it
+                    log.debug("UDP error: %s", exc)
+                    continue
+                self.on_datagram(data, addr)
+        finally:
+            self.after()
 
     def sendto(self, data: bytes, addr: Address) -> None:
         """Raises OSError when the datagram could not be sent."""
         self.sock.sendto(data, addr)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            asyncio.get_running_loop().remove_reader(self.sock.fileno())
+            self.sock.close()
+
+
+class _Listener:
+    """One listening TCP socket: each wake-up accepts what waits (up to :data:`ACCEPT_BATCH`) and hands each
+    connection to ``on_accept``, which returns False to close it at once. A connection the sessions refuse
+    (too many, or too fast from its address) is closed before asyncio builds a transport, a reader and a task
+    for it: under a connection flood those cost the loop that paces media about ten times the refusal."""
+
+    def __init__(self, sock: socket.socket, on_accept: Callable[[socket.socket, Address], None]) -> None:
+        sock.setblocking(False)
+        self.sock = sock
+        self.on_accept = on_accept
+        self.closed = False
+        asyncio.get_running_loop().add_reader(sock.fileno(), self.accept)
+
+    def accept(self) -> None:
+        for _ in range(ACCEPT_BATCH):
+            if self.closed:
+                return
+            try:
+                conn, peer = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # out of file descriptors, say: try again at the next wake-up
+                log.warning("could not accept a connection: %s", exc)
+                return
+            self.on_accept(conn, peer)
 
     def close(self) -> None:
         if not self.closed:
@@ -99,9 +141,13 @@ class HostNetwork:
         #: The addresses actually listened on.
         self.addresses: list[str] = []
         self._on_output = on_output
-        self._servers: list[asyncio.Server] = []
+        self._listeners: list[_Listener] = []
         self._udp: dict[int, _UdpSocket] = {}  # by address family
         self._writers: dict[int, asyncio.StreamWriter] = {}
+        self._accepted: dict[int, socket.socket] = {}  # admitted, its streams not made yet
+        self._tasks: set[asyncio.Task[None]] = set()
+        #: One worker for the PAKE's slow steps (:class:`Compute`), so they never hold the loop that paces media.
+        self._crypto = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pyrofling-pake")
         self._timer = DeadlineTimer(lambda: self.perform(self.sessions.handle_timer(clock.now())), clock)
         self._next_conn_id = 1
         self._closing = False
@@ -124,9 +170,9 @@ class HostNetwork:
         any_port = port == 0
         for i, address in enumerate(addresses):
             try:
-                server = await asyncio.start_server(self._on_connection, address, port, reuse_address=True)
-                port = server.sockets[0].getsockname()[1]  # the first address fixes the port when it was 0
-                self._servers.append(server)
+                listening = _listening_tcp(address, port)
+                port = listening.getsockname()[1]  # the first address fixes the port when it was 0
+                self._listeners.append(_Listener(listening, self._on_accept))
                 udp = _bound_udp(address, port)
             except OSError as exc:
                 if address == "::1" and i > 0 and exc.errno in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL):
@@ -136,16 +182,16 @@ class HostNetwork:
                 if any_port and exc.errno == errno.EADDRINUSE:
                     raise _PortTaken from exc
                 raise
-            self._udp[udp.family] = _UdpSocket(udp, self._datagram)
+            self._udp[udp.family] = _UdpSocket(udp, self._datagram, self.transmit)
             self.addresses.append(address)
         return port
 
     def _close_sockets(self) -> None:
-        for server in self._servers:
-            server.close()
+        for listener in self._listeners:
+            listener.close()
         for udp in self._udp.values():
             udp.close()
-        self._servers.clear()
+        self._listeners.clear()
         self._udp.clear()
         self.addresses.clear()
 
@@ -154,29 +200,43 @@ class HostNetwork:
         self._timer.cancel()
         for writer in list(self._writers.values()):
             writer.close()
-        servers = list(self._servers)
+        for sock in self._accepted.values():
+            sock.close()
+        self._accepted.clear()
         self._close_sockets()
-        for server in servers:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(server.wait_closed(), 1.0)
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=1.0)
+        self._crypto.shutdown(wait=False, cancel_futures=True)
 
     def _datagram(self, data: bytes, addr: Address) -> None:
-        self.perform(self.sessions.datagram(addr, data, self._clock.now()))
+        """One datagram of a batch: the batch's transmit follows it (:class:`_UdpSocket`)."""
+        self.perform(self.sessions.datagram(addr, data, self._clock.now()), transmit=False)
 
     # -- control channel -----------------------------------------------------------------------
 
-    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _on_accept(self, sock: socket.socket, peer: Address) -> None:
         conn_id = self._next_conn_id
         self._next_conn_id += 1
-        peer = writer.get_extra_info("peername") or ("?", 0)
-        self._writers[conn_id] = writer
+        self._accepted[conn_id] = sock
         self.perform(self.sessions.open(conn_id, peer, self._clock.now()))
-        if conn_id not in self._writers:  # refused (and closed) before anything is read: too many, or too fast
+        if conn_id not in self._accepted:  # refused (and closed) before a word: too many, or too fast
             return
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        task = asyncio.get_running_loop().create_task(self._on_connection(conn_id, sock, peer))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _on_connection(self, conn_id: int, sock: socket.socket, peer: Address) -> None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            reader, writer = await asyncio.open_connection(sock=sock)
+        except OSError as exc:
+            self.drop(conn_id, f"connection error: {exc}")
+            return
+        if self._accepted.pop(conn_id, None) is None:  # closed meanwhile (made room for another, say)
+            writer.close()
+            return
+        self._writers[conn_id] = writer
         log.info("connection %d from %s", conn_id, format_address(peer))
         reason = "closed by viewer"
         try:
@@ -196,13 +256,16 @@ class HostNetwork:
     def drop(self, conn_id: int, reason: str) -> None:
         conn = self.sessions.connection(conn_id)
         self.perform(self.sessions.close(conn_id))
+        accepted = self._accepted.pop(conn_id, None)
+        if accepted is not None:  # no streams yet: the socket itself
+            accepted.close()
         writer = self._writers.pop(conn_id, None)
         if writer is not None:
             writer.close()
             log.info("connection %d%s ended: %s", conn_id, f" ({conn.label})" if conn else "", reason)
 
-    def perform(self, outputs: list[HostOutput]) -> None:
-        """Carry out what the sessions said, then :meth:`transmit`."""
+    def perform(self, outputs: list[HostOutput], *, transmit: bool = True) -> None:
+        """Carry out what the sessions said, then :meth:`transmit` (unless the caller will)."""
         for out in outputs:
             if isinstance(out, SendControl):
                 writer = self._writers.get(out.conn_id)
@@ -214,9 +277,19 @@ class HostNetwork:
                 log.info("%s", out.text)
             elif isinstance(out, CloseConnection):
                 self.drop(out.conn_id, out.reason)
+            elif isinstance(out, Compute):
+                self._compute(out)
             else:
                 self._on_output(out)
-        self.transmit()
+        if transmit:
+            self.transmit()
+
+    def _compute(self, job: Compute) -> None:
+        if self._closing:
+            return
+        then = job.then
+        done = asyncio.get_running_loop().run_in_executor(self._crypto, job.work)
+        done.add_done_callback(lambda f: None if self._closing else self.perform(then(f.result(), self._clock.now())))
 
     def transmit(self) -> None:
         """Send every datagram the sessions release now; arm the one timer for their next deadline."""
@@ -237,6 +310,12 @@ class HostNetwork:
             return
         self.stats.datagrams_sent += 1
         self.stats.bytes_sent += len(data)
+
+
+def _listening_tcp(address: str, port: int) -> socket.socket:
+    """A TCP socket listening on ``address`` and ``port`` (an IPv6 one for IPv6 only)."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    return socket.create_server((address, port), family=family, backlog=128)
 
 
 def _bound_udp(address: str, port: int) -> socket.socket:

@@ -116,7 +116,8 @@ def add_security(sub: Sub) -> None:
         default=(),
         metavar="LIST",
         help="then play a stranger who reaches the port, beside a stream with a password: burst (32 KB of "
-        "EXTENSIONS a second), flood (8 s of handshakes and datagrams from 8 addresses), idle (144 silent "
+        "EXTENSIONS a second), flood (8 s of handshakes from 8 addresses), spray (8 s of random datagrams, 64,000 a "
+        "second from 8 addresses), idle (136 silent "
         "connections), reflect (a cookie sent from a victim's address; bytes both ways, open, password and "
         "private hosts); a friend joins during each. 'all' for every one",
     )

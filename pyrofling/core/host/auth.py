@@ -17,11 +17,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from pyrofling.core.host.admission import ChallengeBudget
 from pyrofling.core.host.state import (
     CloseConnection,
+    Compute,
     HostHandshake,
     HostOutput,
     HostSessionConfig,
@@ -171,10 +172,31 @@ class HostAuth:
         transcript = Transcript(bytes(msg), bytes(Cookie(conn.cookie)), bytes(reply))
         secret, spent = self._live_code(now)
         out += spent
+        if secret is None or self.limiter.blocked(address, now):
+            return out + self._challenge(conn, transcript, None)
+        code_secret = secret
+        return out + self._compute(
+            conn,
+            lambda: CodeExchange(code_secret, host=True),
+            lambda code, _now: self._challenge(conn, transcript, code),
+            now,
+        )
+
+    def _compute(
+        self,
+        conn: RemoteViewer,
+        work: Callable[[], Any],
+        then: Callable[[Any, float], list[HostOutput]],
+        now: float,
+    ) -> list[HostOutput]:
+        """A PAKE step: at once, or handed to the shell to run off its loop (``crypto_off_loop``); what follows
+        it is dropped if the connection closed meanwhile."""
+        if not self.config.crypto_off_loop:
+            return then(work(), now)
+        return [Compute(work, lambda result, later: [] if conn.closed else then(result, later))]
+
+    def _challenge(self, conn: RemoteViewer, transcript: Transcript, code: CodeExchange | None) -> list[HostOutput]:
         takes_code = self.config.auth_secret is not None
-        code = None
-        if secret is not None and not self.limiter.blocked(address, now):
-            code = CodeExchange(secret, host=True)
         pake_message = bytes(PAKE_MESSAGE_BYTES)
         if code is not None:
             pake_message = code.message
@@ -193,8 +215,7 @@ class HostAuth:
         )
         transcript.add(bytes(challenge))
         conn.handshake = HostHandshake(transcript, share, code, self.code_serial)
-        out.append(conn.send(challenge))
-        return out
+        return [conn.send(challenge)]
 
     def respond(self, conn: RemoteViewer, msg: AuthResponse, now: float) -> list[HostOutput]:
         hs = conn.handshake
@@ -218,7 +239,13 @@ class HostAuth:
                     return self._blocked(conn, 1.0, f"{address} was blocked when it was challenged")
                 if hs.code is None:
                     return self._refuse(conn, "asked to use a code; this host takes paired viewers only")
-                material = hs.code.finish(msg.viewer_message)
+                code, viewer_message, serial = hs.code, msg.viewer_message, hs.code_serial
+                return self._compute(
+                    conn,
+                    lambda: self._finish_code(code, viewer_message),
+                    lambda material, later: self._check(conn, msg, transcript, material, "", address, later, serial),
+                    now,
+                )
             else:
                 entry = self.paired.lookup(msg.viewer_id)
                 if entry is None:
@@ -231,9 +258,36 @@ class HostAuth:
         except AuthError as exc:
             self.discarded[str(exc)] += 1
             material = b""
+        return self._check(conn, msg, transcript, material, name, address, now)
+
+    def _finish_code(self, code: CodeExchange, viewer_message: bytes) -> bytes | str:
+        """The PAKE's key, or why not (counted on the loop, in :meth:`_check`)."""
+        try:
+            return code.finish(viewer_message)
+        except AuthError as exc:
+            return str(exc)
+
+    def _check(
+        self,
+        conn: RemoteViewer,
+        msg: AuthResponse,
+        transcript: bytes,
+        material: bytes | str,
+        name: str,
+        address: str,
+        now: float,
+        code_serial: int | None = None,
+    ) -> list[HostOutput]:
+        """The viewer's proof against the keys ``material`` gives: accepted (the keys installed), or refused.
+        ``code_serial``: the one-time code the challenge was made with (another viewer may have used it since)."""
+        if isinstance(material, str):  # the key exchange failed
+            self.discarded[material] += 1
+            material = b""
         keys = handshake_keys(material, transcript, msg.method) if material else None
         if keys is None or not check_proof(prove(keys.viewer_proof, transcript), msg.proof):
             return self._wrong(conn, msg, address, now)
+        if self.config.one_time_code and code_serial is not None and code_serial != self.code_serial:
+            return self._refuse(conn, "the pairing code was used meanwhile: the host shows a new one")
         pairing = msg.method == AuthMethod.CODE and msg.flags & AUTH_FLAG_PAIR
         if pairing and self.paired.lookup(msg.viewer_id) is not None:
             # Ids are random: a taken one is someone (who holds the code) trying to replace another's pairing.

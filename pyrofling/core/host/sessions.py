@@ -208,6 +208,7 @@ class HostSessions:
         conn = self._connections.pop(conn_id, None)
         if conn is None:
             return []
+        conn.closed = True
         self.media_out.left(conn)
         self._by_cookie.pop(conn.cookie, None)
         if conn.udp_address is not None and self._by_address.get(conn.udp_address) is conn:

@@ -7,6 +7,7 @@ the outputs (protocol.md §3).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
@@ -89,6 +90,15 @@ class SetBitrate(HostOutput):
 
 
 @dataclass(frozen=True, slots=True)
+class Compute(HostOutput):
+    """Work too slow for the loop that paces media (a PAKE step: 4–6 ms of pure Python): run ``work()`` on a
+    worker thread, then, back on the loop, perform ``then(its result, now)``."""
+
+    work: Callable[[], Any]
+    then: Callable[[Any, float], list[HostOutput]]
+
+
+@dataclass(frozen=True, slots=True)
 class PairingCodeSpent(HostOutput):
     """The one-time pairing code was used or ran out: make a new one, show it to the person, and
     :meth:`~pyrofling.core.host.auth.HostAuth.issue_code` it."""
@@ -147,6 +157,8 @@ class HostSessionConfig:
     #: :class:`PairingCodeSpent` asks the shell for a new one).
     one_time_code: bool = False
     code_lifetime_s: float = 600.0
+    #: The PAKE's two steps as :class:`Compute` outputs, for the shell to run off its loop (False: at once).
+    crypto_off_loop: bool = False
     #: With a secret: a connection that has not authenticated this long after it opened is closed.
     auth_timeout_s: float = 10.0
     #: At most one PATH_CHALLENGE per connection this often (protocol.md §7.7).
@@ -187,6 +199,8 @@ class RemoteViewer:
     kicked: bool = False
     #: Its address's limiter key (an IPv4 address, an IPv6 /64): what per-address limits count by.
     prefix: str = ""
+    #: The host let it go (work finishing for it after that is dropped).
+    closed: bool = False
     kicked_s: float | None = None
     udp_address: Address | None = None
     extensions: ExtensionFeature = ExtensionFeature.NONE
