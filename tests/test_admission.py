@@ -69,16 +69,37 @@ def test_a_token_bucket_saves_up_to_its_burst_and_refills_at_its_rate() -> None:
 
 
 def test_the_budget_holds_each_prefix_and_the_host_whatever_the_number_of_addresses() -> None:
-    budget = ChallengeBudget(per_prefix_rate_s=2.0, per_prefix_burst=6, total_rate_s=25.0, total_burst=25)
+    budget = ChallengeBudget(
+        per_prefix_rate_s=2.0, per_prefix_burst=6, total_rate_s=25.0, total_burst=25, reserve_burst=5
+    )
     assert [budget.take("192.0.2.1", 0.0) for _ in range(6)] == [0.0] * 6
     assert budget.take("192.0.2.1", 0.0) == pytest.approx(0.5)  # its own bucket is empty: half a second
     assert budget.take("2001:db8:1:2::1", 0.0) == 0.0
     assert budget.take("2001:db8:1:2:ffff::9", 0.0) == 0.0  # the same /64: one bucket
-    # Many addresses at once: the host's own bucket (25) is the bound, not the number of prefixes.
+    # Many addresses at once: the host's own bucket (25) and its reserve for fresh prefixes (5) are the bound,
+    # not the number of prefixes.
     granted = sum(budget.take(f"198.51.100.{i}", 0.0) == 0.0 for i in range(200))
-    assert granted == 25 - 8 and budget.granted == 25
+    assert granted == 25 - 8 + 5 and budget.granted == 30
     assert budget.take("192.0.2.200", 0.0) == pytest.approx(1 / 25)
     assert budget.take("192.0.2.1", 0.5) == 0.0  # refilled
+
+
+def test_a_flood_from_a_few_addresses_leaves_room_for_a_friend() -> None:
+    """Eight addresses take every ordinary challenge the host makes; a prefix that asked for nothing lately
+    still gets one from the reserve, and the flooders never do."""
+    budget = ChallengeBudget()
+    now = 0.0
+    flooders = [f"192.0.2.{i}" for i in range(8)]
+    friend_waits = []
+    for step in range(40):  # 10 s, each flooder asking 20 times a second
+        now = step * 0.25
+        for _ in range(5):
+            for a in flooders:
+                budget.take(a, now)
+        if step % 8 == 7:  # a friend from a new address every 2 s
+            friend_waits.append(budget.take(f"203.0.113.{step}", now))
+    assert friend_waits == [0.0] * len(friend_waits)
+    assert budget.granted <= budget.total_burst + 10 * budget.total_rate_s + len(friend_waits)
 
 
 def test_the_budget_remembers_a_bounded_number_of_prefixes() -> None:

@@ -783,10 +783,10 @@ def test_a_wrong_credential_is_refused_but_never_blocks_the_address() -> None:
     hs.auth.limiter = FailureLimiter(max_failures=2)
     for i in range(5):
         bad = HostCredential(HOST_ID, b"v" * 16, b"x" * 32)
-        link = Link(hs, ViewerSessionConfig(flags=PAD, credentials=(bad,)), conn_id=10 + i).run()
+        link = Link(hs, ViewerSessionConfig(flags=PAD, credentials=(bad,)), conn_id=10 + i).run(now=float(i))
         assert link.failure is not None
     good = HostCredential(HOST_ID, b"v" * 16, b"c" * 32)
-    assert Link(hs, ViewerSessionConfig(flags=PAD, credentials=(good,)), conn_id=20).run().streaming
+    assert Link(hs, ViewerSessionConfig(flags=PAD, credentials=(good,)), conn_id=20).run(now=6.0).streaming
 
 
 def test_blocked_viewers_are_told_for_how_long_and_paired_friends_still_get_in() -> None:

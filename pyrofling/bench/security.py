@@ -109,9 +109,11 @@ async def time_handshakes(pairing_dir: Path, count: int) -> dict[str, Any]:
         budget = ChallengeBudget()  # the host's: one address gets a few challenges at once, then two a second
         started = time.monotonic()
         try:
+            burst = min(budget.per_prefix_burst, budget.total_burst)
+            rate = min(budget.per_prefix_rate_s, budget.total_rate_s)
             for i in range(count):
-                if host_extra and i >= budget.per_prefix_burst:
-                    due = started + (i - budget.per_prefix_burst + 1.2) / budget.per_prefix_rate_s
+                if host_extra and i >= burst:
+                    due = started + (i - burst + 1.2) / rate
                     await asyncio.sleep(max(0.0, due - time.monotonic()))
                 times += await _one_handshake(host.port or 0, KickFlags.GAMEPAD, view_extra)
         finally:

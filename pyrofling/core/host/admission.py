@@ -58,19 +58,25 @@ class TokenBucket:
 class ChallengeBudget:
     """Challenges per address prefix and in total: ``take`` before the work, which happens only if it says 0.
 
-    The defaults give a viewer's few reconnects room at once, hold one prefix to two challenges a second, and
-    the host to 25 (about a tenth of a core), whatever number of prefixes the requests come from.
+    The defaults give a viewer's few reconnects room at once and hold one prefix to two challenges a second. The
+    host makes 10 a second with 4 at once (a handshake's two PAKE steps are about 10 ms of Python: a tenth of a
+    core, and never a run of them long enough to hold up a frame), whatever number of prefixes ask; and keeps
+    5 a second for prefixes that have asked for nothing lately (their bucket is full), so a flood from a few
+    addresses that takes every ordinary challenge still leaves room for a friend.
     """
 
     per_prefix_rate_s: float = 2.0
     per_prefix_burst: int = 6
-    total_rate_s: float = 25.0
-    total_burst: int = 25
+    total_rate_s: float = 10.0
+    total_burst: int = 4
+    reserve_rate_s: float = 5.0
+    reserve_burst: int = 5
     #: Prefixes remembered at most; full buckets are forgotten first (a new one starts full anyway).
     max_prefixes: int = 4096
     granted: int = 0
     refused: int = 0
     _total: TokenBucket | None = None
+    _reserve: TokenBucket | None = None
     _prefixes: dict[str, TokenBucket] = field(default_factory=dict)
 
     def take(self, address: str, now: float) -> float:
@@ -78,6 +84,9 @@ class ChallengeBudget:
         total = self._total
         if total is None:
             total = self._total = TokenBucket.full(self.total_rate_s, self.total_burst, now)
+        reserve = self._reserve
+        if reserve is None:
+            reserve = self._reserve = TokenBucket.full(self.reserve_rate_s, self.reserve_burst, now)
         key = limiter_key(address)
         bucket = self._prefixes.get(key)
         if bucket is None:
@@ -87,14 +96,19 @@ class ChallengeBudget:
                 self.refused += 1
                 return max(total.wait_s(now), 1.0 / self.total_rate_s)
             bucket = self._prefixes[key] = TokenBucket.full(self.per_prefix_rate_s, self.per_prefix_burst, now)
+        fresh = bucket.is_full(now)  # asked for nothing lately
         if not bucket.available(now):
             self.refused += 1
             return bucket.wait_s(now)
-        if not total.available(now):
+        if total.available(now):
+            total.take()
+        elif fresh and reserve.available(now):
+            reserve.take()
+        else:
+            bucket.take()  # asking counts: a prefix refused again and again is never "fresh" for the reserve
             self.refused += 1
             return total.wait_s(now)
         bucket.take()
-        total.take()
         self.granted += 1
         return 0.0
 
