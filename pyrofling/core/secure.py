@@ -18,6 +18,7 @@ control channel's records, and (when pairing) the new credential.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import ipaddress
@@ -316,6 +317,7 @@ class ControlOpener:
         return message
 
 
+@functools.lru_cache(maxsize=4096)  # asked at every connection: a flood from a few addresses asks again and again
 def limiter_key(address: str) -> str:
     """Whom a failure counts against: an IPv4 address, or an IPv6 /64 (one subscriber's whole prefix)."""
     try:

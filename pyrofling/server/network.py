@@ -217,10 +217,13 @@ class HostNetwork:
     def _on_accept(self, sock: socket.socket, peer: Address) -> None:
         conn_id = self._next_conn_id
         self._next_conn_id += 1
-        self._accepted[conn_id] = sock
-        self.perform(self.sessions.open(conn_id, peer, self._clock.now()))
-        if conn_id not in self._accepted:  # refused (and closed) before a word: too many, or too fast
+        outputs = self.sessions.open(conn_id, peer, self._clock.now())
+        if any(isinstance(o, CloseConnection) and o.conn_id == conn_id for o in outputs):
+            sock.close()  # refused before a word (too many, or too fast): nothing else to do, under a flood often
             return
+        self._accepted[conn_id] = sock
+        if outputs:  # another connection made room for it
+            self.perform(outputs)
         task = asyncio.get_running_loop().create_task(self._on_connection(conn_id, sock, peer))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
