@@ -69,14 +69,14 @@ def _tcp_flood(port: int, total: int, rng: random.Random) -> dict[str, int]:
     """``total`` framed messages over many connections: unknown ids, early KICKs, repeated HELLOs, each of
     which the host answers and goes on; every fifth connection then ends in a message of a known id with the
     wrong length and every seventh in garbage (the host closes those).  Half read none of the host's replies
-    until they have sent everything. The connections keep to the pace the host admits from one address (16 at
+    until they have sent everything. The connections keep to the pace the host admits from one address (8 at
     once, then 4 a second, :class:`~pyrofling.core.host.admission.ConnectionBudget`): faster ones are closed
     unread, which is another test's subject."""
     sent = connections = cut_off = 0
     started = time.monotonic()
     while sent < total:
         connections += 1
-        time.sleep(max(0.0, started + (connections - 12) / 4 - time.monotonic()))
+        time.sleep(max(0.0, started + (connections - 4) / 4 - time.monotonic()))
         messages = [bytes(Hello())]
         for _ in range(rng.randrange(1000, 5000)):
             kind = rng.randrange(3)
@@ -325,10 +325,11 @@ def test_a_hundred_connections_at_once_are_bounded_and_silent_ones_are_freed() -
     r = run(scenario, 60)
     assert r["streams"] == 100  # the kernel's backlog took them all
     pending_limit = HostSessionConfig().max_pending_per_address
-    assert r["tracked"] == 1 + pending_limit  # the viewer and at most 8 pending from one address
-    refused = r["discarded"]["pending_limit"] + r["discarded"].get("connection_rate", 0)  # too many, or too fast
-    assert refused == 100 - pending_limit and r["closed_at_once"] >= 100 - pending_limit
-    assert r["timed_out"] == pending_limit and r["still_open"] == 1 and r["freed"] == 100
+    kept = r["tracked"] - 1  # besides the viewer: at most the pending limit, from one address
+    assert 0 < kept <= pending_limit
+    refused = r["discarded"].get("pending_limit", 0) + r["discarded"].get("connection_rate", 0)  # too many/fast
+    assert refused == 100 - kept and r["closed_at_once"] >= 100 - kept
+    assert r["timed_out"] == kept and r["still_open"] == 1 and r["freed"] == 100
     # The streaming viewer never went without a picture: at 30 fps, fewer than 8 frames (250 ms) in a row unshown.
     assert r["viewer"]["reconnects"] == 0 and r["viewer"]["max_unshown_frames"] < 8
     assert r["late"]["sessions_streaming"] == 1 and r["late"]["frames_shown"] >= 20

@@ -379,7 +379,7 @@ def test_a_32_kb_burst_of_extensions_costs_one_handshake_and_the_stream_goes_on(
     assert r["discarded"]["extensions_repeated"] == 1  # the burst: one handshake, then closed
     assert r["burst_reply"] < 400  # COOKIE, EXTENSIONS, one AUTH_CHALLENGE: not one answer per message
     # One address (all of them share loopback here) gets 6 challenges at once and 2 a second after that; the
-    # rest are told "busy" (or, past 16 connections at once, closed before a word), the late viewer among them:
+    # rest are told "busy" (or, past 8 connections at once, closed before a word), the late viewer among them:
     # it tries again and gets in.
     refused = r["discarded"]["challenge_budget"] + r["discarded"].get("connection_rate", 0)
     assert r["budget"].granted <= 6 + 2 * 5 and refused >= 20 - 6

@@ -122,7 +122,7 @@ class ConnectionBudget:
     a prefix opening connections as fast as it can is held to ``per_prefix_rate_s``."""
 
     per_prefix_rate_s: float = 4.0
-    per_prefix_burst: int = 16
+    per_prefix_burst: int = 8
     max_prefixes: int = 4096
     refused: int = 0
     _prefixes: dict[str, TokenBucket] = field(default_factory=dict)
