@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pyrofling.bench.stream import StreamScenario, median_of, run_scenario, summarize
-from pyrofling.core.host.admission import ChallengeBudget
+from pyrofling.core.host.admission import ChallengeBudget, ConnectionBudget
 from pyrofling.core.viewer.auth import HostCredential
 
 BENCH_SECRET = "bench-secret-not-for-use"
@@ -94,7 +94,7 @@ def run_security_bench(
 async def time_handshakes(pairing_dir: Path, count: int) -> dict[str, Any]:
     """Median and worst handshake per way in, on loopback (TCP connected to CODEC_PARAMETERS): an open host,
     then a host with a password and pairings, joined with the password and with pinned keys. One address asks, so
-    the handshakes keep to the pace the host grants one address challenges at."""
+    the handshakes keep to the pace the host admits one address's connections and challenges at."""
     from pyrofling.wire import KickFlags
 
     out: dict[str, Any] = {}
@@ -106,13 +106,17 @@ async def time_handshakes(pairing_dir: Path, count: int) -> dict[str, Any]:
     for way, host_extra, view_extra in ways:
         host, task = await _small_host(**host_extra)
         times = []
-        budget = ChallengeBudget()  # the host's: one address gets a few challenges at once, then two a second
+        # The host's budgets for one address: connections (8 at once, then 4 a second), and with a secret
+        # challenges (4 at once, then 2 a second).
+        connections, challenges = ConnectionBudget(), ChallengeBudget()
+        burst, rate = connections.per_prefix_burst, connections.per_prefix_rate_s
+        if host_extra:
+            burst = min(burst, challenges.per_prefix_burst, challenges.total_burst)
+            rate = min(rate, challenges.per_prefix_rate_s, challenges.total_rate_s)
         started = time.monotonic()
         try:
-            burst = min(budget.per_prefix_burst, budget.total_burst)
-            rate = min(budget.per_prefix_rate_s, budget.total_rate_s)
             for i in range(count):
-                if host_extra and i >= burst:
+                if i >= burst:
                     due = started + (i - burst + 1.2) / rate
                     await asyncio.sleep(max(0.0, due - time.monotonic()))
                 times += await _one_handshake(host.port or 0, KickFlags.GAMEPAD, view_extra)
