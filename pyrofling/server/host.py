@@ -109,6 +109,8 @@ class Host:
             paired=self.pairings,
             pads=config.pads,
         )
+        if config.show_pairing_code is not None and config.password is not None:
+            self.sessions.auth.issue_code(config.password, clock.now())  # its 10 minutes run from when it was shown
         self.network = HostNetwork(self.sessions, stats=self.stats, on_output=self._on_output, clock=clock)
         #: (seconds since start, encoder kbit/s) at each change, for the statistics and the benches.
         self.bitrate_trace: list[tuple[float, int]] = [(0.0, config.encoder.bitrate_kbits)]

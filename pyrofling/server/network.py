@@ -91,9 +91,9 @@ class _UdpSocket:
 
 class _Listener:
     """One listening TCP socket: each wake-up accepts what waits (up to :data:`ACCEPT_BATCH`) and hands each
-    connection to ``on_accept``, which returns False to close it at once. A connection the sessions refuse
-    (too many, or too fast from its address) is closed before asyncio builds a transport, a reader and a task
-    for it: under a connection flood those cost the loop that paces media about ten times the refusal."""
+    connection's socket to ``on_accept``. A connection the sessions refuse (too many, or too fast from its
+    address) is closed there before asyncio builds a transport, a reader and a task for it: under a connection
+    flood those cost the loop that paces media about ten times the refusal."""
 
     def __init__(self, sock: socket.socket, on_accept: Callable[[socket.socket, Address], None]) -> None:
         sock.setblocking(False)
