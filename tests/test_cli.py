@@ -379,6 +379,22 @@ def test_bench_security_smoke_authenticates_and_seals_every_run() -> None:
     assert all(shakes[w]["median_ms"] > 0 for w in shakes)  # which is faster is the bench's to report
 
 
+def test_bench_security_attacks_reflect_finds_no_reflector_in_any_mode() -> None:
+    """The attacker takes a cookie on its own connection and sends it, pings and sealed-looking datagrams from a
+    victim's address (127.0.0.3): an open, a password and a private host send the victim nothing."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pyrofling", "bench", "security", "--attacks", "reflect", "--attacks-only", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert [m["mode"] for m in result["reflect"]] == ["open", "password", "private"]
+    for m in result["reflect"]:
+        assert m["bytes_from_victim"] > 3000 and m["bytes_to_victim"] == 0, m
+
+
 def test_bench_soak_smoke_watches_memory_cpu_and_frames_of_a_host_and_three_viewers() -> None:
     proc = subprocess.run(
         [
