@@ -103,6 +103,8 @@ def run_attack_bench(
                     "frames_shown": row["frames_shown"],
                     "host_cpu_pct": row["host_cpu_pct"],
                     "stale_refreshes": row["stale_refreshes"],
+                    "latency_ms_median": row["latency_ms_median"],
+                    "latency_ms_p95": row["latency_ms_p95"],
                     "corrupt_refreshes": row["corrupt_refreshes"],
                     "freeze_log": _freeze_log(raw),
                     "host_discarded": raw["host"].get("discarded", {}),
