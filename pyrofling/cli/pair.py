@@ -33,9 +33,10 @@ def add_pair(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "pair",
         help="pair this viewer with a host once, with the code it shows; later joins need no code",
-        description="Prove the host's pairing code (or password) once. Both sides then keep a credential: "
-        "pyrofling view pyro://HOST joins without a code, sealed, and refuses anything at that address that "
-        "cannot prove the pairing. The host lists and revokes pairings with pyrofling paired.",
+        description="Prove the host's pairing code (or password) once. Both sides then keep a credential bound to "
+        "the host's key: pyrofling view pyro://HOST joins without a code, sealed, and refuses anything at that "
+        "address that is not that host. A pairing code works once, within 10 minutes (the host then shows the "
+        "next). The host lists and revokes pairings with pyrofling paired.",
     )
     p.add_argument("uri", help="the host: pyro://HOST[:PORT]")
     p.add_argument(
