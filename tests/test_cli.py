@@ -442,6 +442,18 @@ def test_the_bitrate_floor_has_one_default_whoever_makes_the_host() -> None:
         assert by_flags == by_config == min(kbits, max(500, kbits // 10))
 
 
+def test_the_encoder_slices_each_frame_over_the_cpus_the_host_may_use() -> None:
+    """One slice thread per CPU the host process may use (at most 8), whoever makes the host; the flag wins."""
+    from pyrofling.cli import build_parser
+    from pyrofling.cli.host import host_config
+    from pyrofling.server.encoder import MAX_DEFAULT_THREADS, EncoderConfig
+
+    cpus = len(os.sched_getaffinity(0))
+    assert EncoderConfig().threads == min(MAX_DEFAULT_THREADS, cpus)
+    assert host_config(build_parser().parse_args(["host"])).encoder.threads == min(MAX_DEFAULT_THREADS, cpus)
+    assert host_config(build_parser().parse_args(["host", "--encoder-threads", "3"])).encoder.threads == 3
+
+
 def test_pair_takes_the_code_from_a_file_and_never_needs_it_in_argv(tmp_path: Path) -> None:
     from pyrofling.cli.pair import _code_from_file_or_prompt
 

@@ -142,7 +142,13 @@ def _add_video_options(p: argparse.ArgumentParser) -> None:
         "--preset", default="ultrafast", help=f"x264/x265 preset: {', '.join(X26X_PRESETS)} (default ultrafast)"
     )
     g.add_argument("--ten-bit", action="store_true", help="encode 10-bit 4:2:0")
-    g.add_argument("--encoder-threads", type=whole_number(0, 64, "threads"), default=2, help="default 2")
+    g.add_argument(
+        "--encoder-threads",
+        type=whole_number(0, 64, "threads"),
+        default=None,
+        help="threads encoding slices of each frame (default: one per CPU the host may use, at most 8; 0: the "
+        "codec's own choice)",
+    )
     g.add_argument(
         "--refresh-s",
         type=number(0.0, 60.0, above_low=True),
@@ -372,8 +378,8 @@ def host_config(args: argparse.Namespace) -> HostConfig:
         bitrate_kbits=args.bitrate_kbits,
         preset=args.preset,
         ten_bit=args.ten_bit,
-        threads=args.encoder_threads,
         refresh_s=args.refresh_s,
+        **({} if args.encoder_threads is None else {"threads": args.encoder_threads}),
     )
     encoder.check()
     if (args.immediate_encode or args.encode_mode) and args.source != "capture":

@@ -11,9 +11,10 @@ Runs in the host's encode thread (PyAV releases the GIL while encoding).
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 import av
@@ -32,6 +33,17 @@ US = Fraction(1, 1_000_000)
 X26X_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
 
 
+def default_encoder_threads() -> int:
+    """One slice thread per CPU this process may use, at most 8. Measured at 720p60 with the host on 5 CPUs of
+    its own: encode median 5.4 ms with 2 threads, 3.7 with 4, 2.3 with 8, and capture-to-decoded 10.0, 8.3 and
+    6.6 ms, for the same host CPU; beyond 8 the slices get thin. On a 2-core machine: 2, as before."""
+    return max(1, min(MAX_DEFAULT_THREADS, len(os.sched_getaffinity(0))))
+
+
+#: The most slice threads the default takes.
+MAX_DEFAULT_THREADS = 8
+
+
 @dataclass(frozen=True, slots=True)
 class EncoderConfig:
     """Video encoder settings (CLI: ``pyrofling host --encoder … --bitrate-kbits …``)."""
@@ -44,8 +56,8 @@ class EncoderConfig:
     #: x264/x265 preset; NVENC uses its own low-latency preset.
     preset: str = "ultrafast"
     ten_bit: bool = False
-    #: Encoder threads (0 = codec default).
-    threads: int = 2
+    #: Encoder threads, each encoding a slice of the same frame (0 = codec default).
+    threads: int = field(default_factory=default_encoder_threads)
     #: Intra-refresh period in seconds (the key-frame interval without intra refresh).
     refresh_s: float = 1.0
     #: VBV buffer in frames: ~1 keeps every frame near bitrate/fps.
