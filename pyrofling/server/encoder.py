@@ -37,7 +37,9 @@ def default_encoder_threads() -> int:
     """One slice thread per CPU this process may use, at most 8. Measured at 720p60 with the host on 5 CPUs of
     its own: encode median 5.4 ms with 2 threads, 3.7 with 4, 2.3 with 8, and capture-to-decoded 10.0, 8.3 and
     6.6 ms, for the same host CPU; beyond 8 the slices get thin. On a 2-core machine: 2, as before."""
-    return max(1, min(MAX_DEFAULT_THREADS, len(os.sched_getaffinity(0))))
+    affinity = getattr(os, "sched_getaffinity", None)  # Linux; elsewhere, every CPU
+    cpus = len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+    return max(1, min(MAX_DEFAULT_THREADS, cpus))
 
 
 #: The most slice threads the default takes.
