@@ -69,14 +69,13 @@ def _tcp_flood(port: int, total: int, rng: random.Random) -> dict[str, int]:
     """``total`` framed messages over many connections: unknown ids, early KICKs, repeated HELLOs, each of
     which the host answers and goes on; every fifth connection then ends in a message of a known id with the
     wrong length and every seventh in garbage (the host closes those).  Half read none of the host's replies
-    until they have sent everything. The connections keep to the pace the host admits from one address (8 at
-    once, then 4 a second, :class:`~pyrofling.core.host.admission.ConnectionBudget`): faster ones are closed
-    unread, which is another test's subject."""
+    until they have sent everything. Each connection comes from its own loopback address (127.0.0.2 on): the
+    host admits a few connections at once per address and closes faster ones unread, which is another test's
+    subject."""
     sent = connections = cut_off = 0
-    started = time.monotonic()
     while sent < total:
         connections += 1
-        time.sleep(max(0.0, started + (connections - 4) / 4 - time.monotonic()))
+        source = (f"127.0.{1 + connections // 250}.{2 + connections % 250}", 0)
         messages = [bytes(Hello())]
         for _ in range(rng.randrange(1000, 5000)):
             kind = rng.randrange(3)
@@ -90,7 +89,7 @@ def _tcp_flood(port: int, total: int, rng: random.Random) -> dict[str, int]:
             messages.append(_framed(1, rng.randbytes(rng.randrange(1, 24))))  # HELLO carries no payload
         elif connections % 7 == 0:
             messages.append(rng.randbytes(64))
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        with socket.create_connection(("127.0.0.1", port), timeout=5, source_address=source) as s:
             s.settimeout(5)
             for k in range(0, len(messages), 64):
                 group = messages[k : k + 64]

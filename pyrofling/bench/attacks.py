@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from pyrofling.bench.security import BENCH_SECRET, _one_handshake, _small_host, make_pairing
-from pyrofling.bench.stream import StreamScenario, run_scenario, summarize
+from pyrofling.bench.stream import StreamScenario, cell, run_scenario, summarize
 from pyrofling.wire import (
     AuthChallenge,
     AuthResult,
@@ -396,9 +396,6 @@ async def reflection(pairing_dir: Path) -> list[dict[str, Any]]:
 
 
 def format_table(result: dict[str, Any]) -> str:
-    def f(x: Any, spec: str = ".1f") -> str:
-        return "—" if x is None else format(x, spec)
-
     lines = [
         f"{result['scenario']}; host with a password; the viewer already streaming when the attack starts",
         f"{'attack':<8} {'good %':>7} {'longest freeze ms':>18} {'unshown in a row':>17} {'reconnects':>10} "
@@ -409,7 +406,7 @@ def format_table(result: dict[str, Any]) -> str:
         if r["attack"] == "quiet":
             what = "nothing: a friend joins"
         elif r["attack"] == "burst":
-            what = f"{a.get('bursts')} bursts of 32 KB, each closed after {f(a.get('closed_after_ms_median'))} ms"
+            what = f"{a.get('bursts')} bursts of 32 KB, each closed after {cell(a.get('closed_after_ms_median'))} ms"
         elif r["attack"] in ("flood", "spray"):
             what = (
                 f"{a.get('connections')} handshakes asked from {a.get('addresses')} addresses "
@@ -422,9 +419,9 @@ def format_table(result: dict[str, Any]) -> str:
                 f"{a.get('open_after_friends')} after the friends joined"
             )
         lines.append(
-            f"{r['attack']:<8} {f(r['good_refreshes_pct'], '.2f'):>7} {f(r['longest_freeze_ms']):>18} "
-            f"{r['max_unshown_frames']:>17} {r['reconnects']:>10} {f(r['host_cpu_pct']):>10} "
-            f"{f(a.get('friend_join_ms')):>16} {f(a.get('paired_join_ms')):>16}   {what}"
+            f"{r['attack']:<8} {cell(r['good_refreshes_pct'], '.2f'):>7} {cell(r['longest_freeze_ms']):>18} "
+            f"{r['max_unshown_frames']:>17} {r['reconnects']:>10} {cell(r['host_cpu_pct']):>10} "
+            f"{cell(a.get('friend_join_ms')):>16} {cell(a.get('paired_join_ms')):>16}   {what}"
         )
     if result["reflect"]:
         lines.append("")

@@ -20,7 +20,7 @@ from typing import Any
 import av
 
 from pyrofling.bench import nginx
-from pyrofling.bench.stream import StreamScenario, median_of, run_scenario, summarize
+from pyrofling.bench.stream import StreamScenario, cell, median_of, run_scenario, summarize
 
 #: Mode → what it adds to the host's command line ({rec} and {url} filled in per run).
 MODES: dict[str, tuple[str, ...]] = {
@@ -136,9 +136,6 @@ def summarize_modes(runs: list[dict[str, Any]], modes: list[str]) -> list[dict[s
 
 
 def format_table(result: dict[str, Any]) -> str:
-    def f(x: Any, spec: str = ".1f") -> str:
-        return "—" if x is None else format(x, spec)
-
     lines = [
         f"{result['scenario']}; medians over {result['modes'][0]['runs']} run(s) per mode",
         f"{'mode':<12} {'host CPU %':>10} {'vs plain':>9} {'outputs':>8} {'latency med/p95 ms':>19} {'Δ latency':>10} "
@@ -152,11 +149,11 @@ def format_table(result: dict[str, Any]) -> str:
             f"{m['recorded_frames']}/{m['recorded_packets']}" if m["recorded_packets"] or m["recorded_frames"] else "—"
         )
         lines.append(
-            f"{m['mode']:<12} {f(m['host_cpu_pct']):>10} {'—' if extra is None else f'{extra:+.1f} %':>9} "
+            f"{m['mode']:<12} {cell(m['host_cpu_pct']):>10} {'—' if extra is None else f'{extra:+.1f} %':>9} "
             f"{'—' if share is None else f'{share:+.1f} %':>8} "
-            f"{f(m['latency_ms_median'], '.2f') + ' / ' + f(m['latency_ms_p95'], '.2f'):>19} "
-            f"{'—' if dlat is None else f'{dlat:+.2f} ms':>10} {f(m['shown_of_expected_pct']):>8} "
-            f"{f(m['max_freeze_ms'], '.0f') + ' ms':>11} {recorded:>16} {m['output_dropped']:>8} "
+            f"{cell(m['latency_ms_median'], '.2f') + ' / ' + cell(m['latency_ms_p95'], '.2f'):>19} "
+            f"{'—' if dlat is None else f'{dlat:+.2f} ms':>10} {cell(m['shown_of_expected_pct']):>8} "
+            f"{cell(m['max_freeze_ms'], '.0f') + ' ms':>11} {recorded:>16} {m['output_dropped']:>8} "
             f"{m['output_failures']:>8}"
         )
     lines.append(

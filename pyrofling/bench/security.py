@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pyrofling.bench.stream import StreamScenario, median_of, run_scenario, summarize
+from pyrofling.bench.stream import StreamScenario, cell, median_of, run_scenario, summarize
 from pyrofling.core.host.admission import ChallengeBudget, ConnectionBudget
 from pyrofling.core.viewer.auth import HostCredential
 
@@ -192,9 +192,6 @@ def summarize_modes(runs: list[dict[str, Any]], modes: list[str]) -> list[dict[s
 
 
 def format_table(result: dict[str, Any]) -> str:
-    def f(x: Any, spec: str = ".1f") -> str:
-        return "—" if x is None else format(x, spec)
-
     def pct(x: Any) -> str:
         return "—" if x is None else f"{x:+.1f} %"
 
@@ -206,11 +203,11 @@ def format_table(result: dict[str, Any]) -> str:
     for m in result["modes"]:
         dlat = m.get("extra_latency_ms")
         lines.append(
-            f"{m['mode']:<10} {f(m['host_cpu_pct']):>10} {pct(m.get('extra_host_cpu_pct')):>9} "
-            f"{f(m['viewer_cpu_pct']):>12} {pct(m.get('extra_viewer_cpu_pct')):>9} "
-            f"{f(m['latency_ms_median'], '.2f') + ' / ' + f(m['latency_ms_p95'], '.2f'):>19} "
-            f"{'—' if dlat is None else f'{dlat:+.2f} ms':>10} {f(m['shown_of_expected_pct']):>8} "
-            f"{str(m['sealed_runs']) + '/' + str(m['runs']):>7} {f(m['handshake_ms']) + ' ms':>10} "
+            f"{m['mode']:<10} {cell(m['host_cpu_pct']):>10} {pct(m.get('extra_host_cpu_pct')):>9} "
+            f"{cell(m['viewer_cpu_pct']):>12} {pct(m.get('extra_viewer_cpu_pct')):>9} "
+            f"{cell(m['latency_ms_median'], '.2f') + ' / ' + cell(m['latency_ms_p95'], '.2f'):>19} "
+            f"{'—' if dlat is None else f'{dlat:+.2f} ms':>10} {cell(m['shown_of_expected_pct']):>8} "
+            f"{str(m['sealed_runs']) + '/' + str(m['runs']):>7} {cell(m['handshake_ms']) + ' ms':>10} "
             f"{m['viewer_refused']:>8}"
         )
     lines.append("refused: datagrams the viewer could not open (forged, replayed, or plaintext on a sealed session)")
@@ -220,5 +217,5 @@ def format_table(result: dict[str, Any]) -> str:
             f"{'handshake':<14} {'count':>6} {'median ms':>10} {'max ms':>8}   (TCP connected → stream parameters)"
         )
         for way, h in result["handshakes"].items():
-            lines.append(f"{way:<14} {h['count']:>6} {f(h['median_ms'], '.1f'):>10} {f(h['max_ms'], '.1f'):>8}")
+            lines.append(f"{way:<14} {h['count']:>6} {cell(h['median_ms'], '.1f'):>10} {cell(h['max_ms'], '.1f'):>8}")
     return "\n".join(lines)

@@ -386,6 +386,11 @@ def _wait_for_port(port: int, proc: subprocess.Popen[bytes], *, timeout_s: float
 # --------------------------------------------------------------------------------------------
 
 
+def cell(x: Any, spec: str = ".1f") -> str:
+    """One table cell: the number in ``spec``, or a dash when there is none."""
+    return "—" if x is None else format(x, spec)
+
+
 def median_of(values: list[Any]) -> float | None:
     """The median of the values that were measured (None where a run had none); None if there are none."""
     present = [v for v in values if v is not None]

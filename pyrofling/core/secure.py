@@ -320,14 +320,25 @@ class ControlOpener:
 @functools.lru_cache(maxsize=4096)  # asked at every connection: a flood from a few addresses asks again and again
 def limiter_key(address: str) -> str:
     """Whom a failure counts against: an IPv4 address, or an IPv6 /64 (one subscriber's whole prefix)."""
+    ip = plain_ip(address)
+    if ":" not in ip:
+        return ip
     try:
-        ip = ipaddress.ip_address(str(address).split("%")[0])
-    except ValueError:
-        return str(address)
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return str(ip.ipv4_mapped)
         return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    except ValueError:  # not an address at all
+        return ip
+
+
+def plain_ip(host: object) -> str:
+    """An address as one spelling: an IPv4-mapped IPv6 address is its IPv4 one, zone ids dropped (a name that is
+    no address stays as it is)."""
+    text = str(host).split("%")[0]
+    try:
+        ip = ipaddress.ip_address(text)
+    except ValueError:
+        return text
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
     return str(ip)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyrofling.cli.bench.common import (
     Sub,
@@ -20,6 +20,9 @@ from pyrofling.cli.options import (
     refuse,
     whole_number,
 )
+
+if TYPE_CHECKING:
+    from pyrofling.bench.stream import StreamScenario
 
 
 def _comparison(
@@ -43,25 +46,30 @@ def _run_comparison(
     show: bool = True,
 ) -> dict[str, Any] | None:
     """Run the modes in turn and print the comparison; None (after saying why) when the modes do not fit."""
-    from pyrofling.bench.stream import StreamScenario
-
     setup(args)
     problem = check_modes(list(args.modes))
     if problem:
         refuse(f"bench {name}", problem)
         return None
-    base = StreamScenario(
+    result = run(_base_scenario(args), list(args.modes), args.rounds, progress=progress)
+    if show:
+        print_result(args, result, table)
+    return result
+
+
+def _base_scenario(args: argparse.Namespace, **extra: Any) -> StreamScenario:
+    """The stream every mode (or attack) runs: the size, rate, preset and duration the flags give."""
+    from pyrofling.bench.stream import StreamScenario
+
+    return StreamScenario(
         width=args.width,
         height=args.height,
         fps=args.fps,
         bitrate_kbits=args.bitrate_kbits,
         duration_s=args.duration,
         preset=args.preset,
+        **extra,
     )
-    result = run(base, list(args.modes), args.rounds, progress=progress)
-    if show:
-        print_result(args, result, table)
-    return result
 
 
 def add_outputs(sub: Sub) -> None:
@@ -135,7 +143,6 @@ def _run_security(args: argparse.Namespace) -> int:
     from pyrofling.bench.attacks import format_table as attack_table
     from pyrofling.bench.attacks import run_attack_bench
     from pyrofling.bench.security import check_modes, format_table, run_security_bench
-    from pyrofling.bench.stream import StreamScenario
 
     if args.attacks_only and not args.attacks:
         return refuse("bench security", "--attacks-only needs --attacks LIST (or --attacks all)")
@@ -150,15 +157,7 @@ def _run_security(args: argparse.Namespace) -> int:
         ok = all(m["sealed_runs"] >= m["runs"] for m in result["modes"] if m["mode"] != "open")
     if args.attacks:
         setup(args)
-        base = StreamScenario(
-            width=args.width,
-            height=args.height,
-            fps=args.fps,
-            bitrate_kbits=args.bitrate_kbits,
-            preset=args.preset,
-            pin_cpus=args.pin_cpus,
-        )
-        attacked = run_attack_bench(base, list(args.attacks), progress=progress)
+        attacked = run_attack_bench(_base_scenario(args, pin_cpus=args.pin_cpus), list(args.attacks), progress=progress)
         if args.json and result is not None:
             print_result(args, {"costs": result, "attacks": attacked}, attack_table)
         else:

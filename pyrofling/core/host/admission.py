@@ -124,7 +124,6 @@ class ConnectionBudget:
     per_prefix_rate_s: float = 4.0
     per_prefix_burst: int = 8
     max_prefixes: int = 4096
-    refused: int = 0
     _prefixes: dict[str, TokenBucket] = field(default_factory=dict)
 
     def take(self, prefix: str, now: float) -> bool:
@@ -137,7 +136,6 @@ class ConnectionBudget:
                 return True  # TCP proved each of these addresses: the other limits still hold them
             bucket = self._prefixes[prefix] = TokenBucket.full(self.per_prefix_rate_s, self.per_prefix_burst, now)
         if not bucket.available(now):
-            self.refused += 1
             return False
         bucket.take()
         return True

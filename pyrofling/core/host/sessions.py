@@ -25,7 +25,6 @@ authentication (protocol.md §7.7) is :class:`~pyrofling.core.host.auth.HostAuth
 
 from __future__ import annotations
 
-import ipaddress
 import secrets
 from collections import Counter
 from collections.abc import Callable
@@ -60,6 +59,7 @@ from pyrofling.core.secure import (
     AuthError,
     FailureLimiter,
     limiter_key,
+    plain_ip,
 )
 from pyrofling.wire import (
     SEALED_HEAD,
@@ -666,15 +666,3 @@ def _flag_names(flags: KickFlags) -> str:
     shown = (KickFlags.VIDEO, KickFlags.AUDIO, KickFlags.GAMEPAD, KickFlags.KEYBOARD_MOUSE)
     names = [f.name.lower() for f in shown if flags & f and f.name]
     return "+".join(names) or "nothing"
-
-
-def plain_ip(host: object) -> str:
-    """An address as one spelling: an IPv4-mapped IPv6 address is its IPv4 one, zone ids dropped."""
-    text = str(host).split("%")[0]
-    try:
-        ip = ipaddress.ip_address(text)
-    except ValueError:
-        return text
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        return str(ip.ipv4_mapped)
-    return str(ip)
