@@ -279,12 +279,14 @@ def test_a_viewers_keys_and_mouse_reach_the_hosts_devices_and_a_python_game(tmp_
         )
         game_saw: dict[str, int] = {"keys_events": 0, "dy": 0}
         stop = threading.Event()
+        game_joined = threading.Event()
 
         def game() -> None:
             client = CaptureClient(64, 64, path=sock, name="kbm-game", reconnect_s=0.05)
             try:
                 while not stop.is_set():
                     client.present(client.acquire())
+                    game_joined.set()
                     _, dy, _, _ = client.take_motion()
                     game_saw["dy"] += dy
                     game_saw["keys_events"] += bool(client.keys_held)
@@ -293,6 +295,8 @@ def test_a_viewers_keys_and_mouse_reach_the_hosts_devices_and_a_python_game(tmp_
 
         thread = threading.Thread(target=game, daemon=True)
         thread.start()
+        # The game gets the motion applied after it joined: the viewer starts moving the mouse once it is in.
+        await until(game_joined.is_set, 10)
         cfg = ViewerConfig(
             host="127.0.0.1",
             port=host.port or 0,
