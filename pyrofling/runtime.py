@@ -7,6 +7,12 @@ and viewer together; both are per process and cost nothing measurable:
   collections walked every module object each time, and stopped the whole
   process for 15–50 ms a few times a minute (each one a repeated refresh or
   more).  Frozen, the objects made at start-up are skipped: 2–5 ms.
+* **Thread priorities** (:class:`ThreadPriorities`): the threads whose wake-up
+  is the beat (the host's heartbeat, the viewer's presenter) ask for real-time
+  scheduling, the ones that carry a frame (encoder, decoder, the event loops)
+  for a raised one, so another program's burst of work does not push a picture
+  past its refresh.  Where the system refuses (an unprivileged user without an
+  rtprio or nice limit), they run as before and one line says so.
 * **A 1 ms GIL switch interval** (Python's default is 5 ms): a thread that wakes
   (the presenter at its deadline, the event loop with a datagram, the decoder
   with a picture) waits for the GIL at most that long while another thread runs
@@ -16,13 +22,159 @@ and viewer together; both are per process and cost nothing measurable:
 from __future__ import annotations
 
 import gc
+import logging
+import os
 import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 SWITCH_INTERVAL_S = 0.001
 
+#: SCHED_FIFO priority for the beat threads: low among real-time ones (1..99), above every ordinary thread.
+REALTIME_PRIORITY = 10
+#: Nice value for the threads that carry a frame (ordinary threads run at 0).
+RAISED_NICE = -10
+#: Which of our threads asks for what: the beat threads wake briefly and must wake on time; the others do
+#: a frame's worth of work and must not wait behind another program.
+THREAD_ROLES = {
+    "heartbeat": "real-time",
+    "presenter": "real-time",
+    "encoder": "raised",
+    "decoder": "raised",
+    "event loop": "raised",
+}
 
-def tune_for_latency() -> None:
-    """Call once the program has imported what it needs and before it starts streaming."""
+
+class CollectorPauses:
+    """Every run of the cyclic collector in this process, timed (``time.monotonic``), for the frame traces:
+    a late picture whose life overlaps one was stopped by it."""
+
+    def __init__(self, keep: int = 4096) -> None:
+        self._done: deque[dict[str, Any]] = deque(maxlen=keep)
+        self._started: float | None = None
+        self.installed = False
+
+    def install(self) -> None:
+        if not self.installed:
+            gc.callbacks.append(self._callback)
+            self.installed = True
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        now = time.monotonic()
+        if phase == "start":
+            self._started = now
+        elif self._started is not None:
+            self._done.append(
+                {"gc": info["generation"], "start": self._started, "end": now, "collected": info["collected"]}
+            )
+            self._started = None
+
+    def drain(self) -> list[dict[str, Any]]:
+        """The pauses since the last call (oldest first)."""
+        out = []
+        while self._done:
+            out.append(self._done.popleft())
+        return out
+
+
+_SCHEDSTAT = "/proc/thread-self/schedstat"
+
+
+def thread_schedstat() -> tuple[float, float] | None:
+    """The calling thread's time on a CPU and waiting in the run queue for one, s (Linux; None elsewhere)."""
+    try:
+        with open(_SCHEDSTAT, "rb") as f:
+            on_cpu, waiting, _ = f.read().split()
+    except (OSError, ValueError):
+        return None
+    return int(on_cpu) / 1e9, int(waiting) / 1e9
+
+
+def timed_on_thread(fn: Callable[..., T], *args: Any) -> tuple[T, dict[str, float]]:
+    """``fn(*args)``, and where its thread's wall time went: on a CPU, waiting for one (another thread or
+    process had it), and the rest blocked (the GIL, a lock, I/O)."""
+    t0, before = time.monotonic(), thread_schedstat()
+    out = fn(*args)
+    wall, after = time.monotonic() - t0, thread_schedstat()
+    if before is None or after is None:
+        return out, {"wall": wall}
+    cpu, runq = after[0] - before[0], after[1] - before[1]
+    return out, {"wall": wall, "cpu": cpu, "runq": runq, "blocked": max(0.0, wall - cpu - runq)}
+
+
+class ThreadPriorities:
+    """Raise the calling thread's priority for its role (:data:`THREAD_ROLES`), as far as the system allows,
+    and remember what each role got for :meth:`summary`."""
+
+    def __init__(self) -> None:
+        #: Off until :func:`tune_for_latency` turns it on: a program that embeds a host or a viewer keeps its
+        #: threads as they are.
+        self.enabled = False
+        self.granted: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def apply(self, role: str) -> str:
+        """Call on the thread itself; what it got: "real-time", "raised" or "normal"."""
+        if not self.enabled:
+            return "normal"
+        want = THREAD_ROLES[role]
+        tid = threading.get_native_id()
+        got = "normal"
+        if want == "real-time" and _try(
+            lambda: os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(REALTIME_PRIORITY))
+        ):
+            got = "real-time"
+        elif want in ("real-time", "raised") and _try(lambda: os.setpriority(os.PRIO_PROCESS, tid, RAISED_NICE)):
+            got = "raised"
+        with self._lock:
+            self.granted[role] = got
+        return got
+
+    def summary(self) -> str:
+        """One line: what each role asked for and got."""
+        with self._lock:
+            granted = dict(self.granted)
+        if not self.enabled:
+            return "thread priorities: normal (as asked)"
+        parts = [f"{role} {got}" for role, got in granted.items()]
+        refused = [role for role, got in granted.items() if got != THREAD_ROLES[role]]
+        hint = (
+            "; not granted for "
+            + ", ".join(refused)
+            + " (needs CAP_SYS_NICE or an rtprio/nice limit: see docs/streaming.md)"
+            if refused
+            else ""
+        )
+        return "thread priorities: " + ", ".join(parts) + hint
+
+
+def _try(change: Callable[[], None]) -> bool:
+    try:
+        change()
+    except (OSError, AttributeError):  # refused, or a platform without the call
+        return False
+    return True
+
+
+#: This process's threads' priorities.
+THREAD_PRIORITIES = ThreadPriorities()
+
+#: This process's collector runs (recorded once :func:`tune_for_latency` ran).
+COLLECTOR_PAUSES = CollectorPauses()
+
+
+def tune_for_latency(*, thread_priority: bool = True) -> None:
+    """Call once the program has imported what it needs and before it starts streaming; ``thread_priority``:
+    raise the timing threads' priorities (:class:`ThreadPriorities`) where the system allows."""
+    THREAD_PRIORITIES.enabled = thread_priority
     gc.collect()
     gc.freeze()
     sys.setswitchinterval(SWITCH_INTERVAL_S)
+    COLLECTOR_PAUSES.install()

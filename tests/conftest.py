@@ -6,9 +6,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
 from collections.abc import Callable, Iterator
 
 import pytest
+
+from pyrofling.runtime import THREAD_PRIORITIES
 
 
 def _start_xvfb(screen: str, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
@@ -63,6 +66,21 @@ def x_server() -> Iterator[Callable[..., str]]:
     finally:
         for proc in procs:
             _stop(proc)
+
+
+@pytest.fixture(autouse=True)
+def _ordinary_thread_priorities() -> Iterator[None]:
+    """A command a test runs in-process raises its threads' priorities (real-time for some): the test's own
+    thread gets its priority back afterwards, and the next test starts with them off, as a library user would."""
+    THREAD_PRIORITIES.enabled = False
+    tid = threading.get_native_id()
+    policy, nice = os.sched_getscheduler(tid), os.getpriority(os.PRIO_PROCESS, tid)
+    yield
+    THREAD_PRIORITIES.enabled = False
+    if os.sched_getscheduler(tid) != policy:
+        os.sched_setscheduler(tid, policy, os.sched_param(0))
+    if os.getpriority(os.PRIO_PROCESS, tid) != nice:
+        os.setpriority(os.PRIO_PROCESS, tid, nice)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -2,8 +2,11 @@
 
 import json
 from pathlib import Path
+from typing import Any
 
-from pyrofling.bench.frame_trace import attribute, format_attribution, join, read_lines
+import pytest
+
+from pyrofling.bench.frame_trace import attribute, collector_runs, format_attribution, join, read_lines
 
 PERIOD = 1 / 60
 
@@ -40,7 +43,7 @@ def test_late_pictures_are_blamed_on_the_stage_that_took_longer_than_usual() -> 
         view.append(v)
     rows = join(host, view)
     assert len(rows) == 60 and sum(1 for r in rows if r.get("missed")) == 3
-    a = attribute(rows)
+    a = attribute(rows, startup_s=0)  # a second of pictures: no start-up to leave out
     assert a["late"] == 3 and a["missed"] == 3
     assert a["blame"] == {"encode": 2, "decode": 1}
     assert abs(a["blame_excess_ms"]["encode"] - 8.0) < 0.01 and abs(a["blame_excess_ms"]["decode"] - 11.0) < 0.01
@@ -76,9 +79,78 @@ def test_each_stage_reports_the_time_only_the_allowed_share_of_pictures_exceed()
     # 3600 encodes of 6 ms but two: at one in 3600 the tail is the second slowest, at one in 1800 the third.
     host = [host_line(i, encode_s=0.006 + (0.010 if i == 7 else 0.004 if i == 8 else 0.0)) for i in range(3600)]
     rows = join(host, [view_line(i, h) for i, h in enumerate(host)])
-    a = attribute(rows, tail_share=1 / 3600)
+    a = attribute(rows, tail_share=1 / 3600, startup_s=0)
     assert abs(a["stage_tail_ms"]["encode"] - 10.0) < 0.01
-    assert abs(attribute(rows, tail_share=1 / 1800)["stage_tail_ms"]["encode"] - 6.0) < 0.01
+    assert abs(attribute(rows, tail_share=1 / 1800, startup_s=0)["stage_tail_ms"]["encode"] - 6.0) < 0.01
     text = format_attribution("auto", a)
     assert "1 picture in 3600 ran over its median by more than (ms): encode +4.0" in text
     assert share_tail([3.0, 1.0, 2.0], 0.0) == 3.0 and share_tail([3.0, 1.0, 2.0], 0.34) == 2.0
+
+
+def test_pictures_a_collector_run_overlapped_are_counted_per_process_and_its_runs_are_not_pictures() -> None:
+    host = [host_line(i, encode_s=0.014 if i in (200, 300) else 0.006) for i in range(400)]
+    view: list[dict[str, Any]] = []
+    for i, h in enumerate(host):
+        v = view_line(i, h, decode_s=0.012 if i == 250 else 0.001)
+        if i in (200, 250, 300):
+            view.append({"vblank": v["vblank"], "offset": v["offset"], "deadline": 0.015, "miss": True})
+            v = dict(v, vblank=v["vblank"] + PERIOD)
+        view.append(v)
+    # The host's collector ran during picture 200's encode; the viewer's during picture 250's decode (its clock
+    # is 5 s ahead); another host run touched no late picture.
+    host_runs = [{"gc": 0, "start": host[200]["loop"] + 0.001, "end": host[200]["loop"] + 0.003, "collected": 0},
+                 {"gc": 2, "start": host[100]["loop"], "end": host[100]["loop"] + 0.004, "collected": 9}]  # fmt: skip
+    v250 = next(v for v in view if v.get("capture_us") == host[250]["capture_us"])
+    view_runs = [{"gc": 1, "start": v250["decode_start_s"], "end": v250["decode_start_s"] + 0.002, "collected": 3}]
+    host_lines, view_lines = host + host_runs, view[:100] + view_runs + view[100:]
+    rows = join(host_lines, view_lines)
+    assert len(rows) == 400  # a collector run is not a picture
+    a = attribute(
+        rows,
+        host_gc=collector_runs(host_lines),
+        viewer_gc=collector_runs(view_lines),
+    )
+    assert a["late"] == 3 and a["late_in_collection"] == {"host": 1, "viewer": 1}
+    assert a["collector"]["host"]["2"]["runs"] == 1 and abs(a["collector"]["host"]["2"]["max_ms"] - 4.0) < 0.01
+    text = format_attribution("auto", a)
+    assert "late while the collector ran: host 1, viewer 1" in text and "viewer gen 1 1 (2.0/2.0 ms)" in text
+
+
+def test_the_start_up_is_reported_apart_from_the_tails() -> None:
+    # The first 2 s: a picture queues 40 ms for the decoder and is late; after them, one slow encode.
+    host = [host_line(i, encode_s=0.014 if i == 500 else 0.006) for i in range(600)]
+    view = []
+    for i, h in enumerate(host):
+        v = view_line(i, h)
+        if i == 5:
+            v = dict(v, decode_start_s=v["complete_s"] + 0.040, late=0.030)
+        view.append(v)
+    a = attribute(join(host, view))
+    assert a["startup"]["pictures"] == 120 and a["startup"]["late"] == 1
+    assert abs(a["startup"]["worst_queue_ms"] - 40.0) < 0.01
+    assert a["pictures"] == 480 and a["stage_p999_ms"]["decode queue"] < 1.0  # the start-up's queue is not a tail
+    assert "start-up (first 2 s, left out above): 1 late of 120, longest wait for the decoder 40.0 ms" in (
+        format_attribution("auto", a)
+    )
+
+
+def test_the_encode_threads_time_of_late_pictures_is_split_into_cpu_waiting_and_blocked() -> None:
+    host = []
+    for i in range(600):
+        slow = i == 400
+        line: dict[str, Any] = dict(host_line(i, encode_s=0.014 if slow else 0.006))
+        line["thread"] = {"wall": 0.014, "cpu": 0.012, "runq": 0.001, "blocked": 0.001} if slow else {
+            "wall": 0.006, "cpu": 0.004, "runq": 0.0005, "blocked": 0.0015}  # fmt: skip
+        host.append(line)
+    view = []
+    for i, h in enumerate(host):
+        v = view_line(i, h)
+        if i == 400:
+            view.append({"vblank": v["vblank"], "offset": v["offset"], "deadline": 0.015, "miss": True})
+            v = dict(v, vblank=v["vblank"] + PERIOD)
+        view.append(v)
+    a = attribute(join(host, view))
+    assert a["blame"] == {"encode": 1}
+    assert a["encode_thread_ms"]["late"] == pytest.approx({"cpu": 12.0, "runq": 1.0, "blocked": 1.0})
+    assert a["encode_thread_ms"]["median"] == pytest.approx({"cpu": 4.0, "runq": 0.5, "blocked": 1.5})
+    assert "on a CPU 4.0 -> 12.0" in format_attribution("auto", a)

@@ -64,7 +64,8 @@ def test_the_heartbeat_wakes_exactly_at_each_tick_and_stamps_frames_with_it() ->
             await heartbeat.stop()
 
     asyncio.run(scenario())
-    frames = [json.loads(line) for line in trace.getvalue().splitlines()]
+    lines = [json.loads(line) for line in trace.getvalue().splitlines()]
+    frames = [line for line in lines if "gc" not in line]  # a collector run is a line of its own
     assert len(frames) >= 20
     period = 1.0 / FPS
     for frame in frames:

@@ -136,7 +136,8 @@ def test_the_frame_trace_says_when_each_picture_was_ready_against_its_target(tmp
     run(p, clock, 30 * PERIOD + 0.1)
     p.close_trace()
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    shown = [r for r in lines if not r.get("miss") and not r.get("dropped_picture")]
+    # (Runs of the collector, recorded once a command in this process tuned it, are lines of their own.)
+    shown = [r for r in lines if not r.get("miss") and not r.get("dropped_picture") and "gc" not in r]
     assert len(shown) == p.summary()["presented"] >= 25
     for r in shown:
         assert r["offset"] < r["deadline"] < PERIOD  # the automatic offset, ahead of its deadline

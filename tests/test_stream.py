@@ -272,3 +272,9 @@ def test_phase_locked_viewer_steers_the_host_frame_clock() -> None:
     assert summary["rate_trim_ppm"] > 500  # the host slowed down toward the viewer's display
     assert lp["presented"] >= 100 and fp["presented"] >= 100
     assert locked.summary()["glass_ms_median"] is not None
+    # The final statistics give each stage's tail, the first 2 s apart.
+    tails = lp["stage_tails"]
+    assert tails["startup"]["pictures"] >= 30 and tails["pictures"] >= 50
+    assert tails["pictures"] + tails["startup"]["pictures"] == lp["presented"]
+    decode = tails["stages"]["decode"]
+    assert 0 < decode["median_ms"] <= decode["p999_ms"] and decode["once_a_minute_ms"] >= decode["median_ms"]

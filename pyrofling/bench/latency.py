@@ -38,7 +38,15 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pyrofling.bench.frame_trace import attribute, format_attribution, join, read_lines, share_tail
+from pyrofling.bench.frame_trace import (
+    STARTUP_S,
+    attribute,
+    collector_runs,
+    format_attribution,
+    join,
+    read_lines,
+    share_tail,
+)
 from pyrofling.bench.stream import StreamScenario, run_scenario, split_cpus
 from pyrofling.core.viewer.phase_offset import AutoOffsetConfig
 
@@ -75,6 +83,8 @@ class LatencyBenchConfig:
     rounds: int = 1
     #: Host side and viewer each on their own CPUs (:attr:`StreamScenario.pin_cpus`).
     pin_cpus: bool = False
+    #: Also run ``auto`` with ``--thread-priority normal`` on both ends.
+    also_normal_priority: bool = False
     #: A phase error whose 0.5 s mean stays within this for 2 s counts as locked.
     lock_threshold_ms: float = 1.0
     seed: int = 1
@@ -124,6 +134,16 @@ def runs(cfg: LatencyBenchConfig) -> list[tuple[str, str, StreamScenario]]:
         out.append(
             (f"auto +{delay:g}±{sigma:g}", "auto", scenario_for(cfg, "auto", delay_ms=delay, delay_sigma_ms=sigma))
         )
+    if cfg.also_normal_priority:
+        auto = scenario_for(cfg, "auto")
+        normal = ("--thread-priority", "normal")
+        out.append(
+            (
+                "auto normal prio",
+                "auto",
+                replace(auto, host_args=(*auto.host_args, *normal), view_args=(*auto.view_args, *normal)),
+            )
+        )
     return out
 
 
@@ -134,6 +154,9 @@ def run(cfg: LatencyBenchConfig, *, progress: Callable[[str], None] = lambda _s:
     slice_cfg = replace(cfg, duration_s=cfg.duration_s / cfg.rounds)
     per_mode: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in plan}
     joined: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in plan}
+    collector: dict[str, tuple[list[tuple[float, float, int]], list[tuple[float, float, int]]]] = {
+        label: ([], []) for label, _, _ in plan
+    }
     for round_ in range(cfg.rounds):
         for label, mode, scenario in plan:
             turn = f" (round {round_ + 1} of {cfg.rounds})" if cfg.rounds > 1 else ""
@@ -154,13 +177,19 @@ def run(cfg: LatencyBenchConfig, *, progress: Callable[[str], None] = lambda _s:
             row.update(cpu_shares(before, machine_cpu()))
             per_mode[label].append(row)
             if traces is not None and mode != "free":  # free-running has no deadline to be late for
-                joined[label] += join(read_lines(traces[0]), read_lines(traces[1]))
+                host_lines, view_lines = read_lines(traces[0]), read_lines(traces[1])
+                joined[label] += join(host_lines, view_lines)
+                collector[label][0].extend(collector_runs(host_lines))
+                collector[label][1].extend(collector_runs(view_lines))
             progress(format_row(per_mode[label][-1]))
     rows = [pool(per_mode[label]) for label, _, _ in plan]
     for row in rows:
         if joined[row["mode"]]:
             share = repeat_share(cfg.auto_repeats_per_minute, cfg.refresh_hz)
-            row["late_pictures"] = attribute(joined[row["mode"]], tail_share=share)
+            host_gc, viewer_gc = collector[row["mode"]]
+            row["late_pictures"] = attribute(
+                joined[row["mode"]], tail_share=share, host_gc=host_gc, viewer_gc=viewer_gc
+            )
     return {"config": asdict(cfg), "rows": rows}
 
 
@@ -209,6 +238,8 @@ def pool(parts: list[dict[str, Any]]) -> dict[str, Any]:
     for q, key in ((50, "glass_ms_median"), (5, "glass_ms_p5"), (95, "glass_ms_p95"), (99, "glass_ms_p99")):
         row[key] = _pct(glass, q)
     row["ready_ms"] = [r for p in parts for r in p["ready_ms"]]
+    startup = [p["startup_ready_ms_max"] for p in parts if p.get("startup_ready_ms_max") is not None]
+    row["startup_ready_ms_max"] = max(startup) if startup else None
     row["flip_margin_ms"] = max(p["flip_margin_ms"] for p in parts)  # the latest any run had to be ready by
     row.update(
         lock_bound(row["ready_ms"], row["refresh_hz"] or 60.0, row["bound_repeats_per_minute"], row["flip_margin_ms"])
@@ -232,7 +263,9 @@ def summarize(mode: str, raw: dict[str, Any], cfg: LatencyBenchConfig, *, label:
     after = lock_s if lock_s is not None else math.inf
     # The pictures whose repeats count: after lock (free-running: after its first second).
     since = (lock_s or 0.0) if mode != "free" else FREE_WARMUP_S
-    ready = [ms for t, ms in pres.get("ready_trace", []) if t >= since]
+    # The start-up (the decoder's first pictures queue while it starts) is stated apart, not folded into the tail.
+    ready = [ms for t, ms in pres.get("ready_trace", []) if t >= max(since, STARTUP_S)]
+    startup_ready = [ms for t, ms in pres.get("ready_trace", []) if t < STARTUP_S]
     settled = [e / 1000 for t, e in trace if t >= after + 0.5]
     repeats = pres.get("repeat_times", [])
     after_lock = sum(1 for t in repeats if t > after) if mode != "free" else None
@@ -267,6 +300,7 @@ def summarize(mode: str, raw: dict[str, Any], cfg: LatencyBenchConfig, *, label:
         "bound_repeats_per_minute": cfg.auto_repeats_per_minute,
         "flip_margin_ms": flip,
         **lock_bound(ready, cfg.refresh_hz, cfg.auto_repeats_per_minute, flip),
+        "startup_ready_ms_max": max(startup_ready) if startup_ready else None,
         "packets_lost": v.get("packets_lost_video", 0),
         "host_cpu_pct": 100 * host.get("cpu_s", 0) / max(host.get("elapsed_s", 1), 1e-6),
         "viewer_cpu_pct": 100 * v.get("cpu_s", 0) / max(v.get("elapsed_s", 1), 1e-6),
@@ -382,6 +416,14 @@ def format_table(result: dict[str, Any]) -> str:
         "-" * len(HEADER),
     ]
     lines += [format_row(r) for r in result["rows"]]
+    startup = [
+        f"{r['mode']} {r['startup_ready_ms_max']:.1f} ms" for r in result["rows"] if r.get("startup_ready_ms_max")
+    ]
+    if startup:
+        lines.append(
+            f"start-up (the first {STARTUP_S:g} s, left out of ready..tail and bound): the slowest picture's capture "
+            "-> ready: " + ", ".join(startup)
+        )
     verdict = bound_verdict(result["rows"])
     if verdict:
         lines += ["", verdict]

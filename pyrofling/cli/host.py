@@ -18,6 +18,7 @@ from pyrofling.cli.options import (
     add_logging_options,
     add_pairing_dir_option,
     add_stream_size_options,
+    add_thread_priority_option,
     fraction,
     given_password,
     install_stop,
@@ -112,6 +113,7 @@ def add_host(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _add_output_options(p)
     p.add_argument("--duration", type=run_time, default=None, help="stop after this many seconds (default: Ctrl-C)")
     p.add_argument("--stats-json", type=output_file(), default=None, help="write host statistics here on exit")
+    add_thread_priority_option(p)
     p.add_argument(
         "--frame-trace",
         type=output_file(),
@@ -519,7 +521,7 @@ def _show_pairing_code(code: str, why: str, file: Path | None) -> None:
 
 def run_host(args: argparse.Namespace) -> int:
     setup_logging(args)
-    tune_for_latency()
+    tune_for_latency(thread_priority=args.thread_priority == "auto")
     try:
         cfg = host_config(args)
     except ValueError as exc:

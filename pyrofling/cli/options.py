@@ -220,6 +220,18 @@ def add_logging_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="only warnings and errors")
 
 
+def add_thread_priority_option(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """--thread-priority: whether the timing threads ask the system for a raised or real-time priority."""
+    p.add_argument(
+        "--thread-priority",
+        choices=("auto", "normal"),
+        default="auto",
+        help="auto (default): the threads that keep the beat ask for real-time scheduling and the ones that carry "
+        "a frame for a raised priority, where the system allows it (root, CAP_SYS_NICE or an rtprio/nice limit; "
+        "a line at start says what was granted); normal: leave every thread as it is",
+    )
+
+
 def add_stream_size_options(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """Picture size, rate and bitrate of a stream (on a parser, or on one of its groups)."""
     p.add_argument("--width", type=whole_number(64, 8192, "pixels", even=True), default=1280, help="default 1280")

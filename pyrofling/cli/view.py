@@ -11,6 +11,7 @@ from pyrofling.cli.gamepad import add_view_gamepad_options, gamepad_config
 from pyrofling.cli.keyboard_mouse import add_view_input_options, input_config
 from pyrofling.cli.options import (
     add_logging_options,
+    add_thread_priority_option,
     add_viewer_security_options,
     exit_now,
     install_stop,
@@ -140,6 +141,7 @@ def _add_presentation_options(p: argparse.ArgumentParser) -> None:
         default=None,
         help="run a software display clock at this rate, e.g. 59.94 (default: the display's, else the stream's)",
     )
+    add_thread_priority_option(g)
     g.add_argument(
         "--frame-trace",
         type=output_file(),
@@ -280,7 +282,7 @@ def viewer_config(args: argparse.Namespace) -> ViewerConfig:
 
 def run_view(args: argparse.Namespace) -> int:
     setup_logging(args)
-    tune_for_latency()
+    tune_for_latency(thread_priority=args.thread_priority == "auto")
     try:
         cfg = viewer_config(args)
     except ValueError as exc:

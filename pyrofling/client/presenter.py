@@ -36,6 +36,8 @@ from pyrofling.core.viewer.presentation import (
     Repeat,
     Wait,
 )
+from pyrofling.core.viewer.stage_tails import StageTails
+from pyrofling.runtime import COLLECTOR_PAUSES, THREAD_PRIORITIES
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +113,9 @@ class Presenter:
         #: A JSON line per refresh that showed a new picture or missed its deadline, and per picture dropped
         #: unseen: where the time went.
         self._trace = frame_trace
-        self._fed: list[tuple[Picture, float]] = []  # traced: pictures given to the loop, when it got them
+        self._fed: list[tuple[Picture, float]] = []
+        #: Each stage's median and once-a-minute tail, start-up apart (in the final statistics).
+        self._stage_tails = StageTails()  # traced: pictures given to the loop, when it got them
 
     # -- decode thread -------------------------------------------------------------------------
 
@@ -132,6 +136,7 @@ class Presenter:
     # -- presenter thread ----------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
+        THREAD_PRIORITIES.apply("presenter")
         first = self._first_picture(stop)
         if first is None:
             return
@@ -147,6 +152,7 @@ class Presenter:
             "vsync" if vsync else "software",
             self._mode_text(),
         )
+        log.info("%s", THREAD_PRIORITIES.summary())  # decoder, event loop and presenter have started
         if self._judge:
             with self.stats.lock:
                 self.quality = RefreshQuality(1.0 / (self.stream_hz() or refresh.hz))
@@ -272,6 +278,16 @@ class Presenter:
                 st.repeat_times.append(round(self.clock.now() - self._started_s, 4))
             if isinstance(decision, Present):
                 picture = decision.frame
+                t = picture.timing
+                if t is not None:
+                    self._stage_tails.picture(
+                        first_s=t.first_s,
+                        complete_s=t.complete_s,
+                        queued_s=t.queued_s,
+                        decode_start_s=t.decode_start_s,
+                        decoded_s=t.decoded_s,
+                        done_s=picture.done_s,
+                    )
                 if self._last_on_screen_s is not None:
                     st.graph_pace_ms.append((decision.on_screen_s - self._last_on_screen_s) * 1000)
                 self._last_on_screen_s = decision.on_screen_s
@@ -313,6 +329,8 @@ class Presenter:
         else:
             record.update(miss=True, waiting=len(self._fed))
         self._trace.write(json.dumps(record) + "\n")
+        for pause in COLLECTOR_PAUSES.drain():  # what stopped this process meanwhile
+            self._trace.write(json.dumps(pause) + "\n")
 
     @staticmethod
     def _picture_record(p: Picture, seen: float, **extra: Any) -> dict[str, Any]:
@@ -388,6 +406,7 @@ class Presenter:
             }
             if samples:
                 out.update(
+                    stage_tails=self._stage_tails.summary(st.refresh_hz or 60.0),
                     glass_ms=glass,
                     ready_trace=tail(st.ready_trace, 20_000),
                     phase_trace=list(st.phase_trace),

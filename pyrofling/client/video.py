@@ -36,6 +36,7 @@ from pyrofling.core.viewer.clock_sync import HostClock
 from pyrofling.core.viewer.concealment import Concealment
 from pyrofling.core.viewer.connection import DecodeVideo
 from pyrofling.core.viewer.picture_quality import CLEAN_TILE_ERROR, tile_error
+from pyrofling.runtime import THREAD_PRIORITIES
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +151,7 @@ class VideoPipeline:
     # -- the decode thread -------------------------------------------------------------------
 
     def _run(self) -> None:
+        THREAD_PRIORITIES.apply("decoder")
         marker_log = self._marker_log_path.open("w") if self._marker_log_path is not None else None
         decoder: VideoDecoder | None = None
         layout: frame_marker.MarkerLayout | None = None

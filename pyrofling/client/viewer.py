@@ -48,6 +48,7 @@ from pyrofling.core.viewer.rate_feedback import NarrowLinkWarning
 from pyrofling.core.viewer.timeline import Snapshot, Timeline
 from pyrofling.files import write_stats
 from pyrofling.pairing import PairingStoreError, ViewerPairings
+from pyrofling.runtime import THREAD_PRIORITIES
 from pyrofling.wire import CodecParameters, ExtensionFeature, KickFlags, StreamRate, VideoCodec
 
 log = logging.getLogger(__name__)
@@ -149,6 +150,7 @@ class Viewer:
     async def run(self) -> dict[str, Any]:
         """Stream until stopped (or the duration ends, or the host is gone for good); the statistics."""
         loop = self._loop = asyncio.get_running_loop()
+        THREAD_PRIORITIES.apply("event loop")
         self._stop = asyncio.Event()
         video = bool(self.config.flags & KickFlags.VIDEO)  # a gamepad-only client decodes nothing
         if video:

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TextIO
+from typing import Any, TextIO
 
 import av
 
@@ -28,6 +28,7 @@ from pyrofling.clocks import SYSTEM_CLOCK, Clock
 from pyrofling.core.host.encode_schedule import EncodeSchedule
 from pyrofling.core.host.frame_clock import FrameClock
 from pyrofling.core.host.keyframes import KeyframePolicy
+from pyrofling.runtime import COLLECTOR_PAUSES, THREAD_PRIORITIES, timed_on_thread
 from pyrofling.server.capture import CapturedFrame, CaptureServer
 from pyrofling.server.encoder import EncodedVideo, VideoEncoder
 from pyrofling.server.sources import VideoSource, placeholder_frame
@@ -101,6 +102,7 @@ class Heartbeat:
         """Sleep until the next tick, hand it to the loop, wait until it is handled."""
         loop = self._loop
         assert loop is not None
+        THREAD_PRIORITIES.apply("heartbeat")
         while not self._halt.is_set():
             delay = self._next_tick_s - self._time.now()
             if delay > 0 and self._time.wait(self._halt, min(delay, 0.5)):
@@ -156,19 +158,22 @@ class Heartbeat:
     async def _encode_and_send(self, woke: float, captured: CapturedFrame | None) -> None:
         loop = asyncio.get_running_loop()
         index = self._frame_index
-        timing = {"due": self._due_s, "woke": woke, "loop": self._time.now()} if self._trace is not None else None
+        timing: dict[str, Any] | None = (
+            {"due": self._due_s, "woke": woke, "loop": self._time.now()} if self._trace is not None else None
+        )
         capture_us = int(woke * 1_000_000)
         force = self.keyframes.should_force(woke)
         packets: list[EncodedVideo] | None
+        job: tuple[Any, ...] = (
+            (self._encode_captured, loop, captured, capture_us, force)
+            if self.source is None
+            else (self._render_and_encode, self.source, index, capture_us, force)
+        )
         try:
-            if self.source is None:
-                packets = await loop.run_in_executor(
-                    self._executor, self._encode_captured, loop, captured, capture_us, force
-                )
-            else:
-                packets = await loop.run_in_executor(
-                    self._executor, self._render_and_encode, self.source, index, capture_us, force
-                )
+            if timing is None:
+                packets = await loop.run_in_executor(self._executor, *job)
+            else:  # traced: where the encode thread's time went (on a CPU, waiting for one, blocked)
+                packets, timing["thread"] = await loop.run_in_executor(self._executor, timed_on_thread, *job)
         except Exception:
             # One bad frame must not end the stream; the next frame is an IDR.
             self.stats.encode_errors += 1
@@ -182,6 +187,8 @@ class Heartbeat:
             self._on_source_end()
             return
         self._frame_index += 1
+        if self._frame_index == 1:  # the heartbeat and the encoder have both started
+            log.info("%s", THREAD_PRIORITIES.summary())
         if timing is not None and self._trace is not None:
             timing.update(
                 capture_us=capture_us,
@@ -195,6 +202,8 @@ class Heartbeat:
         if timing is not None and self._trace is not None and not self._trace.closed:  # an encode outlived close
             timing["queued"] = self._time.now()  # handed to every viewer's pacer
             self._trace.write(json.dumps(timing) + "\n")
+            for pause in COLLECTOR_PAUSES.drain():  # what stopped this process meanwhile
+                self._trace.write(json.dumps(pause) + "\n")
         self.presented()  # a present that came while this frame encoded
 
     # -- the encode thread ---------------------------------------------------------------------

@@ -44,6 +44,7 @@ from pyrofling.core.input.pad.rumble import RumbleCommand
 from pyrofling.core.secure import pairing_code
 from pyrofling.files import write_stats
 from pyrofling.pairing import PairingStoreError, keep_pairing, open_host_pairings
+from pyrofling.runtime import THREAD_PRIORITIES
 from pyrofling.server.audio import (
     AudioChunk,
     AudioEncoder,
@@ -117,7 +118,12 @@ class Host:
         self._encoder: VideoEncoder | None = None
         self.ready = asyncio.Event()
         self._stop = asyncio.Event()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pyrofling-encode")
+        self._executor = ThreadPoolExecutor(
+            max_workers=1,
+            thread_name_prefix="pyrofling-encode",
+            initializer=THREAD_PRIORITIES.apply,
+            initargs=("encoder",),
+        )
         self._cpu_start = time.process_time()
         self._started_s = clock.now()
         self.clock = FrameClock(
@@ -152,6 +158,7 @@ class Host:
     async def run(self) -> HostStats:
         cfg = self.config
         loop = asyncio.get_running_loop()
+        THREAD_PRIORITIES.apply("event loop")
         source: VideoSource | None = None
         if cfg.source != "capture":
             source = open_source(

@@ -392,6 +392,12 @@ def add_latency(sub: Sub) -> None:
         help="run the host on half of this machine's CPUs and the viewer on the other half, as on two machines "
         "(on a small machine their threads otherwise take turns on the same cores; needs 2 CPUs)",
     )
+    p.add_argument(
+        "--also-normal-priority",
+        action="store_true",
+        help="also run auto with --thread-priority normal on both ends: what the raised and real-time thread "
+        "priorities buy, in the same run",
+    )
     p.set_defaults(func=_run_latency)
 
 
@@ -417,6 +423,7 @@ def _run_latency(args: argparse.Namespace) -> int:
         rounds=args.rounds,
         auto_repeats_per_minute=args.auto_repeats,
         pin_cpus=args.pin_cpus,
+        also_normal_priority=args.also_normal_priority,
     )
     if cfg.pin_cpus:
         from pyrofling.bench.stream import split_cpus

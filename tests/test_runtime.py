@@ -1,0 +1,107 @@
+"""The interpreter and thread settings of the processes that keep time: collector runs recorded, where a thread's
+time went, and thread priorities granted or refused cleanly."""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import pytest
+
+from pyrofling import runtime
+from pyrofling.runtime import RAISED_NICE, CollectorPauses, ThreadPriorities, thread_schedstat, timed_on_thread
+
+T = TypeVar("T")
+
+
+def on_thread(fn: Callable[[], T]) -> T:
+    """``fn`` on a thread of its own (priorities stick to a thread: the test's own is left alone)."""
+    out: list[T] = []
+    thread = threading.Thread(target=lambda: out.append(fn()))
+    thread.start()
+    thread.join(30)
+    assert out, "the thread did not finish"
+    return out[0]
+
+
+def test_every_collector_run_is_recorded_with_its_generation_and_drained_once() -> None:
+    pauses = CollectorPauses()
+    pauses.install()
+    try:
+        gc.collect(1)
+        gc.collect()
+    finally:
+        gc.callbacks.remove(pauses._callback)
+    runs = pauses.drain()
+    assert [r["gc"] for r in runs] == [1, 2]
+    assert all(r["end"] >= r["start"] for r in runs)
+    assert pauses.drain() == []
+
+
+@pytest.mark.skipif(thread_schedstat() is None, reason="no /proc/thread-self/schedstat on this system")
+def test_a_threads_wall_time_splits_into_cpu_waiting_and_blocked() -> None:
+    def spin() -> int:
+        end, n = time.thread_time() + 0.05, 0
+        while time.thread_time() < end:  # 50 ms of CPU, however long the machine makes it take
+            n += 1
+        return n
+
+    _, busy = on_thread(lambda: timed_on_thread(spin))
+    _, asleep = on_thread(lambda: timed_on_thread(time.sleep, 0.05))
+    assert busy["cpu"] >= 0.045 and busy["cpu"] + busy["runq"] > busy["blocked"]
+    assert asleep["blocked"] >= 0.045 and asleep["cpu"] < asleep["blocked"]
+    assert set(busy) == {"wall", "cpu", "runq", "blocked"}
+
+
+def test_thread_priorities_are_left_alone_unless_turned_on() -> None:
+    p = ThreadPriorities()
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    assert on_thread(lambda: p.apply("encoder")) == "normal"
+    assert p.granted == {} and os.getpriority(os.PRIO_PROCESS, 0) == before
+
+
+def test_a_refused_real_time_request_falls_back_to_a_raised_priority_then_to_normal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[str] = []
+
+    def refuse_realtime(*_a: object) -> None:
+        calls.append("fifo")
+        raise PermissionError("not allowed")
+
+    def accept_nice(*_a: object) -> None:
+        calls.append("nice")
+
+    monkeypatch.setattr(runtime.os, "sched_setscheduler", refuse_realtime)
+    monkeypatch.setattr(runtime.os, "setpriority", accept_nice)
+    p = ThreadPriorities()
+    p.enabled = True
+    assert p.apply("presenter") == "raised" and calls == ["fifo", "nice"]
+    assert p.apply("decoder") == "raised" and calls == ["fifo", "nice", "nice"]  # never asks real-time for it
+
+    def refuse_nice(*_a: object) -> None:
+        raise PermissionError("not allowed")
+
+    monkeypatch.setattr(runtime.os, "setpriority", refuse_nice)
+    assert p.apply("heartbeat") == "normal"
+    line = p.summary()
+    assert "presenter raised, decoder raised, heartbeat normal" in line
+    assert "not granted for presenter, heartbeat" in line and "CAP_SYS_NICE" in line
+
+
+def test_a_granted_priority_is_the_threads_own() -> None:
+    p = ThreadPriorities()
+    p.enabled = True
+
+    def raise_and_read() -> tuple[str, int]:
+        got = p.apply("encoder")
+        return got, os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    got, nice = on_thread(raise_and_read)
+    # Whatever this system grants, the thread has what the summary says (root here: raised; a user: normal).
+    assert (got, nice) in (("raised", RAISED_NICE), ("normal", os.getpriority(os.PRIO_PROCESS, 0)))
+    assert p.summary().startswith(f"thread priorities: encoder {got}")
