@@ -99,7 +99,7 @@ def thread_schedstat() -> tuple[float, float] | None:
 
 def timed_on_thread(fn: Callable[..., T], *args: Any) -> tuple[T, dict[str, float]]:
     """``fn(*args)``, and where its thread's wall time went: on a CPU, waiting for one (another thread or
-    process had it), and the rest blocked (the GIL, a lock, I/O)."""
+    process had it), and the rest blocked (the GIL, a lock, I/O, threads it waits for)."""
     t0, before = time.monotonic(), thread_schedstat()
     out = fn(*args)
     wall, after = time.monotonic() - t0, thread_schedstat()

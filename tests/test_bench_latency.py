@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import asdict
 
 import pytest
 
@@ -102,3 +103,25 @@ def test_pinning_on_one_cpu_is_refused_before_anything_runs() -> None:
     )
     assert done.returncode == 2
     assert "--pin-cpus" in done.stderr and "needs two" in done.stderr and "running" not in done.stderr
+
+
+def test_repeats_count_once_locked_and_past_the_start_up_which_is_stated_apart() -> None:
+    from pyrofling.bench.latency import LatencyBenchConfig, format_table, pool, summarize
+
+    cfg = LatencyBenchConfig(duration_s=62.0, modes=("auto",))
+    pres = {
+        "phase_trace": [(t / 10, 0) for t in range(5, 600)],  # locked from the start
+        "repeat_times": [0.3, 1.2, 30.0],  # two while the decoder starts, one a minute after
+        "ready_trace": [(0.1, 40.0), *((t / 10, 8.0) for t in range(21, 600))],
+        "glass_ms": [12.0] * 100,
+        "presented": 3700,
+        "repeated": 3,
+    }
+    raw = {"viewers": [{"presentation": pres}], "host": {"frames_encoded": 3720}}
+    row = summarize("auto", raw, cfg)
+    assert row["repeated_after_lock"] == 1 and row["repeats_per_minute"] == pytest.approx(1.0)
+    assert row["startup_repeats"] == 2 and row["startup_ready_ms_max"] == 40.0
+    assert max(row["ready_ms"]) == 8.0  # the start-up's slow picture is not the tail
+    pooled = pool([dict(row, rate_trim_ppm=0.0, machine_steal_pct=None)])
+    text = format_table({"config": asdict(cfg), "rows": [pooled]})
+    assert "the slowest picture's capture -> ready, and refreshes repeated: auto 40.0 ms, 2 repeated" in text

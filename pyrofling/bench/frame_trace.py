@@ -236,7 +236,7 @@ def format_attribution(label: str, a: dict[str, Any]) -> str:
         m, late = split["median"], split["late"]
         lines.append(
             "  encode thread, median -> late pictures' mean (ms): on a CPU {:.1f} -> {:.1f}, waiting for a CPU "
-            "{:.1f} -> {:.1f}, blocked (GIL, locks) {:.1f} -> {:.1f}".format(
+            "{:.1f} -> {:.1f}, blocked (its slice threads, the GIL) {:.1f} -> {:.1f}".format(
                 m["cpu"], late["cpu"], m["runq"], late["runq"], m["blocked"], late["blocked"]
             )
         )
