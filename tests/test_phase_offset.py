@@ -215,3 +215,20 @@ def test_a_leftover_picture_is_shown_at_the_deadline_not_at_the_last_moment() ->
     assert isinstance(d, Wait) and d.until_s == pytest.approx(10.0 + loop.deadline_s)  # a fresher one may come
     d = loop.poll(10.0 + loop.deadline_s)
     assert isinstance(d, Present) and d.frame == 1 and d.on_screen_s == pytest.approx(10.0 + PERIOD)
+
+
+def test_a_network_jittering_by_3_ms_gets_the_margin_one_late_picture_a_minute_needs() -> None:
+    # Gaussian, σ 3 ms: one picture in 3596 runs 3.45 σ = 10.4 ms past the median; with the guard, ~10.9 ms.
+    auto = AutoOffset(PERIOD)
+    feed(auto, 120.0, 0.003)
+    assert 0.0100 < auto.margin_s < 0.0120
+    assert auto.offset_s > 0.0  # still inside the period it is for
+
+
+@pytest.mark.parametrize("hz", [59.94, 120.0, 240.0])
+def test_the_margin_never_pushes_the_offset_out_of_its_period(hz: float) -> None:
+    auto = AutoOffset(1 / hz)
+    assert auto.offset_s >= 0.001 - 1e-9  # from the start (6 ms of initial margin is most of 240 Hz's period)
+    feed(auto, 120.0, 0.005, mean_s=0.0)  # more jitter than the period can cover
+    assert auto.margin_s <= auto.max_margin_s + 1e-9 and auto.offset_s >= 0.001 - 1e-9
+    assert auto.max_margin_s == pytest.approx(min(0.016, auto.deadline_s - 0.001))

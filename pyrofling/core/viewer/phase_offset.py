@@ -39,7 +39,10 @@ class AutoOffsetConfig:
     max_flip_margin_s: float = 0.005
     initial_margin_s: float = 0.006
     min_margin_s: float = 0.0015
-    max_margin_s: float = 0.010
+    #: The margin's ceiling; it also stops ``min_offset_s`` after the refresh (the offset stays in the period
+    #: it is for).  A network whose delay varies by σ 3 ms needs about 11 ms for one late picture a minute.
+    max_margin_s: float = 0.016
+    min_offset_s: float = 0.001
     #: Lateness samples considered.
     window_s: float = 20.0
     #: Samples needed before the margin follows them.
@@ -91,7 +94,7 @@ class AutoOffset:
         self.config = cfg = config or AutoOffsetConfig()
         self.period_s = period_s
         self.flip_s = cfg.flip_margin_s
-        self.margin_s = cfg.initial_margin_s
+        self.margin_s = min(cfg.initial_margin_s, self.max_margin_s)
         self._wakes: deque[tuple[float, float]] = deque()  # (time, how late the presenter acted)
         self._flip_target: float | None = None
         self._flip_moving = 0
@@ -121,6 +124,12 @@ class AutoOffset:
     @property
     def offset_s(self) -> float:
         return self.deadline_s - self.margin_s
+
+    @property
+    def max_margin_s(self) -> float:
+        """The most margin it takes: the configured ceiling, or what keeps the offset in its period."""
+        cfg = self.config
+        return max(cfg.min_margin_s, min(cfg.max_margin_s, self.deadline_s - cfg.min_offset_s))
 
     def woke(self, late_s: float, now: float) -> None:
         """The presenter acted ``late_s`` after it should have (a picture was ready, or the deadline came)."""
@@ -217,12 +226,12 @@ class AutoOffset:
         bump = min(cfg.max_miss_bump_s, cfg.miss_step_s * max(0.0, len(self._misses) - allowed))
         if len(self._samples) < cfg.min_samples:
             self._p99 = None
-            return None if not self._misses else min(cfg.max_margin_s, cfg.initial_margin_s + bump)
+            return None if not self._misses else min(self.max_margin_s, cfg.initial_margin_s + bump)
         late = np.fromiter((s for _, s in self._samples), float, len(self._samples))
         p50, p99 = np.percentile(late, (50, 99))
         self._p99 = float(p99)
         margin = p50 + max(0.0, p99 - p50) * self._tail_stretch + cfg.guard_s + bump
-        return float(min(cfg.max_margin_s, max(cfg.min_margin_s, margin)))
+        return float(min(self.max_margin_s, max(cfg.min_margin_s, margin)))
 
     def _turn(self, direction: int) -> None:
         if self._direction and direction != self._direction:
