@@ -472,3 +472,17 @@ def test_pair_takes_the_code_from_a_file_and_never_needs_it_in_argv(tmp_path: Pa
         env={k: v for k, v in os.environ.items() if k != "PYROFLING_PASSWORD"},
     )
     assert proc.returncode == 2 and "it asks" in proc.stderr and "--code-file" in proc.stderr
+
+
+def test_the_example_game_on_a_machine_without_opengl_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import pyrofling.capture.example_game as example_game
+
+    def no_gl(_cfg: object) -> None:
+        raise ImportError('Library "GL" not found.')  # what pyglet raises where Mesa is not installed
+
+    monkeypatch.setattr(example_game, "run_game", no_gl)
+    assert main(["example-game", "--headless", "--duration", "1"]) == 1
+    err = capsys.readouterr().err
+    assert 'Library "GL" not found' in err and "apt install libgl1 libegl1" in err

@@ -84,6 +84,14 @@ def run_example_game(args: argparse.Namespace) -> int:
     )
     try:
         result = run_game(cfg)
+    except ImportError as exc:
+        if "GL" not in str(exc):
+            raise
+        return refuse(
+            "example-game",
+            f"it draws with OpenGL, and {exc} (install Mesa's libraries: apt install libgl1 libegl1)",
+            1,
+        )
     except Exception as exc:  # a GL or display problem: say what, not a traceback
         if type(exc).__module__.startswith("pyglet"):
             return refuse("example-game", f"cannot open a window: {exc} (try --headless)", 1)
