@@ -105,3 +105,49 @@ def test_a_granted_priority_is_the_threads_own() -> None:
     # Whatever this system grants, the thread has what the summary says (root here: raised; a user: normal).
     assert (got, nice) in (("raised", RAISED_NICE), ("normal", os.getpriority(os.PRIO_PROCESS, 0)))
     assert p.summary().startswith(f"thread priorities: encoder {got}")
+
+
+STREAM_AND_LIST_IMPORTS = """
+import asyncio, sys, threading
+sys.path.insert(0, "tests")
+from support import start_host, stop_host
+from pyrofling.client.config import ViewerConfig
+from pyrofling.client.viewer import Viewer
+from pyrofling.runtime import tune_for_latency
+from pyrofling.server.encoder import EncoderConfig
+
+tune_for_latency(thread_priority=False)
+
+async def main():
+    host, task = await start_host(encoder=EncoderConfig(width=160, height=120, fps=60, bitrate_kbits=300))
+    viewer = Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0, duration_s=4.5))
+    loaded = {}
+    def first_picture():
+        while viewer.presenter.stats.presented == 0:
+            threading.Event().wait(0.002)
+        loaded["at_first_picture"] = set(sys.modules)
+    watcher = threading.Thread(target=first_picture, daemon=True)
+    watcher.start()
+    await viewer.run()
+    loaded["at_end"] = set(sys.modules)
+    await stop_host(host, task)
+    print("PRESENTED", viewer.presenter.stats.presented)
+    print("IMPORTED", sorted(loaded["at_end"] - loaded["at_first_picture"]))
+
+asyncio.run(asyncio.wait_for(main(), 60))
+"""
+
+
+def test_a_stream_imports_nothing_once_its_first_picture_is_shown() -> None:
+    """An import mid-stream holds the interpreter lock for milliseconds (numpy.ma: 8 ms, 2 s into every stream,
+    when the automatic offset first took a percentile): a fresh interpreter tuned as the commands are streams
+    4.5 s, past that point, and lists what it imported after its first picture."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", STREAM_AND_LIST_IMPORTS], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
+    presented = int(out.split("PRESENTED ")[1].split()[0])
+    assert presented > 150  # past the automatic offset's first percentile (120 pictures)
+    assert "IMPORTED []" in out, out
