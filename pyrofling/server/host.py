@@ -118,12 +118,8 @@ class Host:
         self._encoder: VideoEncoder | None = None
         self.ready = asyncio.Event()
         self._stop = asyncio.Event()
-        self._executor = ThreadPoolExecutor(
-            max_workers=1,
-            thread_name_prefix="pyrofling-encode",
-            initializer=THREAD_PRIORITIES.apply,
-            initargs=("encoder",),
-        )
+        # One encode thread, named, at the encoder's priority (its x264 slice threads inherit it).
+        self._executor = ThreadPoolExecutor(1, "pyrofling-encode", THREAD_PRIORITIES.apply, ("encoder",))
         self._cpu_start = time.process_time()
         self._started_s = clock.now()
         self.clock = FrameClock(
