@@ -398,7 +398,8 @@ class BallFinder(HeadlessDisplay):
         return None
 
 
-def test_a_viewer_key_press_moves_the_example_game_ball_in_the_streamed_picture(tmp_path: Path) -> None:
+@pytest.mark.parametrize("renderer", ["gl", "numpy"])  # numpy: the same game on a machine without OpenGL
+def test_a_viewer_key_press_moves_the_example_game_ball_in_the_streamed_picture(tmp_path: Path, renderer: str) -> None:
     import subprocess
     import sys
 
@@ -414,7 +415,7 @@ def test_a_viewer_key_press_moves_the_example_game_ball_in_the_streamed_picture(
         task = asyncio.create_task(host.run())
         await asyncio.wait_for(host.ready.wait(), 15)
         game_cmd = [sys.executable, "-m", "pyrofling", "example-game", "-q", "--headless", "--width", "320",
-                    "--height", "240", "--capture-socket", path]  # fmt: skip
+                    "--height", "240", "--capture-socket", path, "--renderer", renderer]  # fmt: skip
         game = subprocess.Popen(game_cmd)
         try:
             cfg = ViewerConfig(

@@ -483,6 +483,6 @@ def test_the_example_game_on_a_machine_without_opengl_says_what_to_install(
         raise ImportError('Library "GL" not found.')  # what pyglet raises where Mesa is not installed
 
     monkeypatch.setattr(example_game, "run_game", no_gl)
-    assert main(["example-game", "--headless", "--duration", "1"]) == 1
+    assert main(["example-game", "--headless", "--renderer", "gl", "--duration", "1"]) == 1
     err = capsys.readouterr().err
     assert 'Library "GL" not found' in err and "apt install libgl1 libegl1" in err

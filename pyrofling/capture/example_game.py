@@ -3,7 +3,9 @@
 A ball you steer with the viewer's pad (left stick, d-pad; on a keyboard in the
 viewer window: WASD or the arrows), A (Z or Space) makes it jump in size, a
 second ball bounces on its own, a grid scrolls: enough motion to see how smooth
-the stream is.  Without a display it renders headless (EGL, software GL).
+the stream is.  Without a display it renders headless (EGL, software GL); on a
+machine without OpenGL at all (a server with no Mesa) it draws the same game with
+numpy (``--renderer numpy``, chosen by ``auto`` there).
 
 ``--stamp`` writes a frame marker into the top rows of every frame: the newest
 pad sequence number the game had when it drew the frame, and the time it
@@ -26,6 +28,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from pyrofling.capture.client import CaptureClient
 from pyrofling.core import frame_marker
 from pyrofling.core.input.pad import STICK_MAX, PadState
 from pyrofling.wire import GamepadButton
@@ -49,6 +52,11 @@ class GameConfig:
     duration_s: float | None = None
     stamp: bool = False
     stats_json: Path | None = None
+    #: gl (pyglet), numpy (no OpenGL needed), or auto: gl where OpenGL loads, else numpy.
+    renderer: str = "auto"
+
+
+RENDERERS = ("auto", "gl", "numpy")
 
 
 class World:
@@ -96,10 +104,24 @@ def stamp_marker(image: npt.NDArray[np.uint8], frame_id: int, when_s: float) -> 
 
 def run_game(cfg: GameConfig) -> dict[str, Any]:
     """Run until the duration, Ctrl-C/SIGTERM, or the window closing; return the statistics."""
+    if cfg.renderer == "numpy":
+        return run_numpy_game(cfg)
     import pyglet
 
     if cfg.headless:
-        pyglet.options["headless"] = True
+        pyglet.options["headless"] = True  # before pyglet.gl is imported: it picks EGL then
+    try:
+        import pyglet.gl  # loads libGL: an ImportError where there is none
+    except ImportError as exc:
+        if cfg.renderer == "gl" or "GL" not in str(exc):
+            raise
+        log.info("no OpenGL here (%s): drawing the game with numpy", exc)
+        return run_numpy_game(cfg)
+    return _run_gl_game(cfg)
+
+
+def _run_gl_game(cfg: GameConfig) -> dict[str, Any]:
+    import pyglet
     from pyglet import shapes, text
 
     from pyrofling.capture.pyglet_helper import PygletCapture, framebuffer_config
@@ -201,27 +223,111 @@ def run_game(cfg: GameConfig) -> dict[str, Any]:
                 window.flip()
             frames += 1
     finally:
-        stats = client.stats
-        result: dict[str, Any] = {
-            "frames": frames,
-            "elapsed_s": time.monotonic() - started,
-            "presents": stats.presents,
-            "presents_local": stats.presents_local,
-            "connects": stats.connects,
-            "disconnects": stats.disconnects,
-            "frame_completes": stats.frame_completes,
-            "just_in_time": client.pacing is not None,
-            "frames_delayed": stats.frames_delayed,
-            "late_presents": stats.late_presents,
-            "lead_ms": client.pacing.lead_s * 1000 if client.pacing is not None and client.pacing.lead_s else None,
-            "gamepad_states": stats.gamepad_states,
-            "period_ns": client.period_ns,
-            "sync": cfg.sync,
-            "readback_inverted_in_gl": capture.invert_in_gl,
-            "present_times": list(stats.present_times),
-        }
+        result = _result(client, cfg, frames, started)
+        result.update(renderer="gl", readback_inverted_in_gl=capture.invert_in_gl)
         capture.close()
         window.close()
+        if cfg.stats_json is not None:
+            cfg.stats_json.write_text(json.dumps(result))
+    return result
+
+
+def _result(client: CaptureClient, cfg: GameConfig, frames: int, started: float) -> dict[str, Any]:
+    stats = client.stats
+    return {
+        "frames": frames,
+        "elapsed_s": time.monotonic() - started,
+        "presents": stats.presents,
+        "presents_local": stats.presents_local,
+        "connects": stats.connects,
+        "disconnects": stats.disconnects,
+        "frame_completes": stats.frame_completes,
+        "just_in_time": client.pacing is not None,
+        "frames_delayed": stats.frames_delayed,
+        "late_presents": stats.late_presents,
+        "lead_ms": client.pacing.lead_s * 1000 if client.pacing is not None and client.pacing.lead_s else None,
+        "gamepad_states": stats.gamepad_states,
+        "period_ns": client.period_ns,
+        "sync": cfg.sync,
+        "present_times": list(stats.present_times),
+    }
+
+
+class NumpyCanvas:
+    """The game drawn with numpy into an RGBA image (top row first): the grid, the bouncing ball and the
+    player's ball, as the GL renderer draws them (text left out)."""
+
+    BACKGROUND = (0, 0, 0, 255)
+    GRID = (40, 60, 90, 255)
+    BOUNCER = (240, 170, 40, 255)
+    PLAYER = (80, 200, 255, 255)
+
+    def __init__(self, width: int, height: int) -> None:
+        self.width, self.height = width, height
+
+    def draw(self, image: npt.NDArray[np.uint8], world: World) -> None:
+        image[:] = self.BACKGROUND
+        offset = int(world.scroll)
+        for x in range(-offset % 80, self.width, 80):
+            image[:, max(0, x - 1) : x + 1] = self.GRID
+        for y in range(-offset % 80, self.height, 80):  # world y runs up, rows run down
+            row = self.height - 1 - y
+            image[max(0, row - 1) : row + 1, :] = self.GRID
+        self._disc(image, world.bx, world.by, 28.0, self.BOUNCER)
+        self._disc(image, world.x, world.y, 40.0 * world.size, self.PLAYER)
+
+    def _disc(self, image: npt.NDArray[np.uint8], x: float, y: float, r: float, color: tuple[int, ...]) -> None:
+        cy = self.height - 1 - y
+        x0, x1 = max(0, int(x - r)), min(self.width, int(x + r) + 1)
+        y0, y1 = max(0, int(cy - r)), min(self.height, int(cy + r) + 1)
+        if x0 >= x1 or y0 >= y1:
+            return
+        xs = np.arange(x0, x1) - x
+        ys = np.arange(y0, y1)[:, None] - cy
+        image[y0:y1, x0:x1][xs * xs + ys * ys <= r * r] = color
+
+
+def run_numpy_game(cfg: GameConfig) -> dict[str, Any]:
+    """The game without OpenGL: drawn with numpy straight into the shared images."""
+    client = CaptureClient(
+        cfg.width,
+        cfg.height,
+        name="pyrofling example game",
+        path=cfg.socket,
+        sync=cfg.sync,
+        images=cfg.images,
+        frames_in_flight=cfg.frames_in_flight,
+        just_in_time=cfg.just_in_time,
+    )
+    world, canvas = World(cfg.width, cfg.height), NumpyCanvas(cfg.width, cfg.height)
+    stop = False
+
+    def on_signal(_signum: int, _frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    started = last = time.monotonic()
+    frames = 0
+    try:
+        while not stop:
+            now = time.monotonic()
+            if cfg.duration_s is not None and now - started >= cfg.duration_s:
+                break
+            pad_seq = client.gamepad_seq
+            world.step(client.gamepad, min(now - last, 0.1))
+            last = now
+            frame = client.acquire()
+            canvas.draw(frame.array, world)
+            if cfg.stamp:
+                stamp_marker(frame.array, NO_PAD_YET if pad_seq is None else pad_seq, time.monotonic())
+            client.present(frame)
+            frames += 1
+    finally:
+        result = _result(client, cfg, frames, started)
+        result["renderer"] = "numpy"
+        client.close()
         if cfg.stats_json is not None:
             cfg.stats_json.write_text(json.dumps(result))
     return result

@@ -50,6 +50,13 @@ def add_example_game(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     view = p.add_mutually_exclusive_group()
     view.add_argument("--headless", action="store_true", help="no local window even with a display")
     view.add_argument("--window", action="store_true", help="a local window (needs a display)")
+    p.add_argument(
+        "--renderer",
+        choices=("auto", "gl", "numpy"),
+        default="auto",
+        help="auto (default): OpenGL through pyglet where it loads, else the same game drawn with numpy (a "
+        "server without Mesa; no window, no text); gl or numpy: that one",
+    )
     p.add_argument("--duration", type=run_time, default=None, help="stop after this many seconds (default: Ctrl-C)")
     p.add_argument(
         "--stamp",
@@ -81,6 +88,7 @@ def run_example_game(args: argparse.Namespace) -> int:
         duration_s=args.duration,
         stamp=args.stamp,
         stats_json=args.stats_json,
+        renderer=args.renderer,
     )
     try:
         result = run_game(cfg)
@@ -89,7 +97,8 @@ def run_example_game(args: argparse.Namespace) -> int:
             raise
         return refuse(
             "example-game",
-            f"it draws with OpenGL, and {exc} (install Mesa's libraries: apt install libgl1 libegl1)",
+            f"--renderer gl draws with OpenGL, and {exc} (install Mesa's libraries: apt install libgl1 libegl1, "
+            "or leave out --renderer: numpy draws it then)",
             1,
         )
     except Exception as exc:  # a GL or display problem: say what, not a traceback
