@@ -11,6 +11,7 @@ reported back to the network thread, which asks for a key frame.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import queue
@@ -37,6 +38,7 @@ from pyrofling.core.viewer.concealment import Concealment
 from pyrofling.core.viewer.connection import DecodeVideo
 from pyrofling.core.viewer.picture_quality import CLEAN_TILE_ERROR, tile_error
 from pyrofling.runtime import THREAD_PRIORITIES
+from pyrofling.wire import VideoCodec
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,13 @@ class _Item:
     connect_s: float
     queued_s: float = 0.0  # handed to the decode thread
     decode_start_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Expect:
+    codec: VideoCodec
+    width: int
+    height: int
 
 
 @dataclass(slots=True)
@@ -96,7 +105,8 @@ class VideoPipeline:
         #: Compare each picture with the test scene's own rendering of its frame (benches): sets ``Picture.clean``.
         self._check_scene = check_scene
         self._scene: TestScene | None = None
-        self._queue: queue.Queue[_Item | None] = queue.Queue(maxsize=max_queue)
+        #: Packets to decode, and what a stream will need before its first one (:meth:`expect`).
+        self._queue: queue.Queue[_Item | _Expect | None] = queue.Queue(maxsize=max_queue)
         self._thread = threading.Thread(target=self._run, name="pyrofling-decode", daemon=True)
         self._first_picture_of: int | None = None  # the connection whose first picture was shown
 
@@ -112,6 +122,12 @@ class VideoPipeline:
         with self.lock:
             self.stats.decode_queue_max = max(self.stats.decode_queue_max, self._queue.qsize())
         return True
+
+    def expect(self, codec: VideoCodec, width: int, height: int) -> None:
+        """A stream's parameters came: the decode thread opens its decoder now (6-13 ms), and with
+        ``check_scene`` builds the scene checker (26 ms at 720p), not while the first picture waits."""
+        with contextlib.suppress(queue.Full):
+            self._queue.put_nowait(_Expect(codec, width, height))
 
     def stream_ended(self, now: float) -> None:
         """The connection ended: the picture on screen stood still until now (a stream where nothing new
@@ -157,6 +173,13 @@ class VideoPipeline:
         layout: frame_marker.MarkerLayout | None = None
         try:
             while (item := self._queue.get()) is not None:
+                if isinstance(item, _Expect):
+                    if decoder is None or decoder.codec != item.codec:
+                        with contextlib.suppress(ValueError, av.FFmpegError):  # the first packet says why
+                            decoder = VideoDecoder(item.codec, threads=self._decode_threads)
+                    if self._check_scene:
+                        self._scene_for(item.width, item.height)
+                    continue
                 packet = item.packet
                 if decoder is None or decoder.codec != packet.codec:
                     decoder = VideoDecoder(packet.codec, threads=self._decode_threads)
@@ -239,6 +262,11 @@ class VideoPipeline:
         )
         self.presenter.submit(Picture(prepared, packet.pts_us, done, capture_s, frame_id, clean, timing))
 
+    def _scene_for(self, width: int, height: int) -> TestScene:
+        if self._scene is None or (self._scene.width, self._scene.height) != (width, height):
+            self._scene = TestScene(width, height)
+        return self._scene
+
     def _clean(
         self,
         frame: av.VideoFrame,
@@ -249,10 +277,9 @@ class VideoPipeline:
         if stamp is None:
             return False
         w, h = frame.width, frame.height
-        if self._scene is None or (self._scene.width, self._scene.height) != (w, h):
-            self._scene = TestScene(w, h)
-        reference = self._scene.render(stamp.frame_id, 0)[:h]
-        error = tile_error(luma[:h, :w], reference, self._scene.structured_rows())
+        scene = self._scene_for(w, h)
+        reference = scene.render(stamp.frame_id, 0)[:h]
+        error = tile_error(luma[:h, :w], reference, scene.structured_rows())
         with self.lock:
             self.stats.scene_error_max = max(self.stats.scene_error_max, error)
         return error <= CLEAN_TILE_ERROR

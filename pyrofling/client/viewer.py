@@ -332,6 +332,8 @@ class Viewer:
             log.info("sending the gamepad to %s (%s)", _fmt(peer), how)
             return
         rate = p.frame_rate_num / max(1, p.frame_rate_den)
+        with contextlib.suppress(ValueError):  # a codec unknown here: its first packet says so
+            self.video.expect(VideoCodec(p.video_codec), p.width, p.height)
         log.info(
             "streaming %dx%d@%g %s from %s (%s)", p.width, p.height, rate, _codec_name(p.video_codec), _fmt(peer), how
         )
