@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import gc
 import importlib
-import logging
 import os
 import sys
 import threading
@@ -37,8 +36,6 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
-
-log = logging.getLogger(__name__)
 
 SWITCH_INTERVAL_S = 0.001
 
@@ -82,11 +79,14 @@ class CollectorPauses:
             self._started = None
 
     def drain(self) -> list[dict[str, Any]]:
-        """The pauses since the last call (oldest first)."""
+        """The pauses since the last call (oldest first).  Two traces in one process (a host and a viewer) may
+        drain at once: each run goes to one of them."""
         out = []
-        while self._done:
-            out.append(self._done.popleft())
-        return out
+        while True:
+            try:
+                out.append(self._done.popleft())
+            except IndexError:
+                return out
 
 
 _SCHEDSTAT = "/proc/thread-self/schedstat"
@@ -147,7 +147,7 @@ class ThreadPriorities:
         with self._lock:
             granted = dict(self.granted)
         if not self.enabled:
-            return "thread priorities: normal (as asked)"
+            return "thread priorities: left as they are (--thread-priority normal, or not asked for)"
         parts = [f"{role} {got}" for role, got in granted.items()]
         refused = [role for role, got in granted.items() if got != THREAD_ROLES[role]]
         hint = (

@@ -113,9 +113,9 @@ class Presenter:
         #: A JSON line per refresh that showed a new picture or missed its deadline, and per picture dropped
         #: unseen: where the time went.
         self._trace = frame_trace
-        self._fed: list[tuple[Picture, float]] = []
+        self._fed: list[tuple[Picture, float]] = []  # traced: pictures given to the loop, when it got them
         #: Each stage's median and once-a-minute tail, start-up apart (in the final statistics).
-        self._stage_tails = StageTails()  # traced: pictures given to the loop, when it got them
+        self._stage_tails = StageTails()
 
     # -- decode thread -------------------------------------------------------------------------
 
