@@ -56,9 +56,6 @@ class GameConfig:
     renderer: str = "auto"
 
 
-RENDERERS = ("auto", "gl", "numpy")
-
-
 class World:
     """The game's state; pure, advanced by ``step(pad, dt)``."""
 
