@@ -21,6 +21,7 @@ import math
 import os
 import signal
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,15 +138,7 @@ def _run_gl_game(cfg: GameConfig) -> dict[str, Any]:
         window = make_window(framebuffer_config(alpha=cfg.headless))  # a visible window stays opaque
     except pyglet.window.NoSuchConfigException:  # PygletCapture says what the stream loses
         window = make_window(None)
-    capture = PygletCapture(
-        window,
-        name="pyrofling example game",
-        path=cfg.socket,
-        sync=cfg.sync,
-        images=cfg.images,
-        frames_in_flight=cfg.frames_in_flight,
-        just_in_time=cfg.just_in_time,
-    )
+    capture = PygletCapture(window, **_client_options(cfg))
     world = World(cfg.width, cfg.height)
     batch = pyglet.graphics.Batch()
     background = pyglet.graphics.Group(order=0)
@@ -169,28 +162,16 @@ def _run_gl_game(cfg: GameConfig) -> dict[str, Any]:
         text.Label("", x=16, y=40, font_size=12, color=(160, 200, 160, 255), batch=batch, group=foreground),
     ]
 
-    stop = False
-
-    def on_signal(_signum: int, _frame: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    clock = _GameClock(cfg.duration_s)
     client = capture.client
-    started = last = time.monotonic()
     frames = 0
     try:
-        while not stop:
-            now = time.monotonic()
-            if cfg.duration_s is not None and now - started >= cfg.duration_s:
-                break
+        for dt in clock.frames():
             window.dispatch_events()
             if window.has_exit:
                 break
             pad_seq = client.gamepad_seq
-            world.step(client.gamepad, min(now - last, 0.1))
-            last = now
+            world.step(client.gamepad, dt)
             n_vertical = cfg.width // 80 + 2
             for i, line in enumerate(grid):
                 if i < n_vertical:
@@ -220,13 +201,47 @@ def _run_gl_game(cfg: GameConfig) -> dict[str, Any]:
                 window.flip()
             frames += 1
     finally:
-        result = _result(client, cfg, frames, started)
+        result = _result(client, cfg, frames, clock.started)
         result.update(renderer="gl", readback_inverted_in_gl=capture.invert_in_gl)
         capture.close()
         window.close()
         if cfg.stats_json is not None:
             cfg.stats_json.write_text(json.dumps(result))
     return result
+
+
+def _client_options(cfg: GameConfig) -> dict[str, Any]:
+    return {
+        "name": "pyrofling example game",
+        "path": cfg.socket,
+        "sync": cfg.sync,
+        "images": cfg.images,
+        "frames_in_flight": cfg.frames_in_flight,
+        "just_in_time": cfg.just_in_time,
+    }
+
+
+class _GameClock:
+    """The game loop's frames: each one's time step (at most 0.1 s), until the duration or Ctrl-C/SIGTERM."""
+
+    def __init__(self, duration_s: float | None) -> None:
+        self.duration_s = duration_s
+        self.started = time.monotonic()
+        self._stop = False
+        signal.signal(signal.SIGINT, self._set)
+        signal.signal(signal.SIGTERM, self._set)
+
+    def frames(self) -> Iterator[float]:
+        last = self.started
+        while not self._stop:
+            now = time.monotonic()
+            if self.duration_s is not None and now - self.started >= self.duration_s:
+                return
+            yield min(now - last, 0.1)
+            last = now
+
+    def _set(self, _signum: int, _frame: object) -> None:
+        self._stop = True
 
 
 def _result(client: CaptureClient, cfg: GameConfig, frames: int, started: float) -> dict[str, Any]:
@@ -286,35 +301,14 @@ class NumpyCanvas:
 
 def run_numpy_game(cfg: GameConfig) -> dict[str, Any]:
     """The game without OpenGL: drawn with numpy straight into the shared images."""
-    client = CaptureClient(
-        cfg.width,
-        cfg.height,
-        name="pyrofling example game",
-        path=cfg.socket,
-        sync=cfg.sync,
-        images=cfg.images,
-        frames_in_flight=cfg.frames_in_flight,
-        just_in_time=cfg.just_in_time,
-    )
+    client = CaptureClient(cfg.width, cfg.height, **_client_options(cfg))
     world, canvas = World(cfg.width, cfg.height), NumpyCanvas(cfg.width, cfg.height)
-    stop = False
-
-    def on_signal(_signum: int, _frame: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    started = last = time.monotonic()
+    clock = _GameClock(cfg.duration_s)
     frames = 0
     try:
-        while not stop:
-            now = time.monotonic()
-            if cfg.duration_s is not None and now - started >= cfg.duration_s:
-                break
+        for dt in clock.frames():
             pad_seq = client.gamepad_seq
-            world.step(client.gamepad, min(now - last, 0.1))
-            last = now
+            world.step(client.gamepad, dt)
             frame = client.acquire()
             canvas.draw(frame.array, world)
             if cfg.stamp:
@@ -322,7 +316,7 @@ def run_numpy_game(cfg: GameConfig) -> dict[str, Any]:
             client.present(frame)
             frames += 1
     finally:
-        result = _result(client, cfg, frames, started)
+        result = _result(client, cfg, frames, clock.started)
         result["renderer"] = "numpy"
         client.close()
         if cfg.stats_json is not None:
