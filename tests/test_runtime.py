@@ -8,6 +8,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 import pytest
@@ -109,7 +110,7 @@ def test_a_granted_priority_is_the_threads_own() -> None:
 
 STREAM_AND_LIST_IMPORTS = """
 import asyncio, sys, threading
-sys.path.insert(0, "tests")
+sys.path.insert(0, sys.argv[1])  # the tests' folder, for their support module
 from support import start_host, stop_host
 from pyrofling.client.config import ViewerConfig
 from pyrofling.client.viewer import Viewer
@@ -146,7 +147,11 @@ def test_a_stream_imports_nothing_once_its_first_picture_is_shown() -> None:
     import sys
 
     out = subprocess.run(
-        [sys.executable, "-c", STREAM_AND_LIST_IMPORTS], capture_output=True, text=True, timeout=120, check=True
+        [sys.executable, "-c", STREAM_AND_LIST_IMPORTS, str(Path(__file__).parent)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     ).stdout
     presented = int(out.split("PRESENTED ")[1].split()[0])
     assert presented > 150  # past the automatic offset's first percentile (120 pictures)
