@@ -157,6 +157,8 @@ def _run(cfg: SoakConfig, tmp: Path, progress: Callable[[str], None]) -> dict[st
                 continue
             next_sample += cfg.sample_s
             sample = _sample(names, procs, stats_files, previous, time.monotonic() - started)
+            if not all(sample[name]["alive"] for name in names[1:]):
+                break  # the viewers' --duration ended while sampling: the others are tearing down, not leaking
             samples.append(sample)
             progress(format_progress(sample, names))
         for name in names[1:]:
