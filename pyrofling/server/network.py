@@ -43,7 +43,26 @@ ACCEPT_BATCH = 64
 LOOPBACKS = ("127.0.0.1", "::1")
 
 
-class _UdpSocket:
+class _WatchedSocket:
+    """A non-blocking socket whose readiness the event loop reports to :meth:`ready`, until :meth:`close`."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        sock.setblocking(False)
+        self.sock = sock
+        self.closed = False
+        asyncio.get_running_loop().add_reader(sock.fileno(), self.ready)
+
+    def ready(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            asyncio.get_running_loop().remove_reader(self.sock.fileno())
+            self.sock.close()
+
+
+class _UdpSocket(_WatchedSocket):
     """One bound UDP socket: each wake-up reads every datagram waiting (up to :data:`READ_BATCH`).
 
     asyncio's datagram transport reads one datagram a wake-up, so each cost a trip round the event loop: under a
@@ -55,14 +74,11 @@ class _UdpSocket:
     def __init__(
         self, sock: socket.socket, on_datagram: Callable[[bytes, Address], None], after: Callable[[], None]
     ) -> None:
-        sock.setblocking(False)
-        self.sock = sock
         self.on_datagram = on_datagram
         self.after = after  # once per wake-up, after its datagrams: one transmit for all of them
-        self.closed = False
-        asyncio.get_running_loop().add_reader(sock.fileno(), self.drain)
+        super().__init__(sock)
 
-    def drain(self) -> None:
+    def ready(self) -> None:
         try:
             for _ in range(READ_BATCH):
                 if self.closed:
@@ -82,27 +98,18 @@ class _UdpSocket:
         """Raises OSError when the datagram could not be sent."""
         self.sock.sendto(data, addr)
 
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            asyncio.get_running_loop().remove_reader(self.sock.fileno())
-            self.sock.close()
 
-
-class _Listener:
+class _Listener(_WatchedSocket):
     """One listening TCP socket: each wake-up accepts what waits (up to :data:`ACCEPT_BATCH`) and hands each
     connection's socket to ``on_accept``. A connection the sessions refuse (too many, or too fast from its
     address) is closed there before asyncio builds a transport, a reader and a task for it: under a connection
     flood those cost the loop that paces media about ten times the refusal."""
 
     def __init__(self, sock: socket.socket, on_accept: Callable[[socket.socket, Address], None]) -> None:
-        sock.setblocking(False)
-        self.sock = sock
         self.on_accept = on_accept
-        self.closed = False
-        asyncio.get_running_loop().add_reader(sock.fileno(), self.accept)
+        super().__init__(sock)
 
-    def accept(self) -> None:
+    def ready(self) -> None:
         for _ in range(ACCEPT_BATCH):
             if self.closed:
                 return
@@ -114,12 +121,6 @@ class _Listener:
                 log.warning("could not accept a connection: %s", exc)
                 return
             self.on_accept(conn, peer)
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            asyncio.get_running_loop().remove_reader(self.sock.fileno())
-            self.sock.close()
 
 
 class HostNetwork:
