@@ -125,3 +125,32 @@ def test_repeats_count_once_locked_and_past_the_start_up_which_is_stated_apart()
     pooled = pool([dict(row, rate_trim_ppm=0.0, machine_steal_pct=None)])
     text = format_table({"config": asdict(cfg), "rows": [pooled]})
     assert "the slowest picture's capture -> ready, and refreshes repeated: auto 40.0 ms, 2 repeated" in text
+
+
+def test_repeats_whose_picture_was_on_its_way_while_the_machine_ran_slow_are_counted() -> None:
+    from pyrofling.bench.latency import LatencyBenchConfig, format_table, pool, summarize
+
+    cfg = LatencyBenchConfig(duration_s=62.0, modes=("auto",))
+    started = 1000.0  # the viewer's presenter started then (monotonic, as the pace meter's spells)
+    pres = {
+        "phase_trace": [(t / 10, 0) for t in range(5, 600)],
+        "repeat_times": [10.0, 20.0, 40.0],
+        "ready_trace": [(t / 10, 8.0) for t in range(21, 600)],
+        "glass_ms": [12.0] * 100,  # p95: a repeat looks 12 ms back for a spell
+        "started_s": started,
+    }
+    pace = {
+        "spells": [(started + 9.995, started + 10.03, 12.0), (started + 19.95, started + 19.98, 8.0)],
+        "slow_ms_per_minute": 65.0,
+        "spells_per_minute": 2.0,
+        "worst_factor": 12.0,
+    }
+    raw = {"viewers": [{"presentation": pres}], "host": {"frames_encoded": 3720}, "machine_pace": pace}
+    row = summarize("auto", raw, cfg)
+    # 10.0 s: in the spell; 20.0 s: the spell ended 20 ms before, more than a glass time back; 40.0 s: none.
+    assert row["repeated_after_lock"] == 3 and row["repeats_in_slow_spells"] == 1
+    assert row["machine_slow_ms_per_min"] == 65.0
+    text = format_table({"config": asdict(cfg), "rows": [pool([dict(row, rate_trim_ppm=0.0)])]})
+    assert "slow/min" in text and "65 ms" in text
+    no_meter = summarize("auto", {**raw, "machine_pace": None}, cfg)
+    assert no_meter["repeats_in_slow_spells"] is None and no_meter["machine_slow_ms_per_min"] is None

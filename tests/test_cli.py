@@ -248,6 +248,7 @@ def test_bench_latency_smoke_locks_and_measures_glass_to_glass(tmp_path: Path) -
         assert row["phase_trace"] and row["rate_trim_ppm"] is not None
         assert row["late_pictures"]["pictures"] >= 60  # both ends' traces joined
         assert 0 < row["machine_busy_pct"] <= 100 and 0 <= row["machine_steal_pct"] < 100  # the machine's state
+        assert row["machine_slow_ms_per_min"] is not None and row["machine_slow_ms_per_min"] >= 0  # pace meter
     assert pi["offset_ms"] == 0 and pi["deadline_ms"] == 8
     assert 0 < auto["offset_ms"] < auto["deadline_ms"] < 1000 / 29.97  # found by the viewer, before its deadline
     assert len(list((tmp_path / "traces").glob("*.jsonl"))) == 8

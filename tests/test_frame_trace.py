@@ -116,6 +116,23 @@ def test_pictures_a_collector_run_overlapped_are_counted_per_process_and_its_run
     assert "late while the collector ran: host 1, viewer 1" in text and "viewer gen 1 1 (2.0/2.0 ms)" in text
 
 
+def test_late_pictures_met_by_a_spell_of_the_whole_machine_running_slow_are_counted_apart() -> None:
+    host = [host_line(i, encode_s=0.020 if i in (200, 300) else 0.006) for i in range(400)]
+    view: list[dict[str, Any]] = []
+    for i, h in enumerate(host):
+        v = view_line(i, h)
+        if i in (200, 300):
+            view.append({"vblank": v["vblank"], "offset": v["offset"], "deadline": 0.015, "miss": True})
+            v = dict(v, vblank=v["vblank"] + PERIOD)
+        view.append(v)
+    rows = join(host, view)
+    capture = next(r["capture"] for r in rows if r["capture_us"] == host[200]["capture_us"])
+    a = attribute(rows, machine_slow=[(capture + 0.002, capture + 0.030, 12.0)])  # on the viewer's clock
+    assert a["late"] == 2 and a["late_in_machine_slow"] == 1
+    assert "late while the whole machine ran slow (the pace meter's spells): 1 of 2" in format_attribution("a", a)
+    assert attribute(rows)["late_in_machine_slow"] is None  # not measured: not claimed
+
+
 def test_the_start_up_is_reported_apart_from_the_tails() -> None:
     # The first 2 s: a picture queues 40 ms for the decoder and is late; after them, one slow encode.
     host = [host_line(i, encode_s=0.014 if i == 500 else 0.006) for i in range(600)]

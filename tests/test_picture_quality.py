@@ -55,6 +55,9 @@ def test_refreshes_are_good_corrupt_or_stale_and_a_run_of_bad_ones_is_a_freeze()
     assert s["blank_refreshes"] == 1 and s["freezes"] == 1
     assert s["longest_freeze_ms"] == pytest.approx(5000 / 60)
     assert s["good_refreshes_pct"] == pytest.approx(100 * 63 / 68)
+    # Each lost refresh is logged with when it was, so a bench can place it against what happened then.
+    assert [kind for _, kind in s["not_good_log"]] == ["stale"] * 4 + ["corrupt"]
+    assert s["not_good_log"][0][0] == pytest.approx(round(1 + 59 * period + 3 * period, 3))
 
 
 def test_a_single_bad_refresh_is_not_a_freeze() -> None:

@@ -33,6 +33,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
+from pyrofling.bench.pace_meter import overlaps
 from pyrofling.bench.security import BENCH_SECRET, _one_handshake, _small_host, make_pairing
 from pyrofling.bench.stream import StreamScenario, cell, run_scenario, summarize
 from pyrofling.wire import (
@@ -90,6 +91,7 @@ def run_attack_bench(
                 duration_s=duration,
                 host_args=("--password", BENCH_SECRET, "--pairing-dir", tmp),
                 view_args=("--password", BENCH_SECRET),
+                pace_meter=True,
             )
             raw = _pinned_run(sc, attack, pairing_dir)
             row = summarize(raw)
@@ -107,11 +109,37 @@ def run_attack_bench(
                     "latency_ms_p95": row["latency_ms_p95"],
                     "corrupt_refreshes": row["corrupt_refreshes"],
                     "freeze_log": _freeze_log(raw),
+                    "lost_refreshes": _lost_refreshes(raw),
+                    "lost_in_slow_spells": _lost_in_slow_spells(raw),
+                    "machine_slow_ms_per_min": (raw.get("machine_pace") or {}).get("slow_ms_per_minute"),
                     "host_discarded": raw["host"].get("discarded", {}),
                     "attacker": raw.get("alongside", {}),
                 }
             )
     return {"scenario": base.label(), "attacks": rows, "reflect": reflect}
+
+
+def _lost_refreshes(raw: dict[str, Any]) -> list[tuple[float, str]]:
+    """(seconds since the attacker's thread started, kind) of each refresh that was not good: before, during or
+    after the attack (it runs from ATTACK_START_S for ATTACK_S), or at a friend's join."""
+    viewer = raw["viewers"][0] if raw["viewers"] else {}
+    started = raw.get("alongside", {}).get("started_monotonic")
+    log = viewer.get("presentation", {}).get("quality", {}).get("not_good_log", [])
+    return [(round(t - started, 3), kind) for t, kind in log] if started is not None else []
+
+
+#: A refresh is stale when its picture is over two frames late; a spell this long before it can have made it so.
+SLOW_REACH_S = 0.05
+
+
+def _lost_in_slow_spells(raw: dict[str, Any]) -> int | None:
+    """Refreshes that were not good while, or just after, the whole machine ran slow (the pace meter's spells)."""
+    pace = raw.get("machine_pace")
+    if not pace:
+        return None
+    viewer = raw["viewers"][0] if raw["viewers"] else {}
+    log = viewer.get("presentation", {}).get("quality", {}).get("not_good_log", [])
+    return sum(1 for t, _ in log if overlaps(t - SLOW_REACH_S, t, pace.get("spells", [])))
 
 
 def _freeze_log(raw: dict[str, Any]) -> list[Any]:
@@ -153,6 +181,7 @@ def _beside(attack: str, pairing_dir: Path, cpus: set[int] | None) -> Callable[[
         }
         out = asyncio.run(plays[attack](port, pairing_dir))
         out["friends_joined_at_s"] = [round(t - started, 3) for t in _joins]  # from when the viewer started
+        out["started_monotonic"] = started
         return out
 
     return run
@@ -423,6 +452,18 @@ def format_table(result: dict[str, Any]) -> str:
             f"{r['max_unshown_frames']:>17} {r['reconnects']:>10} {cell(r['host_cpu_pct']):>10} "
             f"{cell(a.get('friend_join_ms')):>16} {cell(a.get('paired_join_ms')):>16}   {what}"
         )
+        if r.get("lost_in_slow_spells") is not None:
+            lines.append(
+                f"{'':<8} the whole machine ran slow {cell(r['machine_slow_ms_per_min'])} ms a minute (pace meter); "
+                f"{r['lost_in_slow_spells']} of {len(r.get('lost_refreshes', []))} refreshes not good came then"
+            )
+        if r.get("lost_refreshes"):
+            lost = ", ".join(f"{t:.2f} {kind}" for t, kind in r["lost_refreshes"][:40])
+            joins = ", ".join(f"{t:.2f}" for t in a.get("friends_joined_at_s", []))
+            lines.append(
+                f"{'':<8} refreshes not good at (s, attack {ATTACK_START_S:g}–{ATTACK_START_S + ATTACK_S:g}"
+                f", friends {joins}): {lost}"
+            )
     if result["reflect"]:
         lines.append("")
         lines.append(

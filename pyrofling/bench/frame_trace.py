@@ -157,12 +157,14 @@ def attribute(
     host_gc: Sequence[tuple[float, float, int]] = (),
     viewer_gc: Sequence[tuple[float, float, int]] = (),
     startup_s: float = STARTUP_S,
+    machine_slow: Sequence[Sequence[float]] | None = None,
 ) -> dict[str, Any]:
     """Count late pictures per stage to blame, with the stages' medians and the late ones' mean excess; and
     each stage's own tail: the duration only ``tail_share`` of pictures exceed (the allowed repeat rate's share
     of refreshes), which a phase offset's margin would have to cover for that stage alone.  The start-up is
     left out of all of it and reported as ``startup``; late pictures whose life a collector run overlapped
-    are counted per process."""
+    are counted per process, and those whose life (capture to ready) met a spell when the whole machine ran
+    slow (``machine_slow``: :mod:`~pyrofling.bench.pace_meter`'s spells) counted apart too."""
     rows, startup = split_startup(rows, startup_s)
     durations: dict[str, list[float]] = {name: [] for name, _, _ in STAGES}
     for r in rows:
@@ -175,6 +177,8 @@ def attribute(
         "host": sum(1 for r in late if _overlaps(r.get("due"), r.get("queued"), host_gc)),
         "viewer": sum(1 for r in late if _overlaps(r.get("capture"), r.get("done"), viewer_gc)),
     }
+    spells = [(a, b, 0) for a, b, *_ in machine_slow or ()]
+    in_slow = sum(1 for r in late if _overlaps(r.get("capture"), r.get("done"), spells))
     captures = [r["capture"] for r in rows if r.get("capture") is not None]
     seconds = max(captures) - min(captures) if captures else 0.0
     blame: dict[str, int] = {}
@@ -208,6 +212,7 @@ def attribute(
             "late": _split(encode_late, statistics.fmean),
         },
         "late_in_collection": in_gc,
+        "late_in_machine_slow": in_slow if machine_slow is not None else None,
         "collector": {
             "host": collector_summary(list(host_gc), seconds),
             "viewer": collector_summary(list(viewer_gc), seconds),
@@ -249,6 +254,11 @@ def format_attribution(label: str, a: dict[str, Any]) -> str:
         lines.append(
             f"  late while the collector ran: host {gc_late['host']}, viewer {gc_late['viewer']}; "
             f"collector runs (median/max): {', '.join(runs) or 'none recorded'}"
+        )
+    if a.get("late_in_machine_slow") is not None:
+        lines.append(
+            f"  late while the whole machine ran slow (the pace meter's spells): {a['late_in_machine_slow']} of "
+            f"{a['late']}"
         )
     start = a.get("startup")
     if start and start["pictures"]:

@@ -47,6 +47,7 @@ from pyrofling.bench.frame_trace import (
     read_lines,
     share_tail,
 )
+from pyrofling.bench.pace_meter import SLOW_FACTOR, overlaps
 from pyrofling.bench.stream import StreamScenario, run_scenario, split_cpus
 from pyrofling.core.viewer.phase_offset import AutoOffsetConfig
 
@@ -121,6 +122,7 @@ def scenario_for(
         host_args=tuple(host_args),
         view_args=tuple(view_args),
         pin_cpus=cfg.pin_cpus,
+        pace_meter=True,
     )
 
 
@@ -157,6 +159,7 @@ def run(cfg: LatencyBenchConfig, *, progress: Callable[[str], None] = lambda _s:
     collector: dict[str, tuple[list[tuple[float, float, int]], list[tuple[float, float, int]]]] = {
         label: ([], []) for label, _, _ in plan
     }
+    slow: dict[str, list[Any]] = {label: [] for label, _, _ in plan}
     for round_ in range(cfg.rounds):
         for label, mode, scenario in plan:
             turn = f" (round {round_ + 1} of {cfg.rounds})" if cfg.rounds > 1 else ""
@@ -181,6 +184,7 @@ def run(cfg: LatencyBenchConfig, *, progress: Callable[[str], None] = lambda _s:
                 joined[label] += join(host_lines, view_lines)
                 collector[label][0].extend(collector_runs(host_lines))
                 collector[label][1].extend(collector_runs(view_lines))
+                slow[label].extend((raw.get("machine_pace") or {}).get("spells", []))
             progress(format_row(per_mode[label][-1]))
     rows = [pool(per_mode[label]) for label, _, _ in plan]
     for row in rows:
@@ -188,7 +192,11 @@ def run(cfg: LatencyBenchConfig, *, progress: Callable[[str], None] = lambda _s:
             share = repeat_share(cfg.auto_repeats_per_minute, cfg.refresh_hz)
             host_gc, viewer_gc = collector[row["mode"]]
             row["late_pictures"] = attribute(
-                joined[row["mode"]], tail_share=share, host_gc=host_gc, viewer_gc=viewer_gc
+                joined[row["mode"]],
+                tail_share=share,
+                host_gc=host_gc,
+                viewer_gc=viewer_gc,
+                machine_slow=slow[row["mode"]],
             )
     return {"config": asdict(cfg), "rows": rows}
 
@@ -247,9 +255,14 @@ def pool(parts: list[dict[str, Any]]) -> dict[str, Any]:
     )
     decoded = [p["decoded_ms_median"] for p in parts if p["decoded_ms_median"] is not None]
     row["decoded_ms_median"] = statistics.median(decoded) if decoded else None
-    for key in ("machine_busy_pct", "machine_steal_pct"):
+    for key in ("machine_busy_pct", "machine_steal_pct", "machine_slow_ms_per_min", "machine_spells_per_min"):
         shares = [p[key] for p in parts if p.get(key) is not None]
         row[key] = statistics.fmean(shares) if shares else None
+    worst = [p["machine_worst_factor"] for p in parts if p.get("machine_worst_factor") is not None]
+    row["machine_worst_factor"] = max(worst) if worst else None
+    if row["presentation"] != "free":
+        counted = [p["repeats_in_slow_spells"] for p in parts if p.get("repeats_in_slow_spells") is not None]
+        row["repeats_in_slow_spells"] = sum(counted) if len(counted) == len(parts) else None
     row["rounds"] = len(parts)
     return row
 
@@ -275,6 +288,16 @@ def summarize(mode: str, raw: dict[str, Any], cfg: LatencyBenchConfig, *, label:
     minutes_locked = (cfg.duration_s - counted_from) / 60 if mode != "free" and lock_s is not None else None
     auto = pres.get("auto_offset") or {}
     flip = _flip_margin_ms(auto)
+    pace = raw.get("machine_pace") or {}
+    spells = pace.get("spells", [])
+    started = pres.get("started_s")
+    # A repeat is the machine's when a slow spell met the life of the picture it waited for (a glass time back).
+    window_s = (_pct(glass, 95) or 1000 / 60) / 1000
+    in_spells = (
+        sum(1 for t in repeats if t > counted_from and overlaps(started + t - window_s, started + t, spells))
+        if mode != "free" and started is not None and pace
+        else None
+    )
     return {
         "mode": label or mode,
         "presentation": mode,
@@ -309,6 +332,10 @@ def summarize(mode: str, raw: dict[str, Any], cfg: LatencyBenchConfig, *, label:
         "host_cpu_pct": 100 * host.get("cpu_s", 0) / max(host.get("elapsed_s", 1), 1e-6),
         "viewer_cpu_pct": 100 * v.get("cpu_s", 0) / max(v.get("elapsed_s", 1), 1e-6),
         "rate_trim_ppm": host.get("rate_trim_ppm"),
+        "machine_slow_ms_per_min": pace.get("slow_ms_per_minute"),
+        "machine_spells_per_min": pace.get("spells_per_minute"),
+        "machine_worst_factor": pace.get("worst_factor"),
+        "repeats_in_slow_spells": in_spells,
         "refresh_hz": pres.get("refresh_hz"),
         "phase_trace": trace,
         "glass_ms": glass,
@@ -382,7 +409,7 @@ def _f(v: float | None, fmt: str, none: str = "-") -> str:
 HEADER = (
     f"{'mode':16} {'presented':>9} {'repeated':>8} {'after lock':>10} {'/min':>5} {'dropped':>7} {'lock':>7} "
     f"{'offset':>7} {'σ phase':>8} {'glass med':>9} {'p5..p95':>13} {'decoded':>8} {'ready..tail':>12} "
-    f"{'bound':>8} {'trim':>9} {'steal':>6}"
+    f"{'bound':>8} {'trim':>9} {'steal':>6} {'slow/min':>9} {'in slow':>7}"
 )
 
 
@@ -397,7 +424,8 @@ def format_row(r: dict[str, Any]) -> str:
         f"{_f(r['decoded_ms_median'], '.1f') + ' ms':>8} "
         f"{_f(r.get('ready_ms_median'), '.1f') + '..' + _f(r.get('ready_ms_tail'), '.1f'):>12} "
         f"{_f(r.get('lock_bound_ms'), '.1f') + ' ms':>8} {_f(r['rate_trim_ppm'], '+.0f') + ' ppm':>9} "
-        f"{_f(r.get('machine_steal_pct'), '.1f') + ' %':>6}"
+        f"{_f(r.get('machine_steal_pct'), '.1f') + ' %':>6} "
+        f"{_f(r.get('machine_slow_ms_per_min'), '.0f') + ' ms':>9} {_f(r.get('repeats_in_slow_spells'), 'd'):>7}"
     )
 
 
@@ -445,7 +473,9 @@ def format_table(result: dict[str, Any]) -> str:
         "exceed; bound: the lowest glass median any phase lock could reach on those pictures at that rate (tail + "
         "flip margin); trim: host frame clock vs nominal; auto +Dms±S: through netsim, delay D ms varying with σ S; "
         "steal: the machine's CPU time its hypervisor gave to others during the run (every stage's tail grows "
-        "with it)"
+        "with it); slow/min: how long a minute the whole machine ran slow (a fixed piece of work took over "
+        f"{SLOW_FACTOR:g}× its usual CPU time, timed beside the run); in slow: repeats after lock whose picture "
+        "was on its way during such a spell"
     )
     return "\n".join(lines)
 

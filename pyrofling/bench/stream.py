@@ -74,6 +74,9 @@ class StreamScenario:
     #: Give the host side (host, game, netsim) one CPU and the viewers another, as two machines would have: on
     #: a small machine their threads otherwise take turns on the same cores and each one's tail grows the other's.
     pin_cpus: bool = False
+    #: Time a fixed piece of work beside the run (:mod:`~pyrofling.bench.pace_meter`): spells when the whole
+    #: machine ran slow, which stretch every stage at once.
+    pace_meter: bool = False
 
     @property
     def lossy(self) -> bool:
@@ -234,6 +237,11 @@ def _run(
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     netsim_out = tmp / "netsim.json"
     services = procs  # what runs until the viewers are done: host, relay, game
+    meter = None
+    if sc.pace_meter:
+        from pyrofling.bench.pace_meter import PaceMeter
+
+        meter = PaceMeter((sc.duration_s or 3600) + 60, tmp / "pace.json")
     try:
         host_cpus, viewer_cpus = split_cpus() if sc.pin_cpus else (None, None)
         procs.append(_pinned(subprocess.Popen(host_cmd, env=env), host_cpus))
@@ -314,6 +322,8 @@ def _run(
         stop_processes(services, procs)
     finally:
         kill_leftovers(procs)
+        if meter is not None:
+            meter.stop()
     host = _read_json(host_json) or {}
     viewer_stats = [_read_json(f) or {} for f in viewer_files]
     net = _read_json(netsim_out) if sc.lossy else None
@@ -324,6 +334,8 @@ def _run(
     result["game"] = game
     if alongside is not None:
         result["alongside"] = beside
+    if meter is not None:
+        result["machine_pace"] = meter.result()
     return result
 
 

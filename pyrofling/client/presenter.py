@@ -411,6 +411,9 @@ class Presenter:
                     ready_trace=tail(st.ready_trace, 20_000),
                     phase_trace=list(st.phase_trace),
                     repeat_times=list(st.repeat_times),
+                    # What the times above count from, on this process's clock (monotonic: a bench on the same
+                    # machine places repeats against what else happened then).
+                    started_s=self._started_s,
                 )
         # Outside the lock: the presenter takes it every refresh.
         out["glass_ms_median"] = float(np.median(glass)) if glass else None

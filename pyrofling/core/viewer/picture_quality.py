@@ -86,6 +86,8 @@ class RefreshQuality:
     freeze_min_s: float = 0.05
     #: (when it ended, its length) of the last freezes, seconds.
     freeze_log: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=1000))
+    #: (when, kind) of the last refreshes that were not good: where single lost refreshes fall.
+    not_good_log: deque[tuple[float, str]] = field(default_factory=lambda: deque(maxlen=1000))
     _run_s: float = 0.0
     _now: float = 0.0
     _latencies: deque[float] = field(default_factory=deque)
@@ -114,6 +116,7 @@ class RefreshQuality:
             self._end_run()
         elif kind != RefreshKind.BLANK:
             self._run_s += self.period_s
+            self.not_good_log.append((now, kind))
         return kind
 
     def finish(self) -> None:
@@ -149,4 +152,5 @@ class RefreshQuality:
             "freezes": self.freezes,
             "longest_freeze_ms": 1000.0 * max(self.longest_freeze_s, self._run_s),
             "freeze_log": [(round(t, 3), round(length, 3)) for t, length in self.freeze_log],
+            "not_good_log": [(round(t, 3), kind) for t, kind in self.not_good_log],
         }
