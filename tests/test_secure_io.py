@@ -87,6 +87,25 @@ def test_the_right_password_streams_sealed_and_drives_the_pad(caplog: pytest.Log
     assert any("sealed, authenticated with the code" in r.getMessage() for r in caplog.records)
     assert not any(SECRET in r.getMessage() for r in caplog.records)  # never logged
     assert SECRET not in repr(host.config) and SECRET not in repr(viewer.config)
+    # The PAKE ran in the host's worker process, off the interpreter lock the encoder needs.
+    assert host.network._crypto.in_process
+
+
+def test_the_handshake_worker_is_another_process_and_one_that_dies_is_replaced() -> None:
+    import os
+    from functools import partial
+
+    from pyrofling.server.crypto_worker import CryptoWorker
+
+    worker = CryptoWorker()
+    try:
+        assert worker.submit(os.getpid).result(timeout=60) != os.getpid()
+        with pytest.raises(Exception, match="terminated abruptly"):  # BrokenProcessPool
+            worker.submit(partial(os._exit, 1)).result(timeout=60)
+        worker.failed()
+        assert worker.submit(os.getpid).result(timeout=60) != os.getpid()
+    finally:
+        worker.close()
 
 
 def test_wrong_password_and_native_viewers_get_no_media_and_never_move_the_pad() -> None:

@@ -22,12 +22,12 @@ import errno
 import logging
 import socket
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pyrofling.clocks import SYSTEM_CLOCK, Clock
 from pyrofling.core.host.sessions import HostSessions
 from pyrofling.core.host.state import Address, CloseConnection, Compute, HostOutput, LogLine, SendControl
+from pyrofling.server.crypto_worker import CryptoWorker
 from pyrofling.server.stats import HostStats
 from pyrofling.timers import DeadlineTimer
 
@@ -147,8 +147,9 @@ class HostNetwork:
         self._writers: dict[int, asyncio.StreamWriter] = {}
         self._accepted: dict[int, socket.socket] = {}  # admitted, its streams not made yet
         self._tasks: set[asyncio.Task[None]] = set()
-        #: One worker for the PAKE's slow steps (:class:`Compute`), so they never hold the loop that paces media.
-        self._crypto = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pyrofling-pake")
+        #: A process for the PAKE's slow steps (:class:`Compute`), so they never hold the loop that paces media,
+        #: nor the interpreter lock the encoder needs.
+        self._crypto = CryptoWorker()
         self._timer = DeadlineTimer(lambda: self.perform(self.sessions.handle_timer(clock.now())), clock)
         self._next_conn_id = 1
         self._closing = False
@@ -164,6 +165,8 @@ class HostNetwork:
             except _PortTaken:
                 continue  # port 0: the port the first socket got is taken on another; try another
             self.port = bound
+            if self.sessions.auth.required:
+                self._crypto.start()  # now, so the first handshake does not wait for its interpreter
             return bound
         raise OSError("could not find a port free for both TCP and UDP on every address")
 
@@ -207,7 +210,7 @@ class HostNetwork:
         self._close_sockets()
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=1.0)
-        self._crypto.shutdown(wait=False, cancel_futures=True)
+        self._crypto.close()
 
     def _datagram(self, data: bytes, addr: Address) -> None:
         """One datagram of a batch: the batch's transmit follows it (:class:`_UdpSocket`)."""
@@ -291,9 +294,18 @@ class HostNetwork:
     def _compute(self, job: Compute) -> None:
         if self._closing:
             return
-        then = job.then
-        done = asyncio.get_running_loop().run_in_executor(self._crypto, job.work)
-        done.add_done_callback(lambda f: None if self._closing else self.perform(then(f.result(), self._clock.now())))
+        done = asyncio.wrap_future(self._crypto.submit(job.work))
+        done.add_done_callback(lambda f: self._computed(job, f))
+
+    def _computed(self, job: Compute, done: asyncio.Future[Any]) -> None:
+        if self._closing or done.cancelled():
+            return
+        error = done.exception()
+        if error is not None:  # the worker died: this handshake times out, the viewer tries again
+            log.warning("a handshake step failed in the worker (%s); the next starts a new worker", error)
+            self._crypto.failed()
+            return
+        self.perform(job.then(done.result(), self._clock.now()))
 
     def transmit(self) -> None:
         """Send every datagram the sessions release now; arm the one timer for their next deadline."""

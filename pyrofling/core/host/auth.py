@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 from pyrofling.core.host.admission import ChallengeBudget
@@ -177,7 +178,7 @@ class HostAuth:
         code_secret = secret
         return out + self._compute(
             conn,
-            lambda: CodeExchange(code_secret, host=True),
+            partial(CodeExchange, code_secret, host=True),
             lambda code, _now: self._challenge(conn, transcript, code),
             now,
         )
@@ -242,7 +243,7 @@ class HostAuth:
                 code, viewer_message, serial = hs.code, msg.viewer_message, hs.code_serial
                 return self._compute(
                     conn,
-                    lambda: self._finish_code(code, viewer_message),
+                    partial(finish_code, code, viewer_message),
                     lambda material, later: self._check(conn, msg, transcript, material, "", address, later, serial),
                     now,
                 )
@@ -259,13 +260,6 @@ class HostAuth:
             self.discarded[str(exc)] += 1
             material = b""
         return self._check(conn, msg, transcript, material, name, address, now)
-
-    def _finish_code(self, code: CodeExchange, viewer_message: bytes) -> bytes | str:
-        """The PAKE's key, or why not (counted on the loop, in :meth:`_check`)."""
-        try:
-            return code.finish(viewer_message)
-        except AuthError as exc:
-            return str(exc)
 
     def _check(
         self,
@@ -380,3 +374,12 @@ class HostAuth:
 
 def _retry_ms(wait_s: float) -> int:
     return min(2**32 - 1, int(wait_s * 1000) + 1)
+
+
+def finish_code(code: CodeExchange, viewer_message: bytes) -> bytes | str:
+    """The PAKE's key, or why not (counted on the loop, in :meth:`HostAuth._check`).  A module function, so
+    that the shell can run it in another process."""
+    try:
+        return code.finish(viewer_message)
+    except AuthError as exc:
+        return str(exc)

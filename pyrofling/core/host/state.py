@@ -92,7 +92,9 @@ class SetBitrate(HostOutput):
 @dataclass(frozen=True, slots=True)
 class Compute(HostOutput):
     """Work too slow for the loop that paces media (a PAKE step: 4–6 ms of pure Python): run ``work()`` on a
-    worker thread, then, back on the loop, perform ``then(its result, now)``."""
+    worker, then, back on the loop, perform ``then(its result, now)``.  ``work`` and its result pickle (a
+    :func:`functools.partial` of module-level code), so the worker may be another process: pure Python in a
+    thread would hold the interpreter lock the encoder and the pacers need."""
 
     work: Callable[[], Any]
     then: Callable[[Any, float], list[HostOutput]]
