@@ -16,6 +16,7 @@ def test_slow_chunks_close_together_make_one_spell_with_its_worst_factor() -> No
     spells = slow_spells(samples)
     assert len(spells) == 2
     (a, b, worst), (c, d, lone) = spells
+    assert d == pytest.approx(1.5 + 0.0004)
     assert a == pytest.approx(1.0) and b == pytest.approx(1.02 + 0.0012) and worst == pytest.approx(12.0)
     assert c == pytest.approx(1.5) and lone == pytest.approx(4.0)
     s = summarize(samples, spells)

@@ -95,12 +95,20 @@ def test_the_handshake_worker_is_another_process_and_one_that_dies_is_replaced()
     import os
     from functools import partial
 
-    from pyrofling.server.crypto_worker import CryptoWorker
+    from pyrofling.server.crypto_worker import CryptoWorker, WorkerDied
 
     worker = CryptoWorker()
     try:
+        assert worker.start().result(timeout=60) and worker.in_process
         assert worker.submit(os.getpid).result(timeout=60) != os.getpid()
-        with pytest.raises(Exception, match="terminated abruptly"):  # BrokenProcessPool
+        from pyrofling.core.secure import CodeExchange
+
+        steps = [worker.submit(partial(CodeExchange, "secret", host=True)) for _ in range(40)]
+        assert all(len(step.result(timeout=60).message) == 33 for step in steps)
+        assert worker.cpu_s() >= 0.05  # 40 PAKE steps, counted as the host's CPU
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):  # a step's own error comes back as such
+            worker.submit(partial(divmod, 1, 0)).result(timeout=60)
+        with pytest.raises(WorkerDied):
             worker.submit(partial(os._exit, 1)).result(timeout=60)
         worker.failed()
         assert worker.submit(os.getpid).result(timeout=60) != os.getpid()

@@ -71,6 +71,9 @@ class VideoStats:
     decode_errors: int = 0
     markers_read: int = 0
     scene_error_max: float = 0.0  # worst tile error of any picture compared with the scene (``check_scene``)
+    #: (frame id, tile error) of the last pictures that did not match the scene: a damaged picture measures
+    #: 40–120, a clean one at most ~6, so the figure says which a "corrupt" refresh was.
+    unclean_pictures: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=100))
     decode_queue_max: int = 0
     decode_ms: deque[float] = field(default_factory=recent_samples)
     latency_ms: deque[float] = field(default_factory=recent_samples)  # capture → decoded
@@ -153,6 +156,7 @@ class VideoPipeline:
             if samples:
                 out["latency_ms_samples"] = tail(st.latency_ms, 2000)
             out["connect_to_first_frame_ms"] = list(st.connect_to_first_frame_ms)
+            out["unclean_pictures"] = list(st.unclean_pictures)
             # While the stream runs, a picture that has not been replaced yet is a freeze in progress.
             still = self.concealment.still_s(time.monotonic()) if streaming else self.concealment.max_still_s
             out["max_freeze_ms"] = still * 1000
@@ -282,4 +286,6 @@ class VideoPipeline:
         error = tile_error(luma[:h, :w], reference, scene.structured_rows())
         with self.lock:
             self.stats.scene_error_max = max(self.stats.scene_error_max, error)
+            if error > CLEAN_TILE_ERROR:
+                self.stats.unclean_pictures.append((stamp.frame_id, round(error, 1)))
         return error <= CLEAN_TILE_ERROR

@@ -5,71 +5,218 @@ interpreter lock that the encode thread, the heartbeat and the event loop each
 need between their own steps, so a flood of handshakes stretched every frame's
 path (on the lent 16-CPU machine, the first moment of ``bench security``'s flood
 repeated four refreshes in a row).  In its own process, at a lower priority, it
-takes only CPU time the stream's threads leave.  Where no process can be started
-(no ``/dev/shm`` for its locks, say) a thread does the work, as before, and the
-log says so.
+takes only CPU time the stream's threads leave.
+
+The worker is ``python -m pyrofling.server.crypto_worker``, fed pickled steps on
+its stdin and answering on its stdout, length-prefixed.  Not
+:mod:`multiprocessing`: its ``spawn`` runs the parent's main script again in the
+child, and a program that embeds a :class:`~pyrofling.server.host.Host` need not
+guard its main.  Only the host writes to the worker and only the worker answers,
+so the pickles never cross a trust boundary.  Where no process can be started a
+thread does the work, as before, and the log says so; a worker that dies fails
+the steps it had (those handshakes time out, the viewers try again) and the next
+step starts a new one.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import multiprocessing
 import os
+import pickle
+import struct
+import subprocess
+import sys
+import threading
 from collections.abc import Callable
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
-from typing import Any
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import IO, Any
 
 log = logging.getLogger(__name__)
 
 #: How much nicer than the host the worker runs: handshakes wait, frames do not.
 WORKER_NICENESS = 10
+_LENGTH = struct.Struct("<I")
+_READY = -1  # the job id of the worker's first answer: started, its modules imported
 
 
-def _worker_started() -> None:
-    with contextlib.suppress(OSError):
-        os.nice(WORKER_NICENESS)
+class WorkerDied(RuntimeError):
+    """The worker process ended with this step unanswered."""
 
 
-def _ready() -> bool:
-    return True
+class _Process:
+    """One worker process and the thread that reads its answers."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.ready: Future[Any] = Future()
+        self._pending: dict[int, Future[Any]] = {_READY: self.ready}
+        self._lock = threading.Lock()
+        self._next = 0
+        threading.Thread(target=self._read, name="pyrofling-pake-answers", daemon=True).start()
+
+    def submit(self, work: Callable[[], Any]) -> Future[Any]:
+        done: Future[Any] = Future()
+        with self._lock:
+            job, self._next = self._next, self._next + 1
+            self._pending[job] = done
+            data = pickle.dumps((job, work))
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write(_LENGTH.pack(len(data)) + data)
+                self.proc.stdin.flush()
+            except (OSError, ValueError) as exc:
+                del self._pending[job]
+                done.set_exception(WorkerDied(f"the worker is gone ({exc})"))
+        return done
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        try:
+            while (answer := _read_message(self.proc.stdout)) is not None:
+                job, ok, value = answer
+                with self._lock:
+                    done = self._pending.pop(job, None)
+                if done is None or done.done():
+                    continue
+                if ok:
+                    done.set_result(value)
+                else:
+                    done.set_exception(RuntimeError(value))
+        except (OSError, ValueError, pickle.UnpicklingError, EOFError):
+            pass
+        with self._lock:
+            left, self._pending = self._pending, {}
+        for done in left.values():
+            if not done.done():
+                done.set_exception(WorkerDied("the worker process ended"))
+
+    def close(self) -> None:
+        """End it now (on the host's loop: nothing here waits for a step to finish)."""
+        with contextlib.suppress(OSError, ValueError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+        with contextlib.suppress(OSError):
+            self.proc.kill()
+        self.proc.wait()
 
 
 class CryptoWorker:
-    """One worker process, started by :meth:`start` (or the first :meth:`submit`) and replaced if it dies."""
+    """The host's worker: :meth:`start` (or the first :meth:`submit`) starts it; one that died is replaced."""
 
     def __init__(self) -> None:
-        self._pool: Executor | None = None
-        self.in_process = True
+        self._process: _Process | None = None
+        self._thread: ThreadPoolExecutor | None = None
+        self._ended_cpu_s = 0.0  # of workers replaced or closed
 
-    def start(self) -> None:
-        """Start the process now (a host that takes codes calls it as it starts listening), so that the first
-        handshake does not wait for an interpreter to start."""
-        if self._pool is not None:
-            return
-        if self.in_process:
+    @property
+    def in_process(self) -> bool:
+        return self._thread is None
+
+    def cpu_s(self) -> float:
+        """CPU time the worker processes used so far (Linux; elsewhere 0): part of what the host costs."""
+        total = self._ended_cpu_s
+        if self._process is not None:
+            total += _process_cpu_s(self._process.proc.pid)
+        return total
+
+    def start(self) -> Future[Any]:
+        """Start the process now (a host that takes codes does as it starts listening); the future is done when
+        it can take steps at once."""
+        if self._thread is not None:
+            return _done()
+        if self._process is None:
             try:
-                pool = ProcessPoolExecutor(
-                    1, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_started
-                )
-                pool.submit(_ready)  # starts the process; nothing waits for it
-                self._pool = pool
-                return
-            except (OSError, NotImplementedError, RuntimeError) as exc:
-                log.warning("handshakes run in a thread of the host (no worker process: %s)", exc)
-                self.in_process = False
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="pyrofling-pake")
+                self._process = _Process()
+            except OSError as exc:
+                self._use_thread(f"no worker process: {exc}")
+                return _done()
+        return self._process.ready
+
+    async def started(self, timeout_s: float = 10.0) -> None:
+        """:meth:`start`, and wait until the worker can take steps; a worker that cannot start in time leaves the
+        steps to a thread."""
+        import asyncio
+
+        try:
+            await asyncio.wait_for(asyncio.wrap_future(self.start()), timeout_s)
+        except (TimeoutError, WorkerDied) as exc:
+            self._use_thread(f"the worker process did not start: {exc or 'timed out'}")
+
+    def _use_thread(self, why: str) -> None:
+        log.warning("handshakes run in a thread of the host (%s)", why)
+        self.failed()
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="pyrofling-pake")
 
     def submit(self, work: Callable[[], Any]) -> Future[Any]:
         self.start()
-        assert self._pool is not None
-        return self._pool.submit(work)
+        if self._thread is not None:
+            return self._thread.submit(work)
+        assert self._process is not None
+        return self._process.submit(work)
 
     def failed(self) -> None:
-        """A step did not come back (the process died): the next one starts a new process."""
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+        """A step did not come back: the next one starts a new process."""
+        process, self._process = self._process, None
+        if process is not None:
+            self._ended_cpu_s += _process_cpu_s(process.proc.pid)
+            process.close()
 
     def close(self) -> None:
         self.failed()
+        if self._thread is not None:
+            self._thread.shutdown(wait=False, cancel_futures=True)
+
+
+def _process_cpu_s(pid: int) -> float:
+    """User and system time of a running process, from /proc (0 where it cannot be read)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _done() -> Future[Any]:
+    done: Future[Any] = Future()
+    done.set_result(True)
+    return done
+
+
+def _read_message(stream: IO[bytes]) -> Any:
+    head = stream.read(_LENGTH.size)
+    if len(head) < _LENGTH.size:
+        return None
+    (size,) = _LENGTH.unpack(head)
+    body = stream.read(size)
+    if len(body) < size:
+        return None
+    return pickle.loads(body)
+
+
+def _write_message(stream: IO[bytes], message: Any) -> None:
+    data = pickle.dumps(message)
+    stream.write(_LENGTH.pack(len(data)) + data)
+    stream.flush()
+
+
+def main() -> int:
+    """The worker: run each step it is given, answer with its result (or why it failed), until its input ends."""
+    with contextlib.suppress(OSError):
+        os.nice(WORKER_NICENESS)
+    import pyrofling.core.secure  # noqa: F401  (the steps' code: imported before the first one comes)
+
+    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    _write_message(out, (_READY, True, True))
+    while (message := _read_message(inp)) is not None:
+        job, work = message
+        try:
+            _write_message(out, (job, True, work()))
+        except Exception as exc:  # a step's own error goes back to the host, which logs it
+            _write_message(out, (job, False, f"{type(exc).__name__}: {exc}"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

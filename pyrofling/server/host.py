@@ -421,7 +421,8 @@ class Host:
             "frames_skipped": self.schedule.skipped,
             **st.medians(),
             "elapsed_s": elapsed,
-            "cpu_s": time.process_time() - self._cpu_start,
+            # The handshake worker's time too: it is the host's work, done in another process.
+            "cpu_s": time.process_time() - self._cpu_start + self.network.handshake_cpu_s(),
             "encoded_mbits": st.bytes_encoded * 8 / max(elapsed, 1e-6) / 1e6,
             **self.keyframes.summary(),
             **self.sessions.summary(),

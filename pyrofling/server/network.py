@@ -27,7 +27,7 @@ from typing import Any
 from pyrofling.clocks import SYSTEM_CLOCK, Clock
 from pyrofling.core.host.sessions import HostSessions
 from pyrofling.core.host.state import Address, CloseConnection, Compute, HostOutput, LogLine, SendControl
-from pyrofling.server.crypto_worker import CryptoWorker
+from pyrofling.server.crypto_worker import CryptoWorker, WorkerDied
 from pyrofling.server.stats import HostStats
 from pyrofling.timers import DeadlineTimer
 
@@ -166,7 +166,7 @@ class HostNetwork:
                 continue  # port 0: the port the first socket got is taken on another; try another
             self.port = bound
             if self.sessions.auth.required:
-                self._crypto.start()  # now, so the first handshake does not wait for its interpreter
+                await self._crypto.started()  # now, so the first handshake does not wait for its interpreter
             return bound
         raise OSError("could not find a port free for both TCP and UDP on every address")
 
@@ -291,19 +291,24 @@ class HostNetwork:
         if transmit:
             self.transmit()
 
+    def handshake_cpu_s(self) -> float:
+        """CPU time the handshake worker process used (the PAKE's slow steps)."""
+        return self._crypto.cpu_s()
+
     def _compute(self, job: Compute) -> None:
         if self._closing:
             return
-        done = asyncio.wrap_future(self._crypto.submit(job.work))
+        done = asyncio.wrap_future(self._crypto.submit(job.work))  # a step that raised comes back as its error
         done.add_done_callback(lambda f: self._computed(job, f))
 
     def _computed(self, job: Compute, done: asyncio.Future[Any]) -> None:
         if self._closing or done.cancelled():
             return
         error = done.exception()
-        if error is not None:  # the worker died: this handshake times out, the viewer tries again
-            log.warning("a handshake step failed in the worker (%s); the next starts a new worker", error)
-            self._crypto.failed()
+        if error is not None:  # this handshake times out, the viewer tries again
+            log.warning("a handshake step failed (%s)", error)
+            if isinstance(error, WorkerDied):
+                self._crypto.failed()  # the next step starts a new worker
             return
         self.perform(job.then(done.result(), self._clock.now()))
 
