@@ -313,6 +313,20 @@ def _add_security_options(p: argparse.ArgumentParser) -> None:
 
 
 def _add_output_options(p: argparse.ArgumentParser) -> None:
+    w = p.add_argument_group(
+        "browser viewer", "Watch from a browser, nothing installed: the same encode, over WebSocket."
+    )
+    w.add_argument(
+        "--web",
+        nargs="?",
+        const=-1,
+        default=None,
+        type=port_number,
+        metavar="PORT",
+        help="also serve a page that plays the stream in a browser (Chromium, Chrome, Edge; WebCodecs), on PORT "
+        "(default: the host's port + 1). The host prints a link with a key made for this run; only a page "
+        "opened from it gets the stream. Plain HTTP: open it on this machine (127.0.0.1), where browsers allow it",
+    )
     g = p.add_argument_group(
         "recording and broadcasting",
         "Both take the packets already encoded for the viewers (no second encode) and never delay them.",
@@ -435,7 +449,30 @@ def host_config(args: argparse.Namespace) -> HostConfig:
         private=args.private,
         open_keyboard_mouse=args.open_keyboard_mouse,
         pairing_dir=pairing_dir(args),
+        web_port=_web_port(args),
+        show_web_link=_show_web_link,
     )
+
+
+def _web_port(args: argparse.Namespace) -> int | None:
+    if args.web is None:
+        return None
+    if args.web == -1:  # --web alone: next to the host's port
+        return args.port + 1 if args.port else 0
+    return int(args.web)
+
+
+def _show_web_link(link: str) -> None:
+    """The link carries the stream's key: to the person (the terminal, else standard output), not to the log."""
+    text = f"watch in a browser: {link}\n"
+    try:
+        with open("/dev/tty", "w") as tty:
+            tty.write(text)
+            return
+    except OSError:
+        pass
+    sys.stdout.write(text)
+    sys.stdout.flush()
 
 
 def _audio_config(args: argparse.Namespace) -> AudioConfig:

@@ -102,6 +102,10 @@ class HostConfig:
     open_keyboard_mouse: bool = False
     #: Where this host keeps its id and its paired viewers (None: no pairing; the CLI gives the user's directory).
     pairing_dir: Path | None = None
+    #: Serve the browser viewer on this port (``--web``; 0: any free port; None: no web viewer).
+    web_port: int | None = None
+    #: The link a browser opens (with its token) goes here (the CLI: the terminal, never the log).
+    show_web_link: Callable[[str], None] | None = field(default=None, repr=False)
 
     def make_pacer(self) -> Pacer:
         """Each viewer's pacer: a token bucket at ``max_rate_mbits``, or none at 0 (bursts, as the reference)."""

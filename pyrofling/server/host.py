@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +41,8 @@ from pyrofling.core.host.sessions import (
     ViewerLeft,
 )
 from pyrofling.core.host.state import PairingCodeSpent, SetBitrate, ViewerPaired
+from pyrofling.core.host.web_viewers import StreamInfo as WebStreamInfo
+from pyrofling.core.host.web_viewers import WebConfig, WebViewers
 from pyrofling.core.input.pad.rumble import RumbleCommand
 from pyrofling.core.secure import pairing_code
 from pyrofling.files import write_stats
@@ -141,6 +144,9 @@ class Host:
         self.input_output: InputOutput | None = None
         self.capture: CaptureServer | None = None
         self.destinations = Destinations()
+        #: The browser viewer (``web_port``), once serving; its link carries a token made for this run.
+        self.web: Any = None
+        self.web_link: str | None = None
 
     @property
     def port(self) -> int | None:
@@ -220,6 +226,8 @@ class Host:
             port,
         )
         log.info("security: %s", self.security())
+        if cfg.web_port is not None:
+            await self._start_web(encoder)
         if audio_source is not None and audio_encoder is not None:
             self._start_audio(loop, audio_source, audio_encoder)
         self.ready.set()
@@ -239,6 +247,8 @@ class Host:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await self.network.close()
+            if self.web is not None:
+                await self.web.close()
             self._executor.shutdown(wait=True)
             pads = [o for n, o in self.pad_outputs.items() if n != 1]
             for closable in (
@@ -256,6 +266,28 @@ class Host:
                 write_stats(cfg.stats_json, self.summary())
             log.info("host stopped after %d frames", self.stats.frames_encoded)
         return self.stats
+
+    async def _start_web(self, encoder: VideoEncoder) -> None:
+        """The page and the browsers' stream, beside the PyroFling port; the link (with a token made now) goes to
+        the person, not to the log."""
+        from pyrofling.server.web import WebServer
+        from pyrofling.wire import VideoCodec
+
+        cfg = self.config
+        if encoder.video_codec != VideoCodec.H264:
+            raise ValueError("--web needs an H.264 encoder (browsers decode H.264): use --encoder libx264")
+        viewers = WebViewers(WebConfig(token=secrets.token_urlsafe(18)))
+        viewers.set_stream(
+            WebStreamInfo(
+                "h264", cfg.encoder.width, cfg.encoder.height, cfg.encoder.fps, time.time() - self._clock.now()
+            )
+        )
+        self.web = WebServer(viewers, on_keyframe=self.keyframes.viewer_joined, clock=self._clock)
+        port = await self.web.start(cfg.bind if cfg.bind != "localhost" else "127.0.0.1", cfg.web_port or 0)
+        self.web_link = f"http://{uri_host(cfg.bind)}:{port}/#t={viewers.config.token}"
+        log.info("browser viewer on port %d (the link, with its key, is shown to you, not logged)", port)
+        if cfg.show_web_link is not None:
+            cfg.show_web_link(self.web_link)
 
     def _open_outputs(
         self, encoder: VideoEncoder, audio: AudioEncoder | None, audio_source: AudioSource | None
@@ -356,6 +388,8 @@ class Host:
             self.sessions.send_video(media, idr=packet.idr, now=self._clock.now())
             self.network.transmit()
             self.destinations.push_video(packet)  # after the viewers, and it never waits
+            if self.web is not None:  # the same unit to the browsers (no second encode); never waits either
+                self.web.video(packet.data, capture_us=packet.pts_us, pts_us=packet.pts_us, idr=packet.idr)
 
     def _start_audio(self, loop: asyncio.AbstractEventLoop, source: AudioSource, encoder: AudioEncoder) -> None:
         log.info("audio: %s", self.config.audio.describe(source.rate, encoder.codec.name))
@@ -441,6 +475,7 @@ class Host:
             },
             "capture": self.capture.summary() if self.capture is not None else None,
             "outputs": self.destinations.summary(),
+            "web": self.web.viewers.summary() if self.web is not None else None,
             "rate": {
                 **self.sessions.rate_summary(),
                 "started_monotonic_s": self._started_s,

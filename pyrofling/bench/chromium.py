@@ -1,0 +1,151 @@
+"""A real headless Chromium, driven through the DevTools protocol, for the browser viewer's tests and bench.
+
+Debian's ``chromium`` (installed by ``scripts/setup``) started with
+``--remote-debugging-port=0``; it prints the DevTools WebSocket it listens on,
+and this opens a page and evaluates JavaScript in it over that socket (the
+``websockets`` client the host's web viewer already depends on).  No driver
+binary, no browser download.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from typing import Any
+
+from websockets.asyncio.client import ClientConnection, connect
+
+#: Where Debian puts it, then other names it goes by.
+CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "chrome")
+_LISTENING = re.compile(r"DevTools listening on (ws://\S+)")
+
+
+def find_chromium() -> str | None:
+    for name in CANDIDATES:
+        path = shutil.which(name)
+        if path is not None:
+            return path
+    return None
+
+
+class Chromium:
+    """``async with Chromium() as browser: page = await browser.open(url); await page.evaluate("1 + 1")``."""
+
+    def __init__(self, executable: str | None = None, *, extra_args: tuple[str, ...] = ()) -> None:
+        path = executable or find_chromium()
+        if path is None:
+            raise FileNotFoundError("no Chromium found: install Debian's chromium (scripts/setup does)")
+        self._path = path
+        self._extra = extra_args
+        self._profile = tempfile.TemporaryDirectory(prefix="pyrofling-chromium-")
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._ws: ClientConnection | None = None
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._reader: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Chromium:
+        self._proc = subprocess.Popen(
+            [
+                self._path,
+                "--headless=new",
+                "--no-sandbox",  # root in a container has no user namespace sandbox
+                "--disable-gpu",
+                "--no-first-run",
+                "--no-default-browser-check",
+                "--autoplay-policy=no-user-gesture-required",
+                "--remote-debugging-port=0",
+                f"--user-data-dir={self._profile.name}",
+                *self._extra,
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        url = await asyncio.wait_for(asyncio.to_thread(self._devtools_url), 30)
+        self._ws = await connect(url, max_size=None)
+        self._reader = asyncio.create_task(self._read())
+        return self
+
+    def _devtools_url(self) -> str:
+        assert self._proc is not None and self._proc.stderr is not None
+        for raw in self._proc.stderr:
+            found = _LISTENING.search(raw.decode(errors="replace"))
+            if found:
+                return found.group(1)
+        raise RuntimeError(f"Chromium exited ({self._proc.wait()}) before it listened for DevTools")
+
+    async def __aexit__(self, *_exc: object) -> None:
+        if self._ws is not None:
+            await self._ws.close()
+        if self._reader is not None:
+            self._reader.cancel()
+        if self._proc is not None:
+            self._proc.terminate()
+            try:
+                await asyncio.wait_for(asyncio.to_thread(self._proc.wait), 10)
+            except TimeoutError:
+                self._proc.kill()
+                self._proc.wait()
+        self._profile.cleanup()
+
+    async def _read(self) -> None:
+        assert self._ws is not None
+        with contextlib.suppress(Exception):
+            async for message in self._ws:
+                msg = json.loads(message)
+                waiter = self._waiting.pop(msg.get("id", -1), None)
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(msg)
+
+    async def send(self, method: str, params: dict[str, Any] | None = None, session: str | None = None) -> Any:
+        """One DevTools command; its result (an error raises)."""
+        assert self._ws is not None
+        msg_id = next(self._ids)
+        waiter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._waiting[msg_id] = waiter
+        command: dict[str, Any] = {"id": msg_id, "method": method, "params": params or {}}
+        if session is not None:
+            command["sessionId"] = session
+        await self._ws.send(json.dumps(command))
+        reply = await asyncio.wait_for(waiter, 30)
+        if "error" in reply:
+            raise RuntimeError(f"{method}: {reply['error']}")
+        return reply.get("result", {})
+
+    async def open(self, url: str) -> Page:
+        target = await self.send("Target.createTarget", {"url": url})
+        attached = await self.send("Target.attachToTarget", {"targetId": target["targetId"], "flatten": True})
+        return Page(self, attached["sessionId"])
+
+
+class Page:
+    def __init__(self, browser: Chromium, session: str) -> None:
+        self.browser = browser
+        self.session = session
+
+    async def evaluate(self, expression: str) -> Any:
+        """The expression's value (JSON-able), awaited if it is a promise."""
+        result = await self.browser.send(
+            "Runtime.evaluate",
+            {"expression": expression, "returnByValue": True, "awaitPromise": True},
+            self.session,
+        )
+        if "exceptionDetails" in result:
+            raise RuntimeError(f"page: {result['exceptionDetails'].get('text')}: {expression}")
+        return result["result"].get("value")
+
+    async def key(self, key: str, code: str, key_code: int) -> None:
+        """A key pressed and released, as a person would (DevTools input events)."""
+        for kind in ("keyDown", "keyUp"):
+            await self.browser.send(
+                "Input.dispatchKeyEvent",
+                {"type": kind, "key": key, "code": code, "windowsVirtualKeyCode": key_code},
+                self.session,
+            )

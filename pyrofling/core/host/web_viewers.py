@@ -1,0 +1,242 @@
+"""Browsers watching the host (``pyrofling host --web``): who may watch, and what each one is sent.
+
+Pure: the shell (:mod:`pyrofling.server.web`) reports connections, their text
+messages and each encoded video unit with ``now``; this returns what to send,
+whom to close, and when the encoder should make a key frame.  A browser gets the
+same H.264 access units the pyrofling viewers get (no second encode), over a
+WebSocket, and decodes them with WebCodecs (``docs/browser.md``):
+
+* **Proof first.** A browser's first message must be ``{"type": "auth", "token":
+  ...}`` with the host's web token (the secret part of the link the host prints);
+  anything else, a wrong token, or none within ``auth_timeout_s`` closes it
+  before a byte of the stream is sent.  Tokens are compared in constant time.
+* **Start at a key frame.** WebCodecs decodes from a key frame, so a browser that
+  was admitted, or fell behind, waits for the next IDR; the host's key-frame
+  policy is asked for one (the same request a joining viewer makes).
+* **Never queue behind a slow browser.** When more than ``max_backlog_bytes``
+  are still waiting to leave for a browser, its frames are skipped until the next
+  IDR instead of queued: late pictures are worth nothing.
+
+Wire format, host → browser: one JSON text message ``hello`` (codec, size, frame
+rate, the host's wall-clock minus monotonic offset, for latency), then one binary
+message per access unit: ``b"V"``, a flags byte (1: IDR), the capture time and
+the pts in µs on the host's monotonic clock (two little-endian uint64), then the
+Annex-B bytes.  Browser → host: ``auth``; ``keyframe`` (its decoder needs one).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+#: The header of a video message: b"V", flags, capture µs, pts µs.
+VIDEO_HEADER = struct.Struct("<cBQQ")
+FLAG_IDR = 1
+
+
+@dataclass(frozen=True, slots=True)
+class WebConfig:
+    token: str
+    #: A browser that has not proved the token by then is closed.
+    auth_timeout_s: float = 5.0
+    #: Bytes waiting to leave for a browser beyond which its frames are skipped until the next IDR.
+    max_backlog_bytes: int = 1_500_000
+    #: Browsers at once; more are closed with a reason.
+    max_browsers: int = 8
+    #: Unproved connections at once (each costs a socket until its timeout).
+    max_pending: int = 16
+
+
+@dataclass(frozen=True, slots=True)
+class StreamInfo:
+    codec: str
+    width: int
+    height: int
+    fps: float
+    #: time.time() − time.monotonic() on the host, seconds: maps its capture stamps onto the wall clock.
+    clock_offset_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class SendText:
+    client: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class SendBinary:
+    client: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class CloseClient:
+    client: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RequestKeyframe:
+    """Make the next frame an IDR (a browser starts or recovers there)."""
+
+
+WebOutput = SendText | SendBinary | CloseClient | RequestKeyframe
+
+
+@dataclass(slots=True)
+class _Browser:
+    connected_s: float
+    proved: bool = False
+    #: Skipping frames until an IDR (just admitted, fell behind, or its decoder asked).
+    awaiting_idr: bool = True
+
+
+@dataclass(slots=True)
+class WebCounters:
+    admitted: int = 0
+    refused: dict[str, int] = field(default_factory=dict)
+    frames_sent: int = 0
+    bytes_sent: int = 0
+    frames_skipped: int = 0
+    keyframe_requests: int = 0
+
+    def refuse(self, why: str) -> None:
+        self.refused[why] = self.refused.get(why, 0) + 1
+
+
+class WebViewers:
+    """The browsers of one host: :meth:`connected`, :meth:`message`, :meth:`closed` per connection,
+    :meth:`video` per encoded unit, :meth:`handle_timer` at :meth:`next_timer`."""
+
+    def __init__(self, config: WebConfig, info: StreamInfo | None = None) -> None:
+        self.config = config
+        self.info = info
+        self.counters = WebCounters()
+        self._browsers: dict[int, _Browser] = {}
+
+    def set_stream(self, info: StreamInfo) -> None:
+        self.info = info
+
+    @property
+    def watching(self) -> int:
+        return sum(1 for b in self._browsers.values() if b.proved)
+
+    def connected(self, client: int, now: float) -> list[WebOutput]:
+        pending = sum(1 for b in self._browsers.values() if not b.proved)
+        if pending >= self.config.max_pending:
+            self.counters.refuse("too_many_pending")
+            return [CloseClient(client, "too many connections waiting to prove the token")]
+        self._browsers[client] = _Browser(connected_s=now)
+        return []
+
+    def closed(self, client: int) -> None:
+        self._browsers.pop(client, None)
+
+    def message(self, client: int, text: str | bytes, now: float) -> list[WebOutput]:
+        browser = self._browsers.get(client)
+        if browser is None:
+            return []
+        try:
+            msg = json.loads(text) if isinstance(text, str) else None
+        except ValueError:
+            msg = None
+        if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
+            self.counters.refuse("malformed")
+            return self._close(client, "malformed message")
+        if not browser.proved:
+            return self._prove(client, browser, msg)
+        if msg["type"] == "keyframe":
+            browser.awaiting_idr = True
+            self.counters.keyframe_requests += 1
+            return [RequestKeyframe()]
+        return []  # a later page may say more; an unknown message is not an error
+
+    def _prove(self, client: int, browser: _Browser, msg: dict[str, Any]) -> list[WebOutput]:
+        token = msg.get("token")
+        if msg["type"] != "auth" or not isinstance(token, str):
+            self.counters.refuse("no_token")
+            return self._close(client, "the first message must prove the token")
+        if not hmac.compare_digest(token.encode(), self.config.token.encode()):
+            self.counters.refuse("wrong_token")
+            return self._close(client, "wrong token: open the link the host printed")
+        if self.watching >= self.config.max_browsers:
+            self.counters.refuse("full")
+            return self._close(client, f"the host already streams to {self.config.max_browsers} browsers")
+        if self.info is None:
+            self.counters.refuse("not_streaming")
+            return self._close(client, "the host is not streaming yet: reload in a moment")
+        browser.proved = True
+        self.counters.admitted += 1
+        info = self.info
+        hello = {
+            "type": "hello",
+            "codec": info.codec,
+            "width": info.width,
+            "height": info.height,
+            "fps": info.fps,
+            "clock_offset_ms": info.clock_offset_s * 1000,
+        }
+        return [SendText(client, json.dumps(hello)), RequestKeyframe()]
+
+    def _close(self, client: int, reason: str) -> list[WebOutput]:
+        self._browsers.pop(client, None)
+        return [CloseClient(client, reason)]
+
+    def video(
+        self, data: bytes, *, capture_us: int, pts_us: int, idr: bool, backlog: dict[int, int], now: float
+    ) -> list[WebOutput]:
+        """One encoded unit: to each proved browser that can take it.  ``backlog``: bytes still waiting to leave
+        for each browser (the shell's transports)."""
+        out: list[WebOutput] = []
+        message: bytes | None = None
+        want_idr = False
+        for client, browser in self._browsers.items():
+            if not browser.proved:
+                continue
+            if backlog.get(client, 0) > self.config.max_backlog_bytes:
+                if not browser.awaiting_idr:
+                    browser.awaiting_idr = want_idr = True
+                self.counters.frames_skipped += 1
+                continue
+            if browser.awaiting_idr and not idr:
+                self.counters.frames_skipped += 1
+                continue
+            browser.awaiting_idr = False
+            if message is None:
+                message = VIDEO_HEADER.pack(b"V", FLAG_IDR if idr else 0, capture_us, pts_us) + data
+            out.append(SendBinary(client, message))
+            self.counters.frames_sent += 1
+            self.counters.bytes_sent += len(message)
+        if want_idr:
+            self.counters.keyframe_requests += 1
+            out.append(RequestKeyframe())
+        return out
+
+    def next_timer(self) -> float | None:
+        pending = [b.connected_s for b in self._browsers.values() if not b.proved]
+        return min(pending) + self.config.auth_timeout_s if pending else None
+
+    def handle_timer(self, now: float) -> list[WebOutput]:
+        late = [
+            c for c, b in self._browsers.items() if not b.proved and now - b.connected_s >= self.config.auth_timeout_s
+        ]
+        out: list[WebOutput] = []
+        for client in late:
+            self.counters.refuse("timeout")
+            out += self._close(client, "the token was not proved in time")
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        c = self.counters
+        return {
+            "watching": self.watching,
+            "admitted": c.admitted,
+            "refused": dict(c.refused),
+            "frames_sent": c.frames_sent,
+            "bytes_sent": c.bytes_sent,
+            "frames_skipped": c.frames_skipped,
+            "keyframe_requests": c.keyframe_requests,
+        }

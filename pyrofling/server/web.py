@@ -1,0 +1,152 @@
+"""``pyrofling host --web``: the page and the browsers' WebSocket, beside the PyroFling port.
+
+A thin shell around :class:`~pyrofling.core.host.web_viewers.WebViewers`: it
+serves the page (``pyrofling/web/``), accepts WebSockets at ``/stream``, and
+carries out what the core decides.  Sends never wait: a message is handed to the
+connection and the core skips frames for a browser whose bytes pile up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from importlib import resources
+from typing import Any
+
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.datastructures import Headers
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
+
+from pyrofling.clocks import SYSTEM_CLOCK, Clock
+from pyrofling.core.host.web_viewers import (
+    CloseClient,
+    RequestKeyframe,
+    SendBinary,
+    SendText,
+    WebOutput,
+    WebViewers,
+)
+from pyrofling.timers import DeadlineTimer
+
+log = logging.getLogger(__name__)
+
+#: Path → (file in pyrofling/web, content type).
+PAGES = {
+    "/": ("index.html", "text/html; charset=utf-8"),
+    "/viewer.js": ("viewer.js", "text/javascript; charset=utf-8"),
+    "/viewer.css": ("viewer.css", "text/css; charset=utf-8"),
+}
+#: Sent with every page: nothing but this origin, never cached, never framed, no referrer.
+PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+}
+#: A browser's largest message (its own are a few hundred bytes).
+MAX_MESSAGE_BYTES = 4096
+
+
+def page(name: str) -> bytes:
+    return resources.files("pyrofling.web").joinpath(name).read_bytes()
+
+
+class WebServer:
+    """Serves the page and the stream; :meth:`video` per encoded unit, from the host's loop."""
+
+    def __init__(self, viewers: WebViewers, *, on_keyframe: Callable[[], None], clock: Clock = SYSTEM_CLOCK) -> None:
+        self.viewers = viewers
+        self._on_keyframe = on_keyframe
+        self._clock = clock
+        self._connections: dict[int, ServerConnection] = {}
+        self._server: Server | None = None
+        self._next = 1
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._timer = DeadlineTimer(lambda: self._perform(self.viewers.handle_timer(self._clock.now())), clock)
+        self.port: int | None = None
+
+    async def start(self, bind: str, port: int) -> int:
+        self._server = await serve(
+            self._handle,
+            bind,
+            port,
+            process_request=self._http,
+            max_size=MAX_MESSAGE_BYTES,
+            compression=None,  # H.264 does not compress; deflate would only cost CPU
+            server_header=None,
+        )
+        sock = next(iter(self._server.sockets))
+        self.port = int(sock.getsockname()[1])
+        return self.port
+
+    async def close(self) -> None:
+        self._timer.cancel()
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._server.wait_closed(), 2)
+        for task in list(self._tasks):
+            task.cancel()
+
+    def _http(self, connection: ServerConnection, request: Request) -> Response | None:
+        """The page for a plain GET; None lets a WebSocket upgrade at /stream go on."""
+        if request.path == "/stream":
+            return None
+        path = request.path.split("?", 1)[0]
+        if path not in PAGES:
+            return connection.respond(404, "not found\n")
+        name, kind = PAGES[path]
+        body = page(name)
+        headers = Headers({"Content-Type": kind, "Content-Length": str(len(body)), **PAGE_HEADERS})
+        return Response(200, "OK", headers, body)
+
+    async def _handle(self, ws: ServerConnection) -> None:
+        client, self._next = self._next, self._next + 1
+        self._connections[client] = ws
+        try:
+            self._perform(self.viewers.connected(client, self._clock.now()))
+            async for message in ws:
+                self._perform(self.viewers.message(client, message, self._clock.now()))
+        except ConnectionClosed:
+            pass
+        finally:
+            self._connections.pop(client, None)
+            self.viewers.closed(client)
+
+    def video(self, data: bytes, *, capture_us: int, pts_us: int, idr: bool) -> None:
+        backlog = {
+            c: ws.transport.get_write_buffer_size() for c, ws in self._connections.items() if ws.transport is not None
+        }
+        self._perform(
+            self.viewers.video(
+                data, capture_us=capture_us, pts_us=pts_us, idr=idr, backlog=backlog, now=self._clock.now()
+            )
+        )
+
+    def _perform(self, outputs: list[WebOutput]) -> None:
+        for out in outputs:
+            if isinstance(out, SendBinary | SendText):
+                ws = self._connections.get(out.client)
+                if ws is not None:
+                    self._spawn(ws.send(out.data if isinstance(out, SendBinary) else out.text))
+            elif isinstance(out, CloseClient):
+                ws = self._connections.get(out.client)
+                if ws is not None:
+                    log.info("browser %d closed: %s", out.client, out.reason)
+                    self._spawn(ws.close(1008, out.reason))
+            elif isinstance(out, RequestKeyframe):
+                self._on_keyframe()
+        self._timer.arm(self.viewers.next_timer())
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.debug("a browser's send failed: %s", task.exception())

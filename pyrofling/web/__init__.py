@@ -1,0 +1,1 @@
+"""The page ``pyrofling host --web`` serves: HTML, CSS and the WebCodecs viewer (``viewer.js``)."""

@@ -1,0 +1,128 @@
+"""``host --web`` over real sockets: the page, the browsers' WebSocket, and a real headless Chromium playing it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+import av
+import numpy as np
+import pytest
+from support import SMALL, run, start_host, stop_host
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from pyrofling.bench.chromium import Chromium, find_chromium
+from pyrofling.core import frame_marker
+from pyrofling.core.host.web_viewers import FLAG_IDR, VIDEO_HEADER
+
+
+def _get(url: str) -> tuple[int, dict[str, str], bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def test_a_browser_with_the_token_gets_the_hosts_own_encode_from_a_key_frame_and_the_right_pictures() -> None:
+    async def scenario() -> tuple[dict[str, Any], list[bytes], dict[str, Any]]:
+        host, task = await start_host(encoder=SMALL, web_port=0, virtual_pad="none")
+        try:
+            assert host.web_link is not None and "#t=" in host.web_link
+            port, token = host.web.port, host.web_link.split("#t=")[1]
+            async with connect(f"ws://127.0.0.1:{port}/stream") as ws:
+                await ws.send(json.dumps({"type": "auth", "token": token}))
+                hello = json.loads(await asyncio.wait_for(ws.recv(), 10))
+                units = [await asyncio.wait_for(ws.recv(), 10) for _ in range(45)]
+        finally:
+            await stop_host(host, task)
+        return hello, [u if isinstance(u, bytes) else u.encode() for u in units], host.summary()
+
+    hello, units, summary = run(scenario)
+    assert hello["codec"] == "h264" and (hello["width"], hello["height"]) == (320, 240)
+    flags = [VIDEO_HEADER.unpack(u[: VIDEO_HEADER.size])[1] for u in units]
+    assert flags[0] & FLAG_IDR  # a browser starts at an IDR (the host made one for it)
+    # The units decode, in order, into the scene's consecutive frames (their markers), with no second encode:
+    # the host counted one encode per frame whoever watched.
+    decoder = av.CodecContext.create("h264", "r")
+    ids = []
+    layout = frame_marker.layout_for(320)
+    assert layout is not None
+    for u in units:
+        for f in decoder.decode(av.Packet(u[VIDEO_HEADER.size :])):
+            stamp = frame_marker.read(np.asarray(f.to_ndarray(format="gray")), layout)
+            assert stamp is not None
+            ids.append(stamp.frame_id)
+    assert len(ids) >= 40 and ids == list(range(ids[0], ids[0] + len(ids)))
+    web = summary["web"]
+    assert isinstance(web, dict) and web["admitted"] == 1 and web["frames_sent"] >= 45
+
+
+def test_without_the_token_a_browser_gets_neither_the_stream_nor_anything_but_the_page() -> None:
+    async def scenario() -> tuple[list[str], dict[str, Any], tuple[int, dict[str, str], bytes], int]:
+        host, task = await start_host(encoder=SMALL, web_port=0, virtual_pad="none")
+        reasons = []
+        try:
+            port = host.web.port
+            for first in (json.dumps({"type": "auth", "token": "guess" * 5}), json.dumps({"type": "keyframe"}), None):
+                async with connect(f"ws://127.0.0.1:{port}/stream") as ws:
+                    if first is not None:
+                        await ws.send(first)
+                    try:
+                        while True:  # nothing but the close may come
+                            got = await asyncio.wait_for(ws.recv(), 8)
+                            pytest.fail(f"a browser without the token was sent {got[:20]!r}")
+                    except ConnectionClosed as closed:
+                        assert closed.rcvd is not None
+                        reasons.append(closed.rcvd.reason)
+            page = await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/")
+            missing = (await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/etc/passwd"))[0]
+        finally:
+            await stop_host(host, task)
+        return reasons, host.summary(), page, missing
+
+    reasons, summary, (status, headers, body), missing = run(scenario, timeout_s=90)
+    assert reasons[0].startswith("wrong token") and reasons[1].startswith("the first message must prove")
+    assert reasons[2] == "the token was not proved in time"
+    web = summary["web"]
+    assert isinstance(web, dict) and web["admitted"] == 0 and web["frames_sent"] == 0
+    assert web["refused"] == {"wrong_token": 1, "no_token": 1, "timeout": 1}
+    assert status == 200 and b"/viewer.js" in body and missing == 404
+    assert "default-src 'self'" in headers["Content-Security-Policy"] and headers["Cache-Control"] == "no-store"
+
+
+@pytest.mark.skipif(find_chromium() is None, reason="needs Debian's chromium (scripts/setup installs it)")
+def test_headless_chromium_plays_the_stream_from_the_link_and_a_page_without_the_key_plays_nothing() -> None:
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        host, task = await start_host(encoder=SMALL, web_port=0, virtual_pad="none")
+        try:
+            assert host.web_link is not None
+            async with Chromium() as browser:
+                page = await browser.open(host.web_link)
+                stats = "window.pyrofling ? window.pyrofling.stats : null"
+                deadline = asyncio.get_running_loop().time() + 60
+                played: dict[str, Any] = {}
+                while asyncio.get_running_loop().time() < deadline:
+                    played = await page.evaluate(stats) or {}
+                    if int(played.get("framesDrawn", 0)) >= 60:
+                        break
+                    await asyncio.sleep(0.2)
+                no_key = await browser.open(host.web_link.split("#")[0])
+                wrong = await browser.open(host.web_link.split("#")[0] + "#t=not-the-key")
+                await asyncio.sleep(3)
+                return played, await no_key.evaluate(stats), await wrong.evaluate(stats)
+        finally:
+            await stop_host(host, task)
+
+    played, no_key, wrong = run(scenario, timeout_s=120)
+    assert played["state"] == "streaming" and int(played["framesDrawn"]) >= 60
+    assert played["decodeErrors"] == 0
+    latency = played["latencyMs"]
+    assert isinstance(latency, list) and latency and 0 < sorted(latency)[len(latency) // 2] < 1000
+    assert no_key["state"] == "no token" and no_key["framesReceived"] == 0
+    assert wrong["state"] == "refused" and wrong["framesReceived"] == 0
+    assert str(wrong["refused"]).startswith("wrong token")

@@ -1,0 +1,126 @@
+"""Browsers watching the host, the pure core: proof first, start at a key frame, never queue behind one."""
+
+import json
+
+from pyrofling.core.host.web_viewers import (
+    FLAG_IDR,
+    VIDEO_HEADER,
+    CloseClient,
+    RequestKeyframe,
+    SendBinary,
+    SendText,
+    StreamInfo,
+    WebConfig,
+    WebViewers,
+)
+
+TOKEN = "k" * 24
+INFO = StreamInfo("h264", 1280, 720, 60, 1_700_000_000.0)
+
+
+def admitted(web: WebViewers, client: int = 1, now: float = 0.0) -> list[object]:
+    assert web.connected(client, now) == []
+    return list(web.message(client, json.dumps({"type": "auth", "token": TOKEN}), now))
+
+
+def frame(web: WebViewers, *, idr: bool, backlog: dict[int, int] | None = None, n: int = 0) -> list[object]:
+    return list(
+        web.video(b"\x00\x00\x01\x65" + bytes([n]), capture_us=1000 + n, pts_us=2000 + n, idr=idr,
+                  backlog=backlog or {}, now=n / 60)
+    )  # fmt: skip
+
+
+def test_the_right_token_gets_the_streams_parameters_and_asks_for_a_key_frame() -> None:
+    web = WebViewers(WebConfig(TOKEN), INFO)
+    hello, key = admitted(web)
+    assert isinstance(hello, SendText) and isinstance(key, RequestKeyframe)
+    msg = json.loads(hello.text)
+    assert msg == {"type": "hello", "codec": "h264", "width": 1280, "height": 720, "fps": 60,
+                   "clock_offset_ms": 1_700_000_000_000.0}  # fmt: skip
+    assert web.watching == 1 and web.counters.admitted == 1
+
+
+def test_no_byte_of_the_stream_before_the_token_and_a_wrong_or_missing_one_closes() -> None:
+    web = WebViewers(WebConfig(TOKEN), INFO)
+    messages: list[str | bytes] = [
+        json.dumps({"type": "auth", "token": "x" * 24}),
+        json.dumps({"type": "keyframe"}),  # no proof first
+        json.dumps({"type": "auth"}),
+        "not json",
+        b"\x00binary",
+        json.dumps(["auth", TOKEN]),
+    ]
+    for client, message in enumerate(messages, start=1):
+        web.connected(client, 0.0)
+        assert frame(web, idr=True) == []  # connected, not proved: nothing
+        out = web.message(client, message, 0.0)
+        assert len(out) == 1 and isinstance(out[0], CloseClient)
+    assert web.watching == 0 and web.counters.admitted == 0
+    assert web.counters.refused == {"wrong_token": 1, "no_token": 2, "malformed": 3}
+
+
+def test_a_browser_that_never_proves_the_token_is_closed_at_its_deadline() -> None:
+    web = WebViewers(WebConfig(TOKEN, auth_timeout_s=5.0), INFO)
+    web.connected(1, 10.0)
+    web.connected(2, 12.0)
+    assert web.next_timer() == 15.0
+    assert web.handle_timer(14.9) == []
+    assert web.handle_timer(15.0) == [CloseClient(1, "the token was not proved in time")]
+    assert web.next_timer() == 17.0
+
+
+def test_unproved_connections_are_capped() -> None:
+    web = WebViewers(WebConfig(TOKEN, max_pending=2), INFO)
+    assert web.connected(1, 0.0) == [] and web.connected(2, 0.0) == []
+    assert isinstance(web.connected(3, 0.0)[0], CloseClient)
+    web.closed(1)  # one of them went (or timed out): a friend with the token gets in
+    assert isinstance(admitted(web, 4)[0], SendText)
+    assert web.counters.refused == {"too_many_pending": 1}
+
+
+def test_a_browser_starts_at_an_idr_and_gets_every_unit_after_it() -> None:
+    web = WebViewers(WebConfig(TOKEN), INFO)
+    admitted(web)
+    assert frame(web, idr=False, n=1) == []  # before the first IDR: skipped
+    sent = frame(web, idr=True, n=2) + frame(web, idr=False, n=3)
+    assert [type(s) for s in sent] == [SendBinary, SendBinary]
+    first = sent[0]
+    assert isinstance(first, SendBinary)
+    tag, flags, capture, pts = VIDEO_HEADER.unpack(first.data[: VIDEO_HEADER.size])
+    assert (tag, flags, capture, pts) == (b"V", FLAG_IDR, 1002, 2002)
+    assert first.data[VIDEO_HEADER.size :] == b"\x00\x00\x01\x65\x02"
+    assert web.counters.frames_sent == 2 and web.counters.frames_skipped == 1
+
+
+def test_a_browser_whose_bytes_pile_up_skips_to_the_next_idr_and_one_is_asked_for() -> None:
+    web = WebViewers(WebConfig(TOKEN, max_backlog_bytes=1000), INFO)
+    admitted(web, 1)
+    admitted(web, 2)
+    assert len(frame(web, idr=True)) == 2
+    out = frame(web, idr=False, backlog={1: 5000, 2: 10}, n=1)
+    assert [o.client for o in out if isinstance(o, SendBinary)] == [2]  # the other browser is not held up
+    assert RequestKeyframe() in out
+    later = frame(web, idr=False, backlog={}, n=3)
+    assert [o.client for o in later if isinstance(o, SendBinary)] == [2]  # 1 waits for the IDR
+    assert {o.client for o in frame(web, idr=True, n=4) if isinstance(o, SendBinary)} == {1, 2}
+
+
+def test_a_decoder_that_asks_for_a_key_frame_waits_for_it() -> None:
+    web = WebViewers(WebConfig(TOKEN), INFO)
+    admitted(web)
+    frame(web, idr=True)
+    assert web.message(1, json.dumps({"type": "keyframe"}), 1.0) == [RequestKeyframe()]
+    assert frame(web, idr=False, n=1) == []
+    assert len(frame(web, idr=True, n=2)) == 1
+
+
+def test_no_more_browsers_than_the_cap_and_none_before_the_stream_exists() -> None:
+    web = WebViewers(WebConfig(TOKEN, max_browsers=1), INFO)
+    admitted(web, 1)
+    web.connected(2, 0.0)
+    out = web.message(2, json.dumps({"type": "auth", "token": TOKEN}), 0.0)
+    assert isinstance(out[0], CloseClient) and "already streams" in out[0].reason
+    early = WebViewers(WebConfig(TOKEN))
+    early.connected(1, 0.0)
+    out = early.message(1, json.dumps({"type": "auth", "token": TOKEN}), 0.0)
+    assert isinstance(out[0], CloseClient) and "not streaming yet" in out[0].reason
