@@ -327,6 +327,13 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
         "(default: the host's port + 1). The host prints a link with a key made for this run; only a page "
         "opened from it gets the stream. Plain HTTP: open it on this machine (127.0.0.1), where browsers allow it",
     )
+    w.add_argument(
+        "--web-link-file",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="write the browser link (it carries the key) to FILE, readable by you only, instead of the terminal",
+    )
     g = p.add_argument_group(
         "recording and broadcasting",
         "Both take the packets already encoded for the viewers (no second encode) and never delay them.",
@@ -450,20 +457,32 @@ def host_config(args: argparse.Namespace) -> HostConfig:
         open_keyboard_mouse=args.open_keyboard_mouse,
         pairing_dir=pairing_dir(args),
         web_port=_web_port(args),
-        show_web_link=_show_web_link,
+        show_web_link=_web_link_shower(args.web_link_file),
     )
 
 
 def _web_port(args: argparse.Namespace) -> int | None:
     if args.web is None:
+        if args.web_link_file is not None:
+            raise ValueError("--web-link-file goes with --web")
         return None
     if args.web == -1:  # --web alone: next to the host's port
         return args.port + 1 if args.port else 0
     return int(args.web)
 
 
-def _show_web_link(link: str) -> None:
-    """The link carries the stream's key: to the person (the terminal, else standard output), not to the log."""
+def _web_link_shower(file: Path | None) -> Callable[[str], None]:
+    return lambda link: _show_web_link(link, file)
+
+
+def _show_web_link(link: str, file: Path | None) -> None:
+    """The link carries the stream's key: to ``file`` (0600), else the person (the terminal, else standard
+    output); never to the log."""
+    if file is not None:
+        fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(link + "\n")
+        return
     text = f"watch in a browser: {link}\n"
     try:
         with open("/dev/tty", "w") as tty:

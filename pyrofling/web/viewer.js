@@ -12,7 +12,12 @@ const canvas = document.getElementById("screen");
 const ctx = canvas.getContext("2d", { alpha: false, desynchronized: true });
 const message = document.getElementById("message");
 const overlay = document.getElementById("overlay");
-const token = new URLSearchParams(location.hash.slice(1)).get("t");
+const params = new URLSearchParams(location.hash.slice(1));
+const token = params.get("t");
+// judge=1 (benches): read the frame marker of the picture on screen at every refresh, as --check-scene does.
+const judge = params.get("judge") === "1";
+stats.refreshes = []; // judge: [wall ms of the refresh, frame id or -1 (unreadable), capture µs (low 48 bits)]
+let onScreen = null; // judge: the marker of the picture drawn last
 
 let ws = null;
 let decoder = null;
@@ -47,6 +52,7 @@ function draw(frame) {
   }
   ctx.drawImage(frame, 0, 0);
   stats.framesDrawn++;
+  if (judge) onScreen = readMarker();
   const capture = captureOf.get(frame.timestamp);
   captureOf.delete(frame.timestamp);
   if (capture !== undefined && hello) {
@@ -83,7 +89,8 @@ function onVideo(buf) {
     needKey = false;
   }
   if (!decoder || decoder.state !== "configured") return;
-  if (decoder.decodeQueueSize > 2) { askForKey(); return; } // behind: drop to the next key frame
+  // Far behind (a stalled tab, a slow machine): drop to the next key frame rather than show old pictures late.
+  if (decoder.decodeQueueSize > 8) { askForKey(); return; }
   captureOf.set(pts, capture);
   if (captureOf.size > 120) captureOf.delete(captureOf.keys().next().value);
   stats.lastCaptureUs = capture;
@@ -102,7 +109,8 @@ function connect() {
     if (typeof ev.data === "string") {
       const msg = JSON.parse(ev.data);
       if (msg.type === "hello") {
-        hello = msg; stats.state = "streaming"; retryMs = 1000; needKey = true; say("");
+        hello = msg; stats.clockOffsetMs = msg.clock_offset_ms;
+        stats.state = "streaming"; retryMs = 1000; needKey = true; say("");
       }
       return;
     }
@@ -121,6 +129,50 @@ function connect() {
     retryMs = Math.min(retryMs * 2, 10000);
   };
 }
+
+// The frame marker (pyrofling/core/frame_marker.py): 96 bits in blocks along the top, magic 0xA5, frame id
+// (32), capture µs (48), CRC-8 (poly 0x07) of the 88 before it; a block's centre over 128 is a one.
+function markerLayout(width) {
+  const block = Math.max(8, 2 * Math.floor(width / 192));
+  const perRow = Math.floor(width / block);
+  return perRow < 16 ? null : { block, perRow, rows: Math.ceil(96 / perRow) };
+}
+
+function crc8(value, nbits) {
+  let crc = 0;
+  for (let i = nbits - 1; i >= 0; i--) {
+    const bit = Number((value >> BigInt(i)) & 1n);
+    const top = (crc >> 7) & 1;
+    crc = (crc << 1) & 0xff;
+    if (bit ^ top) crc ^= 0x07;
+  }
+  return crc;
+}
+
+function readMarker() {
+  const layout = markerLayout(canvas.width);
+  if (!layout) return null;
+  const w = layout.perRow * layout.block, h = layout.rows * layout.block;
+  const px = ctx.getImageData(0, 0, w, h).data;
+  let word = 0n;
+  for (let i = 0; i < 96; i++) {
+    const y = Math.floor(i / layout.perRow) * layout.block + (layout.block >> 1);
+    const x = (i % layout.perRow) * layout.block + (layout.block >> 1);
+    const o = (y * w + x) * 4;
+    const luma = 0.2126 * px[o] + 0.7152 * px[o + 1] + 0.0722 * px[o + 2];
+    word = (word << 1n) | (luma >= 128 ? 1n : 0n);
+  }
+  const body = word >> 8n;
+  if (body >> 80n !== 0xa5n || crc8(body, 88) !== Number(word & 0xffn)) return { id: -1, captureUs: 0 };
+  return { id: Number((body >> 48n) & 0xffffffffn), captureUs: Number(body & 0xffffffffffffn) };
+}
+
+function judgeRefresh(t) {
+  if (onScreen) stats.refreshes.push([performance.timeOrigin + t, onScreen.id, onScreen.captureUs]);
+  if (stats.refreshes.length > 20000) stats.refreshes.splice(0, 10000);
+  requestAnimationFrame(judgeRefresh);
+}
+if (judge) requestAnimationFrame(judgeRefresh);
 
 function median(values) {
   if (!values.length) return NaN;

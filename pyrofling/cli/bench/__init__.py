@@ -26,6 +26,7 @@ def add_bench(sub: Sub) -> None:
         media.add_capture,
         costs.add_outputs,
         costs.add_security,
+        costs.add_browser,
         stream.add_soak,
     ):
         add(benches)

@@ -165,3 +165,32 @@ def _run_security(args: argparse.Namespace) -> int:
         ok = ok and all(r["reconnects"] == 0 for r in attacked["attacks"])
         ok = ok and all(m["bytes_to_victim"] <= 3 * m["bytes_from_victim"] for m in attacked["reflect"])
     return 0 if ok else 1
+
+
+def add_browser(sub: Sub) -> None:
+    p = bench_parser(
+        sub,
+        "browser",
+        "a headless Chromium watching host --web beside a pyrofling viewer: good refreshes, latency, host CPU",
+        "Run pyrofling host --web with the test scene, a headless pyrofling viewer (--check-scene) and Debian's "
+        "Chromium opening the host's link; the page reads the frame marker of the picture on screen at every "
+        "refresh and times capture -> drawn. Then the same host with two pyrofling viewers, for the host's CPU "
+        "with a browser against a second viewer (one encode either way). Needs chromium (scripts/setup).",
+        "pyrofling bench browser --duration 30",
+    )
+    add_common(p, duration_s=(5.0, 3600.0, 30.0))
+    add_stream_size_options(p)
+    p.add_argument("--preset", default="ultrafast")
+    p.set_defaults(func=_run_browser)
+
+
+def _run_browser(args: argparse.Namespace) -> int:
+    from pyrofling.bench.browser import format_table, run_browser_bench
+    from pyrofling.bench.chromium import find_chromium
+
+    setup(args)
+    if find_chromium() is None:
+        return refuse("bench browser", "no Chromium found: install Debian's chromium (./scripts/setup does)")
+    result = run_browser_bench(_base_scenario(args), progress=progress)
+    print_result(args, result, format_table)
+    return 0 if result["browser"].get("frames_drawn") else 1

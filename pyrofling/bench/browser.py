@@ -1,0 +1,157 @@
+"""``pyrofling bench browser``: a headless Chromium watching ``host --web`` beside a pyrofling viewer.
+
+Real processes, as :mod:`pyrofling.bench.stream` runs them: ``pyrofling host
+--web`` with the test scene and one headless pyrofling viewer (``--check-scene``),
+and, from this process, Debian's Chromium opening the host's link with
+``judge=1``: the page reads the frame marker of the picture on screen at every
+refresh (``requestAnimationFrame``) and keeps the capture → drawn time of every
+picture it draws.  The refreshes are judged here as the viewer judges its own
+(:class:`~pyrofling.core.viewer.picture_quality.RefreshQuality`: good when the
+marker reads and the picture is at most two frames older than usual); the page
+can see a wrong or stale picture, but not damage below the marker band, which
+``--check-scene`` also catches.  Then the same host with two pyrofling viewers:
+the host's CPU with a browser against with a second viewer (one encode either
+way).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from pyrofling.bench.chromium import Chromium
+from pyrofling.bench.stream import StreamScenario, cell, run_scenario, summarize
+from pyrofling.core.viewer.picture_quality import RefreshQuality
+
+#: Seconds after the page's first picture left out of its figures (its decoder settling: on the 2-core machine
+#: the first 0.5 s after it stalled once, every run), stated apart as the start-up.
+WARMUP_S = 3.0
+
+
+def judge_refreshes(refreshes: list[list[float]], clock_offset_ms: float, fps: float) -> dict[str, Any]:
+    """The page's refresh log ([wall ms, frame id or −1, capture µs on the host's clock]) judged as the viewer
+    judges its own refreshes."""
+    quality = RefreshQuality(period_s=1 / fps)
+    last_id: float | None = None
+    for t_ms, frame_id, capture_us in refreshes:
+        readable = frame_id >= 0
+        capture_s = (capture_us / 1000 + clock_offset_ms) / 1000 if readable else None
+        quality.refresh(t_ms / 1000, capture_s=capture_s, clean=readable, fresh=frame_id != last_id)
+        last_id = frame_id
+    quality.finish()
+    return quality.summary()
+
+
+def browser_watch(link_file: Path, duration_s: float, fps: float) -> Callable[[int], dict[str, Any]]:
+    """What runs beside the stream: Chromium opens the host's link and watches for ``duration_s``."""
+
+    def watch(_port: int) -> dict[str, Any]:
+        return asyncio.run(_watch(link_file, duration_s, fps))
+
+    return watch
+
+
+async def _watch(link_file: Path, duration_s: float, fps: float) -> dict[str, Any]:
+    deadline = time.monotonic() + 20
+    while not (link_file.exists() and link_file.read_text().strip()):
+        if time.monotonic() > deadline:
+            return {"error": "the host wrote no link"}
+        await asyncio.sleep(0.05)
+    link = link_file.read_text().strip() + "&judge=1"
+    async with Chromium() as browser:
+        opened = time.monotonic()
+        page = await browser.open(link)
+        first_picture_s = None
+        while time.monotonic() - opened < 20:
+            if await page.evaluate("window.pyrofling ? window.pyrofling.stats.framesDrawn : 0"):
+                first_picture_s = time.monotonic() - opened
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(WARMUP_S)
+        await page.evaluate("window.pyrofling.stats.refreshes.length = 0; window.pyrofling.stats.latencyMs.length = 0")
+        measured_s = max(1.0, duration_s - (time.monotonic() - opened) - 1.0)
+        await asyncio.sleep(measured_s)
+        stats: dict[str, Any] = await page.evaluate("window.pyrofling.stats")
+    offset = stats.get("clockOffsetMs")
+    judged = judge_refreshes(stats.get("refreshes", []), offset, fps) if offset is not None else {}
+    latency = stats.get("latencyMs", [])
+    return {
+        "first_picture_s": first_picture_s,
+        "measured_s": measured_s,
+        "state": stats.get("state"),
+        "frames_drawn": stats.get("framesDrawn"),
+        "frames_received": stats.get("framesReceived"),
+        "decode_errors": stats.get("decodeErrors"),
+        "keyframe_requests": stats.get("keyframeRequests"),
+        "latency_ms_median": statistics.median(latency) if latency else None,
+        "latency_ms_p95": sorted(latency)[int(len(latency) * 0.95)] if latency else None,
+        "quality": {k: v for k, v in judged.items() if k not in ("freeze_log", "not_good_log")},
+    }
+
+
+def run_browser_bench(base: StreamScenario, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    duration = base.duration_s or 30.0
+    with tempfile.TemporaryDirectory(prefix="pyrofling-web-") as tmp:
+        link_file = Path(tmp) / "link"
+        progress(f"a browser and a pyrofling viewer ({duration:g} s)")
+        with_browser = run_scenario(
+            replace(base, host_args=(*base.host_args, "--web", "0", "--web-link-file", str(link_file))),
+            alongside=browser_watch(link_file, duration, base.fps),
+        )
+    progress(f"two pyrofling viewers ({duration:g} s)")
+    two_viewers = run_scenario(replace(base, viewers=2))
+    viewer_row, baseline = summarize(with_browser), summarize(two_viewers)
+    viewer = with_browser["viewers"][0] if with_browser["viewers"] else {}
+    page = with_browser.get("alongside", {})
+    return {
+        "scenario": base.label(),
+        "browser": page,
+        "viewer": {
+            "good_refreshes_pct": viewer_row["good_refreshes_pct"],
+            "longest_freeze_ms": viewer_row["longest_freeze_ms"],
+            "latency_ms_median": viewer_row["latency_ms_median"],
+            "glass_ms_median": viewer.get("glass_ms_median"),
+        },
+        "host_cpu_pct": {"browser_and_viewer": viewer_row["host_cpu_pct"], "two_viewers": baseline["host_cpu_pct"]},
+        "host_web": with_browser["host"].get("web"),
+        "frames_encoded": {"browser_and_viewer": viewer_row["frames_sent"], "two_viewers": baseline["frames_sent"]},
+    }
+
+
+def format_table(r: dict[str, Any]) -> str:
+    page, viewer, cpu = r["browser"], r["viewer"], r["host_cpu_pct"]
+    q = page.get("quality", {})
+    web = r.get("host_web") or {}
+    lines = [
+        f"{r['scenario']}; headless Chromium (WebCodecs) beside a pyrofling viewer, then two pyrofling viewers",
+        f"{'client':<18} {'good %':>7} {'longest freeze ms':>18} {'capture -> shown ms':>20}",
+        f"{'browser':<18} {cell(q.get('good_refreshes_pct'), '.2f'):>7} {cell(q.get('longest_freeze_ms')):>18} "
+        f"{cell(page.get('latency_ms_median'), '.1f'):>20}   (drawn; {page.get('frames_drawn')} pictures, "
+        f"{page.get('decode_errors')} decode errors)",
+        f"{'pyrofling viewer':<18} {cell(viewer.get('good_refreshes_pct'), '.2f'):>7} "
+        f"{cell(viewer.get('longest_freeze_ms')):>18} {cell(viewer.get('glass_ms_median'), '.1f'):>20}   (on screen)",
+        "",
+        f"host CPU: {cell(cpu['browser_and_viewer'])} % with a browser and a viewer, {cell(cpu['two_viewers'])} % "
+        f"with two viewers ({_ratio(cpu)}); frames encoded {r['frames_encoded']['browser_and_viewer']} and "
+        f"{r['frames_encoded']['two_viewers']} (one encode each)",
+        f"to the browser: {web.get('frames_sent')} units, {web.get('frames_skipped')} skipped, "
+        f"{web.get('keyframe_requests')} key frames asked for",
+    ]
+    lines.append(
+        f"the page drew its first picture {cell(page.get('first_picture_s'), '.2f')} s after it opened; its figures "
+        f"leave out the {WARMUP_S:g} s after that and cover {cell(page.get('measured_s'), '.1f')} s"
+    )
+    if page.get("error"):
+        lines.append(f"browser: {page['error']}")
+    return "\n".join(lines)
+
+
+def _ratio(cpu: dict[str, float | None]) -> str:
+    a, b = cpu["browser_and_viewer"], cpu["two_viewers"]
+    return "—" if not a or not b else f"{100 * (a / b - 1):+.1f} %"
