@@ -129,3 +129,25 @@ def test_headless_chromium_plays_the_stream_from_the_link_and_a_page_without_the
     assert no_key["state"] == "no token" and no_key["framesReceived"] == 0
     assert wrong["state"] == "refused" and wrong["framesReceived"] == 0
     assert str(wrong["refused"]).startswith("wrong token")
+
+
+def test_bench_browser_smoke_judges_the_pages_refreshes_beside_a_viewer() -> None:
+    """The bench end to end at a tiny size: the page's refreshes judged, the viewer's beside them, host CPU."""
+    import subprocess
+    import sys
+
+    if find_chromium() is None:
+        (pytest.fail if os.environ.get("CI") else pytest.skip)("needs Debian's chromium (scripts/setup installs it)")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pyrofling", "bench", "browser", "--duration", "8", "--width", "320", "--height",
+         "240", "--fps", "30", "--bitrate-kbits", "500", "--json"],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    page = result["browser"]
+    assert page["frames_drawn"] > 60 and page["decode_errors"] == 0 and page["quality"]["refreshes"] > 30
+    assert page["quality"]["good_refreshes_pct"] > 0 and page["latency_ms_median"] > 0
+    assert result["viewer"]["good_refreshes_pct"] is not None
+    assert all(v > 0 for v in result["host_cpu_pct"].values())
+    assert result["host_web"]["admitted"] == 1

@@ -283,9 +283,13 @@ class Host:
             )
         )
         self.web = WebServer(viewers, on_keyframe=self.keyframes.viewer_joined, clock=self._clock)
-        port = await self.web.start(cfg.bind if cfg.bind != "localhost" else "127.0.0.1", cfg.web_port or 0)
-        self.web_link = f"http://{uri_host(cfg.bind)}:{port}/#t={viewers.config.token}"
-        log.info("browser viewer on port %d (the link, with its key, is shown to you, not logged)", port)
+        # This machine only, whatever --bind says: plain HTTP would show the link's key and the stream to anyone on
+        # the path, and a browser elsewhere would not run WebCodecs on a page that is not served over HTTPS.
+        port = await self.web.start("127.0.0.1", cfg.web_port or 0)
+        self.web_link = f"http://127.0.0.1:{port}/#t={viewers.config.token}"
+        log.info("browser viewer on 127.0.0.1 port %d (the link, with its key, is shown to you, not logged)", port)
+        if cfg.bind not in ("localhost", "127.0.0.1", "::1"):
+            log.info("the browser viewer is for this machine only: a browser elsewhere needs HTTPS, not served yet")
         if cfg.show_web_link is not None:
             cfg.show_web_link(self.web_link)
 
