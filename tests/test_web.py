@@ -151,3 +151,56 @@ def test_bench_browser_smoke_judges_the_pages_refreshes_beside_a_viewer() -> Non
     assert result["viewer"]["good_refreshes_pct"] is not None
     assert all(v > 0 for v in result["host_cpu_pct"].values())
     assert result["host_web"]["admitted"] == 1
+
+
+def test_from_the_page_keys_mouse_and_a_pad_reach_the_hosts_devices_by_the_player_rules() -> None:
+    """A person in headless Chromium: a click on the picture captures the keyboard and mouse, A is pressed and
+    released, the mouse moves and clicks; a scripted pad in the page presses South; Ctrl+Alt+Z lets go."""
+    from pyrofling.server.gamepad import RecordingPad
+    from pyrofling.server.input_devices import RecordingInput
+
+    if find_chromium() is None:
+        (pytest.fail if os.environ.get("CI") else pytest.skip)("needs Debian's chromium (scripts/setup installs it)")
+    pad, devices = RecordingPad(), RecordingInput()
+
+    async def scenario() -> dict[str, Any]:
+        host, task = await start_host(encoder=SMALL, web_port=0, pad=pad, input_devices=devices)
+        try:
+            assert host.web_link is not None
+            async with Chromium() as browser:
+                page = await browser.open(host.web_link)
+                for _ in range(300):
+                    if await page.evaluate("window.pyrofling ? window.pyrofling.stats.framesDrawn : 0"):
+                        break
+                    await asyncio.sleep(0.05)
+                send = browser.send
+                mouse = {"x": 100, "y": 80, "button": "left", "clickCount": 1}
+                await send("Input.dispatchMouseEvent", {"type": "mousePressed", **mouse}, page.session)
+                await send("Input.dispatchMouseEvent", {"type": "mouseReleased", **mouse}, page.session)
+                await page.key("a", "KeyA", 65)
+                await send("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": 200, "y": 150}, page.session)
+                await page.evaluate(
+                    "navigator.getGamepads = () => [{connected: true, axes: [0, -1, 0, 0],"
+                    " buttons: Array.from({length: 17}, (_, i) => ({pressed: i === 0, value: i === 0 ? 1 : 0}))}]"
+                )
+                await asyncio.sleep(0.5)
+                stats: dict[str, Any] = await page.evaluate("window.pyrofling.stats")
+                await host_sees(lambda: bool(pad.reports()) and bool(devices.of("keyboard")), 10)
+        finally:
+            await stop_host(host, task)
+        return {"stats": stats, "summary": host.summary()}
+
+    result = run(scenario, timeout_s=120)
+    keyboard = devices.of("keyboard")
+    assert (1, 30, 1) in keyboard and (1, 30, 0) in keyboard  # KEY_A pressed, then released
+    assert any(code == 272 and value == 1 for _, code, value in devices.of("mouse"))  # BTN_LEFT from the click
+    pressed = [events for events in pad.reports() if (1, 304, 1) in events]  # BTN_SOUTH
+    assert pressed, pad.reports()[:5]
+    assert result["stats"]["inputStatesSent"] > 0 and result["stats"]["padStatesSent"] > 0
+    assert result["summary"]["web"]["input_states"] >= 3
+
+
+async def host_sees(check: Any, timeout_s: float) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not check() and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.02)

@@ -5,6 +5,9 @@ import json
 from pyrofling.core.host.web_viewers import (
     FLAG_IDR,
     VIDEO_HEADER,
+    BrowserInput,
+    BrowserJoined,
+    BrowserLeft,
     CloseClient,
     RequestKeyframe,
     SendBinary,
@@ -32,8 +35,8 @@ def frame(web: WebViewers, *, idr: bool, backlog: dict[int, int] | None = None, 
 
 def test_the_right_token_gets_the_streams_parameters_and_asks_for_a_key_frame() -> None:
     web = WebViewers(WebConfig(TOKEN), INFO)
-    hello, key = admitted(web)
-    assert isinstance(hello, SendText) and isinstance(key, RequestKeyframe)
+    hello, key, joined = admitted(web)
+    assert isinstance(hello, SendText) and isinstance(key, RequestKeyframe) and joined == BrowserJoined(1)
     msg = json.loads(hello.text)
     assert msg == {"type": "hello", "codec": "h264", "width": 1280, "height": 720, "fps": 60,
                    "clock_offset_ms": 1_700_000_000_000.0}  # fmt: skip
@@ -124,3 +127,30 @@ def test_no_more_browsers_than_the_cap_and_none_before_the_stream_exists() -> No
     early.connected(1, 0.0)
     out = early.message(1, json.dumps({"type": "auth", "token": TOKEN}), 0.0)
     assert isinstance(out[0], CloseClient) and "not streaming yet" in out[0].reason
+
+
+def test_a_proved_browsers_pad_and_keys_come_out_as_the_wire_states_and_it_leaves_as_a_player() -> None:
+    from pyrofling.wire import GamepadButton, GamepadState, InputState, key_bitmap
+
+    web = WebViewers(WebConfig(TOKEN), INFO)
+    admitted(web)
+    pad = GamepadState(seq=7, buttons=int(GamepadButton.SOUTH), lx=-32767, rz=255, hat_y=-1)
+    keys = InputState(seq=3, buttons=1, flags=1, keys=key_bitmap({30}), dx_total=-5, abs_x=65535)
+    assert web.message(1, b"P" + bytes(pad)[-16:], 0.0) == [BrowserInput(1, pad)]
+    assert web.message(1, b"I" + bytes(keys)[-58:], 0.0) == [BrowserInput(1, keys)]
+    assert web.counters.input_states == 2
+    # A truncated or unknown message closes the browser, and what it held lets go.
+    out = web.message(1, b"I" + bytes(keys)[-58:-1], 0.0)
+    assert isinstance(out[0], CloseClient) and out[1] == BrowserLeft(1)
+    assert web.closed(1) == []  # already gone
+
+
+def test_input_before_the_key_is_proved_is_never_taken() -> None:
+    from pyrofling.wire import GamepadState
+
+    web = WebViewers(WebConfig(TOKEN), INFO)
+    web.connected(1, 0.0)
+    out = web.message(1, b"P" + bytes(GamepadState(buttons=1))[-16:], 0.0)
+    assert len(out) == 1 and isinstance(out[0], CloseClient) and web.counters.input_states == 0
+    admitted(web, 2)
+    assert web.closed(2) == [BrowserLeft(2)]

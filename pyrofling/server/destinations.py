@@ -15,11 +15,13 @@ from typing import Any
 
 import av
 
-from pyrofling.server.audio import AudioChunk, EncodedAudio
+from pyrofling.server.audio import AudioChunk, AudioEncoder, AudioSource, EncodedAudio
 from pyrofling.server.broadcaster import Broadcaster
-from pyrofling.server.encoder import EncodedVideo
+from pyrofling.server.config import HostConfig
+from pyrofling.server.encoder import EncodedVideo, VideoEncoder
 from pyrofling.server.muxing import MediaOutput, OutputConfig, StreamInfo
 from pyrofling.server.recorder import Recorder
+from pyrofling.wire import AudioCodec
 
 log = logging.getLogger(__name__)
 
@@ -83,3 +85,25 @@ class Destinations:
 
     def summary(self) -> list[dict[str, Any]]:
         return [o.summary() for o in self.outputs]
+
+
+def open_destinations(
+    config: HostConfig, encoder: VideoEncoder, audio: AudioEncoder | None, audio_source: AudioSource | None
+) -> Destinations:
+    """The host's recording and broadcast, opened for its stream (none: an empty set)."""
+    if not config.outputs.enabled:
+        return Destinations()
+    info = StreamInfo(
+        width=config.encoder.width,
+        height=config.encoder.height,
+        fps=config.encoder.fps,
+        video_codec=encoder.video_codec,
+        preset=config.encoder.preset,
+        audio_codec=audio.codec if audio is not None else AudioCodec.NONE,
+        audio_rate=audio_source.rate if audio_source is not None else 0,
+        audio_channels=config.audio.channels,
+    )
+    destinations = Destinations.open(config.outputs, info)
+    if destinations.wants_frames:
+        encoder.frame_tap = destinations.push_frame
+    return destinations

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -41,8 +40,6 @@ from pyrofling.core.host.sessions import (
     ViewerLeft,
 )
 from pyrofling.core.host.state import PairingCodeSpent, SetBitrate, ViewerPaired
-from pyrofling.core.host.web_viewers import StreamInfo as WebStreamInfo
-from pyrofling.core.host.web_viewers import WebConfig, WebViewers
 from pyrofling.core.input.pad.rumble import RumbleCommand
 from pyrofling.core.secure import pairing_code
 from pyrofling.files import write_stats
@@ -58,12 +55,11 @@ from pyrofling.server.audio import (
 )
 from pyrofling.server.capture import CaptureServer
 from pyrofling.server.config import HostConfig
-from pyrofling.server.destinations import Destinations
+from pyrofling.server.destinations import Destinations, open_destinations
 from pyrofling.server.encoder import EncodedVideo, VideoEncoder
 from pyrofling.server.gamepad import PadOutput, VirtualPad, open_virtual_pad
 from pyrofling.server.heartbeat import Heartbeat
 from pyrofling.server.input_devices import InputDevices, InputOutput, open_input_devices
-from pyrofling.server.muxing import StreamInfo
 from pyrofling.server.network import HostNetwork, uri_host
 from pyrofling.server.sources import VideoSource, open_source
 from pyrofling.server.stats import HostStats, StatusLine, phase_status
@@ -175,7 +171,7 @@ class Host:
             audio_encoder.codec if audio_encoder is not None else AudioCodec.NONE,
             audio_source.rate if audio_source is not None else 0,
         )
-        self._open_outputs(encoder, audio_encoder, audio_source)
+        self.destinations = open_destinations(cfg, encoder, audio_encoder, audio_source)
         pad = self._pad if self._pad is not None else open_virtual_pad(cfg.virtual_pad)
         self.pad_output = self.pad_outputs[1] = PadOutput(pad, trace=cfg.gamepad_trace)
         self._listen_for_rumble(pad, 1)
@@ -268,50 +264,13 @@ class Host:
         return self.stats
 
     async def _start_web(self, encoder: VideoEncoder) -> None:
-        """The page and the browsers' stream, beside the PyroFling port; the link (with a token made now) goes to
-        the person, not to the log."""
-        from pyrofling.server.web import WebServer
-        from pyrofling.wire import VideoCodec
+        """The page and the browsers' stream (:mod:`.web`); the link, with a key made now, goes to the person."""
+        from pyrofling.server.web import open_web
 
-        cfg = self.config
-        if encoder.video_codec != VideoCodec.H264:
-            raise ValueError("--web needs an H.264 encoder (browsers decode H.264): use --encoder libx264")
-        viewers = WebViewers(WebConfig(token=secrets.token_urlsafe(18)))
-        viewers.set_stream(
-            WebStreamInfo(
-                "h264", cfg.encoder.width, cfg.encoder.height, cfg.encoder.fps, time.time() - self._clock.now()
-            )
-        )
-        self.web = WebServer(viewers, on_keyframe=self.keyframes.viewer_joined, clock=self._clock)
-        # This machine only, whatever --bind says: plain HTTP would show the link's key and the stream to anyone on
-        # the path, and a browser elsewhere would not run WebCodecs on a page that is not served over HTTPS.
-        port = await self.web.start("127.0.0.1", cfg.web_port or 0)
-        self.web_link = f"http://127.0.0.1:{port}/#t={viewers.config.token}"
-        log.info("browser viewer on 127.0.0.1 port %d (the link, with its key, is shown to you, not logged)", port)
-        if cfg.bind not in ("localhost", "127.0.0.1", "::1"):
-            log.info("the browser viewer is for this machine only: a browser elsewhere needs HTTPS, not served yet")
-        if cfg.show_web_link is not None:
-            cfg.show_web_link(self.web_link)
-
-    def _open_outputs(
-        self, encoder: VideoEncoder, audio: AudioEncoder | None, audio_source: AudioSource | None
-    ) -> None:
-        cfg = self.config
-        if not cfg.outputs.enabled:
-            return
-        info = StreamInfo(
-            width=cfg.encoder.width,
-            height=cfg.encoder.height,
-            fps=cfg.encoder.fps,
-            video_codec=encoder.video_codec,
-            preset=cfg.encoder.preset,
-            audio_codec=audio.codec if audio is not None else AudioCodec.NONE,
-            audio_rate=audio_source.rate if audio_source is not None else 0,
-            audio_channels=cfg.audio.channels,
-        )
-        self.destinations = Destinations.open(cfg.outputs, info)
-        if self.destinations.wants_frames:
-            encoder.frame_tap = self.destinations.push_frame
+        self.web = await open_web(self.config, encoder, self.keyframes, self.sessions, self.network, self._clock)
+        self.web_link = self.web.link
+        if self.config.show_web_link is not None:
+            self.config.show_web_link(self.web_link)
 
     def security(self) -> str:
         """Who may join and what protects the stream, in words."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
+import time
 from collections.abc import Callable
 from importlib import resources
 from typing import Any
@@ -21,15 +23,26 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from pyrofling.clocks import SYSTEM_CLOCK, Clock
+from pyrofling.core.host.keyframes import KeyframePolicy
+from pyrofling.core.host.sessions import HostSessions
 from pyrofling.core.host.web_viewers import (
+    BrowserInput,
+    BrowserJoined,
+    BrowserLeft,
     CloseClient,
     RequestKeyframe,
     SendBinary,
     SendText,
+    StreamInfo,
+    WebConfig,
     WebOutput,
     WebViewers,
 )
+from pyrofling.server.config import HostConfig
+from pyrofling.server.encoder import VideoEncoder
+from pyrofling.server.network import HostNetwork
 from pyrofling.timers import DeadlineTimer
+from pyrofling.wire import VideoCodec
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +70,19 @@ def page(name: str) -> bytes:
 class WebServer:
     """Serves the page and the stream; :meth:`video` per encoded unit, from the host's loop."""
 
-    def __init__(self, viewers: WebViewers, *, on_keyframe: Callable[[], None], clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(
+        self,
+        viewers: WebViewers,
+        *,
+        on_keyframe: Callable[[], None],
+        on_player: Callable[[BrowserJoined | BrowserInput | BrowserLeft], None] = lambda _out: None,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        """``on_keyframe``: the encoder should make an IDR; ``on_player``: a browser joined, sent its pad or keys
+        and mouse, or left (the host's player rules take it from there)."""
         self.viewers = viewers
         self._on_keyframe = on_keyframe
+        self._on_player = on_player
         self._clock = clock
         self._connections: dict[int, ServerConnection] = {}
         self._server: Server | None = None
@@ -67,6 +90,7 @@ class WebServer:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._timer = DeadlineTimer(lambda: self._perform(self.viewers.handle_timer(self._clock.now())), clock)
         self.port: int | None = None
+        self.link: str | None = None
 
     async def start(self, bind: str, port: int) -> int:
         self._server = await serve(
@@ -114,7 +138,7 @@ class WebServer:
             pass
         finally:
             self._connections.pop(client, None)
-            self.viewers.closed(client)
+            self._perform(self.viewers.closed(client))
 
     def video(self, data: bytes, *, capture_us: int, pts_us: int, idr: bool) -> None:
         backlog = {
@@ -139,6 +163,8 @@ class WebServer:
                     self._spawn(ws.close(1008, out.reason))
             elif isinstance(out, RequestKeyframe):
                 self._on_keyframe()
+            else:
+                self._on_player(out)
         self._timer.arm(self.viewers.next_timer())
 
     def _spawn(self, coro: Any) -> None:
@@ -150,3 +176,39 @@ class WebServer:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.debug("a browser's send failed: %s", task.exception())
+
+
+async def open_web(
+    config: HostConfig,
+    encoder: VideoEncoder,
+    keyframes: KeyframePolicy,
+    sessions: HostSessions,
+    network: HostNetwork,
+    clock: Clock,
+) -> WebServer:
+    """The host's web viewer, serving: browsers ask its key-frame policy for IDRs and play through its sessions
+    (their pads, keys and mouse by the same rules as a viewer's: the sessions decide, the network applies)."""
+    if encoder.video_codec != VideoCodec.H264:
+        raise ValueError("--web needs an H.264 encoder (browsers decode H.264): use --encoder libx264")
+    enc = config.encoder
+    viewers = WebViewers(WebConfig(token=secrets.token_urlsafe(18)))
+    viewers.set_stream(StreamInfo("h264", enc.width, enc.height, enc.fps, time.time() - clock.now()))
+
+    def player(out: BrowserJoined | BrowserInput | BrowserLeft) -> None:
+        now = clock.now()
+        if isinstance(out, BrowserJoined):
+            network.perform(sessions.browser_joined(out.client, now))
+        elif isinstance(out, BrowserInput):
+            network.perform(sessions.browser_input(out.client, out.state, now))
+        else:
+            network.perform(sessions.browser_left(out.client))
+
+    web = WebServer(viewers, on_keyframe=keyframes.viewer_joined, on_player=player, clock=clock)
+    # This machine only, whatever --bind says: plain HTTP would show the link's key and the stream to anyone on the
+    # path, and a browser elsewhere would not run WebCodecs on a page that is not served over HTTPS.
+    port = await web.start("127.0.0.1", config.web_port or 0)
+    web.link = f"http://127.0.0.1:{port}/#t={viewers.config.token}"
+    log.info("browser viewer on 127.0.0.1 port %d (the link, with its key, is shown to you, not logged)", port)
+    if config.bind not in ("localhost", "127.0.0.1", "::1"):
+        log.info("the browser viewer is for this machine only: a browser elsewhere needs HTTPS, not served yet")
+    return web

@@ -192,7 +192,137 @@ setInterval(() => {
   }
 }, 1000);
 
+
+// -- the player: keys and the mouse, the pad (sent as INPUT_STATE and GAMEPAD_STATE payloads, protocol.md §7.11,
+// §2.3; the host applies them by the same rules as a pyrofling viewer's). A click on the picture captures the
+// keyboard and the mouse (the pointer is locked where the browser allows it, else its position over the picture
+// is sent); Ctrl+Alt+Z lets go, as in the native window. The pad needs no capture: press a button on it.
+const LINUX_KEYS = {"KeyA":30,"KeyB":48,"KeyC":46,"KeyD":32,"KeyE":18,"KeyF":33,"KeyG":34,"KeyH":35,"KeyI":23,"KeyJ":36,"KeyK":37,"KeyL":38,"KeyM":50,"KeyN":49,"KeyO":24,"KeyP":25,"KeyQ":16,"KeyR":19,"KeyS":31,"KeyT":20,"KeyU":22,"KeyV":47,"KeyW":17,"KeyX":45,"KeyY":21,"KeyZ":44,"Digit0":11,"Digit1":2,"Digit2":3,"Digit3":4,"Digit4":5,"Digit5":6,"Digit6":7,"Digit7":8,"Digit8":9,"Digit9":10,"F1":59,"F2":60,"F3":61,"F4":62,"F5":63,"F6":64,"F7":65,"F8":66,"F9":67,"F10":68,"F11":87,"F12":88,"Escape":1,"Minus":12,"Equal":13,"Backspace":14,"Tab":15,"BracketLeft":26,"BracketRight":27,"Enter":28,"ControlLeft":29,"Semicolon":39,"Quote":40,"Backquote":41,"ShiftLeft":42,"Backslash":43,"Comma":51,"Period":52,"Slash":53,"ShiftRight":54,"NumpadMultiply":55,"AltLeft":56,"Space":57,"CapsLock":58,"NumLock":69,"ScrollLock":70,"Numpad7":71,"Numpad8":72,"Numpad9":73,"NumpadSubtract":74,"Numpad4":75,"Numpad5":76,"Numpad6":77,"NumpadAdd":78,"Numpad1":79,"Numpad2":80,"Numpad3":81,"Numpad0":82,"NumpadDecimal":83,"IntlBackslash":86,"NumpadEnter":96,"ControlRight":97,"NumpadDivide":98,"PrintScreen":99,"AltRight":100,"Home":102,"ArrowUp":103,"PageUp":104,"ArrowLeft":105,"ArrowRight":106,"End":107,"ArrowDown":108,"PageDown":109,"Insert":110,"Delete":111,"Pause":119,"MetaLeft":125,"MetaRight":126,"ContextMenu":127};
+const input = { captured: false, held: new Set(), buttons: 0, dx: 0, dy: 0, wheel: 0, absX: 0, absY: 0, seq: 0 };
+let padSeq = 0;
+let lastPad = "";
+stats.inputStatesSent = 0;
+stats.padStatesSent = 0;
+
+function sendInput() {
+  if (!ws || ws.readyState !== WebSocket.OPEN || !hello) return;
+  const buf = new ArrayBuffer(1 + 58);
+  const v = new DataView(buf);
+  v.setUint8(0, 0x49); // "I"
+  v.setUint16(1, input.seq = (input.seq + 1) & 0xffff, true);
+  v.setUint8(3, input.buttons);
+  const locked = document.pointerLockElement === canvas;
+  v.setUint8(4, input.captured ? (locked ? 2 : 1) : 0); // CAPTURED (relative) or ABSOLUTE
+  for (const code of input.held) v.setUint8(5 + (code >> 3), v.getUint8(5 + (code >> 3)) | (1 << (code & 7)));
+  v.setInt32(37, input.dx | 0, true);
+  v.setInt32(41, input.dy | 0, true);
+  v.setInt32(45, input.wheel | 0, true);
+  v.setInt32(49, 0, true);
+  v.setUint16(53, input.absX, true);
+  v.setUint16(55, input.absY, true);
+  ws.send(buf);
+  stats.inputStatesSent++;
+}
+
+function capture(on) {
+  if (input.captured === on) return;
+  input.captured = on;
+  if (!on) {
+    input.held.clear(); input.buttons = 0;
+    if (document.pointerLockElement === canvas) document.exitPointerLock();
+    say("");
+  }
+  sendInput();
+}
+
+canvas.addEventListener("mousedown", (ev) => {
+  if (!input.captured) {
+    capture(true);
+    if (canvas.requestPointerLock) { try { canvas.requestPointerLock(); } catch (e) { /* absolute positions */ } }
+  }
+  input.buttons |= [1, 4, 2, 8, 16][ev.button] || 0;
+  sendInput();
+  ev.preventDefault();
+});
+window.addEventListener("mouseup", (ev) => {
+  input.buttons &= ~([1, 4, 2, 8, 16][ev.button] || 0);
+  if (input.captured) sendInput();
+});
+canvas.addEventListener("contextmenu", (ev) => ev.preventDefault());
+window.addEventListener("mousemove", (ev) => {
+  if (!input.captured) return;
+  input.dx += ev.movementX; input.dy += ev.movementY;
+  const r = canvas.getBoundingClientRect();
+  // object-fit: contain leaves bars: the picture's own box within the element.
+  const scale = Math.min(r.width / canvas.width, r.height / canvas.height);
+  const w = canvas.width * scale, h = canvas.height * scale;
+  const x = (ev.clientX - r.left - (r.width - w) / 2) / w, y = (ev.clientY - r.top - (r.height - h) / 2) / h;
+  input.absX = Math.round(Math.min(1, Math.max(0, x)) * 65535);
+  input.absY = Math.round(Math.min(1, Math.max(0, y)) * 65535);
+  sendInput();
+});
+window.addEventListener("wheel", (ev) => {
+  if (!input.captured) return;
+  input.wheel += ev.deltaY < 0 ? 1 : ev.deltaY > 0 ? -1 : 0;
+  sendInput();
+  ev.preventDefault();
+}, { passive: false });
+document.addEventListener("pointerlockchange", () => {
+  if (document.pointerLockElement !== canvas && input.captured && !document.hasFocus()) capture(false);
+});
+
+function keyEvent(ev, down) {
+  if (down && ev.ctrlKey && ev.altKey && ev.code === "KeyZ") { capture(false); ev.preventDefault(); return true; }
+  if (!input.captured) return false;
+  const code = LINUX_KEYS[ev.code];
+  if (code === undefined) return true;
+  if (down) input.held.add(code); else input.held.delete(code);
+  sendInput();
+  ev.preventDefault();
+  return true;
+}
+window.addEventListener("keyup", (ev) => keyEvent(ev, false));
+window.addEventListener("blur", () => { if (input.held.size || input.buttons) { input.held.clear(); input.buttons = 0; sendInput(); } });
+
+function axis(value) { return Math.max(-32767, Math.min(32767, Math.round(value * 32767))); }
+
+function pollPad() {
+  const pads = navigator.getGamepads ? navigator.getGamepads() : [];
+  const pad = Array.from(pads).find((p) => p && p.connected);
+  if (pad && ws && ws.readyState === WebSocket.OPEN && hello) {
+    const b = (i) => (pad.buttons[i] && pad.buttons[i].pressed ? 1 : 0);
+    // The standard mapping: 0 A/South, 1 B/East, 2 X/West, 3 Y/North, 4/5 shoulders, 6/7 triggers,
+    // 8 Select, 9 Start, 10/11 sticks, 12–15 the d-pad, 16 the home button.
+    const buttons = b(0) | (b(1) << 1) | (b(2) << 2) | (b(3) << 3) | (b(4) << 4) | (b(5) << 5) | (b(10) << 6) |
+      (b(11) << 7) | (b(9) << 8) | (b(8) << 9) | (b(16) << 10);
+    const trigger = (i) => Math.round(255 * (pad.buttons[i] ? pad.buttons[i].value : 0));
+    const a = pad.axes;
+    const state = [buttons, axis(a[0] || 0), axis(a[1] || 0), axis(a[2] || 0), axis(a[3] || 0), trigger(6),
+      trigger(7), b(15) - b(14), b(13) - b(12)];
+    const key = state.join(",");
+    const now = performance.now();
+    if (key !== lastPad || now - (pollPad.sentAt || 0) > 100) { // on change, and every 100 ms
+      lastPad = key; pollPad.sentAt = now;
+      const buf = new ArrayBuffer(1 + 16);
+      const v = new DataView(buf);
+      v.setUint8(0, 0x50); // "P"
+      v.setUint16(1, padSeq = (padSeq + 1) & 0xffff, true);
+      v.setUint16(3, state[0], true);
+      for (let i = 0; i < 4; i++) v.setInt16(5 + 2 * i, state[1 + i], true);
+      v.setUint8(13, state[5]); v.setUint8(14, state[6]);
+      v.setInt8(15, state[7]); v.setInt8(16, state[8]);
+      ws.send(buf);
+      stats.padStatesSent++;
+    }
+  }
+  requestAnimationFrame(pollPad);
+}
+requestAnimationFrame(pollPad);
+// Keys and the mouse are states: resend every 100 ms while captured, so a lost moment never leaves one held.
+setInterval(() => { if (input.captured) sendInput(); }, 100);
+
 document.addEventListener("keydown", (ev) => {
+  if (keyEvent(ev, true)) return;
   if (ev.key === "v" || ev.key === "V") overlay.hidden = !overlay.hidden;
   if (ev.key === "f" || ev.key === "F") {
     if (document.fullscreenElement) document.exitFullscreen(); else document.documentElement.requestFullscreen();

@@ -112,6 +112,10 @@ __all__ = [
 ]
 
 
+#: Browsers' players are numbered from here, apart from the TCP connections' numbers.
+BROWSER_CONN_IDS = 1 << 40
+
+
 class HostSessions:
     """All viewer connections of one host (see the module docstring for the contract)."""
 
@@ -139,6 +143,8 @@ class HostSessions:
         self._connections: dict[int, RemoteViewer] = {}
         self._by_cookie: dict[int, RemoteViewer] = {}
         self._by_address: dict[Address, RemoteViewer] = {}
+        #: Browsers of the web viewer that play (``browser_joined``), by the web viewer's client number.
+        self._browsers: dict[int, RemoteViewer] = {}
         #: Datagrams and messages ignored, by reason.
         self.discarded: Counter[str] = Counter()
         #: AUTH and ENCRYPTION (protocol.md §7.7).
@@ -217,6 +223,44 @@ class HostSessions:
         if conn.link is not None and self.rate is not None:
             out += self.rate.left(conn, conn.last_alive_s, self._video_viewers(), self.players.pad_holder)
         return out
+
+    # -- browsers (host --web) -----------------------------------------------------------------
+
+    def browser_joined(self, browser: int, now: float) -> list[HostOutput]:
+        """A browser the web viewer admitted (it proved the link's key) plays as an authenticated viewer does:
+        a pad by the same rules (its own, or the shared one), and the keyboard and mouse by the same ownership."""
+        conn = RemoteViewer(
+            conn_id=BROWSER_CONN_IDS + browser,
+            peer=("browser", browser),
+            cookie=0,
+            opened_s=now,
+            last_alive_s=now,
+            prefix="browser",
+        )
+        conn.flags = KickFlags.GAMEPAD | KickFlags.KEYBOARD_MOUSE
+        conn.extensions = ExtensionFeature.KEYBOARD_MOUSE
+        conn.authenticated = conn.kicked = True
+        self._browsers[browser] = conn
+        return self.players.joined(conn, now)
+
+    def browser_input(self, browser: int, msg: GamepadState | InputState, now: float) -> list[HostOutput]:
+        """A browser's pad or keyboard and mouse, as a viewer's GAMEPAD_STATE or INPUT_STATE."""
+        conn = self._browsers.get(browser)
+        if conn is None:
+            self.discarded["browser_not_playing"] += 1
+            return []
+        conn.last_alive_s = now
+        if isinstance(msg, GamepadState):
+            return self.players.gamepad(conn, msg)
+        return self.players.keyboard_mouse(conn, msg, now)
+
+    def browser_left(self, browser: int) -> list[HostOutput]:
+        """The browser went: its pad and keys let go, as a viewer's do."""
+        conn = self._browsers.pop(browser, None)
+        if conn is None:
+            return []
+        conn.closed = True
+        return self.players.left(conn)
 
     def connection(self, conn_id: int) -> RemoteViewer | None:
         return self._connections.get(conn_id)

@@ -21,7 +21,11 @@ Wire format, host → browser: one JSON text message ``hello`` (codec, size, fra
 rate, the host's wall-clock minus monotonic offset, for latency), then one binary
 message per access unit: ``b"V"``, a flags byte (1: IDR), the capture time and
 the pts in µs on the host's monotonic clock (two little-endian uint64), then the
-Annex-B bytes.  Browser → host: ``auth``; ``keyframe`` (its decoder needs one).
+Annex-B bytes.  Browser → host: ``auth``; ``keyframe`` (its decoder needs one);
+and, binary, ``b"P"`` + a GAMEPAD_STATE payload or ``b"I"`` + an INPUT_STATE
+payload (protocol.md §2.3, §7.11): the player's pad, keys and mouse as a
+pyrofling viewer sends them, which the host's player rules then take
+(:meth:`~pyrofling.core.host.sessions.HostSessions.browser_input`).
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ import json
 import struct
 from dataclasses import dataclass, field
 from typing import Any
+
+from pyrofling.wire import GamepadState, InputState
 
 #: The header of a video message: b"V", flags, capture µs, pts µs.
 VIDEO_HEADER = struct.Struct("<cBQQ")
@@ -83,7 +89,29 @@ class RequestKeyframe:
     """Make the next frame an IDR (a browser starts or recovers there)."""
 
 
-WebOutput = SendText | SendBinary | CloseClient | RequestKeyframe
+@dataclass(frozen=True, slots=True)
+class BrowserJoined:
+    """A browser proved the key: it plays from now on (a pad, the keyboard and mouse, by the host's rules)."""
+
+    client: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrowserInput:
+    client: int
+    state: GamepadState | InputState
+
+
+@dataclass(frozen=True, slots=True)
+class BrowserLeft:
+    """A browser that played is gone: what it held lets go."""
+
+    client: int
+
+
+WebOutput = SendText | SendBinary | CloseClient | RequestKeyframe | BrowserJoined | BrowserInput | BrowserLeft
+#: A browser's binary messages: its tag and the wire payload after it.
+INPUT_MESSAGES: dict[bytes, type[GamepadState] | type[InputState]] = {b"P": GamepadState, b"I": InputState}
 
 
 @dataclass(slots=True)
@@ -102,6 +130,7 @@ class WebCounters:
     bytes_sent: int = 0
     frames_skipped: int = 0
     keyframe_requests: int = 0
+    input_states: int = 0
 
     def refuse(self, why: str) -> None:
         self.refused[why] = self.refused.get(why, 0) + 1
@@ -132,13 +161,16 @@ class WebViewers:
         self._browsers[client] = _Browser(connected_s=now)
         return []
 
-    def closed(self, client: int) -> None:
-        self._browsers.pop(client, None)
+    def closed(self, client: int) -> list[WebOutput]:
+        browser = self._browsers.pop(client, None)
+        return [BrowserLeft(client)] if browser is not None and browser.proved else []
 
     def message(self, client: int, text: str | bytes, now: float) -> list[WebOutput]:
         browser = self._browsers.get(client)
         if browser is None:
             return []
+        if isinstance(text, bytes) and browser.proved:
+            return self._input(client, text)
         try:
             msg = json.loads(text) if isinstance(text, str) else None
         except ValueError:
@@ -179,11 +211,22 @@ class WebViewers:
             "fps": info.fps,
             "clock_offset_ms": info.clock_offset_s * 1000,
         }
-        return [SendText(client, json.dumps(hello)), RequestKeyframe()]
+        return [SendText(client, json.dumps(hello)), RequestKeyframe(), BrowserJoined(client)]
+
+    def _input(self, client: int, data: bytes) -> list[WebOutput]:
+        kind = INPUT_MESSAGES.get(data[:1])
+        if kind is None or len(data) != 1 + kind.PAYLOAD.size:
+            self.counters.refuse("malformed")
+            return self._close(client, "malformed input message")
+        self.counters.input_states += 1
+        return [BrowserInput(client, kind(*kind.PAYLOAD.unpack(data[1:])))]
 
     def _close(self, client: int, reason: str) -> list[WebOutput]:
-        self._browsers.pop(client, None)
-        return [CloseClient(client, reason)]
+        browser = self._browsers.pop(client, None)
+        out: list[WebOutput] = [CloseClient(client, reason)]
+        if browser is not None and browser.proved:
+            out.append(BrowserLeft(client))
+        return out
 
     def video(
         self, data: bytes, *, capture_us: int, pts_us: int, idr: bool, backlog: dict[int, int], now: float
@@ -239,4 +282,5 @@ class WebViewers:
             "bytes_sent": c.bytes_sent,
             "frames_skipped": c.frames_skipped,
             "keyframe_requests": c.keyframe_requests,
+            "input_states": c.input_states,
         }
