@@ -7,12 +7,13 @@ import json
 import os
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import av
 import numpy as np
 import pytest
-from support import SMALL, run, start_host, stop_host
+from support import SMALL, TINY, run, start_host, stop_host
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
@@ -204,3 +205,103 @@ async def host_sees(check: Any, timeout_s: float) -> None:
     deadline = asyncio.get_running_loop().time() + timeout_s
     while not check() and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.02)
+
+
+@pytest.mark.parametrize("codec", ["opus", "raw"])
+def test_the_page_plays_the_hosts_sound_and_its_audio_clock_advances(codec: str) -> None:
+    """The viewers' own audio packets (Opus through AudioDecoder, or PCM) reach the page and play."""
+    from pyrofling.server.audio import AudioConfig
+
+    if find_chromium() is None:
+        (pytest.fail if os.environ.get("CI") else pytest.skip)("needs Debian's chromium (scripts/setup installs it)")
+
+    async def scenario() -> tuple[dict[str, Any], float, float, str, dict[str, Any]]:
+        host, task = await start_host(encoder=TINY, web_port=0, virtual_pad="none", audio=AudioConfig(codec=codec))
+        try:
+            assert host.web_link is not None
+            async with Chromium() as browser:
+                page = await browser.open(host.web_link)
+                await host_sees(lambda: False, 2.0)  # two seconds of sound
+                first = await page.evaluate("window.pyrofling.audioClock()")
+                await asyncio.sleep(1.0)
+                later = await page.evaluate("window.pyrofling.audioClock()")
+                state = await page.evaluate("window.pyrofling.audioState()")
+                stats: dict[str, Any] = await page.evaluate("window.pyrofling.stats")
+        finally:
+            await stop_host(host, task)
+        return stats, first, later, state, host.summary()
+
+    stats, first, later, state, summary = run(scenario, timeout_s=90)
+    assert state == "running" and later - first > 0.5  # the page's audio clock runs
+    assert stats["audioPackets"] > 100 and stats["audioFramesPlayed"] > 48_000 // 2  # 5 ms packets, half a second
+    assert summary["web"]["audio_sent"] >= stats["audioPackets"]
+
+
+def test_over_https_the_page_is_served_with_the_certificate_whose_fingerprint_the_host_printed(
+    tmp_path: Path,
+) -> None:
+    """--web-https: a self-made certificate kept in the host's directory; the fingerprint shown to the person is
+    the served one; plain HTTP gets nothing; Chromium trusting that key plays, one trusting another does not."""
+    import hashlib
+    import ssl
+
+    shown: list[tuple[str, str | None]] = []
+    other_key = ""
+
+    async def scenario() -> tuple[Any, ...]:
+        nonlocal other_key
+        host, task = await start_host(
+            encoder=SMALL, web_port=0, web_https=True, pairing_dir=tmp_path, virtual_pad="none",
+            show_web_link=lambda link, fingerprint: shown.append((link, fingerprint)),
+        )  # fmt: skip
+        try:
+            port = host.web.port
+            served = await asyncio.to_thread(ssl.get_server_certificate, ("127.0.0.1", port))
+            plain = await asyncio.to_thread(_get_or_error, f"http://127.0.0.1:{port}/")
+            trusted = ssl.create_default_context(cafile=str(tmp_path / "web-cert.pem"))
+            page = await asyncio.to_thread(
+                lambda: urllib.request.urlopen(f"https://127.0.0.1:{port}/", context=trusted, timeout=10).read()
+            )
+            played: dict[str, Any] = {}
+            refused: Any = None
+            if find_chromium() is not None:
+                from pyrofling.server.web_tls import fingerprints, self_signed
+
+                other = tmp_path / "other"
+                other_key = fingerprints(self_signed(other, ["127.0.0.1"])[0])[1]
+                spki = f"--ignore-certificate-errors-spki-list={host.web.spki_sha256}"
+                assert host.web_link is not None
+                async with Chromium(extra_args=(spki,)) as browser:
+                    tab = await browser.open(host.web_link)
+                    for _ in range(400):
+                        played = await tab.evaluate("window.pyrofling ? window.pyrofling.stats : null") or {}
+                        if played.get("framesDrawn", 0) >= 30:
+                            break
+                        await asyncio.sleep(0.05)
+                async with Chromium(extra_args=(f"--ignore-certificate-errors-spki-list={other_key}",)) as browser:
+                    tab = await browser.open(host.web_link)
+                    await asyncio.sleep(2)
+                    refused = await tab.evaluate("window.pyrofling ? window.pyrofling.stats : null")
+            return host.web_link, host.web.fingerprint, served, plain, page, played, refused
+        finally:
+            await stop_host(host, task)
+
+    link, fingerprint, served, plain, page, played, refused = run(scenario, timeout_s=120)
+    assert link.startswith("https://127.0.0.1:") and shown == [(link, fingerprint)]
+    der = ssl.PEM_cert_to_DER_cert(served)
+    digest = hashlib.sha256(der).hexdigest().upper()
+    assert fingerprint == ":".join(digest[i : i + 2] for i in range(0, 64, 2))  # what the person compares
+    assert plain is None  # plain HTTP on the HTTPS port: no page
+    assert b"/viewer.js" in page
+    assert (tmp_path / "web-key.pem").stat().st_mode & 0o077 == 0  # the key is the user's alone
+    if find_chromium() is not None:
+        assert played.get("state") == "streaming" and played["framesDrawn"] >= 30
+        assert refused is None  # the certificate error page: no viewer ran, nothing was sent to it
+
+
+def _get_or_error(url: str) -> bytes | None:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return bytes(r.read())
+    except (OSError, ValueError):
+        return None

@@ -43,7 +43,8 @@ class Chromium:
             raise FileNotFoundError("no Chromium found: install Debian's chromium (scripts/setup does)")
         self._path = path
         self._extra = extra_args
-        self._profile = tempfile.TemporaryDirectory(prefix="pyrofling-chromium-")
+        # Its helper processes may still write there for a moment after it exits.
+        self._profile = tempfile.TemporaryDirectory(prefix="pyrofling-chromium-", ignore_cleanup_errors=True)
         self._proc: subprocess.Popen[bytes] | None = None
         self._ws: ClientConnection | None = None
         self._ids = itertools.count(1)
@@ -83,6 +84,8 @@ class Chromium:
 
     async def __aexit__(self, *_exc: object) -> None:
         if self._ws is not None:
+            with contextlib.suppress(Exception):  # asks it to close its helpers and profile in order
+                await asyncio.wait_for(self.send("Browser.close"), 5)
             await self._ws.close()
         if self._reader is not None:
             self._reader.cancel()

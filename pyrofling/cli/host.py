@@ -325,8 +325,18 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
         metavar="PORT",
         help="also serve a page that plays the stream in a browser (Chromium, Chrome, Edge; WebCodecs), on PORT "
         "(default: the host's port + 1). The host prints a link with a key made for this run; only a page "
-        "opened from it gets the stream. Plain HTTP: open it on this machine (127.0.0.1), where browsers allow it",
+        "opened from it gets the stream. On this machine only over plain HTTP; with --bind to the network over "
+        "HTTPS (a certificate the host makes and keeps, its fingerprint printed beside the link, or --web-cert)",
     )
+    w.add_argument(
+        "--web-https",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="serve the page over HTTPS (default: when --bind opens the host to the network, or with --web-cert); "
+        "--no-web-https keeps plain HTTP, on 127.0.0.1 only",
+    )
+    w.add_argument("--web-cert", type=Path, default=None, metavar="CERT.pem", help="your certificate for the page")
+    w.add_argument("--web-key", type=Path, default=None, metavar="KEY.pem", help="its private key")
     w.add_argument(
         "--web-link-file",
         type=Path,
@@ -457,33 +467,48 @@ def host_config(args: argparse.Namespace) -> HostConfig:
         open_keyboard_mouse=args.open_keyboard_mouse,
         pairing_dir=pairing_dir(args),
         web_port=_web_port(args),
+        web_https=args.web_https,
+        web_cert=args.web_cert,
+        web_key=args.web_key,
         show_web_link=_web_link_shower(args.web_link_file),
     )
 
 
 def _web_port(args: argparse.Namespace) -> int | None:
     if args.web is None:
-        if args.web_link_file is not None:
-            raise ValueError("--web-link-file goes with --web")
+        flags = {"--web-link-file": args.web_link_file, "--web-cert": args.web_cert, "--web-key": args.web_key}
+        given = [f for f, v in {**flags, "--web-https": args.web_https}.items() if v is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} goes with --web")
         return None
+    if (args.web_cert is None) != (args.web_key is None):
+        raise ValueError("--web-cert and --web-key go together (the certificate and its private key)")
+    for path in (args.web_cert, args.web_key):
+        if path is not None and not path.is_file():
+            raise ValueError(f"{path}: no such file (give the PEM certificate and key for the page)")
     if args.web == -1:  # --web alone: next to the host's port
         return args.port + 1 if args.port else 0
     return int(args.web)
 
 
-def _web_link_shower(file: Path | None) -> Callable[[str], None]:
-    return lambda link: _show_web_link(link, file)
+def _web_link_shower(file: Path | None) -> Callable[[str, str | None], None]:
+    return lambda link, fingerprint: _show_web_link(link, fingerprint, file)
 
 
-def _show_web_link(link: str, file: Path | None) -> None:
-    """The link carries the stream's key: to ``file`` (0600), else the person (the terminal, else standard
-    output); never to the log."""
+def _show_web_link(link: str, fingerprint: str | None, file: Path | None) -> None:
+    """The link carries the stream's key: to ``file`` (0600; the fingerprint on its second line), else the person
+    (the terminal, else standard output); never to the log."""
     if file is not None:
         fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:
-            out.write(link + "\n")
+            out.write(link + "\n" + (f"{fingerprint}\n" if fingerprint else ""))
         return
     text = f"watch in a browser: {link}\n"
+    if fingerprint:
+        text += (
+            f"  the page's certificate (SHA-256): {fingerprint}\n"
+            "  if the browser warns about it, check that it shows this fingerprint before going on\n"
+        )
     try:
         with open("/dev/tty", "w") as tty:
             tty.write(text)

@@ -104,8 +104,14 @@ class HostConfig:
     pairing_dir: Path | None = None
     #: Serve the browser viewer on this port (``--web``; 0: any free port; None: no web viewer).
     web_port: int | None = None
-    #: The link a browser opens (with its token) goes here (the CLI: the terminal, never the log).
-    show_web_link: Callable[[str], None] | None = field(default=None, repr=False)
+    #: Serve it over HTTPS (None: when ``bind`` is not this machine only, or a certificate is given); with the
+    #: certificate and key in these files (None: one the host makes and keeps in ``pairing_dir``).
+    web_https: bool | None = None
+    web_cert: Path | None = None
+    web_key: Path | None = None
+    #: The link a browser opens (with its token), and the certificate's fingerprint when HTTPS, go here (the CLI:
+    #: the terminal, never the log).
+    show_web_link: Callable[[str, str | None], None] | None = field(default=None, repr=False)
 
     def make_pacer(self) -> Pacer:
         """Each viewer's pacer: a token bucket at ``max_rate_mbits``, or none at 0 (bursts, as the reference)."""

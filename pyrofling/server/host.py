@@ -223,7 +223,7 @@ class Host:
         )
         log.info("security: %s", self.security())
         if cfg.web_port is not None:
-            await self._start_web(encoder)
+            await self._start_web(encoder, audio_encoder)
         if audio_source is not None and audio_encoder is not None:
             self._start_audio(loop, audio_source, audio_encoder)
         self.ready.set()
@@ -263,14 +263,14 @@ class Host:
             log.info("host stopped after %d frames", self.stats.frames_encoded)
         return self.stats
 
-    async def _start_web(self, encoder: VideoEncoder) -> None:
+    async def _start_web(self, encoder: VideoEncoder, audio: AudioEncoder | None) -> None:
         """The page and the browsers' stream (:mod:`.web`); the link, with a key made now, goes to the person."""
         from pyrofling.server.web import open_web
 
-        self.web = await open_web(self.config, encoder, self.keyframes, self.sessions, self.network, self._clock)
+        self.web = await open_web(self.config, encoder, audio, self.keyframes, self.sessions, self.network, self._clock)
         self.web_link = self.web.link
         if self.config.show_web_link is not None:
-            self.config.show_web_link(self.web_link)
+            self.config.show_web_link(self.web_link, self.web.fingerprint)
 
     def security(self) -> str:
         """Who may join and what protects the stream, in words."""
@@ -379,6 +379,8 @@ class Host:
             self.stats.audio_packets += 1
             self.stats.audio_bytes += len(packet.data)
             self.sessions.send_audio(MediaPacket(packet.data, packet.pts_us, StreamType.AUDIO), self._clock.now())
+            if self.web is not None:
+                self.web.audio(packet.data, pts_us=packet.pts_us)
         self.network.transmit()
 
     # -- reporting ---------------------------------------------------------------------------

@@ -12,9 +12,13 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import socket
+import ssl
+import tempfile
 import time
 from collections.abc import Callable
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -38,11 +42,13 @@ from pyrofling.core.host.web_viewers import (
     WebOutput,
     WebViewers,
 )
+from pyrofling.server.audio import AudioEncoder
 from pyrofling.server.config import HostConfig
 from pyrofling.server.encoder import VideoEncoder
-from pyrofling.server.network import HostNetwork
+from pyrofling.server.network import HostNetwork, uri_host
+from pyrofling.server.web_tls import fingerprints, self_signed, server_context
 from pyrofling.timers import DeadlineTimer
-from pyrofling.wire import VideoCodec
+from pyrofling.wire import AudioCodec, VideoCodec
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +65,8 @@ PAGE_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "X-Content-Type-Options": "nosniff",
 }
+#: The browsers' names for the viewers' audio codecs (AudioDecoder's "opus"; PCM is played as it comes).
+WEB_AUDIO = {AudioCodec.OPUS: "opus", AudioCodec.RAW_S16LE: "pcm_s16le"}
 #: A browser's largest message (its own are a few hundred bytes).
 MAX_MESSAGE_BYTES = 4096
 
@@ -91,12 +99,18 @@ class WebServer:
         self._timer = DeadlineTimer(lambda: self._perform(self.viewers.handle_timer(self._clock.now())), clock)
         self.port: int | None = None
         self.link: str | None = None
+        #: Served over HTTPS: the certificate's SHA-256 fingerprint, and its public key's (for Chromium's flag).
+        self.fingerprint: str | None = None
+        self.spki_sha256: str | None = None
+        self.tls_dir: tempfile.TemporaryDirectory[str] | None = None  # a certificate made for this run only
 
-    async def start(self, bind: str, port: int) -> int:
+    async def start(self, bind: str, port: int, tls: ssl.SSLContext | None = None) -> int:
+        """Listen (over TLS with ``tls``: the page then needs https:// and its WebSocket wss://)."""
         self._server = await serve(
             self._handle,
             bind,
             port,
+            ssl=tls,
             process_request=self._http,
             max_size=MAX_MESSAGE_BYTES,
             compression=None,  # H.264 does not compress; deflate would only cost CPU
@@ -108,6 +122,8 @@ class WebServer:
 
     async def close(self) -> None:
         self._timer.cancel()
+        if self.tls_dir is not None:
+            self.tls_dir.cleanup()
         if self._server is not None:
             self._server.close()
             with contextlib.suppress(TimeoutError):
@@ -141,14 +157,18 @@ class WebServer:
             self._perform(self.viewers.closed(client))
 
     def video(self, data: bytes, *, capture_us: int, pts_us: int, idr: bool) -> None:
-        backlog = {
-            c: ws.transport.get_write_buffer_size() for c, ws in self._connections.items() if ws.transport is not None
-        }
+        backlog = self._backlog()
         self._perform(
             self.viewers.video(
                 data, capture_us=capture_us, pts_us=pts_us, idr=idr, backlog=backlog, now=self._clock.now()
             )
         )
+
+    def audio(self, data: bytes, *, pts_us: int) -> None:
+        self._perform(self.viewers.audio(data, pts_us=pts_us, backlog=self._backlog()))
+
+    def _backlog(self) -> dict[int, int]:
+        return {c: ws.transport.get_write_buffer_size() for c, ws in self._connections.items() if ws.transport}
 
     def _perform(self, outputs: list[WebOutput]) -> None:
         for out in outputs:
@@ -181,18 +201,23 @@ class WebServer:
 async def open_web(
     config: HostConfig,
     encoder: VideoEncoder,
+    audio: AudioEncoder | None,
     keyframes: KeyframePolicy,
     sessions: HostSessions,
     network: HostNetwork,
     clock: Clock,
 ) -> WebServer:
     """The host's web viewer, serving: browsers ask its key-frame policy for IDRs and play through its sessions
-    (their pads, keys and mouse by the same rules as a viewer's: the sessions decide, the network applies)."""
+    (their pads, keys and mouse by the same rules as a viewer's: the sessions decide, the network applies).
+    ``audio``: the encoder of the sound the viewers get, which the browsers get too."""
     if encoder.video_codec != VideoCodec.H264:
         raise ValueError("--web needs an H.264 encoder (browsers decode H.264): use --encoder libx264")
     enc = config.encoder
     viewers = WebViewers(WebConfig(token=secrets.token_urlsafe(18)))
-    viewers.set_stream(StreamInfo("h264", enc.width, enc.height, enc.fps, time.time() - clock.now()))
+    codec, rate, channels = (WEB_AUDIO[audio.codec], audio.rate, config.audio.channels) if audio else (None, 0, 0)
+    viewers.set_stream(
+        StreamInfo("h264", enc.width, enc.height, enc.fps, time.time() - clock.now(), codec, rate, channels)
+    )
 
     def player(out: BrowserJoined | BrowserInput | BrowserLeft) -> None:
         now = clock.now()
@@ -204,11 +229,49 @@ async def open_web(
             network.perform(sessions.browser_left(out.client))
 
     web = WebServer(viewers, on_keyframe=keyframes.viewer_joined, on_player=player, clock=clock)
-    # This machine only, whatever --bind says: plain HTTP would show the link's key and the stream to anyone on the
-    # path, and a browser elsewhere would not run WebCodecs on a page that is not served over HTTPS.
-    port = await web.start("127.0.0.1", config.web_port or 0)
-    web.link = f"http://127.0.0.1:{port}/#t={viewers.config.token}"
-    log.info("browser viewer on 127.0.0.1 port %d (the link, with its key, is shown to you, not logged)", port)
-    if config.bind not in ("localhost", "127.0.0.1", "::1"):
-        log.info("the browser viewer is for this machine only: a browser elsewhere needs HTTPS, not served yet")
+    loopback = config.bind in LOOPBACK_BINDS
+    https = config.web_https if config.web_https is not None else (config.web_cert is not None or not loopback)
+    tls = None
+    if https:
+        tls = _tls(config, web)
+    elif not loopback:
+        log.warning("the browser viewer over plain HTTP listens on 127.0.0.1 only: --web-https to serve the network")
+    # Plain HTTP stays on this machine whatever --bind says: on the network it would show the link's key and the
+    # pictures to anyone on the path (and a browser elsewhere would not run WebCodecs on such a page anyway).
+    bind = config.bind if https and not loopback else "127.0.0.1"
+    port = await web.start(bind, config.web_port or 0, tls)
+    address = "127.0.0.1" if loopback or not https else uri_host(config.bind)
+    web.link = f"{'https' if https else 'http'}://{address}:{port}/#t={viewers.config.token}"
+    log.info(
+        "browser viewer on %s port %d over %s (the link, with its key, is shown to you, not logged)",
+        bind,
+        port,
+        "HTTPS" if https else "HTTP",
+    )
     return web
+
+
+#: Binds that mean this machine only.
+LOOPBACK_BINDS = ("localhost", "127.0.0.1", "::1")
+
+
+def _tls(config: HostConfig, web: WebServer) -> ssl.SSLContext:
+    """The certificate you gave, else one the host makes and keeps (in its configuration directory; for a host
+    without one, for this run only)."""
+    if config.web_cert is not None:
+        if config.web_key is None:
+            raise ValueError("--web-cert needs --web-key (the certificate's private key)")
+        cert, key = config.web_cert, config.web_key
+    else:
+        if config.pairing_dir is not None:
+            directory = config.pairing_dir
+        else:
+            web.tls_dir = tempfile.TemporaryDirectory(prefix="pyrofling-web-")
+            directory = Path(web.tls_dir.name)
+        names = ["localhost", "127.0.0.1", "::1", socket.gethostname()]
+        if config.bind not in LOOPBACK_BINDS and config.bind not in ("0.0.0.0", "::", ""):
+            names.append(config.bind)
+        cert, key = self_signed(directory, names)
+    context = server_context(cert, key)
+    web.fingerprint, web.spki_sha256 = fingerprints(cert)
+    return context

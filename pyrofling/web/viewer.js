@@ -98,6 +98,68 @@ function onVideo(buf) {
   decoder.decode(new EncodedVideoChunk({ type: idr ? "key" : "delta", timestamp: pts, data }));
 }
 
+// -- sound: the viewers' own packets (Opus through AudioDecoder, or PCM as it comes), played through Web Audio
+// with a small buffer (30 ms); the browser lets it start on the first click or key (autoplay rules).
+let audio = null;
+stats.audioPackets = 0;
+stats.audioFramesPlayed = 0;
+window.pyrofling.audioClock = () => (audio ? audio.ctx.currentTime : 0);
+window.pyrofling.audioState = () => (audio ? audio.ctx.state : "off");
+
+function setupAudio(a) {
+  if (audio) { audio.ctx.close(); audio = null; }
+  const ctx = new AudioContext({ sampleRate: a.rate, latencyHint: "interactive" });
+  audio = { ctx, codec: a.codec, rate: a.rate, channels: a.channels, playAt: 0, decoder: null };
+  if (a.codec === "opus" && typeof AudioDecoder !== "undefined") {
+    audio.decoder = new AudioDecoder({ output: playAudioData, error: (e) => console.warn("audio decode error", e) });
+    audio.decoder.configure({ codec: "opus", sampleRate: a.rate, numberOfChannels: a.channels });
+  }
+}
+
+function resumeAudio() { if (audio && audio.ctx.state === "suspended") audio.ctx.resume(); }
+
+function schedule(planes, frames) {
+  const ctx = audio.ctx;
+  if (ctx.state !== "running" || !frames) return;
+  const buf = ctx.createBuffer(planes.length, frames, audio.rate);
+  planes.forEach((p, i) => buf.copyToChannel(p, i));
+  const src = ctx.createBufferSource();
+  src.buffer = buf;
+  src.connect(ctx.destination);
+  const now = ctx.currentTime;
+  // Hold 30 ms; start over when it ran dry or grew past 150 ms (the tab was away): late sound is no use.
+  if (audio.playAt < now + 0.005 || audio.playAt > now + 0.15) audio.playAt = now + 0.03;
+  src.start(audio.playAt);
+  audio.playAt += frames / audio.rate;
+  stats.audioFramesPlayed += frames;
+}
+
+function playAudioData(data) {
+  const planes = [];
+  for (let c = 0; c < data.numberOfChannels; c++) {
+    const plane = new Float32Array(data.numberOfFrames);
+    data.copyTo(plane, { planeIndex: c, format: "f32-planar" });
+    planes.push(plane);
+  }
+  data.close();
+  if (audio) schedule(planes, planes.length ? planes[0].length : 0);
+}
+
+function onAudio(buf) {
+  stats.audioPackets++;
+  if (!audio) return;
+  if (audio.codec === "pcm_s16le") {
+    const pcm = new Int16Array(buf.slice(18));
+    const n = Math.floor(pcm.length / audio.channels);
+    const planes = Array.from({ length: audio.channels }, () => new Float32Array(n));
+    for (let i = 0; i < n; i++) for (let c = 0; c < audio.channels; c++) planes[c][i] = pcm[i * audio.channels + c] / 32768;
+    schedule(planes, n);
+  } else if (audio.decoder && audio.decoder.state === "configured") {
+    const pts = Number(new DataView(buf).getBigUint64(10, true));
+    audio.decoder.decode(new EncodedAudioChunk({ type: "key", timestamp: pts, data: new Uint8Array(buf, 18) }));
+  }
+}
+
 function connect() {
   if (!token) { stats.state = "no token"; say("Open the link the host printed: it carries the key to this stream."); return; }
   if (typeof VideoDecoder === "undefined") { stats.state = "no webcodecs"; say("This browser cannot decode the stream (no WebCodecs): use a current Chromium, Chrome, Edge or Firefox."); return; }
@@ -110,11 +172,12 @@ function connect() {
       const msg = JSON.parse(ev.data);
       if (msg.type === "hello") {
         hello = msg; stats.clockOffsetMs = msg.clock_offset_ms;
+        if (msg.audio) setupAudio(msg.audio);
         stats.state = "streaming"; retryMs = 1000; needKey = true; say("");
       }
       return;
     }
-    onVideo(ev.data);
+    if (new Uint8Array(ev.data, 0, 1)[0] === 0x41) onAudio(ev.data); else onVideo(ev.data); // "A" or "V"
   };
   ws.onclose = (ev) => {
     if (decoder && decoder.state !== "closed") decoder.close();
@@ -236,6 +299,7 @@ function capture(on) {
 }
 
 canvas.addEventListener("mousedown", (ev) => {
+  resumeAudio();
   if (!input.captured) {
     capture(true);
     if (canvas.requestPointerLock) { try { canvas.requestPointerLock(); } catch (e) { /* absolute positions */ } }
@@ -322,6 +386,7 @@ requestAnimationFrame(pollPad);
 setInterval(() => { if (input.captured) sendInput(); }, 100);
 
 document.addEventListener("keydown", (ev) => {
+  resumeAudio();
   if (keyEvent(ev, true)) return;
   if (ev.key === "v" || ev.key === "V") overlay.hidden = !overlay.hidden;
   if (ev.key === "f" || ev.key === "F") {

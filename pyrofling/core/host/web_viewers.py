@@ -18,8 +18,9 @@ WebSocket, and decodes them with WebCodecs (``docs/browser.md``):
   IDR instead of queued: late pictures are worth nothing.
 
 Wire format, host → browser: one JSON text message ``hello`` (codec, size, frame
-rate, the host's wall-clock minus monotonic offset, for latency), then one binary
-message per access unit: ``b"V"``, a flags byte (1: IDR), the capture time and
+rate, the host's wall-clock minus monotonic offset, for latency, and the sound's
+codec), then one binary message per access unit (and per audio packet, ``b"A"``
+with the same header): ``b"V"``, a flags byte (1: IDR), the capture time and
 the pts in µs on the host's monotonic clock (two little-endian uint64), then the
 Annex-B bytes.  Browser → host: ``auth``; ``keyframe`` (its decoder needs one);
 and, binary, ``b"P"`` + a GAMEPAD_STATE payload or ``b"I"`` + an INPUT_STATE
@@ -40,6 +41,8 @@ from pyrofling.wire import GamepadState, InputState
 
 #: The header of a video message: b"V", flags, capture µs, pts µs.
 VIDEO_HEADER = struct.Struct("<cBQQ")
+#: An audio message's header: b"A", flags (0), capture µs, pts µs; then the codec's packet.
+AUDIO_HEADER = VIDEO_HEADER
 FLAG_IDR = 1
 
 
@@ -64,6 +67,10 @@ class StreamInfo:
     fps: float
     #: time.time() − time.monotonic() on the host, seconds: maps its capture stamps onto the wall clock.
     clock_offset_s: float
+    #: The sound the viewers get: "opus" or "pcm_s16le" (None: no sound), its rate and channels.
+    audio_codec: str | None = None
+    audio_rate: int = 0
+    audio_channels: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +138,7 @@ class WebCounters:
     frames_skipped: int = 0
     keyframe_requests: int = 0
     input_states: int = 0
+    audio_sent: int = 0
 
     def refuse(self, why: str) -> None:
         self.refused[why] = self.refused.get(why, 0) + 1
@@ -210,6 +218,9 @@ class WebViewers:
             "height": info.height,
             "fps": info.fps,
             "clock_offset_ms": info.clock_offset_s * 1000,
+            "audio": {"codec": info.audio_codec, "rate": info.audio_rate, "channels": info.audio_channels}
+            if info.audio_codec is not None
+            else None,
         }
         return [SendText(client, json.dumps(hello)), RequestKeyframe(), BrowserJoined(client)]
 
@@ -258,6 +269,18 @@ class WebViewers:
             out.append(RequestKeyframe())
         return out
 
+    def audio(self, data: bytes, *, pts_us: int, backlog: dict[int, int]) -> list[WebOutput]:
+        """One encoded audio unit (the viewers' own: Opus or PCM) to each proved browser whose bytes are not piling
+        up (sound that cannot leave is dropped, not queued)."""
+        message = AUDIO_HEADER.pack(b"A", 0, pts_us, pts_us) + data
+        out: list[WebOutput] = []
+        for client, browser in self._browsers.items():
+            if not browser.proved or backlog.get(client, 0) > self.config.max_backlog_bytes:
+                continue
+            out.append(SendBinary(client, message))
+            self.counters.audio_sent += 1
+        return out
+
     def next_timer(self) -> float | None:
         pending = [b.connected_s for b in self._browsers.values() if not b.proved]
         return min(pending) + self.config.auth_timeout_s if pending else None
@@ -283,4 +306,5 @@ class WebViewers:
             "frames_skipped": c.frames_skipped,
             "keyframe_requests": c.keyframe_requests,
             "input_states": c.input_states,
+            "audio_sent": c.audio_sent,
         }

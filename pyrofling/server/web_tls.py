@@ -1,0 +1,105 @@
+"""The web viewer's certificate: one you give (``--web-cert``/``--web-key``), or one the host makes and keeps.
+
+A page served to another machine needs HTTPS (browsers run WebCodecs, pointer
+lock and the Gamepad API only in a secure context, and plain HTTP would show the
+link's key and the pictures to anyone on the path).  Without a certificate of
+your own the host makes a self-signed one (ECDSA P-256, for the names and
+addresses you give) and keeps it in its configuration directory, so that a
+browser that accepted it once is not asked again; the host prints its SHA-256
+fingerprint beside the link, to compare with what the browser shows.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import hashlib
+import ipaddress
+import os
+import ssl
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+#: A self-made certificate lasts this long; a new one is made when it is within a week of its end.
+LIFETIME_DAYS = 365
+
+
+def self_signed(directory: Path, names: list[str]) -> tuple[Path, Path]:
+    """(certificate, key) in ``directory`` (web-cert.pem, web-key.pem; 0600), made now unless one for these names
+    and not near its end is there."""
+    cert_path, key_path = directory / "web-cert.pem", directory / "web-key.pem"
+    if cert_path.exists() and key_path.exists():
+        try:
+            cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+            covered = set(_names(cert))
+            fresh = cert.not_valid_after_utc - datetime.timedelta(days=7) > datetime.datetime.now(datetime.UTC)
+            if fresh and set(names) <= covered:
+                return cert_path, key_path
+        except ValueError:
+            pass  # unreadable: made again
+    directory.mkdir(parents=True, exist_ok=True)
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    alt: list[x509.GeneralName] = []
+    for name in names:
+        try:
+            alt.append(x509.IPAddress(ipaddress.ip_address(name)))
+        except ValueError:
+            alt.append(x509.DNSName(name))
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "pyrofling host")])
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=LIFETIME_DAYS))
+        .add_extension(x509.SubjectAlternativeName(alt), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    _write_private(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))  # fmt: skip
+    _write_private(cert_path, cert.public_bytes(serialization.Encoding.PEM))
+    return cert_path, key_path
+
+
+def _names(cert: x509.Certificate) -> list[str]:
+    try:
+        alt = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return []
+    return [str(v) for v in alt.get_values_for_type(x509.IPAddress)] + alt.get_values_for_type(x509.DNSName)
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+
+
+def server_context(cert: Path, key: Path) -> ssl.SSLContext:
+    """TLS 1.2+ for the page and its WebSocket; a bad file says which."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise ValueError(f"cannot use the web certificate {cert} with key {key}: {exc}") from exc
+    return context
+
+
+def fingerprints(cert: Path) -> tuple[str, str]:
+    """The certificate's SHA-256 fingerprint as browsers show it (AA:BB:…), and its public key's SHA-256 in base64
+    (what Chromium's ``--ignore-certificate-errors-spki-list`` takes)."""
+    parsed = x509.load_pem_x509_certificate(cert.read_bytes())
+    digest = parsed.fingerprint(hashes.SHA256()).hex().upper()
+    spki = parsed.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return ":".join(digest[i : i + 2] for i in range(0, len(digest), 2)), base64.b64encode(
+        hashlib.sha256(spki).digest()
+    ).decode()
