@@ -17,6 +17,9 @@ from pyrofling.server.stats import HostStats
 class _RecordingSessions:
     """What the shell hands the core: each datagram with the loop turn it came in; it echoes the first one."""
 
+    #: No handshakes here: the network starts no worker for them.
+    auth_required = False
+
     def __init__(self) -> None:
         self.turn = 0
         self.datagrams: list[tuple[bytes, Address, int]] = []

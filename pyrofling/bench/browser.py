@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from pyrofling.bench.chromium import Chromium
+from pyrofling.bench.input import read_jsonl
 from pyrofling.bench.stream import StreamScenario, cell, run_scenario, summarize
 from pyrofling.core.viewer.picture_quality import RefreshQuality
 
@@ -48,13 +49,53 @@ def judge_refreshes(refreshes: list[list[float]], clock_offset_ms: float, fps: f
     return quality.summary()
 
 
+#: Key presses the page sends after watching (a press and a release each), and the time between two.
+KEY_PRESSES = 40
+KEY_INTERVAL_S = 0.05
+
+
 def browser_watch(link_file: Path, duration_s: float, fps: float) -> Callable[[int], dict[str, Any]]:
-    """What runs beside the stream: Chromium opens the host's link and watches for ``duration_s``."""
+    """What runs beside the stream: Chromium opens the host's link and watches for ``duration_s``, then plays
+    (a click to capture, then key presses), each dispatch timed on this machine's monotonic clock."""
 
     def watch(_port: int) -> dict[str, Any]:
         return asyncio.run(_watch(link_file, duration_s, fps))
 
     return watch
+
+
+def input_latencies(dispatched: list[float], applied: list[dict[str, Any]]) -> list[float]:
+    """ms from each key dispatched into the page to the host's first write of key events after it (the host's
+    ``--input-trace``; states that changed nothing are not writes)."""
+    writes = sorted(r["t"] for r in applied if r.get("events"))
+    out: list[float] = []
+    i = 0
+    for t in dispatched:
+        while i < len(writes) and writes[i] < t:
+            i += 1
+        if i < len(writes):
+            out.append(1000 * (writes[i] - t))
+            i += 1
+    return out
+
+
+async def _play(page: Any) -> list[float]:
+    """Capture the keyboard with a click on the picture, then press and release A, KEY_PRESSES times."""
+    send = page.browser.send
+    click = {"x": 50, "y": 50, "button": "left", "clickCount": 1}
+    await send("Input.dispatchMouseEvent", {"type": "mousePressed", **click}, page.session)
+    await send("Input.dispatchMouseEvent", {"type": "mouseReleased", **click}, page.session)
+    await asyncio.sleep(0.3)
+    dispatched = []
+    for i in range(2 * KEY_PRESSES):
+        dispatched.append(time.monotonic())
+        kind = "keyDown" if i % 2 == 0 else "keyUp"
+        await send(
+            "Input.dispatchKeyEvent", {"type": kind, "key": "a", "code": "KeyA", "windowsVirtualKeyCode": 65},
+            page.session,
+        )  # fmt: skip
+        await asyncio.sleep(KEY_INTERVAL_S)
+    return dispatched
 
 
 async def _watch(link_file: Path, duration_s: float, fps: float) -> dict[str, Any]:
@@ -78,10 +119,17 @@ async def _watch(link_file: Path, duration_s: float, fps: float) -> dict[str, An
         measured_s = max(1.0, duration_s - (time.monotonic() - opened) - 1.0)
         await asyncio.sleep(measured_s)
         stats: dict[str, Any] = await page.evaluate("window.pyrofling.stats")
+        dispatched = await _play(page)
+        audio_clock = await page.evaluate("window.pyrofling.audioClock()")
     offset = stats.get("clockOffsetMs")
-    judged = judge_refreshes(stats.get("refreshes", []), offset, fps) if offset is not None else {}
+    refreshes = stats.get("refreshes", [])
+    judged = judge_refreshes(refreshes, offset, fps) if offset is not None else {}
+    first_s = refreshes[0][0] / 1000 if refreshes else 0.0
     latency = stats.get("latencyMs", [])
     return {
+        "keys_dispatched_at": dispatched,
+        "audio_packets": stats.get("audioPackets"),
+        "audio_clock_s": audio_clock,
         "first_picture_s": first_picture_s,
         "measured_s": measured_s,
         "state": stats.get("state"),
@@ -92,23 +140,34 @@ async def _watch(link_file: Path, duration_s: float, fps: float) -> dict[str, An
         "latency_ms_median": statistics.median(latency) if latency else None,
         "latency_ms_p95": sorted(latency)[int(len(latency) * 0.95)] if latency else None,
         "quality": {k: v for k, v in judged.items() if k not in ("freeze_log", "not_good_log")},
+        # When the refreshes that were not good came, seconds into the measured part: a start, a burst, or spread.
+        "not_good_at_s": [(round(t - first_s, 3), kind) for t, kind in judged.get("not_good_log", [])][:200],
     }
 
 
 def run_browser_bench(base: StreamScenario, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     duration = base.duration_s or 30.0
     with tempfile.TemporaryDirectory(prefix="pyrofling-web-") as tmp:
-        link_file = Path(tmp) / "link"
-        progress(f"a browser and a pyrofling viewer ({duration:g} s)")
+        link_file, trace = Path(tmp) / "link", Path(tmp) / "input.jsonl"
+        progress(f"a browser and a pyrofling viewer ({duration:g} s), then the page plays")
+        web_args = ("--web", "0", "--web-link-file", str(link_file), "--input-trace", str(trace))
         with_browser = run_scenario(
-            replace(base, host_args=(*base.host_args, "--web", "0", "--web-link-file", str(link_file))),
+            replace(base, host_args=(*base.host_args, *web_args)),
             alongside=browser_watch(link_file, duration, base.fps),
         )
+        applied = read_jsonl(trace)
     progress(f"two pyrofling viewers ({duration:g} s)")
     two_viewers = run_scenario(replace(base, viewers=2))
     viewer_row, baseline = summarize(with_browser), summarize(two_viewers)
     viewer = with_browser["viewers"][0] if with_browser["viewers"] else {}
     page = with_browser.get("alongside", {})
+    keys = input_latencies(page.pop("keys_dispatched_at", []), applied)
+    page["keys"] = {
+        "dispatched": 2 * KEY_PRESSES,
+        "applied": len(keys),
+        "p50_ms": _quantile(keys, 0.5),
+        "p99_ms": _quantile(keys, 0.99),
+    }
     return {
         "scenario": base.label(),
         "browser": page,
@@ -143,6 +202,13 @@ def format_table(r: dict[str, Any]) -> str:
         f"to the browser: {web.get('frames_sent')} units, {web.get('frames_skipped')} skipped, "
         f"{web.get('keyframe_requests')} key frames asked for",
     ]
+    keys = page.get("keys", {})
+    lines.append(
+        f"keys from the page (DevTools key events -> the host's device writes): {keys.get('applied')} of "
+        f"{keys.get('dispatched')} written, p50 {cell(keys.get('p50_ms'), '.2f')} ms, p99 "
+        f"{cell(keys.get('p99_ms'), '.2f')} ms; sound: {page.get('audio_packets')} packets, the page's audio clock "
+        f"at {cell(page.get('audio_clock_s'), '.1f')} s"
+    )
     lines.append(
         f"the page drew its first picture {cell(page.get('first_picture_s'), '.2f')} s after it opened; its figures "
         f"leave out the {WARMUP_S:g} s after that and cover {cell(page.get('measured_s'), '.1f')} s"
@@ -150,6 +216,10 @@ def format_table(r: dict[str, Any]) -> str:
     if page.get("error"):
         lines.append(f"browser: {page['error']}")
     return "\n".join(lines)
+
+
+def _quantile(values: list[float], q: float) -> float | None:
+    return sorted(values)[min(len(values) - 1, int(len(values) * q))] if values else None
 
 
 def _ratio(cpu: dict[str, float | None]) -> str:

@@ -165,7 +165,7 @@ class HostNetwork:
             except _PortTaken:
                 continue  # port 0: the port the first socket got is taken on another; try another
             self.port = bound
-            if self.sessions.auth.required:
+            if self.sessions.auth_required:
                 await self._crypto.started()  # now, so the first handshake does not wait for its interpreter
             return bound
         raise OSError("could not find a port free for both TCP and UDP on every address")

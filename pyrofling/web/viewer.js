@@ -118,20 +118,34 @@ function setupAudio(a) {
 
 function resumeAudio() { if (audio && audio.ctx.state === "suspended") audio.ctx.resume(); }
 
+// Packets come every 5 ms: gathered into 20 ms blocks before they are scheduled, a quarter of the nodes.
+const BLOCK_S = 0.02;
+let pending = [];
+let pendingFrames = 0;
+
 function schedule(planes, frames) {
   const ctx = audio.ctx;
   if (ctx.state !== "running" || !frames) return;
-  const buf = ctx.createBuffer(planes.length, frames, audio.rate);
-  planes.forEach((p, i) => buf.copyToChannel(p, i));
+  pending.push(planes);
+  pendingFrames += frames;
+  if (pendingFrames < BLOCK_S * audio.rate) return;
+  const buf = ctx.createBuffer(planes.length, pendingFrames, audio.rate);
+  for (let c = 0; c < planes.length; c++) {
+    const out = buf.getChannelData(c);
+    let at = 0;
+    for (const p of pending) { out.set(p[c], at); at += p[c].length; }
+  }
   const src = ctx.createBufferSource();
   src.buffer = buf;
   src.connect(ctx.destination);
   const now = ctx.currentTime;
-  // Hold 30 ms; start over when it ran dry or grew past 150 ms (the tab was away): late sound is no use.
+  // Hold 30 ms beyond the block; start over when it ran dry or grew past 150 ms (the tab was away).
   if (audio.playAt < now + 0.005 || audio.playAt > now + 0.15) audio.playAt = now + 0.03;
   src.start(audio.playAt);
-  audio.playAt += frames / audio.rate;
-  stats.audioFramesPlayed += frames;
+  audio.playAt += pendingFrames / audio.rate;
+  stats.audioFramesPlayed += pendingFrames;
+  pending = [];
+  pendingFrames = 0;
 }
 
 function playAudioData(data) {
