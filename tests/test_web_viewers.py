@@ -39,7 +39,7 @@ def test_the_right_token_gets_the_streams_parameters_and_asks_for_a_key_frame() 
     assert isinstance(hello, SendText) and isinstance(key, RequestKeyframe) and joined == BrowserJoined(1)
     msg = json.loads(hello.text)
     assert msg == {"type": "hello", "codec": "h264", "width": 1280, "height": 720, "fps": 60,
-                   "clock_offset_ms": 1_700_000_000_000.0}  # fmt: skip
+                   "clock_offset_ms": 1_700_000_000_000.0, "audio": None}  # fmt: skip
     assert web.watching == 1 and web.counters.admitted == 1
 
 
@@ -154,3 +154,21 @@ def test_input_before_the_key_is_proved_is_never_taken() -> None:
     assert len(out) == 1 and isinstance(out[0], CloseClient) and web.counters.input_states == 0
     admitted(web, 2)
     assert web.closed(2) == [BrowserLeft(2)]
+
+
+def test_sound_goes_to_proved_browsers_whose_bytes_are_not_piling_up() -> None:
+    from pyrofling.core.host.web_viewers import AUDIO_HEADER
+
+    info = StreamInfo("h264", 1280, 720, 60, 0.0, "opus", 48_000, 2)
+    web = WebViewers(WebConfig(TOKEN, max_backlog_bytes=1000), info)
+    hello = admitted(web, 1)[0]
+    assert isinstance(hello, SendText)
+    assert json.loads(hello.text)["audio"] == {"codec": "opus", "rate": 48_000, "channels": 2}
+    admitted(web, 2)
+    web.connected(3, 0.0)  # not proved: no sound either
+    out = web.audio(b"opus!", pts_us=5000, backlog={2: 5000})
+    assert [o.client for o in out if isinstance(o, SendBinary)] == [1]
+    sent = out[0]
+    assert isinstance(sent, SendBinary)
+    assert AUDIO_HEADER.unpack(sent.data[: AUDIO_HEADER.size]) == (b"A", 0, 5000, 5000)
+    assert sent.data[AUDIO_HEADER.size :] == b"opus!" and web.counters.audio_sent == 1
