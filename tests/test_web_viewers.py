@@ -172,3 +172,28 @@ def test_sound_goes_to_proved_browsers_whose_bytes_are_not_piling_up() -> None:
     assert isinstance(sent, SendBinary)
     assert AUDIO_HEADER.unpack(sent.data[: AUDIO_HEADER.size]) == (b"A", 0, 5000, 5000)
     assert sent.data[AUDIO_HEADER.size :] == b"opus!" and web.counters.audio_sent == 1
+
+
+def test_a_browser_plays_by_the_host_sessions_rules_and_lets_go_when_it_leaves() -> None:
+    """The sessions' side: a browser that proved the key gets the pad and the keyboard as an authenticated viewer
+    would; what it held is released when it goes; a browser that never joined is not heard."""
+    from pyrofling.core.host.keyframes import KeyframePolicy
+    from pyrofling.core.host.packetizer import Packetizer
+    from pyrofling.core.host.sessions import HostSessionConfig, HostSessions
+    from pyrofling.core.host.state import GamepadInput, KeyboardMouseInput
+    from pyrofling.wire import GamepadButton, GamepadState, InputState, key_bitmap
+
+    hs = HostSessions(make_packetizer=Packetizer.for_cookie, keyframes=KeyframePolicy(), config=HostSessionConfig())
+    assert hs.browser_input(5, GamepadState(seq=1, buttons=1), 0.0) == []  # never joined
+    assert hs.discarded["browser_not_playing"] == 1
+    hs.browser_joined(1, 0.0)
+    pad = hs.browser_input(1, GamepadState(seq=1, buttons=int(GamepadButton.SOUTH)), 0.1)
+    assert any(isinstance(o, GamepadInput) for o in pad)
+    keys = hs.browser_input(1, InputState(seq=1, flags=2, keys=key_bitmap({30})), 0.1)  # A held
+    typed = [o for o in keys if isinstance(o, KeyboardMouseInput)]
+    assert typed and (1, 30, 1) in typed[0].update.keyboard
+    left = hs.browser_left(1)
+    released = [o for o in left if isinstance(o, KeyboardMouseInput)]
+    assert released and (1, 30, 0) in released[0].update.keyboard  # nothing stays held
+    assert any(isinstance(o, GamepadInput) for o in left)
+    assert hs.browser_left(1) == []
