@@ -309,3 +309,44 @@ def _get_or_error(url: str) -> bytes | None:
             return bytes(r.read())
     except (OSError, ValueError):
         return None
+
+
+def test_a_friend_types_the_hosts_password_into_the_page_and_a_wrong_one_is_refused_and_counted() -> None:
+    if find_chromium() is None:
+        (pytest.fail if os.environ.get("CI") else pytest.skip)("needs Debian's chromium (scripts/setup installs it)")
+    secret = "correct horse battery"
+
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        host, task = await start_host(encoder=SMALL, web_port=0, virtual_pad="none", password=secret)
+        try:
+            assert host.web_link is not None
+            bare = host.web_link.split("#")[0]  # the page without the link's key
+            async with Chromium() as browser:
+                wrong = await browser.open(bare)
+                await asyncio.sleep(1)
+                await wrong.evaluate(
+                    "document.getElementById('password').value = 'not it';"
+                    "document.getElementById('login').requestSubmit()"
+                )
+                right = await browser.open(bare)
+                await asyncio.sleep(1)
+                await right.evaluate(
+                    f"document.getElementById('password').value = {json.dumps(secret)};"
+                    "document.getElementById('login').requestSubmit()"
+                )
+                played: dict[str, Any] = {}
+                for _ in range(400):
+                    played = await right.evaluate("window.pyrofling.stats")
+                    if played.get("framesDrawn", 0) >= 30:
+                        break
+                    await asyncio.sleep(0.05)
+                refused: dict[str, Any] = await wrong.evaluate("window.pyrofling.stats")
+        finally:
+            await stop_host(host, task)
+        return played, refused, host.summary()["web"]
+
+    played, refused, web = run(scenario, timeout_s=120)
+    assert web["refused"] == {"wrong_code": 1} and web["admitted"] == 1
+    assert played["state"] == "streaming" and played["framesDrawn"] >= 30
+    assert refused["state"] == "refused" and refused["refused"] == "wrong password"
+    assert refused["framesReceived"] == 0

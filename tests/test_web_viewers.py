@@ -197,3 +197,30 @@ def test_a_browser_plays_by_the_host_sessions_rules_and_lets_go_when_it_leaves()
     assert released and (1, 30, 0) in released[0].update.keyboard  # nothing stays held
     assert any(isinstance(o, GamepadInput) for o in left)
     assert hs.browser_left(1) == []
+
+
+def test_the_hosts_password_typed_into_the_page_admits_and_wrong_ones_count_against_the_address() -> None:
+    from pyrofling.core.secure import FailureLimiter
+
+    limiter = FailureLimiter()
+    web = WebViewers(WebConfig(TOKEN, password="open sesame"), INFO, limiter=limiter)
+    web.connected(1, 0.0, "192.0.2.7")
+    out = web.message(1, json.dumps({"type": "auth", "code": "open sesame"}), 0.0)
+    assert isinstance(out[0], SendText) and BrowserJoined(1) in out
+    guesses = 0
+    while True:  # a guesser from one address is blocked as a viewer guessing codes would be
+        guesses += 1
+        web.connected(100 + guesses, 1.0, "192.0.2.9")
+        out = web.message(100 + guesses, json.dumps({"type": "auth", "code": f"guess {guesses}"}), 1.0)
+        assert isinstance(out[0], CloseClient)
+        if "too many wrong passwords" in out[0].reason:
+            break
+        assert out[0].reason == "wrong password" and guesses < 50
+    assert limiter.blocked("192.0.2.9", 1.0) and web.counters.refused["wrong_code"] == guesses - 1
+    web.connected(999, 1.0, "192.0.2.9")  # blocked: even the right password is not checked now
+    assert isinstance(web.message(999, json.dumps({"type": "auth", "code": "open sesame"}), 1.0)[0], CloseClient)
+    # A host without a password takes none from the page.
+    bare = WebViewers(WebConfig(TOKEN), INFO)
+    bare.connected(1, 0.0, "192.0.2.7")
+    out = bare.message(1, json.dumps({"type": "auth", "code": ""}), 0.0)
+    assert isinstance(out[0], CloseClient) and "no password" in out[0].reason

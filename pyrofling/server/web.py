@@ -147,7 +147,8 @@ class WebServer:
         client, self._next = self._next, self._next + 1
         self._connections[client] = ws
         try:
-            self._perform(self.viewers.connected(client, self._clock.now()))
+            peer = ws.remote_address
+            self._perform(self.viewers.connected(client, self._clock.now(), str(peer[0]) if peer else ""))
             async for message in ws:
                 self._perform(self.viewers.message(client, message, self._clock.now()))
         except ConnectionClosed:
@@ -213,7 +214,9 @@ async def open_web(
     if encoder.video_codec != VideoCodec.H264:
         raise ValueError("--web needs an H.264 encoder (browsers decode H.264): use --encoder libx264")
     enc = config.encoder
-    viewers = WebViewers(WebConfig(token=secrets.token_urlsafe(18)))
+    # The host's password may be typed into the page (not a one-time pairing code: that pairs a viewer).
+    password = config.password if config.show_pairing_code is None else None
+    viewers = WebViewers(WebConfig(token=secrets.token_urlsafe(18), password=password), limiter=sessions.auth.limiter)
     codec, rate, channels = (WEB_AUDIO[audio.codec], audio.rate, config.audio.channels) if audio else (None, 0, 0)
     viewers.set_stream(
         StreamInfo("h264", enc.width, enc.height, enc.fps, time.time() - clock.now(), codec, rate, channels)

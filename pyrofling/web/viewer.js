@@ -14,6 +14,9 @@ const message = document.getElementById("message");
 const overlay = document.getElementById("overlay");
 const params = new URLSearchParams(location.hash.slice(1));
 const token = params.get("t");
+// Without the link's key, the host's password typed into the page (kept for this tab's reconnects only).
+let code = sessionStorage.getItem("pyrofling-code");
+const login = document.getElementById("login");
 // judge=1 (benches): read the frame marker of the picture on screen at every refresh, as --check-scene does.
 const judge = params.get("judge") === "1";
 stats.refreshes = []; // judge: [wall ms of the refresh, frame id or -1 (unreadable), capture µs (low 48 bits)]
@@ -174,13 +177,27 @@ function onAudio(buf) {
   }
 }
 
+login.addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  code = document.getElementById("password").value;
+  sessionStorage.setItem("pyrofling-code", code);
+  login.hidden = true;
+  connect();
+});
+
 function connect() {
-  if (!token) { stats.state = "no token"; say("Open the link the host printed: it carries the key to this stream."); return; }
+  if (!token && !code) {
+    stats.state = "no token";
+    say("");
+    login.hidden = false;
+    document.getElementById("password").focus();
+    return;
+  }
   if (typeof VideoDecoder === "undefined") { stats.state = "no webcodecs"; say("This browser cannot decode the stream (no WebCodecs): use a current Chromium, Chrome, Edge or Firefox."); return; }
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
   ws = new WebSocket(scheme + "//" + location.host + "/stream");
   ws.binaryType = "arraybuffer";
-  ws.onopen = () => ws.send(JSON.stringify({ type: "auth", token }));
+  ws.onopen = () => ws.send(JSON.stringify(token ? { type: "auth", token } : { type: "auth", code }));
   ws.onmessage = (ev) => {
     if (typeof ev.data === "string") {
       const msg = JSON.parse(ev.data);
@@ -197,7 +214,11 @@ function connect() {
     if (decoder && decoder.state !== "closed") decoder.close();
     decoder = null;
     if (ev.code === 1008) { // the host refused this browser: say why, do not hammer it
-      stats.state = "refused"; stats.refused = ev.reason; say("The host refused this page: " + ev.reason);
+      stats.state = "refused"; stats.refused = ev.reason;
+      if (!token && code) { // a wrong password: ask again
+        code = null; sessionStorage.removeItem("pyrofling-code"); login.hidden = false;
+      }
+      say("The host refused this page: " + ev.reason);
       return;
     }
     stats.state = "reconnecting"; stats.reconnects++;

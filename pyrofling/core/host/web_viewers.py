@@ -7,9 +7,11 @@ same H.264 access units the pyrofling viewers get (no second encode), over a
 WebSocket, and decodes them with WebCodecs (``docs/browser.md``):
 
 * **Proof first.** A browser's first message must be ``{"type": "auth", "token":
-  ...}`` with the host's web token (the secret part of the link the host prints);
-  anything else, a wrong token, or none within ``auth_timeout_s`` closes it
-  before a byte of the stream is sent.  Tokens are compared in constant time.
+  ...}`` with the host's web token (the secret part of the link the host prints),
+  or ``{"type": "auth", "code": ...}`` with the host's password, counted against
+  the address as a viewer's wrong codes are; anything else, a wrong one, or none
+  within ``auth_timeout_s`` closes it before a byte of the stream is sent.  Both
+  are compared in constant time.
 * **Start at a key frame.** WebCodecs decodes from a key frame, so a browser that
   was admitted, or fell behind, waits for the next IDR; the host's key-frame
   policy is asked for one (the same request a joining viewer makes).
@@ -37,6 +39,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyrofling.core.secure import FailureLimiter
 from pyrofling.wire import GamepadState, InputState
 
 #: The header of a video message: b"V", flags, capture µs, pts µs.
@@ -48,7 +51,10 @@ FLAG_IDR = 1
 
 @dataclass(frozen=True, slots=True)
 class WebConfig:
-    token: str
+    token: str = field(repr=False)
+    #: The host's password, which a page may prove instead of the link's key (None: the link only).  The page's
+    #: connection is always TLS or this machine's own (plain HTTP listens on 127.0.0.1 only).
+    password: str | None = field(default=None, repr=False)
     #: A browser that has not proved the token by then is closed.
     auth_timeout_s: float = 5.0
     #: Bytes waiting to leave for a browser beyond which its frames are skipped until the next IDR.
@@ -124,6 +130,8 @@ INPUT_MESSAGES: dict[bytes, type[GamepadState] | type[InputState]] = {b"P": Game
 @dataclass(slots=True)
 class _Browser:
     connected_s: float
+    #: Where it connected from: what wrong passwords are counted against.
+    address: str = ""
     proved: bool = False
     #: Skipping frames until an IDR (just admitted, fell behind, or its decoder asked).
     awaiting_idr: bool = True
@@ -148,9 +156,14 @@ class WebViewers:
     """The browsers of one host: :meth:`connected`, :meth:`message`, :meth:`closed` per connection,
     :meth:`video` per encoded unit, :meth:`handle_timer` at :meth:`next_timer`."""
 
-    def __init__(self, config: WebConfig, info: StreamInfo | None = None) -> None:
+    def __init__(
+        self, config: WebConfig, info: StreamInfo | None = None, *, limiter: FailureLimiter | None = None
+    ) -> None:
+        """``limiter``: the host's count of wrong codes per address (the viewers' own), so that the page is not
+        a way around it."""
         self.config = config
         self.info = info
+        self.limiter = limiter or FailureLimiter()
         self.counters = WebCounters()
         self._browsers: dict[int, _Browser] = {}
 
@@ -161,12 +174,12 @@ class WebViewers:
     def watching(self) -> int:
         return sum(1 for b in self._browsers.values() if b.proved)
 
-    def connected(self, client: int, now: float) -> list[WebOutput]:
+    def connected(self, client: int, now: float, address: str = "") -> list[WebOutput]:
         pending = sum(1 for b in self._browsers.values() if not b.proved)
         if pending >= self.config.max_pending:
             self.counters.refuse("too_many_pending")
             return [CloseClient(client, "too many connections waiting to prove the token")]
-        self._browsers[client] = _Browser(connected_s=now)
+        self._browsers[client] = _Browser(connected_s=now, address=address)
         return []
 
     def closed(self, client: int) -> list[WebOutput]:
@@ -187,19 +200,23 @@ class WebViewers:
             self.counters.refuse("malformed")
             return self._close(client, "malformed message")
         if not browser.proved:
-            return self._prove(client, browser, msg)
+            return self._prove(client, browser, msg, now)
         if msg["type"] == "keyframe":
             browser.awaiting_idr = True
             self.counters.keyframe_requests += 1
             return [RequestKeyframe()]
         return []  # a later page may say more; an unknown message is not an error
 
-    def _prove(self, client: int, browser: _Browser, msg: dict[str, Any]) -> list[WebOutput]:
-        token = msg.get("token")
-        if msg["type"] != "auth" or not isinstance(token, str):
+    def _prove(self, client: int, browser: _Browser, msg: dict[str, Any], now: float) -> list[WebOutput]:
+        token, code = msg.get("token"), msg.get("code")
+        if msg["type"] != "auth" or (not isinstance(token, str) and not isinstance(code, str)):
             self.counters.refuse("no_token")
             return self._close(client, "the first message must prove the token")
-        if not hmac.compare_digest(token.encode(), self.config.token.encode()):
+        if isinstance(code, str):
+            refusal = self._check_code(browser, code, now)
+            if refusal is not None:
+                return self._close(client, refusal)
+        elif not hmac.compare_digest(str(token).encode(), self.config.token.encode()):
             self.counters.refuse("wrong_token")
             return self._close(client, "wrong token: open the link the host printed")
         if self.watching >= self.config.max_browsers:
@@ -223,6 +240,24 @@ class WebViewers:
             else None,
         }
         return [SendText(client, json.dumps(hello)), RequestKeyframe(), BrowserJoined(client)]
+
+    def _check_code(self, browser: _Browser, code: str, now: float) -> str | None:
+        """The host's password typed into the page: None if right; else why not (a wrong one is counted against
+        the address, as a viewer's is, and an address blocked after wrong codes is not even checked)."""
+        password = self.config.password
+        if password is None:
+            self.counters.refuse("no_password_here")
+            return "this host takes no password from the page: open the link the host printed"
+        wait = self.limiter.blocked_for(browser.address, now)
+        if wait > 0:
+            self.counters.refuse("blocked")
+            return f"too many wrong passwords from here: try again in {wait:.0f} s"
+        if not hmac.compare_digest(code.encode(), password.encode()):
+            self.limiter.failed(browser.address, now)
+            self.counters.refuse("wrong_code")
+            return "wrong password"
+        self.limiter.succeeded(browser.address)
+        return None
 
     def _input(self, client: int, data: bytes) -> list[WebOutput]:
         kind = INPUT_MESSAGES.get(data[:1])
