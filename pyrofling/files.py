@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,13 @@ def write_stats(path: Path, stats: dict[str, Any], *, indent: int | None = 2) ->
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(stats, indent=indent))
     tmp.replace(path)
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write a secret (a key, a code, a link with its key) readable by this user only (0600 from its creation)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
 
 
 def unwritable(path: Path) -> str | None:

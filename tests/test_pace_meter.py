@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+from support import run, until
 
 from pyrofling.bench.pace_meter import PaceMeter, overlaps, slow_spells, summarize
 
@@ -40,10 +41,9 @@ def test_a_time_span_meets_a_spell_only_where_they_overlap() -> None:
 
 
 def test_the_meter_runs_in_its_own_process_and_keeps_what_it_measured_when_stopped(tmp_path: Path) -> None:
-    meter = PaceMeter(60, tmp_path / "pace.json")
-    import time
-
-    time.sleep(1.5)  # at least one piece measured
+    out = tmp_path / "pace.json"
+    meter = PaceMeter(60, out)
+    run(lambda: until(lambda: out.exists() and out.stat().st_size > 0, 30))  # its first piece is written
     meter.stop()
     result = meter.result(timeout_s=30)
     assert result is not None and result["samples"] > 10 and result["chunk_cpu_us_median"] > 0

@@ -34,7 +34,7 @@ def test_a_browser_with_the_token_gets_the_hosts_own_encode_from_a_key_frame_and
     async def scenario() -> tuple[dict[str, Any], list[bytes], dict[str, Any]]:
         host, task = await start_host(encoder=SMALL, web_port=0, virtual_pad="none")
         try:
-            assert host.web_link is not None and "#t=" in host.web_link
+            assert host.web_link is not None and "#t=" in host.web_link and host.web is not None
             port, token = host.web.port, host.web_link.split("#t=")[1]
             async with connect(f"ws://127.0.0.1:{port}/stream") as ws:
                 await ws.send(json.dumps({"type": "auth", "token": token}))
@@ -73,6 +73,7 @@ def test_without_the_token_a_browser_gets_neither_the_stream_nor_anything_but_th
         host, task = await start_host(encoder=SMALL, web_port=0, virtual_pad="none")
         reasons = []
         try:
+            assert host.web is not None and host.web.port is not None
             port = host.web.port
             for first in (json.dumps({"type": "auth", "token": "guess" * 5}), json.dumps({"type": "keyframe"}), None):
                 async with connect(f"ws://127.0.0.1:{port}/stream") as ws:
@@ -205,6 +206,21 @@ def test_from_the_page_keys_mouse_and_a_pad_reach_the_hosts_devices_by_the_playe
     assert result["summary"]["web"]["input_states"] >= 3
 
 
+#: The page asks for the password (it was opened without the link's key).
+LOGIN_SHOWN = "document.getElementById('login') && !document.getElementById('login').hidden"
+
+
+async def page_reaches(page: Any, expression: str, timeout_s: float) -> Any:
+    """Wait until the page's expression is truthy; its value (TimeoutError after ``timeout_s``)."""
+
+    async def poll() -> Any:
+        while not (value := await page.evaluate(expression)):
+            await asyncio.sleep(0.02)
+        return value
+
+    return await asyncio.wait_for(poll(), timeout_s)
+
+
 async def host_sees(check: Any, timeout_s: float) -> None:
     deadline = asyncio.get_running_loop().time() + timeout_s
     while not check() and asyncio.get_running_loop().time() < deadline:
@@ -219,24 +235,24 @@ def test_the_page_plays_the_hosts_sound_and_its_audio_clock_advances(codec: str)
     if find_chromium() is None:
         (pytest.fail if os.environ.get("CI") else pytest.skip)("needs Debian's chromium (scripts/setup installs it)")
 
-    async def scenario() -> tuple[dict[str, Any], float, float, str, dict[str, Any]]:
+    async def scenario() -> tuple[dict[str, Any], float, bool, str, dict[str, Any]]:
         host, task = await start_host(encoder=TINY, web_port=0, virtual_pad="none", audio=AudioConfig(codec=codec))
         try:
             assert host.web_link is not None
             async with Chromium() as browser:
                 page = await browser.open(host.web_link)
-                await host_sees(lambda: False, 2.0)  # two seconds of sound
+                played = "window.pyrofling && window.pyrofling.stats.audioFramesPlayed"
+                await page_reaches(page, f"{played} > 24000", 30)  # half a second of sound played
                 first = await page.evaluate("window.pyrofling.audioClock()")
-                await asyncio.sleep(1.0)
-                later = await page.evaluate("window.pyrofling.audioClock()")
+                later = await page_reaches(page, f"window.pyrofling.audioClock() > {first} + 0.5", 30)
                 state = await page.evaluate("window.pyrofling.audioState()")
                 stats: dict[str, Any] = await page.evaluate("window.pyrofling.stats")
         finally:
             await stop_host(host, task)
         return stats, first, later, state, host.summary()
 
-    stats, first, later, state, summary = run(scenario, timeout_s=90)
-    assert state == "running" and later - first > 0.5  # the page's audio clock runs
+    stats, _first, later, state, summary = run(scenario, timeout_s=90)
+    assert state == "running" and later  # the page's audio clock ran on by half a second
     assert stats["audioPackets"] > 100 and stats["audioFramesPlayed"] > 48_000 // 2  # 5 ms packets, half a second
     assert summary["web"]["audio_sent"] >= stats["audioPackets"]
 
@@ -258,8 +274,10 @@ def test_over_https_the_page_is_served_with_the_certificate_whose_fingerprint_th
             encoder=SMALL, web_port=0, web_https=True, pairing_dir=tmp_path, virtual_pad="none",
             show_web_link=lambda link, fingerprint: shown.append((link, fingerprint)),
         )  # fmt: skip
+        web = host.web
         try:
-            port = host.web.port
+            assert web is not None and web.port is not None
+            port = web.port
             served = await asyncio.to_thread(ssl.get_server_certificate, ("127.0.0.1", port))
             plain = await asyncio.to_thread(_get_or_error, f"http://127.0.0.1:{port}/")
             trusted = ssl.create_default_context(cafile=str(tmp_path / "web-cert.pem"))
@@ -273,7 +291,7 @@ def test_over_https_the_page_is_served_with_the_certificate_whose_fingerprint_th
 
                 other = tmp_path / "other"
                 other_key = fingerprints(self_signed(other, ["127.0.0.1"])[0])[1]
-                spki = f"--ignore-certificate-errors-spki-list={host.web.spki_sha256}"
+                spki = f"--ignore-certificate-errors-spki-list={web.spki_sha256}"
                 assert host.web_link is not None
                 async with Chromium(extra_args=(spki,)) as browser:
                     tab = await browser.open(host.web_link)
@@ -286,7 +304,7 @@ def test_over_https_the_page_is_served_with_the_certificate_whose_fingerprint_th
                     tab = await browser.open(host.web_link)
                     await asyncio.sleep(2)
                     refused = await tab.evaluate("window.pyrofling ? window.pyrofling.stats : null")
-            return host.web_link, host.web.fingerprint, served, plain, page, played, refused
+            return host.web_link, web.fingerprint, served, plain, page, played, refused
         finally:
             await stop_host(host, task)
 
@@ -323,13 +341,13 @@ def test_a_friend_types_the_hosts_password_into_the_page_and_a_wrong_one_is_refu
             bare = host.web_link.split("#")[0]  # the page without the link's key
             async with Chromium() as browser:
                 wrong = await browser.open(bare)
-                await asyncio.sleep(1)
+                await page_reaches(wrong, LOGIN_SHOWN, 30)
                 await wrong.evaluate(
                     "document.getElementById('password').value = 'not it';"
                     "document.getElementById('login').requestSubmit()"
                 )
                 right = await browser.open(bare)
-                await asyncio.sleep(1)
+                await page_reaches(right, LOGIN_SHOWN, 30)
                 await right.evaluate(
                     f"document.getElementById('password').value = {json.dumps(secret)};"
                     "document.getElementById('login').requestSubmit()"

@@ -143,9 +143,9 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     end = time.monotonic() + duration_s
-    while time.monotonic() < end:  # in pieces, so that a stop keeps what was measured
+    while time.monotonic() < end:  # in pieces, each written, so that a stop keeps what was measured
         samples += measure(min(1.0, end - time.monotonic()))
-    write()
+        write()
     return 0
 
 

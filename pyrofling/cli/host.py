@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import errno
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +33,7 @@ from pyrofling.cli.options import (
 from pyrofling.core.host.congestion import RATE_POLICIES
 from pyrofling.core.host.frame_clock import CONTROLLERS, POLICIES
 from pyrofling.fec.planner import PLANNERS
+from pyrofling.files import write_private
 from pyrofling.runtime import tune_for_latency
 from pyrofling.server.audio import AudioConfig
 from pyrofling.server.config import DEFAULT_GAME_ENCODE, DEFAULT_PORT, ENCODE_MODES, HostConfig
@@ -499,9 +499,7 @@ def _show_web_link(link: str, fingerprint: str | None, file: Path | None) -> Non
     """The link carries the stream's key: to ``file`` (0600; the fingerprint on its second line), else the person
     (the terminal, else standard output); never to the log."""
     if file is not None:
-        fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(link + "\n" + (f"{fingerprint}\n" if fingerprint else ""))
+        write_private(file, (link + "\n" + (f"{fingerprint}\n" if fingerprint else "")).encode())
         return
     text = f"watch in a browser: {link}\n"
     if fingerprint:
@@ -509,14 +507,7 @@ def _show_web_link(link: str, fingerprint: str | None, file: Path | None) -> Non
             f"  the page's certificate (SHA-256): {fingerprint}\n"
             "  if the browser warns about it, check that it shows this fingerprint before going on\n"
         )
-    try:
-        with open("/dev/tty", "w") as tty:
-            tty.write(text)
-            return
-    except OSError:
-        pass
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    _tell_person(text)
 
 
 def _audio_config(args: argparse.Namespace) -> AudioConfig:
@@ -577,9 +568,7 @@ def _show_pairing_code(code: str, why: str, file: Path | None) -> None:
     """The code goes to the person, not to the log (stderr is the log, and often a file): to ``file`` (0600),
     else the controlling terminal, else standard output. ``why``: why the last code went ("" at start)."""
     if file is not None:
-        fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(code + "\n")
+        write_private(file, (code + "\n").encode())
         print(f"pairing code written to {file}", file=sys.stderr, flush=True)
         return
     if why:
@@ -590,12 +579,18 @@ def _show_pairing_code(code: str, why: str, file: Path | None) -> None:
             "  a friend pairs once with: pyrofling pair pyro://HOST:PORT (it asks for the code)\n"
             "  (or watches this time only: pyrofling view pyro://HOST:PORT, with the code in $PYROFLING_PASSWORD)\n"
         )
+    _tell_person(text)
+
+
+def _tell_person(text: str) -> None:
+    """A secret for the person at the host: the controlling terminal, else standard output (a service, a
+    script); never stderr, which is the log and often a file."""
     try:
         with open("/dev/tty", "w") as tty:
             tty.write(text)
             return
     except OSError:
-        pass  # no terminal (a service, a script): standard output, still apart from the log
+        pass
     sys.stdout.write(text)
     sys.stdout.flush()
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyrofling.capture.paths import default_socket_path
 from pyrofling.clocks import SYSTEM_CLOCK, Clock
@@ -64,6 +64,9 @@ from pyrofling.server.network import HostNetwork, uri_host
 from pyrofling.server.sources import VideoSource, open_source
 from pyrofling.server.stats import HostStats, StatusLine, phase_status
 from pyrofling.wire import AudioCodec, StreamType
+
+if TYPE_CHECKING:
+    from pyrofling.server.web import WebServer  # loaded (with websockets) only with --web
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +144,7 @@ class Host:
         self.capture: CaptureServer | None = None
         self.destinations = Destinations()
         #: The browser viewer (``web_port``), once serving; its link carries a token made for this run.
-        self.web: Any = None
+        self.web: WebServer | None = None
         self.web_link: str | None = None
 
     @property
@@ -222,8 +225,14 @@ class Host:
             port,
         )
         log.info("security: %s", self.security())
-        if cfg.web_port is not None:
-            await self._start_web(encoder, audio_encoder)
+        if cfg.web_port is not None:  # the page and the browsers' stream; the link (with its key) to the person
+            from pyrofling.server.web import open_web
+
+            web = self.web = await open_web(cfg, encoder, audio_encoder, self.keyframes, self.sessions, self.network,
+                                            self._clock)  # fmt: skip
+            self.web_link = web.link
+            if cfg.show_web_link is not None and web.link is not None:
+                cfg.show_web_link(web.link, web.fingerprint)
         if audio_source is not None and audio_encoder is not None:
             self._start_audio(loop, audio_source, audio_encoder)
         self.ready.set()
@@ -262,15 +271,6 @@ class Host:
                 write_stats(cfg.stats_json, self.summary())
             log.info("host stopped after %d frames", self.stats.frames_encoded)
         return self.stats
-
-    async def _start_web(self, encoder: VideoEncoder, audio: AudioEncoder | None) -> None:
-        """The page and the browsers' stream (:mod:`.web`); the link, with a key made now, goes to the person."""
-        from pyrofling.server.web import open_web
-
-        self.web = await open_web(self.config, encoder, audio, self.keyframes, self.sessions, self.network, self._clock)
-        self.web_link = self.web.link
-        if self.config.show_web_link is not None:
-            self.config.show_web_link(self.web_link, self.web.fingerprint)
 
     def security(self) -> str:
         """Who may join and what protects the stream, in words."""

@@ -15,7 +15,6 @@ import base64
 import datetime
 import hashlib
 import ipaddress
-import os
 import ssl
 from pathlib import Path
 
@@ -23,6 +22,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+
+from pyrofling.files import write_private
 
 #: A self-made certificate lasts this long; a new one is made when it is within a week of its end.
 LIFETIME_DAYS = 365
@@ -63,9 +64,9 @@ def self_signed(directory: Path, names: list[str]) -> tuple[Path, Path]:
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .sign(key, hashes.SHA256())
     )
-    _write_private(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+    write_private(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                serialization.NoEncryption()))  # fmt: skip
-    _write_private(cert_path, cert.public_bytes(serialization.Encoding.PEM))
+    write_private(cert_path, cert.public_bytes(serialization.Encoding.PEM))
     return cert_path, key_path
 
 
@@ -75,12 +76,6 @@ def _names(cert: x509.Certificate) -> list[str]:
     except x509.ExtensionNotFound:
         return []
     return [str(v) for v in alt.get_values_for_type(x509.IPAddress)] + alt.get_values_for_type(x509.DNSName)
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
 
 
 def server_context(cert: Path, key: Path) -> ssl.SSLContext:
