@@ -12,6 +12,11 @@ can see a wrong or stale picture, but not damage below the marker band, which
 ``--check-scene`` also catches.  Then the same host with two pyrofling viewers:
 the host's CPU with a browser against with a second viewer (one encode either
 way).
+
+On a lossy scenario the viewer goes through ``pyrofling netsim`` as in ``bench
+stream``, and the browser through a netsim relay of its own in this process,
+in front of the page's port: its TCP (the page, the WebSocket) is piped as it
+is, its UDP (WebTransport) suffers the same loss host → browser.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import asyncio
 import statistics
 import tempfile
 import time
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -27,8 +33,10 @@ from typing import Any
 
 from pyrofling.bench.chromium import Chromium
 from pyrofling.bench.input import read_jsonl
-from pyrofling.bench.stream import StreamScenario, cell, run_scenario, summarize
+from pyrofling.bench.stream import DEFAULT_GE, StreamScenario, cell, run_scenario, summarize
 from pyrofling.core.viewer.picture_quality import RefreshQuality
+from pyrofling.netsim.models import ImpairmentConfig
+from pyrofling.netsim.relay import NetsimRelay, RelayConfig
 
 #: Seconds after the page's first picture left out of its figures (its decoder settling: on the 2-core machine
 #: the first 0.5 s after it stalled once, every run), stated apart as the start-up.
@@ -54,14 +62,24 @@ KEY_PRESSES = 40
 KEY_INTERVAL_S = 0.05
 
 
-def browser_watch(link_file: Path, duration_s: float, fps: float) -> Callable[[int], dict[str, Any]]:
+def browser_watch(
+    link_file: Path, duration_s: float, fps: float, impairment: ImpairmentConfig | None = None, seed: int = 1
+) -> Callable[[int], dict[str, Any]]:
     """What runs beside the stream: Chromium opens the host's link and watches for ``duration_s``, then plays
-    (a click to capture, then key presses), each dispatch timed on this machine's monotonic clock."""
+    (a click to capture, then key presses), each dispatch timed on this machine's monotonic clock.  With
+    ``impairment`` it opens the link through a netsim relay that does that to the UDP host → browser."""
 
     def watch(_port: int) -> dict[str, Any]:
-        return asyncio.run(_watch(link_file, duration_s, fps))
+        return asyncio.run(_watch(link_file, duration_s, fps, impairment, seed))
 
     return watch
+
+
+def impairment_of(sc: StreamScenario) -> ImpairmentConfig | None:
+    """What ``bench stream``'s netsim does to the viewer, for the browser's relay (None: loopback as it is)."""
+    if not (sc.loss or sc.ge):
+        return None
+    return ImpairmentConfig(loss=sc.loss, gilbert_elliott=DEFAULT_GE if sc.ge else None)
 
 
 def input_latencies(dispatched: list[float], applied: list[dict[str, Any]]) -> list[float]:
@@ -98,13 +116,33 @@ async def _play(page: Any) -> list[float]:
     return dispatched
 
 
-async def _watch(link_file: Path, duration_s: float, fps: float) -> dict[str, Any]:
+async def _watch(
+    link_file: Path, duration_s: float, fps: float, impairment: ImpairmentConfig | None, seed: int
+) -> dict[str, Any]:
     deadline = time.monotonic() + 20
     while not (link_file.exists() and link_file.read_text().strip()):
         if time.monotonic() > deadline:
             return {"error": "the host wrote no link"}
         await asyncio.sleep(0.05)
     link = link_file.read_text().strip() + "&judge=1"
+    relay = None
+    if impairment is not None:
+        page_url = urllib.parse.urlsplit(link)
+        assert page_url.port is not None
+        relay = NetsimRelay(RelayConfig("127.0.0.1", page_url.port, down=impairment, seed=seed))
+        _, port = await relay.start()
+        link = page_url._replace(netloc=f"127.0.0.1:{port}").geturl()
+    try:
+        result = await _watch_page(link, duration_s, fps)
+    finally:
+        if relay is not None:
+            await relay.close()
+    if relay is not None:
+        result["netsim"] = relay.report()
+    return result
+
+
+async def _watch_page(link: str, duration_s: float, fps: float) -> dict[str, Any]:
     async with Chromium() as browser:
         opened = time.monotonic()
         page = await browser.open(link)
@@ -133,6 +171,13 @@ async def _watch(link_file: Path, duration_s: float, fps: float) -> dict[str, An
         "first_picture_s": first_picture_s,
         "measured_s": measured_s,
         "state": stats.get("state"),
+        "transport": stats.get("transport"),
+        "transport_error": stats.get("transportError") or None,
+        "units_out_of_order": stats.get("unitsOutOfOrder"),
+        "keyframe_why": stats.get("keyframeWhy"),
+        # Pauses over 50 ms (ms since the page opened, length): pictures not arriving, or not drawn.
+        "arrival_gaps": stats.get("arrivalGaps"),
+        "draw_gaps": stats.get("drawGaps"),
         "frames_drawn": stats.get("framesDrawn"),
         "frames_received": stats.get("framesReceived"),
         "decode_errors": stats.get("decodeErrors"),
@@ -145,20 +190,32 @@ async def _watch(link_file: Path, duration_s: float, fps: float) -> dict[str, An
     }
 
 
-def run_browser_bench(base: StreamScenario, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+def run_browser_bench(
+    base: StreamScenario,
+    *,
+    transport: str = "webtransport",
+    cpu_baseline: bool = True,
+    progress: Callable[[str], None] = lambda _: None,
+) -> dict[str, Any]:
+    """``transport``: "webtransport" (the host's default) or "websocket" (``--no-web-transport``);
+    ``cpu_baseline``: then the host with two pyrofling viewers, for its CPU."""
     duration = base.duration_s or 30.0
     with tempfile.TemporaryDirectory(prefix="pyrofling-web-") as tmp:
         link_file, trace = Path(tmp) / "link", Path(tmp) / "input.jsonl"
         progress(f"a browser and a pyrofling viewer ({duration:g} s), then the page plays")
-        web_args = ("--web", "0", "--web-link-file", str(link_file), "--input-trace", str(trace))
+        web_args = ["--web", "0", "--web-link-file", str(link_file), "--input-trace", str(trace)]
+        if transport == "websocket":
+            web_args.append("--no-web-transport")
         with_browser = run_scenario(
             replace(base, host_args=(*base.host_args, *web_args)),
-            alongside=browser_watch(link_file, duration, base.fps),
+            alongside=browser_watch(link_file, duration, base.fps, impairment_of(base), base.seed),
         )
         applied = read_jsonl(trace)
-    progress(f"two pyrofling viewers ({duration:g} s)")
-    two_viewers = run_scenario(replace(base, viewers=2))
-    viewer_row, baseline = summarize(with_browser), summarize(two_viewers)
+    viewer_row = summarize(with_browser)
+    baseline: dict[str, Any] = {"host_cpu_pct": None, "frames_sent": None}
+    if cpu_baseline:
+        progress(f"two pyrofling viewers ({duration:g} s)")
+        baseline = summarize(run_scenario(replace(base, viewers=2, loss=0.0, ge=False)))
     viewer = with_browser["viewers"][0] if with_browser["viewers"] else {}
     page = with_browser.get("alongside", {})
     keys = input_latencies(page.pop("keys_dispatched_at", []), applied)
@@ -170,6 +227,7 @@ def run_browser_bench(base: StreamScenario, progress: Callable[[str], None] = la
     }
     return {
         "scenario": base.label(),
+        "transport": transport,
         "browser": page,
         "viewer": {
             "good_refreshes_pct": viewer_row["good_refreshes_pct"],
@@ -188,7 +246,8 @@ def format_table(r: dict[str, Any]) -> str:
     q = page.get("quality", {})
     web = r.get("host_web") or {}
     lines = [
-        f"{r['scenario']}; headless Chromium (WebCodecs) beside a pyrofling viewer, then two pyrofling viewers",
+        f"{r['scenario']}; headless Chromium (WebCodecs, pictures over {page.get('transport')}) beside a pyrofling "
+        "viewer, then two pyrofling viewers on loopback",
         f"{'client':<18} {'good %':>7} {'longest freeze ms':>18} {'capture -> shown ms':>20}",
         f"{'browser':<18} {cell(q.get('good_refreshes_pct'), '.2f'):>7} {cell(q.get('longest_freeze_ms')):>18} "
         f"{cell(page.get('latency_ms_median'), '.1f'):>20}   (drawn; {page.get('frames_drawn')} pictures, "
@@ -213,9 +272,20 @@ def format_table(r: dict[str, Any]) -> str:
         f"the page drew its first picture {cell(page.get('first_picture_s'), '.2f')} s after it opened; its figures "
         f"leave out the {WARMUP_S:g} s after that and cover {cell(page.get('measured_s'), '.1f')} s"
     )
+    down = (page.get("netsim") or {}).get("down")
+    if down:
+        lines.append(f"netsim host -> browser: {_netsim(down)}")
+    if page.get("transport_error"):
+        lines.append(f"the page's WebTransport failed: {page['transport_error']}")
     if page.get("error"):
         lines.append(f"browser: {page['error']}")
     return "\n".join(lines)
+
+
+def _netsim(down: dict[str, Any]) -> str:
+    received, lost = down.get("received", 0), down.get("dropped_loss", 0)
+    share = f" ({100 * lost / received:.2f} %)" if received else ""
+    return f"{received} datagrams, {lost} lost{share}"
 
 
 def _quantile(values: list[float], q: float) -> float | None:

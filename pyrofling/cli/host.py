@@ -314,7 +314,9 @@ def _add_security_options(p: argparse.ArgumentParser) -> None:
 
 def _add_output_options(p: argparse.ArgumentParser) -> None:
     w = p.add_argument_group(
-        "browser viewer", "Watch from a browser, nothing installed: the same encode, over WebSocket."
+        "browser viewer",
+        "Watch from a browser, nothing installed: the same encode, over WebTransport (QUIC, UDP) where the browser "
+        "has it, else a WebSocket.",
     )
     w.add_argument(
         "--web",
@@ -334,6 +336,13 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
         default=None,
         help="serve the page over HTTPS (default: when --bind opens the host to the network, or with --web-cert); "
         "--no-web-https keeps plain HTTP, on 127.0.0.1 only",
+    )
+    w.add_argument(
+        "--web-transport",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="send the browsers' pictures over WebTransport (HTTP/3 on UDP, the page's port number): a lost packet "
+        "holds back one picture, not every one behind it (default); --no-web-transport keeps them on the WebSocket",
     )
     w.add_argument("--web-cert", type=Path, default=None, metavar="CERT.pem", help="your certificate for the page")
     w.add_argument("--web-key", type=Path, default=None, metavar="KEY.pem", help="its private key")
@@ -468,6 +477,7 @@ def host_config(args: argparse.Namespace) -> HostConfig:
         pairing_dir=pairing_dir(args),
         web_port=_web_port(args),
         web_https=args.web_https,
+        web_transport=args.web_transport,
         web_cert=args.web_cert,
         web_key=args.web_key,
         show_web_link=_web_link_shower(args.web_link_file),

@@ -107,6 +107,8 @@ class HostConfig:
     #: Serve it over HTTPS (None: when ``bind`` is not this machine only, or a certificate is given); with the
     #: certificate and key in these files (None: one the host makes and keeps in ``pairing_dir``).
     web_https: bool | None = None
+    #: Offer browsers WebTransport (QUIC on UDP, the page's port number) for their media.
+    web_transport: bool = True
     web_cert: Path | None = None
     web_key: Path | None = None
     #: The link a browser opens (with its token), and the certificate's fingerprint when HTTPS, go here (the CLI:

@@ -1,9 +1,11 @@
 """``pyrofling host --web``: the page and the browsers' WebSocket, beside the PyroFling port.
 
 A thin shell around :class:`~pyrofling.core.host.web_viewers.WebViewers`: it
-serves the page (``pyrofling/web/``), accepts WebSockets at ``/stream``, and
-carries out what the core decides.  Sends never wait: a message is handed to the
-connection and the core skips frames for a browser whose bytes pile up.
+serves the page (``pyrofling/web/``), accepts WebSockets at ``/stream`` and, on
+the same port number over UDP, WebTransport sessions
+(:mod:`pyrofling.server.web_transport`), and carries out what the core decides.
+Sends never wait: a message is handed to the connection and the core skips
+frames for a browser whose bytes pile up.
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ from pyrofling.clocks import SYSTEM_CLOCK, Clock
 from pyrofling.core.host.keyframes import KeyframePolicy
 from pyrofling.core.host.sessions import HostSessions
 from pyrofling.core.host.web_viewers import (
+    AcceptSession,
     BrowserInput,
     BrowserJoined,
     BrowserLeft,
     CloseClient,
+    CloseSession,
     RequestKeyframe,
     SendBinary,
     SendText,
@@ -47,6 +51,7 @@ from pyrofling.server.config import HostConfig
 from pyrofling.server.encoder import VideoEncoder
 from pyrofling.server.network import HostNetwork, uri_host
 from pyrofling.server.web_tls import fingerprints, self_signed, server_context
+from pyrofling.server.web_transport import WebTransportServer
 from pyrofling.timers import DeadlineTimer
 from pyrofling.wire import AudioCodec, VideoCodec
 
@@ -93,6 +98,8 @@ class WebServer:
         self._on_player = on_player
         self._clock = clock
         self._connections: dict[int, ServerConnection] = {}
+        self._sessions: dict[int, int] = {}  # browser → its accepted WebTransport session
+        self.transport: WebTransportServer | None = None
         self._server: Server | None = None
         self._next = 1
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -120,8 +127,32 @@ class WebServer:
         self.port = int(sock.getsockname()[1])
         return self.port
 
+    async def start_transport(self, bind: str, names: list[str]) -> None:
+        """WebTransport on UDP, the page's port number (the page finds it there); without it (the port's UDP
+        taken), the WebSocket carries everything."""
+        assert self.port is not None
+        transport = WebTransportServer(
+            on_opened=lambda s, ticket: self._perform(self.viewers.session_opened(s, ticket)),
+            on_datagram=lambda s, data: self._perform(self.viewers.session_datagram(s, data)),
+            on_closed=self._session_closed,
+            names=names,
+        )
+        try:
+            await transport.start(bind, self.port)
+        except OSError as exc:
+            log.warning("no WebTransport for browsers (UDP port %d: %s): their media goes over TCP", self.port, exc)
+            return
+        self.transport = transport
+        self.viewers.webtransport_cert = transport.cert_sha256
+
+    def _session_closed(self, session: int) -> None:
+        self._sessions = {c: s for c, s in self._sessions.items() if s != session}
+        self._perform(self.viewers.session_closed(session))
+
     async def close(self) -> None:
         self._timer.cancel()
+        if self.transport is not None:
+            self.transport.close()
         if self.tls_dir is not None:
             self.tls_dir.cleanup()
         if self._server is not None:
@@ -169,11 +200,26 @@ class WebServer:
         self._perform(self.viewers.audio(data, pts_us=pts_us, backlog=self._backlog()))
 
     def _backlog(self) -> dict[int, int]:
-        return {c: ws.transport.get_write_buffer_size() for c, ws in self._connections.items() if ws.transport}
+        backlog = {c: ws.transport.get_write_buffer_size() for c, ws in self._connections.items() if ws.transport}
+        if self.transport is not None:
+            backlog.update({c: self.transport.backlog(s) for c, s in self._sessions.items()})
+        return backlog
 
     def _perform(self, outputs: list[WebOutput]) -> None:
         for out in outputs:
-            if isinstance(out, SendBinary | SendText):
+            if isinstance(out, SendBinary) and out.channel != "socket":
+                session = self._sessions.get(out.client)
+                if session is not None and self.transport is not None:
+                    self.transport.send(session, out.data, datagram=out.channel == "datagram")
+            elif isinstance(out, AcceptSession):
+                if self.transport is not None:
+                    self._sessions[out.client] = out.session
+                    self.transport.accept(out.session)
+            elif isinstance(out, CloseSession):
+                self._sessions = {c: s for c, s in self._sessions.items() if s != out.session}
+                if self.transport is not None:
+                    self.transport.close_session(out.session, out.reason)
+            elif isinstance(out, SendBinary | SendText):
                 ws = self._connections.get(out.client)
                 if ws is not None:
                     self._spawn(ws.send(out.data if isinstance(out, SendBinary) else out.text))
@@ -243,6 +289,8 @@ async def open_web(
     # pictures to anyone on the path (and a browser elsewhere would not run WebCodecs on such a page anyway).
     bind = config.bind if https and not loopback else "127.0.0.1"
     port = await web.start(bind, config.web_port or 0, tls)
+    if config.web_transport:
+        await web.start_transport(bind, _names(config))
     address = "127.0.0.1" if loopback or not https else uri_host(config.bind)
     web.link = f"{'https' if https else 'http'}://{address}:{port}/#t={viewers.config.token}"
     log.info(
@@ -258,6 +306,14 @@ async def open_web(
 LOOPBACK_BINDS = ("localhost", "127.0.0.1", "::1")
 
 
+def _names(config: HostConfig) -> list[str]:
+    """What a self-made certificate names: this machine, and the address it was bound to."""
+    names = ["localhost", "127.0.0.1", "::1", socket.gethostname()]
+    if config.bind not in LOOPBACK_BINDS and config.bind not in ("0.0.0.0", "::", ""):
+        names.append(config.bind)
+    return names
+
+
 def _tls(config: HostConfig, web: WebServer) -> ssl.SSLContext:
     """The certificate you gave, else one the host makes and keeps (in its configuration directory; for a host
     without one, for this run only)."""
@@ -271,10 +327,7 @@ def _tls(config: HostConfig, web: WebServer) -> ssl.SSLContext:
         else:
             web.tls_dir = tempfile.TemporaryDirectory(prefix="pyrofling-web-")
             directory = Path(web.tls_dir.name)
-        names = ["localhost", "127.0.0.1", "::1", socket.gethostname()]
-        if config.bind not in LOOPBACK_BINDS and config.bind not in ("0.0.0.0", "::", ""):
-            names.append(config.bind)
-        cert, key = self_signed(directory, names)
+        cert, key = self_signed(directory, _names(config))
     context = server_context(cert, key)
     web.fingerprint, web.spki_sha256 = fingerprints(cert)
     return context

@@ -43,6 +43,17 @@ def self_signed(directory: Path, names: list[str]) -> tuple[Path, Path]:
         except ValueError:
             pass  # unreadable: made again
     directory.mkdir(parents=True, exist_ok=True)
+    cert, key = make_certificate(names, datetime.timedelta(days=LIFETIME_DAYS))
+    write_private(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))  # fmt: skip
+    write_private(cert_path, cert.public_bytes(serialization.Encoding.PEM))
+    return cert_path, key_path
+
+
+def make_certificate(
+    names: list[str], lifetime: datetime.timedelta
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A self-signed ECDSA P-256 certificate for these names and addresses, valid from five minutes ago."""
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.UTC)
     alt: list[x509.GeneralName] = []
@@ -59,15 +70,12 @@ def self_signed(directory: Path, names: list[str]) -> tuple[Path, Path]:
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=LIFETIME_DAYS))
+        .not_valid_after(now + lifetime)
         .add_extension(x509.SubjectAlternativeName(alt), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .sign(key, hashes.SHA256())
     )
-    write_private(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                               serialization.NoEncryption()))  # fmt: skip
-    write_private(cert_path, cert.public_bytes(serialization.Encoding.PEM))
-    return cert_path, key_path
+    return cert, key
 
 
 def _names(cert: x509.Certificate) -> list[str]:

@@ -1,11 +1,21 @@
-// pyrofling's browser viewer: the host's H.264 over a WebSocket, decoded with WebCodecs, drawn at once.
+// pyrofling's browser viewer: the host's H.264 over WebTransport (QUIC streams, one per picture) or a WebSocket,
+// decoded with WebCodecs, drawn at once.
 // Wire format: pyrofling/core/host/web_viewers.py and docs/browser.md.
 "use strict";
 
 const stats = {
   state: "connecting", framesReceived: 0, framesDecoded: 0, framesDrawn: 0, decodeErrors: 0,
   keyframeRequests: 0, bytes: 0, lastCaptureUs: 0, lastPtsUs: 0, latencyMs: [], reconnects: 0, refused: "",
+  transport: "websocket", transportError: "", unitsOutOfOrder: 0, keyframeWhy: {},
+  // Pauses over 50 ms between two pictures arriving, and between two drawn: [ms since the page opened, gap ms].
+  arrivalGaps: [], drawGaps: [],
 };
+const gapAt = { arrival: 0, draw: 0 };
+function noteGap(kind, list) {
+  const now = performance.now();
+  if (gapAt[kind] && now - gapAt[kind] > 50 && list.length < 200) list.push([Math.round(now), Math.round(now - gapAt[kind])]);
+  gapAt[kind] = now;
+}
 window.pyrofling = { stats };
 
 const canvas = document.getElementById("screen");
@@ -42,9 +52,88 @@ function codecFromSps(bytes) {
   return null;
 }
 
-function askForKey() {
+// -- WebTransport: the host offers it in its hello (its certificate's SHA-256 and a one-time ticket, both inside
+// the connection that proved the key). Each picture comes on its own stream ("S", its number, the message):
+// streams may overtake each other, so they are decoded in their numbers' order. Sound comes as datagrams, and
+// the pad, keys and mouse go back as datagrams.
+let transport = null;
+let datagrams = null;
+const order = { next: 0, held: new Map() };
+
+async function openTransport(offer) {
+  const port = location.port || (location.protocol === "https:" ? "443" : "80");
+  const url = "https://" + location.hostname + ":" + port + "/wt/" + offer.ticket;
+  const hash = Uint8Array.from(offer.cert_sha256.match(/../g), (h) => parseInt(h, 16));
+  let t;
+  try {
+    t = new WebTransport(url, { serverCertificateHashes: [{ algorithm: "sha-256", value: hash }] });
+    await t.ready;
+  } catch (e) {
+    stats.transportError = String(e);
+    if (ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "websocket" }));
+    return;
+  }
+  transport = t;
+  datagrams = t.datagrams.writable.getWriter();
+  stats.transport = "webtransport";
+  order.next = 0; order.held.clear(); needKey = true;
+  readStreams(t);
+  readDatagrams(t);
+  t.closed.catch(() => {}).finally(() => {
+    if (transport !== t) return;
+    transport = null; datagrams = null; stats.transport = "websocket"; needKey = true; // the host goes on over the WebSocket
+  });
+}
+
+async function readStreams(t) {
+  const streams = t.incomingUnidirectionalStreams.getReader();
+  for (;;) {
+    let next;
+    try { next = await streams.read(); } catch (e) { return; }
+    if (next.done) return;
+    new Response(next.value).arrayBuffer().then(onStreamMessage, () => {});
+  }
+}
+
+async function readDatagrams(t) {
+  const reader = t.datagrams.readable.getReader();
+  for (;;) {
+    let next;
+    try { next = await reader.read(); } catch (e) { return; }
+    if (next.done) return;
+    const d = next.value;
+    if (d[0] === 0x41) onAudio(d.buffer.slice(d.byteOffset, d.byteOffset + d.byteLength));
+  }
+}
+
+function onStreamMessage(buf) {
+  const tag = new Uint8Array(buf, 0, 1)[0];
+  if (tag === 0x41) { onAudio(buf); return; } // "A": sound too large for a datagram
+  if (tag !== 0x53) return; // "S"
+  const seq = new DataView(buf).getUint32(1, true);
+  if (seq < order.next) return;
+  if (seq !== order.next) stats.unitsOutOfOrder++;
+  order.held.set(seq, buf.slice(5));
+  while (order.held.has(order.next)) {
+    const unit = order.held.get(order.next);
+    order.held.delete(order.next);
+    order.next++;
+    onVideo(unit);
+  }
+  if (order.held.size > 120) { // one never came (a stream the host gave up): start again at a key frame
+    order.next = Math.max(...order.held.keys()) + 1; order.held.clear(); askForKey("a picture never came");
+  }
+}
+
+function sendState(buf) {
+  if (datagrams) { datagrams.write(new Uint8Array(buf)).catch(() => {}); return; }
+  ws.send(buf);
+}
+
+function askForKey(why) {
   needKey = true;
   stats.keyframeRequests++;
+  stats.keyframeWhy[why] = (stats.keyframeWhy[why] || 0) + 1;
   if (ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "keyframe" }));
 }
 
@@ -55,6 +144,7 @@ function draw(frame) {
   }
   ctx.drawImage(frame, 0, 0);
   stats.framesDrawn++;
+  noteGap("draw", stats.drawGaps);
   if (judge) onScreen = readMarker();
   const capture = captureOf.get(frame.timestamp);
   captureOf.delete(frame.timestamp);
@@ -70,7 +160,7 @@ function newDecoder(codec) {
   if (decoder && decoder.state !== "closed") decoder.close();
   decoder = new VideoDecoder({
     output: (frame) => { stats.framesDecoded++; draw(frame); },
-    error: (e) => { stats.decodeErrors++; console.warn("decode error", e); decoder = null; askForKey(); },
+    error: (e) => { stats.decodeErrors++; console.warn("decode error", e); decoder = null; askForKey("decode error"); },
   });
   decoder.configure({ codec, optimizeForLatency: true, hardwareAcceleration: "no-preference" });
 }
@@ -84,6 +174,7 @@ function onVideo(buf) {
   const data = new Uint8Array(buf, 18);
   stats.framesReceived++;
   stats.bytes += buf.byteLength;
+  noteGap("arrival", stats.arrivalGaps);
   if (needKey && !idr) return;
   if (idr && (needKey || !decoder)) {
     const codec = codecFromSps(data);
@@ -92,8 +183,10 @@ function onVideo(buf) {
     needKey = false;
   }
   if (!decoder || decoder.state !== "configured") return;
-  // Far behind (a stalled tab, a slow machine): drop to the next key frame rather than show old pictures late.
-  if (decoder.decodeQueueSize > 8) { askForKey(); return; }
+  // Far behind (a tab that was away, a machine too slow): drop to the next key frame rather than show old
+  // pictures late. A short stall (a busy moment of the browser's) catches up by itself: asking for a key frame
+  // then would freeze the picture longer than the stall did.
+  if (decoder.decodeQueueSize > 15) { askForKey("decoder behind"); return; }
   captureOf.set(pts, capture);
   if (captureOf.size > 120) captureOf.delete(captureOf.keys().next().value);
   stats.lastCaptureUs = capture;
@@ -205,14 +298,20 @@ function connect() {
         hello = msg; stats.clockOffsetMs = msg.clock_offset_ms;
         if (msg.audio) setupAudio(msg.audio);
         stats.state = "streaming"; retryMs = 1000; needKey = true; say("");
+        if (msg.webtransport) {
+          if (typeof WebTransport === "undefined") { stats.transportError = "no WebTransport"; ws.send(JSON.stringify({ type: "websocket" })); }
+          else openTransport(msg.webtransport);
+        }
       }
       return;
     }
-    if (new Uint8Array(ev.data, 0, 1)[0] === 0x41) onAudio(ev.data); else onVideo(ev.data); // "A" or "V"
+    if (new Uint8Array(ev.data, 0, 1)[0] === 0x41) onAudio(ev.data); else if (!transport) onVideo(ev.data); // "A" or "V"
   };
   ws.onclose = (ev) => {
     if (decoder && decoder.state !== "closed") decoder.close();
     decoder = null;
+    if (transport) { const t = transport; transport = null; datagrams = null; t.close(); }
+    stats.transport = "websocket";
     if (ev.code === 1008) { // the host refused this browser: say why, do not hammer it
       stats.state = "refused"; stats.refused = ev.reason;
       if (!token && code) { // a wrong password: ask again
@@ -284,7 +383,7 @@ setInterval(() => {
   lastBytes = stats.bytes;
   if (!overlay.hidden) {
     overlay.textContent =
-      `${hello ? hello.width + "x" + hello.height : "-"}  ${(kbits / 1000).toFixed(1)} Mbit/s\n` +
+      `${hello ? hello.width + "x" + hello.height : "-"}  ${(kbits / 1000).toFixed(1)} Mbit/s  ${stats.transport}\n` +
       `latency ${median(stats.latencyMs.slice(-120)).toFixed(1)} ms (capture → drawn)\n` +
       `frames ${stats.framesDrawn} drawn, ${stats.framesReceived} received, ${stats.decodeErrors} decode errors`;
   }
@@ -318,7 +417,7 @@ function sendInput() {
   v.setInt32(49, 0, true);
   v.setUint16(53, input.absX, true);
   v.setUint16(55, input.absY, true);
-  ws.send(buf);
+  sendState(buf);
   stats.inputStatesSent++;
 }
 
@@ -410,7 +509,7 @@ function pollPad() {
       for (let i = 0; i < 4; i++) v.setInt16(5 + 2 * i, state[1 + i], true);
       v.setUint8(13, state[5]); v.setUint8(14, state[6]);
       v.setInt8(15, state[7]); v.setInt8(16, state[8]);
-      ws.send(buf);
+      sendState(buf);
       stats.padStatesSent++;
     }
   }

@@ -10,6 +10,7 @@ from pyrofling.cli.bench.common import (
     Sub,
     add_common,
     bench_parser,
+    loss_rate,
     print_result,
     progress,
     setup,
@@ -175,12 +176,30 @@ def add_browser(sub: Sub) -> None:
         "Run pyrofling host --web with the test scene, a headless pyrofling viewer (--check-scene) and Debian's "
         "Chromium opening the host's link; the page reads the frame marker of the picture on screen at every "
         "refresh and times capture -> drawn. Then the same host with two pyrofling viewers, for the host's CPU "
-        "with a browser against a second viewer (one encode either way). Needs chromium (scripts/setup).",
-        "pyrofling bench browser --duration 30",
+        "with a browser against a second viewer (one encode either way). With --loss or --ge the browser and the "
+        "viewer each go through netsim with that loss (the page's WebSocket is piped, its WebTransport datagrams "
+        "impaired). Needs chromium (scripts/setup).",
+        "pyrofling bench browser --duration 30   |   --loss 2%   |   --ge   |   --transport websocket",
     )
     add_common(p, duration_s=(5.0, 3600.0, 30.0))
     add_stream_size_options(p)
     p.add_argument("--preset", default="ultrafast")
+    p.add_argument("--loss", type=loss_rate, default=0.0, help="i.i.d. datagram loss host->browser and viewer (2%%)")
+    p.add_argument("--ge", action="store_true", help="Gilbert-Elliott burst loss (about 5%% in bursts) instead")
+    p.add_argument(
+        "--transport",
+        choices=("webtransport", "websocket"),
+        default="webtransport",
+        help="what carries the browser's pictures: webtransport (the host's default: QUIC streams, one per "
+        "picture) or websocket (host --no-web-transport: TCP)",
+    )
+    p.add_argument(
+        "--cpu-baseline",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="then run the host with two pyrofling viewers, for its CPU with a browser against a second viewer "
+        "(default); --no-cpu-baseline skips that run",
+    )
     p.set_defaults(func=_run_browser)
 
 
@@ -191,6 +210,7 @@ def _run_browser(args: argparse.Namespace) -> int:
     setup(args)
     if find_chromium() is None:
         return refuse("bench browser", "no Chromium found: install Debian's chromium (./scripts/setup does)")
-    result = run_browser_bench(_base_scenario(args), progress=progress)
+    base = _base_scenario(args, loss=args.loss, ge=args.ge)
+    result = run_browser_bench(base, transport=args.transport, cpu_baseline=args.cpu_baseline, progress=progress)
     print_result(args, result, format_table)
     return 0 if result["browser"].get("frames_drawn") else 1

@@ -29,13 +29,27 @@ and, binary, ``b"P"`` + a GAMEPAD_STATE payload or ``b"I"`` + an INPUT_STATE
 payload (protocol.md §2.3, §7.11): the player's pad, keys and mouse as a
 pyrofling viewer sends them, which the host's player rules then take
 (:meth:`~pyrofling.core.host.sessions.HostSessions.browser_input`).
+
+**WebTransport, for a lossy link.**  Where the host offers it (``webtransport_cert``),
+the ``hello`` carries the SHA-256 of the QUIC server's certificate and a one-time
+ticket; the page opens a WebTransport session (HTTP/3, UDP, on the page's own port
+number) at ``/wt/<ticket>``, and from then on each access unit goes on its own
+unidirectional QUIC stream (``STREAM_SEQ``: ``b"S"`` and its number, then the same message): a lost packet is
+resent by QUIC and holds back that picture only, never the ones behind it as a lost
+TCP segment does; sound goes as datagrams (late sound is worth nothing), and the
+page's pad, keys and mouse come back as datagrams (states, resent every 100 ms).
+Until the page has opened the session or said it cannot (``{"type": "websocket"}``),
+or ``auth_timeout_s`` passed, it is sent no video; a session that closes leaves the
+browser on its WebSocket, from the next key frame.
 """
 
 from __future__ import annotations
 
 import hmac
 import json
+import secrets
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +61,11 @@ VIDEO_HEADER = struct.Struct("<cBQQ")
 #: An audio message's header: b"A", flags (0), capture µs, pts µs; then the codec's packet.
 AUDIO_HEADER = VIDEO_HEADER
 FLAG_IDR = 1
+#: Before a picture's message on a WebTransport stream: b"S" and the browser's unit number (its streams may
+#: arrive out of order; the page decodes them in this order).
+STREAM_SEQ = struct.Struct("<cI")
+#: Sound larger than this goes on a stream, not in a datagram (a QUIC packet of 1350 bytes carries one).
+MAX_DATAGRAM_BYTES = 1200
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +106,26 @@ class SendText:
 
 @dataclass(frozen=True, slots=True)
 class SendBinary:
+    """To the browser's WebSocket (``channel="socket"``), or its WebTransport session: a new unidirectional stream
+    (``"stream"``, reliable, ordered within itself) or a datagram (``"datagram"``, may be lost)."""
+
     client: int
     data: bytes
+    channel: str = "socket"
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptSession:
+    """A WebTransport session presented a browser's ticket: accept it; it carries that browser's media now."""
+
+    session: int
+    client: int
+
+
+@dataclass(frozen=True, slots=True)
+class CloseSession:
+    session: int
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +159,17 @@ class BrowserLeft:
     client: int
 
 
-WebOutput = SendText | SendBinary | CloseClient | RequestKeyframe | BrowserJoined | BrowserInput | BrowserLeft
+WebOutput = (
+    SendText
+    | SendBinary
+    | CloseClient
+    | RequestKeyframe
+    | BrowserJoined
+    | BrowserInput
+    | BrowserLeft
+    | AcceptSession
+    | CloseSession
+)
 #: A browser's binary messages: its tag and the wire payload after it.
 INPUT_MESSAGES: dict[bytes, type[GamepadState] | type[InputState]] = {b"P": GamepadState, b"I": InputState}
 
@@ -135,6 +182,16 @@ class _Browser:
     proved: bool = False
     #: Skipping frames until an IDR (just admitted, fell behind, or its decoder asked).
     awaiting_idr: bool = True
+    #: When it proved the key (its WebTransport session must open by auth_timeout_s after).
+    proved_s: float = 0.0
+    #: The one-time ticket its WebTransport session must present; None once used, refused, or not offered.
+    ticket: str | None = field(default=None, repr=False)
+    #: Waiting for its WebTransport session (or word that it has none): no video until then.
+    awaiting_session: bool = False
+    #: Its WebTransport session (the shell's number), which carries its media; None: the WebSocket does.
+    session: int | None = None
+    #: Units sent on its session: the number each stream starts with.
+    units: int = 0
 
 
 @dataclass(slots=True)
@@ -147,6 +204,10 @@ class WebCounters:
     keyframe_requests: int = 0
     input_states: int = 0
     audio_sent: int = 0
+    #: WebTransport sessions accepted, and browsers that stayed on (or went back to) the WebSocket.
+    sessions: int = 0
+    websocket_fallbacks: int = 0
+    datagrams_dropped: int = 0
 
     def refuse(self, why: str) -> None:
         self.refused[why] = self.refused.get(why, 0) + 1
@@ -157,15 +218,25 @@ class WebViewers:
     :meth:`video` per encoded unit, :meth:`handle_timer` at :meth:`next_timer`."""
 
     def __init__(
-        self, config: WebConfig, info: StreamInfo | None = None, *, limiter: FailureLimiter | None = None
+        self,
+        config: WebConfig,
+        info: StreamInfo | None = None,
+        *,
+        limiter: FailureLimiter | None = None,
+        webtransport_cert: str | None = None,
+        make_ticket: Callable[[], str] = lambda: secrets.token_urlsafe(18),
     ) -> None:
         """``limiter``: the host's count of wrong codes per address (the viewers' own), so that the page is not
-        a way around it."""
+        a way around it.  ``webtransport_cert``: the hex SHA-256 of the certificate the host's WebTransport
+        server shows (None: the WebSocket carries everything)."""
         self.config = config
         self.info = info
         self.limiter = limiter or FailureLimiter()
         self.counters = WebCounters()
+        self.webtransport_cert = webtransport_cert
+        self._make_ticket = make_ticket
         self._browsers: dict[int, _Browser] = {}
+        self._sessions: dict[int, int] = {}  # WebTransport session → its browser
 
     def set_stream(self, info: StreamInfo) -> None:
         self.info = info
@@ -184,6 +255,8 @@ class WebViewers:
 
     def closed(self, client: int) -> list[WebOutput]:
         browser = self._browsers.pop(client, None)
+        if browser is not None and browser.session is not None:
+            self._sessions.pop(browser.session, None)
         return [BrowserLeft(client)] if browser is not None and browser.proved else []
 
     def message(self, client: int, text: str | bytes, now: float) -> list[WebOutput]:
@@ -205,6 +278,8 @@ class WebViewers:
             browser.awaiting_idr = True
             self.counters.keyframe_requests += 1
             return [RequestKeyframe()]
+        if msg["type"] == "websocket" and browser.awaiting_session:  # its WebTransport did not open
+            return self._on_websocket(browser)
         return []  # a later page may say more; an unknown message is not an error
 
     def _prove(self, client: int, browser: _Browser, msg: dict[str, Any], now: float) -> list[WebOutput]:
@@ -226,6 +301,7 @@ class WebViewers:
             self.counters.refuse("not_streaming")
             return self._close(client, "the host is not streaming yet: reload in a moment")
         browser.proved = True
+        browser.proved_s = now
         self.counters.admitted += 1
         info = self.info
         hello = {
@@ -239,7 +315,55 @@ class WebViewers:
             if info.audio_codec is not None
             else None,
         }
-        return [SendText(client, json.dumps(hello)), RequestKeyframe(), BrowserJoined(client)]
+        if self.webtransport_cert is None:
+            return [SendText(client, json.dumps(hello)), RequestKeyframe(), BrowserJoined(client)]
+        # The ticket goes inside the connection that proved the key (TLS or loopback), and the certificate's hash
+        # with it: the page's QUIC session is bound to that proof both ways.
+        browser.ticket, browser.awaiting_session = self._make_ticket(), True
+        hello["webtransport"] = {"cert_sha256": self.webtransport_cert, "ticket": browser.ticket}
+        return [SendText(client, json.dumps(hello)), BrowserJoined(client)]
+
+    def session_opened(self, session: int, ticket: str) -> list[WebOutput]:
+        """A WebTransport session asked for ``/wt/<ticket>``: it carries the media of the browser whose ticket that
+        is (once: a ticket is spent by its first use), else it is refused."""
+        found = None
+        for client, waiting in self._browsers.items():
+            # Every ticket compared, in constant time.
+            if waiting.ticket is not None and hmac.compare_digest(waiting.ticket.encode(), ticket.encode()):
+                found = client
+        browser = self._browsers.get(found) if found is not None else None
+        if found is None or browser is None or not browser.awaiting_session:
+            self.counters.refuse("wrong_ticket")
+            return [CloseSession(session, "no browser waits with that ticket")]
+        browser.ticket, browser.awaiting_session, browser.session = None, False, session
+        browser.awaiting_idr, browser.units = True, 0
+        self._sessions[session] = found
+        self.counters.sessions += 1
+        return [AcceptSession(session, found), RequestKeyframe()]
+
+    def session_closed(self, session: int) -> list[WebOutput]:
+        """Its WebTransport session is gone: the browser goes on over its WebSocket, from the next key frame."""
+        client = self._sessions.pop(session, None)
+        browser = self._browsers.get(client) if client is not None else None
+        if browser is None:
+            return []
+        browser.session = None
+        return self._on_websocket(browser)
+
+    def session_datagram(self, session: int, data: bytes) -> list[WebOutput]:
+        """A datagram from a browser's session: its pad or keys and mouse; anything else is counted and dropped."""
+        client = self._sessions.get(session)
+        kind = INPUT_MESSAGES.get(data[:1])
+        if client is None or kind is None or len(data) != 1 + kind.PAYLOAD.size:
+            self.counters.datagrams_dropped += 1
+            return []
+        self.counters.input_states += 1
+        return [BrowserInput(client, kind(*kind.PAYLOAD.unpack(data[1:])))]
+
+    def _on_websocket(self, browser: _Browser) -> list[WebOutput]:
+        browser.ticket, browser.awaiting_session, browser.awaiting_idr = None, False, True
+        self.counters.websocket_fallbacks += 1
+        return [RequestKeyframe()]
 
     def _check_code(self, browser: _Browser, code: str, now: float) -> str | None:
         """The host's password typed into the page: None if right; else why not (a wrong one is counted against
@@ -270,6 +394,9 @@ class WebViewers:
     def _close(self, client: int, reason: str) -> list[WebOutput]:
         browser = self._browsers.pop(client, None)
         out: list[WebOutput] = [CloseClient(client, reason)]
+        if browser is not None and browser.session is not None:
+            self._sessions.pop(browser.session, None)
+            out.append(CloseSession(browser.session, reason))
         if browser is not None and browser.proved:
             out.append(BrowserLeft(client))
         return out
@@ -278,12 +405,12 @@ class WebViewers:
         self, data: bytes, *, capture_us: int, pts_us: int, idr: bool, backlog: dict[int, int], now: float
     ) -> list[WebOutput]:
         """One encoded unit: to each proved browser that can take it.  ``backlog``: bytes still waiting to leave
-        for each browser (the shell's transports)."""
+        for each browser (the shell's transports: its session's, where it has one)."""
         out: list[WebOutput] = []
         message: bytes | None = None
         want_idr = False
         for client, browser in self._browsers.items():
-            if not browser.proved:
+            if not browser.proved or browser.awaiting_session:
                 continue
             if backlog.get(client, 0) > self.config.max_backlog_bytes:
                 if not browser.awaiting_idr:
@@ -296,7 +423,11 @@ class WebViewers:
             browser.awaiting_idr = False
             if message is None:
                 message = VIDEO_HEADER.pack(b"V", FLAG_IDR if idr else 0, capture_us, pts_us) + data
-            out.append(SendBinary(client, message))
+            if browser.session is None:
+                out.append(SendBinary(client, message))
+            else:
+                out.append(SendBinary(client, STREAM_SEQ.pack(b"S", browser.units) + message, "stream"))
+                browser.units = (browser.units + 1) & 0xFFFFFFFF
             self.counters.frames_sent += 1
             self.counters.bytes_sent += len(message)
         if want_idr:
@@ -312,22 +443,28 @@ class WebViewers:
         for client, browser in self._browsers.items():
             if not browser.proved or backlog.get(client, 0) > self.config.max_backlog_bytes:
                 continue
-            out.append(SendBinary(client, message))
+            if browser.session is None:
+                out.append(SendBinary(client, message))
+            else:  # late sound is worth nothing: a datagram, unless it cannot fit one
+                out.append(SendBinary(client, message, "datagram" if len(message) <= MAX_DATAGRAM_BYTES else "stream"))
             self.counters.audio_sent += 1
         return out
 
     def next_timer(self) -> float | None:
         pending = [b.connected_s for b in self._browsers.values() if not b.proved]
+        pending += [b.proved_s for b in self._browsers.values() if b.awaiting_session]
         return min(pending) + self.config.auth_timeout_s if pending else None
 
     def handle_timer(self, now: float) -> list[WebOutput]:
-        late = [
-            c for c, b in self._browsers.items() if not b.proved and now - b.connected_s >= self.config.auth_timeout_s
-        ]
+        timeout = self.config.auth_timeout_s
+        late = [c for c, b in self._browsers.items() if not b.proved and now - b.connected_s >= timeout]
         out: list[WebOutput] = []
         for client in late:
             self.counters.refuse("timeout")
             out += self._close(client, "the token was not proved in time")
+        for browser in self._browsers.values():
+            if browser.awaiting_session and now - browser.proved_s >= timeout:  # no session came: the WebSocket
+                out += self._on_websocket(browser)
         return out
 
     def summary(self) -> dict[str, Any]:
@@ -342,4 +479,7 @@ class WebViewers:
             "keyframe_requests": c.keyframe_requests,
             "input_states": c.input_states,
             "audio_sent": c.audio_sent,
+            "webtransport_sessions": c.sessions,
+            "websocket_fallbacks": c.websocket_fallbacks,
+            "datagrams_dropped": c.datagrams_dropped,
         }

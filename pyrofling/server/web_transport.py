@@ -1,0 +1,258 @@
+"""The browsers' WebTransport: HTTP/3 over QUIC (UDP) on the page's port number, for their media on a lossy link.
+
+A thin shell around aioquic.  It reports each session that asks for
+``/wt/<ticket>``, each datagram and each end to its owner (:class:`WebServer`,
+which asks :class:`~pyrofling.core.host.web_viewers.WebViewers`), and carries out
+what comes back: accept or close a session, a message on a new unidirectional
+stream, or a datagram.
+
+* **The certificate** is made for this run (ECDSA P-256, 13 days: browsers take a
+  ``serverCertificateHashes`` certificate only for at most 14) and its SHA-256 goes
+  to the page inside the connection that proved the key, so the page talks to
+  this server and no other, whatever the network answers.
+* **No amplification.** Every new connection is first sent a Retry (smaller than
+  the client's padded Initial), so a forged source address gets nothing bigger
+  than what was sent from it; a connection that has not asked for a session within
+  ``SESSION_DEADLINE_S`` is closed, and at most ``MAX_CONNECTIONS`` are open.
+* **Congestion.** QUIC's own loss-based controllers halve their window at every
+  loss, which at 2 % random loss starves a 10 Mbit/s stream; the host already
+  chooses its rate (``--rate-policy``), so the window here only bounds what may be in
+  flight (``WINDOW_BYTES``), and a browser whose bytes pile up is skipped to the
+  next key frame by the core.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import hashlib
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from aioquic.asyncio import QuicConnectionProtocol, serve
+from aioquic.asyncio.server import QuicServer
+from aioquic.h3.connection import H3_ALPN, H3Connection
+from aioquic.h3.events import DatagramReceived, H3Event, HeadersReceived
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.congestion.base import QuicCongestionControl, register_congestion_control
+from aioquic.quic.events import ConnectionTerminated, QuicEvent
+from aioquic.quic.packet_builder import QuicSentPacket
+from cryptography.hazmat.primitives import serialization
+
+from pyrofling.server.web_tls import make_certificate
+
+log = logging.getLogger(__name__)
+
+#: What may be in flight to one browser (about 0.4 s of a 20 Mbit/s stream).
+WINDOW_BYTES = 1_000_000
+#: QUIC packets of this size, as Chromium sends its own (fewer packets than the 1200 minimum: less CPU).
+PACKET_BYTES = 1350
+#: A connection that has not asked for a session by then is closed; more than this many at once are refused.
+SESSION_DEADLINE_S = 5.0
+MAX_CONNECTIONS = 32
+#: Browsers accept a serverCertificateHashes certificate valid for at most 14 days.
+CERT_LIFETIME = datetime.timedelta(days=13)
+PATH_PREFIX = b"/wt/"
+
+
+class FixedWindow(QuicCongestionControl):
+    """A window that losses do not shrink: the host's rate policy, not QUIC's, sets the rate."""
+
+    def __init__(self, *, max_datagram_size: int) -> None:
+        super().__init__(max_datagram_size=max_datagram_size)
+        self.congestion_window = WINDOW_BYTES
+
+    def on_packet_acked(self, *, now: float, packet: QuicSentPacket) -> None:
+        self.bytes_in_flight -= packet.sent_bytes
+
+    def on_packet_sent(self, *, packet: QuicSentPacket) -> None:
+        self.bytes_in_flight += packet.sent_bytes
+
+    def on_packets_expired(self, *, packets: Iterable[QuicSentPacket]) -> None:
+        for packet in packets:
+            self.bytes_in_flight -= packet.sent_bytes
+
+    def on_packets_lost(self, *, now: float, packets: Iterable[QuicSentPacket]) -> None:
+        for packet in packets:
+            self.bytes_in_flight -= packet.sent_bytes
+
+    def on_persistent_congestion(self) -> None:
+        pass
+
+    def on_rtt_measurement(self, *, now: float, rtt: float) -> None:
+        pass
+
+
+register_congestion_control("pyrofling-fixed-window", FixedWindow)
+
+
+class _Connection(QuicConnectionProtocol):
+    """One browser's QUIC connection; at most one WebTransport session on it."""
+
+    def __init__(self, *args: Any, server: WebTransportServer, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.server = server
+        self.h3 = H3Connection(self._quic, enable_webtransport=True)
+        self.session: int | None = None  # the server's number for its session
+        self.stream_id: int | None = None  # the session's CONNECT stream
+        self.accepted = False
+        self._deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        server = self.server
+        if len(server.connections) >= MAX_CONNECTIONS:
+            server.refused += 1
+            self._quic.close(reason_phrase="too many connections")
+            self.transmit()
+            return
+        server.connections.add(self)
+        self._deadline = asyncio.get_running_loop().call_later(SESSION_DEADLINE_S, self._late)
+
+    def _late(self) -> None:
+        if self.session is None:
+            self._quic.close(reason_phrase="no session asked for")
+            self.transmit()
+
+    def quic_event_received(self, event: QuicEvent) -> None:
+        if isinstance(event, ConnectionTerminated):
+            self._ended()
+            return
+        for h3_event in self.h3.handle_event(event):
+            self._h3_event(h3_event)
+
+    def _h3_event(self, event: H3Event) -> None:
+        if isinstance(event, HeadersReceived):
+            headers = dict(event.headers)
+            path = headers.get(b":path", b"")
+            webtransport = headers.get(b":method") == b"CONNECT" and headers.get(b":protocol") == b"webtransport"
+            if self.session is not None or not webtransport or not path.startswith(PATH_PREFIX):
+                self.h3.send_headers(event.stream_id, [(b":status", b"404")], end_stream=True)
+                self.transmit()
+                return
+            self.stream_id = event.stream_id
+            self.session = self.server.new_session(self)
+            self.server.on_opened(self.session, path[len(PATH_PREFIX) :].decode(errors="replace"))
+        elif isinstance(event, DatagramReceived) and self.accepted and event.stream_id == self.stream_id:
+            assert self.session is not None
+            self.server.on_datagram(self.session, event.data)
+
+    def accept(self) -> None:
+        assert self.stream_id is not None
+        self.accepted = True
+        self.h3.send_headers(self.stream_id, [(b":status", b"200"), (b"sec-webtransport-http3-draft", b"draft02")])
+        self.transmit()
+
+    def end(self, reason: str) -> None:
+        if self.stream_id is not None and not self.accepted:
+            self.h3.send_headers(self.stream_id, [(b":status", b"403")], end_stream=True)
+        self._quic.close(reason_phrase=reason[:100])
+        self.transmit()
+
+    def send_stream(self, data: bytes) -> None:
+        assert self.stream_id is not None
+        stream = self.h3.create_webtransport_stream(self.stream_id, is_unidirectional=True)
+        self._quic.send_stream_data(stream, data, end_stream=True)
+        self.transmit()
+
+    def send_datagram(self, data: bytes) -> None:
+        assert self.stream_id is not None
+        self.h3.send_datagram(self.stream_id, data)
+        self.transmit()
+
+    def backlog(self) -> int:
+        """Bytes handed to its streams and not yet acknowledged (aioquic keeps them until they are)."""
+        return sum(len(stream.sender._buffer) for stream in self._quic._streams.values())
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self._ended()
+
+    def _ended(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        if self in self.server.connections:
+            self.server.connections.discard(self)
+            if self.session is not None:
+                self.server.ended(self.session)
+
+
+class WebTransportServer:
+    """Listens on UDP; ``on_opened(session, ticket)``, ``on_datagram(session, data)``, ``on_closed(session)``."""
+
+    def __init__(
+        self,
+        *,
+        on_opened: Callable[[int, str], None],
+        on_datagram: Callable[[int, bytes], None],
+        on_closed: Callable[[int], None],
+        names: list[str],
+    ) -> None:
+        self.on_opened, self.on_datagram, self.on_closed = on_opened, on_datagram, on_closed
+        cert, key = make_certificate(names, CERT_LIFETIME)
+        #: What the page pins (serverCertificateHashes): the SHA-256 of the certificate's DER.
+        self.cert_sha256 = hashlib.sha256(cert.public_bytes(serialization.Encoding.DER)).hexdigest()
+        self._config = QuicConfiguration(
+            alpn_protocols=H3_ALPN,
+            is_client=False,
+            max_datagram_frame_size=65536,
+            max_datagram_size=PACKET_BYTES,
+            idle_timeout=15.0,
+            congestion_control_algorithm="pyrofling-fixed-window",
+            certificate=cert,
+            private_key=key,
+        )
+        self.connections: set[_Connection] = set()
+        self.refused = 0
+        self._sessions: dict[int, _Connection] = {}
+        self._next = 1
+        self._server: QuicServer | None = None
+
+    async def start(self, bind: str, port: int) -> None:
+        self._server = await serve(
+            bind,
+            port,
+            configuration=self._config,
+            create_protocol=lambda *a, **k: _Connection(*a, server=self, **k),
+            retry=True,
+        )
+
+    def close(self) -> None:
+        for connection in list(self.connections):
+            connection.end("the host is closing")
+        if self._server is not None:
+            self._server.close()
+
+    def new_session(self, connection: _Connection) -> int:
+        session, self._next = self._next, self._next + 1
+        self._sessions[session] = connection
+        return session
+
+    def ended(self, session: int) -> None:
+        if self._sessions.pop(session, None) is not None:
+            self.on_closed(session)
+
+    def accept(self, session: int) -> None:
+        connection = self._sessions.get(session)
+        if connection is not None:
+            connection.accept()
+
+    def close_session(self, session: int, reason: str) -> None:
+        connection = self._sessions.pop(session, None)
+        if connection is not None:
+            log.info("browser session %d closed: %s", session, reason)
+            connection.end(reason)
+
+    def send(self, session: int, data: bytes, *, datagram: bool) -> None:
+        connection = self._sessions.get(session)
+        if connection is None or not connection.accepted:
+            return
+        if datagram:
+            connection.send_datagram(data)
+        else:
+            connection.send_stream(data)
+
+    def backlog(self, session: int) -> int:
+        connection = self._sessions.get(session)
+        return connection.backlog() if connection is not None else 0
