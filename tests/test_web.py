@@ -39,6 +39,9 @@ def test_a_browser_with_the_token_gets_the_hosts_own_encode_from_a_key_frame_and
             async with connect(f"ws://127.0.0.1:{port}/stream") as ws:
                 await ws.send(json.dumps({"type": "auth", "token": token}))
                 hello = json.loads(await asyncio.wait_for(ws.recv(), 10))
+                assert host.web.transport is not None  # offered, with its certificate's hash, and not taken:
+                assert hello["webtransport"]["cert_sha256"] == host.web.transport.cert_sha256
+                await ws.send(json.dumps({"type": "websocket"}))  # as a browser without WebTransport says
                 units: list[str | bytes] = []
                 while len(units) < 45:  # the video units (sound, b"A…", comes between them)
                     got = await asyncio.wait_for(ws.recv(), 10)
@@ -129,6 +132,7 @@ def test_headless_chromium_plays_the_stream_from_the_link_and_a_page_without_the
 
     played, no_key, wrong = run(scenario, timeout_s=120)
     assert played["state"] == "streaming" and int(played["framesDrawn"]) >= 60
+    assert played["transport"] == "webtransport"  # the pictures came over QUIC streams, the certificate pinned
     assert played["decodeErrors"] == 0
     latency = played["latencyMs"]
     assert isinstance(latency, list) and latency and 0 < sorted(latency)[len(latency) // 2] < 1000
@@ -203,6 +207,7 @@ def test_from_the_page_keys_mouse_and_a_pad_reach_the_hosts_devices_by_the_playe
     pressed = [events for events in pad.reports() if (1, 304, 1) in events]  # BTN_SOUTH
     assert pressed, pad.reports()[:5]
     assert result["stats"]["inputStatesSent"] > 0 and result["stats"]["padStatesSent"] > 0
+    assert result["stats"]["transport"] == "webtransport"  # so they came as datagrams
     assert result["summary"]["web"]["input_states"] >= 3
 
 
@@ -368,3 +373,177 @@ def test_a_friend_types_the_hosts_password_into_the_page_and_a_wrong_one_is_refu
     assert played["state"] == "streaming" and played["framesDrawn"] >= 30
     assert refused["state"] == "refused" and refused["refused"] == "wrong password"
     assert refused["framesReceived"] == 0
+
+
+def test_with_no_web_transport_the_page_plays_over_its_websocket() -> None:
+    if find_chromium() is None:
+        (pytest.fail if os.environ.get("CI") else pytest.skip)("needs Debian's chromium (scripts/setup installs it)")
+
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
+        host, task = await start_host(encoder=SMALL, web_port=0, virtual_pad="none", web_transport=False)
+        try:
+            assert host.web_link is not None
+            async with Chromium() as browser:
+                page = await browser.open(host.web_link)
+                played = await page_reaches(
+                    page, "window.pyrofling && window.pyrofling.stats.framesDrawn >= 30 && window.pyrofling.stats", 60
+                )
+        finally:
+            await stop_host(host, task)
+        return played, host.summary()["web"]
+
+    played, web = run(scenario, timeout_s=90)
+    assert played["transport"] == "websocket" and played["decodeErrors"] == 0
+    assert web["webtransport_sessions"] == 0 and web["frames_sent"] >= 30
+
+
+class _QuicClient:
+    """An HTTP/3 client that asks for a WebTransport session as an attacker would: any certificate, any path."""
+
+    @staticmethod
+    async def ask(port: int, path: bytes, listen_s: float = 1.0) -> tuple[bytes | None, int]:
+        """(the :status answered, bytes of WebTransport streams received in ``listen_s`` after it)."""
+        import ssl
+
+        from aioquic.asyncio import connect as quic_connect
+        from aioquic.asyncio.protocol import QuicConnectionProtocol
+        from aioquic.h3.connection import H3_ALPN, H3Connection
+        from aioquic.h3.events import H3Event, HeadersReceived, WebTransportStreamDataReceived
+        from aioquic.quic.configuration import QuicConfiguration
+        from aioquic.quic.events import QuicEvent
+
+        class Client(QuicConnectionProtocol):
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **kwargs)
+                self.h3 = H3Connection(self._quic, enable_webtransport=True)
+                self.events: list[H3Event] = []
+
+            def quic_event_received(self, event: QuicEvent) -> None:
+                self.events += self.h3.handle_event(event)
+
+        config = QuicConfiguration(
+            is_client=True, alpn_protocols=H3_ALPN, max_datagram_frame_size=65536, verify_mode=ssl.CERT_NONE
+        )
+        async with quic_connect("127.0.0.1", port, configuration=config, create_protocol=Client) as client:
+            assert isinstance(client, Client)
+            stream = client._quic.get_next_available_stream_id()
+            headers = [(b":method", b"CONNECT"), (b":protocol", b"webtransport"), (b":scheme", b"https"),
+                       (b":authority", b"127.0.0.1"), (b":path", path)]  # fmt: skip
+            client.h3.send_headers(stream, headers)
+            client.transmit()
+            status = None
+            for _ in range(500):
+                answered = [e for e in client.events if isinstance(e, HeadersReceived)]
+                if answered:
+                    status = dict(answered[0].headers).get(b":status")
+                    break
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(listen_s)
+            data = sum(len(e.data) for e in client.events if isinstance(e, WebTransportStreamDataReceived))
+        return status, data
+
+
+def test_a_quic_client_without_a_live_ticket_gets_no_session_and_no_byte_of_the_stream() -> None:
+    """Someone who reaches the host's UDP port: a guessed ticket, and a ticket that a page already used (replayed
+    by someone who saw it), are refused; the page's own ticket, once, gets the pictures."""
+
+    async def scenario() -> tuple[list[tuple[bytes | None, int]], dict[str, Any]]:
+        host, task = await start_host(encoder=SMALL, web_port=0, virtual_pad="none")
+        try:
+            assert host.web is not None and host.web.port is not None and host.web_link is not None
+            port, token = host.web.port, host.web_link.split("#t=")[1]
+            answers = [await _QuicClient.ask(port, b"/wt/" + b"g" * 24)]
+            async with connect(f"ws://127.0.0.1:{port}/stream") as ws:
+                await ws.send(json.dumps({"type": "auth", "token": token}))
+                ticket = json.loads(await asyncio.wait_for(ws.recv(), 10))["webtransport"]["ticket"].encode()
+                answers.append(await _QuicClient.ask(port, b"/wt/" + ticket, listen_s=2.0))
+                answers.append(await _QuicClient.ask(port, b"/wt/" + ticket))
+                answers.append(await _QuicClient.ask(port, b"/not-webtransport"))
+        finally:
+            await stop_host(host, task)
+        return answers, host.summary()["web"]
+
+    answers, web = run(scenario, timeout_s=90)
+    guessed, own, replayed, other = answers
+    assert guessed == (b"403", 0)
+    assert own[0] == b"200" and own[1] > 10_000  # the ticket's owner gets the pictures (over a second of them)
+    assert replayed == (b"403", 0)
+    assert other == (b"404", 0)
+    assert web["refused"] == {"wrong_ticket": 2} and web["webtransport_sessions"] == 1
+
+
+def test_a_forged_quic_initial_gets_back_no_more_than_it_sent() -> None:
+    """Reflection: an Initial sent with someone else's address as its source (here: from a plain socket) is
+    answered with a Retry alone, smaller than the Initial, so the host cannot be used to amplify a flood."""
+    import contextlib
+    import socket
+    import time
+
+    from aioquic.h3.connection import H3_ALPN
+    from aioquic.quic.configuration import QuicConfiguration
+    from aioquic.quic.connection import QuicConnection
+
+    async def scenario() -> tuple[int, list[bytes]]:
+        host, task = await start_host(encoder=TINY, web_port=0, virtual_pad="none")
+        try:
+            assert host.web is not None and host.web.port is not None
+            client = QuicConnection(configuration=QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN))
+            client.connect(("127.0.0.1", host.web.port), now=time.time())
+            initial = b"".join(d for d, _ in client.datagrams_to_send(now=time.time()))
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as victim:
+                victim.settimeout(0.5)
+                victim.sendto(initial, ("127.0.0.1", host.web.port))
+                replies = []
+                deadline = time.monotonic() + 2.0
+                while time.monotonic() < deadline:
+                    with contextlib.suppress(TimeoutError):
+                        replies.append(await asyncio.to_thread(victim.recv, 65536))
+        finally:
+            await stop_host(host, task)
+        return len(initial), replies
+
+    sent, replies = run(scenario, timeout_s=60)
+    assert sent >= 1200 and replies  # it was answered...
+    assert all(r[0] & 0xF0 == 0xF0 for r in replies)  # ...with a long-header Retry (type 3) only
+    assert sum(map(len, replies)) < sent
+
+
+def test_one_address_holds_at_most_a_few_quic_connections_and_idle_ones_are_closed() -> None:
+    """Someone with a real address (the Retry proved it) who opens connection after connection: beyond
+    MAX_PER_ADDRESS they are refused, and those that never get a session are closed at the deadline."""
+    import contextlib
+    import ssl
+
+    from aioquic.asyncio import connect as quic_connect
+    from aioquic.h3.connection import H3_ALPN
+    from aioquic.quic.configuration import QuicConfiguration
+
+    from pyrofling.server import web_transport
+
+    async def scenario() -> tuple[int, int, int, int]:
+        host, task = await start_host(encoder=TINY, web_port=0, virtual_pad="none")
+        try:
+            assert host.web is not None and host.web.port is not None and host.web.transport is not None
+            server = host.web.transport
+            config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, verify_mode=ssl.CERT_NONE)
+            opened = 0
+            async with contextlib.AsyncExitStack() as stack:
+                for _ in range(web_transport.MAX_PER_ADDRESS + 3):
+                    with contextlib.suppress(ConnectionError, TimeoutError):
+                        await asyncio.wait_for(
+                            stack.enter_async_context(quic_connect("127.0.0.1", host.web.port, configuration=config)),
+                            3,
+                        )
+                        opened += 1
+                held = len(server.connections)
+                for _ in range(int(web_transport.SESSION_DEADLINE_S * 20) + 100):  # the deadline closes them all
+                    if not server.connections:
+                        break
+                    await asyncio.sleep(0.05)
+                return opened, held, server.refused, len(server.connections)
+        finally:
+            await stop_host(host, task)
+
+    opened, held, refused, left = run(scenario, timeout_s=90)
+    assert opened >= 1 and held <= web_transport.MAX_PER_ADDRESS and refused >= 3
+    assert left == 0

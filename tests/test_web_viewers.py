@@ -4,11 +4,14 @@ import json
 
 from pyrofling.core.host.web_viewers import (
     FLAG_IDR,
+    STREAM_SEQ,
     VIDEO_HEADER,
+    AcceptSession,
     BrowserInput,
     BrowserJoined,
     BrowserLeft,
     CloseClient,
+    CloseSession,
     RequestKeyframe,
     SendBinary,
     SendText,
@@ -224,3 +227,87 @@ def test_the_hosts_password_typed_into_the_page_admits_and_wrong_ones_count_agai
     bare.connected(1, 0.0, "192.0.2.7")
     out = bare.message(1, json.dumps({"type": "auth", "code": ""}), 0.0)
     assert isinstance(out[0], CloseClient) and "no password" in out[0].reason
+
+
+CERT = "ab" * 32
+
+
+def offered(web: WebViewers, client: int = 1, now: float = 0.0) -> str:
+    """Admit a browser on a host that offers WebTransport; the ticket its hello carries."""
+    hello, joined = admitted(web, client, now)
+    assert isinstance(hello, SendText) and joined == BrowserJoined(client)
+    offer = json.loads(hello.text)["webtransport"]
+    assert offer["cert_sha256"] == CERT
+    return str(offer["ticket"])
+
+
+def test_webtransport_a_session_with_the_hellos_one_time_ticket_carries_the_pictures_as_numbered_streams() -> None:
+    tickets = iter(["ticket-1", "ticket-2"])
+    web = WebViewers(WebConfig(TOKEN), INFO, webtransport_cert=CERT, make_ticket=lambda: next(tickets))
+    ticket = offered(web)
+    assert ticket == "ticket-1"
+    assert frame(web, idr=True) == []  # no picture until its session opened (or it said it has none)
+    assert web.session_opened(7, "guess") == [CloseSession(7, "no browser waits with that ticket")]
+    assert web.session_opened(7, ticket) == [AcceptSession(7, 1), RequestKeyframe()]
+    assert web.session_opened(8, ticket)[0] == CloseSession(8, "no browser waits with that ticket")  # spent
+    assert web.counters.refused == {"wrong_ticket": 2}
+    assert frame(web, idr=False, n=1) == []  # the session starts at a key frame
+    sent = [o for n in (2, 3, 4) for o in frame(web, idr=n == 2, n=n)]
+    assert all(isinstance(o, SendBinary) and o.channel == "stream" for o in sent)
+    numbers = [STREAM_SEQ.unpack(o.data[: STREAM_SEQ.size]) for o in sent if isinstance(o, SendBinary)]
+    assert numbers == [(b"S", 0), (b"S", 1), (b"S", 2)]
+    first = sent[0]
+    assert isinstance(first, SendBinary)
+    header = VIDEO_HEADER.unpack(first.data[STREAM_SEQ.size : STREAM_SEQ.size + VIDEO_HEADER.size])
+    assert header == (b"V", FLAG_IDR, 1002, 2002)
+
+
+def test_webtransport_sound_goes_as_datagrams_and_input_datagrams_play_while_bad_ones_are_counted() -> None:
+    from pyrofling.core.host.web_viewers import MAX_DATAGRAM_BYTES
+    from pyrofling.wire import GamepadState
+
+    web = WebViewers(WebConfig(TOKEN), INFO, webtransport_cert=CERT)
+    web.session_opened(3, offered(web))
+    small = web.audio(b"x" * 100, pts_us=1, backlog={})
+    large = web.audio(b"x" * MAX_DATAGRAM_BYTES, pts_us=2, backlog={})
+    assert [o.channel for o in small + large if isinstance(o, SendBinary)] == ["datagram", "stream"]
+    state = GamepadState(seq=4, buttons=1)
+    payload = b"P" + bytes(state)[-GamepadState.PAYLOAD.size :]  # the tag, then the wire payload
+    out = web.session_datagram(3, payload)
+    assert out == [BrowserInput(1, state)]
+    assert web.session_datagram(3, b"P\x00") == [] and web.session_datagram(3, b"?" * 17) == []
+    assert web.session_datagram(99, payload) == []  # no such session
+    assert web.counters.datagrams_dropped == 3 and web.counters.input_states == 1
+
+
+def test_a_browser_without_webtransport_goes_on_over_its_websocket_from_a_key_frame() -> None:
+    web = WebViewers(WebConfig(TOKEN, auth_timeout_s=5.0), INFO, webtransport_cert=CERT)
+    ticket = offered(web, 1)
+    offered(web, 2)
+    # 1 says its WebTransport failed: the WebSocket, from the next key frame; its ticket no longer opens anything.
+    assert web.message(1, json.dumps({"type": "websocket"}), 0.5) == [RequestKeyframe()]
+    assert web.session_opened(4, ticket)[0] == CloseSession(4, "no browser waits with that ticket")
+    assert [o.client for o in frame(web, idr=True) if isinstance(o, SendBinary)] == [1]
+    # 2 says nothing: at the deadline it gets the WebSocket too.
+    assert web.next_timer() == 5.0
+    assert web.handle_timer(5.0) == [RequestKeyframe()]
+    assert {(o.client, o.channel) for o in frame(web, idr=True, n=1) if isinstance(o, SendBinary)} == {
+        (1, "socket"),
+        (2, "socket"),
+    }
+    assert web.counters.websocket_fallbacks == 2 and web.next_timer() is None
+
+
+def test_a_closed_session_falls_back_to_the_websocket_and_a_closed_page_closes_its_session() -> None:
+    web = WebViewers(WebConfig(TOKEN), INFO, webtransport_cert=CERT)
+    web.session_opened(5, offered(web, 1))
+    web.session_opened(6, offered(web, 2))
+    assert web.session_closed(5) == [RequestKeyframe()]
+    assert {(o.client, o.channel) for o in frame(web, idr=True) if isinstance(o, SendBinary)} == {
+        (1, "socket"),
+        (2, "stream"),
+    }
+    assert web.session_closed(5) == []  # once
+    out = web.message(2, "not json", 1.0)  # a misbehaving page is closed, and its session with it
+    assert CloseSession(6, "malformed message") in out and BrowserLeft(2) in out
+    assert web.session_datagram(6, b"P" + bytes(16)) == []

@@ -12,8 +12,9 @@ stream, or a datagram.
   this server and no other, whatever the network answers.
 * **No amplification.** Every new connection is first sent a Retry (smaller than
   the client's padded Initial), so a forged source address gets nothing bigger
-  than what was sent from it; a connection that has not asked for a session within
-  ``SESSION_DEADLINE_S`` is closed, and at most ``MAX_CONNECTIONS`` are open.
+  than what was sent from it; a connection without an accepted session
+  ``SESSION_DEADLINE_S`` after it opened is closed, and at most ``MAX_CONNECTIONS``
+  are open, ``MAX_PER_ADDRESS`` from one address (whose Retry proved it real).
 * **Congestion.** QUIC's own loss-based controllers halve their window at every
   loss, which at 2 % random loss starves a 10 Mbit/s stream; the host already
   chooses its rate (``--rate-policy``), so the window here only bounds what may be in
@@ -51,6 +52,8 @@ PACKET_BYTES = 1350
 #: A connection that has not asked for a session by then is closed; more than this many at once are refused.
 SESSION_DEADLINE_S = 5.0
 MAX_CONNECTIONS = 32
+#: Connections from one address at once (a page needs one; a reload, another for a moment).
+MAX_PER_ADDRESS = 4
 #: Browsers accept a serverCertificateHashes certificate valid for at most 14 days.
 CERT_LIFETIME = datetime.timedelta(days=13)
 PATH_PREFIX = b"/wt/"
@@ -97,6 +100,7 @@ class _Connection(QuicConnectionProtocol):
         self.session: int | None = None  # the server's number for its session
         self.stream_id: int | None = None  # the session's CONNECT stream
         self.accepted = False
+        self.address: str | None = None
         self._deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -110,9 +114,19 @@ class _Connection(QuicConnectionProtocol):
         server.connections.add(self)
         self._deadline = asyncio.get_running_loop().call_later(SESSION_DEADLINE_S, self._late)
 
+    def datagram_received(self, data: bytes | str, addr: Any) -> None:
+        if self.address is None:
+            self.address = str(addr[0])
+            if sum(1 for c in self.server.connections if c.address == self.address) > MAX_PER_ADDRESS:
+                self.server.refused += 1
+                self._quic.close(reason_phrase="too many connections from this address")
+                self.transmit()
+                return
+        super().datagram_received(data, addr)
+
     def _late(self) -> None:
-        if self.session is None:
-            self._quic.close(reason_phrase="no session asked for")
+        if not self.accepted:  # never asked for a session, or was refused one
+            self._quic.close(reason_phrase="no session")
             self.transmit()
 
     def quic_event_received(self, event: QuicEvent) -> None:
@@ -145,9 +159,11 @@ class _Connection(QuicConnectionProtocol):
         self.transmit()
 
     def end(self, reason: str) -> None:
+        """Refuse its session (403; the connection closes at its deadline), or close an accepted one."""
         if self.stream_id is not None and not self.accepted:
             self.h3.send_headers(self.stream_id, [(b":status", b"403")], end_stream=True)
-        self._quic.close(reason_phrase=reason[:100])
+        else:
+            self._quic.close(reason_phrase=reason[:100])
         self.transmit()
 
     def send_stream(self, data: bytes) -> None:
