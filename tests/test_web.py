@@ -547,3 +547,28 @@ def test_one_address_holds_at_most_a_few_quic_connections_and_idle_ones_are_clos
     opened, held, refused, left = run(scenario, timeout_s=90)
     assert opened >= 1 and held <= web_transport.MAX_PER_ADDRESS and refused >= 3
     assert left == 0
+
+
+def test_a_page_opens_no_session_with_a_server_whose_certificate_is_not_the_pinned_one() -> None:
+    """Someone on the path answers the page's QUIC handshake with another certificate (here: the host pins a hash
+    its server does not have): the browser refuses that connection, and the page goes on over its WebSocket."""
+    if find_chromium() is None:
+        (pytest.fail if os.environ.get("CI") else pytest.skip)("needs Debian's chromium (scripts/setup installs it)")
+
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
+        host, task = await start_host(encoder=SMALL, web_port=0, virtual_pad="none")
+        try:
+            assert host.web is not None and host.web_link is not None
+            host.web.viewers.webtransport_cert = "00" * 32  # not the certificate the server shows
+            async with Chromium() as browser:
+                page = await browser.open(host.web_link)
+                played = await page_reaches(
+                    page, "window.pyrofling && window.pyrofling.stats.framesDrawn >= 30 && window.pyrofling.stats", 60
+                )
+        finally:
+            await stop_host(host, task)
+        return played, host.summary()["web"]
+
+    played, web = run(scenario, timeout_s=90)
+    assert played["transport"] == "websocket" and played["transportError"]
+    assert web["webtransport_sessions"] == 0 and web["websocket_fallbacks"] == 1
