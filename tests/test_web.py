@@ -375,24 +375,28 @@ def test_a_friend_types_the_hosts_password_into_the_page_and_a_wrong_one_is_refu
     assert refused["framesReceived"] == 0
 
 
+async def _page_draws_30(**host: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A host (``host``: its settings, ``pin``: a certificate hash to offer instead of its own); Chromium opens
+    its link until the page drew 30 pictures: the page's stats and the host's web summary."""
+    pin = host.pop("pin", None)
+    started, task = await start_host(encoder=SMALL, web_port=0, virtual_pad="none", **host)
+    try:
+        assert started.web is not None and started.web_link is not None
+        if pin is not None:
+            started.web.viewers.webtransport_cert = pin
+        async with Chromium() as browser:
+            page = await browser.open(started.web_link)
+            drawn = "window.pyrofling && window.pyrofling.stats.framesDrawn >= 30 && window.pyrofling.stats"
+            played = await page_reaches(page, drawn, 60)
+    finally:
+        await stop_host(started, task)
+    return played, started.summary()["web"]
+
+
 def test_with_no_web_transport_the_page_plays_over_its_websocket() -> None:
     if find_chromium() is None:
         (pytest.fail if os.environ.get("CI") else pytest.skip)("needs Debian's chromium (scripts/setup installs it)")
-
-    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
-        host, task = await start_host(encoder=SMALL, web_port=0, virtual_pad="none", web_transport=False)
-        try:
-            assert host.web_link is not None
-            async with Chromium() as browser:
-                page = await browser.open(host.web_link)
-                played = await page_reaches(
-                    page, "window.pyrofling && window.pyrofling.stats.framesDrawn >= 30 && window.pyrofling.stats", 60
-                )
-        finally:
-            await stop_host(host, task)
-        return played, host.summary()["web"]
-
-    played, web = run(scenario, timeout_s=90)
+    played, web = run(lambda: _page_draws_30(web_transport=False), timeout_s=90)
     assert played["transport"] == "websocket" and played["decodeErrors"] == 0
     assert web["webtransport_sessions"] == 0 and web["frames_sent"] >= 30
 
@@ -555,20 +559,7 @@ def test_a_page_opens_no_session_with_a_server_whose_certificate_is_not_the_pinn
     if find_chromium() is None:
         (pytest.fail if os.environ.get("CI") else pytest.skip)("needs Debian's chromium (scripts/setup installs it)")
 
-    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
-        host, task = await start_host(encoder=SMALL, web_port=0, virtual_pad="none")
-        try:
-            assert host.web is not None and host.web_link is not None
-            host.web.viewers.webtransport_cert = "00" * 32  # not the certificate the server shows
-            async with Chromium() as browser:
-                page = await browser.open(host.web_link)
-                played = await page_reaches(
-                    page, "window.pyrofling && window.pyrofling.stats.framesDrawn >= 30 && window.pyrofling.stats", 60
-                )
-        finally:
-            await stop_host(host, task)
-        return played, host.summary()["web"]
-
-    played, web = run(scenario, timeout_s=90)
+    # Not the certificate the server shows.
+    played, web = run(lambda: _page_draws_30(pin="00" * 32), timeout_s=90)
     assert played["transport"] == "websocket" and played["transportError"]
     assert web["webtransport_sessions"] == 0 and web["websocket_fallbacks"] == 1
