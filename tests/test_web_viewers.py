@@ -311,3 +311,71 @@ def test_a_closed_session_falls_back_to_the_websocket_and_a_closed_page_closes_i
     out = web.message(2, "not json", 1.0)  # a misbehaving page is closed, and its session with it
     assert CloseSession(6, "malformed message") in out and BrowserLeft(2) in out
     assert web.session_datagram(6, b"P" + bytes(16)) == []
+
+
+def _browser_on_a_link(link_bps: float, policy: str, seconds: float = 4.0) -> tuple[list[int], dict[str, object]]:
+    """A browser that plays, its pictures through a bottleneck of ``link_bps`` (a queue that never drops), its page
+    reporting their arrivals every 50 ms on its own clock: the encoder bitrates the host set, and its summary."""
+    import math
+
+    from pyrofling.core.host.congestion import RateConfig
+    from pyrofling.core.host.keyframes import KeyframePolicy
+    from pyrofling.core.host.packetizer import Packetizer
+    from pyrofling.core.host.sessions import HostSessions
+    from pyrofling.core.host.state import SetBitrate
+    from pyrofling.wire import ArrivalSample, RateFeedback
+
+    hs = HostSessions(
+        make_packetizer=Packetizer.for_cookie,
+        keyframes=KeyframePolicy(),
+        rate=RateConfig(ceiling_bps=10e6, floor_bps=1e6),
+        rate_policy=policy,
+    )
+    hs.browser_joined(1, 0.0)
+    bitrate, free_s, page_clock = 10e6, 0.0, 5000.0  # the page's clock is not the host's
+    arrived: list[tuple[float, ArrivalSample, int]] = []
+    bitrates: list[int] = []
+    for frame in range(int(seconds * 60)):
+        now = frame / 60
+        size = int(bitrate / 60 / 8)
+        hs.browser_sent(1, frame, size, now)
+        hs.browser_sent(1, None, 240, now)  # its sound
+        start = max(now + 0.004, free_s)
+        free_s = start + size * 8 / link_bps
+        us = lambda t: int((t + page_clock) * 1e6) & 0xFFFFFFFF  # noqa: E731
+        arrived.append((free_s, ArrivalSample(frame & 0x3FFF, math.ceil(size / 1300), us(start), us(free_s)), size))
+        if frame % 3 == 2:
+            done = [a for a in arrived if a[0] <= now]
+            arrived = [a for a in arrived if a[0] > now]
+            report = RateFeedback.build(frame, 50_000, sum(a[2] for a in done), [a[1] for a in done])
+            out = hs.browser_rate_feedback(1, report, lost=0, sent=40, now=now)
+            for o in out:
+                if isinstance(o, SetBitrate):
+                    bitrate = o.bits_per_s
+                    bitrates.append(o.bits_per_s)
+    return bitrates, hs.rate_summary()
+
+
+def test_a_browsers_narrow_link_is_heard_by_the_rate_control_as_a_viewers_is() -> None:
+    bitrates, summary = _browser_on_a_link(6e6, "player")
+    assert bitrates and bitrates[-1] < 6e6  # the encoder came down to what the page's link carries
+    links = summary["links"]
+    assert isinstance(links, dict) and "browser @ 1" in links
+    # A wide link leaves the ceiling alone, and so does the fixed policy, as PyroFling's.
+    assert _browser_on_a_link(50e6, "player")[0] == [] and _browser_on_a_link(6e6, "fixed")[0] == []
+
+
+def test_a_pages_arrival_report_is_read_as_rate_feedback_and_a_bad_one_is_dropped() -> None:
+    from pyrofling.core.host.web_viewers import BrowserRateReport
+    from pyrofling.wire import ArrivalSample, RateFeedback
+
+    web = WebViewers(WebConfig(TOKEN), INFO, webtransport_cert=CERT)
+    web.session_opened(3, offered(web))
+    report = RateFeedback.build(9, 50_000, 42_000, [ArrivalSample(7, 17, 1000, 2000)])
+    payload = bytes(report)[-RateFeedback.PAYLOAD.size :]
+    assert web.session_datagram(3, b"R" + payload) == [BrowserRateReport(1, report)]
+    too_many = bytearray(payload)
+    too_many[12:14] = (9).to_bytes(2, "little")  # nine samples claimed, eight fit
+    assert web.session_datagram(3, b"R" + bytes(too_many)) == []
+    assert web.session_datagram(3, b"R" + payload[:-1]) == []
+    assert web.counters.rate_reports == 1 and web.counters.datagrams_dropped == 2

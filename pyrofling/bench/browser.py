@@ -77,9 +77,11 @@ def browser_watch(
 
 def impairment_of(sc: StreamScenario) -> ImpairmentConfig | None:
     """What ``bench stream``'s netsim does to the viewer, for the browser's relay (None: loopback as it is)."""
-    if not (sc.loss or sc.ge):
+    if not (sc.loss or sc.ge or sc.rate_mbits):
         return None
-    return ImpairmentConfig(loss=sc.loss, gilbert_elliott=DEFAULT_GE if sc.ge else None)
+    return ImpairmentConfig(
+        loss=sc.loss, gilbert_elliott=DEFAULT_GE if sc.ge else None, rate_bits_per_s=sc.rate_mbits * 1e6
+    )
 
 
 def input_latencies(dispatched: list[float], applied: list[dict[str, Any]]) -> list[float]:
@@ -237,6 +239,7 @@ def run_browser_bench(
         },
         "host_cpu_pct": {"browser_and_viewer": viewer_row["host_cpu_pct"], "two_viewers": baseline["host_cpu_pct"]},
         "host_web": with_browser["host"].get("web"),
+        "host_rate": with_browser["host"].get("rate"),
         "frames_encoded": {"browser_and_viewer": viewer_row["frames_sent"], "two_viewers": baseline["frames_sent"]},
     }
 
@@ -272,6 +275,17 @@ def format_table(r: dict[str, Any]) -> str:
         f"the page drew its first picture {cell(page.get('first_picture_s'), '.2f')} s after it opened; its figures "
         f"leave out the {WARMUP_S:g} s after that and cover {cell(page.get('measured_s'), '.1f')} s"
     )
+    rate = r.get("host_rate") or {}
+    if rate.get("rate_policy") not in (None, "fixed"):
+        links = rate.get("links") or {}
+        said = "; ".join(
+            f"{name}: {link.get('video_kbits')} kbit/s for video, queue {cell(link.get('queue_delay_ms'), '.1f')} ms"
+            for name, link in links.items()
+        )
+        lines.append(
+            f"rate control ({rate['rate_policy']}): the encoder at {rate.get('bitrate_kbits')} kbit/s at the end, "
+            f"{rate.get('bitrate_changes')} changes; links heard: {said or 'none'}"
+        )
     down = (page.get("netsim") or {}).get("down")
     if down:
         lines.append(f"netsim host -> browser: {_netsim(down)}")

@@ -32,10 +32,12 @@ from pyrofling.clocks import SYSTEM_CLOCK, Clock
 from pyrofling.core.host.keyframes import KeyframePolicy
 from pyrofling.core.host.sessions import HostSessions
 from pyrofling.core.host.web_viewers import (
+    STREAM_SEQ,
     AcceptSession,
     BrowserInput,
     BrowserJoined,
     BrowserLeft,
+    BrowserRateReport,
     CloseClient,
     CloseSession,
     RequestKeyframe,
@@ -74,6 +76,8 @@ PAGE_HEADERS = {
 WEB_AUDIO = {AudioCodec.OPUS: "opus", AudioCodec.RAW_S16LE: "pcm_s16le"}
 #: A browser's largest message (its own are a few hundred bytes).
 MAX_MESSAGE_BYTES = 4096
+#: What a browser does that the host's sessions take from there.
+Player = BrowserJoined | BrowserInput | BrowserRateReport | BrowserLeft
 
 
 def page(name: str) -> bytes:
@@ -88,14 +92,17 @@ class WebServer:
         viewers: WebViewers,
         *,
         on_keyframe: Callable[[], None],
-        on_player: Callable[[BrowserJoined | BrowserInput | BrowserLeft], None] = lambda _out: None,
+        on_player: Callable[[Player], None] = lambda _out: None,
+        on_sent: Callable[[int, int | None, int], None] = lambda _client, _unit, _size: None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         """``on_keyframe``: the encoder should make an IDR; ``on_player``: a browser joined, sent its pad or keys
-        and mouse, or left (the host's player rules take it from there)."""
+        and mouse or its arrivals report, or left (the host's sessions take it from there); ``on_sent(client,
+        unit, size)``: bytes went to a browser over WebTransport, picture ``unit`` or (None) sound."""
         self.viewers = viewers
         self._on_keyframe = on_keyframe
         self._on_player = on_player
+        self._on_sent = on_sent
         self._clock = clock
         self._connections: dict[int, ServerConnection] = {}
         self._sessions: dict[int, int] = {}  # browser → its accepted WebTransport session
@@ -199,6 +206,11 @@ class WebServer:
     def audio(self, data: bytes, *, pts_us: int) -> None:
         self._perform(self.viewers.audio(data, pts_us=pts_us, backlog=self._backlog()))
 
+    def losses(self, client: int) -> tuple[int, int]:
+        """(packets lost, packets sent) on the browser's WebTransport connection since the last call."""
+        session = self._sessions.get(client)
+        return self.transport.losses(session) if session is not None and self.transport is not None else (0, 0)
+
     def _backlog(self) -> dict[int, int]:
         backlog = {c: ws.transport.get_write_buffer_size() for c, ws in self._connections.items() if ws.transport}
         if self.transport is not None:
@@ -211,6 +223,8 @@ class WebServer:
                 session = self._sessions.get(out.client)
                 if session is not None and self.transport is not None:
                     self.transport.send(session, out.data, datagram=out.channel == "datagram")
+                    unit = STREAM_SEQ.unpack_from(out.data)[1] if out.data[:1] == b"S" else None
+                    self._on_sent(out.client, unit, len(out.data))
             elif isinstance(out, AcceptSession):
                 if self.transport is not None:
                     self._sessions[out.client] = out.session
@@ -268,16 +282,22 @@ async def open_web(
         StreamInfo("h264", enc.width, enc.height, enc.fps, time.time() - clock.now(), codec, rate, channels)
     )
 
-    def player(out: BrowserJoined | BrowserInput | BrowserLeft) -> None:
+    def player(out: Player) -> None:
         now = clock.now()
         if isinstance(out, BrowserJoined):
             network.perform(sessions.browser_joined(out.client, now))
         elif isinstance(out, BrowserInput):
             network.perform(sessions.browser_input(out.client, out.state, now))
+        elif isinstance(out, BrowserRateReport):
+            lost, sent = web.losses(out.client)
+            network.perform(sessions.browser_rate_feedback(out.client, out.feedback, lost, sent, now))
         else:
             network.perform(sessions.browser_left(out.client))
 
-    web = WebServer(viewers, on_keyframe=keyframes.viewer_joined, on_player=player, clock=clock)
+    def sent(client: int, unit: int | None, size: int) -> None:
+        sessions.browser_sent(client, unit, size, clock.now())
+
+    web = WebServer(viewers, on_keyframe=keyframes.viewer_joined, on_player=player, on_sent=sent, clock=clock)
     loopback = config.bind in LOOPBACK_BINDS
     https = config.web_https if config.web_https is not None else (config.web_cert is not None or not loopback)
     tls = None

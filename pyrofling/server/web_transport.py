@@ -65,12 +65,16 @@ class FixedWindow(QuicCongestionControl):
     def __init__(self, *, max_datagram_size: int) -> None:
         super().__init__(max_datagram_size=max_datagram_size)
         self.congestion_window = WINDOW_BYTES
+        #: Packets sent and found lost so far: what the browser's link controller hears as its loss.
+        self.packets_sent = 0
+        self.packets_lost = 0
 
     def on_packet_acked(self, *, now: float, packet: QuicSentPacket) -> None:
         self.bytes_in_flight -= packet.sent_bytes
 
     def on_packet_sent(self, *, packet: QuicSentPacket) -> None:
         self.bytes_in_flight += packet.sent_bytes
+        self.packets_sent += 1
 
     def on_packets_expired(self, *, packets: Iterable[QuicSentPacket]) -> None:
         for packet in packets:
@@ -79,6 +83,7 @@ class FixedWindow(QuicCongestionControl):
     def on_packets_lost(self, *, now: float, packets: Iterable[QuicSentPacket]) -> None:
         for packet in packets:
             self.bytes_in_flight -= packet.sent_bytes
+            self.packets_lost += 1
 
     def on_persistent_congestion(self) -> None:
         pass
@@ -101,6 +106,7 @@ class _Connection(QuicConnectionProtocol):
         self.stream_id: int | None = None  # the session's CONNECT stream
         self.accepted = False
         self.address: str | None = None
+        self._counted = (0, 0)  # (lost, sent) as of the last losses()
         self._deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -180,6 +186,15 @@ class _Connection(QuicConnectionProtocol):
     def backlog(self) -> int:
         """Bytes handed to its streams and not yet acknowledged (aioquic keeps them until they are)."""
         return sum(len(stream.sender._buffer) for stream in self._quic._streams.values())
+
+    def losses(self) -> tuple[int, int]:
+        """(packets lost, packets sent) since the last call."""
+        window = self._quic._loss._cc
+        if not isinstance(window, FixedWindow):
+            return 0, 0
+        lost, sent = window.packets_lost - self._counted[0], window.packets_sent - self._counted[1]
+        self._counted = (window.packets_lost, window.packets_sent)
+        return lost, sent
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
@@ -272,3 +287,8 @@ class WebTransportServer:
     def backlog(self, session: int) -> int:
         connection = self._sessions.get(session)
         return connection.backlog() if connection is not None else 0
+
+    def losses(self, session: int) -> tuple[int, int]:
+        """(packets lost, packets sent) on the session's connection since the last call."""
+        connection = self._sessions.get(session)
+        return connection.losses() if connection is not None else (0, 0)

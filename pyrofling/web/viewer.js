@@ -91,9 +91,44 @@ async function readStreams(t) {
     let next;
     try { next = await streams.read(); } catch (e) { return; }
     if (next.done) return;
-    new Response(next.value).arrayBuffer().then(onStreamMessage, () => {});
+    const first = performance.now();
+    new Response(next.value).arrayBuffer().then((buf) => { noteArrival(buf, first); onStreamMessage(buf); }, () => {});
   }
 }
+
+// The link as the host's rate control hears it (as a pyrofling viewer's RATE_FEEDBACK, protocol.md §7.10):
+// every 50 ms, when each picture's stream began and finished arriving, and the bytes that came.
+const rate = { seq: 0, at: performance.now(), bytes: 0, samples: [] };
+stats.rateReports = 0;
+
+function noteArrival(buf, first) {
+  rate.bytes += buf.byteLength;
+  if (new Uint8Array(buf, 0, 1)[0] !== 0x53) return; // "S": a picture
+  const unit = new DataView(buf).getUint32(1, true);
+  rate.samples.push([unit & 0x3fff, Math.ceil(buf.byteLength / 1300), first, performance.now()]);
+}
+
+setInterval(() => {
+  if (!datagrams) return;
+  const now = performance.now();
+  const used = rate.samples.slice(-8);
+  const buf = new ArrayBuffer(1 + 16 + 8 * 12);
+  const v = new DataView(buf);
+  const us = (ms) => Math.round(ms * 1000) >>> 0; // modulo 2³², as the wire has it
+  v.setUint8(0, 0x52); // "R"
+  v.setUint32(1, rate.seq = (rate.seq + 1) >>> 0, true);
+  v.setUint32(5, us(now - rate.at), true);
+  v.setUint32(9, rate.bytes >>> 0, true);
+  v.setUint16(13, used.length, true);
+  used.forEach(([unit, count, first, last], i) => {
+    const o = 17 + 12 * i;
+    v.setUint16(o, unit, true); v.setUint16(o + 2, Math.min(count, 0xffff), true);
+    v.setUint32(o + 4, us(first), true); v.setUint32(o + 8, us(last), true);
+  });
+  rate.samples = []; rate.bytes = 0; rate.at = now;
+  datagrams.write(new Uint8Array(buf)).catch(() => {});
+  stats.rateReports++;
+}, 50);
 
 async function readDatagrams(t) {
   const reader = t.datagrams.readable.getReader();
@@ -102,6 +137,7 @@ async function readDatagrams(t) {
     try { next = await reader.read(); } catch (e) { return; }
     if (next.done) return;
     const d = next.value;
+    rate.bytes += d.byteLength;
     if (d[0] === 0x41) onAudio(d.buffer.slice(d.byteOffset, d.byteOffset + d.byteLength));
   }
 }

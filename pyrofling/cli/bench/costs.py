@@ -18,9 +18,11 @@ from pyrofling.cli.bench.common import (
 from pyrofling.cli.options import (
     add_stream_size_options,
     choice_list,
+    number,
     refuse,
     whole_number,
 )
+from pyrofling.core.host.congestion import RATE_POLICIES
 
 if TYPE_CHECKING:
     from pyrofling.bench.stream import StreamScenario
@@ -187,6 +189,18 @@ def add_browser(sub: Sub) -> None:
     p.add_argument("--loss", type=loss_rate, default=0.0, help="i.i.d. datagram loss host->browser and viewer (2%%)")
     p.add_argument("--ge", action="store_true", help="Gilbert-Elliott burst loss (about 5%% in bursts) instead")
     p.add_argument(
+        "--rate-mbits",
+        type=number(0.1, 10_000.0, "Mbit/s"),
+        default=0.0,
+        help="a bottleneck host->browser and host->viewer (netsim --rate-mbits), to see the rate control follow it",
+    )
+    p.add_argument(
+        "--rate-policy",
+        choices=RATE_POLICIES,
+        default=None,
+        help="the host's --rate-policy (default: the host's own, player)",
+    )
+    p.add_argument(
         "--transport",
         choices=("webtransport", "websocket"),
         default="webtransport",
@@ -210,7 +224,8 @@ def _run_browser(args: argparse.Namespace) -> int:
     setup(args)
     if find_chromium() is None:
         return refuse("bench browser", "no Chromium found: install Debian's chromium (./scripts/setup does)")
-    base = _base_scenario(args, loss=args.loss, ge=args.ge)
+    policy = ("--rate-policy", args.rate_policy) if args.rate_policy else ()
+    base = _base_scenario(args, loss=args.loss, ge=args.ge, rate_mbits=args.rate_mbits, host_args=policy)
     result = run_browser_bench(base, transport=args.transport, cpu_baseline=args.cpu_baseline, progress=progress)
     print_result(args, result, format_table)
     return 0 if result["browser"].get("frames_drawn") else 1

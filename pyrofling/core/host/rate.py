@@ -64,6 +64,20 @@ class HostRate:
             pacer.set_rate(link.pacing_bps(pacer.configured_bits_per_s))
         return self.decide(now, viewers, player)
 
+    def browser_feedback(
+        self, conn: RemoteViewer, msg: RateFeedback, lost: int, sent: int, now: float,
+        viewers: list[RemoteViewer], player: int | None,
+    ) -> list[HostOutput]:  # fmt: skip
+        """A browser's own report of when its pictures arrived (and the datagrams its QUIC connection lost and
+        sent since the last): its link, by the same controller and the same policy as a viewer's."""
+        link = conn.link
+        assert link is not None
+        conn.rate_feedbacks += 1
+        link.lost(lost, sent)
+        link.feedback(msg, now)
+        link.pending_loss = None
+        return self.decide(now, viewers, player)
+
     def left(self, conn: RemoteViewer, now: float, viewers: list[RemoteViewer], player: int | None) -> list[HostOutput]:
         """A reporting viewer has gone: the bitrate it set may rise."""
         self.departed[conn.label] = _link_summary(conn)
@@ -92,7 +106,7 @@ class HostRate:
         kbits = round(shared.bitrate_bps / 1000)
         ceiling = round(self.config.ceiling_bps / 1000)
         for c in viewers:
-            if c.link is None:
+            if c.link is None or c.is_browser:  # a browser has no control channel to be told on
                 continue
             link_bps = min(c.link.link_video_bps, self.config.ceiling_bps)
             told = (kbits, round(link_bps / 1000), int(shared.told(c.conn_id, link_bps)))

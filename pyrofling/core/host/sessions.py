@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 from pyrofling.core.host.admission import ConnectionBudget
 from pyrofling.core.host.auth import HostAuth, PairedViewers
-from pyrofling.core.host.congestion import RateConfig
+from pyrofling.core.host.congestion import LinkController, RateConfig
 from pyrofling.core.host.keyframes import KeyframePolicy
 from pyrofling.core.host.media_out import MediaOut
 from pyrofling.core.host.pacer import PacedQueue, Pacer, TokenBucketPacer
@@ -114,6 +114,8 @@ __all__ = [
 
 #: Browsers' players are numbered from here, apart from the TCP connections' numbers.
 BROWSER_CONN_IDS = 1 << 40
+#: A browser's picture counted as QUIC packets of about this much video each (for its link's controller).
+BROWSER_DATAGRAM_BYTES = 1300
 
 
 class HostSessions:
@@ -240,6 +242,7 @@ class HostSessions:
         conn.flags = KickFlags.GAMEPAD | KickFlags.KEYBOARD_MOUSE
         conn.extensions = ExtensionFeature.KEYBOARD_MOUSE
         conn.authenticated = conn.kicked = True
+        conn.kicked_s = now  # when it started watching (the "player" policy's first viewer is the earliest)
         self._browsers[browser] = conn
         return self.players.joined(conn, now)
 
@@ -255,12 +258,44 @@ class HostSessions:
         return self.players.keyboard_mouse(conn, msg, now)
 
     def browser_left(self, browser: int) -> list[HostOutput]:
-        """The browser went: its pad and keys let go, as a viewer's do."""
+        """The browser went: its pad and keys let go, as a viewer's do, and its link no longer votes."""
         conn = self._browsers.pop(browser, None)
         if conn is None:
             return []
         conn.closed = True
-        return self.players.left(conn)
+        out = self.players.left(conn)
+        if conn.link is not None and self.rate is not None:
+            out += self.rate.left(conn, conn.last_alive_s, self._video_viewers(), self.players.pad_holder)
+        return out
+
+    def browser_sent(self, browser: int, unit: int | None, size: int, now: float) -> None:
+        """Bytes went to a browser over WebTransport: picture ``unit`` (the number the page reports its arrival
+        by), or sound (None); its link's controller counts them as a viewer's paced queue does."""
+        conn = self._browsers.get(browser)
+        link = conn.link if conn is not None else None
+        if link is None:
+            return
+        if unit is None:
+            link.count(size)
+            return
+        link.video_packet(size)
+        seq = unit & 0x3FFF
+        for offset in range(0, size, BROWSER_DATAGRAM_BYTES):  # as many samples as QUIC packets, near enough
+            link.sent(seq, now, min(BROWSER_DATAGRAM_BYTES, size - offset))
+
+    def browser_rate_feedback(
+        self, browser: int, msg: RateFeedback, lost: int, sent: int, now: float
+    ) -> list[HostOutput]:
+        """A browser's report of its pictures' arrivals, with its QUIC connection's lost and sent datagrams since
+        the last: its link votes in the shared bitrate (``--rate-policy``) as a pyrofling viewer's does."""
+        conn = self._browsers.get(browser)
+        if conn is None or self.rate is None:
+            self.discarded["rate_feedback_not_negotiated"] += 1
+            return []
+        if conn.link is None:
+            conn.link = LinkController(self.rate.config)
+        conn.last_alive_s = now
+        return self.rate.browser_feedback(conn, msg, lost, sent, now, self._video_viewers(), self.players.pad_holder)
 
     def connection(self, conn_id: int) -> RemoteViewer | None:
         return self._connections.get(conn_id)
@@ -644,13 +679,15 @@ class HostSessions:
         return self.rate.feedback(conn, msg, now, self._video_viewers(), self.players.pad_holder, self._learn_loss)
 
     def _video_viewers(self) -> list[RemoteViewer]:
-        return [c for c in self._connections.values() if c.wants(KickFlags.VIDEO)]
+        """Everyone watching, the browsers whose links report included (they vote too)."""
+        viewers = [c for c in self._connections.values() if c.wants(KickFlags.VIDEO)]
+        return viewers + [b for b in self._browsers.values() if b.link is not None]
 
     def rate_summary(self) -> dict[str, object]:
         """The shared bitrate and each reporting viewer's link, for statistics."""
         if self.rate is None:
             return {"rate_policy": "fixed"}
-        return self.rate.summary(list(self._connections.values()))
+        return self.rate.summary([*self._connections.values(), *self._browsers.values()])
 
     def rumble(self, pad: int, command: RumbleCommand) -> list[HostOutput]:
         """A game asked pad ``pad``'s motors for ``command`` (its uinput force feedback, or the capture socket)."""

@@ -255,6 +255,11 @@ class RemoteViewer:
     def label(self) -> str:
         return f"{self.peer[0]} @ {self.peer[1]}"
 
+    @property
+    def is_browser(self) -> bool:
+        """A page of the host's web viewer: it plays and its link votes, but it has no control channel."""
+        return self.peer[0] == "browser"
+
     def send(self, message: ControlMessage) -> SendControl:
         """A control message for this viewer, sealed once the handshake has finished."""
         return SendControl(self.conn_id, self.channel.encode(message))

@@ -38,6 +38,9 @@ unidirectional QUIC stream (``STREAM_SEQ``: ``b"S"`` and its number, then the sa
 resent by QUIC and holds back that picture only, never the ones behind it as a lost
 TCP segment does; sound goes as datagrams (late sound is worth nothing), and the
 page's pad, keys and mouse come back as datagrams (states, resent every 100 ms).
+The page reports when each picture's stream began and finished arriving, every 50 ms
+(``b"R"`` + a RATE_FEEDBACK payload whose samples name the stream numbers), and the
+host's rate control hears that link as it hears a pyrofling viewer's.
 Until the page has opened the session or said it cannot (``{"type": "websocket"}``),
 or ``auth_timeout_s`` passed, it is sent no video; a session that closes leaves the
 browser on its WebSocket, from the next key frame.
@@ -54,7 +57,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyrofling.core.secure import FailureLimiter
-from pyrofling.wire import GamepadState, InputState
+from pyrofling.wire import GamepadState, InputState, RateFeedback
 
 #: The header of a video message: b"V", flags, capture µs, pts µs.
 VIDEO_HEADER = struct.Struct("<cBQQ")
@@ -153,6 +156,15 @@ class BrowserInput:
 
 
 @dataclass(frozen=True, slots=True)
+class BrowserRateReport:
+    """A page's report of when its pictures arrived (``b"R"`` + a RATE_FEEDBACK payload, protocol.md §7.10, its
+    samples naming the pictures' stream numbers): its link, for the host's rate control."""
+
+    client: int
+    feedback: RateFeedback
+
+
+@dataclass(frozen=True, slots=True)
 class BrowserLeft:
     """A browser that played is gone: what it held lets go."""
 
@@ -166,6 +178,7 @@ WebOutput = (
     | RequestKeyframe
     | BrowserJoined
     | BrowserInput
+    | BrowserRateReport
     | BrowserLeft
     | AcceptSession
     | CloseSession
@@ -208,6 +221,7 @@ class WebCounters:
     sessions: int = 0
     websocket_fallbacks: int = 0
     datagrams_dropped: int = 0
+    rate_reports: int = 0
 
     def refuse(self, why: str) -> None:
         self.refused[why] = self.refused.get(why, 0) + 1
@@ -351,8 +365,18 @@ class WebViewers:
         return self._on_websocket(browser)
 
     def session_datagram(self, session: int, data: bytes) -> list[WebOutput]:
-        """A datagram from a browser's session: its pad or keys and mouse; anything else is counted and dropped."""
+        """A datagram from a browser's session: its pad or keys and mouse, or its arrivals report; anything else
+        is counted and dropped."""
         client = self._sessions.get(session)
+        if client is not None and data[:1] == b"R" and len(data) == 1 + RateFeedback.PAYLOAD.size:
+            try:
+                report = RateFeedback(*RateFeedback.PAYLOAD.unpack(data[1:]))
+                report.check()
+            except ValueError:  # the wire's errors are ValueErrors
+                self.counters.datagrams_dropped += 1
+                return []
+            self.counters.rate_reports += 1
+            return [BrowserRateReport(client, report)]
         kind = INPUT_MESSAGES.get(data[:1])
         if client is None or kind is None or len(data) != 1 + kind.PAYLOAD.size:
             self.counters.datagrams_dropped += 1
@@ -482,4 +506,5 @@ class WebViewers:
             "webtransport_sessions": c.sessions,
             "websocket_fallbacks": c.websocket_fallbacks,
             "datagrams_dropped": c.datagrams_dropped,
+            "rate_reports": c.rate_reports,
         }
