@@ -166,6 +166,7 @@ def test_bench_browser_smoke_judges_the_pages_refreshes_beside_a_viewer() -> Non
 def test_from_the_page_keys_mouse_and_a_pad_reach_the_hosts_devices_by_the_player_rules() -> None:
     """A person in headless Chromium: a click on the picture captures the keyboard and mouse, A is pressed and
     released, the mouse moves and clicks; a scripted pad in the page presses South; Ctrl+Alt+Z lets go."""
+    from pyrofling.core.input.pad.rumble import RumbleCommand
     from pyrofling.server.gamepad import RecordingPad
     from pyrofling.server.input_devices import RecordingInput
 
@@ -190,15 +191,20 @@ def test_from_the_page_keys_mouse_and_a_pad_reach_the_hosts_devices_by_the_playe
                 await page.key("a", "KeyA", 65)
                 await send("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": 200, "y": 150}, page.session)
                 await page.evaluate(
-                    "navigator.getGamepads = () => [{connected: true, axes: [0, -1, 0, 0],"
+                    "window.effects = [];"
+                    "const done = () => Promise.resolve('complete');"
+                    "const motors = {playEffect: (kind, e) => { window.effects.push([kind, e]); return done(); },"
+                    " reset: done};"
+                    "navigator.getGamepads = () => [{connected: true, axes: [0, -1, 0, 0], vibrationActuator: motors,"
                     " buttons: Array.from({length: 17}, (_, i) => ({pressed: i === 0, value: i === 0 ? 1 : 0}))}]"
                 )
-                await asyncio.sleep(0.5)
-                stats: dict[str, Any] = await page.evaluate("window.pyrofling.stats")
                 await host_sees(lambda: bool(pad.reports()) and bool(devices.of("keyboard")), 10)
+                host._rumble(1, RumbleCommand(40_000, 20_000, 300))  # a game shakes the pad the page holds
+                effects = await page_reaches(page, "window.effects.length && window.effects", 10)
+                stats: dict[str, Any] = await page.evaluate("window.pyrofling.stats")
         finally:
             await stop_host(host, task)
-        return {"stats": stats, "summary": host.summary()}
+        return {"stats": stats, "summary": host.summary(), "effects": effects}
 
     result = run(scenario, timeout_s=120)
     keyboard = devices.of("keyboard")
@@ -208,6 +214,10 @@ def test_from_the_page_keys_mouse_and_a_pad_reach_the_hosts_devices_by_the_playe
     assert pressed, pad.reports()[:5]
     assert result["stats"]["inputStatesSent"] > 0 and result["stats"]["padStatesSent"] > 0
     assert result["stats"]["transport"] == "webtransport"  # so they came as datagrams
+    # The game's rumble came back to the pad in the page, at its strengths.
+    assert result["effects"][0] == ["dual-rumble", {"duration": 300, "strongMagnitude": 40_000 / 65535,
+                                                    "weakMagnitude": 20_000 / 65535}]  # fmt: skip
+    assert result["summary"]["web"]["rumbles"] == 1
     assert result["summary"]["web"]["input_states"] >= 3
 
 

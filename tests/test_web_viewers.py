@@ -379,3 +379,28 @@ def test_a_pages_arrival_report_is_read_as_rate_feedback_and_a_bad_one_is_droppe
     assert web.session_datagram(3, b"R" + bytes(too_many)) == []
     assert web.session_datagram(3, b"R" + payload[:-1]) == []
     assert web.counters.rate_reports == 1 and web.counters.datagrams_dropped == 2
+
+
+def test_a_game_shaking_the_pad_a_browser_holds_reaches_that_page_only() -> None:
+    from pyrofling.core.host.keyframes import KeyframePolicy
+    from pyrofling.core.host.packetizer import Packetizer
+    from pyrofling.core.host.sessions import HostSessions
+    from pyrofling.core.host.state import BrowserRumble
+    from pyrofling.core.input.pad.rumble import RumbleCommand
+    from pyrofling.wire import GamepadButton, GamepadState
+
+    hs = HostSessions(make_packetizer=Packetizer.for_cookie, keyframes=KeyframePolicy())
+    hs.browser_joined(4, 0.0)
+    assert hs.rumble(1, RumbleCommand(40_000, 20_000, 300)) == []  # nobody holds the pad yet
+    hs.browser_input(4, GamepadState(seq=1, buttons=int(GamepadButton.SOUTH)), 0.1)  # the page takes it
+    assert hs.rumble(1, RumbleCommand(40_000, 20_000, 300)) == [BrowserRumble(4, 40_000, 20_000, 300)]
+    hs.browser_left(4)
+    assert hs.rumble(1, RumbleCommand(1, 1, 1)) == []
+
+    web = WebViewers(WebConfig(TOKEN), INFO)
+    web.connected(2, 0.0)  # not proved: told nothing
+    assert web.rumble(2, 1, 1, 1) == []
+    admitted(web, 1)
+    (told,) = web.rumble(1, 40_000, 20_000, 300)
+    assert isinstance(told, SendText) and told.client == 1
+    assert json.loads(told.text) == {"type": "rumble", "strong": 40_000, "weak": 20_000, "duration_ms": 300}

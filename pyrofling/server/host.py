@@ -39,7 +39,7 @@ from pyrofling.core.host.sessions import (
     PhaseFeedback,
     ViewerLeft,
 )
-from pyrofling.core.host.state import PairingCodeSpent, SetBitrate, ViewerPaired
+from pyrofling.core.host.state import BrowserRumble, PairingCodeSpent, SetBitrate, ViewerPaired
 from pyrofling.core.input.pad.rumble import RumbleCommand
 from pyrofling.core.secure import pairing_code
 from pyrofling.files import write_stats
@@ -230,9 +230,7 @@ class Host:
 
             web = self.web = await open_web(cfg, encoder, audio_encoder, self.keyframes, self.sessions, self.network,
                                             self._clock)  # fmt: skip
-            self.web_link = web.link
-            if cfg.show_web_link is not None and web.link is not None:
-                cfg.show_web_link(web.link, web.fingerprint)
+            self.web_link = web.link  # and shown to the person (cfg.show_web_link)
         if audio_source is not None and audio_encoder is not None:
             self._start_audio(loop, audio_source, audio_encoder)
         self.ready.set()
@@ -328,6 +326,8 @@ class Host:
             self.config.show_pairing_code(code, out.why)
         elif isinstance(out, ViewerPaired):
             keep_pairing(self.pairings, out)
+        elif isinstance(out, BrowserRumble) and self.web is not None:
+            self.web.rumble(out)
         elif isinstance(out, SetBitrate) and self._encoder is not None:
             self._encoder.set_bitrate(out.bits_per_s)
             kbits = round(out.bits_per_s / 1000)

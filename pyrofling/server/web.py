@@ -31,6 +31,7 @@ from websockets.http11 import Request, Response
 from pyrofling.clocks import SYSTEM_CLOCK, Clock
 from pyrofling.core.host.keyframes import KeyframePolicy
 from pyrofling.core.host.sessions import HostSessions
+from pyrofling.core.host.state import BrowserRumble
 from pyrofling.core.host.web_viewers import (
     STREAM_SEQ,
     AcceptSession,
@@ -206,6 +207,10 @@ class WebServer:
     def audio(self, data: bytes, *, pts_us: int) -> None:
         self._perform(self.viewers.audio(data, pts_us=pts_us, backlog=self._backlog()))
 
+    def rumble(self, out: BrowserRumble) -> None:
+        """A game asked the motors of the pad this browser holds."""
+        self._perform(self.viewers.rumble(out.browser, out.strong, out.weak, out.duration_ms))
+
     def losses(self, client: int) -> tuple[int, int]:
         """(packets lost, packets sent) on the browser's WebTransport connection since the last call."""
         session = self._sessions.get(client)
@@ -319,6 +324,8 @@ async def open_web(
         port,
         "HTTPS" if https else "HTTP",
     )
+    if config.show_web_link is not None:  # the link (with its key) to the person, never to the log
+        config.show_web_link(web.link, web.fingerprint)
     return web
 
 

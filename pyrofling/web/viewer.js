@@ -330,6 +330,7 @@ function connect() {
   ws.onmessage = (ev) => {
     if (typeof ev.data === "string") {
       const msg = JSON.parse(ev.data);
+      if (msg.type === "rumble") { rumble(msg); return; }
       if (msg.type === "hello") {
         hello = msg; stats.clockOffsetMs = msg.clock_offset_ms;
         if (msg.audio) setupAudio(msg.audio);
@@ -517,6 +518,24 @@ function keyEvent(ev, down) {
 }
 window.addEventListener("keyup", (ev) => keyEvent(ev, false));
 window.addEventListener("blur", () => { if (input.held.size || input.buttons) { input.held.clear(); input.buttons = 0; sendInput(); } });
+
+// A game shook the pad this page holds: its motors, through the Gamepad API (0..65535 each; 0 ms stops them,
+// 65535 ms lasts until the next command, which replaces it).
+stats.rumbles = 0;
+stats.rumblesPlayed = 0;
+function rumble(msg) {
+  stats.rumbles++;
+  const pads = navigator.getGamepads ? navigator.getGamepads() : [];
+  const pad = Array.from(pads).find((p) => p && p.connected);
+  const motors = pad && pad.vibrationActuator;
+  if (!motors) return;
+  if (msg.duration_ms === 0) { if (motors.reset) motors.reset().catch(() => {}); return; }
+  motors.playEffect("dual-rumble", {
+    duration: msg.duration_ms === 65535 ? 10000 : msg.duration_ms,
+    strongMagnitude: msg.strong / 65535, weakMagnitude: msg.weak / 65535,
+  }).catch(() => {});
+  stats.rumblesPlayed++;
+}
 
 function axis(value) { return Math.max(-32767, Math.min(32767, Math.round(value * 32767))); }
 

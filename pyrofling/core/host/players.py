@@ -12,7 +12,15 @@ from __future__ import annotations
 
 from collections import Counter
 
-from pyrofling.core.host.state import GamepadInput, HostOutput, KeyboardMouseInput, LogLine, RemoteViewer
+from pyrofling.core.host.state import (
+    BROWSER_CONN_IDS,
+    BrowserRumble,
+    GamepadInput,
+    HostOutput,
+    KeyboardMouseInput,
+    LogLine,
+    RemoteViewer,
+)
 from pyrofling.core.input.keyboard_mouse import InputRouter, InputVerdict
 from pyrofling.core.input.pad import GamepadRouter, PadVerdict
 from pyrofling.core.input.pad.rumble import RumbleCommand
@@ -135,8 +143,11 @@ class HostPlayers:
         if conn is None or not conn.extensions & ExtensionFeature.RUMBLE:
             self.discarded["rumble_no_player"] += 1
             return []
-        conn.rumble_seq = (conn.rumble_seq + 1) & 0xFFFF
         self.rumbles_sent += 1
+        if conn.is_browser:  # the page plays it on its pad (the Gamepad API's vibration)
+            browser = conn.conn_id - BROWSER_CONN_IDS
+            return [BrowserRumble(browser, command.strong, command.weak, command.duration_ms)]
+        conn.rumble_seq = (conn.rumble_seq + 1) & 0xFFFF
         return [conn.send(Rumble(pad, 0, command.strong, command.weak, command.duration_ms, conn.rumble_seq))]
 
     # -- time ----------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from pyrofling.core.host.players import HostPlayers
 from pyrofling.core.host.rate import HostRate
 from pyrofling.core.host.resend import RetainedPackets
 from pyrofling.core.host.state import (
+    BROWSER_CONN_IDS,
     Address,
     CloseConnection,
     GamepadInput,
@@ -113,7 +114,6 @@ __all__ = [
 
 
 #: Browsers' players are numbered from here, apart from the TCP connections' numbers.
-BROWSER_CONN_IDS = 1 << 40
 #: A browser's picture counted as QUIC packets of about this much video each (for its link's controller).
 BROWSER_DATAGRAM_BYTES = 1300
 
@@ -240,7 +240,7 @@ class HostSessions:
             prefix="browser",
         )
         conn.flags = KickFlags.GAMEPAD | KickFlags.KEYBOARD_MOUSE
-        conn.extensions = ExtensionFeature.KEYBOARD_MOUSE
+        conn.extensions = ExtensionFeature.KEYBOARD_MOUSE | ExtensionFeature.RUMBLE
         conn.authenticated = conn.kicked = True
         conn.kicked_s = now  # when it started watching (the "player" policy's first viewer is the earliest)
         self._browsers[browser] = conn
@@ -691,7 +691,8 @@ class HostSessions:
 
     def rumble(self, pad: int, command: RumbleCommand) -> list[HostOutput]:
         """A game asked pad ``pad``'s motors for ``command`` (its uinput force feedback, or the capture socket)."""
-        return self.players.rumble(pad, command, self._connections)
+        players = {**self._connections, **{b.conn_id: b for b in self._browsers.values()}}
+        return self.players.rumble(pad, command, players)
 
     def summary(self) -> dict[str, object]:
         """Connections, authentication, and what was dropped and why."""

@@ -81,6 +81,20 @@ class ViewerLeft(HostOutput):
     conn_id: int
 
 
+#: The browsers of ``host --web`` play as connections numbered from here (far above any viewer's).
+BROWSER_CONN_IDS = 1 << 40
+
+
+@dataclass(frozen=True, slots=True)
+class BrowserRumble(HostOutput):
+    """A game asked the motors of the pad a browser holds (host --web): the page plays it on its pad."""
+
+    browser: int
+    strong: int
+    weak: int
+    duration_ms: int
+
+
 @dataclass(frozen=True, slots=True)
 class SetBitrate(HostOutput):
     """The encoder's bitrate from the next frame on (rate control, protocol.md §7.10)."""
@@ -258,7 +272,7 @@ class RemoteViewer:
     @property
     def is_browser(self) -> bool:
         """A page of the host's web viewer: it plays and its link votes, but it has no control channel."""
-        return self.peer[0] == "browser"
+        return self.conn_id >= BROWSER_CONN_IDS
 
     def send(self, message: ControlMessage) -> SendControl:
         """A control message for this viewer, sealed once the handshake has finished."""

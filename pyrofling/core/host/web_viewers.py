@@ -21,13 +21,14 @@ WebSocket, and decodes them with WebCodecs (``docs/browser.md``):
 
 Wire format, host → browser: one JSON text message ``hello`` (codec, size, frame
 rate, the host's wall-clock minus monotonic offset, for latency, and the sound's
-codec), then one binary message per access unit (and per audio packet, ``b"A"``
-with the same header): ``b"V"``, a flags byte (1: IDR), the capture time and
-the pts in µs on the host's monotonic clock (two little-endian uint64), then the
-Annex-B bytes.  Browser → host: ``auth``; ``keyframe`` (its decoder needs one);
-and, binary, ``b"P"`` + a GAMEPAD_STATE payload or ``b"I"`` + an INPUT_STATE
-payload (protocol.md §2.3, §7.11): the player's pad, keys and mouse as a
-pyrofling viewer sends them, which the host's player rules then take
+codec), ``rumble`` when a game shakes the pad it holds, then one binary message
+per access unit (and per audio packet, ``b"A"`` with the same header): ``b"V"``,
+a flags byte (1: IDR), the capture time and the pts in µs on the host's
+monotonic clock (two little-endian uint64), then the Annex-B bytes.  Browser →
+host: ``auth``; ``keyframe`` (its decoder needs one); and, binary, ``b"P"`` + a
+GAMEPAD_STATE payload or ``b"I"`` + an INPUT_STATE payload (protocol.md §2.3,
+§7.11): the player's pad, keys and mouse as a pyrofling viewer sends them, which
+the host's player rules then take
 (:meth:`~pyrofling.core.host.sessions.HostSessions.browser_input`).
 
 **WebTransport, for a lossy link.**  Where the host offers it (``webtransport_cert``),
@@ -222,6 +223,7 @@ class WebCounters:
     websocket_fallbacks: int = 0
     datagrams_dropped: int = 0
     rate_reports: int = 0
+    rumbles: int = 0
 
     def refuse(self, why: str) -> None:
         self.refused[why] = self.refused.get(why, 0) + 1
@@ -474,6 +476,16 @@ class WebViewers:
             self.counters.audio_sent += 1
         return out
 
+    def rumble(self, client: int, strong: int, weak: int, duration_ms: int) -> list[WebOutput]:
+        """The motors of the pad this browser holds (0..65535 each, for ``duration_ms``; 0: stop): a small message
+        on its WebSocket, which the page plays on its pad."""
+        browser = self._browsers.get(client)
+        if browser is None or not browser.proved:
+            return []
+        self.counters.rumbles += 1
+        message = {"type": "rumble", "strong": strong, "weak": weak, "duration_ms": duration_ms}
+        return [SendText(client, json.dumps(message))]
+
     def next_timer(self) -> float | None:
         pending = [b.connected_s for b in self._browsers.values() if not b.proved]
         pending += [b.proved_s for b in self._browsers.values() if b.awaiting_session]
@@ -507,4 +519,5 @@ class WebViewers:
             "websocket_fallbacks": c.websocket_fallbacks,
             "datagrams_dropped": c.datagrams_dropped,
             "rate_reports": c.rate_reports,
+            "rumbles": c.rumbles,
         }
