@@ -60,6 +60,9 @@ def judge_refreshes(refreshes: list[list[float]], clock_offset_ms: float, fps: f
 #: Key presses the page sends after watching (a press and a release each), and the time between two.
 KEY_PRESSES = 40
 KEY_INTERVAL_S = 0.05
+#: Then mouse moves, each by this much (the pointer is locked: the page sends the motion, the host writes it).
+MOUSE_MOVES = 50
+MOUSE_STEP = (3, 2)
 
 
 def browser_watch(
@@ -99,8 +102,9 @@ def input_latencies(dispatched: list[float], applied: list[dict[str, Any]]) -> l
     return out
 
 
-async def _play(page: Any) -> list[float]:
-    """Capture the keyboard with a click on the picture, then press and release A, KEY_PRESSES times."""
+async def _play(page: Any) -> tuple[list[float], list[int]]:
+    """Capture the keyboard and mouse with a click on the picture, press and release A KEY_PRESSES times, then move
+    the mouse MOUSE_MOVES times; the key events' dispatch times, and the motion dispatched in total."""
     send = page.browser.send
     click = {"x": 50, "y": 50, "button": "left", "clickCount": 1}
     await send("Input.dispatchMouseEvent", {"type": "mousePressed", **click}, page.session)
@@ -115,7 +119,12 @@ async def _play(page: Any) -> list[float]:
             page.session,
         )  # fmt: skip
         await asyncio.sleep(KEY_INTERVAL_S)
-    return dispatched
+    for i in range(1, MOUSE_MOVES + 1):
+        at = {"x": 50 + MOUSE_STEP[0] * i, "y": 50 + MOUSE_STEP[1] * i}
+        await send("Input.dispatchMouseEvent", {"type": "mouseMoved", **at}, page.session)
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.3)  # the last state on its way
+    return dispatched, [MOUSE_STEP[0] * MOUSE_MOVES, MOUSE_STEP[1] * MOUSE_MOVES]
 
 
 async def _watch(
@@ -159,7 +168,8 @@ async def _watch_page(link: str, duration_s: float, fps: float) -> dict[str, Any
         measured_s = max(1.0, duration_s - (time.monotonic() - opened) - 1.0)
         await asyncio.sleep(measured_s)
         stats: dict[str, Any] = await page.evaluate("window.pyrofling.stats")
-        dispatched = await _play(page)
+        dispatched, moved = await _play(page)
+        locked = await page.evaluate("document.pointerLockElement !== null")
         audio_clock = await page.evaluate("window.pyrofling.audioClock()")
     offset = stats.get("clockOffsetMs")
     refreshes = stats.get("refreshes", [])
@@ -168,6 +178,8 @@ async def _watch_page(link: str, duration_s: float, fps: float) -> dict[str, Any
     latency = stats.get("latencyMs", [])
     return {
         "keys_dispatched_at": dispatched,
+        "mouse_dispatched": moved,
+        "pointer_locked": locked,
         "audio_packets": stats.get("audioPackets"),
         "audio_clock_s": audio_clock,
         "first_picture_s": first_picture_s,
@@ -221,6 +233,11 @@ def run_browser_bench(
     viewer = with_browser["viewers"][0] if with_browser["viewers"] else {}
     page = with_browser.get("alongside", {})
     keys = input_latencies(page.pop("keys_dispatched_at", []), applied)
+    page["mouse"] = {
+        "dispatched": page.pop("mouse_dispatched", None),
+        "written": [sum(r["rel"][0] for r in applied if "rel" in r), sum(r["rel"][1] for r in applied if "rel" in r)],
+        "pointer_locked": page.pop("pointer_locked", None),
+    }
     page["keys"] = {
         "dispatched": 2 * KEY_PRESSES,
         "applied": len(keys),
@@ -270,6 +287,11 @@ def format_table(r: dict[str, Any]) -> str:
         f"{keys.get('dispatched')} written, p50 {cell(keys.get('p50_ms'), '.2f')} ms, p99 "
         f"{cell(keys.get('p99_ms'), '.2f')} ms; sound: {page.get('audio_packets')} packets, the page's audio clock "
         f"at {cell(page.get('audio_clock_s'), '.1f')} s"
+    )
+    mouse = page.get("mouse") or {}
+    lines.append(
+        f"mouse from the page (pointer {'locked' if mouse.get('pointer_locked') else 'not locked'}): moved "
+        f"{mouse.get('dispatched')} in {MOUSE_MOVES} moves, the host wrote {mouse.get('written')} (x, y)"
     )
     lines.append(
         f"the page drew its first picture {cell(page.get('first_picture_s'), '.2f')} s after it opened; its figures "

@@ -175,7 +175,11 @@ class InputOutput:
             written += len(events)
         self.updates += 1
         if self._trace is not None:  # after the writes: what a bench times (events: 0 for a state that changed nothing)
-            record = {"t": time.monotonic(), "conn": update.conn_id, "seq": update.seq, "events": written}
+            record: dict[str, object] = {"t": time.monotonic(), "conn": update.conn_id, "seq": update.seq,
+                                         "events": written}  # fmt: skip
+            moved = [(code, value) for kind, code, value in update.mouse if kind == EV_REL and code in (REL_X, REL_Y)]
+            if moved:  # the relative motion written (REL_X, REL_Y), for benches that total it
+                record["rel"] = [sum(v for c, v in moved if c == REL_X), sum(v for c, v in moved if c == REL_Y)]
             self._trace.write(json.dumps(record, separators=(",", ":")) + "\n")
         for listener in self.listeners:
             listener(update)

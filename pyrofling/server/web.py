@@ -65,6 +65,7 @@ PAGES = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/viewer.js": ("viewer.js", "text/javascript; charset=utf-8"),
     "/viewer.css": ("viewer.css", "text/css; charset=utf-8"),
+    "/transport.js": ("transport.js", "text/javascript; charset=utf-8"),
 }
 #: Sent with every page: nothing but this origin, never cached, never framed, no referrer.
 PAGE_HEADERS = {

@@ -56,90 +56,35 @@ function codecFromSps(bytes) {
 // the connection that proved the key). Each picture comes on its own stream ("S", its number, the message):
 // streams may overtake each other, so they are decoded in their numbers' order. Sound comes as datagrams, and
 // the pad, keys and mouse go back as datagrams.
-let transport = null;
-let datagrams = null;
+let transport = null; // the worker that holds the open session (transport.js: it reads and times the streams)
 const order = { next: 0, held: new Map() };
+stats.rateReports = 0;
 
-async function openTransport(offer) {
+function openTransport(offer) {
   const port = location.port || (location.protocol === "https:" ? "443" : "80");
   const url = "https://" + location.hostname + ":" + port + "/wt/" + offer.ticket;
   const hash = Uint8Array.from(offer.cert_sha256.match(/../g), (h) => parseInt(h, 16));
-  let t;
-  try {
-    t = new WebTransport(url, { serverCertificateHashes: [{ algorithm: "sha-256", value: hash }] });
-    await t.ready;
-  } catch (e) {
-    stats.transportError = String(e);
-    if (ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "websocket" }));
-    return;
-  }
-  transport = t;
-  datagrams = t.datagrams.writable.getWriter();
-  stats.transport = "webtransport";
-  order.next = 0; order.held.clear(); needKey = true;
-  readStreams(t);
-  readDatagrams(t);
-  t.closed.catch(() => {}).finally(() => {
-    if (transport !== t) return;
-    transport = null; datagrams = null; stats.transport = "websocket"; needKey = true; // the host goes on over the WebSocket
-  });
-}
-
-async function readStreams(t) {
-  const streams = t.incomingUnidirectionalStreams.getReader();
-  for (;;) {
-    let next;
-    try { next = await streams.read(); } catch (e) { return; }
-    if (next.done) return;
-    const first = performance.now();
-    new Response(next.value).arrayBuffer().then((buf) => { noteArrival(buf, first); onStreamMessage(buf); }, () => {});
-  }
-}
-
-// The link as the host's rate control hears it (as a pyrofling viewer's RATE_FEEDBACK, protocol.md §7.10):
-// every 50 ms, when each picture's stream began and finished arriving, and the bytes that came.
-const rate = { seq: 0, at: performance.now(), bytes: 0, samples: [] };
-stats.rateReports = 0;
-
-function noteArrival(buf, first) {
-  rate.bytes += buf.byteLength;
-  if (new Uint8Array(buf, 0, 1)[0] !== 0x53) return; // "S": a picture
-  const unit = new DataView(buf).getUint32(1, true);
-  rate.samples.push([unit & 0x3fff, Math.ceil(buf.byteLength / 1300), first, performance.now()]);
-}
-
-setInterval(() => {
-  if (!datagrams) return;
-  const now = performance.now();
-  const used = rate.samples.slice(-8);
-  const buf = new ArrayBuffer(1 + 16 + 8 * 12);
-  const v = new DataView(buf);
-  const us = (ms) => Math.round(ms * 1000) >>> 0; // modulo 2³², as the wire has it
-  v.setUint8(0, 0x52); // "R"
-  v.setUint32(1, rate.seq = (rate.seq + 1) >>> 0, true);
-  v.setUint32(5, us(now - rate.at), true);
-  v.setUint32(9, rate.bytes >>> 0, true);
-  v.setUint16(13, used.length, true);
-  used.forEach(([unit, count, first, last], i) => {
-    const o = 17 + 12 * i;
-    v.setUint16(o, unit, true); v.setUint16(o + 2, Math.min(count, 0xffff), true);
-    v.setUint32(o + 4, us(first), true); v.setUint32(o + 8, us(last), true);
-  });
-  rate.samples = []; rate.bytes = 0; rate.at = now;
-  datagrams.write(new Uint8Array(buf)).catch(() => {});
-  stats.rateReports++;
-}, 50);
-
-async function readDatagrams(t) {
-  const reader = t.datagrams.readable.getReader();
-  for (;;) {
-    let next;
-    try { next = await reader.read(); } catch (e) { return; }
-    if (next.done) return;
-    const d = next.value;
-    rate.bytes += d.byteLength;
-    if (d[0] === 0x41) onAudio(d.buffer.slice(d.byteOffset, d.byteOffset + d.byteLength));
-  }
+  const worker = new Worker("/transport.js");
+  worker.onmessage = (ev) => {
+    const msg = ev.data;
+    if (msg.type === "stream") onStreamMessage(msg.buf);
+    else if (msg.type === "datagram") { if (new Uint8Array(msg.buf, 0, 1)[0] === 0x41) onAudio(msg.buf); }
+    else if (msg.type === "reported") stats.rateReports++;
+    else if (msg.type === "ready") {
+      transport = worker;
+      stats.transport = "webtransport";
+      order.next = 0; order.held.clear(); needKey = true;
+    } else if (msg.type === "failed") {
+      stats.transportError = msg.error;
+      worker.terminate();
+      if (ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "websocket" }));
+    } else if (msg.type === "closed") {
+      worker.terminate();
+      if (transport !== worker) return;
+      transport = null; stats.transport = "websocket"; needKey = true; // the host goes on over the WebSocket
+    }
+  };
+  worker.postMessage({ type: "open", url, hash });
 }
 
 function onStreamMessage(buf) {
@@ -162,7 +107,7 @@ function onStreamMessage(buf) {
 }
 
 function sendState(buf) {
-  if (datagrams) { datagrams.write(new Uint8Array(buf)).catch(() => {}); return; }
+  if (transport) { transport.postMessage({ type: "datagram", data: buf }, [buf]); return; }
   ws.send(buf);
 }
 
@@ -347,7 +292,7 @@ function connect() {
   ws.onclose = (ev) => {
     if (decoder && decoder.state !== "closed") decoder.close();
     decoder = null;
-    if (transport) { const t = transport; transport = null; datagrams = null; t.close(); }
+    if (transport) { const t = transport; transport = null; t.terminate(); }
     stats.transport = "websocket";
     if (ev.code === 1008) { // the host refused this browser: say why, do not hammer it
       stats.state = "refused"; stats.refused = ev.reason;
