@@ -29,7 +29,7 @@ import datetime
 import hashlib
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 from aioquic.asyncio import QuicConnectionProtocol, serve
 from aioquic.asyncio.server import QuicServer
@@ -128,7 +128,11 @@ class _Connection(QuicConnectionProtocol):
                 self._quic.close(reason_phrase="too many connections from this address")
                 self.transmit()
                 return
-        super().datagram_received(data, addr)
+        # As aioquic's own, but what it has to send goes once this turn of the loop is over: the acknowledgements
+        # that come a few at a time (a browser acknowledges every few packets) cost one transmit, not one each.
+        self._quic.receive_datagram(cast(bytes, data), addr, now=self._loop.time())
+        self._process_events()
+        self._transmit_soon()
 
     def _late(self) -> None:
         if not self.accepted:  # never asked for a session, or was refused one
