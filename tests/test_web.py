@@ -324,7 +324,8 @@ def test_over_https_the_page_is_served_with_the_certificate_whose_fingerprint_th
             await stop_host(host, task)
 
     link, fingerprint, served, plain, page, played, refused = run(scenario, timeout_s=120)
-    assert link.startswith("https://127.0.0.1:") and shown == [(link, fingerprint)]
+    assert link.startswith("https://127.0.0.1:") and shown[0] == (link, fingerprint)
+    assert all(f == fingerprint for _, f in shown)  # the next links (one a browser) come with it too
     der = ssl.PEM_cert_to_DER_cert(served)
     digest = hashlib.sha256(der).hexdigest().upper()
     assert fingerprint == ":".join(digest[i : i + 2] for i in range(0, 64, 2))  # what the person compares
@@ -573,3 +574,39 @@ def test_a_page_opens_no_session_with_a_server_whose_certificate_is_not_the_pinn
     played, web = run(lambda: _page_draws_30(pin="00" * 32), timeout_s=90)
     assert played["transport"] == "websocket" and played["transportError"]
     assert web["webtransport_sessions"] == 0 and web["websocket_fallbacks"] == 1
+
+
+def test_a_link_admits_one_browser_a_reload_comes_back_and_the_host_shows_the_next_link() -> None:
+    """Someone who later finds the link (a chat log, a screenshot) gets nothing; the friend who opened it keeps
+    watching through a reload; the next friend gets the next link the host shows."""
+    if find_chromium() is None:
+        (pytest.fail if os.environ.get("CI") else pytest.skip)("needs Debian's chromium (scripts/setup installs it)")
+    shown: list[str] = []
+    drawn = "window.pyrofling && window.pyrofling.stats.framesDrawn >= 20 && window.pyrofling.stats"
+
+    async def scenario() -> tuple[Any, ...]:
+        host, task = await start_host(
+            encoder=SMALL, web_port=0, virtual_pad="none", show_web_link=lambda link, _fp: shown.append(link)
+        )
+        try:
+            assert host.web_link is not None
+            first_link = host.web_link
+            async with Chromium() as browser:
+                friend = await browser.open(first_link)
+                played = await page_reaches(friend, drawn, 60)
+                later = await browser.open(first_link)  # a new tab: no pass of its own
+                refused = await page_reaches(later, "window.pyrofling && window.pyrofling.stats.refused", 30)
+                await friend.evaluate("location.reload()")
+                await asyncio.sleep(0.5)
+                again = await page_reaches(friend, drawn, 60)
+                next_friend = await browser.open(shown[-1])
+                next_played = await page_reaches(next_friend, drawn, 60)
+        finally:
+            await stop_host(host, task)
+        return first_link, played, refused, again, next_played, host.summary()["web"]
+
+    first_link, played, refused, again, next_played, web = run(scenario, timeout_s=150)
+    assert played["state"] == "streaming" and again["state"] == "streaming" and next_played["state"] == "streaming"
+    assert refused.startswith("this link was used already")
+    assert shown[0] == first_link and len(shown) == 3 and len(set(shown)) == 3  # a new key after each friend
+    assert web["admitted"] == 3 and web["refused"] == {"link_spent": 1}

@@ -12,6 +12,7 @@ from pyrofling.core.host.web_viewers import (
     BrowserLeft,
     CloseClient,
     CloseSession,
+    NewLinkKey,
     RequestKeyframe,
     SendBinary,
     SendText,
@@ -25,8 +26,10 @@ INFO = StreamInfo("h264", 1280, 720, 60, 1_700_000_000.0)
 
 
 def admitted(web: WebViewers, client: int = 1, now: float = 0.0) -> list[object]:
+    """Connect and prove the link's key as it is now (each link admits one browser: the next has a new key)."""
     assert web.connected(client, now) == []
-    return list(web.message(client, json.dumps({"type": "auth", "token": TOKEN}), now))
+    out = web.message(client, json.dumps({"type": "auth", "token": web.token}), now)
+    return [o for o in out if not isinstance(o, NewLinkKey)]
 
 
 def frame(web: WebViewers, *, idr: bool, backlog: dict[int, int] | None = None, n: int = 0) -> list[object]:
@@ -41,6 +44,7 @@ def test_the_right_token_gets_the_streams_parameters_and_asks_for_a_key_frame() 
     hello, key, joined = admitted(web)
     assert isinstance(hello, SendText) and isinstance(key, RequestKeyframe) and joined == BrowserJoined(1)
     msg = json.loads(hello.text)
+    assert isinstance(msg.pop("resume"), str)  # its tab's pass back in
     assert msg == {"type": "hello", "codec": "h264", "width": 1280, "height": 720, "fps": 60,
                    "clock_offset_ms": 1_700_000_000_000.0, "audio": None}  # fmt: skip
     assert web.watching == 1 and web.counters.admitted == 1
@@ -124,8 +128,10 @@ def test_no_more_browsers_than_the_cap_and_none_before_the_stream_exists() -> No
     web = WebViewers(WebConfig(TOKEN, max_browsers=1), INFO)
     admitted(web, 1)
     web.connected(2, 0.0)
-    out = web.message(2, json.dumps({"type": "auth", "token": TOKEN}), 0.0)
+    link = web.token
+    out = web.message(2, json.dumps({"type": "auth", "token": link}), 0.0)
     assert isinstance(out[0], CloseClient) and "already streams" in out[0].reason
+    assert web.token == link  # a browser turned away did not spend the link
     early = WebViewers(WebConfig(TOKEN))
     early.connected(1, 0.0)
     out = early.message(1, json.dumps({"type": "auth", "token": TOKEN}), 0.0)
@@ -242,10 +248,10 @@ def offered(web: WebViewers, client: int = 1, now: float = 0.0) -> str:
 
 
 def test_webtransport_a_session_with_the_hellos_one_time_ticket_carries_the_pictures_as_numbered_streams() -> None:
-    tickets = iter(["ticket-1", "ticket-2"])
-    web = WebViewers(WebConfig(TOKEN), INFO, webtransport_cert=CERT, make_ticket=lambda: next(tickets))
+    made = iter(range(100))
+    web = WebViewers(WebConfig(TOKEN), INFO, webtransport_cert=CERT, make_ticket=lambda: f"secret-{next(made)}")
     ticket = offered(web)
-    assert ticket == "ticket-1"
+    assert ticket.startswith("secret-")
     assert frame(web, idr=True) == []  # no picture until its session opened (or it said it has none)
     assert web.session_opened(7, "guess") == [CloseSession(7, "no browser waits with that ticket")]
     assert web.session_opened(7, ticket) == [AcceptSession(7, 1), RequestKeyframe()]
@@ -404,3 +410,41 @@ def test_a_game_shaking_the_pad_a_browser_holds_reaches_that_page_only() -> None
     (told,) = web.rumble(1, 40_000, 20_000, 300)
     assert isinstance(told, SendText) and told.client == 1
     assert json.loads(told.text) == {"type": "rumble", "strong": 40_000, "weak": 20_000, "duration_ms": 300}
+
+
+def test_a_link_admits_one_browser_whose_tab_comes_back_with_its_pass_and_the_next_link_has_a_new_key() -> None:
+    made = iter(range(100))
+    web = WebViewers(WebConfig(TOKEN), INFO, make_ticket=lambda: f"secret-{next(made)}")
+    web.connected(1, 0.0)
+    out = web.message(1, json.dumps({"type": "auth", "token": TOKEN}), 0.0)
+    new_link = out[0]
+    assert isinstance(new_link, NewLinkKey) and new_link.token != TOKEN and web.token == new_link.token
+    hello = out[1]
+    assert isinstance(hello, SendText)
+    resume = json.loads(hello.text)["resume"]
+    # Someone else with the same link (it leaked): refused, and told why; the new link admits the next friend.
+    web.connected(2, 0.0)
+    (refused, *_) = web.message(2, json.dumps({"type": "auth", "token": TOKEN}), 0.0)
+    assert isinstance(refused, CloseClient) and refused.reason.startswith("this link was used already")
+    assert isinstance(admitted(web, 3)[0], SendText)
+    # The first tab reconnects with its pass (no new link spent); a made-up pass, or two proofs at once, do not.
+    web.closed(1)
+    web.connected(4, 1.0)
+    back = web.message(4, json.dumps({"type": "auth", "resume": resume}), 1.0)
+    assert [type(o) for o in back] == [SendText, RequestKeyframe, BrowserJoined]
+    web.connected(5, 1.0)
+    (wrong, *_) = web.message(5, json.dumps({"type": "auth", "resume": "secret-guess"}), 1.0)
+    assert isinstance(wrong, CloseClient)
+    web.connected(6, 1.0)
+    (both, *_) = web.message(6, json.dumps({"type": "auth", "resume": resume, "token": web.token}), 1.0)
+    assert isinstance(both, CloseClient)
+    assert web.counters.refused == {"link_spent": 1, "wrong_resume": 1, "no_token": 1}
+
+
+def test_a_run_long_link_admits_every_browser_that_has_it() -> None:
+    web = WebViewers(WebConfig(TOKEN, link_once=False), INFO)
+    for client in (1, 2, 3):
+        web.connected(client, 0.0)
+        out = web.message(client, json.dumps({"type": "auth", "token": TOKEN}), 0.0)
+        assert not any(isinstance(o, NewLinkKey | CloseClient) for o in out)
+    assert web.watching == 3 and web.token == TOKEN

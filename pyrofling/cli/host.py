@@ -344,6 +344,14 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
         help="send the browsers' pictures over WebTransport (HTTP/3 on UDP, the page's port number): a lost packet "
         "holds back one picture, not every one behind it (default); --no-web-transport keeps them on the WebSocket",
     )
+    w.add_argument(
+        "--web-link",
+        choices=("once", "run"),
+        default="once",
+        help="once (default): each link admits one browser (its tab reconnects by itself) and the host then shows "
+        "the next link, so a link that leaks later opens nothing; run: one link for the whole run, for everyone "
+        "who has it",
+    )
     w.add_argument("--web-cert", type=Path, default=None, metavar="CERT.pem", help="your certificate for the page")
     w.add_argument("--web-key", type=Path, default=None, metavar="KEY.pem", help="its private key")
     w.add_argument(
@@ -478,6 +486,7 @@ def host_config(args: argparse.Namespace) -> HostConfig:
         web_port=_web_port(args),
         web_https=args.web_https,
         web_transport=args.web_transport,
+        web_link_once=args.web_link == "once",
         web_cert=args.web_cert,
         web_key=args.web_key,
         show_web_link=_web_link_shower(args.web_link_file),

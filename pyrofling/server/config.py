@@ -109,6 +109,8 @@ class HostConfig:
     web_https: bool | None = None
     #: Offer browsers WebTransport (QUIC on UDP, the page's port number) for their media.
     web_transport: bool = True
+    #: Each link admits one browser and the host shows the next (False: one link for the whole run).
+    web_link_once: bool = True
     web_cert: Path | None = None
     web_key: Path | None = None
     #: The link a browser opens (with its token), and the certificate's fingerprint when HTTPS, go here (the CLI:

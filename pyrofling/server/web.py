@@ -41,6 +41,7 @@ from pyrofling.core.host.web_viewers import (
     BrowserRateReport,
     CloseClient,
     CloseSession,
+    NewLinkKey,
     RequestKeyframe,
     SendBinary,
     SendText,
@@ -115,6 +116,9 @@ class WebServer:
         self._timer = DeadlineTimer(lambda: self._perform(self.viewers.handle_timer(self._clock.now())), clock)
         self.port: int | None = None
         self.link: str | None = None
+        #: The link without its key, and who is shown each new link (the person: the terminal or a file).
+        self.link_base: str | None = None
+        self.show_link: Callable[[str, str | None], None] | None = None
         #: Served over HTTPS: the certificate's SHA-256 fingerprint, and its public key's (for Chromium's flag).
         self.fingerprint: str | None = None
         self.spki_sha256: str | None = None
@@ -250,6 +254,11 @@ class WebServer:
                     self._spawn(ws.close(1008, out.reason))
             elif isinstance(out, RequestKeyframe):
                 self._on_keyframe()
+            elif isinstance(out, NewLinkKey):  # the last link admitted its browser: the next one, to the person
+                if self.link_base is not None:
+                    self.link = self.link_base + out.token
+                    if self.show_link is not None:
+                        self.show_link(self.link, self.fingerprint)
             else:
                 self._on_player(out)
         self._timer.arm(self.viewers.next_timer())
@@ -282,7 +291,10 @@ async def open_web(
     enc = config.encoder
     # The host's password may be typed into the page (not a one-time pairing code: that pairs a viewer).
     password = config.password if config.show_pairing_code is None else None
-    viewers = WebViewers(WebConfig(token=secrets.token_urlsafe(18), password=password), limiter=sessions.auth.limiter)
+    viewers = WebViewers(
+        WebConfig(token=secrets.token_urlsafe(18), password=password, link_once=config.web_link_once),
+        limiter=sessions.auth.limiter,
+    )
     codec, rate, channels = (WEB_AUDIO[audio.codec], audio.rate, config.audio.channels) if audio else (None, 0, 0)
     viewers.set_stream(
         StreamInfo("h264", enc.width, enc.height, enc.fps, time.time() - clock.now(), codec, rate, channels)
@@ -318,15 +330,17 @@ async def open_web(
     if config.web_transport:
         await web.start_transport(bind, _names(config))
     address = "127.0.0.1" if loopback or not https else uri_host(config.bind)
-    web.link = f"{'https' if https else 'http'}://{address}:{port}/#t={viewers.config.token}"
+    web.link_base = f"{'https' if https else 'http'}://{address}:{port}/#t="
+    web.link = web.link_base + viewers.token
     log.info(
         "browser viewer on %s port %d over %s (the link, with its key, is shown to you, not logged)",
         bind,
         port,
         "HTTPS" if https else "HTTP",
     )
-    if config.show_web_link is not None:  # the link (with its key) to the person, never to the log
-        config.show_web_link(web.link, web.fingerprint)
+    web.show_link = config.show_web_link
+    if web.show_link is not None:  # the link (with its key) to the person, never to the log
+        web.show_link(web.link, web.fingerprint)
     return web
 
 

@@ -26,6 +26,9 @@ const params = new URLSearchParams(location.hash.slice(1));
 const token = params.get("t");
 // Without the link's key, the host's password typed into the page (kept for this tab's reconnects only).
 let code = sessionStorage.getItem("pyrofling-code");
+// The pass the host gave this tab when it proved the link (a link admits one browser): reloads and reconnects
+// come back with it.
+let resume = sessionStorage.getItem("pyrofling-resume");
 const login = document.getElementById("login");
 // judge=1 (benches): read the frame marker of the picture on screen at every refresh, as --check-scene does.
 const judge = params.get("judge") === "1";
@@ -260,7 +263,7 @@ login.addEventListener("submit", (ev) => {
 });
 
 function connect() {
-  if (!token && !code) {
+  if (!token && !code && !resume) {
     stats.state = "no token";
     say("");
     login.hidden = false;
@@ -271,13 +274,15 @@ function connect() {
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
   ws = new WebSocket(scheme + "//" + location.host + "/stream");
   ws.binaryType = "arraybuffer";
-  ws.onopen = () => ws.send(JSON.stringify(token ? { type: "auth", token } : { type: "auth", code }));
+  const proof = resume ? { resume } : token ? { token } : { code };
+  ws.onopen = () => ws.send(JSON.stringify({ type: "auth", ...proof }));
   ws.onmessage = (ev) => {
     if (typeof ev.data === "string") {
       const msg = JSON.parse(ev.data);
       if (msg.type === "rumble") { rumble(msg); return; }
       if (msg.type === "hello") {
         hello = msg; stats.clockOffsetMs = msg.clock_offset_ms;
+        if (msg.resume) { resume = msg.resume; sessionStorage.setItem("pyrofling-resume", resume); }
         if (msg.audio) setupAudio(msg.audio);
         stats.state = "streaming"; retryMs = 1000; needKey = true; say("");
         if (msg.webtransport) {
@@ -295,6 +300,10 @@ function connect() {
     if (transport) { const t = transport; transport = null; t.terminate(); }
     stats.transport = "websocket";
     if (ev.code === 1008) { // the host refused this browser: say why, do not hammer it
+      if (proof.resume) { // the pass is from an earlier run of the host, or another link: the link, if any
+        resume = null; sessionStorage.removeItem("pyrofling-resume");
+        if (token || code) { connect(); return; }
+      }
       stats.state = "refused"; stats.refused = ev.reason;
       if (!token && code) { // a wrong password: ask again
         code = null; sessionStorage.removeItem("pyrofling-code"); login.hidden = false;

@@ -8,10 +8,15 @@ WebSocket, and decodes them with WebCodecs (``docs/browser.md``):
 
 * **Proof first.** A browser's first message must be ``{"type": "auth", "token":
   ...}`` with the host's web token (the secret part of the link the host prints),
-  or ``{"type": "auth", "code": ...}`` with the host's password, counted against
-  the address as a viewer's wrong codes are; anything else, a wrong one, or none
-  within ``auth_timeout_s`` closes it before a byte of the stream is sent.  Both
-  are compared in constant time.
+  ``{"type": "auth", "code": ...}`` with the host's password, counted against
+  the address as a viewer's wrong codes are, or ``{"type": "auth", "resume": ...}``
+  with the secret its ``hello`` gave it (its tab reconnecting); anything else, a
+  wrong one, or none within ``auth_timeout_s`` closes it before a byte of the
+  stream is sent.  All are compared in constant time.
+* **A link admits one browser** (``link_once``): the token is spent by the first
+  browser that proves it, and a new one is made (:class:`NewLinkKey`: the host
+  shows the next link to the person); that browser's tab comes back with its
+  resume secret.  A link that leaked later (a chat log, a screenshot) opens nothing.
 * **Start at a key frame.** WebCodecs decodes from a key frame, so a browser that
   was admitted, or fell behind, waits for the next IDR; the host's key-frame
   policy is asked for one (the same request a joining viewer makes).
@@ -75,6 +80,8 @@ MAX_DATAGRAM_BYTES = 1200
 @dataclass(frozen=True, slots=True)
 class WebConfig:
     token: str = field(repr=False)
+    #: Each link admits one browser, and the next link has a new key (False: one link for the whole run).
+    link_once: bool = True
     #: The host's password, which a page may prove instead of the link's key (None: the link only).  The page's
     #: connection is always TLS or this machine's own (plain HTTP listens on 127.0.0.1 only).
     password: str | None = field(default=None, repr=False)
@@ -139,6 +146,13 @@ class CloseClient:
 
 
 @dataclass(frozen=True, slots=True)
+class NewLinkKey:
+    """The link's key was spent: this is the next one (the shell shows the new link to the person, not the log)."""
+
+    token: str = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
 class RequestKeyframe:
     """Make the next frame an IDR (a browser starts or recovers there)."""
 
@@ -183,6 +197,7 @@ WebOutput = (
     | BrowserLeft
     | AcceptSession
     | CloseSession
+    | NewLinkKey
 )
 #: A browser's binary messages: its tag and the wire payload after it.
 INPUT_MESSAGES: dict[bytes, type[GamepadState] | type[InputState]] = {b"P": GamepadState, b"I": InputState}
@@ -206,6 +221,8 @@ class _Browser:
     session: int | None = None
     #: Units sent on its session: the number each stream starts with.
     units: int = 0
+    #: The pass its tab reconnects with (given in its hello when it proved the link or the password).
+    resume: str | None = field(default=None, repr=False)
 
 
 @dataclass(slots=True)
@@ -253,6 +270,10 @@ class WebViewers:
         self._make_ticket = make_ticket
         self._browsers: dict[int, _Browser] = {}
         self._sessions: dict[int, int] = {}  # WebTransport session → its browser
+        #: The link's key now, those already spent (to say so), and the resume secrets given to admitted tabs.
+        self.token = config.token
+        self._spent: list[str] = []
+        self._resumes: list[str] = []
 
     def set_stream(self, info: StreamInfo) -> None:
         self.info = info
@@ -299,15 +320,23 @@ class WebViewers:
         return []  # a later page may say more; an unknown message is not an error
 
     def _prove(self, client: int, browser: _Browser, msg: dict[str, Any], now: float) -> list[WebOutput]:
-        token, code = msg.get("token"), msg.get("code")
-        if msg["type"] != "auth" or (not isinstance(token, str) and not isinstance(code, str)):
+        token, code, resume = msg.get("token"), msg.get("code"), msg.get("resume")
+        given = [v for v in (token, code, resume) if isinstance(v, str)]
+        if msg["type"] != "auth" or len(given) != 1:
             self.counters.refuse("no_token")
             return self._close(client, "the first message must prove the token")
         if isinstance(code, str):
             refusal = self._check_code(browser, code, now)
             if refusal is not None:
                 return self._close(client, refusal)
-        elif not hmac.compare_digest(str(token).encode(), self.config.token.encode()):
+        elif isinstance(resume, str):
+            if not _any_equal(resume, self._resumes):
+                self.counters.refuse("wrong_resume")
+                return self._close(client, "this tab's pass is not the host's: open a new link from the host")
+        elif not _equal(str(token), self.token):
+            if _any_equal(str(token), self._spent):
+                self.counters.refuse("link_spent")
+                return self._close(client, "this link was used already: the host shows a new one for each browser")
             self.counters.refuse("wrong_token")
             return self._close(client, "wrong token: open the link the host printed")
         if self.watching >= self.config.max_browsers:
@@ -316,9 +345,17 @@ class WebViewers:
         if self.info is None:
             self.counters.refuse("not_streaming")
             return self._close(client, "the host is not streaming yet: reload in a moment")
+        new_link: list[WebOutput] = []
+        if isinstance(token, str) and self.config.link_once:  # admitted: the link is spent, the next one made
+            self._spent.append(self.token)
+            self.token = self._make_ticket()
+            new_link.append(NewLinkKey(self.token))
         browser.proved = True
         browser.proved_s = now
         self.counters.admitted += 1
+        if not isinstance(resume, str):  # the pass its tab comes back with (a reload, a lost connection)
+            browser.resume = self._make_ticket()
+            self._resumes.append(browser.resume)
         info = self.info
         hello = {
             "type": "hello",
@@ -331,21 +368,22 @@ class WebViewers:
             if info.audio_codec is not None
             else None,
         }
+        if browser.resume is not None:
+            hello["resume"] = browser.resume
         if self.webtransport_cert is None:
-            return [SendText(client, json.dumps(hello)), RequestKeyframe(), BrowserJoined(client)]
+            return [*new_link, SendText(client, json.dumps(hello)), RequestKeyframe(), BrowserJoined(client)]
         # The ticket goes inside the connection that proved the key (TLS or loopback), and the certificate's hash
         # with it: the page's QUIC session is bound to that proof both ways.
         browser.ticket, browser.awaiting_session = self._make_ticket(), True
         hello["webtransport"] = {"cert_sha256": self.webtransport_cert, "ticket": browser.ticket}
-        return [SendText(client, json.dumps(hello)), BrowserJoined(client)]
+        return [*new_link, SendText(client, json.dumps(hello)), BrowserJoined(client)]
 
     def session_opened(self, session: int, ticket: str) -> list[WebOutput]:
         """A WebTransport session asked for ``/wt/<ticket>``: it carries the media of the browser whose ticket that
         is (once: a ticket is spent by its first use), else it is refused."""
         found = None
         for client, waiting in self._browsers.items():
-            # Every ticket compared, in constant time.
-            if waiting.ticket is not None and hmac.compare_digest(waiting.ticket.encode(), ticket.encode()):
+            if waiting.ticket is not None and _equal(ticket, waiting.ticket):  # every one compared
                 found = client
         browser = self._browsers.get(found) if found is not None else None
         if found is None or browser is None or not browser.awaiting_session:
@@ -402,7 +440,7 @@ class WebViewers:
         if wait > 0:
             self.counters.refuse("blocked")
             return f"too many wrong passwords from here: try again in {wait:.0f} s"
-        if not hmac.compare_digest(code.encode(), password.encode()):
+        if not _equal(code, password):
             self.limiter.failed(browser.address, now)
             self.counters.refuse("wrong_code")
             return "wrong password"
@@ -521,3 +559,13 @@ class WebViewers:
             "rate_reports": c.rate_reports,
             "rumbles": c.rumbles,
         }
+
+
+def _equal(given: str, secret: str) -> bool:
+    """In constant time (for the secret's length)."""
+    return hmac.compare_digest(given.encode(), secret.encode())
+
+
+def _any_equal(given: str, secrets_: list[str]) -> bool:
+    """Compared with every one, whatever matched."""
+    return sum(_equal(given, s) for s in secrets_) > 0
