@@ -489,7 +489,7 @@ def host_config(args: argparse.Namespace) -> HostConfig:
         web_link_once=args.web_link == "once",
         web_cert=args.web_cert,
         web_key=args.web_key,
-        show_web_link=_web_link_shower(args.web_link_file),
+        show_web_link=_web_link_shower(args.web_link_file, once=args.web_link == "once"),
     )
 
 
@@ -510,17 +510,19 @@ def _web_port(args: argparse.Namespace) -> int | None:
     return int(args.web)
 
 
-def _web_link_shower(file: Path | None) -> Callable[[str, str | None], None]:
-    return lambda link, fingerprint: _show_web_link(link, fingerprint, file)
+def _web_link_shower(file: Path | None, *, once: bool) -> Callable[[str, str | None], None]:
+    return lambda link, fingerprint: _show_web_link(link, fingerprint, file, once=once)
 
 
-def _show_web_link(link: str, fingerprint: str | None, file: Path | None) -> None:
+def _show_web_link(link: str, fingerprint: str | None, file: Path | None, *, once: bool = False) -> None:
     """The link carries the stream's key: to ``file`` (0600; the fingerprint on its second line), else the person
     (the terminal, else standard output); never to the log."""
     if file is not None:
         write_private(file, (link + "\n" + (f"{fingerprint}\n" if fingerprint else "")).encode())
         return
     text = f"watch in a browser: {link}\n"
+    if once:
+        text += "  it admits one browser (whose tab may reload); the next link is shown here once it has\n"
     if fingerprint:
         text += (
             f"  the page's certificate (SHA-256): {fingerprint}\n"
