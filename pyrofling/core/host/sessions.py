@@ -113,7 +113,6 @@ __all__ = [
 ]
 
 
-#: Browsers' players are numbered from here, apart from the TCP connections' numbers.
 #: A browser's picture counted as QUIC packets of about this much video each (for its link's controller).
 BROWSER_DATAGRAM_BYTES = 1300
 
