@@ -236,6 +236,18 @@ async def page_reaches(page: Any, expression: str, timeout_s: float) -> Any:
     return await asyncio.wait_for(poll(), timeout_s)
 
 
+async def _reloaded(page: Any, expression: str) -> Any:
+    """The expression's value once truthy in the page's next document (errors while it navigates are waited out)."""
+    import contextlib
+
+    while True:
+        with contextlib.suppress(RuntimeError):
+            value = await page.evaluate(f"!window.beforeReload && ({expression})")
+            if value:
+                return value
+        await asyncio.sleep(0.05)
+
+
 async def host_sees(check: Any, timeout_s: float) -> None:
     deadline = asyncio.get_running_loop().time() + timeout_s
     while not check() and asyncio.get_running_loop().time() < deadline:
@@ -596,9 +608,9 @@ def test_a_link_admits_one_browser_a_reload_comes_back_and_the_host_shows_the_ne
                 played = await page_reaches(friend, drawn, 60)
                 later = await browser.open(first_link)  # a new tab: no pass of its own
                 refused = await page_reaches(later, "window.pyrofling && window.pyrofling.stats.refused", 30)
-                await friend.evaluate("location.reload()")
-                await asyncio.sleep(0.5)
-                again = await page_reaches(friend, drawn, 60)
+                await friend.evaluate("window.beforeReload = true")
+                await browser.send("Page.reload", {}, friend.session)
+                again = await asyncio.wait_for(_reloaded(friend, drawn), 60)
                 next_friend = await browser.open(shown[-1])
                 next_played = await page_reaches(next_friend, drawn, 60)
         finally:
