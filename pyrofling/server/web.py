@@ -33,7 +33,6 @@ from pyrofling.core.host.keyframes import KeyframePolicy
 from pyrofling.core.host.sessions import HostSessions
 from pyrofling.core.host.state import BrowserRumble
 from pyrofling.core.host.web_viewers import (
-    STREAM_SEQ,
     AcceptSession,
     BrowserInput,
     BrowserJoined,
@@ -108,7 +107,6 @@ class WebServer:
         self._on_sent = on_sent
         self._clock = clock
         self._connections: dict[int, ServerConnection] = {}
-        self._sessions: dict[int, int] = {}  # browser → its accepted WebTransport session
         self.transport: WebTransportServer | None = None
         self._server: Server | None = None
         self._next = 1
@@ -147,7 +145,7 @@ class WebServer:
         transport = WebTransportServer(
             on_opened=lambda s, ticket: self._perform(self.viewers.session_opened(s, ticket)),
             on_datagram=lambda s, data: self._perform(self.viewers.session_datagram(s, data)),
-            on_closed=self._session_closed,
+            on_closed=lambda s: self._perform(self.viewers.session_closed(s)),
             names=names,
         )
         try:
@@ -157,10 +155,6 @@ class WebServer:
             return
         self.transport = transport
         self.viewers.webtransport_cert = transport.cert_sha256
-
-    def _session_closed(self, session: int) -> None:
-        self._sessions = {c: s for c, s in self._sessions.items() if s != session}
-        self._perform(self.viewers.session_closed(session))
 
     async def close(self) -> None:
         self._timer.cancel()
@@ -218,29 +212,28 @@ class WebServer:
 
     def losses(self, client: int) -> tuple[int, int]:
         """(packets lost, packets sent) on the browser's WebTransport connection since the last call."""
-        session = self._sessions.get(client)
+        session = self.viewers.session_of(client)
         return self.transport.losses(session) if session is not None and self.transport is not None else (0, 0)
 
     def _backlog(self) -> dict[int, int]:
         backlog = {c: ws.transport.get_write_buffer_size() for c, ws in self._connections.items() if ws.transport}
         if self.transport is not None:
-            backlog.update({c: self.transport.backlog(s) for c, s in self._sessions.items()})
+            for client in backlog:
+                session = self.viewers.session_of(client)
+                if session is not None:  # its media goes there: what waits there is what counts
+                    backlog[client] = self.transport.backlog(session)
         return backlog
 
     def _perform(self, outputs: list[WebOutput]) -> None:
         for out in outputs:
-            if isinstance(out, SendBinary) and out.channel != "socket":
-                session = self._sessions.get(out.client)
-                if session is not None and self.transport is not None:
-                    self.transport.send(session, out.data, datagram=out.channel == "datagram")
-                    unit = STREAM_SEQ.unpack_from(out.data)[1] if out.data[:1] == b"S" else None
-                    self._on_sent(out.client, unit, len(out.data))
+            if isinstance(out, SendBinary) and out.session is not None:
+                if self.transport is not None:
+                    self.transport.send(out.session, out.data, datagram=out.channel == "datagram")
+                    self._on_sent(out.client, out.unit, len(out.data))
             elif isinstance(out, AcceptSession):
                 if self.transport is not None:
-                    self._sessions[out.client] = out.session
                     self.transport.accept(out.session)
             elif isinstance(out, CloseSession):
-                self._sessions = {c: s for c, s in self._sessions.items() if s != out.session}
                 if self.transport is not None:
                     self.transport.close_session(out.session, out.reason)
             elif isinstance(out, SendBinary | SendText):

@@ -117,12 +117,15 @@ class SendText:
 
 @dataclass(frozen=True, slots=True)
 class SendBinary:
-    """To the browser's WebSocket (``channel="socket"``), or its WebTransport session: a new unidirectional stream
-    (``"stream"``, reliable, ordered within itself) or a datagram (``"datagram"``, may be lost)."""
+    """To the browser's WebSocket (``channel="socket"``), or its WebTransport session (``session``): a new
+    unidirectional stream (``"stream"``, reliable, ordered within itself) or a datagram (``"datagram"``, may be
+    lost).  ``unit``: the picture's number on the session (what the page's arrival reports name)."""
 
     client: int
     data: bytes
     channel: str = "socket"
+    session: int | None = None
+    unit: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,6 +381,11 @@ class WebViewers:
         hello["webtransport"] = {"cert_sha256": self.webtransport_cert, "ticket": browser.ticket}
         return [*new_link, SendText(client, json.dumps(hello)), BrowserJoined(client)]
 
+    def session_of(self, client: int) -> int | None:
+        """The WebTransport session carrying this browser's media (None: its WebSocket does)."""
+        browser = self._browsers.get(client)
+        return browser.session if browser is not None else None
+
     def session_opened(self, session: int, ticket: str) -> list[WebOutput]:
         """A WebTransport session asked for ``/wt/<ticket>``: it carries the media of the browser whose ticket that
         is (once: a ticket is spent by its first use), else it is refused."""
@@ -490,8 +498,9 @@ class WebViewers:
             if browser.session is None:
                 out.append(SendBinary(client, message))
             else:
-                out.append(SendBinary(client, STREAM_SEQ.pack(b"S", browser.units) + message, "stream"))
-                browser.units = (browser.units + 1) & 0xFFFFFFFF
+                unit = browser.units
+                out.append(SendBinary(client, STREAM_SEQ.pack(b"S", unit) + message, "stream", browser.session, unit))
+                browser.units = (unit + 1) & 0xFFFFFFFF
             self.counters.frames_sent += 1
             self.counters.bytes_sent += len(message)
         if want_idr:
@@ -510,7 +519,8 @@ class WebViewers:
             if browser.session is None:
                 out.append(SendBinary(client, message))
             else:  # late sound is worth nothing: a datagram, unless it cannot fit one
-                out.append(SendBinary(client, message, "datagram" if len(message) <= MAX_DATAGRAM_BYTES else "stream"))
+                channel = "datagram" if len(message) <= MAX_DATAGRAM_BYTES else "stream"
+                out.append(SendBinary(client, message, channel, browser.session))
             self.counters.audio_sent += 1
         return out
 
