@@ -275,7 +275,7 @@ def test_webtransport_sound_goes_as_datagrams_and_input_datagrams_play_while_bad
     web = WebViewers(WebConfig(TOKEN), INFO, webtransport_cert=CERT)
     web.session_opened(3, offered(web))
     small = web.audio(b"x" * 100, pts_us=1, backlog={})
-    large = web.audio(b"x" * MAX_DATAGRAM_BYTES, pts_us=2, backlog={})
+    large = web.audio(b"x" * MAX_DATAGRAM_BYTES, pts_us=1_000_000, backlog={})  # after a pause: alone too
     assert [o.channel for o in small + large if isinstance(o, SendBinary)] == ["datagram", "stream"]
     state = GamepadState(seq=4, buttons=1)
     payload = b"P" + bytes(state)[-GamepadState.PAYLOAD.size :]  # the tag, then the wire payload
@@ -284,6 +284,54 @@ def test_webtransport_sound_goes_as_datagrams_and_input_datagrams_play_while_bad
     assert web.session_datagram(3, b"P\x00") == [] and web.session_datagram(3, b"?" * 17) == []
     assert web.session_datagram(99, payload) == []  # no such session
     assert web.counters.datagrams_dropped == 3 and web.counters.input_states == 1
+
+
+def sound_units(group: bytes) -> list[int]:
+    """The pts of each unit in a session's sound group (b"G", then each unit's length and its "A" message)."""
+    from pyrofling.core.host.web_viewers import AUDIO_HEADER, SOUND_UNIT_LENGTH
+
+    assert group[:1] == b"G"
+    pts, at = [], 1
+    while at < len(group):
+        (n,) = SOUND_UNIT_LENGTH.unpack_from(group, at)
+        tag, _, _, unit_pts = AUDIO_HEADER.unpack_from(group, at + SOUND_UNIT_LENGTH.size)
+        assert tag == b"A"
+        pts.append(unit_pts)
+        at += SOUND_UNIT_LENGTH.size + n
+    assert at == len(group)
+    return pts
+
+
+def test_a_sessions_sound_goes_in_groups_of_20_ms_while_a_websocket_gets_each_unit_at_once() -> None:
+    """5 ms units: the session gets four in each datagram (the page plays 20 ms blocks), the WebSocket each one
+    as it comes; 10 and 20 ms units group by the same span; a pause sends what was held and starts over."""
+    web = WebViewers(WebConfig(TOKEN), INFO, webtransport_cert=CERT)
+    web.session_opened(3, offered(web, 1))
+    offered(web, 2)
+    web.message(2, json.dumps({"type": "websocket"}), 0.0)  # 2 has no WebTransport
+    sent: dict[int, list[bytes]] = {1: [], 2: []}
+
+    def play(pts_us: int) -> None:
+        for o in web.audio(b"opus", pts_us=pts_us, backlog={}):
+            assert isinstance(o, SendBinary)
+            assert o.channel == ("datagram" if o.client == 1 else "socket")
+            sent[o.client].append(o.data)
+
+    for pts in range(0, 50_000, 5_000):  # 10 units of 5 ms
+        play(pts)
+    assert len(sent[2]) == 10  # each at once
+    groups = [[0], [5_000, 10_000, 15_000, 20_000], [25_000, 30_000, 35_000, 40_000]]  # the first alone
+    assert [sound_units(g) for g in sent[1]] == groups
+    play(50_000)  # the next group is not whole yet: held
+    assert len(sent[1]) == 3
+    play(900_000)  # a pause: what was held goes as it is, and the new unit alone (its length is not known)
+    assert [sound_units(g) for g in sent[1][3:]] == [[45_000, 50_000], [900_000]]
+    sent[1].clear()
+    for pts in range(910_000, 990_000, 10_000):  # 10 ms units: two a group
+        play(pts)
+    pairs = [[910_000, 920_000], [930_000, 940_000], [950_000, 960_000], [970_000, 980_000]]
+    assert [sound_units(g) for g in sent[1]] == pairs
+    assert web.counters.audio_sent == 2 * (10 + 1 + 1 + 8)  # units, to each browser
 
 
 def test_a_browser_without_webtransport_goes_on_over_its_websocket_from_a_key_frame() -> None:

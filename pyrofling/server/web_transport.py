@@ -128,11 +128,34 @@ class _Connection(QuicConnectionProtocol):
                 self._quic.close(reason_phrase="too many connections from this address")
                 self.transmit()
                 return
-        # As aioquic's own, but what it has to send goes once this turn of the loop is over: the acknowledgements
-        # that come a few at a time (a browser acknowledges every few packets) cost one transmit, not one each.
-        self._quic.receive_datagram(cast(bytes, data), addr, now=self._loop.time())
+        quic = self._quic
+        window = quic._loss._cc
+        lost = window.packets_lost if isinstance(window, FixedWindow) else -1
+        quic.receive_datagram(cast(bytes, data), addr, now=self._loop.time())
         self._process_events()
-        self._transmit_soon()
+        # As aioquic's own, but what it has to send goes once this turn of the loop is over, and only when there
+        # is something: most of what a browser sends is acknowledgements (on loopback one for every three or four
+        # packets), after which a transmit finds nothing to send and would cost a packet's build for nothing.  Its
+        # own acknowledgements of the browser's packets are due at a time: the timer, rearmed here, sends them.
+        if (
+            not quic._handshake_complete
+            or lost != (window.packets_lost if isinstance(window, FixedWindow) else 0)
+            or quic._datagrams_pending
+            or any(not stream.sender.buffer_is_empty for stream in quic._streams.values())
+        ):
+            self._transmit_soon()
+        else:
+            self._arm_timer()
+
+    def _arm_timer(self) -> None:
+        """The timer for the connection's next deadline, as aioquic's transmit arms it."""
+        timer_at = self._quic.get_timer()
+        if self._timer is not None and self._timer_at != timer_at:
+            self._timer.cancel()
+            self._timer = None
+        if self._timer is None and timer_at is not None:
+            self._timer = self._loop.call_at(timer_at, self._handle_timer)
+        self._timer_at = timer_at
 
     def _late(self) -> None:
         if not self.accepted:  # never asked for a session, or was refused one

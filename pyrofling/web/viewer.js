@@ -71,7 +71,7 @@ function openTransport(offer) {
   worker.onmessage = (ev) => {
     const msg = ev.data;
     if (msg.type === "stream") onStreamMessage(msg.buf);
-    else if (msg.type === "datagram") { if (new Uint8Array(msg.buf, 0, 1)[0] === 0x41) onAudio(msg.buf); }
+    else if (msg.type === "datagram") onSound(msg.buf);
     else if (msg.type === "reported") stats.rateReports++;
     else if (msg.type === "ready") {
       transport = worker;
@@ -92,7 +92,7 @@ function openTransport(offer) {
 
 function onStreamMessage(buf) {
   const tag = new Uint8Array(buf, 0, 1)[0];
-  if (tag === 0x41) { onAudio(buf); return; } // "A": sound too large for a datagram
+  if (tag === 0x47) { onSound(buf); return; } // "G": sound too large for a datagram
   if (tag !== 0x53) return; // "S"
   const seq = new DataView(buf).getUint32(1, true);
   if (seq < order.next) return;
@@ -237,6 +237,19 @@ function playAudioData(data) {
   }
   data.close();
   if (audio) schedule(planes, planes.length ? planes[0].length : 0);
+}
+
+// A session's sound: "G", then units of 20 ms in all, each its length (uint16) and its "A" message.
+function onSound(buf) {
+  const view = new DataView(buf);
+  if (view.getUint8(0) !== 0x47) return;
+  for (let at = 1; at + 2 <= buf.byteLength; ) {
+    const n = view.getUint16(at, true);
+    at += 2;
+    if (at + n > buf.byteLength) return;
+    onAudio(buf.slice(at, at + n));
+    at += n;
+  }
 }
 
 function onAudio(buf) {

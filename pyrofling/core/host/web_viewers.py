@@ -42,7 +42,9 @@ ticket; the page opens a WebTransport session (HTTP/3, UDP, on the page's own po
 number) at ``/wt/<ticket>``, and from then on each access unit goes on its own
 unidirectional QUIC stream (``STREAM_SEQ``: ``b"S"`` and its number, then the same message): a lost packet is
 resent by QUIC and holds back that picture only, never the ones behind it as a lost
-TCP segment does; sound goes as datagrams (late sound is worth nothing), and the
+TCP segment does; sound goes as datagrams (late sound is worth nothing), a group of
+units spanning 20 ms in each (``b"G"``, then each unit's length and its ``b"A"``
+message: :data:`SOUND_GROUP_US`), and the
 page's pad, keys and mouse come back as datagrams (states, resent every 100 ms).
 The page reports when each picture's stream began and finished arriving, every 50 ms
 (``b"R"`` + a RATE_FEEDBACK payload whose samples name the stream numbers), and the
@@ -75,6 +77,13 @@ FLAG_IDR = 1
 STREAM_SEQ = struct.Struct("<cI")
 #: Sound larger than this goes on a stream, not in a datagram (a QUIC packet of 1350 bytes carries one).
 MAX_DATAGRAM_BYTES = 1200
+#: Sound to a WebTransport session goes in groups spanning this much: the page plays it in blocks of 20 ms anyway,
+#: so the wait costs no latency, while each datagram costs the host a QUIC packet built in Python and the browser's
+#: acknowledgement of it (5 ms units: a quarter of them).  ``SOUND_GROUP_SLACK_US``: units' stamps may wobble.
+SOUND_GROUP_US = 20_000
+SOUND_GROUP_SLACK_US = 1_000
+#: A group: ``b"G"``, then for each unit its length (uint16 LE) and its ``b"A"`` message.
+SOUND_UNIT_LENGTH = struct.Struct("<H")
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +282,9 @@ class WebViewers:
         self._make_ticket = make_ticket
         self._browsers: dict[int, _Browser] = {}
         self._sessions: dict[int, int] = {}  # WebTransport session → its browser
+        #: Sound for the sessions, (pts µs, its "A" message) until its group is whole; the last unit's pts.
+        self._sound: list[tuple[int, bytes]] = []
+        self._sound_last_us: int | None = None
         #: The link's key now, those already spent (to say so), and the resume secrets given to admitted tabs.
         self.token = config.token
         self._spent: list[str] = []
@@ -510,18 +522,44 @@ class WebViewers:
 
     def audio(self, data: bytes, *, pts_us: int, backlog: dict[int, int]) -> list[WebOutput]:
         """One encoded audio unit (the viewers' own: Opus or PCM) to each proved browser whose bytes are not piling
-        up (sound that cannot leave is dropped, not queued)."""
+        up (sound that cannot leave is dropped, not queued): at once on a WebSocket; to a WebTransport session in
+        groups of ``SOUND_GROUP_US`` (:meth:`_group_sound`)."""
         message = AUDIO_HEADER.pack(b"A", 0, pts_us, pts_us) + data
         out: list[WebOutput] = []
-        for client, browser in self._browsers.items():
-            if not browser.proved or backlog.get(client, 0) > self.config.max_backlog_bytes:
-                continue
+        listening = [
+            (c, b) for c, b in self._browsers.items() if b.proved and backlog.get(c, 0) <= self.config.max_backlog_bytes
+        ]
+        for client, browser in listening:
             if browser.session is None:
                 out.append(SendBinary(client, message))
-            else:  # late sound is worth nothing: a datagram, unless it cannot fit one
-                channel = "datagram" if len(message) <= MAX_DATAGRAM_BYTES else "stream"
-                out.append(SendBinary(client, message, channel, browser.session))
-            self.counters.audio_sent += 1
+                self.counters.audio_sent += 1
+        sessions = [(c, b.session) for c, b in listening if b.session is not None]
+        if not any(b.session is not None for b in self._browsers.values()):
+            self._sound.clear()
+            return out
+        for units in self._group_sound(message, pts_us):
+            group = b"G" + b"".join(SOUND_UNIT_LENGTH.pack(len(m)) + m for m in units)
+            # late sound is worth nothing: a datagram, unless it cannot fit one
+            channel = "datagram" if len(group) <= MAX_DATAGRAM_BYTES else "stream"
+            for client, session in sessions:
+                out.append(SendBinary(client, group, channel, session))
+                self.counters.audio_sent += len(units)
+        return out
+
+    def _group_sound(self, message: bytes, pts_us: int) -> list[list[bytes]]:
+        """The groups of sound that are whole with this unit: once the units held span ``SOUND_GROUP_US`` (a unit
+        lasting as long as the gap before it), or alone while that is not yet known.  What a gap in the stamps (the
+        sound paused, or started over) left held goes out first, by itself."""
+        out: list[list[bytes]] = []
+        last, self._sound_last_us = self._sound_last_us, pts_us
+        unit_us = pts_us - last if last is not None and 0 < pts_us - last <= SOUND_GROUP_US else None
+        if self._sound and unit_us is None:
+            out.append([m for _, m in self._sound])
+            self._sound.clear()
+        self._sound.append((pts_us, message))
+        if unit_us is None or pts_us - self._sound[0][0] + unit_us >= SOUND_GROUP_US - SOUND_GROUP_SLACK_US:
+            out.append([m for _, m in self._sound])
+            self._sound.clear()
         return out
 
     def rumble(self, client: int, strong: int, weak: int, duration_ms: int) -> list[WebOutput]:
