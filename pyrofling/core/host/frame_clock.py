@@ -18,6 +18,8 @@ interval after it.  Two controllers, chosen by name:
   (fast acquisition) and narrow as samples accumulate, like a least-squares fit
   of phase and frequency, so network jitter averages out once locked; outliers
   are rejected, the integrator does not wind up, and both outputs are limited.
+  What counts as an outlier, and as a lost lock, scales with the feedback's own
+  measured noise: a jittery link's noise is averaged, never mistaken for a move.
 
 Several phase-locked viewers cannot all be locked when their displays run at
 different rates, so by default the clock follows one *leader*: the viewer that
@@ -102,14 +104,21 @@ class PiConfig:
     max_ki: float = 0.0005
     #: Reported as locked while the smoothed error is within this (diagnostics only).
     lock_enter_s: float = 0.0008
-    #: Acquire again (gains back to ``acquire_kp``) when the smoothed error leaves this.
+    #: Acquire again (gains back to ``acquire_kp``) when the smoothed error leaves this, or ``exit_sigmas``
+    #: times the smoothed error's own noise if more: on a link whose delay varies by σ 3 ms the smoothed
+    #: error alone left 2 ms ten times a minute, and each time the high gains put the noise into the clock.
     lock_exit_s: float = 0.002
+    exit_sigmas: float = 4.0
     #: Weight of a new sample in the smoothed error.
     smoothing: float = 0.1
-    #: A sample further than this from the smoothed error is an outlier (a stall, a lost
-    #: frame) and is ignored, unless outliers keep coming: then the phase really moved.
+    #: A sample further than this (or ``outlier_sigmas`` times the samples' noise, if more) from the smoothed
+    #: error is an outlier (a stall, a lost frame) and is ignored, unless outliers keep coming: then the phase
+    #: really moved.
     outlier_s: float = 0.006
+    outlier_sigmas: float = 4.0
     max_outliers: int = 6
+    #: Weight of a new sample in the noise estimate (the samples' variance around the smoothed error).
+    noise_smoothing: float = 0.02
     #: Largest phase shift per tick, as a share of the period (a game's frame time changes by this much).
     max_step: float = 0.1
     #: Largest interval trim, as a share of the period (the reference's effective limit: 0.5 %).
@@ -132,13 +141,25 @@ class PiController:
         self.outliers = 0
         self.rejected = 0
         self.reacquisitions = 0
+        #: The samples' variance around the smoothed error (s²): how much of each sample is noise.
+        self.noise_var_s2 = 0.0
+
+    @property
+    def noise_s(self) -> float:
+        """The feedback's own noise (σ, s): the network's and the stages' jitter the loop must not follow."""
+        return float(self.noise_var_s2**0.5)
 
     def update(self, error_us: float | None) -> ClockAdjustment:
         cfg = self.config
         if error_us is None:
             return ClockAdjustment(0.0, self.period_s + self.trim_s)
         e = error_us * 1e-6
-        if self.samples > 8 and abs(e - self.smoothed_s) > cfg.outlier_s:
+        noise = self.noise_s
+        outlier_s = max(cfg.outlier_s, cfg.outlier_sigmas * noise)
+        if self.samples > 8:  # acquired: what is left is noise (a stall's one sample does not swell it)
+            deviation = min(abs(e - self.smoothed_s), 2 * outlier_s)
+            self.noise_var_s2 += cfg.noise_smoothing * (deviation**2 - self.noise_var_s2)
+        if self.samples > 8 and abs(e - self.smoothed_s) > outlier_s:
             self.outliers += 1
             if self.outliers <= cfg.max_outliers:
                 self.rejected += 1
@@ -146,7 +167,9 @@ class PiController:
             self._reacquire(e)  # not a blip: the phase moved
         self.outliers = 0
         self.smoothed_s += cfg.smoothing * (e - self.smoothed_s)
-        if self.samples > 8 and abs(self.smoothed_s) > cfg.lock_exit_s:
+        # The smoothed error's own noise: an EWMA of weight a keeps a/(2 − a) of the samples' variance.
+        smoothed_noise = noise * (cfg.smoothing / (2 - cfg.smoothing)) ** 0.5
+        if self.samples > 8 and abs(self.smoothed_s) > max(cfg.lock_exit_s, cfg.exit_sigmas * smoothed_noise):
             self._reacquire(self.smoothed_s)
         self.samples += 1
         self.locked = abs(self.smoothed_s) < cfg.lock_enter_s
