@@ -75,7 +75,8 @@ class Present(Generic[T]):
     frame: T
     done_s: float
     on_screen_s: float
-    phase_error_us: int  # (refresh + offset) − done, folded; sent as PHASE_OFFSET when phase-locked
+    #: (refresh + offset) − done, sent as PHASE_OFFSET when phase-locked: ``-late_s``.
+    phase_error_us: int
     dropped: int  # pictures skipped to get to this one
     #: done − (refresh + offset), not folded: a picture later than half a refresh is late, not early (FIFO;
     #: a picture left over from an earlier refresh, and mailbox, take the folded error's).
@@ -243,10 +244,12 @@ class PresentationLoop(Generic[T]):
         self.counters.presented += 1
         self.counters.dropped += dropped
         target = self._vblank_s + self.offset_s
-        error = wrap_phase(target - done_s, self.period_s)
         late = done_s - target
         if not self.config.fifo or late < -self.period_s / 2:
-            late = -error
+            late = -wrap_phase(target - done_s, self.period_s)
+        # The host is steered by the same error, not folded either: with a margin over half a refresh (a jittery
+        # link), a picture that late would read as early and pull the host's clock the wrong way.
+        error = -late
         if self.auto is not None:
             self.auto.observe(late, self._vblank_s)  # folded, the tail it must cover would look early
             self._follow_auto()
