@@ -111,7 +111,7 @@ def test_repeats_count_once_locked_and_past_the_start_up_which_is_stated_apart()
     cfg = LatencyBenchConfig(duration_s=62.0, modes=("auto",))
     pres = {
         "phase_trace": [(t / 10, 0) for t in range(5, 600)],  # locked from the start
-        "repeat_times": [0.3, 1.2, 30.0],  # two while the decoder starts, one a minute after
+        "repeat_times": [0.3, 1.2, 30.0, 59.95],  # two while the decoder starts, one a minute after, the run's end
         "ready_trace": [(0.1, 40.0), *((t / 10, 8.0) for t in range(21, 600))],
         "glass_ms": [12.0] * 100,
         "presented": 3700,
@@ -119,6 +119,7 @@ def test_repeats_count_once_locked_and_past_the_start_up_which_is_stated_apart()
     }
     raw = {"viewers": [{"presentation": pres}], "host": {"frames_encoded": 3720}}
     row = summarize("auto", raw, cfg)
+    # The refresh after the last picture (59.9 s: the host stopped) is the run's end, not a repeat.
     assert row["repeated_after_lock"] == 1 and row["repeats_per_minute"] == pytest.approx(1.0)
     assert row["startup_repeats"] == 2 and row["startup_ready_ms_max"] == 40.0
     assert max(row["ready_ms"]) == 8.0  # the start-up's slow picture is not the tail

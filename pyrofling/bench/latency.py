@@ -284,6 +284,9 @@ def summarize(mode: str, raw: dict[str, Any], cfg: LatencyBenchConfig, *, label:
     repeats = pres.get("repeat_times", [])
     # Repeats count once locked and past the start-up (stated apart: the decoder's first pictures queue).
     counted_from = max(after, STARTUP_S)
+    # ... and while pictures still came: the refresh after the host's last picture (the run ends) is no hitch.
+    stream_end = max((t for t, _ in pres.get("ready_trace", [])), default=math.inf)
+    repeats = [t for t in repeats if t <= stream_end]
     after_lock = sum(1 for t in repeats if t > counted_from) if mode != "free" else None
     minutes_locked = (cfg.duration_s - counted_from) / 60 if mode != "free" and lock_s is not None else None
     auto = pres.get("auto_offset") or {}
