@@ -226,6 +226,20 @@ def test_a_network_jittering_by_3_ms_gets_the_margin_one_late_picture_a_minute_n
     assert auto.offset_s > 0.0  # still inside the period it is for
 
 
+def test_a_miss_beyond_the_allowed_rate_raises_even_a_wide_margin_whose_dead_band_is_wider_than_the_bump() -> None:
+    # σ 2.5 ms: a margin of about 9 ms, whose dead band (12 % of it, 1.1 ms) is wider than one miss's 0.5 ms.
+    auto = AutoOffset(PERIOD)
+    t = feed(auto, 60.0, 0.0025)
+    settled = auto.margin_s
+    assert AutoOffsetConfig().band_share * settled > AutoOffsetConfig().miss_step_s
+    auto.missed(t)  # the one a minute allowed: no move
+    t = feed(auto, 2.0, 0.0025, start_s=t, seed=2)
+    assert auto.margin_s == pytest.approx(settled, abs=0.2e-3)
+    auto.missed(t)  # one more: the margin rises by the bump, dead band or not
+    t = feed(auto, 2.0, 0.0025, start_s=t, seed=3)
+    assert auto.margin_s >= settled + 0.4e-3
+
+
 @pytest.mark.parametrize("hz", [59.94, 120.0, 240.0])
 def test_the_margin_never_pushes_the_offset_out_of_its_period(hz: float) -> None:
     auto = AutoOffset(1 / hz)

@@ -105,6 +105,11 @@ class AutoOffset:
         self._last_rise_s = float("-inf")
         self._p99: float | None = None
         self._target: float | None = None
+        #: The misses' bump in the target, and the part of it the margin has already risen by: a new miss
+        #: beyond the allowed rate raises the margin even inside the dead band (which at a wide margin is
+        #: wider than a bump, so that misses never moved it).
+        self._bump = 0.0
+        self._bump_risen = 0.0
         # How far beyond the median the allowed miss rate lies, in units of (p99 − median).
         gauss = statistics.NormalDist()
         miss_rate = min(0.01, max(1e-6, cfg.misses_per_minute * period_s / 60))
@@ -174,9 +179,13 @@ class AutoOffset:
         if target is None:
             return
         gap = target - self.margin_s
-        # Start moving only when the target leaves the dead band; once moving, go all the way to it.
+        # Start moving only when the target leaves the dead band (or a miss added to it); once moving, go all
+        # the way to it.
         band = cfg.band_share * self.margin_s
-        if gap > max(cfg.rise_band_s, band) or (self._moving > 0 and gap > 0):
+        self._bump_risen = min(self._bump_risen, self._bump)
+        missed_more = self._bump > self._bump_risen + 1e-9
+        if gap > max(cfg.rise_band_s, band) or ((self._moving > 0 or missed_more) and gap > 0):
+            self._bump_risen = self._bump
             self._turn(+1)
             self.margin_s += min(gap, cfg.rise_per_s * dt)
             self._last_rise_s = now
@@ -223,7 +232,7 @@ class AutoOffset:
         """Where the margin is heading (None: too few samples yet, it stays where it is)."""
         cfg = self.config
         allowed = cfg.misses_per_minute * cfg.miss_memory_s / 60  # only misses beyond the chosen rate count
-        bump = min(cfg.max_miss_bump_s, cfg.miss_step_s * max(0.0, len(self._misses) - allowed))
+        bump = self._bump = min(cfg.max_miss_bump_s, cfg.miss_step_s * max(0.0, len(self._misses) - allowed))
         if len(self._samples) < cfg.min_samples:
             self._p99 = None
             return None if not self._misses else min(self.max_margin_s, cfg.initial_margin_s + bump)
