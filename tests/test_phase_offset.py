@@ -86,7 +86,7 @@ def test_missed_refreshes_raise_the_margin_and_it_comes_back_once_they_stop() ->
 
 
 def test_allowing_more_missed_refreshes_buys_a_smaller_margin() -> None:
-    strict, loose = AutoOffset(PERIOD, AutoOffsetConfig(misses_per_minute=0.2)), AutoOffset(PERIOD)
+    strict, loose = AutoOffset(PERIOD, AutoOffsetConfig(misses_per_minute=0.1)), AutoOffset(PERIOD)
     lax = AutoOffset(PERIOD, AutoOffsetConfig(misses_per_minute=30.0))
     for auto in (strict, loose, lax):
         feed(auto, 90.0, 0.001, seed=4)
@@ -220,7 +220,7 @@ def test_a_leftover_picture_is_shown_at_the_deadline_not_at_the_last_moment() ->
 
 def test_a_network_jittering_by_3_ms_gets_the_margin_one_late_picture_a_minute_needs() -> None:
     # Gaussian, σ 3 ms: one picture in 3596 runs 3.45 σ = 10.4 ms past the median; with the guard, ~10.9 ms.
-    auto = AutoOffset(PERIOD)
+    auto = AutoOffset(PERIOD, AutoOffsetConfig(misses_per_minute=1.0))
     feed(auto, 120.0, 0.003)
     assert 0.0100 < auto.margin_s < 0.0120
     assert auto.offset_s > -PERIOD / 4  # its refresh stays plain
@@ -228,7 +228,7 @@ def test_a_network_jittering_by_3_ms_gets_the_margin_one_late_picture_a_minute_n
 
 def test_a_miss_beyond_the_allowed_rate_raises_even_a_wide_margin_whose_dead_band_is_wider_than_the_bump() -> None:
     # σ 2.5 ms: a margin of about 9 ms, whose dead band (12 % of it, 1.1 ms) is wider than one miss's 0.5 ms.
-    auto = AutoOffset(PERIOD)
+    auto = AutoOffset(PERIOD, AutoOffsetConfig(misses_per_minute=1.0))
     t = feed(auto, 60.0, 0.0025)
     settled = auto.margin_s
     assert AutoOffsetConfig().band_share * settled > AutoOffsetConfig().miss_step_s

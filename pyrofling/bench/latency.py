@@ -76,7 +76,7 @@ class LatencyBenchConfig:
     #: Also run ``auto`` through netsim with a delay of 4 σ, fixed and then varying with this σ (ms).
     jitter_sigma_ms: float = 0.0
     #: ``auto``: the repeats a minute the viewer aims for (its --repeats-per-minute).
-    auto_repeats_per_minute: float = 1.0
+    auto_repeats_per_minute: float = 0.5
     modes: tuple[str, ...] = MODES
     #: Write both ends' frame traces here and say where the late pictures lost their time.
     trace_dir: str | None = None

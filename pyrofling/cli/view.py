@@ -122,9 +122,10 @@ def _add_presentation_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--repeats-per-minute",
         type=number(0.01, 600.0, "repeats a minute"),
-        default=1.0,
+        default=0.5,
         metavar="N",
-        help="auto: choose the offset so that about N refreshes a minute miss their picture (default 1); "
+        help="auto: choose the offset so that about N refreshes a minute miss their picture (default 0.5: most "
+        "minutes none, hardly ever two); "
         "more gives lower latency, fewer a steadier picture at a higher latency",
     )
     g.add_argument(

@@ -367,9 +367,10 @@ def add_latency(sub: Sub) -> None:
     p.add_argument(
         "--auto-repeats",
         type=number(0.01, 600.0, "repeats a minute"),
-        default=1.0,
+        default=0.5,
         metavar="N",
-        help="auto: the repeats a minute the viewer aims for (its --repeats-per-minute; default 1)",
+        help="auto: the repeats a minute the viewer aims for (its --repeats-per-minute; default 0.5, the "
+        "viewer's)",
     )
     p.add_argument(
         "--rounds",

@@ -11,7 +11,7 @@ host's frame clock is steered to: refresh + offset) sits a *margin* before the
 deadline, and the margin is what the viewer learns: from every picture's lateness
 against its target (``done − (refresh + offset)``, the phase error's negative),
 over the last ``window_s``, it takes the lateness that ``misses_per_minute`` pictures
-exceed (one a minute by default; extrapolated from the median and the 99th
+exceed (half a miss a minute by default; extrapolated from the median and the 99th
 percentile), plus a guard, plus a bump for every deadline missed in the last
 minute beyond that rate (the tail that extrapolation did not see: stalls).
 
@@ -54,8 +54,9 @@ class AutoOffsetConfig:
     #: Refreshes a minute allowed to miss their deadline.  The margin is the lateness that only that share of
     #: pictures exceeds, extrapolated from the window's median and 99th percentile as if the tail were
     #: Gaussian (20 s of samples cannot show a one-in-3600 event), plus a guard (plus the misses' bump, for
-    #: the tail that is not Gaussian).
-    misses_per_minute: float = 1.0
+    #: the tail that is not Gaussian).  Half a miss a minute by default: aiming at one a minute, a minute with
+    #: two came about one time in four (rare events come as they please), and a player counts those.
+    misses_per_minute: float = 0.5
     guard_s: float = 0.0005
     #: Each deadline missed in the last ``miss_memory_s`` beyond the ``misses_per_minute`` allowed adds this
     #: much (up to ``max_miss_bump_s``).
