@@ -369,8 +369,7 @@ def add_latency(sub: Sub) -> None:
         type=number(0.01, 600.0, "repeats a minute"),
         default=0.5,
         metavar="N",
-        help="auto: the repeats a minute the viewer aims for (its --repeats-per-minute; default 0.5, the "
-        "viewer's)",
+        help="auto: the repeats a minute the viewer aims for (its --repeats-per-minute; default 0.5, the viewer's)",
     )
     p.add_argument(
         "--rounds",
