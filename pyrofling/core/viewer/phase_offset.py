@@ -39,14 +39,10 @@ class AutoOffsetConfig:
     max_flip_margin_s: float = 0.005
     initial_margin_s: float = 0.006
     min_margin_s: float = 0.0015
-    #: The margin's ceiling.  A network whose delay varies by σ 3 ms needs about 11 ms for one late picture a
-    #: minute, the pictures' other stages a few more.
+    #: The margin's ceiling; it also stops ``min_offset_s`` after the refresh (the offset stays in the period
+    #: it is for).  A network whose delay varies by σ 3 ms needs about 11 ms for one late picture a minute.
     max_margin_s: float = 0.016
-    #: The offset's floor, in periods: a wide margin may take it before the refresh (the picture is then meant
-    #: to be ready just before the refresh it waits for), but by no more than a quarter period, so that which
-    #: refresh a picture is for stays plain (one more than half a period early reads as left over).  Stopped a
-    #: millisecond after the refresh instead, a link varying by σ 3 ms had its margin held 2 ms short.
-    min_offset_periods: float = -0.25
+    min_offset_s: float = 0.001
     #: Lateness samples considered.
     window_s: float = 20.0
     #: Samples needed before the margin follows them.
@@ -139,7 +135,7 @@ class AutoOffset:
     def max_margin_s(self) -> float:
         """The most margin it takes: the configured ceiling, or what keeps the offset in its period."""
         cfg = self.config
-        return max(cfg.min_margin_s, min(cfg.max_margin_s, self.deadline_s - cfg.min_offset_periods * self.period_s))
+        return max(cfg.min_margin_s, min(cfg.max_margin_s, self.deadline_s - cfg.min_offset_s))
 
     def woke(self, late_s: float, now: float) -> None:
         """The presenter acted ``late_s`` after it should have (a picture was ready, or the deadline came)."""
