@@ -130,7 +130,7 @@ class _Connection(QuicConnectionProtocol):
                 return
         quic = self._quic
         window = quic._loss._cc
-        lost = window.packets_lost if isinstance(window, FixedWindow) else -1
+        lost = window.packets_lost if isinstance(window, FixedWindow) else None  # None: losses not counted
         quic.receive_datagram(cast(bytes, data), addr, now=self._loop.time())
         self._process_events()
         # As aioquic's own, but what it has to send goes once this turn of the loop is over, and only when there
@@ -139,7 +139,8 @@ class _Connection(QuicConnectionProtocol):
         # own acknowledgements of the browser's packets are due at a time: the timer, rearmed here, sends them.
         if (
             not quic._handshake_complete
-            or lost != (window.packets_lost if isinstance(window, FixedWindow) else 0)
+            or lost is None
+            or lost != cast(FixedWindow, window).packets_lost
             or quic._datagrams_pending
             or any(not stream.sender.buffer_is_empty for stream in quic._streams.values())
         ):

@@ -239,13 +239,13 @@ function playAudioData(data) {
   if (audio) schedule(planes, planes.length ? planes[0].length : 0);
 }
 
-// A session's sound: "G", then units of 20 ms in all, each its length (uint16) and its "A" message.
+// A session's sound: "G", then units of 20 ms in all, each its length (uint32) and its "A" message.
 function onSound(buf) {
   const view = new DataView(buf);
   if (view.getUint8(0) !== 0x47) return;
-  for (let at = 1; at + 2 <= buf.byteLength; ) {
-    const n = view.getUint16(at, true);
-    at += 2;
+  for (let at = 1; at + 4 <= buf.byteLength; ) {
+    const n = view.getUint32(at, true);
+    at += 4;
     if (at + n > buf.byteLength) return;
     onAudio(buf.slice(at, at + n));
     at += n;

@@ -82,8 +82,8 @@ MAX_DATAGRAM_BYTES = 1200
 #: acknowledgement of it (5 ms units: a quarter of them).  ``SOUND_GROUP_SLACK_US``: units' stamps may wobble.
 SOUND_GROUP_US = 20_000
 SOUND_GROUP_SLACK_US = 1_000
-#: A group: ``b"G"``, then for each unit its length (uint16 LE) and its ``b"A"`` message.
-SOUND_UNIT_LENGTH = struct.Struct("<H")
+#: A group: ``b"G"``, then for each unit its length (uint32 LE: a raw unit may be 64 KiB) and its ``b"A"`` message.
+SOUND_UNIT_LENGTH = struct.Struct("<I")
 
 
 @dataclass(frozen=True, slots=True)
