@@ -252,7 +252,9 @@ def test_a_million_hostile_datagrams_and_100k_control_messages_at_a_running_view
     assert stats["reconnects"] <= (0 if sealed else 1), verr
     if not sealed:
         assert control >= TCP_MESSAGES and discarded["control_ignored"] >= TCP_MESSAGES
-    assert rss_before is not None and rss_after <= rss_before * 1.05, (rss_before, rss_after, rss_trace)
+    # No leak: 8 bytes kept per datagram would be 8 MB.  The statistics' windows (two minutes of samples each) go
+    # on filling while the attack lasts: 2-4 MB of it here, and 5 % of the viewer failed one full-suite run.
+    assert rss_before is not None and rss_after <= rss_before + 6.0, (rss_before, rss_after, rss_trace)
     assert encoded_since > 20 and recovered >= 0.75 * encoded_since, (recovered, encoded_since, verr[-1500:])
     if sealed:
         # The stream's own datagrams discarded as stale (a repair not needed, a packet already given up on: the
