@@ -125,7 +125,7 @@ def _add_presentation_options(p: argparse.ArgumentParser) -> None:
         default=0.5,
         metavar="N",
         help="auto: choose the offset so that about N refreshes a minute miss their picture (default 0.5: most "
-        "minutes none, hardly ever two); "
+        "minutes none, about one in ten two or more); "
         "more gives lower latency, fewer a steadier picture at a higher latency",
     )
     g.add_argument(
