@@ -93,11 +93,43 @@ def test_allowing_more_missed_refreshes_buys_a_smaller_margin() -> None:
     assert strict.margin_s > loose.margin_s + 0.3e-3 > lax.margin_s + 0.6e-3
 
 
+def test_a_jittery_link_raises_the_margin_before_the_percentile_has_its_samples() -> None:
+    # σ 3 ms needs about 11.4 ms (3.6 σ for half a miss a minute, plus the guard); the initial 6 ms would miss
+    # several times a second.  From the spread of its first pictures it rises within two seconds, before the
+    # full estimate has the samples it waits for; a calm link leaves the initial margin alone meanwhile.
+    jittery = AutoOffset(PERIOD)
+    feed(jittery, 1.9, 0.003)
+    assert not jittery.state().learning
+    assert jittery.margin_s > 0.0095
+    calm = AutoOffset(PERIOD)
+    feed(calm, 1.9, 0.0005)
+    assert calm.margin_s == AutoOffsetConfig().initial_margin_s
+
+
+def test_in_the_loop_the_early_estimate_spares_the_first_seconds_on_a_jittery_link() -> None:
+    def repeats(config: AutoOffsetConfig) -> int:
+        total = 0
+        for seed in range(1, 9):
+            cfg = PhaseSimConfig(duration_s=10.0, skew_ppm=1000.0, jitter_s=0.003, initial_phase=0.3, seed=seed,
+                                 auto_offset=True, auto_config=config)  # fmt: skip
+            total += len(simulate(cfg, "pi").repeats_at)
+        return total
+
+    early, waiting = repeats(AutoOffsetConfig()), repeats(AutoOffsetConfig(early_samples=10**9))
+    assert early * 2 <= waiting, (early, waiting)
+
+
 def test_stationary_jitter_never_makes_it_hunt() -> None:
+    # The 20 s window's percentile has noise of its own, about the dead band's width: now and then it moves
+    # the margin by a millisecond, and later back.  Hunting would be a change of direction every few seconds;
+    # five minutes of the same jitter show at most a few, and usually one or none.
     for sigma in (0.0003, 0.001, 0.002):
-        auto = AutoOffset(PERIOD)
-        feed(auto, 300.0, sigma, seed=int(sigma * 1e5))
-        assert auto.reversals <= 1, sigma
+        counts = []
+        for seed in range(6):
+            auto = AutoOffset(PERIOD)
+            feed(auto, 300.0, sigma, seed=seed)
+            counts.append(auto.reversals)
+        assert max(counts) <= 4 and sorted(counts)[len(counts) // 2] <= 1, (sigma, counts)
 
 
 @pytest.mark.parametrize("jitter_ms", [0.5, 1.0, 2.0])
@@ -228,7 +260,9 @@ def test_a_network_jittering_by_3_ms_gets_the_margin_one_late_picture_a_minute_n
 
 def test_a_miss_beyond_the_allowed_rate_raises_even_a_wide_margin_whose_dead_band_is_wider_than_the_bump() -> None:
     # σ 2.5 ms: a margin of about 9 ms, whose dead band (12 % of it, 1.1 ms) is wider than one miss's 0.5 ms.
-    auto = AutoOffset(PERIOD, AutoOffsetConfig(misses_per_minute=1.0))
+    # The early estimate off: the margin rises from the initial one to its target and stops there (after an
+    # early rise it may rest above its target, inside the band, where one bump is already covered).
+    auto = AutoOffset(PERIOD, AutoOffsetConfig(misses_per_minute=1.0, early_samples=10**9))
     t = feed(auto, 60.0, 0.0025)
     settled = auto.margin_s
     assert AutoOffsetConfig().band_share * settled > AutoOffsetConfig().miss_step_s

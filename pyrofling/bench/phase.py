@@ -25,6 +25,7 @@ from typing import Any
 
 from pyrofling.core.host.frame_clock import CONTROLLERS, FrameClock
 from pyrofling.core.phase import wrap_phase
+from pyrofling.core.viewer.phase_offset import AutoOffsetConfig
 from pyrofling.core.viewer.presentation import Present, PresentationConfig, PresentationLoop, RefreshClock, Repeat, Wait
 
 
@@ -49,6 +50,7 @@ class PhaseSimConfig:
     stall_s: float = 0.1
     #: The viewer finds its offset and deadline itself (``offset_s``/``deadline_s`` then only place the start).
     auto_offset: bool = False
+    auto_config: AutoOffsetConfig | None = None  # its settings (None: the viewer's defaults)
     #: From this time on the jitter is ``jitter_later_s`` (a network that gets worse, or better).
     jitter_change_at_s: float | None = None
     jitter_later_s: float = 0.0
@@ -73,6 +75,7 @@ class PhaseSimResult:
     dropped_after_lock: int
     feedback: int
     trace: list[tuple[float, float, float]] = field(default_factory=list)  # (t, true error, rate trim ppm)
+    repeats_at: list[float] = field(default_factory=list)  # every repeated refresh's time, lock or not
 
 
 def simulate(cfg: PhaseSimConfig, controller: str) -> PhaseSimResult:
@@ -84,7 +87,7 @@ def simulate(cfg: PhaseSimConfig, controller: str) -> PhaseSimResult:
         cfg.host_fps, cfg.initial_phase * period + cfg.pipeline_delay_s - cfg.offset_s, skew_ppm=cfg.skew_ppm
     )
     if cfg.auto_offset and controller != "none":
-        presentation = PresentationConfig.automatic()
+        presentation = PresentationConfig.automatic(cfg.auto_config)
     else:
         presentation = PresentationConfig(
             phase_locked=controller != "none", offset_s=cfg.offset_s, deadline_s=cfg.deadline_s
@@ -203,6 +206,7 @@ def simulate(cfg: PhaseSimConfig, controller: str) -> PhaseSimResult:
         dropped_after_lock=sum(1 for t in dropped_at if t > after and not _in_stall(t, cfg)),
         feedback=feedback,
         trace=trace,
+        repeats_at=[t for t, rep in presented_at if rep],
     )
 
 

@@ -13,7 +13,10 @@ against its target (``done − (refresh + offset)``, the phase error's negative)
 over the last ``window_s``, it takes the lateness that ``misses_per_minute`` pictures
 exceed (half a miss a minute by default; extrapolated from the median and the 99th
 percentile), plus a guard, plus a bump for every deadline missed in the last
-minute beyond that rate (the tail that extrapolation did not see: stalls).
+minute beyond that rate (the tail that extrapolation did not see: stalls).  Until
+the window holds enough pictures for a percentile, the spread of the first ones
+may already raise it (never lower it): a jittery link would otherwise miss
+several times a second at the initial margin.
 
 It never oscillates: it learns only while locked (the recent median lateness is
 near zero) and not while the host is still following an earlier rise; the margin
@@ -47,6 +50,10 @@ class AutoOffsetConfig:
     window_s: float = 20.0
     #: Samples needed before the margin follows them.
     min_samples: int = 120
+    #: After this many pictures (locked or not), then twice and four times as many, the margin may already
+    #: rise (never fall) to what their spread (σ) shows, too few for a percentile: a jittery link then does
+    #: not miss for seconds at the initial margin while the first ``min_samples`` gather.
+    early_samples: int = 30
     #: Refreshes a minute allowed to miss their deadline.  The margin is the lateness that only that share of
     #: pictures exceeds, extrapolated from the window's median and 99th percentile as if the tail were
     #: Gaussian (20 s of samples cannot show a one-in-3600 event), plus a guard (plus the misses' bump, for
@@ -101,6 +108,10 @@ class AutoOffset:
         self._flip_moving = 0
         self._samples: deque[tuple[float, float]] = deque()  # (time, lateness)
         self._recent: deque[float] = deque(maxlen=cfg.lock_samples)
+        self._latest: deque[float] = deque(maxlen=cfg.min_samples)  # locked or not: the early estimate's
+        self._seen = 0
+        self._early_next = cfg.early_samples
+        self._early_margin = 0.0
         self._misses: deque[float] = deque()
         self._last_update_s: float | None = None
         self._last_rise_s = float("-inf")
@@ -111,10 +122,15 @@ class AutoOffset:
         #: wider than a bump, so that misses never moved it).
         self._bump = 0.0
         self._bump_risen = 0.0
+        #: The margin rose on the early estimate (few samples, a short view of the lateness): the first full
+        #: one may then raise it even inside the dead band (else an early under-estimate would stick).
+        self._early_rose = False
+        self._catch_up = False
         # How far beyond the median the allowed miss rate lies, in units of (p99 − median).
         gauss = statistics.NormalDist()
         miss_rate = min(0.01, max(1e-6, cfg.misses_per_minute * period_s / 60))
-        self._tail_stretch = max(1.0, gauss.inv_cdf(1 - miss_rate) / gauss.inv_cdf(0.99))
+        self._tail_z = gauss.inv_cdf(1 - miss_rate)
+        self._tail_stretch = max(1.0, self._tail_z / gauss.inv_cdf(0.99))
         self._target_at = float("-inf")
         self.locked = False
         #: Changes of direction of the margin (a rise after a fall or the reverse): the oscillation check.
@@ -145,6 +161,8 @@ class AutoOffset:
         """A picture was ready ``lateness_s`` after its target (negative: early)."""
         cfg = self.config
         self._recent.append(lateness_s)
+        self._latest.append(lateness_s)
+        self._seen += 1
         self.locked = (
             len(self._recent) == self._recent.maxlen and abs(statistics.median(self._recent)) <= cfg.lock_tolerance_s
         )
@@ -185,7 +203,8 @@ class AutoOffset:
         band = cfg.band_share * self.margin_s
         self._bump_risen = min(self._bump_risen, self._bump)
         missed_more = self._bump > self._bump_risen + 1e-9
-        if gap > max(cfg.rise_band_s, band) or ((self._moving > 0 or missed_more) and gap > 0):
+        catch_up, self._catch_up = self._catch_up, False
+        if gap > max(cfg.rise_band_s, band) or ((self._moving > 0 or missed_more or catch_up) and gap > 0):
             self._bump_risen = self._bump
             self._turn(+1)
             self.margin_s += min(gap, cfg.rise_per_s * dt)
@@ -236,7 +255,26 @@ class AutoOffset:
         bump = self._bump = min(cfg.max_miss_bump_s, cfg.miss_step_s * max(0.0, len(self._misses) - allowed))
         if len(self._samples) < cfg.min_samples:
             self._p99 = None
-            return None if not self._misses else min(self.max_margin_s, cfg.initial_margin_s + bump)
+            early = self.margin_s if not self._misses else min(self.max_margin_s, cfg.initial_margin_s + bump)
+            if self._seen >= self._early_next and self._early_next <= cfg.min_samples:
+                # Judged after ``early_samples`` pictures, then twice and four times as many, no more (a
+                # rise-only target that followed every noisy estimate would ratchet up to their largest).  The
+                # lateness's spread from one picture to the next is robust to the host's steering (a slow
+                # trend) and to a few outliers; σ of the differences is √2 σ of the lateness.
+                self._early_next *= 2
+                steps = np.diff(np.fromiter(self._latest, float, len(self._latest)))
+                half = self.period_s / 2  # a leftover's wrap, or a stall, is not the link's jitter
+                sigma = float(np.std(np.clip(steps - np.median(steps), -half, half))) / np.sqrt(2)
+                self._early_margin = sigma * self._tail_z + cfg.guard_s
+            early = max(early, min(self.max_margin_s, self._early_margin + bump))
+            if early <= self.margin_s and not self._misses:
+                return None
+            self._early_rose = True
+            return early
+        if self._early_rose:
+            # The full estimate takes over: it may correct the early one either way, which is the start-up's
+            # end, not a change of mind (reversals count from here).
+            self._early_rose, self._catch_up, self._direction = False, True, 0
         late = np.fromiter((s for _, s in self._samples), float, len(self._samples))
         p50, p99 = np.percentile(late, (50, 99))
         self._p99 = float(p99)
