@@ -101,6 +101,9 @@ def test_a_jittery_link_raises_the_margin_before_the_percentile_has_its_samples(
     feed(jittery, 1.9, 0.003)
     assert not jittery.state().learning
     assert jittery.margin_s > 0.0095
+    # A plain float: numpy's would make every comparison the viewer does with the offset a numpy bool, which
+    # its statistics cannot write as JSON.
+    assert type(jittery.margin_s) is float and type(jittery.offset_s) is float
     calm = AutoOffset(PERIOD)
     feed(calm, 1.9, 0.0005)
     assert calm.margin_s == AutoOffsetConfig().initial_margin_s

@@ -152,6 +152,20 @@ def test_clock_sync_trusts_the_fastest_round_trip() -> None:
     assert c.min_rtt_s == pytest.approx(0.001)
 
 
+def test_a_one_way_delay_skews_the_estimate_by_half_and_a_known_offset_not_at_all() -> None:
+    # One machine (offset 0), 12 ms added on the way back only (netsim's media direction): every round trip
+    # says the host is 6 ms ahead.  Told the host runs here, the mapping stays exact and the pings still count.
+    estimated, known = ClockSync(), ClockSync(known_offset_s=0.0)
+    for i in range(10):
+        sent_s = float(i)
+        host_stamp_us = int((sent_s + 0.0005) * 1e6)  # the host replies 0.5 ms after our send
+        for c in (estimated, known):
+            c.add(sent_s, sent_s + 0.001 + 0.012, host_stamp_us)
+    assert estimated.offset_s == pytest.approx(-0.006, abs=1e-5)
+    assert known.offset_s == 0.0 and known.to_local(3_000_000) == pytest.approx(3.0)
+    assert known.min_rtt_s == pytest.approx(0.013)
+
+
 def test_stall_reported_once_after_five_silent_seconds() -> None:
     s = streaming()
     s.datagram(b"media", 1.0)

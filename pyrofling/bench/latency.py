@@ -16,8 +16,10 @@ of the jitter alone is their difference.
 The viewer's refresh clock runs at ``--refresh-hz`` (59.94 by default: the
 59.94-against-60 case users of other systems complain about) and ``--skew-ppm``.
 Glass-to-glass is the time from the host's capture (stamped in the picture's
-frame marker) to the refresh at which the picture is on screen, on the viewer's
-clock (the host's clock is mapped through the RTT midpoint).
+frame marker) to the refresh at which the picture is on screen, on the one clock
+host and viewer share on this machine (``view --host-on-this-machine``: through
+netsim, the pings' estimate of the host's clock would be off by half its one-way
+delay).
 
 Every row also says how far the pictures' *ready* times (capture → decoded and
 prepared at the viewer) spread, and from that the lowest glass-to-glass any
@@ -96,7 +98,14 @@ def scenario_for(
 ) -> StreamScenario:
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
-    view_args = ["--refresh-hz", f"{cfg.refresh_hz:g}", "--refresh-skew-ppm", f"{cfg.skew_ppm:g}"]
+    # One machine, one clock: the capture stamps need no estimate (netsim's one-way delay would skew it by half).
+    view_args = [
+        "--refresh-hz",
+        f"{cfg.refresh_hz:g}",
+        "--refresh-skew-ppm",
+        f"{cfg.skew_ppm:g}",
+        "--host-on-this-machine",
+    ]
     host_args: list[str] = []
     if cfg.pin_cpus and len(split_cpus()[0]) == 1:
         host_args += ["--encoder-threads", "1"]  # a second slice thread on the same CPU only takes turns

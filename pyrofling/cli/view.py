@@ -95,6 +95,13 @@ def add_view(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "frame and judge each display refresh as good, corrupt or stale (quality in --stats-json)",
     )
     p.add_argument(
+        "--host-on-this-machine",
+        action="store_true",
+        help="for benches: the host runs on this machine, so its capture stamps are on our clock as they are "
+        "(capture -> screen times then need no estimate from pings, which a one-way delay, as netsim adds, skews "
+        "by half of it)",
+    )
+    p.add_argument(
         "--screenshot", type=output_file(".png"), default=None, help="window mode: save the window to this PNG on exit"
     )
     add_logging_options(p)
@@ -271,6 +278,7 @@ def viewer_config(args: argparse.Namespace) -> ViewerConfig:
         marker_log=args.marker_log,
         frame_trace=args.frame_trace,
         check_scene=args.check_scene,
+        host_on_this_machine=args.host_on_this_machine,
         recovery=args.recovery,
         resends=not args.no_resend,
     )

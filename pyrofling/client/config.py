@@ -81,6 +81,8 @@ class ViewerConfig:
     frame_trace: Path | None = None
     #: Compare every picture with the built-in test scene and judge each refresh: good, corrupt or stale (benches).
     check_scene: bool = False
+    #: The host runs on this machine: its clock is ours (capture stamps map as they are, not through pings).
+    host_on_this_machine: bool = False
 
     @property
     def address(self) -> str:
@@ -105,6 +107,7 @@ class ViewerConfig:
             allow_open_host=self.allow_open_host,
             player_token=self.player_token,
             request_key_frames=self.recovery == "key-frame",
+            host_clock_offset_s=0.0 if self.host_on_this_machine else None,
         )
         if not self.resends:
             cfg = replace(cfg, extensions=cfg.extensions & ~ExtensionFeature.NACK)

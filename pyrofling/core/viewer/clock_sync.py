@@ -30,12 +30,14 @@ class ClockSync:
     with "receive − RTT/2" wrongly signed, a bias of one RTT.)
     """
 
-    def __init__(self, *, window: int = 32) -> None:
+    def __init__(self, *, window: int = 32, known_offset_s: float | None = None) -> None:
         self._samples: list[tuple[float, float]] = []  # (rtt_s, offset_s = host − local)
         self._window = window
         self.last_rtt_s: float | None = None
+        #: The offset when it is known, not estimated (a host on this machine: 0); round trips are still kept.
+        self._known_offset_s = known_offset_s
         #: The mapping now (replaced, never changed, at each reply).
-        self.mapping = HostClock()
+        self.mapping = HostClock(known_offset_s)
 
     def add(self, sent_s: float, received_s: float, server_time_us: int) -> None:
         rtt = received_s - sent_s
@@ -44,7 +46,8 @@ class ClockSync:
         self.last_rtt_s = rtt
         self._samples.append((rtt, server_time_us / 1e6 - (sent_s + received_s) / 2))
         del self._samples[: -self._window]
-        self.mapping = HostClock(min(self._samples)[1])
+        if self._known_offset_s is None:
+            self.mapping = HostClock(min(self._samples)[1])
 
     @property
     def offset_s(self) -> float | None:

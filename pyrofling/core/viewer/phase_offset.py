@@ -264,7 +264,7 @@ class AutoOffset:
                 self._early_next *= 2
                 steps = np.diff(np.fromiter(self._latest, float, len(self._latest)))
                 half = self.period_s / 2  # a leftover's wrap, or a stall, is not the link's jitter
-                sigma = float(np.std(np.clip(steps - np.median(steps), -half, half))) / np.sqrt(2)
+                sigma = float(np.std(np.clip(steps - np.median(steps), -half, half)) / np.sqrt(2))
                 self._early_margin = sigma * self._tail_z + cfg.guard_s
             early = max(early, min(self.max_margin_s, self._early_margin + bump))
             if early <= self.margin_s and not self._misses:

@@ -169,6 +169,9 @@ class ViewerSessionConfig:
     handshake_timeout_s: float = 5.0
     progress_interval_s: float = 1.0
     ping_interval_s: float = 0.25
+    #: The host's clock minus ours where it is known (0: the host runs on this machine); None: estimated from
+    #: the pings, which a one-way delay skews by half of it.
+    host_clock_offset_s: float | None = None
     #: No UDP this long while streaming = stalled (protocol.md §3.3).
     stall_timeout_s: float = 5.0
     #: While still waiting for a key frame after asking, ask again after this long (the IDR itself may be lost).
@@ -214,7 +217,7 @@ class ViewerSession:
         self.codec_parameters: CodecParameters | None = None
         self.extensions = ExtensionFeature.NONE
         self.kick_attempts = 0
-        self.clock = ClockSync()
+        self.clock = ClockSync(known_offset_s=self.config.host_clock_offset_s)
         self.gate = KeyGate()
         self.keyframe_requests = 0
         self.progress_sent = 0
