@@ -337,6 +337,52 @@ def test_free_running_drifts_through_the_frame() -> None:
     assert max(errors) - min(errors) > 0.008  # 1000 ppm: 10 ms of drift in 10 s, nothing pulls it back
 
 
+def locked_loop(offset_s: float, deadline_s: float, refreshes: int) -> tuple[PresentationLoop[int], float]:
+    """A loop that showed pictures 0.. at consecutive refreshes from 1.0 s, each ready at its target and
+    stamped a refresh apart (captured 20 ms before its target); returns it and the next refresh's time."""
+    loop: PresentationLoop[int] = PresentationLoop(
+        PresentationConfig(phase_locked=True, offset_s=offset_s, deadline_s=deadline_s), PERIOD
+    )
+    for i in range(refreshes):
+        v = 1.0 + i * PERIOD
+        loop.vblank(v)
+        loop.frame_ready(i, v + offset_s, v + offset_s - 0.020)
+        d = loop.poll(v + offset_s)
+        assert isinstance(d, Present) and d.frame == i
+    return loop, 1.0 + refreshes * PERIOD
+
+
+def test_an_early_picture_of_a_jittery_link_is_not_taken_for_a_leftover() -> None:
+    """Its stamp says it is this refresh's: shown at once, its earliness not folded into lateness, and the
+    next refresh gets the next picture (taken for a leftover, it would wait for that one and the next
+    refresh would have none)."""
+    loop, v = locked_loop(0.001, 0.015, 20)
+    target = v + 0.001
+    loop.frame_ready(20, target - 0.0095, target - 0.020)  # 9.5 ms early: more than half a refresh
+    loop.vblank(v)
+    d = loop.poll(v)
+    assert isinstance(d, Present) and d.frame == 20 and d.dropped == 0
+    assert d.late_s == pytest.approx(-0.0095) and d.phase_error_us == 9500
+    loop.vblank(v + PERIOD)
+    assert isinstance(loop.poll(v + PERIOD), Wait)
+    loop.frame_ready(21, v + PERIOD + 0.001 + 0.012, v + PERIOD + 0.001 - 0.020)  # the next one, late
+    d = loop.poll(v + PERIOD + 0.013)
+    assert isinstance(d, Present) and d.frame == 21
+    assert loop.counters.repeated == 0
+
+
+def test_a_leftover_is_still_told_by_its_stamp_while_locked() -> None:
+    """A picture stamped a refresh older than its place (a frame of backlog) waits for a fresher one, even where
+    its ready time alone would not show it."""
+    loop, v = locked_loop(0.008, 0.012, 20)
+    loop.frame_ready(20, v + 0.001, v + 0.008 - 0.020 - PERIOD)  # stamped a refresh earlier than this one's
+    loop.vblank(v)
+    assert isinstance(loop.poll(v + 0.001), Wait)
+    loop.frame_ready(21, v + 0.008, v + 0.008 - 0.020)
+    d = loop.poll(v + 0.008)
+    assert isinstance(d, Present) and d.frame == 21 and d.dropped == 1
+
+
 def test_phase_locked_does_not_keep_a_frame_of_backlog() -> None:
     """A picture left over from an earlier refresh waits for a fresher one, which replaces it."""
     cfg = PresentationConfig(phase_locked=True, offset_s=0.008, deadline_s=0.012)

@@ -118,6 +118,7 @@ def simulate(cfg: PhaseSimConfig, controller: str) -> PhaseSimResult:
     push(clock.next_timer(), "tick")
     push(display.next_vblank(0.0), "vblank")
     inbox: list[tuple[float, int]] = []  # frames decoded, not yet handed to the loop: (done, index)
+    captured: dict[int, float] = {}  # index → capture time (the picture's stamp)
     trace: list[tuple[float, float, float]] = []
     wait_until: float | None = None
     stall_end = None if cfg.stall_at_s is None else cfg.stall_at_s + cfg.stall_s
@@ -129,7 +130,7 @@ def simulate(cfg: PhaseSimConfig, controller: str) -> PhaseSimResult:
     def drain(now: float) -> None:
         while inbox and inbox[0][0] <= now:
             done, index = heapq.heappop(inbox)
-            loop.frame_ready(index, done)
+            loop.frame_ready(index, done, captured.pop(index, None))
 
     def decide(now: float) -> None:
         nonlocal wait_until, feedback
@@ -163,6 +164,7 @@ def simulate(cfg: PhaseSimConfig, controller: str) -> PhaseSimResult:
                 if cfg.stall_at_s is not None and stall_end is not None and cfg.stall_at_s <= arrival < stall_end:
                     arrival = stall_end
                 heapq.heappush(inbox, (max(arrival, tick.due_s), tick.index))
+                captured[tick.index] = tick.due_s
                 if wait_until is not None and arrival < wait_until:  # the presenter wakes when it arrives
                     push(max(arrival, now), "poll")
                 true_error = wrap_phase(

@@ -247,7 +247,7 @@ class Presenter:
             ready = (round(picture.done_s - self._started_s, 4), (picture.done_s - picture.capture_s) * 1000)
             with self.stats.lock:  # summary() copies it from another thread
                 self.stats.ready_trace.append(ready)
-        loop.frame_ready(picture, picture.done_s)
+        loop.frame_ready(picture, picture.done_s, picture.pts_us / 1e6)
 
     def _record(self, loop: PresentationLoop[Picture], decision: Present[Picture] | Repeat, vblank: float) -> None:
         c = loop.counters

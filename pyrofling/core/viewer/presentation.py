@@ -36,6 +36,10 @@ from pyrofling.core.viewer.phase_offset import AutoOffset, AutoOffsetConfig
 
 T = TypeVar("T")
 
+#: Pictures whose stamp → screen time tells a leftover from an early picture, and how many are needed first.
+LEFTOVER_HISTORY = 15
+LEFTOVER_HISTORY_MIN = 8
+
 
 @dataclass(frozen=True, slots=True)
 class PresentationConfig:
@@ -147,7 +151,9 @@ class PresentationLoop(Generic[T]):
         self.config = config
         self.period_s = refresh_period_s
         self.counters = PresentationCounters()
-        self._ready: deque[tuple[T, float]] = deque()
+        self._ready: deque[tuple[T, float, float | None]] = deque()  # (picture, done, stamp)
+        #: How long after its stamp each of the last pictures was on screen: steady while locked.
+        self._stamp_to_screen: deque[float] = deque(maxlen=LEFTOVER_HISTORY)
         self._vblank_s: float | None = None
         self._decided = True
         self._shown_any = False
@@ -160,9 +166,24 @@ class PresentationLoop(Generic[T]):
         if self.auto is not None:
             self.offset_s, self.deadline_s = self.auto.offset_s, self.auto.deadline_s
 
-    def frame_ready(self, frame: T, done_s: float) -> None:
-        """A decoded picture, ready to show since ``done_s``."""
-        self._ready.append((frame, done_s))
+    def frame_ready(self, frame: T, done_s: float, stamp_s: float | None = None) -> None:
+        """A decoded picture, ready to show since ``done_s``; ``stamp_s``: its capture time on the host's clock
+        (any fixed origin: its pts), which tells a picture left over from an earlier refresh from an early one."""
+        self._ready.append((frame, done_s, stamp_s))
+
+    def _left_over(self, done_s: float, stamp_s: float | None, vblank_s: float) -> bool:
+        """Whether a picture is left over from an earlier refresh (phase-locked): shown now, it would be one
+        refresh late.  By its stamp where the lock is steady: the last pictures were on screen a steady time after
+        their stamps, and this one would be more than half a refresh later than that.  Else by when it was
+        ready, more than half a refresh before its target: which, on a link whose delay varies by more than a
+        quarter of a refresh, this refresh's own early pictures also are (taking them for leftovers dropped them
+        for the next refresh's, and that refresh then missed)."""
+        history = sorted(self._stamp_to_screen) if stamp_s is not None else []
+        # Steady: one outlier either way aside, the last pictures' times agree within half a refresh.
+        if len(history) >= LEFTOVER_HISTORY_MIN and history[-2] - history[1] < self.period_s / 2:
+            assert stamp_s is not None
+            return vblank_s + self.period_s - stamp_s - history[len(history) // 2] > self.period_s / 2
+        return done_s < vblank_s + self.offset_s - self.period_s / 2
 
     @property
     def wait_s(self) -> float:
@@ -207,8 +228,8 @@ class PresentationLoop(Generic[T]):
                 return self._repeat(missed=False)
             for _ in due:
                 self._ready.popleft()
-            frame, done = due[-1]
-            return self._present(frame, done, on_screen_s=v, dropped=len(due) - 1)
+            frame, done, stamp = due[-1]
+            return self._present(frame, done, stamp, on_screen_s=v, dropped=len(due) - 1, left_over=True)
         wait = self.wait_s
         # The newest picture is shown and older ones dropped (the reference keeps one back whenever
         # two are waiting, which holds a frame of extra latency after every burst).  In phase-locked
@@ -217,15 +238,16 @@ class PresentationLoop(Generic[T]):
         # its phase would fold to look right.  So wait for a fresher one until the deadline first (no later:
         # a picture is there to show, in good time).
         if self._ready:
-            newest_done = self._ready[-1][1]
-            stale = cfg.phase_locked and newest_done < v + self.offset_s - self.period_s / 2
+            frame, done, stamp = self._ready[-1]
+            left_over = self._left_over(done, stamp, v)
+            stale = cfg.phase_locked and left_over
             until = v + (self.deadline_s if self.deadline_s > 0 else wait)  # a leftover waits to the deadline
             if not stale or now >= until:
                 dropped = len(self._ready) - 1
-                frame, done = self._ready[-1]
                 self._ready.clear()
                 self._woke(now - (max(done, v) if not stale else until))
-                return self._present(frame, done, on_screen_s=v + self.period_s, dropped=dropped)
+                return self._present(frame, done, stamp, on_screen_s=v + self.period_s, dropped=dropped,
+                                     left_over=left_over)  # fmt: skip
             return Wait(until)
         if now < v + wait:
             return Wait(v + wait)
@@ -237,15 +259,19 @@ class PresentationLoop(Generic[T]):
         if self.auto is not None and self._vblank_s is not None:
             self.auto.woke(max(0.0, late_s), self._vblank_s)
 
-    def _present(self, frame: T, done_s: float, *, on_screen_s: float, dropped: int) -> Present[T]:
+    def _present(
+        self, frame: T, done_s: float, stamp_s: float | None, *, on_screen_s: float, dropped: int, left_over: bool
+    ) -> Present[T]:
         assert self._vblank_s is not None
         self._decided = True
         self._shown_any = True
         self.counters.presented += 1
         self.counters.dropped += dropped
+        if stamp_s is not None:
+            self._stamp_to_screen.append(on_screen_s - stamp_s)
         target = self._vblank_s + self.offset_s
         late = done_s - target
-        if not self.config.fifo or late < -self.period_s / 2:
+        if left_over:  # (and mailbox) the error folded: early by most of a refresh reads as late
             late = -wrap_phase(target - done_s, self.period_s)
         # The host is steered by the same error, not folded either: with a margin over half a refresh (a jittery
         # link), a picture that late would read as early and pull the host's clock the wrong way.
