@@ -212,7 +212,12 @@ class VideoEncoder:
     ) -> list[EncodedVideo]:
         """Encode one frame: yuv420p as ``(height * 3 // 2, width)`` or rgb24 as ``(height, width, 3)``."""
         t0 = time.perf_counter()
-        frame = av.VideoFrame.from_ndarray(array, format=pixel_format)
+        if self.frame_tap is None and array.flags.c_contiguous:
+            # Wrapped, not copied (0.3 ms a 720p frame on a slow core): x264 copies the picture in as it encodes,
+            # so the caller may reuse the array after this returns.  A tap keeps the frame: it gets a copy.
+            frame = av.VideoFrame.from_numpy_buffer(array, format=pixel_format)
+        else:
+            frame = av.VideoFrame.from_ndarray(array, format=pixel_format)
         if pixel_format == "yuv420p":
             frame.color_range = 2  # the scene renders full range
         if frame.format.name != self.pix_fmt:
