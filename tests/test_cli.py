@@ -487,3 +487,10 @@ def test_the_example_game_on_a_machine_without_opengl_says_what_to_install(
     assert main(["example-game", "--headless", "--renderer", "gl", "--duration", "1"]) == 1
     err = capsys.readouterr().err
     assert 'Library "GL" not found' in err and "apt install libgl1 libegl1" in err
+
+
+def test_the_example_game_starts_its_frames_just_in_time_unless_told_not_to() -> None:
+    from pyrofling.cli import build_parser
+
+    assert build_parser().parse_args(["example-game"]).just_in_time
+    assert not build_parser().parse_args(["example-game", "--no-just-in-time"]).just_in_time

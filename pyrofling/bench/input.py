@@ -247,7 +247,7 @@ def run_one(cfg: InputBenchConfig, sc: InputScenario, tmp: Path) -> dict[str, An
             game_cmd = [*_cli(), "example-game", "-q", "--headless", "--stamp", "--capture-socket", capture_socket,
                         "--width", str(cfg.width), "--height", str(cfg.height), "--sync", sc.sync,
                         "--stats-json", str(game_json)]  # fmt: skip
-            game_cmd += ["--just-in-time"] if sc.just_in_time else []
+            game_cmd += ["--just-in-time"] if sc.just_in_time else ["--no-just-in-time"]
             procs.append(subprocess.Popen(game_cmd, env=env))
         port = host_port
         if sc.netsim:

@@ -48,7 +48,8 @@ class GameConfig:
     sync: str = "fifo"
     images: int = 3
     frames_in_flight: int = 1
-    just_in_time: bool = False
+    #: Start each frame just in time for the heartbeat (the client falls back to at once for a long frame).
+    just_in_time: bool = True
     headless: bool = False
     duration_s: float | None = None
     stamp: bool = False

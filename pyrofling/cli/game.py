@@ -43,9 +43,11 @@ def add_example_game(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     p.add_argument(
         "--just-in-time",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="fifo: start each frame as late as the game's frame time allows before the next heartbeat, not as "
-        "soon as the host took the last one (newer pad input for a game whose frame is short; see docs/games.md)",
+        "soon as the host took the last one (the default: newer pad input, a frame sooner where the frame is "
+        "short; a frame that takes most of a period starts at once anyway; see docs/games.md)",
     )
     view = p.add_mutually_exclusive_group()
     view.add_argument("--headless", action="store_true", help="no local window even with a display")
