@@ -189,6 +189,7 @@ async def _watch_page(link: str, duration_s: float, fps: float) -> dict[str, Any
         "transport_error": stats.get("transportError") or None,
         "units_out_of_order": stats.get("unitsOutOfOrder"),
         "keyframe_why": stats.get("keyframeWhy"),
+        "max_decode_queue": stats.get("maxDecodeQueue"),
         # Pauses over 50 ms (ms since the page opened, length): pictures not arriving, or not drawn.
         "arrival_gaps": stats.get("arrivalGaps"),
         "draw_gaps": stats.get("drawGaps"),
@@ -279,7 +280,8 @@ def format_table(r: dict[str, Any]) -> str:
         f"with two viewers ({_ratio(cpu)}); frames encoded {r['frames_encoded']['browser_and_viewer']} and "
         f"{r['frames_encoded']['two_viewers']} (one encode each)",
         f"to the browser: {web.get('frames_sent')} units, {web.get('frames_skipped')} skipped, "
-        f"{web.get('keyframe_requests')} key frames asked for",
+        f"{web.get('keyframe_requests')} key frames asked for; the page's decoder queue at most "
+        f"{cell(page.get('max_decode_queue'), 'd')} pictures (it asks for a key frame beyond 15)",
     ]
     keys = page.get("keys", {})
     lines.append(
