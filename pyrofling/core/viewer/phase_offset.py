@@ -279,6 +279,12 @@ class AutoOffset:
         p50, p99 = np.percentile(late, (50, 99))
         self._p99 = float(p99)
         margin = p50 + max(0.0, p99 - p50) * self._tail_stretch + cfg.guard_s + bump
+        if cfg.misses_per_minute * cfg.window_s / 60 < 1:
+            # Fewer than one miss a window allowed: its latest picture must be in time too.  A tail that is not
+            # Gaussian (an encoder's slow frame every few seconds) lies beyond what the 99th percentile
+            # extrapolates; on a noisy lent machine it missed 10 times a minute while the margin rose a bump
+            # at a time.
+            margin = max(margin, float(late.max()) + cfg.guard_s + bump)
         return float(min(self.max_margin_s, max(cfg.min_margin_s, margin)))
 
     def _turn(self, direction: int) -> None:
