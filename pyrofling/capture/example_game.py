@@ -277,19 +277,21 @@ class NumpyCanvas:
 
     def __init__(self, width: int, height: int) -> None:
         self.width, self.height = width, height
+        self._background, self._grid, self._bouncer, self._player = (
+            _pixel(c) for c in (self.BACKGROUND, self.GRID, self.BOUNCER, self.PLAYER)
+        )
 
     def draw(self, image: npt.NDArray[np.uint8], world: World) -> None:
         # Whole pixels at a time (one 32-bit store each, not four bytes): the draw's time is input latency.
         pixels = image.view(np.uint32).reshape(self.height, self.width)
-        pixels.fill(_pixel(self.BACKGROUND))
+        pixels.fill(self._background)
         offset = int(world.scroll)
-        grid = _pixel(self.GRID)
         columns = np.arange(-offset % 80, self.width, 80)  # lines two pixels wide: x − 1 and x
-        pixels[:, np.concatenate((columns, columns[columns > 0] - 1))] = grid
+        pixels[:, np.concatenate((columns, columns[columns > 0] - 1))] = self._grid
         rows = self.height - 1 - np.arange(-offset % 80, self.height, 80)  # world y runs up, rows run down
-        pixels[np.concatenate((rows, rows[rows > 0] - 1))] = grid
-        self._disc(pixels, world.bx, world.by, 28.0, _pixel(self.BOUNCER))
-        self._disc(pixels, world.x, world.y, 40.0 * world.size, _pixel(self.PLAYER))
+        pixels[np.concatenate((rows, rows[rows > 0] - 1))] = self._grid
+        self._disc(pixels, world.bx, world.by, 28.0, self._bouncer)
+        self._disc(pixels, world.x, world.y, 40.0 * world.size, self._player)
 
     def _disc(self, pixels: npt.NDArray[np.uint32], x: float, y: float, r: float, color: int) -> None:
         cy = self.height - 1 - y

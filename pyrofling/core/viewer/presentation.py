@@ -152,8 +152,10 @@ class PresentationLoop(Generic[T]):
         self.period_s = refresh_period_s
         self.counters = PresentationCounters()
         self._ready: deque[tuple[T, float, float | None]] = deque()  # (picture, done, stamp)
-        #: How long after its stamp each of the last pictures was on screen: steady while locked.
+        #: How long after its stamp each of the last pictures was on screen, and the usual one while they agree
+        #: (None: too few yet, or not steady), worked out as each is shown.
         self._stamp_to_screen: deque[float] = deque(maxlen=LEFTOVER_HISTORY)
+        self._usual_stamp_to_screen: float | None = None
         self._vblank_s: float | None = None
         self._decided = True
         self._shown_any = False
@@ -178,12 +180,17 @@ class PresentationLoop(Generic[T]):
         ready, more than half a refresh before its target: which, on a link whose delay varies by more than a
         quarter of a refresh, this refresh's own early pictures also are (taking them for leftovers dropped them
         for the next refresh's, and that refresh then missed)."""
-        history = sorted(self._stamp_to_screen) if stamp_s is not None else []
-        # Steady: one outlier either way aside, the last pictures' times agree within half a refresh.
-        if len(history) >= LEFTOVER_HISTORY_MIN and history[-2] - history[1] < self.period_s / 2:
-            assert stamp_s is not None
-            return vblank_s + self.period_s - stamp_s - history[len(history) // 2] > self.period_s / 2
+        usual = self._usual_stamp_to_screen
+        if stamp_s is not None and usual is not None:
+            return vblank_s + self.period_s - stamp_s - usual > self.period_s / 2
         return done_s < vblank_s + self.offset_s - self.period_s / 2
+
+    def _shown_after_stamp(self, stamp_to_screen_s: float) -> None:
+        self._stamp_to_screen.append(stamp_to_screen_s)
+        history = sorted(self._stamp_to_screen)
+        # Steady: one outlier either way aside, the last pictures' times agree within half a refresh.
+        steady = len(history) >= LEFTOVER_HISTORY_MIN and history[-2] - history[1] < self.period_s / 2
+        self._usual_stamp_to_screen = history[len(history) // 2] if steady else None
 
     @property
     def wait_s(self) -> float:
@@ -268,7 +275,7 @@ class PresentationLoop(Generic[T]):
         self.counters.presented += 1
         self.counters.dropped += dropped
         if stamp_s is not None:
-            self._stamp_to_screen.append(on_screen_s - stamp_s)
+            self._shown_after_stamp(on_screen_s - stamp_s)
         target = self._vblank_s + self.offset_s
         late = done_s - target
         if left_over:  # (and mailbox) the error folded: early by most of a refresh reads as late
