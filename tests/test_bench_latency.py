@@ -155,3 +155,15 @@ def test_repeats_whose_picture_was_on_its_way_while_the_machine_ran_slow_are_cou
     assert "slow/min" in text and "65 ms" in text
     no_meter = summarize("auto", {**raw, "machine_pace": None}, cfg)
     assert no_meter["repeats_in_slow_spells"] is None and no_meter["machine_slow_ms_per_min"] is None
+
+
+def test_the_hosts_slice_threads_are_the_hosts_own_unless_the_bench_is_told() -> None:
+    from pyrofling.bench.latency import LatencyBenchConfig, scenario_for
+
+    def threads(cfg: LatencyBenchConfig) -> str | None:
+        args = list(scenario_for(cfg, "auto").host_args)
+        return args[args.index("--encoder-threads") + 1] if "--encoder-threads" in args else None
+
+    assert threads(LatencyBenchConfig()) is None
+    assert threads(LatencyBenchConfig(encoder_threads=6)) == "6"
+    assert threads(LatencyBenchConfig(encoder_threads=6, pin_cpus=True)) == "6"

@@ -88,6 +88,8 @@ class LatencyBenchConfig:
     pin_cpus: bool = False
     #: Also run ``auto`` with ``--thread-priority normal`` on both ends.
     also_normal_priority: bool = False
+    #: The host's ``--encoder-threads`` (None: its default, one slice thread per CPU it may use, at most 8).
+    encoder_threads: int | None = None
     #: A phase error whose 0.5 s mean stays within this for 2 s counts as locked.
     lock_threshold_ms: float = 1.0
     seed: int = 1
@@ -107,7 +109,9 @@ def scenario_for(
         "--host-on-this-machine",
     ]
     host_args: list[str] = []
-    if cfg.pin_cpus and len(split_cpus()[0]) == 1:
+    if cfg.encoder_threads is not None:
+        host_args += ["--encoder-threads", str(cfg.encoder_threads)]
+    elif cfg.pin_cpus and len(split_cpus()[0]) == 1:
         host_args += ["--encoder-threads", "1"]  # a second slice thread on the same CPU only takes turns
     if mode == "free":
         view_args += ["--phase-locked", "off"]

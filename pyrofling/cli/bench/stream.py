@@ -372,6 +372,13 @@ def add_latency(sub: Sub) -> None:
         help="auto: the repeats a minute the viewer aims for (its --repeats-per-minute; default 0.5, the viewer's)",
     )
     p.add_argument(
+        "--encoder-threads",
+        type=whole_number(1, 64, "threads"),
+        default=None,
+        help="the host's --encoder-threads, slice threads per frame (default: the host's own, one per CPU it may "
+        "use, at most 8; 1 with --pin-cpus on a 2-CPU machine)",
+    )
+    p.add_argument(
         "--rounds",
         type=whole_number(1, 100, "rounds"),
         default=1,
@@ -424,6 +431,7 @@ def _run_latency(args: argparse.Namespace) -> int:
         auto_repeats_per_minute=args.auto_repeats,
         pin_cpus=args.pin_cpus,
         also_normal_priority=args.also_normal_priority,
+        encoder_threads=args.encoder_threads,
     )
     if cfg.pin_cpus:
         from pyrofling.bench.stream import split_cpus
