@@ -299,3 +299,45 @@ def test_the_margin_never_pushes_the_offset_out_of_its_period(hz: float) -> None
     feed(auto, 120.0, 0.005, mean_s=0.0)  # more jitter than the period can cover
     assert auto.margin_s <= auto.max_margin_s + 1e-9 and auto.offset_s >= 0.001 - 1e-9
     assert auto.max_margin_s == pytest.approx(min(0.016, auto.deadline_s - 0.001))
+
+
+def test_the_picture_a_missed_refresh_waited_for_is_learnt_when_it_comes_and_is_dropped() -> None:
+    """A stall: one picture 6 ms after its target, past the wait, so its refresh repeats; it comes during the
+    next refresh, a leftover by its stamp, and is dropped for that refresh's own.  Its lateness is the tail the
+    margin missed: learnt, the margin covers it (left out, only a miss's bump would raise it)."""
+    rng = random.Random(3)
+    loop: PresentationLoop[int] = PresentationLoop(PresentationConfig.automatic(), PERIOD)
+    assert loop.auto is not None
+    v, frame = 10.0, 0
+
+    def calm_refresh() -> None:
+        nonlocal v, frame
+        loop.vblank(v)
+        target = v + loop.offset_s
+        done = target + rng.gauss(0.0, 0.0003)
+        loop.frame_ready(frame, done, target - 0.020)
+        d = loop.poll(max(v, done))
+        assert isinstance(d, Present) and d.frame == frame
+        v, frame = v + PERIOD, frame + 1
+
+    for _ in range(int(30 / PERIOD)):
+        calm_refresh()
+    calm_margin = loop.auto.margin_s
+    assert loop.auto.locked and calm_margin < 0.004
+    loop.vblank(v)
+    stalled_target = v + loop.offset_s
+    wait_end = v + loop.wait_s
+    assert isinstance(loop.poll(wait_end), Repeat) and loop.counters.missed_deadlines == 1
+    v += PERIOD
+    loop.vblank(v)
+    loop.frame_ready(frame, stalled_target + 0.006, stalled_target - 0.020)  # the stalled picture, 6 ms late
+    assert isinstance(loop.poll(stalled_target + 0.006), Wait)  # a leftover: a fresher one may come
+    target = v + loop.offset_s
+    loop.frame_ready(frame + 1, target, target - 0.020)
+    d = loop.poll(target)
+    assert isinstance(d, Present) and d.frame == frame + 1 and d.dropped == 1
+    v, frame = v + PERIOD, frame + 2
+    for _ in range(int(3 / PERIOD)):
+        calm_refresh()
+    assert loop.auto.margin_s >= 0.006 + AutoOffsetConfig().guard_s - 1e-4
+    assert loop.counters.missed_deadlines == 1

@@ -170,6 +170,15 @@ class AutoOffset:
             self._samples.append((now, lateness_s))
         self.update(now)
 
+    def missed_picture_came(self, lateness_s: float, now: float) -> None:
+        """The picture a missed refresh waited for came after all, ``lateness_s`` after its target (the
+        presenter dropped it for the next one).  Learnt even while the margin settles after that miss: it is
+        the tail the margin did not cover, and left out, the window would never hold the pictures that missed
+        (their stalls would not raise the margin beyond a miss's bump)."""
+        if self.locked:
+            self._samples.append((now, lateness_s))
+            self.update(now)
+
     def missed(self, now: float) -> None:
         """A refresh passed its deadline without a picture (counted once locked)."""
         if self.locked:

@@ -157,6 +157,8 @@ class PresentationLoop(Generic[T]):
         self._stamp_to_screen: deque[float] = deque(maxlen=LEFTOVER_HISTORY)
         self._usual_stamp_to_screen: float | None = None
         self._vblank_s: float | None = None
+        #: The refresh that missed its deadline last, while its picture may still come (auto learns how late).
+        self._missed_vblank_s: float | None = None
         self._decided = True
         self._shown_any = False
         #: The offset and deadline in force (learnt with ``auto_offset``).
@@ -251,6 +253,8 @@ class PresentationLoop(Generic[T]):
             until = v + (self.deadline_s if self.deadline_s > 0 else wait)  # a leftover waits to the deadline
             if not stale or now >= until:
                 dropped = len(self._ready) - 1
+                if dropped:
+                    self._learn_from_missed(v)
                 self._ready.clear()
                 self._woke(now - (max(done, v) if not stale else until))
                 return self._present(frame, done, stamp, on_screen_s=v + self.period_s, dropped=dropped,
@@ -260,6 +264,16 @@ class PresentationLoop(Generic[T]):
             return Wait(v + wait)
         self._woke(now - (v + wait))
         return self._repeat(missed=True)
+
+    def _learn_from_missed(self, vblank_s: float) -> None:
+        """Pictures are being dropped for a newer one: if the refresh before missed, the oldest of them, a
+        leftover by its stamp, is the picture it waited for; auto learns how late it came."""
+        missed_at, self._missed_vblank_s = self._missed_vblank_s, None
+        if self.auto is None or missed_at is None or vblank_s - missed_at > 1.5 * self.period_s:
+            return
+        _, done, stamp = self._ready[0]
+        if self._left_over(done, stamp, vblank_s):
+            self.auto.missed_picture_came(done - (missed_at + self.offset_s), missed_at)
 
     def _woke(self, late_s: float) -> None:
         """How late the presenter acted on what it waited for (auto mode learns its flip margin from it)."""
@@ -284,7 +298,11 @@ class PresentationLoop(Generic[T]):
         # link), a picture that late would read as early and pull the host's clock the wrong way.
         error = -late
         if self.auto is not None:
-            self.auto.observe(late, self._vblank_s)  # folded, the tail it must cover would look early
+            missed_at, self._missed_vblank_s = self._missed_vblank_s, None
+            if left_over and missed_at is not None and self._vblank_s - missed_at <= 1.5 * self.period_s:
+                self.auto.missed_picture_came(late, missed_at)  # the missed refresh's picture, nothing newer came
+            else:
+                self.auto.observe(late, self._vblank_s)  # folded, the tail it must cover would look early
             self._follow_auto()
         return Present(frame, done_s, on_screen_s, round(error * 1e6), dropped, late)
 
@@ -294,6 +312,7 @@ class PresentationLoop(Generic[T]):
             self.counters.repeated += 1
             if missed:
                 self.counters.missed_deadlines += 1
+                self._missed_vblank_s = self._vblank_s
                 if self.auto is not None and self._vblank_s is not None:
                     self.auto.missed(self._vblank_s)
                     self._follow_auto()
