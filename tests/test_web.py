@@ -130,7 +130,14 @@ def test_headless_chromium_plays_the_stream_from_the_link_and_a_page_without_the
         finally:
             await stop_host(host, task)
 
+    import tempfile
+
+    def singleton_dirs() -> set[str]:  # Chromium's, where TMPDIR points; killed, it leaves them behind
+        return {p.name for p in Path(tempfile.gettempdir()).glob("org.chromium.Chromium.*")}
+
+    before = singleton_dirs()
     played, no_key, wrong = run(scenario, timeout_s=120)
+    assert singleton_dirs() <= before  # each browser's went with its profile
     assert played["state"] == "streaming" and int(played["framesDrawn"]) >= 60
     assert played["transport"] == "webtransport"  # the pictures came over QUIC streams, the certificate pinned
     assert played["decodeErrors"] == 0

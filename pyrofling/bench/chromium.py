@@ -70,6 +70,9 @@ class Chromium:
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
+            # Its singleton socket's directory goes in TMPDIR, and one killed at the end leaves it there: in the
+            # profile, it goes with it.
+            env={**os.environ, "TMPDIR": self._profile.name},
         )
         url = await asyncio.wait_for(asyncio.to_thread(self._devtools_url), 30)
         self._ws = await connect(url, max_size=None)
