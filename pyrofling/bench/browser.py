@@ -74,6 +74,7 @@ def browser_watch(
     seed: int = 1,
     *,
     raise_priority: bool = True,
+    surface: str = "video",
 ) -> Callable[[int], dict[str, Any]]:
     """What runs beside the stream: Chromium opens the host's link and watches for ``duration_s``, then plays
     (a click to capture, then key presses), each dispatch timed on this machine's monotonic clock.  With
@@ -82,10 +83,13 @@ def browser_watch(
     ``raise_priority``: Chromium's threads get the raise the host and the viewer give their own
     (:data:`~pyrofling.runtime.RAISED_NICE`), where the system allows.  A browser cannot ask for it itself, and
     on a machine shared with a raised host and viewer it then measures the scheduler: on the 2-core machine a
-    browser left as it was showed 76–99 % good refreshes, raised 99.2–99.6 % (docs/browser.md)."""
+    browser left as it was showed 76–99 % good refreshes, raised 99.2–99.6 % (docs/browser.md).
+
+    ``surface``: "video" (the page's own choice where the browser has MediaStreamTrackGenerator) or "canvas"
+    (its fallback, ``#surface=canvas``)."""
 
     def watch(_port: int) -> dict[str, Any]:
-        return asyncio.run(_watch(link_file, duration_s, fps, impairment, seed, raise_priority))
+        return asyncio.run(_watch(link_file, duration_s, fps, impairment, seed, raise_priority, surface))
 
     return watch
 
@@ -146,13 +150,14 @@ async def _watch(
     impairment: ImpairmentConfig | None,
     seed: int,
     raise_priority: bool,
+    surface: str,
 ) -> dict[str, Any]:
     deadline = time.monotonic() + 20
     while not (link_file.exists() and link_file.read_text().strip()):
         if time.monotonic() > deadline:
             return {"error": "the host wrote no link"}
         await asyncio.sleep(0.05)
-    link = link_file.read_text().strip() + "&judge=1"
+    link = link_file.read_text().strip() + "&judge=1" + ("&surface=canvas" if surface == "canvas" else "")
     relay = None
     if impairment is not None:
         page_url = urllib.parse.urlsplit(link)
@@ -220,6 +225,10 @@ async def _watch_page(link: str, duration_s: float, fps: float, raise_priority: 
         "frames_received": stats.get("framesReceived"),
         "decode_errors": stats.get("decodeErrors"),
         "keyframe_requests": stats.get("keyframeRequests"),
+        # Capture → presented (requestVideoFrameCallback) where the page shows its pictures on a <video>, capture
+        # → drawn where on a canvas.
+        "surface": stats.get("surface"),
+        "latency_kind": stats.get("latencyKind"),
         "latency_ms_median": statistics.median(latency) if latency else None,
         "latency_ms_p95": sorted(latency)[int(len(latency) * 0.95)] if latency else None,
         "quality": {k: v for k, v in judged.items() if k not in ("freeze_log", "not_good_log")},
@@ -234,6 +243,7 @@ def run_browser_bench(
     transport: str = "webtransport",
     cpu_baseline: bool = True,
     raise_browser: bool = True,
+    surface: str = "video",
     progress: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
     """``transport``: "webtransport" (the host's default) or "websocket" (``--no-web-transport``);
@@ -249,7 +259,13 @@ def run_browser_bench(
         with_browser = run_scenario(
             replace(base, host_args=(*base.host_args, *web_args)),
             alongside=browser_watch(
-                link_file, duration, base.fps, impairment_of(base), base.seed, raise_priority=raise_browser
+                link_file,
+                duration,
+                base.fps,
+                impairment_of(base),
+                base.seed,
+                raise_priority=raise_browser,
+                surface=surface,
             ),
         )
         applied = read_jsonl(trace)
@@ -298,8 +314,8 @@ def format_table(r: dict[str, Any]) -> str:
         "viewer, then two pyrofling viewers on loopback",
         f"{'client':<18} {'good %':>7} {'longest freeze ms':>18} {'capture -> shown ms':>20}",
         f"{'browser':<18} {cell(q.get('good_refreshes_pct'), '.2f'):>7} {cell(q.get('longest_freeze_ms')):>18} "
-        f"{cell(page.get('latency_ms_median'), '.1f'):>20}   (drawn; {page.get('frames_drawn')} pictures, "
-        f"{page.get('decode_errors')} decode errors)",
+        f"{cell(page.get('latency_ms_median'), '.1f'):>20}   ({page.get('latency_kind')} on a "
+        f"{page.get('surface')}; {page.get('frames_drawn')} pictures, {page.get('decode_errors')} decode errors)",
         f"{'pyrofling viewer':<18} {cell(viewer.get('good_refreshes_pct'), '.2f'):>7} "
         f"{cell(viewer.get('longest_freeze_ms')):>18} {cell(viewer.get('glass_ms_median'), '.1f'):>20}   (on screen)",
         "",

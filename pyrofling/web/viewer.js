@@ -18,8 +18,6 @@ function noteGap(kind, list) {
 }
 window.pyrofling = { stats };
 
-const canvas = document.getElementById("screen");
-const ctx = canvas.getContext("2d", { alpha: false, desynchronized: true });
 const message = document.getElementById("message");
 const overlay = document.getElementById("overlay");
 const params = new URLSearchParams(location.hash.slice(1));
@@ -34,6 +32,44 @@ const login = document.getElementById("login");
 const judge = params.get("judge") === "1";
 stats.refreshes = []; // judge: [wall ms of the refresh, frame id or -1 (unreadable), capture µs (low 48 bits)]
 let onScreen = null; // judge: the marker of the picture drawn last
+
+// Where the pictures go: a <video> fed the decoded frames (MediaStreamTrackGenerator) where the browser has one,
+// so that the compositor converts and scales each frame off the page's main thread, else the page's canvas.
+// Drawn into a 2D canvas a 720p frame took that thread 5 ms (p90 9 ms on a busy machine), and the decoder's
+// results wait for it: the page fell behind and its pictures turned stale.
+let surface = document.getElementById("screen");
+let ctx = null; // the canvas's, when the pictures are drawn there
+let frames = null; // the <video>'s track's writer, when they go there
+const picture = { width: surface.width, height: surface.height }; // the last one's size
+if (typeof MediaStreamTrackGenerator === "function" && params.get("surface") !== "canvas") {
+  const video = document.createElement("video");
+  Object.assign(video, { id: "screen", muted: true, autoplay: true, playsInline: true, disablePictureInPicture: true });
+  const track = new MediaStreamTrackGenerator({ kind: "video" });
+  frames = track.writable.getWriter();
+  video.srcObject = new MediaStream([track]);
+  surface.replaceWith(video);
+  surface = video;
+} else {
+  ctx = surface.getContext("2d", { alpha: false, desynchronized: true });
+}
+stats.surface = frames ? "video" : "canvas";
+// On the <video>, which picture the compositor presented and when (requestVideoFrameCallback: mediaTime is the
+// frame's timestamp, its pts): the judge's picture on screen and the capture → presented latency. On the canvas,
+// the picture drawn last and capture → drawn.
+stats.latencyKind = frames ? "presented" : "drawn";
+const markers = new Map(); // judge: pts → the marker read from that picture
+const presenting = new Map(); // pts → capture µs, of the pictures handed to the <video>
+if (frames) {
+  const onPresented = (_now, meta) => {
+    const pts = Math.round(meta.mediaTime * 1e6);
+    if (judge && markers.has(pts)) onScreen = markers.get(pts);
+    const capture = presenting.get(pts);
+    if (capture !== undefined && hello) noteLatency(performance.timeOrigin + meta.expectedDisplayTime, capture);
+    for (const key of presenting.keys()) { if (key > pts) break; presenting.delete(key); markers.delete(key); }
+    surface.requestVideoFrameCallback(onPresented);
+  };
+  surface.requestVideoFrameCallback(onPresented);
+}
 
 let ws = null;
 let decoder = null;
@@ -122,22 +158,31 @@ function askForKey(why) {
 }
 
 function draw(frame) {
-  if (canvas.width !== frame.displayWidth || canvas.height !== frame.displayHeight) {
-    canvas.width = frame.displayWidth;
-    canvas.height = frame.displayHeight;
-  }
-  ctx.drawImage(frame, 0, 0);
-  stats.framesDrawn++;
-  noteGap("draw", stats.drawGaps);
-  if (judge) onScreen = readMarker();
+  picture.width = frame.displayWidth;
+  picture.height = frame.displayHeight;
+  if (judge) readMarker(frame);
   const capture = captureOf.get(frame.timestamp);
   captureOf.delete(frame.timestamp);
-  if (capture !== undefined && hello) {
-    const now = performance.timeOrigin + performance.now();
-    stats.latencyMs.push(now - (capture / 1000 + hello.clock_offset_ms));
-    if (stats.latencyMs.length > 2000) stats.latencyMs.splice(0, 1000);
+  if (frames) {
+    if (capture !== undefined) presenting.set(frame.timestamp, capture);
+    if (presenting.size > 120) presenting.delete(presenting.keys().next().value);
+    frames.write(frame).catch(() => frame.close()); // the track takes the frame (and closes it)
+  } else {
+    if (surface.width !== picture.width || surface.height !== picture.height) {
+      surface.width = picture.width;
+      surface.height = picture.height;
+    }
+    ctx.drawImage(frame, 0, 0);
+    frame.close();
   }
-  frame.close();
+  stats.framesDrawn++;
+  noteGap("draw", stats.drawGaps);
+  if (!frames && capture !== undefined && hello) noteLatency(performance.timeOrigin + performance.now(), capture);
+}
+
+function noteLatency(wallMs, captureUs) {
+  stats.latencyMs.push(wallMs - (captureUs / 1000 + hello.clock_offset_ms));
+  if (stats.latencyMs.length > 2000) stats.latencyMs.splice(0, 1000);
 }
 
 function newDecoder(codec) {
@@ -355,22 +400,40 @@ function crc8(value, nbits) {
   return crc;
 }
 
-function readMarker() {
-  const layout = markerLayout(canvas.width);
-  if (!layout) return null;
-  const w = layout.perRow * layout.block, h = layout.rows * layout.block;
-  const px = ctx.getImageData(0, 0, w, h).data;
-  let word = 0n;
-  for (let i = 0; i < 96; i++) {
-    const y = Math.floor(i / layout.perRow) * layout.block + (layout.block >> 1);
-    const x = (i % layout.perRow) * layout.block + (layout.block >> 1);
-    const o = (y * w + x) * 4;
-    const luma = 0.2126 * px[o] + 0.7152 * px[o + 1] + 0.0722 * px[o + 2];
-    word = (word << 1n) | (luma >= 128 ? 1n : 0n);
+// The marker is read from the frame itself, its band of rows copied out of the luma plane (microseconds; drawing
+// it to read it back would convert the whole frame). Luma over 128 is a one, as the host's checker reads it.
+let judgedSeq = 0;
+let shownSeq = 0;
+function readMarker(frame) {
+  const layout = markerLayout(frame.displayWidth);
+  const seq = ++judgedSeq;
+  if (!layout || (frame.format !== "I420" && frame.format !== "NV12" && frame.format !== "I420A")) {
+    shownSeq = seq;
+    if (frames) markers.set(frame.timestamp, { id: -1, captureUs: 0 }); else onScreen = { id: -1, captureUs: 0 };
+    return;
   }
-  const body = word >> 8n;
-  if (body >> 80n !== 0xa5n || crc8(body, 88) !== Number(word & 0xffn)) return { id: -1, captureUs: 0 };
-  return { id: Number((body >> 48n) & 0xffffffffn), captureUs: Number(body & 0xffffffffffffn) };
+  const w = layout.perRow * layout.block, h = layout.rows * layout.block;
+  const rect = { x: 0, y: 0, width: w, height: h };
+  const copy = frame.clone();
+  const buf = new Uint8Array(copy.allocationSize({ rect }));
+  const pts = frame.timestamp;
+  copy.copyTo(buf, { rect }).then((planes) => {
+    copy.close();
+    if (seq < shownSeq) return; // a later picture's was read first
+    shownSeq = seq;
+    const stride = planes[0].stride, base = planes[0].offset;
+    let word = 0n;
+    for (let i = 0; i < 96; i++) {
+      const y = Math.floor(i / layout.perRow) * layout.block + (layout.block >> 1);
+      const x = (i % layout.perRow) * layout.block + (layout.block >> 1);
+      word = (word << 1n) | (buf[base + y * stride + x] >= 128 ? 1n : 0n);
+    }
+    const body = word >> 8n;
+    const read = body >> 80n !== 0xa5n || crc8(body, 88) !== Number(word & 0xffn)
+      ? { id: -1, captureUs: 0 }
+      : { id: Number((body >> 48n) & 0xffffffffn), captureUs: Number(body & 0xffffffffffffn) };
+    if (frames) markers.set(pts, read); else onScreen = read;
+  }, () => copy.close());
 }
 
 function judgeRefresh(t) {
@@ -393,7 +456,7 @@ setInterval(() => {
   if (!overlay.hidden) {
     overlay.textContent =
       `${hello ? hello.width + "x" + hello.height : "-"}  ${(kbits / 1000).toFixed(1)} Mbit/s  ${stats.transport}\n` +
-      `latency ${median(stats.latencyMs.slice(-120)).toFixed(1)} ms (capture → drawn)\n` +
+      `latency ${median(stats.latencyMs.slice(-120)).toFixed(1)} ms (capture → ${stats.latencyKind})\n` +
       `frames ${stats.framesDrawn} drawn, ${stats.framesReceived} received, ${stats.decodeErrors} decode errors`;
   }
 }, 1000);
@@ -417,7 +480,7 @@ function sendInput() {
   v.setUint8(0, 0x49); // "I"
   v.setUint16(1, input.seq = (input.seq + 1) & 0xffff, true);
   v.setUint8(3, input.buttons);
-  const locked = document.pointerLockElement === canvas;
+  const locked = document.pointerLockElement === surface;
   v.setUint8(4, input.captured ? (locked ? 2 : 1) : 0); // CAPTURED (relative) or ABSOLUTE
   for (const code of input.held) v.setUint8(5 + (code >> 3), v.getUint8(5 + (code >> 3)) | (1 << (code & 7)));
   v.setInt32(37, input.dx | 0, true);
@@ -435,17 +498,17 @@ function capture(on) {
   input.captured = on;
   if (!on) {
     input.held.clear(); input.buttons = 0;
-    if (document.pointerLockElement === canvas) document.exitPointerLock();
+    if (document.pointerLockElement === surface) document.exitPointerLock();
     say("");
   }
   sendInput();
 }
 
-canvas.addEventListener("mousedown", (ev) => {
+surface.addEventListener("mousedown", (ev) => {
   resumeAudio();
   if (!input.captured) {
     capture(true);
-    if (canvas.requestPointerLock) { try { canvas.requestPointerLock(); } catch (e) { /* absolute positions */ } }
+    if (surface.requestPointerLock) { try { surface.requestPointerLock(); } catch (e) { /* absolute positions */ } }
   }
   input.buttons |= [1, 4, 2, 8, 16][ev.button] || 0;
   sendInput();
@@ -455,14 +518,14 @@ window.addEventListener("mouseup", (ev) => {
   input.buttons &= ~([1, 4, 2, 8, 16][ev.button] || 0);
   if (input.captured) sendInput();
 });
-canvas.addEventListener("contextmenu", (ev) => ev.preventDefault());
+surface.addEventListener("contextmenu", (ev) => ev.preventDefault());
 window.addEventListener("mousemove", (ev) => {
   if (!input.captured) return;
   input.dx += ev.movementX; input.dy += ev.movementY;
-  const r = canvas.getBoundingClientRect();
+  const r = surface.getBoundingClientRect();
   // object-fit: contain leaves bars: the picture's own box within the element.
-  const scale = Math.min(r.width / canvas.width, r.height / canvas.height);
-  const w = canvas.width * scale, h = canvas.height * scale;
+  const scale = Math.min(r.width / picture.width, r.height / picture.height);
+  const w = picture.width * scale, h = picture.height * scale;
   const x = (ev.clientX - r.left - (r.width - w) / 2) / w, y = (ev.clientY - r.top - (r.height - h) / 2) / h;
   input.absX = Math.round(Math.min(1, Math.max(0, x)) * 65535);
   input.absY = Math.round(Math.min(1, Math.max(0, y)) * 65535);
@@ -475,7 +538,7 @@ window.addEventListener("wheel", (ev) => {
   ev.preventDefault();
 }, { passive: false });
 document.addEventListener("pointerlockchange", () => {
-  if (document.pointerLockElement !== canvas && input.captured && !document.hasFocus()) capture(false);
+  if (document.pointerLockElement !== surface && input.captured && !document.hasFocus()) capture(false);
 });
 
 function keyEvent(ev, down) {

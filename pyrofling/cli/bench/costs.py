@@ -222,6 +222,13 @@ def add_browser(sub: Sub) -> None:
         "own, where the system allows, as if the browser had a machine of its own; normal: left below them, "
         "which on a small machine measures the scheduler more than the page",
     )
+    p.add_argument(
+        "--surface",
+        choices=("video", "canvas"),
+        default="video",
+        help="where the page shows its pictures: video (its own choice where the browser can feed a <video> the "
+        "decoded frames) or canvas (its fallback elsewhere, drawn on the page's main thread)",
+    )
     p.set_defaults(func=_run_browser)
 
 
@@ -239,6 +246,7 @@ def _run_browser(args: argparse.Namespace) -> int:
         transport=args.transport,
         cpu_baseline=args.cpu_baseline,
         raise_browser=args.browser_priority == "raised",
+        surface=args.surface,
         progress=progress,
     )
     print_result(args, result, format_table)
