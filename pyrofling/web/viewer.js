@@ -62,7 +62,7 @@ const presenting = new Map(); // pts → capture µs, of the pictures handed to 
 if (frames) {
   const onPresented = (_now, meta) => {
     const pts = Math.round(meta.mediaTime * 1e6);
-    if (judge && markers.has(pts)) onScreen = markers.get(pts);
+    if (markers.has(pts)) onScreen = markers.get(pts);
     const capture = presenting.get(pts);
     if (capture !== undefined && hello) noteLatency(performance.timeOrigin + meta.expectedDisplayTime, capture);
     for (const key of presenting.keys()) { if (key > pts) break; presenting.delete(key); markers.delete(key); }
@@ -407,20 +407,22 @@ let shownSeq = 0;
 function readMarker(frame) {
   const layout = markerLayout(frame.displayWidth);
   const seq = ++judgedSeq;
-  if (!layout || (frame.format !== "I420" && frame.format !== "NV12" && frame.format !== "I420A")) {
-    shownSeq = seq;
-    if (frames) markers.set(frame.timestamp, { id: -1, captureUs: 0 }); else onScreen = { id: -1, captureUs: 0 };
+  const pts = frame.timestamp;
+  const found = (read) => { // the canvas shows the picture drawn last: a later one's read first wins
+    if (frames) markers.set(pts, read);
+    else if (seq >= shownSeq) { shownSeq = seq; onScreen = read; }
+  };
+  if (!layout) { found(null); return; } // too small to carry one
+  if (frame.format !== "I420" && frame.format !== "NV12" && frame.format !== "I420A") {
+    found({ id: -1, captureUs: 0 }); // no luma plane to read
     return;
   }
   const w = layout.perRow * layout.block, h = layout.rows * layout.block;
   const rect = { x: 0, y: 0, width: w, height: h };
   const copy = frame.clone();
   const buf = new Uint8Array(copy.allocationSize({ rect }));
-  const pts = frame.timestamp;
   copy.copyTo(buf, { rect }).then((planes) => {
     copy.close();
-    if (seq < shownSeq) return; // a later picture's was read first
-    shownSeq = seq;
     const stride = planes[0].stride, base = planes[0].offset;
     let word = 0n;
     for (let i = 0; i < 96; i++) {
@@ -429,10 +431,9 @@ function readMarker(frame) {
       word = (word << 1n) | (buf[base + y * stride + x] >= 128 ? 1n : 0n);
     }
     const body = word >> 8n;
-    const read = body >> 80n !== 0xa5n || crc8(body, 88) !== Number(word & 0xffn)
+    found(body >> 80n !== 0xa5n || crc8(body, 88) !== Number(word & 0xffn)
       ? { id: -1, captureUs: 0 }
-      : { id: Number((body >> 48n) & 0xffffffffn), captureUs: Number(body & 0xffffffffffffn) };
-    if (frames) markers.set(pts, read); else onScreen = read;
+      : { id: Number((body >> 48n) & 0xffffffffn), captureUs: Number(body & 0xffffffffffffn) });
   }, () => copy.close());
 }
 

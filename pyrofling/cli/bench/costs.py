@@ -223,6 +223,13 @@ def add_browser(sub: Sub) -> None:
         "which on a small machine measures the scheduler more than the page",
     )
     p.add_argument(
+        "--audio-codec",
+        choices=("raw", "opus"),
+        default=None,
+        help="the host's --audio-codec for every run (default: the host's own, raw PCM); the page decodes Opus with "
+        "WebCodecs' AudioDecoder",
+    )
+    p.add_argument(
         "--surface",
         choices=("video", "canvas"),
         default="video",
@@ -240,7 +247,8 @@ def _run_browser(args: argparse.Namespace) -> int:
     if find_chromium() is None:
         return refuse("bench browser", "no Chromium found: install Debian's chromium (./scripts/setup does)")
     policy = ("--rate-policy", args.rate_policy) if args.rate_policy else ()
-    base = _base_scenario(args, loss=args.loss, ge=args.ge, rate_mbits=args.rate_mbits, host_args=policy)
+    sound = ("--audio-codec", args.audio_codec) if args.audio_codec else ()
+    base = _base_scenario(args, loss=args.loss, ge=args.ge, rate_mbits=args.rate_mbits, host_args=policy + sound)
     result = run_browser_bench(
         base,
         transport=args.transport,
