@@ -167,6 +167,8 @@ def test_bench_browser_smoke_judges_the_pages_refreshes_beside_a_viewer() -> Non
     assert page["frames_drawn"] > 60 and page["decode_errors"] == 0 and page["quality"]["refreshes"] > 30
     assert page["quality"]["good_refreshes_pct"] > 0 and page["latency_ms_median"] > 0
     assert page["surface"] == "video" and page["latency_kind"] == "presented"
+    # The click captured the mouse with the pointer locked on the <video>, and the host wrote its moves.
+    assert page["mouse"]["pointer_locked"] and page["mouse"]["written"] != [0, 0] and page["keys"]["applied"] > 0
     assert result["viewer"]["good_refreshes_pct"] is not None
     assert all(v > 0 for v in result["host_cpu_pct"].values())
     assert result["host_web"]["admitted"] == 1
