@@ -265,11 +265,17 @@ class PresentationLoop(Generic[T]):
         self._woke(now - (v + wait))
         return self._repeat(missed=True)
 
+    def _missed_refresh_before(self, vblank_s: float) -> float | None:
+        """The refresh before ``vblank_s``, if it missed its deadline (its picture may be the one in hand now);
+        told once."""
+        missed_at, self._missed_vblank_s = self._missed_vblank_s, None
+        return missed_at if missed_at is not None and vblank_s - missed_at <= 1.5 * self.period_s else None
+
     def _learn_from_missed(self, vblank_s: float) -> None:
         """Pictures are being dropped for a newer one: if the refresh before missed, the oldest of them, a
         leftover by its stamp, is the picture it waited for; auto learns how late it came."""
-        missed_at, self._missed_vblank_s = self._missed_vblank_s, None
-        if self.auto is None or missed_at is None or vblank_s - missed_at > 1.5 * self.period_s:
+        missed_at = self._missed_refresh_before(vblank_s)
+        if self.auto is None or missed_at is None:
             return
         _, done, stamp = self._ready[0]
         if self._left_over(done, stamp, vblank_s):
@@ -298,8 +304,8 @@ class PresentationLoop(Generic[T]):
         # link), a picture that late would read as early and pull the host's clock the wrong way.
         error = -late
         if self.auto is not None:
-            missed_at, self._missed_vblank_s = self._missed_vblank_s, None
-            if left_over and missed_at is not None and self._vblank_s - missed_at <= 1.5 * self.period_s:
+            missed_at = self._missed_refresh_before(self._vblank_s)
+            if left_over and missed_at is not None:
                 self.auto.missed_picture_came(late, missed_at)  # the missed refresh's picture, nothing newer came
             else:
                 self.auto.observe(late, self._vblank_s)  # folded, the tail it must cover would look early
