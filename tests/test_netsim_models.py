@@ -4,7 +4,7 @@ import random
 import pytest
 
 from pyrofling.netsim import GilbertElliottLoss, IidLoss, Impairment, ImpairmentConfig, TraceLoss
-from pyrofling.netsim.models import LinkChange, Outages
+from pyrofling.netsim.models import BytePacer, LinkChange, Outages
 
 
 def test_iid_loss_rate_and_seeding() -> None:
@@ -158,3 +158,11 @@ def test_gaussian_delay_variation_has_its_sigma_keeps_order_and_is_shared_by_a_b
     assert 0.0115 < mean < 0.0135  # around --delay-ms (a burst's last datagram: a little more)
     assert 0.0025 < sigma < 0.0035  # the frame as a whole sees the σ asked for, not a max of ten draws
     assert min(frames) >= 0.0
+
+
+def test_a_byte_stream_crosses_the_bottleneck_at_its_rate_and_an_idle_link_starts_afresh() -> None:
+    pacer = BytePacer(8e6)  # a megabyte a second
+    assert pacer.crossed_at(10_000, 5.0) == pytest.approx(5.01)
+    assert pacer.crossed_at(10_000, 5.0) == pytest.approx(5.02)  # behind the first
+    assert pacer.crossed_at(20_000, 5.015) == pytest.approx(5.04)
+    assert pacer.crossed_at(1_000, 9.0) == pytest.approx(9.001)  # the queue drained meanwhile

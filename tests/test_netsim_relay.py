@@ -99,3 +99,32 @@ def test_relay_forwards_udp_and_tcp_and_applies_loss() -> None:
         assert relay.report()["udp_clients"] == 2  # the final report counts the viewers that have gone too
 
     asyncio.run(main())
+
+
+def test_tcp_from_the_host_crosses_the_down_bottleneck_at_its_rate_and_arrives_whole() -> None:
+    """A browser's WebSocket through a narrow link: the bytes come at the link's rate (here 2 Mbit/s: 100 kB take
+    0.4 s at least), in order and whole; the way up is not held back."""
+
+    async def main() -> None:
+        server, _echo, host_udp, host_port = await _host()
+        relay = NetsimRelay(
+            RelayConfig(upstream_host="127.0.0.1", upstream_port=host_port, down=ImpairmentConfig(rate_bits_per_s=2e6))
+        )
+        _, port = await relay.start()
+        loop = asyncio.get_running_loop()
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), TIMEOUT_S)
+            sent = bytes(range(97, 123)) * 4000  # 104 kB of a..z
+            started = loop.time()
+            writer.write(sent)
+            got = await asyncio.wait_for(reader.readexactly(len(sent)), TIMEOUT_S)
+            took = loop.time() - started
+            writer.close()
+        finally:
+            await relay.close()
+            server.close()
+            host_udp.close()
+        assert got == sent.upper()  # the echo, whole and in order
+        assert took >= len(sent) * 8 / 2e6 * 0.95
+
+    asyncio.run(main())

@@ -19,7 +19,7 @@ from websockets.exceptions import ConnectionClosed
 
 from pyrofling.bench.chromium import Chromium, find_chromium
 from pyrofling.core import frame_marker
-from pyrofling.core.host.web_viewers import FLAG_IDR, VIDEO_HEADER
+from pyrofling.core.host.web_viewers import FLAG_IDR, STREAM_SEQ, VIDEO_HEADER
 
 
 def _get(url: str) -> tuple[int, dict[str, str], bytes]:
@@ -45,8 +45,8 @@ def test_a_browser_with_the_token_gets_the_hosts_own_encode_from_a_key_frame_and
                 units: list[str | bytes] = []
                 while len(units) < 45:  # the video units (sound, b"A…", comes between them)
                     got = await asyncio.wait_for(ws.recv(), 10)
-                    if got[:1] == b"V":
-                        units.append(got)
+                    if got[:1] == b"S":  # a picture: its number, then its b"V" message
+                        units.append(got[STREAM_SEQ.size :])
         finally:
             await stop_host(host, task)
         return hello, [u if isinstance(u, bytes) else u.encode() for u in units], host.summary()
@@ -418,7 +418,8 @@ def test_a_friend_types_the_hosts_password_into_the_page_and_a_wrong_one_is_refu
 
 async def _page_draws_30(**host: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """A host (``host``: its settings, ``pin``: a certificate hash to offer instead of its own); Chromium opens
-    its link until the page drew 30 pictures: the page's stats and the host's web summary."""
+    its link until the page drew 30 pictures and sent 10 arrival reports: the page's stats and the host's
+    summary."""
     pin = host.pop("pin", None)
     started, task = await start_host(encoder=SMALL, web_port=0, virtual_pad="none", **host)
     try:
@@ -429,17 +430,24 @@ async def _page_draws_30(**host: Any) -> tuple[dict[str, Any], dict[str, Any]]:
             page = await browser.open(started.web_link)
             drawn = "window.pyrofling && window.pyrofling.stats.framesDrawn >= 30 && window.pyrofling.stats"
             played = await page_reaches(page, drawn, 60)
+            await page_reaches(page, "window.pyrofling.stats.rateReports >= 10", 30)
     finally:
         await stop_host(started, task)
-    return played, started.summary()["web"]
+    return played, started.summary()
 
 
 def test_with_no_web_transport_the_page_plays_over_its_websocket() -> None:
     if find_chromium() is None:
         (pytest.fail if os.environ.get("CI") else pytest.skip)("needs Debian's chromium (scripts/setup installs it)")
-    played, web = run(lambda: _page_draws_30(web_transport=False), timeout_s=90)
+    played, summary = run(lambda: _page_draws_30(web_transport=False), timeout_s=90)
     assert played["transport"] == "websocket" and played["decodeErrors"] == 0
+    web, rate = summary["web"], summary["rate"]
     assert web["webtransport_sessions"] == 0 and web["frames_sent"] >= 30
+    # Its arrival reports came over the WebSocket, named the pictures the host sent (a queue delay was read from
+    # them), and its link is one the rate control hears.
+    assert web["rate_reports"] >= 10
+    (link,) = [v for k, v in rate["links"].items() if k.startswith("browser")]
+    assert link["feedbacks"] >= 10 and link["queue_delay_ms"] is not None
 
 
 class _QuicClient:
@@ -607,7 +615,8 @@ def test_a_page_opens_no_session_with_a_server_whose_certificate_is_not_the_pinn
         (pytest.fail if os.environ.get("CI") else pytest.skip)("needs Debian's chromium (scripts/setup installs it)")
 
     # Not the certificate the server shows.
-    played, web = run(lambda: _page_draws_30(pin="00" * 32), timeout_s=90)
+    played, summary = run(lambda: _page_draws_30(pin="00" * 32), timeout_s=90)
+    web = summary["web"]
     assert played["transport"] == "websocket" and played["transportError"]
     assert web["webtransport_sessions"] == 0 and web["websocket_fallbacks"] == 1
 

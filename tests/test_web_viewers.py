@@ -94,11 +94,16 @@ def test_a_browser_starts_at_an_idr_and_gets_every_unit_after_it() -> None:
     assert frame(web, idr=False, n=1) == []  # before the first IDR: skipped
     sent = frame(web, idr=True, n=2) + frame(web, idr=False, n=3)
     assert [type(s) for s in sent] == [SendBinary, SendBinary]
+    assert all(isinstance(s, SendBinary) and s.channel == "socket" for s in sent)
+    # Numbered, as on a WebTransport session: the page's arrival reports name them.
+    numbered = [(STREAM_SEQ.unpack(s.data[: STREAM_SEQ.size]), s.unit) for s in sent if isinstance(s, SendBinary)]
+    assert numbered == [((b"S", 0), 0), ((b"S", 1), 1)]
     first = sent[0]
     assert isinstance(first, SendBinary)
-    tag, flags, capture, pts = VIDEO_HEADER.unpack(first.data[: VIDEO_HEADER.size])
+    message = first.data[STREAM_SEQ.size :]
+    tag, flags, capture, pts = VIDEO_HEADER.unpack(message[: VIDEO_HEADER.size])
     assert (tag, flags, capture, pts) == (b"V", FLAG_IDR, 1002, 2002)
-    assert first.data[VIDEO_HEADER.size :] == b"\x00\x00\x01\x65\x02"
+    assert message[VIDEO_HEADER.size :] == b"\x00\x00\x01\x65\x02"
     assert web.counters.frames_sent == 2 and web.counters.frames_skipped == 1
 
 
@@ -367,9 +372,13 @@ def test_a_closed_session_falls_back_to_the_websocket_and_a_closed_page_closes_i
     assert web.session_datagram(6, b"P" + bytes(16)) == []
 
 
-def _browser_on_a_link(link_bps: float, policy: str, seconds: float = 4.0) -> tuple[list[int], dict[str, object]]:
+def _browser_on_a_link(
+    link_bps: float, policy: str, seconds: float = 4.0, *, whole_messages: bool = False
+) -> tuple[list[int], dict[str, object]]:
     """A browser that plays, its pictures through a bottleneck of ``link_bps`` (a queue that never drops), its page
-    reporting their arrivals every 50 ms on its own clock: the encoder bitrates the host set, and its summary."""
+    reporting their arrivals every 50 ms on its own clock: the encoder bitrates the host set, and its summary.
+    ``whole_messages``: as over a WebSocket, which hands the page each picture whole: it began and finished
+    arriving when it came."""
     import math
 
     from pyrofling.core.host.congestion import RateConfig
@@ -397,7 +406,8 @@ def _browser_on_a_link(link_bps: float, policy: str, seconds: float = 4.0) -> tu
         start = max(now + 0.004, free_s)
         free_s = start + size * 8 / link_bps
         us = lambda t: int((t + page_clock) * 1e6) & 0xFFFFFFFF  # noqa: E731
-        arrived.append((free_s, ArrivalSample(frame & 0x3FFF, math.ceil(size / 1300), us(start), us(free_s)), size))
+        began = us(free_s) if whole_messages else us(start)
+        arrived.append((free_s, ArrivalSample(frame & 0x3FFF, math.ceil(size / 1300), began, us(free_s)), size))
         if frame % 3 == 2:
             done = [a for a in arrived if a[0] <= now]
             arrived = [a for a in arrived if a[0] > now]
@@ -419,6 +429,12 @@ def test_a_browsers_narrow_link_is_heard_by_the_rate_control_as_a_viewers_is() -
     assert _browser_on_a_link(50e6, "player")[0] == [] and _browser_on_a_link(6e6, "fixed")[0] == []
 
 
+def test_a_browser_on_its_websocket_is_heard_too_though_it_sees_each_picture_only_whole() -> None:
+    bitrates, _summary = _browser_on_a_link(6e6, "player", whole_messages=True)
+    assert bitrates and bitrates[-1] < 6e6
+    assert _browser_on_a_link(50e6, "player", whole_messages=True)[0] == []
+
+
 def test_a_pages_arrival_report_is_read_as_rate_feedback_and_a_bad_one_is_dropped() -> None:
     from pyrofling.core.host.web_viewers import BrowserRateReport
     from pyrofling.wire import ArrivalSample, RateFeedback
@@ -433,6 +449,23 @@ def test_a_pages_arrival_report_is_read_as_rate_feedback_and_a_bad_one_is_droppe
     assert web.session_datagram(3, b"R" + bytes(too_many)) == []
     assert web.session_datagram(3, b"R" + payload[:-1]) == []
     assert web.counters.rate_reports == 1 and web.counters.datagrams_dropped == 2
+
+
+def test_a_pages_arrival_report_over_its_websocket_is_rate_feedback_and_a_bad_one_closes_it() -> None:
+    """A page without a session reports over its WebSocket: the same report; a malformed one is a broken page (or
+    not a page), and the reliable WebSocket closes as for a malformed input message.  Before the key, nothing."""
+    from pyrofling.core.host.web_viewers import BrowserRateReport
+    from pyrofling.wire import ArrivalSample, RateFeedback
+
+    report = RateFeedback.build(3, 50_000, 30_000, [ArrivalSample(0, 12, 5000, 5000)])
+    message = b"R" + bytes(report)[-RateFeedback.PAYLOAD.size :]
+    web = WebViewers(WebConfig(TOKEN), INFO)
+    assert web.connected(2, 0.0) == []
+    assert web.message(2, message, 0.0) == [CloseClient(2, "malformed message")]  # not proved: no report taken
+    admitted(web)
+    assert web.message(1, message, 0.1) == [BrowserRateReport(1, report)]
+    assert web.message(1, message[:-1], 0.2) == [CloseClient(1, "malformed rate report"), BrowserLeft(1)]
+    assert web.counters.rate_reports == 1
 
 
 def test_a_game_shaking_the_pad_a_browser_holds_reaches_that_page_only() -> None:

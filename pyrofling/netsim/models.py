@@ -246,6 +246,21 @@ class ImpairmentConfig:
 
 
 @dataclass(slots=True)
+class BytePacer:
+    """A bottleneck for a byte stream (a TCP connection through the relay): when each chunk has crossed it, so
+    that chunks cross at ``bits_per_s``.  The relay reads no faster, and TCP's flow control makes the sender's
+    socket buffer the queue, as a real bottleneck's queue does."""
+
+    bits_per_s: float
+    _free_s: float = 0.0
+
+    def crossed_at(self, size: int, now: float) -> float:
+        start = max(now, self._free_s)
+        self._free_s = start + size * 8 / self.bits_per_s
+        return self._free_s
+
+
+@dataclass(slots=True)
 class DirectionStats:
     """What one direction did, for the report."""
 

@@ -1,8 +1,9 @@
 """The loss-simulating relay: a thin asyncio shell around two :class:`Impairment` objects.
 
 It listens on one port for TCP and UDP, as a PyroFling server does, so a viewer
-can point at it instead of the host.  TCP control connections are piped to the
-upstream host unchanged (control traffic is reliable in the real protocol too).
+can point at it instead of the host.  TCP connections are piped to the
+upstream host unchanged (control traffic is reliable in the real protocol too),
+host → client at most at the ``down`` direction's bottleneck rate where it has one.
 Each client's UDP source address gets its own upstream socket, so the host sees
 one stable address per client; datagrams are impaired per direction:
 ``down`` (host → viewer, the media) and ``up`` (viewer → host).
@@ -17,7 +18,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from pyrofling.netsim.models import Impairment, ImpairmentConfig
+from pyrofling.netsim.models import BytePacer, Impairment, ImpairmentConfig
 
 log = logging.getLogger(__name__)
 
@@ -212,9 +213,12 @@ class NetsimRelay:
             if sock is not None:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter, pacer: BytePacer | None) -> None:
+            loop = asyncio.get_running_loop()
             try:
-                while data := await src.read(65536):
+                while data := await src.read(16384 if pacer is not None else 65536):
+                    if pacer is not None:
+                        await asyncio.sleep(max(0.0, pacer.crossed_at(len(data), loop.time()) - loop.time()))
                     dst.write(data)
                     await dst.drain()
             except (ConnectionError, asyncio.IncompleteReadError):
@@ -223,7 +227,11 @@ class NetsimRelay:
                 with contextlib.suppress(Exception):
                     dst.close()
 
-        tasks = [asyncio.ensure_future(pump(reader, up_writer)), asyncio.ensure_future(pump(up_reader, writer))]
+        down = BytePacer(cfg.down.rate_bits_per_s) if cfg.down.rate_bits_per_s > 0 else None
+        tasks = [
+            asyncio.ensure_future(pump(reader, up_writer, None)),
+            asyncio.ensure_future(pump(up_reader, writer, down)),
+        ]
         for t in tasks:
             self._pipes.add(t)
             t.add_done_callback(self._pipes.discard)

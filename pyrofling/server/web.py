@@ -66,6 +66,7 @@ PAGES = {
     "/viewer.js": ("viewer.js", "text/javascript; charset=utf-8"),
     "/viewer.css": ("viewer.css", "text/css; charset=utf-8"),
     "/transport.js": ("transport.js", "text/javascript; charset=utf-8"),
+    "/report.js": ("report.js", "text/javascript; charset=utf-8"),
 }
 #: Sent with every page: nothing but this origin, never cached, never framed, no referrer.
 PAGE_HEADERS = {
@@ -100,7 +101,7 @@ class WebServer:
     ) -> None:
         """``on_keyframe``: the encoder should make an IDR; ``on_player``: a browser joined, sent its pad or keys
         and mouse or its arrivals report, or left (the host's sessions take it from there); ``on_sent(client,
-        unit, size)``: bytes went to a browser over WebTransport, picture ``unit`` or (None) sound."""
+        unit, size)``: bytes went to a browser, picture ``unit`` or (None) sound."""
         self.viewers = viewers
         self._on_keyframe = on_keyframe
         self._on_player = on_player
@@ -240,6 +241,8 @@ class WebServer:
                 ws = self._connections.get(out.client)
                 if ws is not None:
                     self._spawn(ws.send(out.data if isinstance(out, SendBinary) else out.text))
+                    if isinstance(out, SendBinary):
+                        self._on_sent(out.client, out.unit, len(out.data))
             elif isinstance(out, CloseClient):
                 ws = self._connections.get(out.client)
                 if ws is not None:

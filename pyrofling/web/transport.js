@@ -3,12 +3,12 @@
 // pictures look late to the host's rate control. Here they are timed as they come, and the rate reports go from
 // here (wire format: docs/browser.md).
 "use strict";
+importScripts("/report.js");
 
 let session = null;
 let datagrams = null;
-// The link as the host's rate control hears it (as a pyrofling viewer's RATE_FEEDBACK, protocol.md §7.10):
-// every 50 ms, when each picture's stream began and finished arriving, and the bytes that came.
-const rate = { seq: 0, at: performance.now(), bytes: 0, samples: [] };
+// The link as the host's rate control hears it: when each picture's stream began and finished arriving.
+const rate = newArrivals();
 
 self.onmessage = (ev) => {
   const msg = ev.data;
@@ -42,7 +42,7 @@ async function readStreams(t) {
     if (next.done) return;
     const first = performance.now();
     new Response(next.value).arrayBuffer().then((buf) => {
-      noteArrival(buf, first);
+      noteArrival(rate, buf, first, performance.now());
       self.postMessage({ type: "stream", buf }, [buf]);
     }, () => {});
   }
@@ -61,31 +61,8 @@ async function readDatagrams(t) {
   }
 }
 
-function noteArrival(buf, first) {
-  rate.bytes += buf.byteLength;
-  if (new Uint8Array(buf, 0, 1)[0] !== 0x53) return; // "S": a picture
-  const unit = new DataView(buf).getUint32(1, true);
-  rate.samples.push([unit & 0x3fff, Math.ceil(buf.byteLength / 1300), first, performance.now()]);
-}
-
 setInterval(() => {
   if (!datagrams) return;
-  const now = performance.now();
-  const used = rate.samples.slice(-8);
-  const buf = new ArrayBuffer(1 + 16 + 8 * 12);
-  const v = new DataView(buf);
-  const us = (ms) => Math.round(ms * 1000) >>> 0; // modulo 2³², as the wire has it
-  v.setUint8(0, 0x52); // "R"
-  v.setUint32(1, rate.seq = (rate.seq + 1) >>> 0, true);
-  v.setUint32(5, us(now - rate.at), true);
-  v.setUint32(9, rate.bytes >>> 0, true);
-  v.setUint16(13, used.length, true);
-  used.forEach(([unit, count, first, last], i) => {
-    const o = 17 + 12 * i;
-    v.setUint16(o, unit, true); v.setUint16(o + 2, Math.min(count, 0xffff), true);
-    v.setUint32(o + 4, us(first), true); v.setUint32(o + 8, us(last), true);
-  });
-  rate.samples = []; rate.bytes = 0; rate.at = now;
-  datagrams.write(new Uint8Array(buf)).catch(() => {});
+  datagrams.write(new Uint8Array(arrivalReport(rate, performance.now()))).catch(() => {});
   self.postMessage({ type: "reported" });
 }, 50);

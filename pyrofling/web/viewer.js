@@ -145,6 +145,14 @@ function onStreamMessage(buf) {
   }
 }
 
+// Without a session, the arrival reports go over the WebSocket (report.js), once the host has admitted the page.
+let wsArrivals = newArrivals();
+setInterval(() => {
+  if (transport || !ws || !ws.proved || ws.readyState !== WebSocket.OPEN) return;
+  ws.send(arrivalReport(wsArrivals, performance.now()));
+  stats.rateReports++;
+}, 50);
+
 function sendState(buf) {
   if (transport) { transport.postMessage({ type: "datagram", data: buf }, [buf]); return; }
   ws.send(buf);
@@ -339,12 +347,13 @@ function connect() {
   ws.binaryType = "arraybuffer";
   const proof = resume ? { resume } : token ? { token } : { code };
   ws.onopen = () => ws.send(JSON.stringify({ type: "auth", ...proof }));
+  const socket = ws;
   ws.onmessage = (ev) => {
     if (typeof ev.data === "string") {
       const msg = JSON.parse(ev.data);
       if (msg.type === "rumble") { rumble(msg); return; }
       if (msg.type === "hello") {
-        hello = msg; stats.clockOffsetMs = msg.clock_offset_ms;
+        hello = msg; stats.clockOffsetMs = msg.clock_offset_ms; socket.proved = true; wsArrivals = newArrivals();
         if (msg.resume) { resume = msg.resume; sessionStorage.setItem("pyrofling-resume", resume); }
         if (msg.audio) setupAudio(msg.audio);
         stats.state = "streaming"; retryMs = 1000; needKey = true; say("");
@@ -355,7 +364,13 @@ function connect() {
       }
       return;
     }
-    if (new Uint8Array(ev.data, 0, 1)[0] === 0x41) onAudio(ev.data); else if (!transport) onVideo(ev.data); // "A" or "V"
+    const tag = new Uint8Array(ev.data, 0, 1)[0];
+    if (tag === 0x41) { wsArrivals.bytes += ev.data.byteLength; onAudio(ev.data); } // "A"
+    else if (tag === 0x53 && !transport) { // "S": a picture, its number and its "V" message
+      const now = performance.now();
+      noteArrival(wsArrivals, ev.data, now, now); // a WebSocket hands over whole messages: when it came, both
+      onVideo(ev.data.slice(5));
+    }
   };
   ws.onclose = (ev) => {
     if (decoder && decoder.state !== "closed") decoder.close();

@@ -268,8 +268,9 @@ class HostSessions:
         return out
 
     def browser_sent(self, browser: int, unit: int | None, size: int, now: float) -> None:
-        """Bytes went to a browser over WebTransport: picture ``unit`` (the number the page reports its arrival
-        by), or sound (None); its link's controller counts them as a viewer's paced queue does."""
+        """Bytes went to a browser (its WebTransport session or its WebSocket): picture ``unit`` (the number the
+        page reports its arrival by), or sound (None); its link's controller counts them as a viewer's paced queue
+        does."""
         conn = self._browsers.get(browser)
         link = conn.link if conn is not None else None
         if link is None:
@@ -286,7 +287,8 @@ class HostSessions:
         self, browser: int, msg: RateFeedback, lost: int, sent: int, now: float
     ) -> list[HostOutput]:
         """A browser's report of its pictures' arrivals, with its QUIC connection's lost and sent datagrams since
-        the last: its link votes in the shared bitrate (``--rate-policy``) as a pyrofling viewer's does."""
+        the last (none over a WebSocket: TCP hides its losses, which show as delay): its link votes in the shared
+        bitrate (``--rate-policy``) as a pyrofling viewer's does."""
         conn = self._browsers.get(browser)
         if conn is None or self.rate is None:
             self.discarded["rate_feedback_not_negotiated"] += 1

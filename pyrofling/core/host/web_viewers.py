@@ -27,28 +27,30 @@ WebSocket, and decodes them with WebCodecs (``docs/browser.md``):
 Wire format, host → browser: one JSON text message ``hello`` (codec, size, frame
 rate, the host's wall-clock minus monotonic offset, for latency, and the sound's
 codec), ``rumble`` when a game shakes the pad it holds, then one binary message
-per access unit (and per audio packet, ``b"A"`` with the same header): ``b"V"``,
+per access unit (and per audio packet, ``b"A"`` with the same header): ``b"S"``
+and the picture's number (``STREAM_SEQ``), then ``b"V"``,
 a flags byte (1: IDR), the capture time and the pts in µs on the host's
 monotonic clock (two little-endian uint64), then the Annex-B bytes.  Browser →
 host: ``auth``; ``keyframe`` (its decoder needs one); and, binary, ``b"P"`` + a
 GAMEPAD_STATE payload or ``b"I"`` + an INPUT_STATE payload (protocol.md §2.3,
 §7.11): the player's pad, keys and mouse as a pyrofling viewer sends them, which
 the host's player rules then take
-(:meth:`~pyrofling.core.host.sessions.HostSessions.browser_input`).
+(:meth:`~pyrofling.core.host.sessions.HostSessions.browser_input`); and every 50 ms
+``b"R"`` + a RATE_FEEDBACK payload: when each picture (by its number) arrived, so
+that the host's rate control hears a browser's link as it hears a pyrofling viewer's.
 
 **WebTransport, for a lossy link.**  Where the host offers it (``webtransport_cert``),
 the ``hello`` carries the SHA-256 of the QUIC server's certificate and a one-time
 ticket; the page opens a WebTransport session (HTTP/3, UDP, on the page's own port
 number) at ``/wt/<ticket>``, and from then on each access unit goes on its own
-unidirectional QUIC stream (``STREAM_SEQ``: ``b"S"`` and its number, then the same message): a lost packet is
+unidirectional QUIC stream (the same numbered message): a lost packet is
 resent by QUIC and holds back that picture only, never the ones behind it as a lost
 TCP segment does; sound goes as datagrams (late sound is worth nothing), a group of
 units spanning 20 ms in each (``b"G"``, then each unit's length and its ``b"A"``
 message: :data:`SOUND_GROUP_US`), and the
 page's pad, keys and mouse come back as datagrams (states, resent every 100 ms).
-The page reports when each picture's stream began and finished arriving, every 50 ms
-(``b"R"`` + a RATE_FEEDBACK payload whose samples name the stream numbers), and the
-host's rate control hears that link as it hears a pyrofling viewer's.
+The page's arrival reports come as datagrams too, and say when each picture's stream
+began and finished arriving (over the WebSocket, when its message came: both).
 Until the page has opened the session or said it cannot (``{"type": "websocket"}``),
 or ``auth_timeout_s`` passed, it is sent no video; a session that closes leaves the
 browser on its WebSocket, from the next key frame.
@@ -72,8 +74,8 @@ VIDEO_HEADER = struct.Struct("<cBQQ")
 #: An audio message's header: b"A", flags (0), capture µs, pts µs; then the codec's packet.
 AUDIO_HEADER = VIDEO_HEADER
 FLAG_IDR = 1
-#: Before a picture's message on a WebTransport stream: b"S" and the browser's unit number (its streams may
-#: arrive out of order; the page decodes them in this order).
+#: Before a picture's message: b"S" and the browser's unit number (what its arrival reports name; WebTransport
+#: streams may arrive out of order, and the page decodes them in this order).
 STREAM_SEQ = struct.Struct("<cI")
 #: Sound larger than this goes on a stream, not in a datagram (a QUIC packet of 1350 bytes carries one).
 MAX_DATAGRAM_BYTES = 1200
@@ -428,15 +430,12 @@ class WebViewers:
         """A datagram from a browser's session: its pad or keys and mouse, or its arrivals report; anything else
         is counted and dropped."""
         client = self._sessions.get(session)
-        if client is not None and data[:1] == b"R" and len(data) == 1 + RateFeedback.PAYLOAD.size:
-            try:
-                report = RateFeedback(*RateFeedback.PAYLOAD.unpack(data[1:]))
-                report.check()
-            except ValueError:  # the wire's errors are ValueErrors
+        if client is not None and data[:1] == b"R":
+            report = self._rate_report(client, data)
+            if report is None:
                 self.counters.datagrams_dropped += 1
                 return []
-            self.counters.rate_reports += 1
-            return [BrowserRateReport(client, report)]
+            return [report]
         kind = INPUT_MESSAGES.get(data[:1])
         if client is None or kind is None or len(data) != 1 + kind.PAYLOAD.size:
             self.counters.datagrams_dropped += 1
@@ -467,7 +466,27 @@ class WebViewers:
         self.limiter.succeeded(browser.address)
         return None
 
+    def _rate_report(self, client: int, data: bytes) -> BrowserRateReport | None:
+        """``b"R"`` + a RATE_FEEDBACK payload, from a session's datagram or the WebSocket (None: malformed)."""
+        if len(data) != 1 + RateFeedback.PAYLOAD.size:
+            return None
+        try:
+            report = RateFeedback(*RateFeedback.PAYLOAD.unpack(data[1:]))
+            report.check()
+        except ValueError:  # the wire's errors are ValueErrors
+            return None
+        self.counters.rate_reports += 1
+        return BrowserRateReport(client, report)
+
     def _input(self, client: int, data: bytes) -> list[WebOutput]:
+        """A proved browser's binary message on its WebSocket: its pad, keys and mouse, or its arrivals report; a
+        malformed one closes it (the WebSocket is reliable: a bad message is a broken page, or not a page)."""
+        if data[:1] == b"R":
+            report = self._rate_report(client, data)
+            if report is not None:
+                return [report]
+            self.counters.refuse("malformed")
+            return self._close(client, "malformed rate report")
         kind = INPUT_MESSAGES.get(data[:1])
         if kind is None or len(data) != 1 + kind.PAYLOAD.size:
             self.counters.refuse("malformed")
@@ -507,12 +526,12 @@ class WebViewers:
             browser.awaiting_idr = False
             if message is None:
                 message = VIDEO_HEADER.pack(b"V", FLAG_IDR if idr else 0, capture_us, pts_us) + data
+            unit, numbered = browser.units, STREAM_SEQ.pack(b"S", browser.units) + message
             if browser.session is None:
-                out.append(SendBinary(client, message))
+                out.append(SendBinary(client, numbered, unit=unit))
             else:
-                unit = browser.units
-                out.append(SendBinary(client, STREAM_SEQ.pack(b"S", unit) + message, "stream", browser.session, unit))
-                browser.units = (unit + 1) & 0xFFFFFFFF
+                out.append(SendBinary(client, numbered, "stream", browser.session, unit))
+            browser.units = (unit + 1) & 0xFFFFFFFF
             self.counters.frames_sent += 1
             self.counters.bytes_sent += len(message)
         if want_idr:
