@@ -145,10 +145,11 @@ function onStreamMessage(buf) {
   }
 }
 
-// Without a session, the arrival reports go over the WebSocket (report.js), once the host has admitted the page.
+// Without a session, the arrival reports go over the WebSocket (report.js), once the host has admitted the page;
+// while they do not, each interval starts afresh (a report after a session closed covers only the WebSocket's).
 let wsArrivals = newArrivals();
 setInterval(() => {
-  if (transport || !ws || !ws.proved || ws.readyState !== WebSocket.OPEN) return;
+  if (transport || !ws || !ws.proved || ws.readyState !== WebSocket.OPEN) { wsArrivals = newArrivals(); return; }
   ws.send(arrivalReport(wsArrivals, performance.now()));
   stats.rateReports++;
 }, 50);
@@ -353,7 +354,7 @@ function connect() {
       const msg = JSON.parse(ev.data);
       if (msg.type === "rumble") { rumble(msg); return; }
       if (msg.type === "hello") {
-        hello = msg; stats.clockOffsetMs = msg.clock_offset_ms; socket.proved = true; wsArrivals = newArrivals();
+        hello = msg; stats.clockOffsetMs = msg.clock_offset_ms; socket.proved = true;
         if (msg.resume) { resume = msg.resume; sessionStorage.setItem("pyrofling-resume", resume); }
         if (msg.audio) setupAudio(msg.audio);
         stats.state = "streaming"; retryMs = 1000; needKey = true; say("");
