@@ -12,7 +12,7 @@ import av
 import numpy as np
 import pytest
 
-from pyrofling.bench.stream import free_port
+from pyrofling.bench.stream import _wait_for_port, free_port
 from pyrofling.core.scene import BARS_RGB
 
 
@@ -28,6 +28,7 @@ def test_window_shows_the_test_scene(xvfb: str, tmp_path: Path) -> None:
     )
     shot = tmp_path / "window.png"
     try:
+        _wait_for_port(port, host, timeout_s=30)  # a loaded machine may take a while to start the host
         view = subprocess.run(
             [
                 *(sys.executable, "-m", "pyrofling", "view", f"pyro://127.0.0.1:{port}", "-q"),
