@@ -165,10 +165,10 @@ def test_bench_browser_smoke_judges_the_pages_refreshes_beside_a_viewer() -> Non
     result = json.loads(proc.stdout)
     page = result["browser"]
     assert page["frames_drawn"] > 60 and page["decode_errors"] == 0 and page["quality"]["refreshes"] > 30
-    # A latency was measured on the presented path (its sign is not asserted: on the loaded 2-core box one run of
-    # this tiny stream read -6.1 ms, the page's expected display time on its own clock against the host's wall
-    # offset; docs/browser.md, "Not done yet").
-    assert page["quality"]["good_refreshes_pct"] > 0 and abs(page["latency_ms_median"]) < 1000
+    assert page["quality"]["good_refreshes_pct"] > 0 and page["latency_ms_median"] > 0
+    # Capture → presented on the page's own clock, the host's timed to it (a loopback round trip: milliseconds at
+    # most, however busy); the wall clocks gave -6.1 ms once on this loaded machine.
+    assert 0 <= page["host_clock_rtt_ms"] < 50
     assert page["surface"] == "video" and page["latency_kind"] == "presented"
     # The click captured the mouse with the pointer locked on the <video>, and the host wrote its moves.
     assert page["mouse"]["pointer_locked"] and page["mouse"]["written"] != [0, 0] and page["keys"]["applied"] > 0

@@ -468,6 +468,21 @@ def test_a_pages_arrival_report_over_its_websocket_is_rate_feedback_and_a_bad_on
     assert web.counters.rate_reports == 1
 
 
+def test_a_proved_page_times_its_clock_to_the_hosts_and_nothing_else_is_answered() -> None:
+    """``ping`` with the page's time: ``pong`` with it and the host's clock (its capture stamps' clock) in µs; a
+    ping without a finite time is ignored, and one before the key is a broken proof."""
+    web = WebViewers(WebConfig(TOKEN), INFO)
+    assert web.connected(2, 0.0) == []
+    assert web.message(2, json.dumps({"type": "ping", "t": 1.5}), 0.0)[0] == CloseClient(
+        2, "the first message must prove the token"
+    )
+    admitted(web)
+    (pong,) = web.message(1, json.dumps({"type": "ping", "t": 1234.5}), 7.25)
+    assert isinstance(pong, SendText) and json.loads(pong.text) == {"type": "pong", "t": 1234.5, "host_us": 7_250_000}
+    for bad in ('"soon"', "NaN", "Infinity", "null"):
+        assert web.message(1, '{"type": "ping", "t": ' + bad + "}", 8.0) == []
+
+
 def test_a_game_shaking_the_pad_a_browser_holds_reaches_that_page_only() -> None:
     from pyrofling.core.host.keyframes import KeyframePolicy
     from pyrofling.core.host.packetizer import Packetizer

@@ -227,8 +227,9 @@ async def _watch_page(link: str, duration_s: float, fps: float, raise_priority: 
         "decode_errors": stats.get("decodeErrors"),
         "keyframe_requests": stats.get("keyframeRequests"),
         # Capture → presented (requestVideoFrameCallback) where the page shows its pictures on a <video>, capture
-        # → drawn where on a canvas.
+        # → drawn where on a canvas; on the page's clock, the host's timed to it by pings (the best round trip).
         "surface": stats.get("surface"),
+        "host_clock_rtt_ms": stats.get("hostClockRttMs"),
         "latency_kind": stats.get("latencyKind"),
         "latency_ms_median": statistics.median(latency) if latency else None,
         "latency_ms_p95": sorted(latency)[int(len(latency) * 0.95)] if latency else None,
@@ -316,7 +317,8 @@ def format_table(r: dict[str, Any]) -> str:
         f"{'client':<18} {'good %':>7} {'longest freeze ms':>18} {'capture -> shown ms':>20}",
         f"{'browser':<18} {cell(q.get('good_refreshes_pct'), '.2f'):>7} {cell(q.get('longest_freeze_ms')):>18} "
         f"{cell(page.get('latency_ms_median'), '.1f'):>20}   ({page.get('latency_kind')} on a "
-        f"{page.get('surface')}; {page.get('frames_drawn')} pictures, {page.get('decode_errors')} decode errors)",
+        f"{page.get('surface')}, the host's clock timed to ±{cell(_half(page.get('host_clock_rtt_ms')), '.2f')} ms; "
+        f"{page.get('frames_drawn')} pictures, {page.get('decode_errors')} decode errors)",
         f"{'pyrofling viewer':<18} {cell(viewer.get('good_refreshes_pct'), '.2f'):>7} "
         f"{cell(viewer.get('longest_freeze_ms')):>18} {cell(viewer.get('glass_ms_median'), '.1f'):>20}   (on screen)",
         "",
@@ -378,6 +380,10 @@ def _netsim(down: dict[str, Any]) -> str:
 
 def _quantile(values: list[float], q: float) -> float | None:
     return sorted(values)[min(len(values) - 1, int(len(values) * q))] if values else None
+
+
+def _half(value: float | None) -> float | None:
+    return value / 2 if value is not None else None
 
 
 def _ratio(cpu: dict[str, float | None]) -> str:

@@ -64,7 +64,7 @@ if (frames) {
     const pts = Math.round(meta.mediaTime * 1e6);
     if (markers.has(pts)) onScreen = markers.get(pts);
     const capture = presenting.get(pts);
-    if (capture !== undefined && hello) noteLatency(performance.timeOrigin + meta.expectedDisplayTime, capture);
+    if (capture !== undefined) noteLatency(meta.expectedDisplayTime, capture);
     for (const key of presenting.keys()) { if (key > pts) break; presenting.delete(key); markers.delete(key); }
     surface.requestVideoFrameCallback(onPresented);
   };
@@ -186,11 +186,33 @@ function draw(frame) {
   }
   stats.framesDrawn++;
   noteGap("draw", stats.drawGaps);
-  if (!frames && capture !== undefined && hello) noteLatency(performance.timeOrigin + performance.now(), capture);
+  if (!frames && capture !== undefined) noteLatency(performance.now(), capture);
 }
 
-function noteLatency(wallMs, captureUs) {
-  stats.latencyMs.push(wallMs - (captureUs / 1000 + hello.clock_offset_ms));
+// The host's clock (its capture stamps') on the page's, as a pyrofling viewer times its own: a ping over the
+// WebSocket every half second, and of the last eight answers the one with the shortest round trip gives the
+// offset, wrong by at most half that trip. Wall clocks are not used: the page's (performance.timeOrigin) and the
+// host's may differ by milliseconds.
+const hostClock = { answers: [], offsetMs: null };
+stats.hostClockRttMs = null;
+function pingHost() {
+  if (ws && ws.proved && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "ping", t: performance.now() }));
+}
+setInterval(pingHost, 500);
+
+function onPong(msg) {
+  const now = performance.now();
+  hostClock.answers.push([now - msg.t, msg.host_us / 1000 - (msg.t + now) / 2]);
+  if (hostClock.answers.length > 8) hostClock.answers.shift();
+  const best = hostClock.answers.reduce((a, b) => (b[0] < a[0] ? b : a));
+  hostClock.offsetMs = best[1];
+  stats.hostClockRttMs = best[0];
+}
+
+// Capture (the host's µs) → `pageMs` (performance.now()'s time), once the host's clock is known.
+function noteLatency(pageMs, captureUs) {
+  if (hostClock.offsetMs === null) return;
+  stats.latencyMs.push(pageMs - (captureUs / 1000 - hostClock.offsetMs));
   if (stats.latencyMs.length > 2000) stats.latencyMs.splice(0, 1000);
 }
 
@@ -353,8 +375,10 @@ function connect() {
     if (typeof ev.data === "string") {
       const msg = JSON.parse(ev.data);
       if (msg.type === "rumble") { rumble(msg); return; }
+      if (msg.type === "pong") { onPong(msg); return; }
       if (msg.type === "hello") {
         hello = msg; stats.clockOffsetMs = msg.clock_offset_ms; socket.proved = true;
+        hostClock.answers = []; hostClock.offsetMs = null; pingHost(); // a host (maybe restarted) to time anew
         if (msg.resume) { resume = msg.resume; sessionStorage.setItem("pyrofling-resume", resume); }
         if (msg.audio) setupAudio(msg.audio);
         stats.state = "streaming"; retryMs = 1000; needKey = true; say("");

@@ -31,7 +31,9 @@ per access unit (and per audio packet, ``b"A"`` with the same header): ``b"S"``
 and the picture's number (``STREAM_SEQ``), then ``b"V"``,
 a flags byte (1: IDR), the capture time and the pts in µs on the host's
 monotonic clock (two little-endian uint64), then the Annex-B bytes.  Browser →
-host: ``auth``; ``keyframe`` (its decoder needs one); and, binary, ``b"P"`` + a
+host: ``auth``; ``keyframe`` (its decoder needs one); ``ping`` with the page's time, answered
+``pong`` with it and the host's clock in µs, the clock of the capture stamps (the page
+times its pictures' capture → presented on its own clock with it); and, binary, ``b"P"`` + a
 GAMEPAD_STATE payload or ``b"I"`` + an INPUT_STATE payload (protocol.md §2.3,
 §7.11): the player's pad, keys and mouse as a pyrofling viewer sends them, which
 the host's player rules then take
@@ -60,6 +62,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import math
 import secrets
 import struct
 from collections.abc import Callable
@@ -334,6 +337,9 @@ class WebViewers:
             return [RequestKeyframe()]
         if msg["type"] == "websocket" and browser.awaiting_session:  # its WebTransport did not open
             return self._on_websocket(browser)
+        t = msg.get("t")
+        if msg["type"] == "ping" and isinstance(t, int | float) and math.isfinite(t):  # the page times its clock
+            return [SendText(client, json.dumps({"type": "pong", "t": t, "host_us": round(now * 1e6)}))]
         return []  # a later page may say more; an unknown message is not an error
 
     def _prove(self, client: int, browser: _Browser, msg: dict[str, Any], now: float) -> list[WebOutput]:
