@@ -238,7 +238,11 @@ def test_from_the_page_keys_mouse_and_a_pad_reach_the_hosts_devices_by_the_playe
     assert result["summary"]["web"]["rumbles"] == 1
     assert result["summary"]["web"]["input_states"] >= 3
     stats = result["stats"]
-    assert stats["surface"] == "canvas" and stats["latencyKind"] == "drawn" and stats["latencyMs"]
+    assert stats["surface"] == "canvas" and stats["latencyKind"] == "drawn"
+    # Drawn by the canvas's worker (OffscreenCanvas), which said when it drew each: capture → drawn.
+    assert (
+        stats["canvasDrawnBy"] == "worker" and stats["latencyMs"] and all(-50 < ms < 1000 for ms in stats["latencyMs"])
+    )
     assert any(frame_id >= 0 for _, frame_id, _ in stats["refreshes"])  # the markers read from the pictures
 
 
