@@ -2,7 +2,8 @@
 
 Two small JSON files in the user's configuration directory (``$PYROFLING_CONFIG_DIR``,
 else ``$XDG_CONFIG_HOME/pyrofling``, else ``~/.config/pyrofling``): ``host.json``
-(this host's identity key and the viewers it admits without a code) and
+(this host's identity key, the viewers it admits without a code, and the browsers
+whose pass it keeps across runs: only each pass's SHA-256) and
 ``viewer.json`` (the hosts this viewer paired with).  The directory is 0700 and the
 files 0600, owned by the user; a file that is a link, or a directory anyone else
 can write, is refused rather than trusted.  Each write goes to a new file renamed
@@ -31,6 +32,8 @@ from pyrofling.core.viewer.auth import HostCredential
 log = logging.getLogger(__name__)
 
 CONFIG_DIR_ENV = "PYROFLING_CONFIG_DIR"
+#: Browsers' passes a host keeps (each a browser that opened one of its links); the oldest go first.
+MAX_BROWSERS = 64
 
 
 class PairingStoreError(Exception):
@@ -49,7 +52,7 @@ def default_config_dir() -> Path:
 class PairingEntry:
     """One line of ``pyrofling paired list``."""
 
-    side: str  # "viewer" (a viewer this host admits) or "host" (a host this viewer joins)
+    side: str  # "viewer" (a viewer this host admits), "browser" (a browser's pass it keeps) or "host" (one joined)
     id: str
     name: str
     paired_at: str
@@ -158,22 +161,46 @@ class HostPairings:
         }
         self._file.write(data)
 
+    def knows_browser(self, pass_sha256: str) -> bool:
+        """Whether a browser's pass (by its SHA-256, hex) is one this host keeps, read now (a revocation counts at
+        once); False also when the file cannot be trusted (said in the log)."""
+        try:
+            return pass_sha256 in self._file.read().get("browsers", {})
+        except (PairingStoreError, OSError) as exc:
+            log.warning("pairings: %s", exc)
+            return False
+
+    def add_browser(self, pass_sha256: str, name: str) -> None:
+        """Keep a browser's pass (its SHA-256 only: the file gives no pass away); the oldest go past
+        :data:`MAX_BROWSERS`."""
+        data = self._file.read()
+        browsers = data.setdefault("browsers", {})
+        browsers[pass_sha256] = {"name": name, "paired_at": _now()}
+        for old in list(browsers)[:-MAX_BROWSERS]:
+            del browsers[old]
+        self._file.write(data)
+
     def entries(self) -> list[PairingEntry]:
-        viewers = self._file.read().get("viewers", {})
-        return [PairingEntry("viewer", k, v.get("name", ""), v.get("paired_at", "")) for k, v in viewers.items()]
+        data = self._file.read()
+        return [
+            PairingEntry(side, k, v.get("name", ""), v.get("paired_at", ""))
+            for side, kind in (("viewer", "viewers"), ("browser", "browsers"))
+            for k, v in data.get(kind, {}).items()
+        ]
 
     def revoke(self, which: str) -> list[str]:
-        """Remove the viewers whose id starts with ``which`` or whose name is ``which``; returns their names."""
+        """Remove the viewers and browsers whose id starts with ``which`` or whose name is ``which``; returns their
+        ids."""
         data = self._file.read()
-        viewers = data.get("viewers", {})
-        gone = [k for k, v in viewers.items() if k.startswith(which.lower()) or v.get("name") == which]
-        if len(gone) > 1 and not any(viewers[k].get("name") == which for k in gone):
-            raise PairingStoreError(f"{which!r} matches {len(gone)} viewers: give more of the id")
-        for k in gone:
-            del viewers[k]
+        lists = [data.get("viewers", {}), data.get("browsers", {})]
+        gone = [(d, k) for d in lists for k, v in d.items() if k.startswith(which.lower()) or v.get("name") == which]
+        if len(gone) > 1 and not any(d[k].get("name") == which for d, k in gone):
+            raise PairingStoreError(f"{which!r} matches {len(gone)} pairings: give more of the id")
+        for d, k in gone:
+            del d[k]
         if gone:
             self._file.write(data)
-        return gone
+        return [k for _, k in gone]
 
 
 def open_host_pairings(directory: Path | None, needed: bool) -> tuple[HostPairings | None, HostIdentity]:

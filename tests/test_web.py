@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import urllib.error
@@ -71,6 +72,42 @@ def test_a_browser_with_the_token_gets_the_hosts_own_encode_from_a_key_frame_and
     assert isinstance(web, dict) and web["admitted"] == 1 and web["frames_sent"] >= 45
 
 
+def test_a_browser_the_host_kept_comes_back_on_its_next_run_and_a_revoked_one_does_not(tmp_path: Path) -> None:
+    """A friend opens the link once: the host keeps that browser's pass (its SHA-256 only, in the pairing file), and
+    its next run admits the browser without a new link, until the person revokes it (``pyrofling paired
+    revoke``). Someone who reads the pairing file gets no pass from it."""
+    from pyrofling.pairing import HostPairings
+
+    async def prove(port: int, proof: dict[str, str]) -> dict[str, Any] | str:
+        """The host's answer to a browser proving ``proof``: its hello, or why it closed."""
+        async with connect(f"ws://127.0.0.1:{port}/stream") as ws:
+            await ws.send(json.dumps({"type": "auth", **proof}))
+            try:
+                return dict(json.loads(await asyncio.wait_for(ws.recv(), 10)))
+            except ConnectionClosed as closed:
+                return closed.rcvd.reason if closed.rcvd is not None else "closed"
+
+    async def run_host(proof: dict[str, str] | None) -> dict[str, Any] | str:
+        host, task = await start_host(encoder=TINY, web_port=0, virtual_pad="none", pairing_dir=tmp_path)
+        try:
+            assert host.web is not None and host.web.port is not None and host.web_link is not None
+            return await prove(host.web.port, proof or {"token": host.web_link.split("#t=")[1]})
+        finally:
+            await stop_host(host, task)
+
+    first = run(lambda: run_host(None))
+    assert isinstance(first, dict) and first["type"] == "hello"
+    given = first["resume"]
+    kept = (tmp_path / "host.json").read_text()
+    assert given not in kept and hashlib.sha256(given.encode()).hexdigest() in kept
+    (browser,) = [e for e in HostPairings(tmp_path).entries() if e.side == "browser"]
+
+    again = run(lambda: run_host({"resume": given}))  # the host's next run: its link is new, the pass still opens
+    assert isinstance(again, dict) and again["type"] == "hello"
+    assert HostPairings(tmp_path).revoke(browser.id[:12]) == [browser.id]
+    assert run(lambda: run_host({"resume": given})) == "a pass the host does not keep: open a new link from the host"
+
+
 def test_without_the_token_a_browser_gets_neither_the_stream_nor_anything_but_the_page() -> None:
     async def scenario() -> tuple[list[str], dict[str, Any], tuple[int, dict[str, str], bytes], int]:
         host, task = await start_host(encoder=SMALL, web_port=0, virtual_pad="none")
@@ -123,10 +160,11 @@ def test_headless_chromium_plays_the_stream_from_the_link_and_a_page_without_the
                     if int(played.get("framesDrawn", 0)) >= 60:
                         break
                     await asyncio.sleep(0.2)
-                no_key = await browser.open(host.web_link.split("#")[0])
-                wrong = await browser.open(host.web_link.split("#")[0] + "#t=not-the-key")
-                await asyncio.sleep(3)
-                return played, await no_key.evaluate(stats), await wrong.evaluate(stats)
+                async with Chromium() as stranger:  # another person's browser: no pass the host gave it
+                    no_key = await stranger.open(host.web_link.split("#")[0])
+                    wrong = await stranger.open(host.web_link.split("#")[0] + "#t=not-the-key")
+                    await asyncio.sleep(3)
+                    return played, await no_key.evaluate(stats), await wrong.evaluate(stats)
         finally:
             await stop_host(host, task)
 
@@ -643,22 +681,25 @@ def test_a_link_admits_one_browser_a_reload_comes_back_and_the_host_shows_the_ne
         try:
             assert host.web_link is not None
             first_link = host.web_link
-            async with Chromium() as browser:
+            async with Chromium() as browser, Chromium() as finder, Chromium() as next_browser:
                 friend = await browser.open(first_link)
                 played = await page_reaches(friend, drawn, 60)
-                later = await browser.open(first_link)  # a new tab: no pass of its own
+                later = await finder.open(first_link)  # another browser: no pass of its own
                 refused = await page_reaches(later, "window.pyrofling && window.pyrofling.stats.refused", 30)
                 await friend.evaluate("window.beforeReload = true")
                 await browser.send("Page.reload", {}, friend.session)
                 again = await asyncio.wait_for(_reloaded(friend, drawn), 60)
-                next_friend = await browser.open(shown[-1])
+                other_tab = await browser.open(first_link.split("#")[0])  # the friend's browser, without the link
+                other_played = await page_reaches(other_tab, drawn, 60)
+                next_friend = await next_browser.open(shown[-1])
                 next_played = await page_reaches(next_friend, drawn, 60)
         finally:
             await stop_host(host, task)
-        return first_link, played, refused, again, next_played, host.summary()["web"]
+        return first_link, played, refused, again, other_played, next_played, host.summary()["web"]
 
-    first_link, played, refused, again, next_played, web = run(scenario, timeout_s=150)
+    first_link, played, refused, again, other_played, next_played, web = run(scenario, timeout_s=150)
     assert played["state"] == "streaming" and again["state"] == "streaming" and next_played["state"] == "streaming"
+    assert other_played["state"] == "streaming"  # the browser keeps its pass: another tab of it watches too
     assert refused.startswith("this link was used already")
     assert shown[0] == first_link and len(shown) == 3 and len(set(shown)) == 3  # a new key after each friend
-    assert web["admitted"] == 3 and web["refused"] == {"link_spent": 1}
+    assert web["admitted"] == 4 and web["refused"] == {"link_spent": 1}

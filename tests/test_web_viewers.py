@@ -544,3 +544,41 @@ def test_a_run_long_link_admits_every_browser_that_has_it() -> None:
         out = web.message(client, json.dumps({"type": "auth", "token": TOKEN}), 0.0)
         assert not any(isinstance(o, NewLinkKey | CloseClient) for o in out)
     assert web.watching == 3 and web.token == TOKEN
+
+
+class _KeptPasses:
+    """The host's store of browsers' passes (their SHA-256), as the pairing file keeps them."""
+
+    def __init__(self) -> None:
+        self.digests: set[str] = set()
+
+    def knows_browser(self, pass_sha256: str) -> bool:
+        return pass_sha256 in self.digests
+
+
+def test_a_browsers_pass_is_kept_as_its_hash_and_a_later_run_of_the_host_admits_it() -> None:
+    from pyrofling.core.host.web_viewers import RememberBrowser, pass_digest
+
+    kept = _KeptPasses()
+    first = WebViewers(WebConfig(TOKEN), INFO, remembered=kept)
+    assert first.connected(1, 0.0, "192.0.2.7") == []
+    out = first.message(1, json.dumps({"type": "auth", "token": first.token}), 0.0)
+    hello = next(o for o in out if isinstance(o, SendText))
+    given = json.loads(hello.text)["resume"]
+    (keep,) = [o for o in out if isinstance(o, RememberBrowser)]
+    assert keep == RememberBrowser(pass_digest(given), "browser at 192.0.2.7") and given not in keep.pass_sha256
+    kept.digests.add(keep.pass_sha256)
+
+    later = WebViewers(WebConfig("n" * 24), INFO, remembered=kept)  # the host's next run: a new link, no passes
+    assert later.connected(1, 5.0) == []
+    out = later.message(1, json.dumps({"type": "auth", "resume": given}), 5.0)
+    assert any(isinstance(o, BrowserJoined) for o in out) and not any(isinstance(o, RememberBrowser) for o in out)
+    # A pass the host does not keep (never given, or revoked) opens nothing.
+    kept.digests.clear()
+    assert later.connected(2, 6.0) == []
+    assert later.message(2, json.dumps({"type": "auth", "resume": given}), 6.0) == [
+        CloseClient(2, "a pass the host does not keep: open a new link from the host")
+    ]
+    # A host that keeps no passes asks to keep none.
+    alone = WebViewers(WebConfig(TOKEN), INFO)
+    assert not any(isinstance(o, RememberBrowser) for o in admitted(alone))

@@ -66,7 +66,9 @@ def add_pair(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     q.add_argument("action", nargs="?", choices=("list", "revoke", "forget"), default="list")
     q.add_argument(
-        "which", nargs="?", help="revoke: a viewer's id (a prefix will do) or name; forget: a host's id or address"
+        "which",
+        nargs="?",
+        help="revoke: a viewer's or browser's id (a prefix will do) or name; forget: a host's id or address",
     )
     add_pairing_dir_option(q)
     q.set_defaults(func=run_paired)
@@ -136,12 +138,18 @@ def run_paired(args: argparse.Namespace) -> int:
     try:
         if args.action == "list":
             rows = viewers.entries()
-            admitted = hosts.entries()
+            admitted = [e for e in hosts.entries() if e.side == "viewer"]
+            browsers = [e for e in hosts.entries() if e.side == "browser"]
             print(f"viewers this host admits without a code ({directory / 'host.json'}):")
             for e in admitted:
                 print(f"  {e.id[:16]}  {e.name:<32}  paired {e.paired_at}")
             if not admitted:
                 print("  none (pair one: pyrofling host --pairing-code, then pyrofling pair on the viewer)")
+            print("browsers this host admits without a link (each opened one of its links; revoke by id):")
+            for e in browsers:
+                print(f"  {e.id[:16]}  {e.name:<32}  since {e.paired_at}")
+            if not browsers:
+                print("  none")
             print(f"hosts this viewer joins without a code ({directory / 'viewer.json'}):")
             for e in rows:
                 print(f"  {e.id[:16]}  {e.name:<32}  paired {e.paired_at}")
@@ -155,7 +163,7 @@ def run_paired(args: argparse.Namespace) -> int:
         return refuse("paired", str(exc))
     if not gone:
         return refuse("paired", f"nothing matches {args.which!r}: see pyrofling paired list", 1)
-    what = "revoked viewer" if args.action == "revoke" else "forgot host"
+    what = "revoked" if args.action == "revoke" else "forgot host"
     for k in gone:
         print(f"{what} {k[:16]}")
     return 0

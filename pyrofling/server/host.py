@@ -229,7 +229,7 @@ class Host:
             from pyrofling.server.web import open_web
 
             web = self.web = await open_web(cfg, encoder, audio_encoder, self.keyframes, self.sessions, self.network,
-                                            self._clock)  # fmt: skip
+                                            self._clock, self.pairings)  # fmt: skip
             self.web_link = web.link  # and shown to the person (cfg.show_web_link)
         if audio_source is not None and audio_encoder is not None:
             self._start_audio(loop, audio_source, audio_encoder)
@@ -276,7 +276,7 @@ class Host:
         paired = 0
         if self.pairings is not None:
             try:
-                paired = len(self.pairings.entries())
+                paired = sum(e.side == "viewer" for e in self.pairings.entries())
             except PairingStoreError as exc:
                 log.warning("pairings: %s", exc)
         return cfg.security_text(paired)

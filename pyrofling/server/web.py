@@ -41,6 +41,7 @@ from pyrofling.core.host.web_viewers import (
     CloseClient,
     CloseSession,
     NewLinkKey,
+    RememberBrowser,
     RequestKeyframe,
     SendBinary,
     SendText,
@@ -49,6 +50,7 @@ from pyrofling.core.host.web_viewers import (
     WebOutput,
     WebViewers,
 )
+from pyrofling.pairing import HostPairings, PairingStoreError
 from pyrofling.server.audio import AudioEncoder
 from pyrofling.server.config import HostConfig
 from pyrofling.server.encoder import VideoEncoder
@@ -98,15 +100,18 @@ class WebServer:
         on_keyframe: Callable[[], None],
         on_player: Callable[[Player], None] = lambda _out: None,
         on_sent: Callable[[int, int | None, int], None] = lambda _client, _unit, _size: None,
+        on_remember: Callable[[RememberBrowser], None] = lambda _out: None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         """``on_keyframe``: the encoder should make an IDR; ``on_player``: a browser joined, sent its pad or keys
         and mouse or its arrivals report, or left (the host's sessions take it from there); ``on_sent(client,
-        unit, size)``: bytes went to a browser, picture ``unit`` or (None) sound."""
+        unit, size)``: bytes went to a browser, picture ``unit`` or (None) sound; ``on_remember``: keep a
+        browser's pass for the host's later runs."""
         self.viewers = viewers
         self._on_keyframe = on_keyframe
         self._on_player = on_player
         self._on_sent = on_sent
+        self._on_remember = on_remember
         self._clock = clock
         self._connections: dict[int, ServerConnection] = {}
         self.transport: WebTransportServer | None = None
@@ -251,6 +256,8 @@ class WebServer:
                     self._spawn(ws.close(1008, out.reason))
             elif isinstance(out, RequestKeyframe):
                 self._on_keyframe()
+            elif isinstance(out, RememberBrowser):
+                self._on_remember(out)
             elif isinstance(out, NewLinkKey):  # the last link admitted its browser: the next one, to the person
                 if self.link_base is not None:
                     self.link = self.link_base + out.token
@@ -279,6 +286,7 @@ async def open_web(
     sessions: HostSessions,
     network: HostNetwork,
     clock: Clock,
+    pairings: HostPairings | None = None,
 ) -> WebServer:
     """The host's web viewer, serving: browsers ask its key-frame policy for IDRs and play through its sessions
     (their pads, keys and mouse by the same rules as a viewer's: the sessions decide, the network applies).
@@ -291,6 +299,7 @@ async def open_web(
     viewers = WebViewers(
         WebConfig(token=secrets.token_urlsafe(18), password=password, link_once=config.web_link_once),
         limiter=sessions.auth.limiter,
+        remembered=pairings,
     )
     codec, rate, channels = (WEB_AUDIO[audio.codec], audio.rate, config.audio.channels) if audio else (None, 0, 0)
     viewers.set_stream(
@@ -312,7 +321,15 @@ async def open_web(
     def sent(client: int, unit: int | None, size: int) -> None:
         sessions.browser_sent(client, unit, size, clock.now())
 
-    web = WebServer(viewers, on_keyframe=keyframes.viewer_joined, on_player=player, on_sent=sent, clock=clock)
+    def remember(out: RememberBrowser) -> None:  # the browser's pass, for the host's later runs (``pairings``)
+        if pairings is not None:
+            try:
+                pairings.add_browser(out.pass_sha256, out.name)
+            except (PairingStoreError, OSError) as exc:
+                log.error("could not keep the browser's pass (it will need a new link next run): %s", exc)
+
+    web = WebServer(viewers, on_keyframe=keyframes.viewer_joined, on_player=player, on_sent=sent,
+                    on_remember=remember, clock=clock)  # fmt: skip
     loopback = config.bind in LOOPBACK_BINDS
     https = config.web_https if config.web_https is not None else (config.web_cert is not None or not loopback)
     tls = None

@@ -24,9 +24,9 @@ const params = new URLSearchParams(location.hash.slice(1));
 const token = params.get("t");
 // Without the link's key, the host's password typed into the page (kept for this tab's reconnects only).
 let code = sessionStorage.getItem("pyrofling-code");
-// The pass the host gave this tab when it proved the link (a link admits one browser): reloads and reconnects
-// come back with it.
-let resume = sessionStorage.getItem("pyrofling-resume");
+// The pass the host gave this browser when it proved the link (a link admits one browser): reloads, reconnects
+// and, where the host keeps passes (its pairing directory), its later runs admit the browser with it.
+let resume = localStorage.getItem("pyrofling-resume");
 const login = document.getElementById("login");
 // judge=1 (benches): read the frame marker of the picture on screen at every refresh, as --check-scene does.
 const judge = params.get("judge") === "1";
@@ -398,7 +398,7 @@ function connect() {
       if (msg.type === "hello") {
         hello = msg; stats.clockOffsetMs = msg.clock_offset_ms; socket.proved = true;
         hostClock.answers = []; hostClock.offsetMs = null; pingHost(); // a host (maybe restarted) to time anew
-        if (msg.resume) { resume = msg.resume; sessionStorage.setItem("pyrofling-resume", resume); }
+        if (msg.resume) { resume = msg.resume; localStorage.setItem("pyrofling-resume", resume); }
         if (msg.audio) setupAudio(msg.audio);
         stats.state = "streaming"; retryMs = 1000; needKey = true; say("");
         if (msg.webtransport) {
@@ -423,7 +423,7 @@ function connect() {
     stats.transport = "websocket";
     if (ev.code === 1008) { // the host refused this browser: say why, do not hammer it
       if (proof.resume) { // the pass is from an earlier run of the host, or another link: the link, if any
-        resume = null; sessionStorage.removeItem("pyrofling-resume");
+        resume = null; localStorage.removeItem("pyrofling-resume");
         if (token || code) { connect(); return; }
       }
       stats.state = "refused"; stats.refused = ev.reason;

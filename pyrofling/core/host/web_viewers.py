@@ -60,6 +60,7 @@ browser on its WebSocket, from the next key frame.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 import math
@@ -67,7 +68,7 @@ import secrets
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pyrofling.core.secure import FailureLimiter
 from pyrofling.wire import GamepadState, InputState, RateFeedback
@@ -203,6 +204,26 @@ class BrowserLeft:
     client: int
 
 
+@dataclass(frozen=True, slots=True)
+class RememberBrowser:
+    """A browser proved a link and was given a pass: keep it (its SHA-256) so that a later run of the host admits
+    that browser too (its page keeps the pass)."""
+
+    pass_sha256: str
+    name: str
+
+
+class RememberedBrowsers(Protocol):
+    """The browsers' passes the host keeps across its runs (the shell's store, read at each try: a revoked one
+    fails at once)."""
+
+    def knows_browser(self, pass_sha256: str) -> bool: ...
+
+
+def pass_digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
 WebOutput = (
     SendText
     | SendBinary
@@ -215,6 +236,7 @@ WebOutput = (
     | AcceptSession
     | CloseSession
     | NewLinkKey
+    | RememberBrowser
 )
 #: A browser's binary messages: its tag and the wire payload after it.
 INPUT_MESSAGES: dict[bytes, type[GamepadState] | type[InputState]] = {b"P": GamepadState, b"I": InputState}
@@ -275,11 +297,14 @@ class WebViewers:
         limiter: FailureLimiter | None = None,
         webtransport_cert: str | None = None,
         make_ticket: Callable[[], str] = lambda: secrets.token_urlsafe(18),
+        remembered: RememberedBrowsers | None = None,
     ) -> None:
         """``limiter``: the host's count of wrong codes per address (the viewers' own), so that the page is not
         a way around it.  ``webtransport_cert``: the hex SHA-256 of the certificate the host's WebTransport
-        server shows (None: the WebSocket carries everything)."""
+        server shows (None: the WebSocket carries everything).  ``remembered``: the passes kept from the host's
+        earlier runs (None: a pass lasts this run)."""
         self.config = config
+        self.remembered = remembered
         self.info = info
         self.limiter = limiter or FailureLimiter()
         self.counters = WebCounters()
@@ -353,9 +378,10 @@ class WebViewers:
             if refusal is not None:
                 return self._close(client, refusal)
         elif isinstance(resume, str):
-            if not _any_equal(resume, self._resumes):
+            kept = self.remembered is not None and self.remembered.knows_browser(pass_digest(resume))
+            if not _any_equal(resume, self._resumes) and not kept:
                 self.counters.refuse("wrong_resume")
-                return self._close(client, "this tab's pass is not the host's: open a new link from the host")
+                return self._close(client, "a pass the host does not keep: open a new link from the host")
         elif not _equal(str(token), self.token):
             if _any_equal(str(token), self._spent):
                 self.counters.refuse("link_spent")
@@ -376,9 +402,11 @@ class WebViewers:
         browser.proved = True
         browser.proved_s = now
         self.counters.admitted += 1
-        if not isinstance(resume, str):  # the pass its tab comes back with (a reload, a lost connection)
+        if not isinstance(resume, str):  # the pass its page comes back with (a reload, a lost connection, a later run)
             browser.resume = self._make_ticket()
             self._resumes.append(browser.resume)
+            if self.remembered is not None:
+                new_link.append(RememberBrowser(pass_digest(browser.resume), f"browser at {browser.address or '?'}"))
         info = self.info
         hello = {
             "type": "hello",
