@@ -256,6 +256,7 @@ def run_browser_bench(
         link_file, trace = Path(tmp) / "link", Path(tmp) / "input.jsonl"
         progress(f"a browser and a pyrofling viewer ({duration:g} s), then the page plays")
         web_args = ["--web", "0", "--web-link-file", str(link_file), "--input-trace", str(trace)]
+        web_args += ["--pairing-dir", str(Path(tmp) / "pairings")]  # its browser is not remembered in yours
         if transport == "websocket":
             web_args.append("--no-web-transport")
         with_browser = run_scenario(

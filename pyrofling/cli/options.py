@@ -268,7 +268,8 @@ def add_pairing_dir_option(p: argparse.ArgumentParser | argparse._ArgumentGroup)
         type=Path,
         default=None,
         metavar="DIR",
-        help=f"where pairings are kept (default ${CONFIG_DIR_ENV}, else ~/.config/pyrofling)",
+        help=f"where pairings (and the browsers a host remembers) are kept (default ${CONFIG_DIR_ENV}, else "
+        "~/.config/pyrofling)",
     )
 
 
