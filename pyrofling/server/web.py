@@ -326,7 +326,7 @@ async def open_web(
             try:
                 pairings.add_browser(out.pass_sha256, out.name)
             except (PairingStoreError, OSError) as exc:
-                log.error("could not keep the browser's pass (it will need a new link next run): %s", exc)
+                log.error("could not keep the browser's pass (a reload of its page will need a new link): %s", exc)
 
     web = WebServer(viewers, on_keyframe=keyframes.viewer_joined, on_player=player, on_sent=sent,
                     on_remember=remember, clock=clock)  # fmt: skip

@@ -378,8 +378,12 @@ class WebViewers:
             if refusal is not None:
                 return self._close(client, refusal)
         elif isinstance(resume, str):
-            kept = self.remembered is not None and self.remembered.knows_browser(pass_digest(resume))
-            if not _any_equal(resume, self._resumes) and not kept:
+            # Where the host keeps passes, its store decides (a revoked one fails at once, this run's too).
+            if self.remembered is not None:
+                known = self.remembered.knows_browser(pass_digest(resume))
+            else:
+                known = _any_equal(resume, self._resumes)
+            if not known:
                 self.counters.refuse("wrong_resume")
                 return self._close(client, "a pass the host does not keep: open a new link from the host")
         elif not _equal(str(token), self.token):
