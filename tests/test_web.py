@@ -257,6 +257,7 @@ def test_from_the_page_keys_mouse_and_a_pad_reach_the_hosts_devices_by_the_playe
                 await host_sees(lambda: bool(pad.reports()) and bool(devices.of("keyboard")), 10)
                 host._rumble(1, RumbleCommand(40_000, 20_000, 300))  # a game shakes the pad the page holds
                 effects = await page_reaches(page, "window.effects.length && window.effects", 10)
+                await page_reaches(page, "window.pyrofling.stats.latencyMs.length >= 3", 20)  # once the clock is timed
                 stats: dict[str, Any] = await page.evaluate("window.pyrofling.stats")
         finally:
             await stop_host(host, task)

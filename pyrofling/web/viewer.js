@@ -228,9 +228,11 @@ function onPong(msg) {
   stats.hostClockRttMs = best[0];
 }
 
-// Capture (the host's µs) → `pageMs` (performance.now()'s time), once the host's clock is known.
+// Capture (the host's µs) → `pageMs` (performance.now()'s time), once the host's clock is known from a few
+// answers: the first come while the page starts, slow, and one alone was seen 50 ms off.
+const HOST_CLOCK_ANSWERS = 4;
 function noteLatency(pageMs, captureUs) {
-  if (hostClock.offsetMs === null) return;
+  if (hostClock.answers.length < HOST_CLOCK_ANSWERS) return;
   stats.latencyMs.push(pageMs - (captureUs / 1000 - hostClock.offsetMs));
   if (stats.latencyMs.length > 2000) stats.latencyMs.splice(0, 1000);
 }
