@@ -138,8 +138,9 @@ def run_paired(args: argparse.Namespace) -> int:
     try:
         if args.action == "list":
             rows = viewers.entries()
-            admitted = [e for e in hosts.entries() if e.side == "viewer"]
-            browsers = [e for e in hosts.entries() if e.side == "browser"]
+            kept = hosts.entries()
+            admitted = [e for e in kept if e.side == "viewer"]
+            browsers = [e for e in kept if e.side == "browser"]
             print(f"viewers this host admits without a code ({directory / 'host.json'}):")
             for e in admitted:
                 print(f"  {e.id[:16]}  {e.name:<32}  paired {e.paired_at}")
