@@ -108,6 +108,48 @@ def test_a_browser_the_host_kept_comes_back_on_its_next_run_and_a_revoked_one_do
     assert run(lambda: run_host({"resume": given})) == "a pass the host does not keep: open a new link from the host"
 
 
+def test_a_browser_types_the_hosts_pairing_code_and_is_kept_and_the_host_shows_the_next(tmp_path: Path) -> None:
+    """``host --pairing-code --web``: the code the host shows, typed into the page, admits that browser once and
+    pairs it (its pass kept in the pairing file); the host shows the next code at once, and the spent one opens
+    nothing."""
+    shown: list[tuple[str, str]] = []
+    first_code = "3141-5926"
+
+    async def prove(port: int, code: str) -> dict[str, Any] | str:
+        async with connect(f"ws://127.0.0.1:{port}/stream") as ws:
+            await ws.send(json.dumps({"type": "auth", "code": code}))
+            try:
+                return dict(json.loads(await asyncio.wait_for(ws.recv(), 10)))
+            except ConnectionClosed as closed:
+                return closed.rcvd.reason if closed.rcvd is not None else "closed"
+
+    async def scenario() -> list[dict[str, Any] | str]:
+        host, task = await start_host(
+            encoder=TINY,
+            web_port=0,
+            virtual_pad="none",
+            pairing_dir=tmp_path,
+            password=first_code,
+            show_pairing_code=lambda code, why: shown.append((code, why)),
+        )
+        try:
+            assert host.web is not None and host.web.port is not None
+            answers = [await prove(host.web.port, first_code), await prove(host.web.port, first_code)]
+            assert len(shown) == 1  # the next code, shown to the person as soon as the first was spent
+            answers.append(await prove(host.web.port, shown[0][0]))
+        finally:
+            await stop_host(host, task)
+        return answers
+
+    paired, again, following = run(scenario)
+    assert isinstance(paired, dict) and paired["type"] == "hello" and paired["paired"] is True
+    assert shown[0][1] == "a browser at 127.0.0.1 used it" and shown[0][0] != first_code
+    assert again == "wrong pairing code (each works once: the host shows the next)"
+    assert isinstance(following, dict) and following["type"] == "hello"
+    kept = (tmp_path / "host.json").read_text()
+    assert hashlib.sha256(paired["resume"].encode()).hexdigest() in kept and paired["resume"] not in kept
+
+
 def test_without_the_token_a_browser_gets_neither_the_stream_nor_anything_but_the_page() -> None:
     async def scenario() -> tuple[list[str], dict[str, Any], tuple[int, dict[str, str], bytes], int]:
         host, task = await start_host(encoder=SMALL, web_port=0, virtual_pad="none")

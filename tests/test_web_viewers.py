@@ -240,6 +240,42 @@ def test_the_hosts_password_typed_into_the_page_admits_and_wrong_ones_count_agai
     assert isinstance(out[0], CloseClient) and "no password" in out[0].reason
 
 
+def test_the_hosts_one_time_pairing_code_typed_into_the_page_pairs_that_browser_once() -> None:
+    """A friend types the pairing code the host shows (no link needed): admitted, the code spent (the host shows
+    the next), the browser kept as a link's would be; whoever saw the code typed gets nothing with it, and a code
+    left unused runs out."""
+    from collections import Counter
+
+    from pyrofling.core.host.auth import HostAuth
+    from pyrofling.core.host.state import HostSessionConfig, PairingCodeSpent
+    from pyrofling.core.host.web_viewers import RememberBrowser
+
+    auth = HostAuth(HostSessionConfig(auth_secret="4821-7730", one_time_code=True), Counter(), random_bytes=bytes)
+    kept = _KeptPasses()
+    web = WebViewers(WebConfig(TOKEN), INFO, limiter=auth.limiter, remembered=kept, pairing_codes=auth)
+    web.connected(1, 0.0, "192.0.2.7")
+    out = web.message(1, json.dumps({"type": "auth", "code": "4821-7730"}), 0.0)
+    assert PairingCodeSpent("a browser at 192.0.2.7 used it") in out and BrowserJoined(1) in out
+    hello = json.loads(next(o for o in out if isinstance(o, SendText)).text)
+    assert hello["paired"] is True and hello["resume"]  # the page comes back with its pass, not the spent code
+    assert any(isinstance(o, RememberBrowser) for o in out)  # and the host's later runs admit it
+    # Spent: the same code from someone who saw it typed is a wrong guess, counted against their address.
+    web.connected(2, 1.0, "192.0.2.9")
+    out = web.message(2, json.dumps({"type": "auth", "code": "4821-7730"}), 1.0)
+    assert out == [CloseClient(2, "wrong pairing code (each works once: the host shows the next)")]
+    assert web.counters.refused["wrong_code"] == 1 and auth.code is None
+    # The next code the host shows admits the next browser, once.
+    auth.issue_code("5190-2264", now=2.0)
+    web.connected(3, 2.0, "192.0.2.8")
+    assert BrowserJoined(3) in web.message(3, json.dumps({"type": "auth", "code": "5190-2264"}), 2.0)
+    # A code not used within its lifetime: refused, and the host is told to show the next.
+    auth.issue_code("7000-1111", now=3.0)
+    web.connected(4, 3.0 + 601, "192.0.2.8")
+    out = web.message(4, json.dumps({"type": "auth", "code": "7000-1111"}), 3.0 + 601)
+    assert PairingCodeSpent("it was not used within 10 minutes") in out
+    assert any(isinstance(o, CloseClient) for o in out) and not any(isinstance(o, BrowserJoined) for o in out)
+
+
 CERT = "ab" * 32
 
 

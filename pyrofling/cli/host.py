@@ -293,8 +293,8 @@ def _add_security_options(p: argparse.ArgumentParser) -> None:
         "--pairing-code",
         action="store_true",
         help="make up a random code, shown on this terminal (never in the log): a friend pairs with it once "
-        "(pyrofling pair) and joins without it from then on. Each code works once and for 10 minutes; the host "
-        "then shows the next",
+        "(pyrofling pair, or typed into the --web page) and joins without it from then on. Each code works once "
+        "and for 10 minutes; the host then shows the next",
     )
     g.add_argument(
         "--pairing-code-file",
@@ -479,7 +479,7 @@ def host_config(args: argparse.Namespace) -> HostConfig:
         immediate_encode=args.source == "capture" and mode == "immediate",
         outputs=_output_config(args),
         password=_host_password(args),
-        show_pairing_code=_pairing_code_shower(args.pairing_code_file) if args.pairing_code else None,
+        show_pairing_code=_pairing_code_shower(args) if args.pairing_code else None,
         private=args.private,
         open_keyboard_mouse=args.open_keyboard_mouse,
         pairing_dir=pairing_dir(args),
@@ -575,17 +575,18 @@ def _host_password(args: argparse.Namespace) -> str | None:
         if password:
             raise ValueError(f"--pairing-code makes up a secret: drop --password (and ${PASSWORD_ENV})")
         password = pairing_code()
-        _pairing_code_shower(args.pairing_code_file)(password, "")
+        _pairing_code_shower(args)(password, "")
     if password is not None and len(password) < 6:
         raise ValueError("the password is too short: use at least 6 characters, or --pairing-code")
     return password
 
 
-def _pairing_code_shower(file: Path | None) -> Callable[[str, str], None]:
-    return lambda code, why: _show_pairing_code(code, why, file)
+def _pairing_code_shower(args: argparse.Namespace) -> Callable[[str, str], None]:
+    file, web = args.pairing_code_file, args.web is not None
+    return lambda code, why: _show_pairing_code(code, why, file, web=web)
 
 
-def _show_pairing_code(code: str, why: str, file: Path | None) -> None:
+def _show_pairing_code(code: str, why: str, file: Path | None, *, web: bool = False) -> None:
     """The code goes to the person, not to the log (stderr is the log, and often a file): to ``file`` (0600),
     else the controlling terminal, else standard output. ``why``: why the last code went ("" at start)."""
     if file is not None:
@@ -600,6 +601,8 @@ def _show_pairing_code(code: str, why: str, file: Path | None) -> None:
             "  a friend pairs once with: pyrofling pair pyro://HOST:PORT (it asks for the code)\n"
             "  (or watches this time only: pyrofling view pyro://HOST:PORT, with the code in $PYROFLING_PASSWORD)\n"
         )
+        if web:
+            text += "  or types it into the browser's page (the web link without its #t=…): that browser is kept\n"
     _tell_person(text)
 
 

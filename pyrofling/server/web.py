@@ -31,7 +31,7 @@ from websockets.http11 import Request, Response
 from pyrofling.clocks import SYSTEM_CLOCK, Clock
 from pyrofling.core.host.keyframes import KeyframePolicy
 from pyrofling.core.host.sessions import HostSessions
-from pyrofling.core.host.state import BrowserRumble
+from pyrofling.core.host.state import BrowserRumble, PairingCodeSpent
 from pyrofling.core.host.web_viewers import (
     AcceptSession,
     BrowserInput,
@@ -101,17 +101,20 @@ class WebServer:
         on_player: Callable[[Player], None] = lambda _out: None,
         on_sent: Callable[[int, int | None, int], None] = lambda _client, _unit, _size: None,
         on_remember: Callable[[RememberBrowser], None] = lambda _out: None,
+        on_code_spent: Callable[[PairingCodeSpent], None] = lambda _out: None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         """``on_keyframe``: the encoder should make an IDR; ``on_player``: a browser joined, sent its pad or keys
         and mouse or its arrivals report, or left (the host's sessions take it from there); ``on_sent(client,
         unit, size)``: bytes went to a browser, picture ``unit`` or (None) sound; ``on_remember``: keep a
-        browser's pass for the host's later runs."""
+        browser's pass for the host's later runs; ``on_code_spent``: a page spent the host's one-time pairing code
+        (or found it expired): the host shows the next."""
         self.viewers = viewers
         self._on_keyframe = on_keyframe
         self._on_player = on_player
         self._on_sent = on_sent
         self._on_remember = on_remember
+        self._on_code_spent = on_code_spent
         self._clock = clock
         self._connections: dict[int, ServerConnection] = {}
         self.transport: WebTransportServer | None = None
@@ -258,6 +261,8 @@ class WebServer:
                 self._on_keyframe()
             elif isinstance(out, RememberBrowser):
                 self._on_remember(out)
+            elif isinstance(out, PairingCodeSpent):
+                self._on_code_spent(out)
             elif isinstance(out, NewLinkKey):  # the last link admitted its browser: the next one, to the person
                 if self.link_base is not None:
                     self.link = self.link_base + out.token
@@ -294,12 +299,17 @@ async def open_web(
     if encoder.video_codec != VideoCodec.H264:
         raise ValueError("--web needs an H.264 encoder (browsers decode H.264): use --encoder libx264")
     enc = config.encoder
-    # The host's password may be typed into the page (not a one-time pairing code: that pairs a viewer).
-    password = config.password if config.show_pairing_code is None else None
+    # The host's password may be typed into the page, or its one-time pairing code, which pairs that browser.
+    one_time = config.show_pairing_code is not None
     viewers = WebViewers(
-        WebConfig(token=secrets.token_urlsafe(18), password=password, link_once=config.web_link_once),
+        WebConfig(
+            token=secrets.token_urlsafe(18),
+            password=None if one_time else config.password,
+            link_once=config.web_link_once,
+        ),
         limiter=sessions.auth.limiter,
         remembered=pairings,
+        pairing_codes=sessions.auth if one_time else None,
     )
     codec, rate, channels = (WEB_AUDIO[audio.codec], audio.rate, config.audio.channels) if audio else (None, 0, 0)
     viewers.set_stream(
@@ -329,7 +339,8 @@ async def open_web(
                 log.error("could not keep the browser's pass (a reload of its page will need a new link): %s", exc)
 
     web = WebServer(viewers, on_keyframe=keyframes.viewer_joined, on_player=player, on_sent=sent,
-                    on_remember=remember, clock=clock)  # fmt: skip
+                    on_remember=remember, on_code_spent=lambda out: network.perform([out], transmit=False),
+                    clock=clock)  # fmt: skip
     loopback = config.bind in LOOPBACK_BINDS
     https = config.web_https if config.web_https is not None else (config.web_cert is not None or not loopback)
     tls = None

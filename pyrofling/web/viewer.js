@@ -22,7 +22,8 @@ const message = document.getElementById("message");
 const overlay = document.getElementById("overlay");
 const params = new URLSearchParams(location.hash.slice(1));
 const token = params.get("t");
-// Without the link's key, the host's password typed into the page (kept for this tab's reconnects only).
+// Without the link's key, the host's password or one-time pairing code typed into the page (a password is kept
+// for this tab's reconnects only; a pairing code is spent by its first use, after which the pass below serves).
 let code = sessionStorage.getItem("pyrofling-code");
 // The pass the host gave this browser when it proved the link (a link admits one browser): reloads, reconnects
 // and, where the host keeps passes (its pairing directory), its later runs admit the browser with it.
@@ -401,6 +402,7 @@ function connect() {
         hello = msg; stats.clockOffsetMs = msg.clock_offset_ms; socket.proved = true;
         hostClock.answers = []; hostClock.offsetMs = null; pingHost(); // a host (maybe restarted) to time anew
         if (msg.resume) { resume = msg.resume; localStorage.setItem("pyrofling-resume", resume); }
+        if (msg.paired) { code = null; sessionStorage.removeItem("pyrofling-code"); } // a spent pairing code
         if (msg.audio) setupAudio(msg.audio);
         stats.state = "streaming"; retryMs = 1000; needKey = true; say("");
         if (msg.webtransport) {

@@ -14,6 +14,7 @@ cannot be guessed, so a blocked address does not lock a paired friend out.
 
 from __future__ import annotations
 
+import hmac
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -141,6 +142,19 @@ class HostAuth:
 
     def _spend(self) -> None:
         self.code, self.code_serial = None, self.code_serial + 1
+
+    def take_typed_code(self, code: str, who: str, now: float) -> tuple[bool, list[PairingCodeSpent]]:
+        """The one-time pairing code typed into a browser's page (it came inside TLS, or on this machine's own
+        loopback): True if it is the live one, which it then spends as a viewer's pairing does (a viewer's
+        handshake under way with it fails).  The caller counts a wrong one against the address."""
+        if not self.config.one_time_code:
+            return False, []
+        live, expired = self._live_code(now)
+        out = [o for o in expired if isinstance(o, PairingCodeSpent)]
+        if live is None or not hmac.compare_digest(code.encode(), live.encode()):
+            return False, out
+        self._spend()
+        return True, [*out, PairingCodeSpent(f"{who} used it")]
 
     @property
     def required(self) -> bool:

@@ -8,7 +8,8 @@ WebSocket, and decodes them with WebCodecs (``docs/browser.md``):
 
 * **Proof first.** A browser's first message must be ``{"type": "auth", "token":
   ...}`` with the host's web token (the secret part of the link the host prints),
-  ``{"type": "auth", "code": ...}`` with the host's password, counted against
+  ``{"type": "auth", "code": ...}`` with the host's password or its one-time
+  pairing code (which pairs the browser: spent, and its pass kept), counted against
   the address as a viewer's wrong codes are, or ``{"type": "auth", "resume": ...}``
   with the secret its ``hello`` gave it (its tab reconnecting); anything else, a
   wrong one, or none within ``auth_timeout_s`` closes it before a byte of the
@@ -70,6 +71,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from pyrofling.core.host.state import PairingCodeSpent
 from pyrofling.core.secure import FailureLimiter
 from pyrofling.wire import GamepadState, InputState, RateFeedback
 
@@ -224,6 +226,13 @@ def pass_digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
+class PairingCodes(Protocol):
+    """The host's one-time pairing code (:class:`~pyrofling.core.host.auth.HostAuth`'s), which a page may type
+    instead of opening a link."""
+
+    def take_typed_code(self, code: str, who: str, now: float) -> tuple[bool, list[PairingCodeSpent]]: ...
+
+
 WebOutput = (
     SendText
     | SendBinary
@@ -237,6 +246,7 @@ WebOutput = (
     | CloseSession
     | NewLinkKey
     | RememberBrowser
+    | PairingCodeSpent
 )
 #: A browser's binary messages: its tag and the wire payload after it.
 INPUT_MESSAGES: dict[bytes, type[GamepadState] | type[InputState]] = {b"P": GamepadState, b"I": InputState}
@@ -298,12 +308,15 @@ class WebViewers:
         webtransport_cert: str | None = None,
         make_ticket: Callable[[], str] = lambda: secrets.token_urlsafe(18),
         remembered: RememberedBrowsers | None = None,
+        pairing_codes: PairingCodes | None = None,
     ) -> None:
         """``limiter``: the host's count of wrong codes per address (the viewers' own), so that the page is not
         a way around it.  ``webtransport_cert``: the hex SHA-256 of the certificate the host's WebTransport
         server shows (None: the WebSocket carries everything).  ``remembered``: the passes kept from the host's
-        earlier runs (None: a pass lasts this run)."""
+        earlier runs (None: a pass lasts this run).  ``pairing_codes``: the host's one-time pairing code, which a
+        page may type instead of a password (None: the host has none)."""
         self.config = config
+        self.pairing_codes = pairing_codes
         self.remembered = remembered
         self.info = info
         self.limiter = limiter or FailureLimiter()
@@ -373,10 +386,11 @@ class WebViewers:
         if msg["type"] != "auth" or len(given) != 1:
             self.counters.refuse("no_token")
             return self._close(client, "the first message must prove the token")
+        spent: list[WebOutput] = []  # a pairing code typed in, spent: the host makes the next
         if isinstance(code, str):
-            refusal = self._check_code(browser, code, now)
+            refusal, spent = self._check_code(browser, code, now)
             if refusal is not None:
-                return self._close(client, refusal)
+                return [*spent, *self._close(client, refusal)]
         elif isinstance(resume, str):
             # Where the host keeps passes, its store decides (a revoked one fails at once, this run's too).
             if self.remembered is not None:
@@ -394,11 +408,11 @@ class WebViewers:
             return self._close(client, "wrong token: open the link the host printed")
         if self.watching >= self.config.max_browsers:
             self.counters.refuse("full")
-            return self._close(client, f"the host already streams to {self.config.max_browsers} browsers")
+            return [*spent, *self._close(client, f"the host already streams to {self.config.max_browsers} browsers")]
         if self.info is None:
             self.counters.refuse("not_streaming")
-            return self._close(client, "the host is not streaming yet: reload in a moment")
-        new_link: list[WebOutput] = []
+            return [*spent, *self._close(client, "the host is not streaming yet: reload in a moment")]
+        new_link: list[WebOutput] = list(spent)
         if isinstance(token, str) and self.config.link_once:  # admitted: the link is spent, the next one made
             self._spent.append(self.token)
             self.token = self._make_ticket()
@@ -425,6 +439,8 @@ class WebViewers:
         }
         if browser.resume is not None:
             hello["resume"] = browser.resume
+        if isinstance(code, str) and self.pairing_codes is not None:
+            hello["paired"] = True  # its code is spent: the page comes back with its pass alone
         if self.webtransport_cert is None:
             return [*new_link, SendText(client, json.dumps(hello)), RequestKeyframe(), BrowserJoined(client)]
         # The ticket goes inside the connection that proved the key (TLS or loopback), and the certificate's hash
@@ -486,23 +502,31 @@ class WebViewers:
         self.counters.websocket_fallbacks += 1
         return [RequestKeyframe()]
 
-    def _check_code(self, browser: _Browser, code: str, now: float) -> str | None:
-        """The host's password typed into the page: None if right; else why not (a wrong one is counted against
-        the address, as a viewer's is, and an address blocked after wrong codes is not even checked)."""
-        password = self.config.password
-        if password is None:
+    def _check_code(self, browser: _Browser, code: str, now: float) -> tuple[str | None, list[WebOutput]]:
+        """The host's password, or its one-time pairing code, typed into the page: (None if right, else why not;
+        what the host must do: a spent or expired pairing code makes it show the next).  A wrong one is counted
+        against the address, as a viewer's is, and an address blocked after wrong codes is not even checked."""
+        password, codes = self.config.password, self.pairing_codes
+        if password is None and codes is None:
             self.counters.refuse("no_password_here")
-            return "this host takes no password from the page: open the link the host printed"
+            return "this host takes no password from the page: open the link the host printed", []
         wait = self.limiter.blocked_for(browser.address, now)
         if wait > 0:
             self.counters.refuse("blocked")
-            return f"too many wrong passwords from here: try again in {wait:.0f} s"
-        if not _equal(code, password):
+            return f"too many wrong passwords from here: try again in {wait:.0f} s", []
+        if codes is not None:
+            right, host = codes.take_typed_code(code, f"a browser at {browser.address or '?'}", now)
+            out: list[WebOutput] = list(host)
+        else:
+            right, out = password is not None and _equal(code, password), []
+        if not right:
             self.limiter.failed(browser.address, now)
             self.counters.refuse("wrong_code")
-            return "wrong password"
+            if codes is not None:
+                return "wrong pairing code (each works once: the host shows the next)", out
+            return "wrong password", out
         self.limiter.succeeded(browser.address)
-        return None
+        return None, out
 
     def _rate_report(self, client: int, data: bytes) -> BrowserRateReport | None:
         """``b"R"`` + a RATE_FEEDBACK payload, from a session's datagram or the WebSocket (None: malformed)."""
