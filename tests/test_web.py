@@ -542,17 +542,20 @@ class _QuicClient:
     """An HTTP/3 client that asks for a WebTransport session as an attacker would: any certificate, any path."""
 
     @staticmethod
-    async def ask(port: int, path: bytes, want_bytes: int = 0) -> tuple[bytes | None, int]:
+    async def ask(
+        port: int, path: bytes, want_bytes: int = 0, sizes: list[int] | None = None
+    ) -> tuple[bytes | None, int]:
         """(the :status answered, bytes of WebTransport streams received after it): until ``want_bytes`` came
-        (10 s at most), or, wanting none, whatever comes in the second after the answer."""
+        (10 s at most), or, wanting none, whatever comes in the second after the answer.  ``sizes``: each
+        datagram's size is added to it."""
         import ssl
 
-        from aioquic.asyncio import connect as quic_connect
-        from aioquic.asyncio.protocol import QuicConnectionProtocol
-        from aioquic.h3.connection import H3_ALPN, H3Connection
-        from aioquic.h3.events import H3Event, HeadersReceived, WebTransportStreamDataReceived
-        from aioquic.quic.configuration import QuicConfiguration
-        from aioquic.quic.events import QuicEvent
+        from qh3.asyncio import connect as quic_connect
+        from qh3.asyncio.protocol import QuicConnectionProtocol
+        from qh3.h3.connection import H3_ALPN, H3Connection
+        from qh3.h3.events import H3Event, HeadersReceived, WebTransportStreamDataReceived
+        from qh3.quic.configuration import QuicConfiguration
+        from qh3.quic.events import QuicEvent
 
         class Client(QuicConnectionProtocol):
             def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -562,6 +565,16 @@ class _QuicClient:
 
             def quic_event_received(self, event: QuicEvent) -> None:
                 self.events += self.h3.handle_event(event)
+
+            def datagram_received(self, data: bytes | str, addr: Any) -> None:
+                if sizes is not None:
+                    sizes.append(len(data))
+                super().datagram_received(data, addr)
+
+            def datagrams_received(self, data: list[bytes], addr: Any) -> None:  # qh3's batches
+                if sizes is not None:
+                    sizes.extend(map(len, data))
+                super().datagrams_received(data, addr)
 
         config = QuicConfiguration(
             is_client=True, alpn_protocols=H3_ALPN, max_datagram_frame_size=65536, verify_mode=ssl.CERT_NONE
@@ -595,6 +608,10 @@ def test_a_quic_client_without_a_live_ticket_gets_no_session_and_no_byte_of_the_
     """Someone who reaches the host's UDP port: a guessed ticket, and a ticket that a page already used (replayed
     by someone who saw it), are refused; the page's own ticket, once, gets the pictures."""
 
+    from pyrofling.server.web_transport import PACKET_BYTES, PROBED_PACKET_BYTES
+
+    sizes: list[int] = []
+
     async def scenario() -> tuple[list[tuple[bytes | None, int]], dict[str, Any]]:
         host, task = await start_host(encoder=SMALL, web_port=0, virtual_pad="none")
         try:
@@ -604,7 +621,7 @@ def test_a_quic_client_without_a_live_ticket_gets_no_session_and_no_byte_of_the_
             async with connect(f"ws://127.0.0.1:{port}/stream") as ws:
                 await ws.send(json.dumps({"type": "auth", "token": token}))
                 ticket = json.loads(await asyncio.wait_for(ws.recv(), 10))["webtransport"]["ticket"].encode()
-                answers.append(await _QuicClient.ask(port, b"/wt/" + ticket, want_bytes=10_001))
+                answers.append(await _QuicClient.ask(port, b"/wt/" + ticket, want_bytes=10_001, sizes=sizes))
                 answers.append(await _QuicClient.ask(port, b"/wt/" + ticket))
                 answers.append(await _QuicClient.ask(port, b"/not-webtransport"))
         finally:
@@ -615,6 +632,8 @@ def test_a_quic_client_without_a_live_ticket_gets_no_session_and_no_byte_of_the_
     guessed, own, replayed, other = answers
     assert guessed == (b"403", 0)
     assert own[0] == b"200" and own[1] > 10_000  # the ticket's owner gets the pictures (over a second of them)
+    # in 1350-byte packets, then 1452-byte ones once a probe of that size came through (loopback carries it)
+    assert max(sizes) == PROBED_PACKET_BYTES and sizes.count(PROBED_PACKET_BYTES) > 1 and PACKET_BYTES in sizes
     assert replayed == (b"403", 0)
     assert other == (b"404", 0)
     assert web["refused"] == {"wrong_ticket": 2} and web["webtransport_sessions"] == 1
@@ -626,9 +645,9 @@ def test_a_forged_quic_initial_gets_back_no_more_than_it_sent() -> None:
     import contextlib
     import socket
 
-    from aioquic.h3.connection import H3_ALPN
-    from aioquic.quic.configuration import QuicConfiguration
-    from aioquic.quic.connection import QuicConnection
+    from qh3.h3.connection import H3_ALPN
+    from qh3.quic.configuration import QuicConfiguration
+    from qh3.quic.connection import QuicConnection
 
     async def scenario() -> tuple[int, list[bytes]]:
         host, task = await start_host(encoder=TINY, web_port=0, virtual_pad="none")
@@ -661,9 +680,9 @@ def test_one_address_holds_at_most_a_few_quic_connections_and_idle_ones_are_clos
     import contextlib
     import ssl
 
-    from aioquic.asyncio import connect as quic_connect
-    from aioquic.h3.connection import H3_ALPN
-    from aioquic.quic.configuration import QuicConfiguration
+    from qh3.asyncio import connect as quic_connect
+    from qh3.h3.connection import H3_ALPN
+    from qh3.quic.configuration import QuicConfiguration
 
     from pyrofling.server import web_transport
 

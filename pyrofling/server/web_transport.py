@@ -1,6 +1,7 @@
 """The browsers' WebTransport: HTTP/3 over QUIC (UDP) on the page's port number, for their media on a lossy link.
 
-A thin shell around aioquic.  It reports each session that asks for
+A thin shell around qh3 (aioquic's fork with its packets, crypto and streams in Rust: half
+the CPU a packet costs in aioquic).  It reports each session that asks for
 ``/wt/<ticket>``, each datagram and each end to its owner (:class:`WebServer`,
 which asks :class:`~pyrofling.core.host.web_viewers.WebViewers`), and carries out
 what comes back: accept or close a session, a message on a new unidirectional
@@ -14,12 +15,16 @@ stream, or a datagram.
   the client's padded Initial), so a forged source address gets nothing bigger
   than what was sent from it; a connection without an accepted session
   ``SESSION_DEADLINE_S`` after it opened is closed, and at most ``MAX_CONNECTIONS``
-  are open, ``MAX_PER_ADDRESS`` from one address (whose Retry proved it real).
+  are open, ``MAX_PER_ADDRESS`` from one address (whose Retry proved it real): one
+  beyond is forgotten before its first packet is read, unanswered.
 * **Congestion.** QUIC's own loss-based controllers halve their window at every
   loss, which at 2 % random loss starves a 10 Mbit/s stream; the host already
   chooses its rate (``--rate-policy``), so the window here only bounds what may be in
   flight (``WINDOW_BYTES``), and a browser whose bytes pile up is skipped to the
   next key frame by the core.
+* **Fewer packets.** Packets are ``PACKET_BYTES`` as Chromium sends its own, and 1452 once
+  a probe of that size came through (path MTU discovery, as qh3's clients do); a picture's
+  packets leave in one GSO ``sendmsg`` where the system has it.
 """
 
 from __future__ import annotations
@@ -28,18 +33,20 @@ import asyncio
 import datetime
 import hashlib
 import logging
+import socket
 from collections.abc import Callable, Iterable
 from typing import Any, cast
 
-from aioquic.asyncio import QuicConnectionProtocol, serve
-from aioquic.asyncio.server import QuicServer
-from aioquic.h3.connection import H3_ALPN, H3Connection
-from aioquic.h3.events import DatagramReceived, H3Event, HeadersReceived
-from aioquic.quic.configuration import QuicConfiguration
-from aioquic.quic.congestion.base import QuicCongestionControl, register_congestion_control
-from aioquic.quic.events import ConnectionTerminated, QuicEvent
-from aioquic.quic.packet_builder import QuicSentPacket
 from cryptography.hazmat.primitives import serialization
+from qh3.asyncio import QuicConnectionProtocol
+from qh3.asyncio._transport import create_optimized_datagram_transport
+from qh3.asyncio.server import QuicServer
+from qh3.h3.connection import H3_ALPN, H3Connection
+from qh3.h3.events import DatagramReceived, H3Event, HeadersReceived
+from qh3.quic.configuration import QuicConfiguration
+from qh3.quic.events import ConnectionTerminated, QuicEvent
+from qh3.quic.packet_builder import QuicSentPacket
+from qh3.quic.recovery import QuicCongestionControl
 
 from pyrofling.server.web_tls import make_certificate
 
@@ -47,8 +54,10 @@ log = logging.getLogger(__name__)
 
 #: What may be in flight to one browser (about 0.4 s of a 20 Mbit/s stream).
 WINDOW_BYTES = 1_000_000
-#: QUIC packets of this size, as Chromium sends its own (fewer packets than the 1200 minimum: less CPU).
+#: QUIC packets of this size, as Chromium sends its own (fewer packets than the 1200 minimum: less CPU)...
 PACKET_BYTES = 1350
+#: ...and of this one once a probe of it came through (1500-byte Ethernet, IPv6 or IPv4).
+PROBED_PACKET_BYTES = 1452
 #: A connection that has not asked for a session by then is closed; more than this many at once are refused.
 SESSION_DEADLINE_S = 5.0
 MAX_CONNECTIONS = 32
@@ -62,37 +71,30 @@ PATH_PREFIX = b"/wt/"
 class FixedWindow(QuicCongestionControl):
     """A window that losses do not shrink: the host's rate policy, not QUIC's, sets the rate."""
 
-    def __init__(self, *, max_datagram_size: int) -> None:
-        super().__init__(max_datagram_size=max_datagram_size)
+    def __init__(self, max_datagram_size: int) -> None:
+        super().__init__(max_datagram_size)
         self.congestion_window = WINDOW_BYTES
         #: Packets sent and found lost so far: what the browser's link controller hears as its loss.
         self.packets_sent = 0
         self.packets_lost = 0
 
-    def on_packet_acked(self, *, now: float, packet: QuicSentPacket) -> None:
+    def on_packet_acked(self, packet: QuicSentPacket, now: float) -> None:
         self.bytes_in_flight -= packet.sent_bytes
 
-    def on_packet_sent(self, *, packet: QuicSentPacket) -> None:
+    def on_packet_sent(self, packet: QuicSentPacket) -> None:
         self.bytes_in_flight += packet.sent_bytes
         self.packets_sent += 1
 
-    def on_packets_expired(self, *, packets: Iterable[QuicSentPacket]) -> None:
-        for packet in packets:
-            self.bytes_in_flight -= packet.sent_bytes
-
-    def on_packets_lost(self, *, now: float, packets: Iterable[QuicSentPacket]) -> None:
+    def on_packets_lost(self, packets: Iterable[QuicSentPacket], now: float) -> None:
         for packet in packets:
             self.bytes_in_flight -= packet.sent_bytes
             self.packets_lost += 1
 
-    def on_persistent_congestion(self) -> None:
+    def on_persistent_congestion(self, now: float) -> None:
         pass
 
-    def on_rtt_measurement(self, *, now: float, rtt: float) -> None:
+    def on_rtt_measurement(self, latest_rtt: float, now: float) -> None:
         pass
-
-
-register_congestion_control("pyrofling-fixed-window", FixedWindow)
 
 
 class _Connection(QuicConnectionProtocol):
@@ -101,21 +103,23 @@ class _Connection(QuicConnectionProtocol):
     def __init__(self, *args: Any, server: WebTransportServer, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.server = server
+        # The host's rate policy, not QUIC's, sets the rate (before the connection has sent a packet).
+        self._quic._loss._cc = FixedWindow(PACKET_BYTES)
+        self._quic._mtu_probe_sizes = [PROBED_PACKET_BYTES]  # qh3 probes only as a client, unless told
         self.h3 = H3Connection(self._quic, enable_webtransport=True)
         self.session: int | None = None  # the server's number for its session
         self.stream_id: int | None = None  # the session's CONNECT stream
         self.accepted = False
         self.address: str | None = None
         self._counted = (0, 0)  # (lost, sent) as of the last losses()
+        self._refusal: str | None = None  # too many connections: refused at its first datagram
         self._deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         server = self.server
         if len(server.connections) >= MAX_CONNECTIONS:
-            server.refused += 1
-            self._quic.close(reason_phrase="too many connections")
-            self.transmit()
+            self._refusal = "too many connections"
             return
         server.connections.add(self)
         self._deadline = asyncio.get_running_loop().call_later(SESSION_DEADLINE_S, self._late)
@@ -124,10 +128,13 @@ class _Connection(QuicConnectionProtocol):
         if self.address is None:
             self.address = str(addr[0])
             if sum(1 for c in self.server.connections if c.address == self.address) > MAX_PER_ADDRESS:
-                self.server.refused += 1
-                self._quic.close(reason_phrase="too many connections from this address")
-                self.transmit()
-                return
+                self._refusal = "too many connections from this address"
+        if self._refusal is not None:  # before its first packet is read: nothing is answered, it is forgotten
+            self.server.refused += 1
+            self._quic.close(reason_phrase=self._refusal)
+            self._connection_terminated_handler()
+            self._ended()
+            return
         quic = self._quic
         window = quic._loss._cc
         lost = window.packets_lost if isinstance(window, FixedWindow) else None  # None: losses not counted
@@ -182,7 +189,7 @@ class _Connection(QuicConnectionProtocol):
             self.stream_id = event.stream_id
             self.session = self.server.new_session(self)
             self.server.on_opened(self.session, path[len(PATH_PREFIX) :].decode(errors="replace"))
-        elif isinstance(event, DatagramReceived) and self.accepted and event.stream_id == self.stream_id:
+        elif isinstance(event, DatagramReceived) and self.accepted and event.flow_id * 4 == self.stream_id:
             assert self.session is not None
             self.server.on_datagram(self.session, event.data)
 
@@ -208,12 +215,14 @@ class _Connection(QuicConnectionProtocol):
 
     def send_datagram(self, data: bytes) -> None:
         assert self.stream_id is not None
-        self.h3.send_datagram(self.stream_id, data)
+        self.h3.send_datagram(self.stream_id // 4, data)  # HTTP datagrams name their stream by a quarter of its id
         self.transmit()
 
     def backlog(self) -> int:
-        """Bytes handed to its streams and not yet acknowledged (aioquic keeps them until they are)."""
-        return sum(len(stream.sender._buffer) for stream in self._quic._streams.values())
+        """Bytes waiting to leave or to be acknowledged: those in flight, and what its streams have yet to send
+        (a lost packet's data is sent again from there)."""
+        unsent = sum(stop - start for stream in self._quic._streams.values() for start, stop in stream.sender._pending)
+        return int(self._quic._loss.bytes_in_flight) + unsent
 
     def losses(self) -> tuple[int, int]:
         """(packets lost, packets sent) since the last call."""
@@ -258,9 +267,11 @@ class WebTransportServer:
             max_datagram_frame_size=65536,
             max_datagram_size=PACKET_BYTES,
             idle_timeout=15.0,
-            congestion_control_algorithm="pyrofling-fixed-window",
-            certificate=cert,
-            private_key=key,
+        )
+        pem = serialization.Encoding.PEM
+        self._config.load_cert_chain(
+            cert.public_bytes(pem),
+            key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
         )
         self.connections: set[_Connection] = set()
         self.refused = 0
@@ -269,13 +280,24 @@ class WebTransportServer:
         self._server: QuicServer | None = None
 
     async def start(self, bind: str, port: int) -> None:
-        self._server = await serve(
-            bind,
-            port,
-            configuration=self._config,
-            create_protocol=lambda *a, **k: _Connection(*a, server=self, **k),
-            retry=True,
-        )
+        # qh3's own datagram transport: a picture's packets leave in one GSO sendmsg where the system has it.
+        family, kind, proto, _, address = socket.getaddrinfo(bind, port, type=socket.SOCK_DGRAM)[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.bind(address)
+            _, server = await create_optimized_datagram_transport(
+                asyncio.get_running_loop(),
+                lambda: QuicServer(
+                    configuration=self._config,
+                    create_protocol=lambda *a, **k: _Connection(*a, server=self, **k),
+                    retry=True,
+                ),
+                sock,
+            )
+        except BaseException:
+            sock.close()
+            raise
+        self._server = cast(QuicServer, server)
 
     def close(self) -> None:
         for connection in list(self.connections):
