@@ -690,7 +690,7 @@ def test_one_address_holds_at_most_a_few_quic_connections_and_idle_ones_are_clos
         host, task = await start_host(encoder=TINY, web_port=0, virtual_pad="none")
         try:
             assert host.web is not None and host.web.port is not None and host.web.transport is not None
-            server = host.web.transport
+            server, port = host.web.transport, host.web.port
             config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, verify_mode=ssl.CERT_NONE)
             opened = 0
             async with contextlib.AsyncExitStack() as stack:
@@ -699,7 +699,7 @@ def test_one_address_holds_at_most_a_few_quic_connections_and_idle_ones_are_clos
                     nonlocal opened
                     with contextlib.suppress(ConnectionError, TimeoutError):
                         await asyncio.wait_for(
-                            stack.enter_async_context(quic_connect("127.0.0.1", host.web.port, configuration=config)),
+                            stack.enter_async_context(quic_connect("127.0.0.1", port, configuration=config)),
                             wait_s,
                         )
                         opened += 1
