@@ -386,6 +386,7 @@ def test_the_page_plays_the_hosts_sound_and_its_audio_clock_advances(codec: str)
 
     stats, _first, later, state, summary = run(scenario, timeout_s=90)
     assert state == "running" and later  # the page's audio clock ran on by half a second
+    assert stats["transport"] == "webtransport"  # in datagrams (Opus), or a stream a group (PCM)
     assert stats["audioPackets"] > 100 and stats["audioFramesPlayed"] > 48_000 // 2  # 5 ms packets, half a second
     assert summary["web"]["audio_sent"] >= stats["audioPackets"]
 
