@@ -306,12 +306,13 @@ def _screen_rate(window: Any) -> float | None:
     return rate if rate > 1 else None
 
 
-def _flip_blocks(window: Any, flips: int = 8) -> bool:
+def _flip_blocks(window: Any, flips: int = 16) -> bool:
     """Does a vsync'd flip wait for the refresh here?  Times a few flips of an empty window.
 
     Paced flips are never closer than a refresh (4 ms even at 240 Hz); unpaced ones on a busy machine
-    (software GL) are often slow but not every time, so the quickest of them decides.  The first two may
-    return at once while the swap chain has a free buffer."""
+    (software GL) are often slow but not every time, so the quickest of them decides (with 8 flips, all six
+    timed gaps were once over 3.5 ms on the loaded 2-core machine under Xvfb).  The first two may return at
+    once while the swap chain has a free buffer."""
     times = []
     for _ in range(flips):
         window.clear()
