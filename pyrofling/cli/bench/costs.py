@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pyrofling.cli.bench.common import (
@@ -114,7 +115,7 @@ def add_security(sub: Sub) -> None:
         "Run a real host and a headless viewer with no secret (open), with a password (sealed: SPAKE2, then the "
         "control channel and every datagram AES-GCM) and with a stored pairing (paired: pinned keys), the modes "
         "taking turns. Report median host and viewer CPU and capture-to-decoded latency next to open's, then time "
-        "20 handshakes per way in (open, password, pinned keys) on loopback.",
+        "--handshakes handshakes per way in (open, password, pinned keys) on loopback.",
         "pyrofling bench security --width 1920 --height 1080 --bitrate-kbits 20000 --rounds 3; "
         "pyrofling bench security --attacks all --attacks-only",
         tuple(MODES),
@@ -131,6 +132,12 @@ def add_security(sub: Sub) -> None:
         "second from 8 addresses), idle (136 silent "
         "connections), reflect (a cookie sent from a victim's address; bytes both ways, open, password and "
         "private hosts); a friend joins during each. 'all' for every one",
+    )
+    p.add_argument(
+        "--handshakes",
+        type=whole_number(0, 1000, "handshakes"),
+        default=20,
+        help="handshakes timed per way in, at the pace the host admits one address (default 20; 0: none)",
     )
     p.add_argument("--attacks-only", action="store_true", help="with --attacks: skip the cost comparison")
     p.add_argument(
@@ -154,7 +161,8 @@ def _run_security(args: argparse.Namespace) -> int:
     if not args.attacks_only:
         # With --json and --attacks, one document holds both: {"costs": ..., "attacks": ...}.
         show = not (args.json and args.attacks)
-        result = _run_comparison(args, "security", check_modes, run_security_bench, format_table, show=show)
+        run = partial(run_security_bench, handshakes=args.handshakes)
+        result = _run_comparison(args, "security", check_modes, run, format_table, show=show)
         if result is None:
             return 2
         ok = all(m["sealed_runs"] >= m["runs"] for m in result["modes"] if m["mode"] != "open")
