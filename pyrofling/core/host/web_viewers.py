@@ -328,7 +328,8 @@ class WebViewers:
         #: Sound for the sessions, (pts µs, its "A" message) until its group is whole; the last unit's pts.
         self._sound: list[tuple[int, bytes]] = []
         self._sound_last_us: int | None = None
-        #: The link's key now, those already spent (to say so), and the resume secrets given to admitted tabs.
+        #: The link's key now, those already spent (to say so), and the resume secrets given to admitted tabs (where the
+        #: host keeps no passes: its store decides where it does).
         self.token = config.token
         self._spent: list[str] = []
         self._resumes: list[str] = []
@@ -422,9 +423,10 @@ class WebViewers:
         self.counters.admitted += 1
         if not isinstance(resume, str):  # the pass its page comes back with (a reload, a lost connection, a later run)
             browser.resume = self._make_ticket()
-            self._resumes.append(browser.resume)
-            if self.remembered is not None:
+            if self.remembered is not None:  # the store keeps it (and alone decides), else this run's list
                 new_link.append(RememberBrowser(pass_digest(browser.resume), f"browser at {browser.address or '?'}"))
+            else:
+                self._resumes.append(browser.resume)
         info = self.info
         hello = {
             "type": "hello",
