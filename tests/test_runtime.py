@@ -58,6 +58,24 @@ def test_a_threads_wall_time_splits_into_cpu_waiting_and_blocked() -> None:
     assert set(busy) == {"wall", "cpu", "runq", "blocked"}
 
 
+@pytest.mark.skipif(thread_schedstat() is None, reason="no /proc/thread-self/schedstat on this system")
+def test_work_that_never_blocks_does_not_read_as_blocked() -> None:
+    def work() -> None:  # 3 ms on the wall clock, touching nothing that would bring the CPU time up to date
+        end = time.perf_counter() + 0.003
+        while time.perf_counter() < end:
+            pass
+
+    def many() -> list[float]:
+        out = []
+        for _ in range(30):
+            time.sleep(0.001)  # each run starts fresh on a CPU, as an encode does
+            out.append(timed_on_thread(work)[1]["blocked"])
+        return sorted(out)
+
+    blocked = on_thread(many)
+    assert blocked[len(blocked) // 2] < 0.0003
+
+
 def test_thread_priorities_are_left_alone_unless_turned_on() -> None:
     p = ThreadPriorities()
     before = os.getpriority(os.PRIO_PROCESS, 0)
