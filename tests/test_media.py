@@ -182,3 +182,16 @@ def test_raw_file_source_loops_and_rgb_input_is_converted(tmp_path: Path) -> Non
         open_source("file:/nonexistent/clip.yuv", 320, 240)
     with pytest.raises(ValueError, match="unknown source"):
         open_source("webcam", 320, 240)
+
+
+def test_no_frame_outgrows_the_one_frame_vbv_even_an_idr() -> None:
+    """x264 may move the QP 12 a row (qpstep, for its CPU time): frames still keep to bitrate/fps, an IDR too."""
+    enc = VideoEncoder(EncoderConfig(width=640, height=360, fps=60, bitrate_kbits=3000))
+    scene = TestScene(640, 360)
+    budget = 3_000_000 / 8 / 60
+    sizes = []
+    for i in range(150):
+        packets = enc.encode_array(scene.render(i, 0).copy(), i * 16_667, force_keyframe=i in (60, 61, 120))
+        sizes.append(sum(len(p.data) for p in packets))
+    assert max(sizes[1:]) <= budget, (max(sizes), budget)  # the first frame carries the stream's headers
+    assert np.mean(sizes) > 0.25 * budget  # and the encoder still spends the bits
