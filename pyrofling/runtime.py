@@ -92,19 +92,21 @@ class CollectorPauses:
 _SCHEDSTAT = "/proc/thread-self/schedstat"
 
 
-def thread_schedstat() -> tuple[float, float] | None:
-    """The calling thread's time on a CPU and waiting in the run queue for one, s (Linux; None elsewhere)."""
+def thread_schedstat() -> tuple[float, float, int] | None:
+    """The calling thread's time on a CPU and waiting in the run queue for one, s, and how many times it was
+    put on a CPU (Linux; None elsewhere)."""
     try:
         with open(_SCHEDSTAT, "rb") as f:
-            on_cpu, waiting, _ = f.read().split()
+            on_cpu, waiting, runs = f.read().split()
     except (OSError, ValueError):
         return None
-    return int(on_cpu) / 1e9, int(waiting) / 1e9
+    return int(on_cpu) / 1e9, int(waiting) / 1e9, int(runs)
 
 
 def timed_on_thread(fn: Callable[..., T], *args: Any) -> tuple[T, dict[str, float]]:
     """``fn(*args)``, and where its thread's wall time went: on a CPU, waiting for one (another thread or
-    process had it), and the rest blocked (the GIL, a lock, I/O, threads it waits for)."""
+    process had it), and the rest blocked (the GIL, a lock, I/O, threads it waits for); and ``switches``, how
+    many times it was taken off its CPU meanwhile and put back (each time it comes back to colder caches)."""
     # The CPU time from the thread's CPU clock, not the schedstat file: the file's figure is brought up to date
     # only at a scheduler tick or switch, so a thread that ran since read up to a tick short (x264 on one CPU:
     # 1 ms a frame read as "blocked" that was on a CPU).  Its run-queue wait is current while it runs.
@@ -113,8 +115,8 @@ def timed_on_thread(fn: Callable[..., T], *args: Any) -> tuple[T, dict[str, floa
     wall, cpu, after = time.monotonic() - t0, time.thread_time() - cpu0, thread_schedstat()
     if before is None or after is None:
         return out, {"wall": wall}
-    runq = after[1] - before[1]
-    return out, {"wall": wall, "cpu": cpu, "runq": runq, "blocked": max(0.0, wall - cpu - runq)}
+    runq, switches = after[1] - before[1], after[2] - before[2]
+    return out, {"wall": wall, "cpu": cpu, "runq": runq, "blocked": max(0.0, wall - cpu - runq), "switches": switches}
 
 
 class ThreadPriorities:

@@ -156,8 +156,8 @@ def test_the_encode_threads_time_of_late_pictures_is_split_into_cpu_waiting_and_
     for i in range(600):
         slow = i == 400
         line: dict[str, Any] = dict(host_line(i, encode_s=0.014 if slow else 0.006))
-        line["thread"] = {"wall": 0.014, "cpu": 0.012, "runq": 0.001, "blocked": 0.001} if slow else {
-            "wall": 0.006, "cpu": 0.004, "runq": 0.0005, "blocked": 0.0015}  # fmt: skip
+        line["thread"] = {"wall": 0.014, "cpu": 0.012, "runq": 0.001, "blocked": 0.001, "switches": 6} if slow else {
+            "wall": 0.006, "cpu": 0.004, "runq": 0.0005, "blocked": 0.0015, "switches": 1}  # fmt: skip
         host.append(line)
     view = []
     for i, h in enumerate(host):
@@ -168,6 +168,7 @@ def test_the_encode_threads_time_of_late_pictures_is_split_into_cpu_waiting_and_
         view.append(v)
     a = attribute(join(host, view))
     assert a["blame"] == {"encode": 1}
-    assert a["encode_thread_ms"]["late"] == pytest.approx({"cpu": 12.0, "runq": 1.0, "blocked": 1.0})
-    assert a["encode_thread_ms"]["median"] == pytest.approx({"cpu": 4.0, "runq": 0.5, "blocked": 1.5})
-    assert "on a CPU 4.0 -> 12.0" in format_attribution("auto", a)
+    assert a["encode_thread_ms"]["late"] == pytest.approx({"cpu": 12.0, "runq": 1.0, "blocked": 1.0, "switches": 6})
+    assert a["encode_thread_ms"]["median"] == pytest.approx({"cpu": 4.0, "runq": 0.5, "blocked": 1.5, "switches": 1})
+    said = format_attribution("auto", a)
+    assert "on a CPU 4.0 -> 12.0" in said and "taken off its CPU 1.0 -> 6.0 times" in said

@@ -55,7 +55,8 @@ def test_a_threads_wall_time_splits_into_cpu_waiting_and_blocked() -> None:
     _, asleep = on_thread(lambda: timed_on_thread(time.sleep, 0.05))
     assert busy["cpu"] >= 0.045 and busy["cpu"] + busy["runq"] > busy["blocked"]
     assert asleep["blocked"] >= 0.045 and asleep["cpu"] < asleep["blocked"]
-    assert set(busy) == {"wall", "cpu", "runq", "blocked"}
+    assert set(busy) == {"wall", "cpu", "runq", "blocked", "switches"}
+    assert asleep["switches"] >= 1  # asleep, it left its CPU and came back
 
 
 @pytest.mark.skipif(thread_schedstat() is None, reason="no /proc/thread-self/schedstat on this system")

@@ -129,10 +129,14 @@ def _overlaps(start: float | None, end: float | None, runs: Sequence[tuple[float
 
 
 def _split(samples: list[dict[str, float]], average: Callable[[list[float]], float]) -> dict[str, float] | None:
-    """The encode thread's wall time split (on a CPU, waiting for one, blocked), averaged, ms."""
+    """The encode thread's wall time split (on a CPU, waiting for one, blocked), averaged, ms; and how many
+    times it was taken off its CPU meanwhile (traces from before lack it)."""
     if not samples:
         return None
-    return {k: average([s[k] * 1000 for s in samples]) for k in ("cpu", "runq", "blocked")}
+    out = {k: average([s[k] * 1000 for s in samples]) for k in ("cpu", "runq", "blocked")}
+    if all("switches" in s for s in samples):
+        out["switches"] = average([float(s["switches"]) for s in samples])
+    return out
 
 
 def collector_summary(runs: list[tuple[float, float, int]], seconds: float) -> dict[str, Any]:
@@ -243,6 +247,11 @@ def format_attribution(label: str, a: dict[str, Any]) -> str:
             "  encode thread, median -> late pictures' mean (ms): on a CPU {:.1f} -> {:.1f}, waiting for a CPU "
             "{:.1f} -> {:.1f}, blocked (its slice threads, the GIL) {:.1f} -> {:.1f}".format(
                 m["cpu"], late["cpu"], m["runq"], late["runq"], m["blocked"], late["blocked"]
+            )
+            + (
+                ", taken off its CPU {:.1f} -> {:.1f} times".format(m["switches"], late["switches"])
+                if "switches" in m and "switches" in late
+                else ""
             )
         )
     gc_late = a.get("late_in_collection")
