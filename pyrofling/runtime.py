@@ -106,10 +106,10 @@ def thread_schedstat() -> tuple[float, float, int] | None:
 def timed_on_thread(fn: Callable[..., T], *args: Any) -> tuple[T, dict[str, float]]:
     """``fn(*args)``, and where its thread's wall time went: on a CPU, waiting for one (another thread or
     process had it), and the rest blocked (the GIL, a lock, I/O, threads it waits for); and ``switches``, how
-    many times it was taken off its CPU meanwhile and put back (each time it comes back to colder caches)."""
+    many times it was taken off its CPU meanwhile and put back."""
     # The CPU time from the thread's CPU clock, not the schedstat file: the file's figure is brought up to date
-    # only at a scheduler tick or switch, so a thread that ran since read up to a tick short (x264 on one CPU:
-    # 1 ms a frame read as "blocked" that was on a CPU).  Its run-queue wait is current while it runs.
+    # only at a scheduler tick or a switch, so it reads short for a thread that has run since (x264 on one CPU:
+    # 1 ms a frame read as "blocked" that was on a CPU).  The run-queue wait in it is current while it runs.
     t0, cpu0, before = time.monotonic(), time.thread_time(), thread_schedstat()
     out = fn(*args)
     wall, cpu, after = time.monotonic() - t0, time.thread_time() - cpu0, thread_schedstat()
