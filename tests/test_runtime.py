@@ -61,8 +61,11 @@ def test_a_threads_wall_time_splits_into_cpu_waiting_and_blocked() -> None:
 
 @pytest.mark.skipif(thread_schedstat() is None, reason="no /proc/thread-self/schedstat on this system")
 def test_work_that_never_blocks_does_not_read_as_blocked() -> None:
-    def work() -> None:  # 3 ms on the wall clock, touching nothing that would bring the CPU time up to date
-        end = time.perf_counter() + 0.003
+    # Real threads on the real kernel: what is tested is the kernel's own accounting, which no fake clock has.
+    work_s = 0.003
+
+    def work() -> None:  # spins on the wall clock, touching nothing that would bring the CPU time up to date
+        end = time.perf_counter() + work_s
         while time.perf_counter() < end:
             pass
 
@@ -74,7 +77,7 @@ def test_work_that_never_blocks_does_not_read_as_blocked() -> None:
         return sorted(out)
 
     blocked = on_thread(many)
-    assert blocked[len(blocked) // 2] < 0.0003
+    assert blocked[len(blocked) // 2] < work_s / 10  # the old reading: about half the work
 
 
 def test_thread_priorities_are_left_alone_unless_turned_on() -> None:
