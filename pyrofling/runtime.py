@@ -51,6 +51,9 @@ THREAD_ROLES = {
     "encoder": "raised",
     "decoder": "raised",
     "event loop": "raised",
+    # Recording and broadcasting (the broadcast's own encoder among them) keep a CDN's pace, seconds behind: an
+    # ordinary priority, though the raised event loop starts them and a thread inherits its starter's.
+    "output": "normal",
 }
 
 
@@ -120,7 +123,7 @@ def timed_on_thread(fn: Callable[..., T], *args: Any) -> tuple[T, dict[str, floa
 
 
 class ThreadPriorities:
-    """Raise the calling thread's priority for its role (:data:`THREAD_ROLES`), as far as the system allows,
+    """Set the calling thread's priority for its role (:data:`THREAD_ROLES`), as far as the system allows,
     and remember what each role got for :meth:`summary`."""
 
     def __init__(self) -> None:
@@ -129,15 +132,20 @@ class ThreadPriorities:
         self.enabled = False
         self.granted: dict[str, str] = {}
         self._lock = threading.Lock()
+        #: The nice value of the thread that made this (the process's own, at import): what "normal" roles get.
+        self.base_nice = _nice(threading.get_native_id())
 
     def apply(self, role: str) -> str:
-        """Call on the thread itself; what it got: "real-time", "raised" or "normal"."""
+        """Call on the thread itself; what it got: "real-time", "raised" or "normal" ("inherited": it could not
+        go back to normal and keeps what the thread that started it had)."""
         if not self.enabled:
             return "normal"
         want = THREAD_ROLES[role]
         tid = threading.get_native_id()
         got = "normal"
-        if want == "real-time" and _try(
+        if want == "normal":
+            got = "normal" if _try(lambda: self._make_ordinary(tid)) else "inherited"
+        elif want == "real-time" and _try(
             lambda: os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(REALTIME_PRIORITY))
         ):
             got = "real-time"
@@ -147,6 +155,13 @@ class ThreadPriorities:
             self.granted[role] = got
         return got
 
+    def _make_ordinary(self, tid: int) -> None:
+        """Back to the ordinary class and the process's nice value (a lower priority: always allowed)."""
+        if os.sched_getscheduler(tid) != os.SCHED_OTHER:
+            os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+        if self.base_nice is not None and _nice(tid) != self.base_nice:
+            os.setpriority(os.PRIO_PROCESS, tid, self.base_nice)
+
     def summary(self) -> str:
         """One line: what each role asked for and got."""
         with self._lock:
@@ -154,7 +169,7 @@ class ThreadPriorities:
         if not self.enabled:
             return "thread priorities: left as they are (--thread-priority normal, or not asked for)"
         parts = [f"{role} {got}" for role, got in granted.items()]
-        refused = [role for role, got in granted.items() if got != THREAD_ROLES[role]]
+        refused = [role for role, got in granted.items() if got != THREAD_ROLES[role] != "normal"]
         hint = (
             "; not granted for "
             + ", ".join(refused)
@@ -163,6 +178,13 @@ class ThreadPriorities:
             else ""
         )
         return "thread priorities: " + ", ".join(parts) + hint
+
+
+def _nice(tid: int) -> int | None:
+    try:
+        return os.getpriority(os.PRIO_PROCESS, tid)
+    except (OSError, AttributeError):
+        return None
 
 
 def _try(change: Callable[[], None]) -> bool:

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,9 +21,12 @@ from pyrofling.bench import nginx
 from pyrofling.client.viewer import Viewer, ViewerConfig
 from pyrofling.core.bitstream import KeyGate, KeyInfo
 from pyrofling.core.host.recording import Backoff, StreamClock
+from pyrofling.runtime import THREAD_PRIORITIES
 from pyrofling.server.audio import AudioConfig
 from pyrofling.server.host import Host
-from pyrofling.server.muxing import OutputConfig, redact_url
+from pyrofling.server.muxing import OutputConfig, StreamInfo, redact_url
+from pyrofling.server.recorder import Recorder
+from pyrofling.wire import VideoCodec
 
 # -- pure decisions ------------------------------------------------------------------------------
 
@@ -205,6 +209,31 @@ def test_a_crash_loses_at_most_the_last_second(tmp_path: Path) -> None:
     assert got.video_end_s >= (killed - started) - 1.0 - 0.3  # ≤ 1 s lost (0.3 s: scheduling slack)
 
 
+def test_a_recording_thread_does_not_keep_the_raised_priority_of_the_loop_that_started_it(tmp_path: Path) -> None:
+    THREAD_PRIORITIES.enabled = True  # off again after the test (conftest)
+    started: list[Recorder] = []
+
+    def raised_loop() -> None:  # as the host's event loop: raised, then it opens the outputs
+        if THREAD_PRIORITIES.apply("event loop") == "raised":
+            info = StreamInfo(width=320, height=240, fps=30, video_codec=VideoCodec.H264)
+            recorder = Recorder(tmp_path / "r.mkv", info)
+            recorder.start()
+            started.append(recorder)
+
+    starter = threading.Thread(target=raised_loop)
+    starter.start()
+    starter.join(10)
+    if not started:
+        pytest.skip("this system refuses a raised priority (not root, no CAP_SYS_NICE): no thread inherits one")
+    recorder = started[0]
+    tid = recorder._thread.native_id
+    assert tid is not None
+    try:
+        run(lambda: until(lambda: os.getpriority(os.PRIO_PROCESS, tid) == THREAD_PRIORITIES.base_nice))
+    finally:
+        recorder.close()
+
+
 # -- broadcasting to a real nginx-rtmp -------------------------------------------------------------
 
 needs_nginx = pytest.mark.skipif(nginx.missing() is not None, reason=nginx.missing() or "")
@@ -308,8 +337,6 @@ def test_broadcast_with_its_own_encoder_has_a_normal_gop_and_bitrate(tmp_path: P
 
 def test_h265_cannot_go_to_rtmp_without_its_own_encoder() -> None:
     from pyrofling.server.broadcaster import Broadcaster
-    from pyrofling.server.muxing import StreamInfo
-    from pyrofling.wire import VideoCodec
 
     info = StreamInfo(width=320, height=240, fps=30, video_codec=VideoCodec.H265)
     with pytest.raises(ValueError, match="--broadcast-bitrate-kbits"):

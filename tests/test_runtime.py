@@ -130,6 +130,32 @@ def test_a_granted_priority_is_the_threads_own() -> None:
     assert p.summary().startswith(f"thread priorities: encoder {got}")
 
 
+def test_an_output_thread_started_by_a_raised_thread_goes_back_to_the_processs_priority() -> None:
+    # A thread inherits the nice value of the thread that starts it: the raised event loop starts the recording
+    # and broadcast threads, and a broadcast's own encoder must not compete with the stream's at its priority.
+    p = ThreadPriorities()
+    p.enabled = True
+
+    def loop_starts_an_output() -> tuple[int | None, str, int] | None:
+        if p.apply("event loop") != "raised":
+            return None
+
+        def output() -> tuple[int | None, str, int]:
+            inherited = runtime._nice(threading.get_native_id())
+            return inherited, p.apply("output"), os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+        return on_thread(output)
+
+    seen = on_thread(loop_starts_an_output)
+    if seen is None:
+        pytest.skip("this system refuses a raised priority (not root, no CAP_SYS_NICE): no thread inherits one")
+    inherited, got, nice = seen
+    assert inherited == RAISED_NICE
+    assert (got, nice) == ("normal", p.base_nice)
+    line = p.summary()
+    assert "event loop raised, output normal" in line and "not granted" not in line
+
+
 STREAM_AND_LIST_IMPORTS = """
 import asyncio, sys, threading
 sys.path.insert(0, sys.argv[1])  # the tests' folder, for their support module

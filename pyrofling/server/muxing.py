@@ -26,6 +26,7 @@ import av
 from pyrofling.core.bitstream import KeyGate, KeyInfo
 from pyrofling.core.host.recording import StreamClock
 from pyrofling.files import unwritable
+from pyrofling.runtime import THREAD_PRIORITIES
 from pyrofling.server.audio import AudioChunk, EncodedAudio
 from pyrofling.server.encoder import EncodedVideo
 from pyrofling.wire import AudioCodec, VideoCodec
@@ -192,6 +193,7 @@ class MediaOutput:
     # -- the output's thread -------------------------------------------------------------------
 
     def _run(self) -> None:
+        THREAD_PRIORITIES.apply("output")  # not the raised priority of the event loop that started it
         try:
             while True:
                 stopping = self._stopping.wait(POLL_S)
