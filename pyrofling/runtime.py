@@ -169,7 +169,10 @@ class ThreadPriorities:
         if not self.enabled:
             return "thread priorities: left as they are (--thread-priority normal, or not asked for)"
         parts = [f"{role} {got}" for role, got in granted.items()]
-        refused = [role for role, got in granted.items() if got != THREAD_ROLES[role] != "normal"]
+        # A role that asks for less than it had ("normal") is never refused a privilege.
+        refused = [
+            role for role, got in granted.items() if THREAD_ROLES[role] != "normal" and got != THREAD_ROLES[role]
+        ]
         hint = (
             "; not granted for "
             + ", ".join(refused)
