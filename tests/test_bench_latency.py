@@ -78,14 +78,31 @@ def test_pinning_gives_the_host_side_and_the_viewers_their_own_cpus() -> None:
     allowed = os.sched_getaffinity(0)
     if len(allowed) < 2:
         pytest.skip("needs two CPUs")
-    host_cpus, viewer_cpus = split_cpus()
-    assert host_cpus and viewer_cpus and not host_cpus & viewer_cpus and host_cpus | viewer_cpus == allowed
+    cpus = split_cpus()
+    host_cpus, viewer_cpus = cpus.host, cpus.viewers
+    assert host_cpus and viewer_cpus and not host_cpus & viewer_cpus
+    assert host_cpus | viewer_cpus | cpus.relay == allowed
     # A real child: pinned before it starts a thread, so the thread it starts runs there too.
     code = "import threading, os, time; t = threading.Thread(target=time.sleep, args=(0.5,)); time.sleep(0.3)\n"
     code += "t.start(); print(sorted(os.sched_getaffinity(t.native_id)), flush=True); t.join()"
     proc = _pinned(subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True), viewer_cpus)
     out, _ = proc.communicate(timeout=20)
     assert out.strip() == str(sorted(viewer_cpus))
+
+
+def test_the_relay_gets_a_cpu_of_its_own_where_the_viewers_can_spare_one() -> None:
+    from pyrofling.bench.stream import split_cpus
+
+    # The lent 16-CPU machine: eight for the host side, seven for the viewer, one for netsim's relay.
+    big = split_cpus(set(range(16)))
+    assert big.host == set(range(8)) and big.viewers == set(range(8, 15)) and big.relay == {15}
+    # Where the viewers' half is smaller, the relay stays with the host side (on 2 cores it takes turns there).
+    for n in (2, 3, 6):
+        small = split_cpus(set(range(n)))
+        assert small.relay == small.host and not small.host & small.viewers
+        assert small.host | small.viewers == set(range(n)) and len(small.viewers) >= len(small.host)
+    with pytest.raises(ValueError, match="needs two"):
+        split_cpus({3})
 
 
 def test_pinning_on_one_cpu_is_refused_before_anything_runs() -> None:

@@ -111,7 +111,7 @@ def scenario_for(
     host_args: list[str] = []
     if cfg.encoder_threads is not None:
         host_args += ["--encoder-threads", str(cfg.encoder_threads)]
-    elif cfg.pin_cpus and len(split_cpus()[0]) == 1:
+    elif cfg.pin_cpus and len(split_cpus().host) == 1:
         host_args += ["--encoder-threads", "1"]  # a second slice thread on the same CPU only takes turns
     if mode == "free":
         view_args += ["--phase-locked", "off"]
@@ -452,8 +452,10 @@ def format_table(result: dict[str, Any]) -> str:
         net = f"netsim (loss {c['loss']:.1%}, jitter 0..{c['jitter_ms']:g} ms)"
     skew = f" {c['skew_ppm']:+g} ppm" if c["skew_ppm"] else ""
     if c.get("pin_cpus"):
-        host_cpus, viewer_cpus = split_cpus()
-        net += f", host on CPU {_cpu_list(host_cpus)} and viewer on CPU {_cpu_list(viewer_cpus)}"
+        cpus = split_cpus()
+        net += f", host on CPU {_cpu_list(cpus.host)} and viewer on CPU {_cpu_list(cpus.viewers)}"
+        if c.get("jitter_sigma_ms") and cpus.relay != cpus.host:
+            net += f", netsim's relay on CPU {_cpu_list(cpus.relay)}"
     lines = [
         f"{c['height']}p{c['fps']} {c['bitrate_kbits'] / 1000:g} Mbit/s, viewer refresh {c['refresh_hz']:g} Hz{skew}, "
         f"{net}, {c['duration_s']:g} s per mode"

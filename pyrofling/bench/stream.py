@@ -71,8 +71,9 @@ class StreamScenario:
     schedule: str | None = None
     queue_ms: float | None = None
     rate_mbits: float = 0.0
-    #: Give the host side (host, game, netsim) one CPU and the viewers another, as two machines would have: on
-    #: a small machine their threads otherwise take turns on the same cores and each one's tail grows the other's.
+    #: Give the host side (host, game) one CPU and the viewers another, as two machines would have: on a small
+    #: machine their threads otherwise take turns on the same cores and each one's tail grows the other's.
+    #: netsim's relay gets a CPU of its own where there are enough (:func:`split_cpus`).
     pin_cpus: bool = False
     #: Time a fixed piece of work beside the run (:mod:`~pyrofling.bench.pace_meter`): spells when the whole
     #: machine ran slow, which stretch every stage at once.
@@ -136,13 +137,33 @@ def free_port() -> int:
     raise OSError("no free port")
 
 
-def split_cpus() -> tuple[set[int], set[int]]:
-    """The CPUs this process may use, split in two: (host side, viewers).  ValueError with fewer than two."""
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        raise ValueError(f"pinning host and viewer to their own CPUs needs two; this process may use {len(cpus)}")
-    half = len(cpus) // 2
-    return set(cpus[:half]), set(cpus[half:])
+#: The fewest CPUs the viewers' half must have for netsim's relay to take one of them for itself.
+RELAY_OWN_CPU_FROM = 4
+
+
+@dataclass(frozen=True, slots=True)
+class CpuSplit:
+    """Which CPUs each side of a pinned run may use."""
+
+    host: set[int]  # the host and the game it streams
+    viewers: set[int]
+    #: netsim's relay: a CPU of its own where the viewers can spare one, else the host side's.  On the host's
+    #: CPUs its wake-ups, one per datagram, take the encoder's CPU in the middle of a frame.
+    relay: set[int]
+
+
+def split_cpus(cpus: set[int] | None = None) -> CpuSplit:
+    """``cpus`` (default: those this process may use) split in two halves, host side and viewers, and the relay's
+    own CPU taken from the viewers' end where they have :data:`RELAY_OWN_CPU_FROM` or more.  ValueError with
+    fewer than two."""
+    every = sorted(os.sched_getaffinity(0) if cpus is None else cpus)
+    if len(every) < 2:
+        raise ValueError(f"pinning host and viewer to their own CPUs needs two; this process may use {len(every)}")
+    half = len(every) // 2
+    host, viewers = every[:half], every[half:]
+    if len(viewers) >= RELAY_OWN_CPU_FROM:
+        return CpuSplit(set(host), set(viewers[:-1]), {viewers[-1]})
+    return CpuSplit(set(host), set(viewers), set(host))
 
 
 def _pinned(proc: subprocess.Popen[AnyStr], cpus: set[int] | None) -> subprocess.Popen[AnyStr]:
@@ -243,7 +264,8 @@ def _run(
 
         meter = PaceMeter((sc.duration_s or 3600) + 60, tmp / "pace.json")
     try:
-        host_cpus, viewer_cpus = split_cpus() if sc.pin_cpus else (None, None)
+        cpus = split_cpus() if sc.pin_cpus else None
+        host_cpus, viewer_cpus = (cpus.host, cpus.viewers) if cpus else (None, None)
         procs.append(_pinned(subprocess.Popen(host_cmd, env=env), host_cpus))
         _wait_for_port(host_port, procs[0], timeout_s=30)
         if sc.game:
@@ -283,7 +305,7 @@ def _run(
             if sc.queue_ms is not None:
                 net_cmd += ["--queue-ms", str(sc.queue_ms)]
             with netsim_out.open("wb") as out:
-                netsim = _pinned(subprocess.Popen(net_cmd, env=env, stdout=out), host_cpus)
+                netsim = _pinned(subprocess.Popen(net_cmd, env=env, stdout=out), cpus.relay if cpus else None)
             procs.append(netsim)
             _wait_for_port(view_port, netsim, timeout_s=15)
         viewer_files = [tmp / f"viewer{i}.json" for i in range(sc.viewers)]
