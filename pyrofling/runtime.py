@@ -9,9 +9,11 @@ and viewer together; both are per process and cost nothing measurable:
   more).  Frozen, the objects made at start-up are skipped: 2–5 ms.
 * **Thread priorities** (:class:`ThreadPriorities`): the threads whose wake-up
   is the beat (the host's heartbeat, the viewer's presenter) ask for real-time
-  scheduling, the ones that carry a frame (encoder, decoder, the event loops)
-  for a raised one, so another program's burst of work does not push a picture
-  past its refresh.  Where the system refuses (an unprivileged user without an
+  scheduling, the host's encoder for real-time below them (nothing of the
+  host's own takes its CPU mid-frame; it steps down where it needs most of a
+  CPU, :mod:`pyrofling.core.host.encoder_share`), the others that carry a frame
+  (decoder, the event loops) for a raised one, so another program's burst of
+  work does not push a picture past its refresh.  Where the system refuses (an unprivileged user without an
   rtprio or nice limit), they run as before and one line says so.
 * **Nothing imported mid-stream**: ``np.percentile``'s first call imports
   ``numpy.ma`` (8 ms here, the interpreter lock held), and the viewer's
@@ -25,6 +27,7 @@ and viewer together; both are per process and cost nothing measurable:
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import os
@@ -41,6 +44,8 @@ SWITCH_INTERVAL_S = 0.001
 
 #: SCHED_FIFO priority for the beat threads: low among real-time ones (1..99), above every ordinary thread.
 REALTIME_PRIORITY = 10
+#: ... and for the encoder: below the beat, so that the heartbeat still wakes on time in the middle of an encode.
+ENCODER_REALTIME_PRIORITY = 5
 #: Nice value for the threads that carry a frame (ordinary threads run at 0).
 RAISED_NICE = -10
 #: Which of our threads asks for what: the beat threads wake briefly and must wake on time; the others do
@@ -48,7 +53,9 @@ RAISED_NICE = -10
 THREAD_ROLES = {
     "heartbeat": "real-time",
     "presenter": "real-time",
-    "encoder": "raised",
+    # The event loop and the sound took the encoder's CPU three times a frame where they share one, and a frame's
+    # encode took 2-3 ms longer at its tail; real-time, nothing of ours preempts it (but the heartbeat).
+    "encoder": "real-time",
     "decoder": "raised",
     "event loop": "raised",
     # Recording and broadcasting (the broadcast's own encoder among them) keep a CDN's pace, seconds behind: an
@@ -146,7 +153,7 @@ class ThreadPriorities:
         if want == "normal":
             got = "normal" if _try(lambda: self._make_ordinary(tid)) else "inherited"
         elif want == "real-time" and _try(
-            lambda: os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(REALTIME_PRIORITY))
+            lambda: os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(_realtime_priority(role)))
         ):
             got = "real-time"
         elif want in ("real-time", "raised") and _try(lambda: os.setpriority(os.PRIO_PROCESS, tid, RAISED_NICE)):
@@ -154,6 +161,29 @@ class ThreadPriorities:
         with self._lock:
             self.granted[role] = got
         return got
+
+    def step_down(self, role: str) -> int:
+        """Every thread of this process at ``role``'s real-time priority (the role's own and those it started,
+        a codec's slice threads) back to the raised priority, or the process's own where raising is refused:
+        for a real-time thread that needs too much of its CPU.  How many threads it moved."""
+        priority = _realtime_priority(role)
+        moved = 0
+        for tid in _own_threads():
+            try:
+                if os.sched_getscheduler(tid) != os.SCHED_FIFO or os.sched_getparam(tid).sched_priority != priority:
+                    continue
+                os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))  # lowering: always allowed
+            except OSError:  # the thread ended meanwhile
+                continue
+            moved += 1
+            try:
+                os.setpriority(os.PRIO_PROCESS, tid, RAISED_NICE)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    self._make_ordinary(tid)
+        with self._lock:
+            self.granted[role] = "raised (stepped down from real-time)"
+        return moved
 
     def _make_ordinary(self, tid: int) -> None:
         """Back to the ordinary class and the process's nice value (a lower priority: always allowed)."""
@@ -171,7 +201,9 @@ class ThreadPriorities:
         parts = [f"{role} {got}" for role, got in granted.items()]
         # A role that asks for less than it had ("normal") is never refused a privilege.
         refused = [
-            role for role, got in granted.items() if THREAD_ROLES[role] != "normal" and got != THREAD_ROLES[role]
+            role
+            for role, got in granted.items()
+            if THREAD_ROLES[role] != "normal" and got != THREAD_ROLES[role] and "stepped down" not in got
         ]
         hint = (
             "; not granted for "
@@ -181,6 +213,18 @@ class ThreadPriorities:
             else ""
         )
         return "thread priorities: " + ", ".join(parts) + hint
+
+
+def _realtime_priority(role: str) -> int:
+    return ENCODER_REALTIME_PRIORITY if role == "encoder" else REALTIME_PRIORITY
+
+
+def _own_threads() -> list[int]:
+    """The native ids of this process's threads (Linux; none elsewhere)."""
+    try:
+        return [int(name) for name in os.listdir("/proc/self/task")]
+    except OSError:
+        return []
 
 
 def _nice(tid: int) -> int | None:

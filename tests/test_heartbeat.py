@@ -10,9 +10,12 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from pyrofling.clocks import VirtualClock
+import pytest
+
+from pyrofling.clocks import SYSTEM_CLOCK, VirtualClock
 from pyrofling.core.host.encode_schedule import EncodeSchedule
 from pyrofling.core.host.frame_clock import FrameClock
 from pyrofling.core.host.keyframes import KeyframePolicy
@@ -80,3 +83,55 @@ def test_the_heartbeat_wakes_exactly_at_each_tick_and_stamps_frames_with_it() ->
     last_tick = round((dues[-1] - START_S) / period)
     assert len(frames) + schedule.skipped >= last_tick + 1
     assert [p.pts_us for p in sent[: len(frames)]] == [f["capture_us"] for f in frames]
+
+
+def test_a_real_time_encoder_that_fills_its_cpu_is_stepped_down_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+    import numpy.typing as npt
+
+    from pyrofling.runtime import THREAD_PRIORITIES
+
+    # The system's side, recorded: what matters here is when the heartbeat asks for the step down.
+    stepped: list[str] = []
+    monkeypatch.setitem(THREAD_PRIORITIES.granted, "encoder", "real-time")
+
+    def step_down(role: str) -> int:
+        stepped.append(role)
+        return 1
+
+    monkeypatch.setattr(THREAD_PRIORITIES, "step_down", step_down)
+
+    class SlowSource(SceneSource):
+        """Each frame takes 30 ms to produce: the encode thread busy nine tenths of the time at 60 frames a
+        second (every other tick finds it busy and is skipped)."""
+
+        def read(self, index: int, capture_us: int) -> npt.NDArray[np.uint8]:
+            threading.Event().wait(0.03)
+            return super().read(index, capture_us)
+
+    async def scenario() -> Heartbeat:
+        with ThreadPoolExecutor(max_workers=1) as executor:
+            heartbeat = Heartbeat(
+                clock=FrameClock(fps=FPS, start_s=SYSTEM_CLOCK.now()),
+                schedule=EncodeSchedule(1.0 / FPS),
+                keyframes=KeyframePolicy(),
+                encoder=VideoEncoder(EncoderConfig(width=160, height=96, fps=FPS, bitrate_kbits=300)),
+                executor=executor,
+                stats=HostStats(),
+                source=SlowSource(160, 96),
+                on_packets=lambda packets: None,
+                on_source_end=lambda: None,
+            )
+            heartbeat.start(asyncio.get_running_loop())
+            for _ in range(300):  # up to 30 s on a loaded machine; about half a second of encodes is enough
+                if stepped:
+                    break
+                await asyncio.sleep(0.1)
+            for _ in range(5):  # and a while after: it was asked once
+                await asyncio.sleep(0.1)
+            await heartbeat.stop()
+            return heartbeat
+
+    heartbeat = asyncio.run(scenario())
+    assert stepped == ["encoder"]
+    assert heartbeat.encoder_share.share_at_step_down is not None and heartbeat.encoder_share.share_at_step_down > 0.5

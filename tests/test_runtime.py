@@ -121,13 +121,68 @@ def test_a_granted_priority_is_the_threads_own() -> None:
     p.enabled = True
 
     def raise_and_read() -> tuple[str, int]:
-        got = p.apply("encoder")
+        got = p.apply("decoder")
         return got, os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 
     got, nice = on_thread(raise_and_read)
     # Whatever this system grants, the thread has what the summary says (root here: raised; a user: normal).
     assert (got, nice) in (("raised", RAISED_NICE), ("normal", os.getpriority(os.PRIO_PROCESS, 0)))
-    assert p.summary().startswith(f"thread priorities: encoder {got}")
+    assert p.summary().startswith(f"thread priorities: decoder {got}")
+
+
+def test_the_encoder_runs_real_time_below_the_heartbeat_and_steps_down_with_the_threads_it_started() -> None:
+    p = ThreadPriorities()
+    p.enabled = True
+    stop, ready = threading.Event(), threading.Barrier(3, timeout=30)
+    tids: dict[str, int] = {}
+    got: dict[str, str] = {}
+
+    def codec_thread() -> None:  # started by the encoder, as x264 starts its slice threads: inherits its priority
+        tids["slice"] = threading.get_native_id()
+        ready.wait()
+        stop.wait(30)
+
+    def encoder() -> None:
+        got["encoder"] = p.apply("encoder")
+        tids["encoder"] = threading.get_native_id()
+        slice_thread = threading.Thread(target=codec_thread)
+        slice_thread.start()
+        stop.wait(30)
+        slice_thread.join(30)
+
+    def heartbeat() -> None:
+        got["heartbeat"] = p.apply("heartbeat")
+        tids["heartbeat"] = threading.get_native_id()
+        ready.wait()
+        stop.wait(30)
+
+    threads = [threading.Thread(target=encoder), threading.Thread(target=heartbeat)]
+    for t in threads:
+        t.start()
+    try:
+        ready.wait()
+        if got != {"encoder": "real-time", "heartbeat": "real-time"}:
+            pytest.skip(f"this system refuses real-time scheduling (got {got}): nothing to step down")
+
+        def policy(name: str) -> tuple[int, int]:
+            tid = tids[name]
+            return os.sched_getscheduler(tid), os.sched_getparam(tid).sched_priority
+
+        assert policy("heartbeat") == (os.SCHED_FIFO, runtime.REALTIME_PRIORITY)
+        # Below the heartbeat, which must still wake on time mid-encode; the codec's thread has it too.
+        assert policy("encoder") == policy("slice") == (os.SCHED_FIFO, runtime.ENCODER_REALTIME_PRIORITY)
+        assert runtime.ENCODER_REALTIME_PRIORITY < runtime.REALTIME_PRIORITY
+        assert p.step_down("encoder") == 2
+        for name in ("encoder", "slice"):
+            assert policy(name) == (os.SCHED_OTHER, 0)
+            assert os.getpriority(os.PRIO_PROCESS, tids[name]) == RAISED_NICE
+        assert policy("heartbeat") == (os.SCHED_FIFO, runtime.REALTIME_PRIORITY)  # the beat keeps real time
+        line = p.summary()
+        assert "encoder raised (stepped down from real-time)" in line and "not granted" not in line
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
 
 
 def test_an_output_thread_started_by_a_raised_thread_goes_back_to_the_processs_priority() -> None:

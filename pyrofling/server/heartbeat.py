@@ -26,6 +26,7 @@ import av
 
 from pyrofling.clocks import SYSTEM_CLOCK, Clock
 from pyrofling.core.host.encode_schedule import EncodeSchedule
+from pyrofling.core.host.encoder_share import EncoderShare
 from pyrofling.core.host.frame_clock import FrameClock
 from pyrofling.core.host.keyframes import KeyframePolicy
 from pyrofling.runtime import COLLECTOR_PAUSES, THREAD_PRIORITIES, timed_on_thread
@@ -78,6 +79,8 @@ class Heartbeat:
         #: A JSON line per encoded frame: when its tick was due, woke, reached the loop, encoded, was sent.
         self._trace = frame_trace
         self._due_s: float | None = None
+        #: Whether the real-time encoder leaves its CPU room for the host's other threads.
+        self.encoder_share = EncoderShare()
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -169,6 +172,7 @@ class Heartbeat:
             if self.source is None
             else (self._render_and_encode, self.source, index, capture_us, force)
         )
+        started = self._time.now()
         try:
             if timing is None:
                 packets = await loop.run_in_executor(self._executor, *job)
@@ -182,6 +186,7 @@ class Heartbeat:
             packets = []
         finally:
             self.schedule.finished()
+            self._encoded(started)
         if packets is None:
             log.info("source ended after %d frames", index)
             self._on_source_end()
@@ -205,6 +210,19 @@ class Heartbeat:
             for pause in COLLECTOR_PAUSES.drain():  # what stopped this process meanwhile
                 self._trace.write(json.dumps(pause) + "\n")
         self.presented()  # a present that came while this frame encoded
+
+    def _encoded(self, started: float) -> None:
+        """An encode ended: a real-time encoder that fills too much of its CPU steps down (encoder_share)."""
+        if self.encoder_share.encoded(started, self._time.now()) and THREAD_PRIORITIES.granted.get("encoder") == (
+            "real-time"
+        ):
+            moved = THREAD_PRIORITIES.step_down("encoder")
+            log.warning(
+                "the encoder filled %.0f %% of the last second: its %d real-time thread(s) stepped down to a raised "
+                "priority, so that the host's event loop and sound keep their turns on its CPU",
+                100 * (self.encoder_share.share_at_step_down or 0.0),
+                moved,
+            )
 
     # -- the encode thread ---------------------------------------------------------------------
 
