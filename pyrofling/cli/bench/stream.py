@@ -397,7 +397,8 @@ def add_latency(sub: Sub) -> None:
         "--pin-cpus",
         action="store_true",
         help="run the host on half of this machine's CPUs and the viewer on the other half, as on two machines "
-        "(on a small machine their threads otherwise take turns on the same cores; needs 2 CPUs)",
+        "(on a small machine their threads otherwise take turns on the same cores; needs 2 CPUs); netsim's relay "
+        "takes one of the viewer's CPUs where the viewer has four or more, else it runs beside the host",
     )
     p.add_argument(
         "--also-normal-priority",
