@@ -218,8 +218,9 @@ class Heartbeat:
         ):
             moved = THREAD_PRIORITIES.step_down("encoder")
             log.warning(
-                "the encoder filled %.0f %% of the last second: its %d real-time thread(s) stepped down to a raised "
-                "priority, so that the host's event loop and sound keep their turns on its CPU",
+                "the encoder needed more than half of its CPU (%.1f %% of the last second): it and its codec "
+                "threads (%d in all) step down from real-time to a raised priority, so that the host's event loop "
+                "and sound keep their turns on that CPU",
                 100 * (self.encoder_share.share_at_step_down or 0.0),
                 moved,
             )
