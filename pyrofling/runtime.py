@@ -13,8 +13,9 @@ and viewer together; both are per process and cost nothing measurable:
   host's own takes its CPU mid-frame; it steps down where it needs most of a
   CPU, :mod:`pyrofling.core.host.encoder_share`), the others that carry a frame
   (decoder, the event loops) for a raised one, so another program's burst of
-  work does not push a picture past its refresh.  Where the system refuses (an unprivileged user without an
-  rtprio or nice limit), they run as before and one line says so.
+  work does not push a picture past its refresh.  Where the system refuses (an
+  unprivileged user without an rtprio or nice limit), they run as before and
+  one line says so.
 * **Nothing imported mid-stream**: ``np.percentile``'s first call imports
   ``numpy.ma`` (8 ms here, the interpreter lock held), and the viewer's
   automatic offset first calls it 2 s into every stream, on the presenter
