@@ -9,11 +9,11 @@ and viewer together; both are per process and cost nothing measurable:
   more).  Frozen, the objects made at start-up are skipped: 2–5 ms.
 * **Thread priorities** (:class:`ThreadPriorities`): the threads whose wake-up
   is the beat (the host's heartbeat, the viewer's presenter) ask for real-time
-  scheduling, the host's encoder for real-time below them (nothing of the
-  host's own takes its CPU mid-frame; it steps down where it needs most of a
-  CPU, :mod:`pyrofling.core.host.encoder_share`), the others that carry a frame
-  (decoder, the event loops) for a raised one, so another program's burst of
-  work does not push a picture past its refresh.  Where the system refuses (an
+  scheduling, the host's encoder and the viewer's decoder for real-time below
+  them (nothing else of their process takes their CPU mid-frame; each steps
+  down where it needs most of a CPU, :mod:`pyrofling.core.cpu_share`), the
+  event loops for a raised one, so another program's burst of work does not
+  push a picture past its refresh.  Where the system refuses (an
   unprivileged user without an rtprio or nice limit), they run as before and
   one line says so.
 * **Nothing imported mid-stream**: ``np.percentile``'s first call imports
@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib
+import logging
 import os
 import sys
 import threading
@@ -39,14 +40,20 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from pyrofling.core.cpu_share import CpuShare
+
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 SWITCH_INTERVAL_S = 0.001
 
 #: SCHED_FIFO priority for the beat threads: low among real-time ones (1..99), above every ordinary thread.
 REALTIME_PRIORITY = 10
-#: ... and for the encoder: below the beat, so that the heartbeat still wakes on time in the middle of an encode.
-ENCODER_REALTIME_PRIORITY = 5
+#: ... and for the threads that carry a frame and run real-time: below the beat, so that the heartbeat and the
+#: presenter still wake on time in the middle of a frame's work; each its own, so that one stepping down
+#: (:meth:`ThreadPriorities.step_down`) finds its own threads and the codec's that it started, and no other.
+WORKER_PRIORITIES = {"encoder": 5, "decoder": 4}
 #: Nice value for the threads that carry a frame (ordinary threads run at 0).
 RAISED_NICE = -10
 #: Which of our threads asks for what: the beat threads wake briefly and must wake on time; the others do
@@ -55,9 +62,10 @@ THREAD_ROLES = {
     "heartbeat": "real-time",
     "presenter": "real-time",
     # The event loop and the sound took the encoder's CPU three times a frame where they share one, and a frame's
-    # encode took 2-3 ms longer at its tail; real-time, nothing of ours preempts it (but the heartbeat).
+    # encode took 2-3 ms longer at its tail; real-time, nothing of ours preempts it (but the heartbeat).  The
+    # same for the decoder (but the presenter).  Both step down where they need most of their CPU (cpu_share).
     "encoder": "real-time",
-    "decoder": "raised",
+    "decoder": "real-time",
     "event loop": "raised",
     # Recording and broadcasting (the broadcast's own encoder among them) keep a CDN's pace, seconds behind: an
     # ordinary priority, though the raised event loop starts them and a thread inherits its starter's.
@@ -186,6 +194,21 @@ class ThreadPriorities:
             self.granted[role] = "raised (stepped down from real-time)"
         return moved
 
+    def worked(self, role: str, share: CpuShare, started_s: float, finished_s: float) -> None:
+        """After each piece of ``role``'s work (a frame's encode or decode): a real-time worker whose work now fills
+        too much of its CPU (:class:`~pyrofling.core.cpu_share.CpuShare`) steps down, and a warning says so."""
+        if not share.worked(started_s, finished_s) or self.granted.get(role) != "real-time":
+            return
+        moved = self.step_down(role)
+        log.warning(
+            "the %s needed more than half of its CPU (%.1f %% of the last second): it and its codec threads (%d in "
+            "all) step down from real-time to a raised priority, so that the event loop and the sound keep their "
+            "turns on that CPU",
+            role,
+            100 * (share.share_at_step_down or 0.0),
+            moved,
+        )
+
     def _make_ordinary(self, tid: int) -> None:
         """Back to the ordinary class and the process's nice value (a lower priority: always allowed)."""
         if os.sched_getscheduler(tid) != os.SCHED_OTHER:
@@ -217,7 +240,7 @@ class ThreadPriorities:
 
 
 def _realtime_priority(role: str) -> int:
-    return ENCODER_REALTIME_PRIORITY if role == "encoder" else REALTIME_PRIORITY
+    return WORKER_PRIORITIES.get(role, REALTIME_PRIORITY)
 
 
 def _own_threads() -> list[int]:

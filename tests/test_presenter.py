@@ -219,3 +219,41 @@ def test_a_streams_decoder_and_scene_checker_are_ready_before_its_first_packet(
     pipeline.close()  # returns once the thread has taken everything queued
     assert opened == [VideoCodec.H264]
     assert pipeline._scene is not None and (pipeline._scene.width, pipeline._scene.height) == (320, 240)
+
+
+def test_a_real_time_decoder_that_fills_its_cpu_is_stepped_down_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pyrofling.client.video as video
+    from pyrofling.client.codecs import VideoDecoder
+    from pyrofling.core.viewer.clock_sync import HostClock
+    from pyrofling.core.viewer.connection import DecodeVideo
+    from pyrofling.runtime import THREAD_PRIORITIES
+    from pyrofling.wire import VideoCodec
+
+    # The system's side, recorded: what matters here is when the decode thread asks for the step down.
+    stepped: list[str] = []
+
+    def step_down(role: str) -> int:
+        stepped.append(role)
+        return 1
+
+    monkeypatch.setitem(THREAD_PRIORITIES.granted, "decoder", "real-time")
+    monkeypatch.setattr(THREAD_PRIORITIES, "step_down", step_down)
+
+    class SlowDecoder(VideoDecoder):
+        """A picture too large for this CPU: each packet takes 30 ms to decode."""
+
+        def decode(self, data: bytes, pts_us: int) -> list[Any]:
+            threading.Event().wait(0.03)
+            return []
+
+    monkeypatch.setattr(video, "VideoDecoder", SlowDecoder)
+    presenter = Presenter(PresentationConfig(), HeadlessDisplay(), refresh_hz=60.0)
+    pipeline = video.VideoPipeline(presenter, HeadlessDisplay(), on_decode_error=lambda: None, max_queue=64)
+    pipeline.start()
+    clock = HostClock()
+    for i in range(60):  # 1.8 s of decoding, packets always waiting: the thread busy all the time
+        packet = DecodeVideo(b"\0\0\0\1", i * 16_667, True, 0.0, VideoCodec.H264)
+        assert pipeline.offer(packet, clock, 1, 0.0)
+    pipeline.close(timeout_s=60)  # returns once the thread has taken everything queued
+    assert stepped == ["decoder"]
+    assert pipeline.cpu_share.share_at_step_down is not None and pipeline.cpu_share.share_at_step_down > 0.5

@@ -104,7 +104,7 @@ def test_a_refused_real_time_request_falls_back_to_a_raised_priority_then_to_nor
     p = ThreadPriorities()
     p.enabled = True
     assert p.apply("presenter") == "raised" and calls == ["fifo", "nice"]
-    assert p.apply("decoder") == "raised" and calls == ["fifo", "nice", "nice"]  # never asks real-time for it
+    assert p.apply("event loop") == "raised" and calls == ["fifo", "nice", "nice"]  # never asks real-time for it
 
     def refuse_nice(*_a: object) -> None:
         raise PermissionError("not allowed")
@@ -112,7 +112,7 @@ def test_a_refused_real_time_request_falls_back_to_a_raised_priority_then_to_nor
     monkeypatch.setattr(runtime.os, "setpriority", refuse_nice)
     assert p.apply("heartbeat") == "normal"
     line = p.summary()
-    assert "presenter raised, decoder raised, heartbeat normal" in line
+    assert "presenter raised, event loop raised, heartbeat normal" in line
     assert "not granted for presenter, heartbeat" in line and "CAP_SYS_NICE" in line
 
 
@@ -121,19 +121,19 @@ def test_a_granted_priority_is_the_threads_own() -> None:
     p.enabled = True
 
     def raise_and_read() -> tuple[str, int]:
-        got = p.apply("decoder")
+        got = p.apply("event loop")
         return got, os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 
     got, nice = on_thread(raise_and_read)
     # Whatever this system grants, the thread has what the summary says (root here: raised; a user: normal).
     assert (got, nice) in (("raised", RAISED_NICE), ("normal", os.getpriority(os.PRIO_PROCESS, 0)))
-    assert p.summary().startswith(f"thread priorities: decoder {got}")
+    assert p.summary().startswith(f"thread priorities: event loop {got}")
 
 
-def test_the_encoder_runs_real_time_below_the_heartbeat_and_steps_down_with_the_threads_it_started() -> None:
+def test_the_encoder_runs_real_time_below_the_beat_and_steps_down_with_the_threads_it_started() -> None:
     p = ThreadPriorities()
     p.enabled = True
-    stop, ready = threading.Event(), threading.Barrier(3, timeout=30)
+    stop, ready = threading.Event(), threading.Barrier(4, timeout=30)
     tids: dict[str, int] = {}
     got: dict[str, str] = {}
 
@@ -150,18 +150,20 @@ def test_the_encoder_runs_real_time_below_the_heartbeat_and_steps_down_with_the_
         stop.wait(30)
         slice_thread.join(30)
 
-    def heartbeat() -> None:
-        got["heartbeat"] = p.apply("heartbeat")
-        tids["heartbeat"] = threading.get_native_id()
+    def other(role: str) -> None:  # the heartbeat, and a decoder (a viewer in the same process)
+        got[role] = p.apply(role)
+        tids[role] = threading.get_native_id()
         ready.wait()
         stop.wait(30)
 
-    threads = [threading.Thread(target=encoder), threading.Thread(target=heartbeat)]
+    threads = [threading.Thread(target=encoder)] + [
+        threading.Thread(target=other, args=(role,)) for role in ("heartbeat", "decoder")
+    ]
     for t in threads:
         t.start()
     try:
         ready.wait()
-        if got != {"encoder": "real-time", "heartbeat": "real-time"}:
+        if set(got.values()) != {"real-time"}:
             pytest.skip(f"this system refuses real-time scheduling (got {got}): nothing to step down")
 
         def policy(name: str) -> tuple[int, int]:
@@ -170,13 +172,15 @@ def test_the_encoder_runs_real_time_below_the_heartbeat_and_steps_down_with_the_
 
         assert policy("heartbeat") == (os.SCHED_FIFO, runtime.REALTIME_PRIORITY)
         # Below the heartbeat, which must still wake on time mid-encode; the codec's thread has it too.
-        assert policy("encoder") == policy("slice") == (os.SCHED_FIFO, runtime.ENCODER_REALTIME_PRIORITY)
-        assert runtime.ENCODER_REALTIME_PRIORITY < runtime.REALTIME_PRIORITY
+        assert policy("encoder") == policy("slice") == (os.SCHED_FIFO, runtime.WORKER_PRIORITIES["encoder"])
+        assert policy("decoder") == (os.SCHED_FIFO, runtime.WORKER_PRIORITIES["decoder"])
+        assert max(runtime.WORKER_PRIORITIES.values()) < runtime.REALTIME_PRIORITY
         assert p.step_down("encoder") == 2
         for name in ("encoder", "slice"):
             assert policy(name) == (os.SCHED_OTHER, 0)
             assert os.getpriority(os.PRIO_PROCESS, tids[name]) == RAISED_NICE
         assert policy("heartbeat") == (os.SCHED_FIFO, runtime.REALTIME_PRIORITY)  # the beat keeps real time
+        assert policy("decoder") == (os.SCHED_FIFO, runtime.WORKER_PRIORITIES["decoder"])  # and the other worker
         line = p.summary()
         assert "encoder raised (stepped down from real-time)" in line and "not granted" not in line
     finally:

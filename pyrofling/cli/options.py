@@ -226,9 +226,9 @@ def add_thread_priority_option(p: argparse.ArgumentParser | argparse._ArgumentGr
         "--thread-priority",
         choices=("auto", "normal"),
         default="auto",
-        help="auto (default): the threads that keep the beat ask for real-time scheduling, the host's encoder for "
-        "real-time below them (it steps down to raised if it needs more than half of its CPU), the others that "
-        "carry a frame for a raised priority, where the system allows it (root, CAP_SYS_NICE or an rtprio/nice "
+        help="auto (default): the threads that keep the beat ask for real-time scheduling, the encoder and the "
+        "decoder for real-time below them (each steps down to raised if it needs more than half of its CPU), the "
+        "event loops for a raised priority, where the system allows it (root, CAP_SYS_NICE or an rtprio/nice "
         "limit; a line at start says what was granted); normal: leave every thread as it is",
     )
 

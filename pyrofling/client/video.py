@@ -31,6 +31,7 @@ import numpy.typing as npt
 from pyrofling.client.codecs import DecodeError, VideoDecoder
 from pyrofling.client.presenter import Display, Picture, PictureTiming, Presenter
 from pyrofling.core import frame_marker
+from pyrofling.core.cpu_share import CpuShare
 from pyrofling.core.samples import LIVE_SAMPLES, SAMPLES_KEPT, recent_samples, tail
 from pyrofling.core.scene import TestScene
 from pyrofling.core.viewer.clock_sync import HostClock
@@ -112,6 +113,8 @@ class VideoPipeline:
         self._queue: queue.Queue[_Item | _Expect | None] = queue.Queue(maxsize=max_queue)
         self._thread = threading.Thread(target=self._run, name="pyrofling-decode", daemon=True)
         self._first_picture_of: int | None = None  # the connection whose first picture was shown
+        #: Whether the real-time decoder leaves its CPU room for the viewer's other threads.
+        self.cpu_share = CpuShare()
 
     def start(self) -> None:
         self._thread.start()
@@ -202,6 +205,7 @@ class VideoPipeline:
                     if layout is None or layout.per_row * layout.block > frame.width:
                         layout = frame_marker.layout_for(frame.width)
                     self._picture(frame, item, layout, decode_ms, marker_log)
+                THREAD_PRIORITIES.worked("decoder", self.cpu_share, item.decode_start_s, time.monotonic())
         finally:
             if marker_log is not None:
                 marker_log.close()

@@ -25,8 +25,8 @@ from typing import Any, TextIO
 import av
 
 from pyrofling.clocks import SYSTEM_CLOCK, Clock
+from pyrofling.core.cpu_share import CpuShare
 from pyrofling.core.host.encode_schedule import EncodeSchedule
-from pyrofling.core.host.encoder_share import EncoderShare
 from pyrofling.core.host.frame_clock import FrameClock
 from pyrofling.core.host.keyframes import KeyframePolicy
 from pyrofling.runtime import COLLECTOR_PAUSES, THREAD_PRIORITIES, timed_on_thread
@@ -80,7 +80,7 @@ class Heartbeat:
         self._trace = frame_trace
         self._due_s: float | None = None
         #: Whether the real-time encoder leaves its CPU room for the host's other threads.
-        self.encoder_share = EncoderShare()
+        self.encoder_share = CpuShare()
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -186,7 +186,7 @@ class Heartbeat:
             packets = []
         finally:
             self.schedule.finished()
-            self._encoded(started)
+            THREAD_PRIORITIES.worked("encoder", self.encoder_share, started, self._time.now())
         if packets is None:
             log.info("source ended after %d frames", index)
             self._on_source_end()
@@ -210,20 +210,6 @@ class Heartbeat:
             for pause in COLLECTOR_PAUSES.drain():  # what stopped this process meanwhile
                 self._trace.write(json.dumps(pause) + "\n")
         self.presented()  # a present that came while this frame encoded
-
-    def _encoded(self, started: float) -> None:
-        """An encode ended: a real-time encoder that fills too much of its CPU steps down (encoder_share)."""
-        if self.encoder_share.encoded(started, self._time.now()) and THREAD_PRIORITIES.granted.get("encoder") == (
-            "real-time"
-        ):
-            moved = THREAD_PRIORITIES.step_down("encoder")
-            log.warning(
-                "the encoder needed more than half of its CPU (%.1f %% of the last second): it and its codec "
-                "threads (%d in all) step down from real-time to a raised priority, so that the host's event loop "
-                "and sound keep their turns on that CPU",
-                100 * (self.encoder_share.share_at_step_down or 0.0),
-                moved,
-            )
 
     # -- the encode thread ---------------------------------------------------------------------
 
