@@ -197,8 +197,8 @@ class ThreadPriorities:
     def worked(self, role: str, share: CpuShare, started_s: float, finished_s: float) -> None:
         """After each piece of ``role``'s work (a frame's encode or decode): a real-time worker whose work now fills
         too much of its CPU (:class:`~pyrofling.core.cpu_share.CpuShare`) steps down, and a warning says so."""
-        if not share.worked(started_s, finished_s) or self.granted.get(role) != "real-time":
-            return
+        if self.granted.get(role) != "real-time" or not share.worked(started_s, finished_s):
+            return  # not real-time (refused, stepped down, or priorities left alone): nothing to watch
         moved = self.step_down(role)
         log.warning(
             "the %s needed more than half of its CPU (%.1f %% of the last second): it and its codec threads (%d in "

@@ -24,8 +24,7 @@ class CpuShare:
     window_s: float = 1.0
     #: The most of the window the work may fill and keep real time.
     max_share: float = 0.5
-    #: Set once the worker was told to step down (it never steps up again), and the share that made it.
-    stepped_down: bool = False
+    #: The share that made the worker step down (None: it has not; it never steps up again).
     share_at_step_down: float | None = None
     _jobs: deque[tuple[float, float]] = field(default_factory=deque)  # (started, finished) in the window
 
@@ -41,10 +40,14 @@ class CpuShare:
             self._jobs.popleft()
         share = self.share(finished_s)
         if share > self.max_share:
-            self.stepped_down, self.share_at_step_down = True, share
+            self.share_at_step_down = share
             self._jobs.clear()
             return True
         return False
+
+    @property
+    def stepped_down(self) -> bool:
+        return self.share_at_step_down is not None
 
     def share(self, now: float) -> float:
         """The part of the window up to ``now`` that the work filled (the part of a piece cut by the window's
