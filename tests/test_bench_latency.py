@@ -167,6 +167,11 @@ def test_repeats_count_once_locked_and_past_the_start_up_which_is_stated_apart()
     pooled = pool([dict(row, rate_trim_ppm=0.0, machine_steal_pct=None)])
     text = format_table({"config": asdict(cfg), "rows": [pooled]})
     assert "the slowest picture's capture -> ready, and refreshes repeated: auto 40.0 ms, 2 repeated" in text
+    # A pinned run's JSON says how its machine split the CPUs; printed elsewhere, the table says the same.
+    pinned = {"host": list(range(8)), "viewers": list(range(8, 15)), "relay": [15]}
+    cfg = LatencyBenchConfig(duration_s=62.0, modes=("auto",), pin_cpus=True, jitter_sigma_ms=3.0)
+    text = format_table({"config": asdict(cfg), "rows": [pooled], "cpus": pinned})
+    assert "host on CPU 0,1,2,3,4,5,6,7 and viewer on CPU 8,9,10,11,12,13,14, netsim's relay on CPU 15" in text
 
 
 def test_repeats_whose_picture_was_on_its_way_while_the_machine_ran_slow_are_counted() -> None:

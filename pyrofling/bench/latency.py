@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -211,7 +211,11 @@ def run(cfg: LatencyBenchConfig, *, progress: Callable[[str], None] = lambda _s:
                 viewer_gc=viewer_gc,
                 machine_slow=slow[row["mode"]],
             )
-    return {"config": asdict(cfg), "rows": rows}
+    result: dict[str, Any] = {"config": asdict(cfg), "rows": rows}
+    if cfg.pin_cpus:  # as they were split here: the table may be printed from this JSON on another machine
+        split = split_cpus()
+        result["cpus"] = {"host": sorted(split.host), "viewers": sorted(split.viewers), "relay": sorted(split.relay)}
+    return result
 
 
 def machine_cpu() -> list[int] | None:
@@ -479,10 +483,10 @@ def format_table(result: dict[str, Any]) -> str:
         net = f"netsim (loss {c['loss']:.1%}, jitter 0..{c['jitter_ms']:g} ms)"
     skew = f" {c['skew_ppm']:+g} ppm" if c["skew_ppm"] else ""
     if c.get("pin_cpus"):
-        cpus = split_cpus()
-        net += f", host on CPU {_cpu_list(cpus.host)} and viewer on CPU {_cpu_list(cpus.viewers)}"
-        if c.get("jitter_sigma_ms") and cpus.relay != cpus.host:
-            net += f", netsim's relay on CPU {_cpu_list(cpus.relay)}"
+        cpus = result.get("cpus") or asdict(split_cpus())
+        net += f", host on CPU {_cpu_list(cpus['host'])} and viewer on CPU {_cpu_list(cpus['viewers'])}"
+        if c.get("jitter_sigma_ms") and set(cpus["relay"]) != set(cpus["host"]):
+            net += f", netsim's relay on CPU {_cpu_list(cpus['relay'])}"
     lines = [
         f"{c['height']}p{c['fps']} {c['bitrate_kbits'] / 1000:g} Mbit/s, viewer refresh {c['refresh_hz']:g} Hz{skew}, "
         f"{net}, {c['duration_s']:g} s per mode"
@@ -526,7 +530,7 @@ def format_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _cpu_list(cpus: set[int]) -> str:
+def _cpu_list(cpus: Iterable[int]) -> str:
     return ",".join(str(c) for c in sorted(cpus))
 
 
