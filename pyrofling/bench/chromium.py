@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 from typing import Any
@@ -53,6 +54,11 @@ class Chromium:
         self._reader: asyncio.Task[None] | None = None
         self._raised: set[int] = set()
 
+    @property
+    def profile_dir(self) -> str:
+        """Its user data directory, removed when it ends."""
+        return self._profile.name
+
     async def __aenter__(self) -> Chromium:
         self._proc = subprocess.Popen(
             [
@@ -73,6 +79,7 @@ class Chromium:
             # Its singleton socket's directory goes in TMPDIR, and one killed at the end leaves it there: in the
             # profile, it goes with it.
             env={**os.environ, "TMPDIR": self._profile.name},
+            start_new_session=True,  # its helpers in one group, to end with it
         )
         url = await asyncio.wait_for(asyncio.to_thread(self._devtools_url), 30)
         self._ws = await connect(url, max_size=None)
@@ -101,6 +108,10 @@ class Chromium:
             except TimeoutError:
                 self._proc.kill()
                 self._proc.wait()
+            # Helpers that outlive the browser wrote into the profile after it was removed (a directory left in
+            # /tmp per run): none of the group may run once the profile goes.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
         self._profile.cleanup()
 
     async def _read(self) -> None:
