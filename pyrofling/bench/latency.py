@@ -402,14 +402,14 @@ def rate_tail(values: list[float], share: float) -> float:
     """The value that only ``share`` of ``values`` exceed.
 
     Where the run holds at least one value at that share (N × share ≥ 1), the run's own order statistic
-    (:func:`share_tail`).  Where it holds fewer, its latest value is a single draw from around that quantile: for a
-    Gaussian spread ±0.33 σ from run to run, and a short run's latest falls far short of it.  The tail is then
-    extrapolated from the latest ``TAIL_FIT_SHARE`` of the run as an exponential tail over the value just below
-    them (peaks over a threshold: the mean excess β gives the quantile at ``share`` as threshold + β × ln(their
-    share / share)).  For a Gaussian spread at half a repeat a minute, an exponential tail errs above the
-    quantile: by 0.14 σ on a minute's pictures, varying ±0.22 σ (the latest picture: ±0.32 σ), and by 0.2 σ on
-    20 s's (where the latest falls 0.35 σ short).  Never below the second-latest value: two values beyond the
-    rest are a stall that a lock must cover whatever a fit to the others says."""
+    (:func:`share_tail`), as for a run too short to fit (fewer than twice ``TAIL_FIT_MIN``).  Where it holds
+    fewer, its latest value is a single draw from around that quantile, and a short run's falls short of it.
+    The tail is then extrapolated from the latest ``TAIL_FIT_SHARE`` of the run as an exponential tail over the
+    value just below them (peaks over a threshold: the mean excess β gives the quantile at ``share`` as
+    threshold + β × ln(their share / share)).  For a Gaussian spread at half a repeat a minute, that errs above
+    the quantile: by 0.14 σ on a minute's pictures, varying ±0.22 σ from run to run (the latest picture: ±0.32
+    σ), and by 0.2 σ on 20 s's (where the latest falls 0.35 σ short).  Never below the second-latest value: two
+    values beyond the rest are a stall that a lock must cover whatever a fit to the others says."""
     ordered = sorted(values)
     n = len(ordered)
     k = max(TAIL_FIT_MIN, round(n * TAIL_FIT_SHARE))
