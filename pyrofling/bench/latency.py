@@ -213,8 +213,7 @@ def run(cfg: LatencyBenchConfig, *, progress: Callable[[str], None] = lambda _s:
             )
     result: dict[str, Any] = {"config": asdict(cfg), "rows": rows}
     if cfg.pin_cpus:  # as they were split here: the table may be printed from this JSON on another machine
-        split = split_cpus()
-        result["cpus"] = {"host": sorted(split.host), "viewers": sorted(split.viewers), "relay": sorted(split.relay)}
+        result["cpus"] = {side: sorted(cpus) for side, cpus in asdict(split_cpus()).items()}
     return result
 
 
