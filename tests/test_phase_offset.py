@@ -15,6 +15,9 @@ from pyrofling.core.viewer.phase_offset import AutoOffset, AutoOffsetConfig
 from pyrofling.core.viewer.presentation import Present, PresentationConfig, PresentationLoop, Repeat, Wait
 
 PERIOD = 1 / 59.94
+#: The 20 s window alone, without the allowance for the machine's stalls (which holds a quiet link's margin at
+#: 7 ms for the first ten minutes): what the window learns.
+WINDOW_ONLY = AutoOffsetConfig(stall_allowance_s=0.0)
 
 
 def feed(auto: AutoOffset, seconds: float, sigma_s: float, *, start_s: float = 0.0, mean_s: float = 0.0,
@@ -35,12 +38,12 @@ def test_the_deadline_sits_a_flip_margin_before_the_next_refresh_and_the_offset_
 
 
 def test_the_margin_shrinks_to_the_jitter_it_measures() -> None:
-    auto = AutoOffset(PERIOD)
+    auto = AutoOffset(PERIOD, WINDOW_ONLY)
     feed(auto, 90.0, 0.0005)
     # 99th percentile 1.16 ms, +half its distance from the median, +0.5 ms guard: about 2.2 ms.
     assert 1.8e-3 < auto.margin_s < 2.7e-3
     assert auto.offset_s == pytest.approx(auto.deadline_s - auto.margin_s)
-    big = AutoOffset(PERIOD)
+    big = AutoOffset(PERIOD, WINDOW_ONLY)
     feed(big, 90.0, 0.002)
     assert big.margin_s > auto.margin_s + 3e-3  # more jitter, more margin
 
@@ -86,8 +89,8 @@ def test_missed_refreshes_raise_the_margin_and_it_comes_back_once_they_stop() ->
 
 
 def test_allowing_more_missed_refreshes_buys_a_smaller_margin() -> None:
-    strict, loose = AutoOffset(PERIOD, AutoOffsetConfig(misses_per_minute=0.1)), AutoOffset(PERIOD)
-    lax = AutoOffset(PERIOD, AutoOffsetConfig(misses_per_minute=30.0))
+    strict, loose = AutoOffset(PERIOD, replace(WINDOW_ONLY, misses_per_minute=0.1)), AutoOffset(PERIOD, WINDOW_ONLY)
+    lax = AutoOffset(PERIOD, replace(WINDOW_ONLY, misses_per_minute=30.0))
     for auto in (strict, loose, lax):
         feed(auto, 90.0, 0.001, seed=4)
     assert strict.margin_s > loose.margin_s + 0.3e-3 > lax.margin_s + 0.6e-3
@@ -125,16 +128,64 @@ def test_in_the_loop_the_early_estimate_spares_the_first_seconds_on_a_jittery_li
 def test_a_tail_that_is_not_gaussian_is_covered_by_the_windows_latest_picture() -> None:
     # Calm pictures (σ 0.5 ms) and, every 8 s, one 7 ms late (an encoder's slow frame): the 99th percentile
     # does not see it, and half a miss a minute allows fewer than one a 20 s window, so the margin covers it.
-    auto = AutoOffset(PERIOD)
+    auto = AutoOffset(PERIOD, WINDOW_ONLY)
     rng = random.Random(5)
     t, n = 0.0, 0
     while t < 60.0:
         auto.observe(0.007 if n % 480 == 479 else rng.gauss(0.0, 0.0005), t)
         t, n = t + PERIOD, n + 1
     assert auto.margin_s >= 0.007 + AutoOffsetConfig().guard_s - 1e-4
-    calm = AutoOffset(PERIOD)
+    calm = AutoOffset(PERIOD, WINDOW_ONLY)
     feed(calm, 60.0, 0.0005)
     assert calm.margin_s < 0.003  # without the slow frames, the tail the percentile sees
+
+
+def test_a_quiet_link_keeps_the_stall_allowance_until_ten_minutes_show_the_machine_stalls_less() -> None:
+    # σ 0.5 ms and nothing else: the window alone would take about 2.2 ms, but a machine's stalls come as
+    # pictures later than any in the window, so for the first ten minutes the margin keeps 7 ms past the
+    # median.  Ten minutes without one then show this machine's own rate of late pictures, and it falls.
+    auto = AutoOffset(PERIOD)
+    t = feed(auto, 90.0, 0.0005)
+    assert auto.margin_s == pytest.approx(AutoOffsetConfig().stall_allowance_s, abs=0.3e-3)
+    assert auto.state().stall_late_ms is None
+    t = feed(auto, 500.0, 0.0005, start_s=t, seed=2)
+    assert auto.margin_s > 0.0065 and auto.state().stall_late_ms is None  # not yet ten minutes learnt
+    feed(auto, 40.0, 0.0005, start_s=t, seed=3)
+    late_ms = auto.state().stall_late_ms
+    assert late_ms is not None and 1.0 < late_ms < 2.5  # the 6th latest of 36,000 pictures: about 3.5 σ
+    assert auto.margin_s < 0.003
+
+
+def test_a_machine_that_stalls_more_often_than_allowed_is_covered_once_its_stalls_are_learnt() -> None:
+    # σ 0.5 ms, and every 30 s a picture 9 ms late (twice a minute, four times the rate allowed): past the 7 ms
+    # allowance, and a 20 s window never holds the last one when the next comes, so each misses at first.  Once
+    # ten minutes of them are learnt, the margin covers them: no more misses.
+    auto = AutoOffset(PERIOD)
+    rng = random.Random(7)
+    t, n = 0.0, 0
+    misses_first, misses_after = 0, 0
+    while t < 900.0:
+        stall = n % 1800 == 1799
+        lateness = 0.009 if stall else rng.gauss(0.0, 0.0005)
+        if stall and lateness > auto.margin_s:
+            misses_first += t < 600.0
+            misses_after += t >= 660.0
+        auto.observe(lateness, t)
+        t, n = t + PERIOD, n + 1
+    assert misses_first >= 10
+    assert misses_after == 0
+    assert auto.margin_s >= 0.009 + AutoOffsetConfig().guard_s - 1e-4
+    late_ms = auto.state().stall_late_ms
+    assert late_ms == pytest.approx(9.0)
+
+
+def test_the_stall_allowance_leaves_a_jittery_links_margin_where_its_spread_puts_it() -> None:
+    # σ 3 ms: the window's extrapolated tail (about 11 ms) lies past the median + 7 ms already.
+    with_allowance, window_only = AutoOffset(PERIOD), AutoOffset(PERIOD, WINDOW_ONLY)
+    for auto in (with_allowance, window_only):
+        feed(auto, 120.0, 0.003, seed=5)
+    assert window_only.margin_s > AutoOffsetConfig().stall_allowance_s + 2e-3
+    assert with_allowance.margin_s == pytest.approx(window_only.margin_s, abs=1e-9)
 
 
 def test_stationary_jitter_never_makes_it_hunt() -> None:
@@ -306,7 +357,7 @@ def test_the_picture_a_missed_refresh_waited_for_is_learnt_when_it_comes_and_is_
     next refresh, a leftover by its stamp, and is dropped for that refresh's own.  Its lateness is the tail the
     margin missed: learnt, the margin covers it (left out, only a miss's bump would raise it)."""
     rng = random.Random(3)
-    loop: PresentationLoop[int] = PresentationLoop(PresentationConfig.automatic(), PERIOD)
+    loop: PresentationLoop[int] = PresentationLoop(PresentationConfig.automatic(WINDOW_ONLY), PERIOD)
     assert loop.auto is not None
     v, frame = 10.0, 0
 

@@ -270,6 +270,7 @@ class Presenter:
                     "learning": a.learning,
                     "p99_late_ms": a.p99_late_ms,
                     "misses_last_minute": a.misses_last_minute,
+                    "stall_late_ms": a.stall_late_ms,
                     "reversals": loop.auto.reversals,
                 }
             st.dropped += decision.dropped if isinstance(decision, Present) else 0

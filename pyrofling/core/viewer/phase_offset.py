@@ -13,7 +13,12 @@ against its target (``done − (refresh + offset)``, the phase error's negative)
 over the last ``window_s``, it takes the lateness that ``misses_per_minute`` pictures
 exceed (half a miss a minute by default; extrapolated from the median and the 99th
 percentile), plus a guard, plus a bump for every deadline missed in the last
-minute beyond that rate (the tail that extrapolation did not see: stalls).  Until
+minute beyond that rate (the tail that extrapolation did not see: stalls).  The
+machine's own stalls (an encode in a slow spell of the CPU, a codec thread woken
+late) come as pictures later than any in the window, which no estimate from it
+foresees; so the margin also stays a fixed allowance beyond the median lateness
+until ten minutes of pictures show the machine's own rate of them, and from then
+on covers the lateness that rate of them exceeded (lower on a quiet machine).  Until
 the window holds enough pictures for a percentile, the spread of the first ones
 may already raise it (never lower it): a jittery link would otherwise miss
 several times a second at the initial margin.
@@ -26,6 +31,7 @@ more slowly, and it moves only when its target leaves a dead band around it.
 
 from __future__ import annotations
 
+import heapq
 import statistics
 from collections import deque
 from dataclasses import dataclass
@@ -61,6 +67,15 @@ class AutoOffsetConfig:
     #: two came about one time in four (rare events come as they please), and a player counts those.
     misses_per_minute: float = 0.5
     guard_s: float = 0.0005
+    #: The margin stays at least this far beyond the median lateness until ``stall_window_s`` of learnt pictures
+    #: show the machine's own stalls; from then on, it covers the lateness that ``misses_per_minute`` of that
+    #: window's pictures exceeded (plus the guard) instead, whichever way that moves it.  On a quiet link the
+    #: window's spread alone put the margin 2.5–3.5 ms past the median, and the stalls a few ms past that came
+    #: about twice a minute on both machines measured; replaying their recorded pictures, this allowance halved
+    #: them for 1.8 ms more latency, as a 3 ms guard did, without raising a jittery link's margin (which its
+    #: spread already carries past the allowance).  0: no allowance, the window alone.
+    stall_allowance_s: float = 0.007
+    stall_window_s: float = 600.0
     #: Each deadline missed in the last ``miss_memory_s`` beyond the ``misses_per_minute`` allowed adds this
     #: much (up to ``max_miss_bump_s``).
     miss_step_s: float = 0.0005
@@ -93,6 +108,9 @@ class OffsetState:
     learning: bool  # enough samples: the margin follows them (else still the initial one)
     p99_late_ms: float | None
     misses_last_minute: int
+    #: The lateness the stall window's allowed share of pictures exceeded (None: the window is not full yet,
+    #: the fixed allowance holds).
+    stall_late_ms: float | None
 
 
 class AutoOffset:
@@ -113,6 +131,12 @@ class AutoOffset:
         self._early_next = cfg.early_samples
         self._early_margin = 0.0
         self._misses: deque[float] = deque()
+        #: The learnt pictures' latest lateness, per second of the stall window: each second's
+        #: ``_stall_rank`` latest (a min-heap), which hold the window's ``_stall_rank`` latest.
+        self._stall_seconds: deque[tuple[int, list[float]]] = deque()
+        self._stall_rank = int(cfg.misses_per_minute * cfg.stall_window_s / 60) + 1
+        self._first_learnt_s: float | None = None
+        self._stall_floor_s: float | None = None  # what the stall window showed (None: not full yet)
         self._last_update_s: float | None = None
         self._last_rise_s = float("-inf")
         self._p99: float | None = None
@@ -167,7 +191,7 @@ class AutoOffset:
             len(self._recent) == self._recent.maxlen and abs(statistics.median(self._recent)) <= cfg.lock_tolerance_s
         )
         if self.locked and now - self._last_rise_s >= cfg.settle_s:
-            self._samples.append((now, lateness_s))
+            self._learn(lateness_s, now)
         self.update(now)
 
     def missed_picture_came(self, lateness_s: float, now: float) -> None:
@@ -176,8 +200,32 @@ class AutoOffset:
         the tail the margin did not cover, and left out, the window would never hold the pictures that missed
         (their stalls would not raise the margin beyond a miss's bump)."""
         if self.locked:
-            self._samples.append((now, lateness_s))
+            self._learn(lateness_s, now)
             self.update(now)
+
+    def _learn(self, lateness_s: float, now: float) -> None:
+        self._samples.append((now, lateness_s))
+        if self._first_learnt_s is None:
+            self._first_learnt_s = now
+        second = int(now)
+        if not self._stall_seconds or self._stall_seconds[-1][0] != second:
+            self._stall_seconds.append((second, []))
+        latest = self._stall_seconds[-1][1]
+        if len(latest) < self._stall_rank:
+            heapq.heappush(latest, lateness_s)
+        elif lateness_s > latest[0]:
+            heapq.heapreplace(latest, lateness_s)
+
+    def _learn_stalls(self, now: float) -> None:
+        """The lateness the allowed rate of the stall window's pictures exceeded, once the window is full."""
+        cfg = self.config
+        while self._stall_seconds and self._stall_seconds[0][0] < now - cfg.stall_window_s:
+            self._stall_seconds.popleft()
+        if self._first_learnt_s is None or now - self._first_learnt_s < cfg.stall_window_s:
+            self._stall_floor_s = None
+            return
+        latest = heapq.nlargest(self._stall_rank, (v for _, top in self._stall_seconds for v in top))
+        self._stall_floor_s = latest[-1] if len(latest) == self._stall_rank else None
 
     def missed(self, now: float) -> None:
         """A refresh passed its deadline without a picture (counted once locked)."""
@@ -197,6 +245,7 @@ class AutoOffset:
             self._wakes.popleft()
         last, self._last_update_s = self._last_update_s, now
         if now - self._target_at >= cfg.recompute_s:
+            self._learn_stalls(now)
             self._target, self._target_at = self.target_margin_s(), now
             self._flip_target = self.target_flip_s()
         if last is None:
@@ -294,6 +343,10 @@ class AutoOffset:
             # extrapolates; on a noisy lent machine it missed 10 times a minute while the margin rose a bump
             # at a time.
             margin = max(margin, float(late.max()) + cfg.guard_s + bump)
+        if self._stall_floor_s is not None:
+            margin = max(margin, self._stall_floor_s + cfg.guard_s + bump)
+        elif cfg.stall_allowance_s:
+            margin = max(margin, p50 + cfg.stall_allowance_s + bump)
         return float(min(self.max_margin_s, max(cfg.min_margin_s, margin)))
 
     def _turn(self, direction: int) -> None:
@@ -311,4 +364,5 @@ class AutoOffset:
             learning=len(self._samples) >= self.config.min_samples,
             p99_late_ms=None if self._p99 is None else self._p99 * 1000,
             misses_last_minute=len(self._misses),
+            stall_late_ms=None if self._stall_floor_s is None else self._stall_floor_s * 1000,
         )
