@@ -222,6 +222,23 @@ def test_bench_phase_is_deterministic_and_prints_json(capsys: pytest.CaptureFixt
     assert {r["controller"] for r in first["rows"]} == {"pi", "reference", "none"}
 
 
+def test_bench_phase_replays_a_latency_runs_pictures_or_says_what_the_file_lacks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recorded = tmp_path / "lat.json"
+    recorded.write_text(json.dumps({"rows": [{"mode": "auto", "ready_ms": [8.0 + (i % 7) * 0.1 for i in range(900)]}]}))
+    assert main(["bench", "phase", "--replay", str(recorded), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["replay"]
+    assert {r["rule"] for r in rows} == {"auto", "auto, window only"}
+    assert all(r["run"] == "auto" and r["pictures"] == 900 and r["repeats_per_minute"] == 0.0 for r in rows)
+    (tmp_path / "other.json").write_text(json.dumps({"rows": [{"mode": "auto"}]}))
+    (tmp_path / "text.json").write_text("presented 3000")
+    for name, said in (("missing.json", "No such file"), ("other.json", "no recorded ready times"),
+                       ("text.json", "not JSON")):  # fmt: skip
+        assert main(["bench", "phase", "--replay", str(tmp_path / name)]) == 2
+        assert said in capsys.readouterr().err
+
+
 def test_bench_latency_smoke_locks_and_measures_glass_to_glass(tmp_path: Path) -> None:
     """Real host and viewer at a tiny size: the automatic offset and pyrofling's controller at 0/8 ms, taking
     turns in two rounds each, with both ends' frame traces."""

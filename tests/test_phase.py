@@ -8,7 +8,15 @@ from typing import Any
 
 import pytest
 
-from pyrofling.bench.phase import PhaseSimConfig, format_table, run, simulate, standard_scenarios
+from pyrofling.bench.phase import (
+    PhaseSimConfig,
+    format_table,
+    recorded_runs,
+    replay_rows,
+    run,
+    simulate,
+    standard_scenarios,
+)
 from pyrofling.core.host.frame_clock import FrameClock, PiConfig, PiController, ReferenceController
 from pyrofling.core.phase import wrap_phase
 from pyrofling.core.viewer.presentation import (
@@ -400,3 +408,44 @@ def test_phase_locked_does_not_keep_a_frame_of_backlog() -> None:
     d = loop.poll(1.0 + PERIOD + 0.012)
     assert isinstance(d, Present) and d.frame == "alone"
     assert loop.counters.repeated == 0
+
+
+# -- recorded pictures replayed -------------------------------------------------------------------
+
+
+def stalling_run(seconds: float, stall_every_s: float, stall_ms: float) -> list[float]:
+    """Capture → ready times (ms) of a quiet machine, 8 ± 0.3 ms, and every ``stall_every_s`` one picture
+    ``stall_ms`` later than that: what ``bench latency --json`` records as ``ready_ms``."""
+    rng = random.Random(11)
+    every = round(stall_every_s * 60)
+    return [8.0 + (stall_ms if i % every == every - 1 else rng.gauss(0.0, 0.3)) for i in range(round(seconds * 60))]
+
+
+def test_a_recorded_run_replays_each_picture_at_its_own_delay() -> None:
+    steady = (0.008,) * 600
+    r = simulate(PhaseSimConfig(duration_s=10.0, skew_ppm=1000.0, pipeline_delay_s=0.008, recorded_delays_s=steady,
+                                auto_offset=True), "pi")  # fmt: skip
+    assert r.lock_s is not None and r.repeated_after_lock == 0
+    # On screen a refresh after the one the picture was ready in, at the learnt offset: capture → screen is the
+    # delay plus the margin and the flip margin (within the lock's own spread).
+    assert r.glass_ms is not None and 8.0 + 7.0 < r.glass_ms < 8.0 + 7.0 + 2.5
+
+
+def test_replayed_stalls_that_no_20_s_window_holds_repeat_unless_the_stall_allowance_covers_them() -> None:
+    # A picture 5 ms late every 25 s: each comes after the last has left the 20 s window.
+    runs = [("auto", stalling_run(100.0, 25.0, 5.0))]
+    rows = {r["rule"]: r for r in replay_rows(runs)}
+    window_only, viewer = rows["auto, window only"], rows["auto"]
+    assert window_only["repeats_per_minute"] >= 1.0  # at least two of the four (a miss's bump covers some)
+    assert viewer["repeats_per_minute"] == 0.0
+    # What it costs: the allowance over the window's quiet margin, no more.
+    assert 0.0 < viewer["glass_ms"] - window_only["glass_ms"] < 7.0
+
+
+def test_only_a_latency_benchs_rows_with_recorded_pictures_are_replayed() -> None:
+    assert recorded_runs({"rows": [{"mode": "free", "ready_ms": [8.0, 9.0]}, {"mode": "auto"}]}) == [
+        ("free", [8.0, 9.0])
+    ]
+    for bad in ({"rows": [{"mode": "auto"}]}, {"results": []}, [1, 2]):
+        with pytest.raises(ValueError):
+            recorded_runs(bad)

@@ -54,6 +54,10 @@ class PhaseSimConfig:
     #: From this time on the jitter is ``jitter_later_s`` (a network that gets worse, or better).
     jitter_change_at_s: float | None = None
     jitter_later_s: float = 0.0
+    #: Recorded capture → ready delays, frame *i* taking the *i*-th (round again past the end) in place of
+    #: ``pipeline_delay_s`` and the jitter: a real run's pictures (``bench latency``'s ``ready_ms``) replayed
+    #: through the loop, so that the pure core's rules can be tried on a machine's own stalls.
+    recorded_delays_s: tuple[float, ...] | None = None
     lock_threshold_s: float = 0.001
     seed: int = 1
 
@@ -68,6 +72,8 @@ class PhaseSimResult:
     recover_s: float | None  # after the stall ended, time to be locked again
     #: Picture ready → on screen, median over the second half (the latency the offset costs), ms.
     wait_ms: float | None
+    #: Capture → on screen, median after lock (the bench's glass-to-glass, less the display's own), ms.
+    glass_ms: float | None
     offset_ms: float  # the offset in force at the end (learnt with auto_offset)
     margin_reversals: int  # auto_offset: times the margin changed direction
     presented: int
@@ -96,7 +102,11 @@ def simulate(cfg: PhaseSimConfig, controller: str) -> PhaseSimResult:
     rng = random.Random(cfg.seed)
     jitter_of: dict[int, float] = {}
 
+    recorded = cfg.recorded_delays_s
+
     def jitter(index: int) -> float:  # the same jitter for frame i whichever controller runs
+        if recorded:
+            return recorded[index % len(recorded)] - cfg.pipeline_delay_s
         while len(jitter_of) <= index:
             later = cfg.jitter_change_at_s is not None and len(jitter_of) * period >= cfg.jitter_change_at_s
             size = cfg.jitter_later_s if later else cfg.jitter_s
@@ -119,11 +129,13 @@ def simulate(cfg: PhaseSimConfig, controller: str) -> PhaseSimResult:
     push(display.next_vblank(0.0), "vblank")
     inbox: list[tuple[float, int]] = []  # frames decoded, not yet handed to the loop: (done, index)
     captured: dict[int, float] = {}  # index → capture time (the picture's stamp)
+    capture_of: dict[int, float] = {}  # the same, kept (a picture overtaken by a later one still shows)
     trace: list[tuple[float, float, float]] = []
     wait_until: float | None = None
     stall_end = None if cfg.stall_at_s is None else cfg.stall_at_s + cfg.stall_s
     presented_at: list[tuple[float, bool]] = []  # (time, repeated?) per refresh
     waits: list[tuple[float, float]] = []  # (time, on screen − ready)
+    glass: list[tuple[float, float]] = []  # (time, on screen − capture)
     dropped_at: list[float] = []
     feedback = 0
 
@@ -145,6 +157,7 @@ def simulate(cfg: PhaseSimConfig, controller: str) -> PhaseSimResult:
         if isinstance(d, Present):
             presented_at.append((now, False))
             waits.append((now, d.on_screen_s - d.done_s))
+            glass.append((now, d.on_screen_s - capture_of[d.frame]))
             if d.dropped:
                 dropped_at.append(now)
             if controller != "none":
@@ -164,7 +177,7 @@ def simulate(cfg: PhaseSimConfig, controller: str) -> PhaseSimResult:
                 if cfg.stall_at_s is not None and stall_end is not None and cfg.stall_at_s <= arrival < stall_end:
                     arrival = stall_end
                 heapq.heappush(inbox, (max(arrival, tick.due_s), tick.index))
-                captured[tick.index] = tick.due_s
+                captured[tick.index] = capture_of[tick.index] = tick.due_s
                 if wait_until is not None and arrival < wait_until:  # the presenter wakes when it arrives
                     push(max(arrival, now), "poll")
                 true_error = wrap_phase(
@@ -201,6 +214,7 @@ def simulate(cfg: PhaseSimConfig, controller: str) -> PhaseSimResult:
         max_abs_ms=max(abs(e) for e in settled) * 1000 if settled else None,
         recover_s=recover_s,
         wait_ms=statistics.median(w for t, w in waits if t >= settle_s) * 1000 if waits else None,
+        glass_ms=_median_ms([g for t, g in glass if t > after]),
         offset_ms=loop.offset_s * 1000,
         margin_reversals=loop.auto.reversals if loop.auto is not None else 0,
         presented=loop.counters.presented,
@@ -210,6 +224,10 @@ def simulate(cfg: PhaseSimConfig, controller: str) -> PhaseSimResult:
         trace=trace,
         repeats_at=[t for t, rep in presented_at if rep],
     )
+
+
+def _median_ms(values: list[float]) -> float | None:
+    return statistics.median(values) * 1000 if values else None
 
 
 def _in_stall(t: float, cfg: PhaseSimConfig) -> bool:
@@ -301,6 +319,80 @@ def format_auto_rows(rows: list[dict[str, Any]], duration_s: float) -> str:
             f"{f(r['offset_ms'], '+.1f') + ' ms':>13} {f(r['wait_ms'], '.1f') + ' ms':>12} "
             f"{f(r['repeats_per_minute'], '.1f'):>11} {r['margin_reversals']:>9}"
         )
+    return "\n".join(lines)
+
+
+#: The offset rules a recorded run is replayed through: the viewer's, and its 20 s window alone.
+REPLAY_RULES = {
+    "auto": AutoOffsetConfig(),
+    "auto, window only": AutoOffsetConfig(stall_allowance_s=0.0),
+}
+
+
+def recorded_runs(result: dict[str, Any]) -> list[tuple[str, list[float]]]:
+    """Each row's recorded capture → ready times (ms) from a ``bench latency --json`` result.  Every mode's
+    pictures are the machine's: free-running and the reference's are replayed as well as the automatic."""
+    rows = result.get("rows") if isinstance(result, dict) else None
+    if not isinstance(rows, list):
+        raise ValueError("not a `pyrofling bench latency --json` result (no rows)")
+    runs = [(str(r.get("mode")), r["ready_ms"]) for r in rows if isinstance(r, dict) and r.get("ready_ms")]
+    if not runs:
+        raise ValueError("its rows hold no recorded ready times (ready_ms): run `bench latency --json` again")
+    return runs
+
+
+def replay_rows(
+    runs: list[tuple[str, list[float]]], rules: dict[str, AutoOffsetConfig] | None = None, seed: int = 1
+) -> list[dict[str, Any]]:
+    """Each recorded run's pictures through each offset rule, in the loop with the pi controller (59.94 Hz
+    display): repeats a minute after lock, capture → on screen median, the offset at the end."""
+    rows = []
+    for name, ready_ms in runs:
+        delays = tuple(ms / 1000 for ms in ready_ms)
+        duration_s = len(delays) / 60.0
+        base = PhaseSimConfig(
+            duration_s=duration_s,
+            skew_ppm=1000.0,
+            pipeline_delay_s=statistics.median(delays),
+            recorded_delays_s=delays,
+            initial_phase=0.3,
+            auto_offset=True,
+            seed=seed,
+        )
+        for rule, config in (rules or REPLAY_RULES).items():
+            r = simulate(replace(base, auto_config=config), "pi")
+            minutes = (duration_s - (r.lock_s or 0.0)) / 60
+            rows.append(
+                {
+                    "run": name,
+                    "pictures": len(delays),
+                    "rule": rule,
+                    "repeats_per_minute": r.repeated_after_lock / minutes if r.lock_s is not None else None,
+                    "glass_ms": r.glass_ms,
+                    "offset_ms": r.offset_ms,
+                }
+            )
+    return rows
+
+
+def format_replay_rows(rows: list[dict[str, Any]]) -> str:
+    header = (
+        f"{'recorded run':<22} {'pictures':>8} {'rule':<18} {'repeats/min':>11} {'capture→screen':>14} {'offset':>9}"
+    )
+    lines = ["recorded pictures replayed through the offset rules (59.94 Hz display, pi)", header, "-" * len(header)]
+    for r in rows:
+        rate, glass = r["repeats_per_minute"], r["glass_ms"]
+        lines.append(
+            f"{r['run']:<22} {r['pictures']:>8} {r['rule']:<18} {'-' if rate is None else format(rate, '.1f'):>11} "
+            f"{'-' if glass is None else format(glass, '.1f') + ' ms':>14} {r['offset_ms']:>+6.1f} ms"
+        )
+    for rule in dict.fromkeys(r["rule"] for r in rows):
+        mine = [r for r in rows if r["rule"] == rule and r["repeats_per_minute"] is not None]
+        if mine:
+            rate = statistics.fmean(r["repeats_per_minute"] for r in mine)
+            glass = statistics.fmean(r["glass_ms"] for r in mine if r["glass_ms"] is not None)
+            label = f"mean of {len(mine)} runs"
+            lines.append(f"{label:<22} {'':>8} {rule:<18} {rate:>11.2f} {glass:>11.1f} ms")
     return "\n".join(lines)
 
 

@@ -454,12 +454,21 @@ def add_phase(sub: Sub) -> None:
         "Simulates host frame clock, pipeline jitter and the viewer's presentation loop with the real pure "
         "objects and a fake clock, from several starting phases per scenario (500 ppm skew, 2 ms jitter, "
         "59.94 Hz, +-3 ms load, a 100 ms stall), then the viewer's automatic offset against the reference's "
-        "fixed 0 / 8 ms at four jitters (a minute each). Deterministic: the same seed gives the same numbers.",
-        "pyrofling bench phase --duration 10 --phases 8 --plot phase.png",
+        "fixed 0 / 8 ms at four jitters (a minute each). Deterministic: the same seed gives the same numbers. "
+        "With --replay, instead: a real run's recorded pictures (each one's capture -> ready time) through the "
+        "viewer's offset rule and its 20 s window alone, in the same loop.",
+        "pyrofling bench phase --duration 10 --phases 8 --plot phase.png\n"
+        "  pyrofling bench latency --modes free,auto --json > lat.json && pyrofling bench phase --replay lat.json",
     )
     add_common(p, duration_s=(2.0, 600.0, 10.0), plot=True)
     p.add_argument("--phases", type=whole_number(1, 64, "phases"), default=8, help="starting phases per scenario")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--replay",
+        metavar="LATENCY.json",
+        action="append",
+        help="replay the pictures a `bench latency --json` run recorded (every mode's); repeat for more runs",
+    )
     p.set_defaults(func=_run_phase)
 
 
@@ -467,11 +476,32 @@ def _run_phase(args: argparse.Namespace) -> int:
     from pyrofling.bench.phase import auto_offset_rows, format_auto_rows, format_table, plot, run, standard_scenarios
 
     setup(args)
+    if args.replay:
+        return _replay_phase(args)
     result = run(standard_scenarios(args.duration, args.seed), phases=args.phases)
     auto_s = max(60.0, args.duration)
     result["auto_offset"] = auto_offset_rows(auto_s, args.seed)
     print_result(args, result, lambda r: format_table(r) + "\n\n" + format_auto_rows(r["auto_offset"], auto_s))
     return draw_plot("bench phase", args.plot, lambda: plot(args.duration, args.seed, str(args.plot)))
+
+
+def _replay_phase(args: argparse.Namespace) -> int:
+    from pyrofling.bench.phase import format_replay_rows, recorded_runs, replay_rows
+
+    runs = []
+    for i, path in enumerate(args.replay):
+        try:
+            with open(path, encoding="utf-8") as f:
+                found = recorded_runs(json.load(f))
+        except json.JSONDecodeError as exc:
+            return refuse("bench phase", f"--replay {path}: not JSON ({exc})")
+        except (OSError, ValueError) as exc:
+            return refuse("bench phase", f"--replay {path}: {exc}")
+        runs += [(f"{mode} ({i + 1})" if len(args.replay) > 1 else mode, ready) for mode, ready in found]
+    progress(f"replaying {len(runs)} recorded runs ...")
+    rows = replay_rows(runs, seed=args.seed)
+    print_result(args, {"replay": rows}, lambda r: format_replay_rows(r["replay"]))
+    return 0
 
 
 def add_soak(sub: Sub) -> None:
