@@ -446,6 +446,7 @@ def test_only_a_latency_benchs_rows_with_recorded_pictures_are_replayed() -> Non
     assert recorded_runs({"rows": [{"mode": "free", "ready_ms": [8.0, 9.0]}, {"mode": "auto"}]}) == [
         ("free", [8.0, 9.0])
     ]
+    bad: Any
     for bad in ({"rows": [{"mode": "auto"}]}, {"results": []}, [1, 2]):
         with pytest.raises(ValueError):
             recorded_runs(bad)

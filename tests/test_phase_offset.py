@@ -144,7 +144,7 @@ def test_a_quiet_link_keeps_the_stall_allowance_until_ten_minutes_show_the_machi
     # σ 0.5 ms and nothing else: the window alone would take about 2.2 ms, but a machine's stalls come as
     # pictures later than any in the window, so for the first ten minutes the margin keeps 7 ms past the
     # median.  Ten minutes without one then show this machine's own rate of late pictures, and it falls.
-    auto = AutoOffset(PERIOD)
+    auto, window_only = AutoOffset(PERIOD), AutoOffset(PERIOD, WINDOW_ONLY)
     t = feed(auto, 90.0, 0.0005)
     assert auto.margin_s == pytest.approx(AutoOffsetConfig().stall_allowance_s, abs=0.3e-3)
     assert auto.state().stall_late_ms is None
@@ -152,8 +152,10 @@ def test_a_quiet_link_keeps_the_stall_allowance_until_ten_minutes_show_the_machi
     assert auto.margin_s > 0.0065 and auto.state().stall_late_ms is None  # not yet ten minutes learnt
     feed(auto, 40.0, 0.0005, start_s=t, seed=3)
     late_ms = auto.state().stall_late_ms
-    assert late_ms is not None and 1.0 < late_ms < 2.5  # the 6th latest of 36,000 pictures: about 3.5 σ
+    assert late_ms is not None and 1.0 < late_ms < 2.5  # the 6th latest of 36,000 pictures: about 3.6 σ
     assert auto.margin_s < 0.003
+    feed(window_only, 630.0, 0.0005)  # without the allowance, no stall window either: the 20 s window alone
+    assert window_only.state().stall_late_ms is None and window_only.margin_s < 0.003
 
 
 def test_a_machine_that_stalls_more_often_than_allowed_is_covered_once_its_stalls_are_learnt() -> None:

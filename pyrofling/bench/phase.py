@@ -329,7 +329,7 @@ REPLAY_RULES = {
 }
 
 
-def recorded_runs(result: dict[str, Any]) -> list[tuple[str, list[float]]]:
+def recorded_runs(result: Any) -> list[tuple[str, list[float]]]:
     """Each row's recorded capture → ready times (ms) from a ``bench latency --json`` result.  Every mode's
     pictures are the machine's: free-running and the reference's are replayed as well as the automatic."""
     rows = result.get("rows") if isinstance(result, dict) else None

@@ -71,9 +71,10 @@ class AutoOffsetConfig:
     #: show the machine's own stalls; from then on, it covers the lateness that ``misses_per_minute`` of that
     #: window's pictures exceeded (plus the guard) instead, whichever way that moves it.  On a quiet link the
     #: window's spread alone put the margin 2.5–3.5 ms past the median, and the stalls a few ms past that came
-    #: about twice a minute on both machines measured; replaying their recorded pictures, this allowance halved
-    #: them for 1.8 ms more latency, as a 3 ms guard did, without raising a jittery link's margin (which its
-    #: spread already carries past the allowance).  0: no allowance, the window alone.
+    #: about twice a minute on both machines measured; their recorded pictures replayed in the loop (``bench
+    #: phase --replay``), this allowance took a third of them for 1.8 ms more latency, as a 2.5 ms guard did for
+    #: 2.2 ms, without moving a jittery link's margin (which its spread already carries past the allowance; the
+    #: guard moved it 3 ms).  0: neither the allowance nor the stall window, the 20 s window alone.
     stall_allowance_s: float = 0.007
     stall_window_s: float = 600.0
     #: Each deadline missed in the last ``miss_memory_s`` beyond the ``misses_per_minute`` allowed adds this
@@ -221,7 +222,7 @@ class AutoOffset:
         cfg = self.config
         while self._stall_seconds and self._stall_seconds[0][0] < now - cfg.stall_window_s:
             self._stall_seconds.popleft()
-        if self._first_learnt_s is None or now - self._first_learnt_s < cfg.stall_window_s:
+        if not cfg.stall_allowance_s or self._first_learnt_s is None or now - self._first_learnt_s < cfg.stall_window_s:
             self._stall_floor_s = None
             return
         latest = heapq.nlargest(self._stall_rank, (v for _, top in self._stall_seconds for v in top))
