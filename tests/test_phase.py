@@ -447,6 +447,7 @@ def test_only_a_latency_benchs_rows_with_recorded_pictures_are_replayed() -> Non
         ("free", [8.0, 9.0])
     ]
     bad: Any
-    for bad in ({"rows": [{"mode": "auto"}]}, {"results": []}, [1, 2]):
+    for bad in ({"rows": [{"mode": "auto"}]}, {"results": []}, [1, 2], {"rows": [{"mode": "auto", "ready_ms": ["8"]}]},
+                {"rows": [{"mode": "auto", "ready_ms": {"a": 1}}]}):  # fmt: skip
         with pytest.raises(ValueError):
             recorded_runs(bad)

@@ -336,6 +336,9 @@ def recorded_runs(result: Any) -> list[tuple[str, list[float]]]:
     if not isinstance(rows, list):
         raise ValueError("not a `pyrofling bench latency --json` result (no rows)")
     runs = [(str(r.get("mode")), r["ready_ms"]) for r in rows if isinstance(r, dict) and r.get("ready_ms")]
+    for mode, ready in runs:
+        if not isinstance(ready, list) or not all(isinstance(v, int | float) and math.isfinite(v) for v in ready):
+            raise ValueError(f"the {mode} row's ready_ms is not a list of times in ms")
     if not runs:
         raise ValueError("its rows hold no recorded ready times (ready_ms): run `bench latency --json` again")
     return runs
