@@ -333,6 +333,7 @@ def summarize(mode: str, raw: dict[str, Any], cfg: LatencyBenchConfig, *, label:
         "deadline_ms": pres.get("deadline_ms"),
         "auto_margin_ms": auto.get("margin_ms"),
         "auto_p99_late_ms": auto.get("p99_late_ms"),
+        "auto_stall_late_ms": auto.get("stall_late_ms"),
         "auto_reversals": auto.get("reversals"),
         "lock_s": lock_s,
         "phase_sigma_ms": statistics.pstdev(settled) if len(settled) > 2 else None,

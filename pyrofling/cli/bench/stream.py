@@ -346,7 +346,9 @@ def add_latency(sub: Sub) -> None:
         "--jitter-sigma-ms adds two auto runs through netsim: a fixed delay of 4 sigma, then that delay varying "
         "with the sigma. The viewer's display clock runs at --refresh-hz (59.94 by default, against the host's "
         "60). Reports presented/repeated/dropped frames, repeats a minute after lock, lock time, the offset, "
-        "phase error and glass-to-glass latency (capture stamp in the picture -> on screen).",
+        "phase error and glass-to-glass latency (capture stamp in the picture -> on screen). A run longer than "
+        "two minutes is described by its last two (the viewer keeps two minutes of traces), its lock time then "
+        "the start of those.",
         "pyrofling bench latency --duration 60 --jitter-sigma-ms 3 --plot latency.png",
     )
     add_common(p, duration_s=(1.0, 3600.0, 20.0), plot=True)
