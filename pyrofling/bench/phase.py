@@ -128,8 +128,9 @@ def simulate(cfg: PhaseSimConfig, controller: str) -> PhaseSimResult:
     push(clock.next_timer(), "tick")
     push(display.next_vblank(0.0), "vblank")
     inbox: list[tuple[float, int]] = []  # frames decoded, not yet handed to the loop: (done, index)
-    captured: dict[int, float] = {}  # index → capture time (the picture's stamp)
-    capture_of: dict[int, float] = {}  # the same, kept (a picture overtaken by a later one still shows)
+    #: index → capture time (the picture's stamp), kept once handed over: its capture → screen time is taken
+    #: when it shows (a picture overtaken by a later one may still show).
+    captured: dict[int, float] = {}
     trace: list[tuple[float, float, float]] = []
     wait_until: float | None = None
     stall_end = None if cfg.stall_at_s is None else cfg.stall_at_s + cfg.stall_s
@@ -142,7 +143,7 @@ def simulate(cfg: PhaseSimConfig, controller: str) -> PhaseSimResult:
     def drain(now: float) -> None:
         while inbox and inbox[0][0] <= now:
             done, index = heapq.heappop(inbox)
-            loop.frame_ready(index, done, captured.pop(index, None))
+            loop.frame_ready(index, done, captured.get(index))
 
     def decide(now: float) -> None:
         nonlocal wait_until, feedback
@@ -157,7 +158,7 @@ def simulate(cfg: PhaseSimConfig, controller: str) -> PhaseSimResult:
         if isinstance(d, Present):
             presented_at.append((now, False))
             waits.append((now, d.on_screen_s - d.done_s))
-            glass.append((now, d.on_screen_s - capture_of[d.frame]))
+            glass.append((now, d.on_screen_s - captured[d.frame]))
             if d.dropped:
                 dropped_at.append(now)
             if controller != "none":
@@ -177,7 +178,7 @@ def simulate(cfg: PhaseSimConfig, controller: str) -> PhaseSimResult:
                 if cfg.stall_at_s is not None and stall_end is not None and cfg.stall_at_s <= arrival < stall_end:
                     arrival = stall_end
                 heapq.heappush(inbox, (max(arrival, tick.due_s), tick.index))
-                captured[tick.index] = capture_of[tick.index] = tick.due_s
+                captured[tick.index] = tick.due_s
                 if wait_until is not None and arrival < wait_until:  # the presenter wakes when it arrives
                     push(max(arrival, now), "poll")
                 true_error = wrap_phase(
