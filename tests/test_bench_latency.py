@@ -8,10 +8,12 @@ from dataclasses import asdict
 
 import pytest
 
-from pyrofling.bench.latency import bound_verdict, lock_bound, rate_tail
+from pyrofling.bench.latency import LAST_MOMENT_MS, bound_verdict, lock_bound, rate_tail
+from pyrofling.bench.phase import PhaseSimConfig, simulate
+from pyrofling.core.viewer.phase_offset import AutoOffsetConfig
 
 
-def test_one_late_picture_a_minute_is_allowed_and_the_bound_is_the_rest_plus_the_flip_margin() -> None:
+def test_one_late_picture_a_minute_is_allowed_and_the_bound_is_the_rest_plus_the_last_moment() -> None:
     # A minute at 60 Hz: 3599 pictures ready 10 ms after capture, one 30 ms after it.
     ready = [10.0] * 3599 + [30.0]
     random.Random(1).shuffle(ready)
@@ -22,6 +24,40 @@ def test_one_late_picture_a_minute_is_allowed_and_the_bound_is_the_rest_plus_the
     assert two["ready_ms_tail"] == 25.0 and two["lock_bound_ms"] == 26.5
     # A higher allowed rate lets both go.
     assert lock_bound([10.0] * 3598 + [25.0, 30.0], 60.0, 2.0, 1.5)["ready_ms_tail"] == 10.0
+
+
+def test_the_bound_is_where_the_loop_itself_stops_repeating_not_a_flip_margin_later() -> None:
+    # A minute of pictures ready 10 ms after capture, two of them 16 ms after: at one repeat a minute a lock
+    # must show the second of those in time.
+    ready = [10.0] * 3600
+    ready[1000] = ready[2500] = 16.0
+    bound = lock_bound(ready, 59.94, 1.0, LAST_MOMENT_MS)["lock_bound_ms"]
+    assert bound is not None
+    # The same pictures through the pure core (the presenter, the host's clock steered by pi) at fixed margins
+    # 0.3 ms apart, each giving its own glass median.
+    outcomes = []
+    for margin_ms in (4.6, 4.9, 5.2, 5.5, 5.8, 6.1):
+        fixed = AutoOffsetConfig(
+            initial_margin_s=margin_ms / 1000, min_margin_s=margin_ms / 1000, max_margin_s=margin_ms / 1000
+        )
+        sim = PhaseSimConfig(
+            duration_s=60.0,
+            skew_ppm=1000.0,
+            pipeline_delay_s=0.010,
+            recorded_delays_s=tuple(ms / 1000 for ms in ready),
+            initial_phase=0.3,
+            auto_offset=True,
+            auto_config=fixed,
+        )
+        r = simulate(sim, "pi")
+        assert r.lock_s is not None and r.glass_ms is not None
+        outcomes.append((r.glass_ms, r.repeated_after_lock))
+    # At the bound and above it, at most the allowed repeat; a few tenths of a ms below it, both late pictures
+    # repeat (a bound a flip margin of 1.5 ms later would have called glass medians that repeat none too low).
+    assert all(repeats <= 1 for glass, repeats in outcomes if glass >= bound - 0.05)
+    assert all(repeats == 2 for glass, repeats in outcomes if glass <= bound - 0.2)
+    assert any(bound - 0.5 < glass <= bound - 0.2 for glass, _ in outcomes)
+    assert any(bound - 0.05 <= glass < bound + 0.4 for glass, _ in outcomes)
 
 
 def test_where_a_run_holds_fewer_pictures_than_the_rate_allows_its_tail_is_extrapolated_not_its_latest() -> None:
@@ -72,7 +108,8 @@ def test_the_verdict_compares_autos_bound_with_free_runnings_median(free_median:
 
 def test_a_traced_verdict_names_the_stage_that_alone_takes_more_than_a_lock_could_spare() -> None:
     # Free-running shows pictures 20 ms after capture; auto's are ready after 12, so a lock showing them no
-    # later than free-running may wait 20 - 12 - 1.5 (flip) = 6.5 ms; the encode alone once a minute ran 9 over.
+    # later than free-running may wait 20 - 12 - 1 (the presenter's last moment) = 7 ms; the encode alone once a
+    # minute ran 9 over.
     traced = {
         "stage_median_ms": {"encode": 8.0, "decode": 1.5},
         "stage_tail_ms": {"encode": 17.0, "decode": 4.0},
@@ -82,12 +119,12 @@ def test_a_traced_verdict_names_the_stage_that_alone_takes_more_than_a_lock_coul
         "lock_bound_ms": 30.0,
         "ready_ms_tail": 28.5,
         "ready_ms_median": 12.0,
-        "flip_margin_ms": 1.5,
+        "last_moment_ms": 1.0,
         "bound_repeats_per_minute": 1.0,
         "late_pictures": traced,
     }
     said = bound_verdict([{"mode": "free", "glass_ms_median": 20.0}, auto])
-    assert "at most 6.5 ms" in said and "the encode alone ran 9.0 ms over its median" in said
+    assert "at most 7.0 ms" in said and "the encode alone ran 9.0 ms over its median" in said
     # Where an offset could give both, there is nothing to explain.
     assert "alone" not in bound_verdict([{"mode": "free", "glass_ms_median": 31.0}, auto])
 

@@ -26,7 +26,8 @@ prepared at the viewer) spread, and from that the lowest glass-to-glass any
 phase-locked viewer could reach on those pictures at the chosen repeat rate
 (:func:`lock_bound`): a lock shows every picture at the same capture-to-refresh
 time, so that time must cover all but the allowed share of ready times, plus the
-flip margin.  Free-running waits half a refresh on average instead, so a lock
+last moment before a refresh at which the presenter still takes a picture for it
+(:data:`LAST_MOMENT_MS`).  Free-running waits half a refresh on average instead, so a lock
 beats it on the median only where that tail is within about half a refresh of
 the median ready time.
 """
@@ -60,6 +61,14 @@ MODES = ("free", "reference", "pi", "auto")
 
 #: Free-running has no lock to wait for; its pictures count for the lock bound from this far into the run.
 FREE_WARMUP_S = 1.0
+
+#: How long before a refresh the presenter still takes a picture for it (``PresentationLoop.wait_s`` with the
+#: automatic offset waits until then): a picture ready by then is shown at that refresh, a later one repeats
+#: the last.  The lock bound charges this, not the learnt flip margin where the deadline sits (1.5 ms before
+#: the refresh from the start, more on a machine whose presenter wakes late; the presenter waits past it to
+#: this): replayed in the loop at fixed margins, 33 recorded runs' pictures were all in time from their latest
+#: ready time + 0.9 ms (the median; half of them 0.5–1.1), not + 1.5.
+LAST_MOMENT_MS = AutoOffsetConfig().min_flip_margin_s * 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,10 +274,8 @@ def pool(parts: list[dict[str, Any]]) -> dict[str, Any]:
     startup = [p["startup_ready_ms_max"] for p in parts if p.get("startup_ready_ms_max") is not None]
     row["startup_ready_ms_max"] = max(startup) if startup else None
     row["startup_repeats"] = sum(p.get("startup_repeats", 0) for p in parts)
-    row["flip_margin_ms"] = max(p["flip_margin_ms"] for p in parts)  # the latest any run had to be ready by
-    row.update(
-        lock_bound(row["ready_ms"], row["refresh_hz"] or 60.0, row["bound_repeats_per_minute"], row["flip_margin_ms"])
-    )
+    row["flip_margin_ms"] = max(p["flip_margin_ms"] for p in parts)
+    row.update(lock_bound(row["ready_ms"], row["refresh_hz"] or 60.0, row["bound_repeats_per_minute"], LAST_MOMENT_MS))
     decoded = [p["decoded_ms_median"] for p in parts if p["decoded_ms_median"] is not None]
     row["decoded_ms_median"] = statistics.median(decoded) if decoded else None
     for key in ("machine_busy_pct", "machine_steal_pct", "machine_slow_ms_per_min", "machine_spells_per_min"):
@@ -306,7 +313,6 @@ def summarize(mode: str, raw: dict[str, Any], cfg: LatencyBenchConfig, *, label:
     after_lock = sum(1 for t in repeats if t > counted_from) if mode != "free" else None
     minutes_locked = (cfg.duration_s - counted_from) / 60 if mode != "free" and lock_s is not None else None
     auto = pres.get("auto_offset") or {}
-    flip = _flip_margin_ms(auto)
     pace = raw.get("machine_pace") or {}
     spells = pace.get("spells", [])
     started = pres.get("started_s")
@@ -344,8 +350,9 @@ def summarize(mode: str, raw: dict[str, Any], cfg: LatencyBenchConfig, *, label:
         "glass_ms_p99": _pct(glass, 99),
         "decoded_ms_median": v.get("latency_ms_median"),
         "bound_repeats_per_minute": cfg.auto_repeats_per_minute,
-        "flip_margin_ms": flip,
-        **lock_bound(ready, cfg.refresh_hz, cfg.auto_repeats_per_minute, flip),
+        "flip_margin_ms": _flip_margin_ms(auto),
+        "last_moment_ms": LAST_MOMENT_MS,
+        **lock_bound(ready, cfg.refresh_hz, cfg.auto_repeats_per_minute, LAST_MOMENT_MS),
         "startup_ready_ms_max": max(startup_ready) if startup_ready else None,
         "startup_repeats": sum(1 for t in repeats if t <= STARTUP_S),
         "packets_lost": v.get("packets_lost_video", 0),
@@ -364,8 +371,8 @@ def summarize(mode: str, raw: dict[str, Any], cfg: LatencyBenchConfig, *, label:
 
 
 def _flip_margin_ms(auto: dict[str, Any]) -> float:
-    """The flip margin the viewer learnt (auto), else its starting one: how long before a refresh a picture must
-    be ready to be shown at it."""
+    """The flip margin the viewer learnt (auto), else its starting one: where its deadline sits before a refresh
+    (the automatic margin is measured back from there)."""
     learnt = auto.get("flip_margin_ms")
     return float(learnt) if learnt is not None else AutoOffsetConfig().flip_margin_s * 1000
 
@@ -376,12 +383,12 @@ def repeat_share(repeats_per_minute: float, refresh_hz: float) -> float:
 
 
 def lock_bound(
-    ready_ms: list[float], refresh_hz: float, repeats_per_minute: float, flip_margin_ms: float
+    ready_ms: list[float], refresh_hz: float, repeats_per_minute: float, last_moment_ms: float
 ) -> dict[str, float | None]:
     """The ready times' median, the one that only ``repeats_per_minute`` pictures exceed (:func:`rate_tail`),
     and the lowest glass-to-glass median a phase lock could reach with them at that repeat rate (that tail plus
-    the flip margin: a locked viewer shows every picture at one capture-to-refresh time, and a picture not ready
-    a flip margin before its refresh repeats the last one)."""
+    ``last_moment_ms``: a locked viewer shows every picture at one capture-to-refresh time, and a picture not
+    ready that long before its refresh repeats the last one)."""
     if not ready_ms:
         return {"ready_ms_median": None, "ready_ms_tail": None, "ready_ms_latest": None, "lock_bound_ms": None}
     tail = rate_tail(ready_ms, repeat_share(repeats_per_minute, refresh_hz))
@@ -389,7 +396,7 @@ def lock_bound(
         "ready_ms_median": sorted(ready_ms)[len(ready_ms) // 2],
         "ready_ms_tail": tail,
         "ready_ms_latest": max(ready_ms),
-        "lock_bound_ms": tail + flip_margin_ms,
+        "lock_bound_ms": tail + last_moment_ms,
     }
 
 
@@ -521,7 +528,8 @@ def format_table(result: dict[str, Any]) -> str:
         "after lock; ready..tail: capture -> ready to show, median and the time only the auto repeat rate of pictures "
         f"exceed (where the run holds fewer than one such picture, extrapolated from its latest {TAIL_FIT_SHARE:.0%}); "
         "bound: the lowest glass median any phase lock could reach on those pictures at that rate (tail + "
-        "flip margin); trim: host frame clock vs nominal; auto +Dms±S: through netsim, delay D ms varying with σ S; "
+        f"{LAST_MOMENT_MS:g} ms, the presenter's last moment before a refresh); trim: host frame clock vs "
+        "nominal; auto +Dms±S: through netsim, delay D ms varying with σ S; "
         "steal: the machine's CPU time its hypervisor gave to others during the run (every stage's tail grows "
         "with it); slow/min: how long a minute the whole machine ran slow (a fixed piece of work took over "
         f"{SLOW_FACTOR:g}× its usual CPU time, timed beside the run); in slow: repeats after lock whose picture "
@@ -551,13 +559,13 @@ def bound_verdict(rows: list[dict[str, Any]]) -> str:
     repeats = f"{rate:g} repeat{'' if rate == 1 else 's'}"
     verdict = (
         f"lock bound: at most {repeats} a minute needs auto's glass median >= {auto['lock_bound_ms']:.1f} ms "
-        f"(its pictures' tail {auto['ready_ms_tail']:.1f} ms + flip margin); free-running's median is "
+        f"(its pictures' tail {auto['ready_ms_tail']:.1f} ms + the presenter's last moment); free-running's median is "
         f"{free['glass_ms_median']:.1f} ms: {said}"
     )
     traced = auto.get("late_pictures")
     if gap > 0 and traced and traced.get("stage_tail_ms"):
         # What the margin may be to stay at free-running's median, against the stage that alone took the most.
-        budget = free["glass_ms_median"] - auto["ready_ms_median"] - auto["flip_margin_ms"]
+        budget = free["glass_ms_median"] - auto["ready_ms_median"] - auto.get("last_moment_ms", LAST_MOMENT_MS)
         med = traced["stage_median_ms"]
         over, stage = max((t - med[n], n) for n, t in traced["stage_tail_ms"].items() if n in med)
         verdict += (
