@@ -43,7 +43,10 @@ import numpy as np
 class AutoOffsetConfig:
     #: A picture must reach the display this long before the refresh that shows it: the presenter must act
     #: by then, so this follows how late the presenter itself wakes (its lateness's tail, as for pictures).
-    flip_margin_s: float = 0.0015
+    #: It starts at its floor, the presenter's last moment (it waits for a picture until then): a start of
+    #: 1.5 ms never fell to the 1 ms a prompt presenter showed (the fall's dead band is 0.5 ms), so the
+    #: deadline sat 0.5 ms before that last moment, a guard nobody chose that cost 0.5 ms of latency.
+    flip_margin_s: float = 0.001
     min_flip_margin_s: float = 0.001
     max_flip_margin_s: float = 0.005
     initial_margin_s: float = 0.006
