@@ -64,10 +64,10 @@ FREE_WARMUP_S = 1.0
 
 #: How long before a refresh the presenter still takes a picture for it (``PresentationLoop.wait_s`` with the
 #: automatic offset waits until then): a picture ready by then is shown at that refresh, a later one repeats
-#: the last.  The lock bound charges this, not the learnt flip margin where the deadline sits (1.5 ms before
-#: the refresh from the start, more on a machine whose presenter wakes late; the presenter waits past it to
-#: this): replayed in the loop at fixed margins, 33 recorded runs' pictures were all in time from their latest
-#: ready time + 0.9 ms (the median; half of them 0.5–1.1), not + 1.5.
+#: the last.  The lock bound charges this, not the viewer's learnt flip margin (where its deadline sits:
+#: earlier on a machine whose presenter wakes late, while the presenter still waits to this): replayed in the
+#: loop at fixed margins, 33 recorded runs' pictures were all in time from their latest ready time + 0.9 ms
+#: (the median; half of them 0.5–1.1), not + the 1.5 ms flip margin they ran with.
 LAST_MOMENT_MS = AutoOffsetConfig().min_flip_margin_s * 1000
 
 
