@@ -6,6 +6,7 @@ decisions around it (reconnecting, concealment) and the host's encode schedule a
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -350,13 +351,64 @@ def test_immediate_encoding_takes_presents_at_most_twice_a_period_and_repeats_a_
     s.started(0.0)
     assert not s.presented(0.001, new_image=True)  # encoding
     s.finished()
-    assert not s.presented(0.3 * period, new_image=True)  # too soon after the last: the heartbeat takes it
-    assert s.heartbeat(0.3 * period, new_image=True)  # ...which it does
+    assert not s.presented(0.3 * period, new_image=True)  # too soon after the last: it waits half a period
+    assert s.next_timer() == pytest.approx(0.5 * period)
+    assert s.heartbeat(0.3 * period, new_image=True)  # ...unless the heartbeat comes first, which takes it
     s.started(0.3 * period)
+    assert s.next_timer() is None
     s.finished()
     assert not s.heartbeat(period, new_image=False)  # nothing new, recently encoded: no repeat yet
     assert s.heartbeat(2 * period, new_image=False)  # a stalled game: repeat the picture
     assert not s.presented(3 * period, new_image=False)
+
+
+def test_after_a_late_present_a_game_paced_by_the_heartbeat_is_not_held_a_frame_behind() -> None:
+    # A game paced by the heartbeat (FrameComplete) presents 2 ms after each one; its frame 10 comes late,
+    # 0.9 of a period after its heartbeat, so frame 11 comes too soon after frame 10's encode.  Encodes take
+    # 4 ms.  Events in virtual time: (time, order, kind).
+    period, late, encode_s = 1 / 60, 10, 0.004
+    s = EncodeSchedule(period, immediate=True)
+    events: list[tuple[float, int, str]] = []
+    for k in range(40):
+        heapq.heappush(events, (k * period, 0, "heartbeat"))
+        heapq.heappush(events, (k * period + (0.9 * period if k == late else 0.002), 1, "present"))
+    waiting: list[float] = []  # the newest present not yet encoded (the game's FIFO holds one)
+    waits: list[float] = []  # present -> encode start, per present encoded
+
+    def start(now: float) -> None:
+        if waiting:
+            waits.append(now - waiting.pop())
+        s.started(now)
+        heapq.heappush(events, (now + encode_s, 2, "finished"))
+
+    def ask(now: float) -> None:  # what the shell does on a present, a finished encode or its timer
+        if s.presented(now, new_image=bool(waiting)):
+            start(now)
+        elif (due := s.next_timer()) is not None:
+            heapq.heappush(events, (due, 3, "timer"))
+
+    while events:
+        now, _, kind = heapq.heappop(events)
+        if kind == "heartbeat" and s.heartbeat(now, new_image=bool(waiting)):
+            start(now)
+        elif kind == "present":
+            waiting[:] = [now]
+            ask(now)
+        elif kind == "finished":
+            s.finished()
+            ask(now)
+        elif kind == "timer":
+            ask(now)
+    assert len(waits) == 40
+    # (The first present came 2 ms after the start's repeat of the picture, and waited as frame 11 does.)
+    assert waits[0] == pytest.approx(0.5 * period - 0.002)
+    assert all(w == 0 for w in waits[1 : late + 1])
+    # Frame 11 waits until half a period after frame 10's encode began (0.4 of a period less its 2 ms), not
+    # for the next heartbeat (a frame less 2 ms); from frame 12 on every present is encoded at once again
+    # (waiting for the heartbeat, every later present came 2 ms after the one before was encoded, and waited
+    # a frame too).
+    assert waits[late + 1] == pytest.approx(0.4 * period - 0.002)
+    assert all(w == 0 for w in waits[late + 2 :])
 
 
 @pytest.mark.parametrize(("mbits", "kind"), [(0.0, UnpacedPacer), (200.0, TokenBucketPacer)])

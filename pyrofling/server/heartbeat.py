@@ -76,6 +76,8 @@ class Heartbeat:
         self._halt = threading.Event()
         self._frame_index = 0
         self._encoding: asyncio.Future[None] | None = None  # the encode in progress, held so it is not collected
+        #: A present came too soon after the last encode (immediate mode): asks the schedule again once it may go.
+        self._deferred: asyncio.TimerHandle | None = None
         #: A JSON line per encoded frame: when its tick was due, woke, reached the loop, encoded, was sent.
         self._trace = frame_trace
         self._due_s: float | None = None
@@ -92,6 +94,8 @@ class Heartbeat:
         """No more ticks or encodes; returns once the heartbeat thread has ended."""
         self._halt.set()
         self._tick_handled.set()
+        if self._deferred is not None:
+            self._deferred.cancel()
         if self._thread is not None:
             await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 2.0)
 
@@ -153,6 +157,14 @@ class Heartbeat:
             captured = capture.take()
             if captured is not None:
                 self._encode(now, captured)
+            return
+        due = self.schedule.next_timer()
+        if due is not None and self._deferred is None and self._loop is not None:
+            self._deferred = self._loop.call_later(max(0.0, due - now), self._deferred_due)
+
+    def _deferred_due(self) -> None:
+        self._deferred = None
+        self.presented()
 
     def _encode(self, now: float, captured: CapturedFrame | None) -> None:
         self.schedule.started(now)

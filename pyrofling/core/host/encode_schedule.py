@@ -12,10 +12,16 @@ when the encoder is done.
   skipped (counted): the stream stalls for a frame rather than queueing latency.
 * **Immediate** (``--immediate-encode``, games only): a present is encoded the
   moment it arrives, but at most two frames a stream period, so a game running
-  faster than the stream cannot monopolise the encoder; the heartbeat only takes
-  a present that had to wait, or repeats the last picture when the game has sent
-  nothing for a while (a stalled game, a loading screen), so viewers keep a
-  picture and a clock.
+  faster than the stream cannot monopolise the encoder: one that comes too soon
+  after the last encode waits until half a period after it (:meth:`EncodeSchedule.next_timer`),
+  or for the heartbeat if that comes first.  Not for the heartbeat alone: a game
+  paced by the heartbeat presents a few ms after it, so once one present had
+  waited for a heartbeat, every later one came too soon after that heartbeat's
+  encode and waited most of a frame for the next, until the game's phase moved
+  (on the lent machine, after a 30 ms stall of the example game: to the end of
+  the run, input to photon 27 ms instead of 15).  The heartbeat also repeats
+  the last picture when the game has sent nothing for a while (a stalled game, a
+  loading screen), so viewers keep a picture and a clock.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ class EncodeSchedule:
     repeat_after_periods: float = 1.5
     encoding: bool = False
     last_start_s: float = float("-inf")
+    #: Immediate mode: when a present that came too soon may be encoded (None: none is waiting for that).
+    deferred_until_s: float | None = None
     #: Frames the stream did not get: heartbeats missed or skipped because the encoder was busy.
     skipped: int = 0
 
@@ -52,13 +60,24 @@ class EncodeSchedule:
 
     def presented(self, now: float, *, new_image: bool) -> bool:
         """Immediate mode: a game presented (or an encode finished).  Encode its newest image now?"""
+        self.deferred_until_s = None
         if not self.immediate or self.encoding or not new_image:
             return False
-        return now - self.last_start_s >= self.min_gap_periods * self.period_s
+        allowed_s = self.last_start_s + self.min_gap_periods * self.period_s
+        if now >= allowed_s:
+            return True
+        self.deferred_until_s = allowed_s
+        return False
+
+    def next_timer(self) -> float | None:
+        """Immediate mode: when to ask :meth:`presented` again about a present that came too soon (None: no
+        present waits for that; one that waits for the encoder is asked about when it finishes)."""
+        return self.deferred_until_s
 
     def started(self, now: float) -> None:
         self.encoding = True
         self.last_start_s = now
+        self.deferred_until_s = None
 
     def finished(self) -> None:
         self.encoding = False
