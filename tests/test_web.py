@@ -240,8 +240,12 @@ def test_headless_chromium_plays_the_stream_from_the_link_and_a_page_without_the
     assert played["transport"] == "webtransport"  # the pictures came over QUIC streams, the certificate pinned
     assert played["surface"] == "video" and played["latencyKind"] == "presented"  # the compositor presented them
     assert played["decodeErrors"] == 0
-    latency = played["latencyMs"]
-    assert isinstance(latency, list) and latency and 0 < sorted(latency)[len(latency) // 2] < 1000
+    latency, rtt = played["latencyMs"], played["hostClockRttMs"]
+    assert isinstance(latency, list) and latency and isinstance(rtt, int | float) and rtt >= 0
+    # The page knows the host's clock to half its best ping's round trip, no better: on a loaded machine its
+    # event loop takes the answers late (one run of the whole suite read a median of -6 ms).
+    median = sorted(latency)[len(latency) // 2]
+    assert median + rtt / 2 > 0 and median < 1000
     assert no_key["state"] == "no token" and no_key["framesReceived"] == 0
     assert wrong["state"] == "refused" and wrong["framesReceived"] == 0
     assert str(wrong["refused"]).startswith("wrong token")

@@ -520,7 +520,8 @@ setInterval(() => {
   if (!overlay.hidden) {
     overlay.textContent =
       `${hello ? hello.width + "x" + hello.height : "-"}  ${(kbits / 1000).toFixed(1)} Mbit/s  ${stats.transport}\n` +
-      `latency ${median(stats.latencyMs.slice(-120)).toFixed(1)} ms (capture → ${stats.latencyKind})\n` +
+      `latency ${median(stats.latencyMs.slice(-120)).toFixed(1)} ms ± ${((stats.hostClockRttMs ?? 0) / 2).toFixed(1)} ` +
+      `(capture → ${stats.latencyKind}; ± half the host clock's best round trip)\n` +
       `frames ${stats.framesDrawn} drawn, ${stats.framesReceived} received, ${stats.decodeErrors} decode errors`;
   }
 }, 1000);
