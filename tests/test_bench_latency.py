@@ -53,7 +53,7 @@ def test_the_bound_is_where_the_loop_itself_stops_repeating_not_a_flip_margin_la
         assert r.lock_s is not None and r.glass_ms is not None
         outcomes.append((r.glass_ms, r.repeated_after_lock))
     # At the bound and above it, at most the allowed repeat; a few tenths of a ms below it, both late pictures
-    # repeat (a bound a flip margin of 1.5 ms later would have called glass medians that repeat none too low).
+    # repeat (a bound adding the 1.5 ms flip margin, 0.5 ms higher, called glass medians that repeat none too low).
     assert all(repeats <= 1 for glass, repeats in outcomes if glass >= bound - 0.05)
     assert all(repeats == 2 for glass, repeats in outcomes if glass <= bound - 0.2)
     assert any(bound - 0.5 < glass <= bound - 0.2 for glass, _ in outcomes)
