@@ -109,6 +109,15 @@ def test_pi_controller_keeps_a_noisy_links_jitter_out_of_the_clock() -> None:
 # -- frame clock --------------------------------------------------------------------------------
 
 
+def test_the_host_statistics_say_how_often_the_loop_acquired_again() -> None:
+    clock = FrameClock(fps=60, start_s=0.0)
+    for tick in range(70):  # locked at zero, then the viewer's phase moves by 7 ms
+        clock.feedback(1, 7000 if tick >= 60 else 0, clock.next_timer())
+        clock.handle_timer(clock.next_timer())
+    assert clock.summary()["phase_reacquisitions"] == 1
+    assert FrameClock(fps=60, start_s=0.0, controller="reference").summary()["phase_reacquisitions"] is None
+
+
 def test_frame_clock_ticks_at_the_nominal_rate_without_feedback() -> None:
     clock = FrameClock(fps=60, start_s=1.0)
     assert clock.handle_timer(0.999) is None

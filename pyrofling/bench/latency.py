@@ -359,6 +359,7 @@ def summarize(mode: str, raw: dict[str, Any], cfg: LatencyBenchConfig, *, label:
         "host_cpu_pct": 100 * host.get("cpu_s", 0) / max(host.get("elapsed_s", 1), 1e-6),
         "viewer_cpu_pct": 100 * v.get("cpu_s", 0) / max(v.get("elapsed_s", 1), 1e-6),
         "rate_trim_ppm": host.get("rate_trim_ppm"),
+        "phase_reacquisitions": host.get("phase_reacquisitions"),
         "machine_slow_ms_per_min": pace.get("slow_ms_per_minute"),
         "machine_spells_per_min": pace.get("spells_per_minute"),
         "machine_worst_factor": pace.get("worst_factor"),

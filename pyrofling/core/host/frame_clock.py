@@ -322,4 +322,6 @@ class FrameClock:
             "heartbeats": self.index + 1,
             "heartbeats_missed": self.missed_total,
             "rate_trim_ppm": self.rate_trim_ppm,
+            # How often the loop took its high gains again (a lost lock, or noise taken for one).
+            "phase_reacquisitions": getattr(self.controller, "reacquisitions", None),
         }
