@@ -183,6 +183,33 @@ def test_pinning_on_one_cpu_is_refused_before_anything_runs() -> None:
     assert "--pin-cpus" in done.stderr and "needs two" in done.stderr and "running" not in done.stderr
 
 
+def test_a_lock_through_a_jittery_link_counts_from_when_it_locked_not_from_a_lucky_quiet_spell() -> None:
+    from pyrofling.bench.latency import lock_threshold, lock_time
+
+    rng = random.Random(3)
+
+    def measured(true_us: list[float], sigma_us: float) -> list[tuple[float, int]]:
+        x, trace = 0.0, []
+        for i, true in enumerate(true_us):  # a picture a refresh, the link's jitter correlated 0.4 with the last
+            x = 0.4 * x + (1 - 0.4**2) ** 0.5 * rng.gauss(0.0, 1.0)
+            trace.append((i / 60, int(true + sigma_us * x)))
+        return trace
+
+    # Locked from the start, measured through σ 3.5 ms: the half-second means stray about 0.8 ms.
+    locked = measured([0.0] * 3600, 3500.0)
+    threshold = lock_threshold(locked, 1.0)
+    assert 2.0 < threshold < 3.5
+    assert lock_time(locked, threshold) == 0.0
+    assert (lock_time(locked, 1.0) or 60.0) > 2.0  # a fixed millisecond waited for a quiet spell
+    # Still a lock's threshold: a phase 6 ms off through the same link never locks.
+    off = measured([6000.0] * 3600, 3500.0)
+    assert lock_time(off, lock_threshold(off, 1.0)) is None
+    # A quiet link keeps the fixed millisecond: a phase converging from 6 ms locks once within it.
+    quiet = measured([6000.0 * 0.5 ** (i / 60) for i in range(3600)], 100.0)
+    assert lock_threshold(quiet, 1.0) == 1.0
+    assert lock_time(quiet, 1.0) == pytest.approx(2.5, abs=0.5)
+
+
 def test_repeats_count_once_locked_and_past_the_start_up_which_is_stated_apart() -> None:
     from pyrofling.bench.latency import LatencyBenchConfig, format_table, pool, summarize
 

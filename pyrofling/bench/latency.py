@@ -34,6 +34,7 @@ the median ready time.
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Callable, Iterable
@@ -99,7 +100,8 @@ class LatencyBenchConfig:
     also_normal_priority: bool = False
     #: The host's ``--encoder-threads`` (None: its default, one slice thread per CPU it may use, at most 8).
     encoder_threads: int | None = None
-    #: A phase error whose 0.5 s mean stays within this for 2 s counts as locked.
+    #: A phase error whose 0.5 s mean stays within this for 2 s counts as locked (or within three times those
+    #: means' own noise, if more: :func:`lock_threshold`).
     lock_threshold_ms: float = 1.0
     seed: int = 1
 
@@ -296,7 +298,8 @@ def summarize(mode: str, raw: dict[str, Any], cfg: LatencyBenchConfig, *, label:
     pres = v.get("presentation") or {}
     trace = [(float(t), int(e)) for t, e in pres.get("phase_trace", [])]
     glass = pres.get("glass_ms", [])
-    lock_s = lock_time(trace, cfg.lock_threshold_ms) if mode != "free" else None
+    threshold_ms = lock_threshold(trace, cfg.lock_threshold_ms)
+    lock_s = lock_time(trace, threshold_ms) if mode != "free" else None
     after = lock_s if lock_s is not None else math.inf
     # The pictures whose repeats count: after lock (free-running: after its first second).
     since = (lock_s or 0.0) if mode != "free" else FREE_WARMUP_S
@@ -342,6 +345,7 @@ def summarize(mode: str, raw: dict[str, Any], cfg: LatencyBenchConfig, *, label:
         "auto_stall_late_ms": auto.get("stall_late_ms"),
         "auto_reversals": auto.get("reversals"),
         "lock_s": lock_s,
+        "lock_threshold_ms": threshold_ms,
         "phase_sigma_ms": statistics.pstdev(settled) if len(settled) > 2 else None,
         "phase_sigma_free_ms": statistics.pstdev([e / 1000 for _, e in trace]) if len(trace) > 2 else None,
         "glass_ms_median": _pct(glass, 50),
@@ -426,6 +430,27 @@ def rate_tail(values: list[float], share: float) -> float:
     threshold = ordered[n - k - 1]
     beta = sum(ordered[n - k :]) / k - threshold
     return max(threshold + beta * math.log(k / n / share), ordered[-2])
+
+
+def lock_threshold(trace: list[tuple[float, int]], floor_ms: float, window_s: float = 0.5) -> float:
+    """How far a locked phase error's ``window_s`` means stray: three times their own noise, or ``floor_ms`` if
+    more.  Through a link whose delay varies by σ 3 ms each picture's measured error varies by 3–5 ms and a
+    half-second's mean by about 0.8 ms, so the mean of a locked phase left a fixed 1 ms every few windows and
+    "locked for 2 s" waited for a lucky spell: 2–20 s into the σ 3 ms rows, the repeats before it left out.
+    The noise is the errors' (σ from their median absolute deviation, past the start-up), the share of it one
+    error carries to the next (ρ, their lag-1 correlation: 0.2–0.4 measured) taken into the mean's."""
+    errors = [e / 1000 for t, e in trace if t >= STARTUP_S]
+    span_s = trace[-1][0] - STARTUP_S if trace else 0.0
+    if len(errors) < 60 or span_s <= 0:
+        return floor_ms
+    middle = statistics.median(errors)
+    sigma = 1.4826 * statistics.median(abs(e - middle) for e in errors)
+    spread = [e - middle for e in errors]
+    var = statistics.fmean(d * d for d in spread)
+    carried = statistics.fmean(a * b for a, b in itertools.pairwise(spread))
+    rho = min(0.9, max(0.0, carried / var)) if var > 0 else 0.0
+    per_window = len(errors) / span_s * window_s
+    return max(floor_ms, 3 * sigma * math.sqrt((1 + rho) / (1 - rho) / per_window))
 
 
 def lock_time(
@@ -523,6 +548,8 @@ def format_table(result: dict[str, Any]) -> str:
         lines.append("")
         lines += [format_attribution(r["mode"], r["late_pictures"]) for r in traced]
     lines.append(
+        "lock: when the phase error's half-second means came within "
+        f"{c.get('lock_threshold_ms', 1.0):g} ms (or three times their own noise) for 2 s; "
         "repeated: refreshes that showed the previous picture again (after lock, /min: once locked and past the "
         f"first {STARTUP_S:g} s); offset: the phase offset "
         "at the end, ms; glass: capture -> on screen; decoded: capture -> decoded; σ phase: measured phase error "
