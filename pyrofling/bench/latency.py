@@ -298,8 +298,8 @@ def summarize(mode: str, raw: dict[str, Any], cfg: LatencyBenchConfig, *, label:
     pres = v.get("presentation") or {}
     trace = [(float(t), int(e)) for t, e in pres.get("phase_trace", [])]
     glass = pres.get("glass_ms", [])
-    threshold_ms = lock_threshold(trace, cfg.lock_threshold_ms)
-    lock_s = lock_time(trace, threshold_ms) if mode != "free" else None
+    threshold_ms = lock_threshold(trace, cfg.lock_threshold_ms) if mode != "free" else None
+    lock_s = lock_time(trace, threshold_ms) if threshold_ms is not None else None
     after = lock_s if lock_s is not None else math.inf
     # The pictures whose repeats count: after lock (free-running: after its first second).
     since = (lock_s or 0.0) if mode != "free" else FREE_WARMUP_S
@@ -436,7 +436,7 @@ def lock_threshold(trace: list[tuple[float, int]], floor_ms: float, window_s: fl
     """How far a locked phase error's ``window_s`` means stray: three times their own noise, or ``floor_ms`` if
     more.  Through a link whose delay varies by σ 3 ms each picture's measured error varies by 3–5 ms and a
     half-second's mean by about 0.8 ms, so the mean of a locked phase left a fixed 1 ms every few windows and
-    "locked for 2 s" waited for a lucky spell: 2–20 s into the σ 3 ms rows, the repeats before it left out.
+    "locked for 2 s" waited for a lucky spell: up to 20 s into the σ 3 ms rows, the repeats before it left out.
     The noise is the errors' (σ from their median absolute deviation, past the start-up), the share of it one
     error carries to the next (ρ, their lag-1 correlation: 0.2–0.4 measured) taken into the mean's."""
     errors = [e / 1000 for t, e in trace if t >= STARTUP_S]
