@@ -323,5 +323,5 @@ class FrameClock:
             "heartbeats_missed": self.missed_total,
             "rate_trim_ppm": self.rate_trim_ppm,
             # How often the loop took its high gains again (a lost lock, or noise taken for one).
-            "phase_reacquisitions": getattr(self.controller, "reacquisitions", None),
+            "phase_reacquisitions": pi.reacquisitions if isinstance(pi := self.controller, PiController) else None,
         }
