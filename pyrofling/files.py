@@ -1,9 +1,11 @@
-"""Files the commands write: statistics that readers can poll, and checking a path before the work starts."""
+"""Files the commands write: statistics that readers can poll, secrets, and checking a path before the work starts."""
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -17,11 +19,68 @@ def write_stats(path: Path, stats: dict[str, Any], *, indent: int | None = 2) ->
     tmp.replace(path)
 
 
+class SecretFileError(OSError):
+    """A secret's file cannot be written safely; the text says why and what to do."""
+
+
+def secret_file_problem(path: Path) -> str | None:
+    """Why a secret cannot be written to ``path`` safely, or None: it must be a new name or a plain file of this
+    user's (not a link: a link planted in a shared folder would take the secret elsewhere), in a folder that
+    exists, that others cannot write, or that keeps their hands off this user's files (the sticky bit of /tmp)."""
+    parent = path.parent
+    try:
+        folder = parent.stat()
+    except OSError as exc:
+        return f"{path}: its folder cannot be used ({exc.strerror or exc})"
+    if not stat.S_ISDIR(folder.st_mode):
+        return f"{path}: {parent} is not a folder"
+    if folder.st_mode & 0o002 and not folder.st_mode & stat.S_ISVTX:
+        return f"{path}: anyone can replace files in {parent}: give a file in a folder of your own"
+    try:
+        here = path.lstat()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{path}: {exc.strerror or exc}"
+    if stat.S_ISLNK(here.st_mode):
+        return f"{path} is a link: a secret is not written through a link (remove it, or give another name)"
+    if not stat.S_ISREG(here.st_mode):
+        return f"{path} is not a plain file"
+    if here.st_uid != os.getuid():
+        return f"{path} belongs to another user: give a file of your own"
+    return None
+
+
 def write_private(path: Path, data: bytes) -> None:
-    """Write a secret (a key, a code, a link with its key) readable by this user only (0600 from its creation)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
+    """Write a secret (a key, a code, a link with its key) readable by this user only: a new file (0600, made with
+    ``O_EXCL | O_NOFOLLOW``) renamed into place, so an existing file's wider mode or a link planted at the name
+    is never written through (:class:`SecretFileError`, which says why, when the name is not safe)."""
+    problem = secret_file_problem(path)
+    if problem is not None:
+        raise SecretFileError(problem)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(tmp, path)  # replaces a name, never follows one
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def private_dir(path: Path) -> Path:
+    """A folder for secrets: made 0700 when missing; refused (:class:`SecretFileError`) when it is a link, another
+    user's, or open to others' writes."""
+    if not path.exists():
+        path.mkdir(mode=0o700, parents=True)
+    st = path.lstat()
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise SecretFileError(f"{path} is not a folder (a link?): secrets are kept only in a real folder")
+    if st.st_uid != os.getuid():
+        raise SecretFileError(f"{path} belongs to another user: refusing to keep secrets there")
+    if st.st_mode & 0o022:
+        raise SecretFileError(f"{path} can be written by others: chmod 700 {path}")
+    return path
 
 
 def unwritable(path: Path) -> str | None:

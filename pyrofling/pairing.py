@@ -14,6 +14,8 @@ connection, without a restart.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import logging
 import os
@@ -26,14 +28,22 @@ from typing import Any
 
 from pyrofling.core.host.auth import PairedViewer
 from pyrofling.core.host.state import ViewerPaired
-from pyrofling.core.secure import HostIdentity
+from pyrofling.core.host.web_viewers import RememberBrowser
+from pyrofling.core.secure import HostIdentity, limiter_key
 from pyrofling.core.viewer.auth import HostCredential
 
 log = logging.getLogger(__name__)
 
 CONFIG_DIR_ENV = "PYROFLING_CONFIG_DIR"
-#: Browsers' passes a host keeps (each a browser that opened one of its links); the oldest go first.
+#: Browsers' passes a host keeps (each a browser that proved a link, the password or a pairing code), in all and
+#: from one address prefix. None is pushed out for a newer one: past these, a new browser's pass lasts the host's
+#: run only, so logins in a hurry cannot take a friend's place.
 MAX_BROWSERS = 64
+MAX_BROWSERS_PER_PREFIX = 4
+#: A kept pass unused this long opens nothing more (its browser proves a link, the password or a code again).
+BROWSER_UNUSED_S = 30 * 86400
+#: How often a pass's last use is written back (not at every reload).
+BROWSER_USE_RESOLUTION_S = 3600
 
 
 class PairingStoreError(Exception):
@@ -56,6 +66,8 @@ class PairingEntry:
     id: str
     name: str
     paired_at: str
+    #: A browser's: what it proved, and until when its pass opens if unused.
+    detail: str = ""
 
 
 class _JsonFile:
@@ -112,6 +124,28 @@ def _now() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _fresh(entry: dict[str, Any], now: float) -> bool:
+    """A kept pass used within :data:`BROWSER_UNUSED_S` (one kept before passes recorded their use opens nothing:
+    it may have been kept from a page anyone on this machine could have served)."""
+    last = entry.get("last_used")
+    return isinstance(last, int | float) and now - last < BROWSER_UNUSED_S
+
+
+def _browser_detail(entry: dict[str, Any]) -> str:
+    if not _fresh(entry, time.time()):
+        return "expired: opens nothing (revoke it to tidy up)"
+    until = time.strftime("%Y-%m-%d", time.localtime(float(entry["last_used"]) + BROWSER_UNUSED_S))
+    return f"by the {entry.get('via', 'link')}, opens until {until} unless used again"
+
+
+def _password_tag(data: dict[str, Any], password: str | None) -> str:
+    """What a pass given for a password keeps of it: a keyed hash (the file's own salt), never the password."""
+    salt = data.get("browser_salt")
+    if password is None or not isinstance(salt, str):
+        return "-"
+    return hmac.new(bytes.fromhex(salt), password.encode(), hashlib.sha256).hexdigest()
+
+
 class HostPairings:
     """This host's id and the viewers it admits without a code (a :class:`PairedViewers` for the core)."""
 
@@ -161,29 +195,59 @@ class HostPairings:
         }
         self._file.write(data)
 
-    def knows_browser(self, pass_sha256: str) -> bool:
+    def knows_browser(self, pass_sha256: str, password: str | None = None) -> bool:
         """Whether a browser's pass (by its SHA-256, hex) is one this host keeps, read now (a revocation counts at
-        once); False also when the file cannot be trusted (said in the log)."""
+        once): not unused for :data:`BROWSER_UNUSED_S`, and, given for the password, only while ``password`` (the
+        host's now) is the one it was given for. False also when the file cannot be trusted (said in the log)."""
         try:
-            return pass_sha256 in self._file.read().get("browsers", {})
-        except (PairingStoreError, OSError) as exc:
+            data = self._file.read()
+            entry = data.get("browsers", {}).get(pass_sha256)
+            now = time.time()
+            if not isinstance(entry, dict) or not _fresh(entry, now):
+                return False
+            if entry.get("via") == "password" and not hmac.compare_digest(
+                str(entry.get("password_tag", "")), _password_tag(data, password)
+            ):
+                return False
+            if now - float(entry["last_used"]) >= BROWSER_USE_RESOLUTION_S:
+                entry["last_used"] = int(now)
+                self._file.write(data)
+            return True
+        except (PairingStoreError, OSError, ValueError) as exc:
             log.warning("pairings: %s", exc)
             return False
 
-    def add_browser(self, pass_sha256: str, name: str) -> None:
-        """Keep a browser's pass (its SHA-256 only: the file gives no pass away); the oldest go past
-        :data:`MAX_BROWSERS`."""
+    def add_browser(
+        self, pass_sha256: str, name: str, *, via: str = "link", address: str = "", password: str | None = None
+    ) -> bool:
+        """Keep a browser's pass (its SHA-256 only: the file gives no pass away) and what it proved for it (a pass
+        given for ``password`` opens only while the host's password is that one); False when it is not kept: this
+        address prefix already has :data:`MAX_BROWSERS_PER_PREFIX` kept, or the host :data:`MAX_BROWSERS` (passes
+        unused for :data:`BROWSER_UNUSED_S` are forgotten first; none is pushed out for a newer one)."""
         data = self._file.read()
-        browsers = data.setdefault("browsers", {})
-        browsers[pass_sha256] = {"name": name, "paired_at": _now()}
-        for old in list(browsers)[:-MAX_BROWSERS]:
-            del browsers[old]
+        now = time.time()
+        browsers = {k: v for k, v in data.get("browsers", {}).items() if isinstance(v, dict) and _fresh(v, now)}
+        prefix = limiter_key(address) if address else ""
+        if len(browsers) >= MAX_BROWSERS or sum(1 for v in browsers.values() if v.get("prefix") == prefix) >= (
+            MAX_BROWSERS_PER_PREFIX
+        ):
+            return False
+        entry: dict[str, Any] = {"name": name, "paired_at": _now(), "last_used": int(now), "via": via}
+        entry["prefix"] = prefix
+        if via == "password":
+            data.setdefault("browser_salt", secrets.token_hex(16))
+            entry["password_tag"] = _password_tag(data, password)
+        browsers[pass_sha256] = entry
+        data["browsers"] = browsers
         self._file.write(data)
+        return True
 
     def entries(self) -> list[PairingEntry]:
         data = self._file.read()
         return [
-            PairingEntry(side, k, v.get("name", ""), v.get("paired_at", ""))
+            PairingEntry(
+                side, k, v.get("name", ""), v.get("paired_at", ""), _browser_detail(v) if side == "browser" else ""
+            )
             for side, kind in (("viewer", "viewers"), ("browser", "browsers"))
             for k, v in data.get(kind, {}).items()
         ]
@@ -201,6 +265,34 @@ class HostPairings:
         if gone:
             self._file.write(data)
         return [k for _, k in gone]
+
+
+class KeptBrowsers:
+    """The host's kept browsers' passes as :class:`~pyrofling.core.host.web_viewers.WebViewers` asks for them
+    (``remembered``), for a host whose password is ``password``: a pass given for the password opens only while it
+    is that one."""
+
+    def __init__(self, pairings: HostPairings, password: str | None) -> None:
+        self.pairings, self.password = pairings, password
+
+    def knows_browser(self, pass_sha256: str) -> bool:
+        return self.pairings.knows_browser(pass_sha256, self.password)
+
+    def add(self, out: RememberBrowser) -> bool:
+        """Keep it; False (said in the log) when the store keeps enough from there, or in all, or cannot write."""
+        try:
+            if self.pairings.add_browser(
+                out.pass_sha256, out.name, via=out.via, address=out.address, password=self.password
+            ):
+                return True
+            log.warning(
+                "%s is admitted for this run only: the host keeps enough browsers from there, or in all "
+                "(pyrofling paired list; revoke the ones you no longer use)",
+                out.name,
+            )
+        except (PairingStoreError, OSError) as exc:
+            log.error("could not keep the browser's pass (after the host's next start it needs a new link): %s", exc)
+        return False
 
 
 def open_host_pairings(directory: Path | None, needed: bool) -> tuple[HostPairings | None, HostIdentity]:

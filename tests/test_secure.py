@@ -869,6 +869,34 @@ def test_an_impostor_at_the_hosts_address_gets_fewer_and_fewer_guesses() -> None
     assert r.after(streamed=True, auth_failed=False) == 0.25 and r.refusals == 0  # streamed again: starts over
 
 
+def test_an_impostor_who_ends_the_connection_after_the_proof_is_counted_as_a_refusal() -> None:
+    """An impostor at the host's address learns from each proof whether its guess at the code was right. Ending the
+    connection after the proof instead of refusing it got the viewer back in 2 s (30 guesses a minute, ~43 000 a
+    day); it now counts as a refusal, so the viewer waits 5 s, then twice as long each time, up to 5 minutes."""
+
+    def hang_up(direction: str, data: bytes) -> bytes | None:  # the host's answer to the proof never comes
+        if direction == "tcp<" and any(isinstance(m, AuthResult) for m in ControlFramer().feed(data)):
+            return None
+        return data
+
+    link = Link(host("its-guess"), ViewerSessionConfig(flags=PAD, secret=SECRET), tamper=hang_up)
+    link.pump(link.vs.start(0.0))
+    assert link.failure is None and link.vs.phase is Phase.AUTH  # its proof went; the connection ends here
+    (failed,) = link.vs.control_closed()
+    assert isinstance(failed, SessionFailed) and link.vs.auth_failed
+    sits = Link(host("its-guess"), ViewerSessionConfig(flags=PAD, secret=SECRET), tamper=hang_up).run()  # or it
+    assert sits.vs.auth_failed and sits.failure is not None and "the proof unanswered" in sits.failure  # just waits
+    assert Link(host(), ViewerSessionConfig(flags=PAD, secret=SECRET)).run().vs.control_closed() == []  # (streaming)
+    r = Reconnect()
+    r.after(streamed=True, auth_failed=False)  # a viewer that once streamed from its host tries again...
+    guesses, t = 0, 0.0
+    while t < 86400:
+        wait = r.after(streamed=False, auth_failed=link.vs.auth_failed)
+        assert wait is not None
+        t, guesses = t + wait, guesses + 1
+    assert guesses <= 300  # ...but gives the impostor a guess every 5 minutes at most
+
+
 def test_plaintext_and_replayed_datagrams_never_act_for_a_sealed_viewer() -> None:
     link = Link(host(), ViewerSessionConfig(flags=PAD, secret=SECRET)).run()
     state = GamepadState(1, 0, 0, 0, 0, 0, 0, 0x10)

@@ -116,6 +116,33 @@ def test_the_handshake_worker_is_another_process_and_one_that_dies_is_replaced()
         worker.close()
 
 
+def test_a_pyrofling_planted_in_the_working_directory_never_runs_in_the_handshake_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another user plants a ``pyrofling/`` package in a shared folder a password host is started from: run as
+    ``python -m``, the worker put the working directory first on its path and ran the planted code with the host's
+    rights. The worker now runs isolated, with the host's own package first: the planted one is never imported."""
+    from functools import partial
+
+    from pyrofling.server.crypto_worker import CryptoWorker
+
+    marker = tmp_path / "planted-code-ran"
+    plant = f"open({str(marker)!r}, 'a').write(__name__ + '\\n')\n"
+    for package in ("pyrofling", "pyrofling/server", "pyrofling/core"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text(plant)
+    (tmp_path / "pyrofling" / "server" / "crypto_worker.py").write_text(plant + "def main():\n    return 0\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # another way in, through the environment
+    worker = CryptoWorker()
+    try:
+        assert worker.submit(partial(pow, 3, 4)).result(timeout=60) == 81
+        assert worker.in_process  # in its own process, not a thread of the host
+    finally:
+        worker.close()
+    assert not marker.exists()
+
+
 def test_wrong_password_and_native_viewers_get_no_media_and_never_move_the_pad() -> None:
     pad = RecordingPad()
 

@@ -73,14 +73,18 @@ def test_a_browser_with_the_token_gets_the_hosts_own_encode_from_a_key_frame_and
 
 
 def test_a_browser_the_host_kept_comes_back_on_its_next_run_and_a_revoked_one_does_not(tmp_path: Path) -> None:
-    """A friend opens the link once: the host keeps that browser's pass (its SHA-256 only, in the pairing file), and
-    its next run admits the browser without a new link, until the person revokes it (``pyrofling paired
-    revoke``). Someone who reads the pairing file gets no pass from it."""
+    """A friend opens the link once (over HTTPS, whose certificate nobody else can show): the host keeps that
+    browser's pass (its SHA-256 only, in the pairing file), and its next run admits the browser without a new link,
+    until the person revokes it (``pyrofling paired revoke``). Someone who reads the pairing file gets no pass
+    from it."""
+    import ssl
+
     from pyrofling.pairing import HostPairings
 
     async def prove(port: int, proof: dict[str, str]) -> dict[str, Any] | str:
         """The host's answer to a browser proving ``proof``: its hello, or why it closed."""
-        async with connect(f"ws://127.0.0.1:{port}/stream") as ws:
+        trusted = ssl.create_default_context(cafile=str(tmp_path / "web-cert.pem"))
+        async with connect(f"wss://127.0.0.1:{port}/stream", ssl=trusted) as ws:
             await ws.send(json.dumps({"type": "auth", **proof}))
             try:
                 return dict(json.loads(await asyncio.wait_for(ws.recv(), 10)))
@@ -88,7 +92,9 @@ def test_a_browser_the_host_kept_comes_back_on_its_next_run_and_a_revoked_one_do
                 return closed.rcvd.reason if closed.rcvd is not None else "closed"
 
     async def run_host(proof: dict[str, str] | None) -> dict[str, Any] | str:
-        host, task = await start_host(encoder=TINY, web_port=0, virtual_pad="none", pairing_dir=tmp_path)
+        host, task = await start_host(
+            encoder=TINY, web_port=0, web_https=True, virtual_pad="none", pairing_dir=tmp_path
+        )
         try:
             assert host.web is not None and host.web.port is not None and host.web_link is not None
             return await prove(host.web.port, proof or {"token": host.web_link.split("#t=")[1]})
@@ -112,11 +118,14 @@ def test_a_browser_types_the_hosts_pairing_code_and_is_kept_and_the_host_shows_t
     """``host --pairing-code --web``: the code the host shows, typed into the page, admits that browser once and
     pairs it (its pass kept in the pairing file); the host shows the next code at once, and the spent one opens
     nothing."""
+    import ssl
+
     shown: list[tuple[str, str]] = []
     first_code = "3141-5926"
 
     async def prove(port: int, code: str) -> dict[str, Any] | str:
-        async with connect(f"ws://127.0.0.1:{port}/stream") as ws:
+        trusted = ssl.create_default_context(cafile=str(tmp_path / "web-cert.pem"))  # kept only over HTTPS
+        async with connect(f"wss://127.0.0.1:{port}/stream", ssl=trusted) as ws:
             await ws.send(json.dumps({"type": "auth", "code": code}))
             try:
                 return dict(json.loads(await asyncio.wait_for(ws.recv(), 10)))
@@ -127,6 +136,7 @@ def test_a_browser_types_the_hosts_pairing_code_and_is_kept_and_the_host_shows_t
         host, task = await start_host(
             encoder=TINY,
             web_port=0,
+            web_https=True,
             virtual_pad="none",
             pairing_dir=tmp_path,
             password=first_code,

@@ -3,6 +3,8 @@
 import json
 
 from pyrofling.core.host.web_viewers import (
+    CLOSE_BUSY,
+    CLOSE_PASS_UNKNOWN,
     FLAG_IDR,
     STREAM_SEQ,
     VIDEO_HEADER,
@@ -81,11 +83,37 @@ def test_a_browser_that_never_proves_the_token_is_closed_at_its_deadline() -> No
 
 def test_unproved_connections_are_capped() -> None:
     web = WebViewers(WebConfig(TOKEN, max_pending=2), INFO)
-    assert web.connected(1, 0.0) == [] and web.connected(2, 0.0) == []
-    assert isinstance(web.connected(3, 0.0)[0], CloseClient)
+    assert web.connected(1, 0.0, "192.0.2.1") == [] and web.connected(2, 0.0, "192.0.2.2") == []
+    assert web.connected(3, 0.0, "192.0.2.3") == [
+        CloseClient(3, "too many connections waiting to prove the token", CLOSE_BUSY)
+    ]
     web.closed(1)  # one of them went (or timed out): a friend with the token gets in
     assert isinstance(admitted(web, 4)[0], SendText)
     assert web.counters.refused == {"too_many_pending": 1}
+
+
+def test_silent_connections_hold_no_friends_place_and_a_busy_page_is_never_told_its_pass_is_gone() -> None:
+    """Row 1 of the web door's attacks: 16 connections that never prove anything, sustained, took every waiting
+    slot, and the friend's page was closed as refused (1008), which made it delete its pass. Now each address
+    prefix has a few slots: beyond them its own oldest goes, told busy (1013: the page keeps everything and comes
+    back), so a friend elsewhere, or at the same address, always gets a slot and is admitted."""
+    web = WebViewers(WebConfig(TOKEN), INFO)
+    friend_pass = json.loads(next(o for o in admitted(web, 1) if isinstance(o, SendText)).text)["resume"]
+    web.closed(1)  # the friend's tab went away for a moment
+    told: list[CloseClient] = []
+    for client in range(100, 116):  # 16 silent connections, from one address
+        told += [o for o in web.connected(client, client / 100, "198.51.100.9") if isinstance(o, CloseClient)]
+    assert len(told) == 16 - web.config.max_pending_per_prefix
+    assert {o.code for o in told} == {CLOSE_BUSY} and not any(o.client >= 112 for o in told)  # the oldest went
+    assert web.connected(2, 1.0, "203.0.113.5") == []  # the friend from elsewhere: a slot of its own
+    # ...or from the silent connections' address: their oldest makes room
+    assert web.connected(3, 1.0, "198.51.100.9") == [
+        CloseClient(112, "too many connections waiting from this address", CLOSE_BUSY)
+    ]
+    for client in (2, 3):
+        back = web.message(client, json.dumps({"type": "auth", "resume": friend_pass}), 1.0)
+        assert BrowserJoined(client) in back
+    assert web.counters.refused == {"too_many_pending": 13}
 
 
 def test_a_browser_starts_at_an_idr_and_gets_every_unit_after_it() -> None:
@@ -602,7 +630,8 @@ def test_a_browsers_pass_is_kept_as_its_hash_and_a_later_run_of_the_host_admits_
     hello = next(o for o in out if isinstance(o, SendText))
     given = json.loads(hello.text)["resume"]
     (keep,) = [o for o in out if isinstance(o, RememberBrowser)]
-    assert keep == RememberBrowser(pass_digest(given), "browser at 192.0.2.7") and given not in keep.pass_sha256
+    assert keep == RememberBrowser(pass_digest(given), "browser at 192.0.2.7", "link", "192.0.2.7")
+    assert given not in keep.pass_sha256
     kept.digests.add(keep.pass_sha256)
     assert first.connected(3, 1.0) == []  # its reload, this run
     assert any(isinstance(o, BrowserJoined) for o in first.message(3, json.dumps({"type": "auth", "resume": given}), 1))
@@ -613,10 +642,29 @@ def test_a_browsers_pass_is_kept_as_its_hash_and_a_later_run_of_the_host_admits_
     assert any(isinstance(o, BrowserJoined) for o in out) and not any(isinstance(o, RememberBrowser) for o in out)
     # A pass the host does not keep (never given, or revoked: at once, in the run that gave it too) opens nothing.
     kept.digests.clear()
-    refused = [CloseClient(2, "a pass the host does not keep: open a new link from the host")]
+    refused = [CloseClient(2, "a pass the host does not keep: open a new link from the host", CLOSE_PASS_UNKNOWN)]
     for run in (later, first):
         assert run.connected(2, 6.0) == []
         assert run.message(2, json.dumps({"type": "auth", "resume": given}), 6.0) == refused
     # A host that keeps no passes asks to keep none.
     alone = WebViewers(WebConfig(TOKEN), INFO)
     assert not any(isinstance(o, RememberBrowser) for o in admitted(alone))
+
+
+def test_a_pass_the_store_would_not_keep_opens_for_this_run_only() -> None:
+    """The store keeps a few passes per address and 64 in all, and pushes none out for a newer one: a browser
+    admitted beyond that gets a pass all the same, good until the host stops."""
+    from pyrofling.core.host.web_viewers import RememberBrowser
+
+    kept = _KeptPasses()
+    web = WebViewers(WebConfig(TOKEN), INFO, remembered=kept)
+    out = admitted(web, 1)
+    given = json.loads(next(o for o in out if isinstance(o, SendText)).text)["resume"]
+    (keep,) = [o for o in out if isinstance(o, RememberBrowser)]
+    web.kept_for_this_run(keep.pass_sha256)  # what the shell says when the store declined it
+    web.connected(2, 1.0)
+    assert BrowserJoined(2) in web.message(2, json.dumps({"type": "auth", "resume": given}), 1.0)
+    later = WebViewers(WebConfig("n" * 24), INFO, remembered=kept)  # the host's next run
+    later.connected(1, 5.0)
+    (refused, *_) = later.message(1, json.dumps({"type": "auth", "resume": given}), 5.0)
+    assert isinstance(refused, CloseClient) and refused.code == CLOSE_PASS_UNKNOWN

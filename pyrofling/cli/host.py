@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import errno
+import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +28,7 @@ from pyrofling.cli.options import (
     port_number,
     refuse,
     run_time,
+    secret_file,
     setup_logging,
     whole_number,
 )
@@ -41,6 +43,8 @@ from pyrofling.server.encoder import X26X_PRESETS, EncoderConfig
 from pyrofling.server.host import Host
 from pyrofling.server.muxing import OutputConfig
 from pyrofling.server.sources import check_source
+
+log = logging.getLogger(__name__)
 
 
 def add_host(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -298,7 +302,7 @@ def _add_security_options(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--pairing-code-file",
-        type=output_file(),
+        type=secret_file,
         default=None,
         metavar="FILE",
         help="with --pairing-code: write the code to FILE (readable by you alone) instead of the terminal, for "
@@ -356,7 +360,7 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
     w.add_argument("--web-key", type=Path, default=None, metavar="KEY.pem", help="its private key")
     w.add_argument(
         "--web-link-file",
-        type=Path,
+        type=secret_file,
         default=None,
         metavar="FILE",
         help="write the browser link (it carries the key) to FILE, readable by you only, instead of the terminal",
@@ -518,7 +522,10 @@ def _show_web_link(link: str, fingerprint: str | None, file: Path | None, *, onc
     """The link carries the stream's key: to ``file`` (0600; the fingerprint on its second line), else the person
     (the terminal, else standard output); never to the log."""
     if file is not None:
-        write_private(file, (link + "\n" + (f"{fingerprint}\n" if fingerprint else "")).encode())
+        try:
+            write_private(file, (link + "\n" + (f"{fingerprint}\n" if fingerprint else "")).encode())
+        except OSError as exc:  # the name was swapped for a link, say, after the check at start: not written
+            log.error("the browser link was not written: %s", exc)
         return
     text = f"watch in a browser: {link}\n"
     if once:
@@ -590,7 +597,11 @@ def _show_pairing_code(code: str, why: str, file: Path | None, *, web: bool = Fa
     """The code goes to the person, not to the log (stderr is the log, and often a file): to ``file`` (0600),
     else the controlling terminal, else standard output. ``why``: why the last code went ("" at start)."""
     if file is not None:
-        write_private(file, (code + "\n").encode())
+        try:
+            write_private(file, (code + "\n").encode())
+        except OSError as exc:
+            log.error("the pairing code was not written: %s", exc)
+            return
         print(f"pairing code written to {file}", file=sys.stderr, flush=True)
         return
     if why:

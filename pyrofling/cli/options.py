@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from pyrofling.files import unwritable
+from pyrofling.files import secret_file_problem, unwritable
 from pyrofling.pairing import CONFIG_DIR_ENV, default_config_dir
 from pyrofling.units import parse_duration_s, parse_fraction
 
@@ -193,6 +193,16 @@ def output_file(*suffixes: str) -> Callable[[str], Path]:
         return path
 
     return parse
+
+
+def secret_file(text: str) -> Path:
+    """A file this command will write a secret to (a link's key, a pairing code): checked now as
+    :func:`~pyrofling.files.write_private` will write it (no link, this user's, a folder others cannot swap it in)."""
+    path = Path(text).expanduser()
+    problem = secret_file_problem(path) or unwritable(path)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return path
 
 
 def output_dir(text: str) -> Path:

@@ -146,9 +146,9 @@ def run_paired(args: argparse.Namespace) -> int:
                 print(f"  {e.id[:16]}  {e.name:<32}  paired {e.paired_at}")
             if not admitted:
                 print("  none (pair one: pyrofling host --pairing-code, then pyrofling pair on the viewer)")
-            print("browsers this host admits without a link (each opened one of its links; revoke by id):")
+            print("browsers this host admits without a link (over HTTPS; revoke by id):")
             for e in browsers:
-                print(f"  {e.id[:16]}  {e.name:<32}  since {e.paired_at}")
+                print(f"  {e.id[:16]}  {e.name:<32}  since {e.paired_at}, {e.detail}")
             if not browsers:
                 print("  none")
             print(f"hosts this viewer joins without a code ({directory / 'viewer.json'}):")

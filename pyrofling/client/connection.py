@@ -166,8 +166,10 @@ class ConnectionIO:
         try:
             while data := await reader.read(4096):
                 self.perform(self.conn.control_bytes(data, time.monotonic()))
+            self.perform(self.conn.control_closed())
             self.end("the host closed the connection")
         except (ConnectionError, OSError) as exc:
+            self.perform(self.conn.control_closed())
             self.end(f"control connection error: {os_error(exc)}")
 
 

@@ -7,8 +7,13 @@ path (on the lent 16-CPU machine, the first moment of ``bench security``'s flood
 repeated four refreshes in a row).  In its own process, at a lower priority, it
 takes only CPU time the stream's threads leave.
 
-The worker is ``python -m pyrofling.server.crypto_worker``, fed pickled steps on
-its stdin and answering on its stdout, length-prefixed.  Not
+The worker is this module run by the host's own interpreter in isolated mode
+(``-I``: no working directory, no ``PYTHONPATH``, no user site on its import
+path), with the folder the host's own ``pyrofling`` came from put first, so that
+only the package the host runs is imported into it: ``python -m`` would put the
+working directory first, and a ``pyrofling/`` planted there by another user (a
+host started from a shared folder) would run with the host's rights.  It is fed
+pickled steps on its stdin and answers on its stdout, length-prefixed.  Not
 :mod:`multiprocessing`: its ``spawn`` runs the parent's main script again in the
 child, and a program that embeds a :class:`~pyrofling.server.host.Host` need not
 guard its main.  Only the host writes to the worker and only the worker answers,
@@ -45,11 +50,22 @@ class WorkerDied(RuntimeError):
     """The worker process ended with this step unanswered."""
 
 
+#: What the worker's interpreter runs: the host's own package first on its path, then :func:`main`.
+_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from pyrofling.server.crypto_worker import main; sys.exit(main())"
+
+
+def worker_command() -> list[str]:
+    """The worker's command line: isolated from the working directory and the environment, importing only the
+    ``pyrofling`` the host itself runs."""
+    package_root = Path(__file__).resolve().parents[2]  # the folder holding the host's pyrofling/
+    return [sys.executable, "-I", "-c", _BOOT, str(package_root)]
+
+
 class _Process:
     """One worker process and the thread that reads its answers."""
 
     def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.proc = subprocess.Popen(worker_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.ready: Future[Any] = Future()
         self._pending: dict[int, Future[Any]] = {_READY: self.ready}
         self._lock = threading.Lock()

@@ -440,7 +440,7 @@ class Host:
             },
             "capture": self.capture.summary() if self.capture is not None else None,
             "outputs": self.destinations.summary(),
-            "web": self.web.viewers.summary() if self.web is not None else None,
+            "web": self.web.summary() if self.web is not None else None,
             "rate": {
                 **self.sessions.rate_summary(),
                 "started_monotonic_s": self._started_s,

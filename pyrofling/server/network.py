@@ -24,6 +24,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
+from pyrofling import logs
 from pyrofling.clocks import SYSTEM_CLOCK, Clock
 from pyrofling.core.host.sessions import HostSessions
 from pyrofling.core.host.state import Address, CloseConnection, Compute, HostOutput, LogLine, SendControl
@@ -41,6 +42,11 @@ READ_BATCH = 256
 ACCEPT_BATCH = 64
 #: What ``--bind localhost`` listens on.
 LOOPBACKS = ("127.0.0.1", "::1")
+#: After an accept fails (out of descriptors), the listener rests this long before it tries again.
+ACCEPT_PAUSE_S = 0.5
+#: Its line, held to a rate (:mod:`pyrofling.logs`): a stranger can cause it.
+accept_log = logging.getLogger(__name__ + ".accept")
+logs.limit(accept_log.name)
 
 
 class _WatchedSocket:
@@ -117,10 +123,23 @@ class _Listener(_WatchedSocket):
                 conn, peer = self.sock.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError as exc:  # out of file descriptors, say: try again at the next wake-up
-                log.warning("could not accept a connection: %s", exc)
+            except OSError as exc:
+                # Out of descriptors, say: the socket stays readable, so trying again at the next wake-up spun the
+                # loop and wrote a line each time (115 k lines in 20 s). Pause, and say so at a bounded rate.
+                accept_log.warning("could not accept a connection: %s (trying again in %g s)", exc, ACCEPT_PAUSE_S)
+                self._pause()
                 return
             self.on_accept(conn, peer)
+
+    def _pause(self) -> None:
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(self.sock.fileno())
+
+        def resume() -> None:
+            if not self.closed:
+                loop.add_reader(self.sock.fileno(), self.ready)
+
+        loop.call_later(ACCEPT_PAUSE_S, resume)
 
 
 class HostNetwork:

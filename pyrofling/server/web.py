@@ -14,13 +14,11 @@ import asyncio
 import contextlib
 import logging
 import secrets
-import socket
 import ssl
 import tempfile
 import time
 from collections.abc import Callable
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -28,10 +26,12 @@ from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
+from pyrofling import logs
 from pyrofling.clocks import SYSTEM_CLOCK, Clock
 from pyrofling.core.host.keyframes import KeyframePolicy
 from pyrofling.core.host.sessions import HostSessions
 from pyrofling.core.host.state import BrowserRumble, PairingCodeSpent
+from pyrofling.core.host.web_door import WebDoor, WebDoorConfig, request_refusal
 from pyrofling.core.host.web_viewers import (
     AcceptSession,
     BrowserInput,
@@ -50,12 +50,13 @@ from pyrofling.core.host.web_viewers import (
     WebOutput,
     WebViewers,
 )
-from pyrofling.pairing import HostPairings, PairingStoreError
+from pyrofling.pairing import HostPairings, KeptBrowsers
 from pyrofling.server.audio import AudioEncoder
 from pyrofling.server.config import HostConfig
 from pyrofling.server.encoder import VideoEncoder
 from pyrofling.server.network import HostNetwork, uri_host
-from pyrofling.server.web_tls import fingerprints, self_signed, server_context
+from pyrofling.server.web_listener import descriptor_room, listen
+from pyrofling.server.web_tls import LOOPBACK_BINDS, certificate_names, page_tls
 from pyrofling.server.web_transport import WebTransportServer
 from pyrofling.timers import DeadlineTimer
 from pyrofling.wire import AudioCodec, VideoCodec
@@ -84,6 +85,15 @@ WEB_AUDIO = {AudioCodec.OPUS: "opus", AudioCodec.RAW_S16LE: "pcm_s16le"}
 MAX_MESSAGE_BYTES = 4096
 #: What a browser does that the host's sessions take from there.
 Player = BrowserJoined | BrowserInput | BrowserRateReport | BrowserLeft
+#: A browser's WebSocket handshake must be done by then (and its TLS handshake: a silent connection holds a
+#: descriptor until it is).
+OPEN_TIMEOUT_S = 5.0
+#: The logger websockets writes to: never below WARNING, whatever -v says (at DEBUG it writes every frame, the
+#: link's key, passes and passwords among them), and held to a rate with the lines a stranger can cause.
+CONNECTION_LOG = "pyrofling.server.web.connections"
+logging.getLogger(CONNECTION_LOG).setLevel(logging.WARNING)
+#: Loggers whose lines a stranger's connection can cause (asyncio's: TLS handshakes that fail, accept errors).
+STRANGER_LOGS = (CONNECTION_LOG, __name__, "asyncio", "qh3", "quic")
 
 
 def page(name: str) -> bytes:
@@ -103,6 +113,7 @@ class WebServer:
         on_remember: Callable[[RememberBrowser], None] = lambda _out: None,
         on_code_spent: Callable[[PairingCodeSpent], None] = lambda _out: None,
         clock: Clock = SYSTEM_CLOCK,
+        door: WebDoor | None = None,
     ) -> None:
         """``on_keyframe``: the encoder should make an IDR; ``on_player``: a browser joined, sent its pad or keys
         and mouse or its arrivals report, or left (the host's sessions take it from there); ``on_sent(client,
@@ -116,6 +127,10 @@ class WebServer:
         self._on_remember = on_remember
         self._on_code_spent = on_code_spent
         self._clock = clock
+        #: Who may connect at all (before TLS, before a read): per address prefix and in total.
+        self.door = door or WebDoor(WebDoorConfig(max_open=descriptor_room()))
+        self._scheme = "http"
+        self._loopback_only = True
         self._connections: dict[int, ServerConnection] = {}
         self.transport: WebTransportServer | None = None
         self._server: Server | None = None
@@ -133,18 +148,27 @@ class WebServer:
         self.tls_dir: tempfile.TemporaryDirectory[str] | None = None  # a certificate made for this run only
 
     async def start(self, bind: str, port: int, tls: ssl.SSLContext | None = None) -> int:
-        """Listen (over TLS with ``tls``: the page then needs https:// and its WebSocket wss://)."""
-        self._server = await serve(
-            self._handle,
-            bind,
-            port,
-            ssl=tls,
-            process_request=self._http,
-            max_size=MAX_MESSAGE_BYTES,
-            compression=None,  # H.264 does not compress; deflate would only cost CPU
-            server_header=None,
-        )
-        sock = next(iter(self._server.sockets))
+        """Listen (over TLS with ``tls``: the page then needs https:// and its WebSocket wss://). Every connection
+        passes :attr:`door` at its accept, before TLS."""
+        logs.limit(*STRANGER_LOGS)
+        self._scheme = "https" if tls is not None else "http"
+        self._loopback_only = tls is None  # plain HTTP listens on this machine's loopback only
+        sock = listen(bind, port, self.door, self._clock)
+        try:
+            self._server = await serve(
+                self._handle,
+                sock=sock,
+                ssl=tls,
+                process_request=self._http,
+                max_size=MAX_MESSAGE_BYTES,
+                compression=None,  # H.264 does not compress; deflate would only cost CPU
+                server_header=None,
+                open_timeout=OPEN_TIMEOUT_S,
+                logger=logging.getLogger(CONNECTION_LOG),
+            )
+        except BaseException:
+            sock.close()
+            raise
         self.port = int(sock.getsockname()[1])
         return self.port
 
@@ -180,7 +204,20 @@ class WebServer:
             task.cancel()
 
     def _http(self, connection: ServerConnection, request: Request) -> Response | None:
-        """The page for a plain GET; None lets a WebSocket upgrade at /stream go on."""
+        """The page for a plain GET; None lets a WebSocket upgrade at /stream go on (from the page's own origin
+        only: :func:`~pyrofling.core.host.web_door.request_refusal`)."""
+        assert self.port is not None
+        refusal = request_refusal(
+            request.path,
+            request.headers.get("Host"),
+            request.headers.get("Origin"),
+            scheme=self._scheme,
+            port=self.port,
+            loopback_only=self._loopback_only,
+        )
+        if refusal is not None:
+            self.door.counters.refuse(refusal[0])
+            return connection.respond(403, refusal[1] + "\n")
         if request.path == "/stream":
             return None
         path = request.path.split("?", 1)[0]
@@ -204,6 +241,14 @@ class WebServer:
         finally:
             self._connections.pop(client, None)
             self._perform(self.viewers.closed(client))
+
+    def summary(self) -> dict[str, Any]:
+        """The browsers' figures, and the door's: connections admitted and refused at the accept and the request."""
+        out = self.viewers.summary()
+        out["door"] = self.door.summary()
+        if self.transport is not None:
+            out["quic"] = self.transport.summary()
+        return out
 
     def video(self, data: bytes, *, capture_us: int, pts_us: int, idr: bool) -> None:
         backlog = self._backlog()
@@ -256,7 +301,7 @@ class WebServer:
                 ws = self._connections.get(out.client)
                 if ws is not None:
                     log.info("browser %d closed: %s", out.client, out.reason)
-                    self._spawn(ws.close(1008, out.reason))
+                    self._spawn(ws.close(out.code, out.reason))
             elif isinstance(out, RequestKeyframe):
                 self._on_keyframe()
             elif isinstance(out, RememberBrowser):
@@ -301,6 +346,11 @@ async def open_web(
     enc = config.encoder
     # The host's password may be typed into the page, or its one-time pairing code, which pairs that browser.
     one_time = config.show_pairing_code is not None
+    loopback = config.bind in LOOPBACK_BINDS
+    https = config.web_https if config.web_https is not None else (config.web_cert is not None or not loopback)
+    # Passes outlive the run only over HTTPS: a page served over plain HTTP on 127.0.0.1 is served, while the host is
+    # down, by whoever takes the port then (another user of this machine), whose page would read the pass.
+    kept = KeptBrowsers(pairings, config.password) if https and pairings is not None else None
     viewers = WebViewers(
         WebConfig(
             token=secrets.token_urlsafe(18),
@@ -308,7 +358,7 @@ async def open_web(
             link_once=config.web_link_once,
         ),
         limiter=sessions.auth.limiter,
-        remembered=pairings,
+        remembered=kept,
         pairing_codes=sessions.auth if one_time else None,
     )
     codec, rate, channels = (WEB_AUDIO[audio.codec], audio.rate, config.audio.channels) if audio else (None, 0, 0)
@@ -332,20 +382,16 @@ async def open_web(
         sessions.browser_sent(client, unit, size, clock.now())
 
     def remember(out: RememberBrowser) -> None:  # the browser's pass, for the host's later runs (``pairings``)
-        if pairings is not None:
-            try:
-                pairings.add_browser(out.pass_sha256, out.name)
-            except (PairingStoreError, OSError) as exc:
-                log.error("could not keep the browser's pass (a reload of its page will need a new link): %s", exc)
+        if kept is not None and not kept.add(out):
+            viewers.kept_for_this_run(out.pass_sha256)
 
     web = WebServer(viewers, on_keyframe=keyframes.viewer_joined, on_player=player, on_sent=sent,
                     on_remember=remember, on_code_spent=lambda out: network.perform([out], transmit=False),
                     clock=clock)  # fmt: skip
-    loopback = config.bind in LOOPBACK_BINDS
-    https = config.web_https if config.web_https is not None else (config.web_cert is not None or not loopback)
     tls = None
     if https:
-        tls = _tls(config, web)
+        page = page_tls(config.web_cert, config.web_key, config.pairing_dir, certificate_names(config.bind))
+        tls, web.fingerprint, web.spki_sha256, web.tls_dir = page.context, page.fingerprint, page.spki, page.made_in
     elif not loopback:
         log.warning("the browser viewer over plain HTTP listens on 127.0.0.1 only: --web-https to serve the network")
     # Plain HTTP stays on this machine whatever --bind says: on the network it would show the link's key and the
@@ -353,7 +399,7 @@ async def open_web(
     bind = config.bind if https and not loopback else "127.0.0.1"
     port = await web.start(bind, config.web_port or 0, tls)
     if config.web_transport:
-        await web.start_transport(bind, _names(config))
+        await web.start_transport(bind, certificate_names(config.bind))
     address = "127.0.0.1" if loopback or not https else uri_host(config.bind)
     web.link_base = f"{'https' if https else 'http'}://{address}:{port}/#t="
     web.link = web.link_base + viewers.token
@@ -367,34 +413,3 @@ async def open_web(
     if web.show_link is not None:  # the link (with its key) to the person, never to the log
         web.show_link(web.link, web.fingerprint)
     return web
-
-
-#: Binds that mean this machine only.
-LOOPBACK_BINDS = ("localhost", "127.0.0.1", "::1")
-
-
-def _names(config: HostConfig) -> list[str]:
-    """What a self-made certificate names: this machine, and the address it was bound to."""
-    names = ["localhost", "127.0.0.1", "::1", socket.gethostname()]
-    if config.bind not in LOOPBACK_BINDS and config.bind not in ("0.0.0.0", "::", ""):
-        names.append(config.bind)
-    return names
-
-
-def _tls(config: HostConfig, web: WebServer) -> ssl.SSLContext:
-    """The certificate you gave, else one the host makes and keeps (in its configuration directory; for a host
-    without one, for this run only)."""
-    if config.web_cert is not None:
-        if config.web_key is None:
-            raise ValueError("--web-cert needs --web-key (the certificate's private key)")
-        cert, key = config.web_cert, config.web_key
-    else:
-        if config.pairing_dir is not None:
-            directory = config.pairing_dir
-        else:
-            web.tls_dir = tempfile.TemporaryDirectory(prefix="pyrofling-web-")
-            directory = Path(web.tls_dir.name)
-        cert, key = self_signed(directory, _names(config))
-    context = server_context(cert, key)
-    web.fingerprint, web.spki_sha256 = fingerprints(cert)
-    return context

@@ -15,7 +15,10 @@ import base64
 import datetime
 import hashlib
 import ipaddress
+import socket
 import ssl
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
@@ -23,10 +26,49 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from pyrofling.files import write_private
+from pyrofling.files import private_dir, write_private
 
 #: A self-made certificate lasts this long; a new one is made when it is within a week of its end.
 LIFETIME_DAYS = 365
+#: Binds that mean this machine only.
+LOOPBACK_BINDS = ("localhost", "127.0.0.1", "::1")
+
+
+@dataclass(frozen=True)
+class PageTls:
+    context: ssl.SSLContext
+    #: The certificate's SHA-256 fingerprint (AA:BB:…) and its public key's (base64: Chromium's flag).
+    fingerprint: str
+    spki: str
+    #: Where a certificate made for this run only is kept (removed when the host stops); None otherwise.
+    made_in: tempfile.TemporaryDirectory[str] | None
+
+
+def certificate_names(bind: str) -> list[str]:
+    """What a self-made certificate names: this machine, and the address it was bound to."""
+    names = ["localhost", "127.0.0.1", "::1", socket.gethostname()]
+    if bind not in LOOPBACK_BINDS and bind not in ("0.0.0.0", "::", ""):
+        names.append(bind)
+    return names
+
+
+def page_tls(cert: Path | None, key: Path | None, keep_in: Path | None, names: list[str]) -> PageTls:
+    """TLS for the page: the certificate you gave (``cert``, ``key``), else one the host makes and keeps in
+    ``keep_in`` (its configuration directory: 0700), or for this run only where it has none."""
+    made_in = None
+    if cert is not None:
+        if key is None:
+            raise ValueError("--web-cert needs --web-key (the certificate's private key)")
+    else:
+        if keep_in is None:
+            made_in = tempfile.TemporaryDirectory(prefix="pyrofling-web-")
+            keep_in = Path(made_in.name)
+        try:
+            cert, key = self_signed(keep_in, names)
+        except OSError as exc:  # a folder that is not safe for a key, or cannot be written: said, before starting
+            raise ValueError(f"cannot keep the page's certificate: {exc}") from exc
+    fingerprint, spki = fingerprints(cert)
+    return PageTls(server_context(cert, key), fingerprint, spki, made_in)
 
 
 def self_signed(directory: Path, names: list[str]) -> tuple[Path, Path]:
@@ -42,7 +84,7 @@ def self_signed(directory: Path, names: list[str]) -> tuple[Path, Path]:
                 return cert_path, key_path
         except ValueError:
             pass  # unreadable: made again
-    directory.mkdir(parents=True, exist_ok=True)
+    private_dir(directory)  # 0700, or refused: the key is kept there
     cert, key = make_certificate(names, datetime.timedelta(days=LIFETIME_DAYS))
     write_private(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                serialization.NoEncryption()))  # fmt: skip

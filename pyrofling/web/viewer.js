@@ -425,11 +425,21 @@ function connect() {
     decoder = null;
     if (transport) { const t = transport; transport = null; t.terminate(); }
     stats.transport = "websocket";
-    if (ev.code === 1008) { // the host refused this browser: say why, do not hammer it
-      if (proof.resume) { // the pass is from an earlier run of the host, or another link: the link, if any
-        resume = null; localStorage.removeItem("pyrofling-resume");
-        if (token || code) { connect(); return; }
-      }
+    // How the host closed says what to do (pyrofling/core/host/web_viewers.py): 4001, it keeps no such pass (an
+    // earlier run's, or revoked): forget it, and prove the link or the password if there is one; 1013, busy: keep
+    // everything and come back later; 1008, refused: say why and do not hammer it. Only 4001 costs the pass.
+    if (ev.code === 4001 && proof.resume) {
+      resume = null; localStorage.removeItem("pyrofling-resume");
+      if (token || code) { connect(); return; }
+    }
+    if (ev.code === 1013) {
+      stats.state = "busy"; stats.busy = (stats.busy || 0) + 1;
+      say("The host is busy (" + ev.reason + "): trying again…");
+      setTimeout(connect, retryMs);
+      retryMs = Math.min(retryMs * 2, 10000);
+      return;
+    }
+    if (ev.code === 1008 || ev.code === 4001) {
       stats.state = "refused"; stats.refused = ev.reason;
       if (!token && code) { // a wrong password: ask again
         code = null; sessionStorage.removeItem("pyrofling-code"); login.hidden = false;

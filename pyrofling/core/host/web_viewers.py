@@ -72,7 +72,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pyrofling.core.host.state import PairingCodeSpent
-from pyrofling.core.secure import FailureLimiter
+from pyrofling.core.secure import FailureLimiter, limiter_key
 from pyrofling.wire import GamepadState, InputState, RateFeedback
 
 #: The header of a video message: b"V", flags, capture µs, pts µs.
@@ -108,8 +108,10 @@ class WebConfig:
     max_backlog_bytes: int = 1_500_000
     #: Browsers at once; more are closed with a reason.
     max_browsers: int = 8
-    #: Unproved connections at once (each costs a socket until its timeout).
-    max_pending: int = 16
+    #: Unproved connections at once (each costs a socket until its timeout), in all and from one address prefix;
+    #: a newcomer beyond the prefix's share closes that prefix's oldest (a page that was told "busy" comes back).
+    max_pending: int = 64
+    max_pending_per_prefix: int = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,10 +161,19 @@ class CloseSession:
     reason: str
 
 
+#: How the host closes a browser's WebSocket, so that the page knows what to do next: refused (say why, do not
+#: retry), busy (keep everything, try again later) or a pass the host does not keep (forget that pass, and prove the
+#: link or the password if the page has one).
+CLOSE_REFUSED = 1008
+CLOSE_BUSY = 1013
+CLOSE_PASS_UNKNOWN = 4001
+
+
 @dataclass(frozen=True, slots=True)
 class CloseClient:
     client: int
     reason: str
+    code: int = CLOSE_REFUSED
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,11 +219,15 @@ class BrowserLeft:
 
 @dataclass(frozen=True, slots=True)
 class RememberBrowser:
-    """A browser proved a link and was given a pass: keep it (its SHA-256) so that a later run of the host admits
-    that browser too (its page keeps the pass)."""
+    """A browser proved a link, the password or the pairing code and was given a pass: keep it (its SHA-256) so
+    that a later run of the host admits that browser too (its page keeps the pass). ``via``: what it proved
+    ("link", "password" or "pairing code": a pass given for the password is good only while the password is the
+    same); ``address``: where from (the store keeps a few per address)."""
 
     pass_sha256: str
     name: str
+    via: str = "link"
+    address: str = ""
 
 
 class RememberedBrowsers(Protocol):
@@ -328,11 +343,11 @@ class WebViewers:
         #: Sound for the sessions, (pts µs, its "A" message) until its group is whole; the last unit's pts.
         self._sound: list[tuple[int, bytes]] = []
         self._sound_last_us: int | None = None
-        #: The link's key now, those already spent (to say so), and the resume secrets given to admitted tabs (where the
-        #: host keeps no passes: its store decides where it does).
+        #: The link's key now, those already spent (to say so), and the passes that last this run only (their
+        #: SHA-256): all of them where the host keeps none, else those its store would not keep.
         self.token = config.token
         self._spent: list[str] = []
-        self._resumes: list[str] = []
+        self._run_passes: set[str] = set()
 
     def set_stream(self, info: StreamInfo) -> None:
         self.info = info
@@ -342,12 +357,20 @@ class WebViewers:
         return sum(1 for b in self._browsers.values() if b.proved)
 
     def connected(self, client: int, now: float, address: str = "") -> list[WebOutput]:
-        pending = sum(1 for b in self._browsers.values() if not b.proved)
-        if pending >= self.config.max_pending:
+        """A WebSocket opened. Each address prefix has a few slots to prove in: beyond them its oldest unproved
+        connection makes room (told busy), so connections that never prove hold nobody else's place and a friend's
+        new one always gets in; beyond ``max_pending`` in all the newcomer is told busy."""
+        out: list[WebOutput] = []
+        prefix = limiter_key(address)
+        waiting = [c for c, b in self._browsers.items() if not b.proved and limiter_key(b.address) == prefix]
+        if len(waiting) >= self.config.max_pending_per_prefix:
             self.counters.refuse("too_many_pending")
-            return [CloseClient(client, "too many connections waiting to prove the token")]
+            out += self._close(waiting[0], "too many connections waiting from this address", CLOSE_BUSY)
+        elif sum(1 for b in self._browsers.values() if not b.proved) >= self.config.max_pending:
+            self.counters.refuse("too_many_pending")
+            return [CloseClient(client, "too many connections waiting to prove the token", CLOSE_BUSY)]
         self._browsers[client] = _Browser(connected_s=now, address=address)
-        return []
+        return out
 
     def closed(self, client: int) -> list[WebOutput]:
         browser = self._browsers.pop(client, None)
@@ -393,14 +416,17 @@ class WebViewers:
             if refusal is not None:
                 return [*spent, *self._close(client, refusal)]
         elif isinstance(resume, str):
-            # Where the host keeps passes, its store decides (a revoked one fails at once, this run's too).
-            if self.remembered is not None:
-                known = self.remembered.knows_browser(pass_digest(resume))
-            else:
-                known = _any_equal(resume, self._resumes)
+            # Where the host keeps passes, its store decides (a revoked one fails at once, this run's too), but for
+            # those it would not keep.
+            digest = pass_digest(resume)
+            known = digest in self._run_passes
+            if not known and self.remembered is not None:
+                known = self.remembered.knows_browser(digest)
             if not known:
                 self.counters.refuse("wrong_resume")
-                return self._close(client, "a pass the host does not keep: open a new link from the host")
+                return self._close(
+                    client, "a pass the host does not keep: open a new link from the host", CLOSE_PASS_UNKNOWN
+                )
         elif not _equal(str(token), self.token):
             if _any_equal(str(token), self._spent):
                 self.counters.refuse("link_spent")
@@ -409,10 +435,11 @@ class WebViewers:
             return self._close(client, "wrong token: open the link the host printed")
         if self.watching >= self.config.max_browsers:
             self.counters.refuse("full")
-            return [*spent, *self._close(client, f"the host already streams to {self.config.max_browsers} browsers")]
+            full = f"the host already streams to {self.config.max_browsers} browsers"
+            return [*spent, *self._close(client, full, CLOSE_BUSY)]
         if self.info is None:
             self.counters.refuse("not_streaming")
-            return [*spent, *self._close(client, "the host is not streaming yet: reload in a moment")]
+            return [*spent, *self._close(client, "the host is not streaming yet: reload in a moment", CLOSE_BUSY)]
         new_link: list[WebOutput] = list(spent)
         if isinstance(token, str) and self.config.link_once:  # admitted: the link is spent, the next one made
             self._spent.append(self.token)
@@ -424,9 +451,11 @@ class WebViewers:
         if not isinstance(resume, str):  # the pass its page comes back with (a reload, a lost connection, a later run)
             browser.resume = self._make_ticket()
             if self.remembered is not None:  # the store keeps it (and alone decides), else this run's list
-                new_link.append(RememberBrowser(pass_digest(browser.resume), f"browser at {browser.address or '?'}"))
+                via = "link" if isinstance(token, str) else "pairing code" if self.pairing_codes else "password"
+                name = f"browser at {browser.address or '?'}"
+                new_link.append(RememberBrowser(pass_digest(browser.resume), name, via, browser.address))
             else:
-                self._resumes.append(browser.resume)
+                self._run_passes.add(pass_digest(browser.resume))
         info = self.info
         hello = {
             "type": "hello",
@@ -450,6 +479,10 @@ class WebViewers:
         browser.ticket, browser.awaiting_session = self._make_ticket(), True
         hello["webtransport"] = {"cert_sha256": self.webtransport_cert, "ticket": browser.ticket}
         return [*new_link, SendText(client, json.dumps(hello)), BrowserJoined(client)]
+
+    def kept_for_this_run(self, pass_sha256: str) -> None:
+        """The store would not keep this pass (:class:`RememberBrowser`): it opens for the rest of this run only."""
+        self._run_passes.add(pass_sha256)
 
     def session_of(self, client: int) -> int | None:
         """The WebTransport session carrying this browser's media (None: its WebSocket does)."""
@@ -558,9 +591,9 @@ class WebViewers:
         self.counters.input_states += 1
         return [BrowserInput(client, kind(*kind.PAYLOAD.unpack(data[1:])))]
 
-    def _close(self, client: int, reason: str) -> list[WebOutput]:
+    def _close(self, client: int, reason: str, code: int = CLOSE_REFUSED) -> list[WebOutput]:
         browser = self._browsers.pop(client, None)
-        out: list[WebOutput] = [CloseClient(client, reason)]
+        out: list[WebOutput] = [CloseClient(client, reason, code)]
         if browser is not None and browser.session is not None:
             self._sessions.pop(browser.session, None)
             out.append(CloseSession(browser.session, reason))

@@ -213,6 +213,11 @@ class ViewerConnection:
                 self.arrivals.active = bool(o.extensions & ExtensionFeature.RATE_CONTROL)
         return out
 
+    def control_closed(self) -> list[ViewerOutput]:
+        """The host ended the control connection (:meth:`ViewerSession.control_closed`: after the viewer's proof,
+        a refusal)."""
+        return self.session.control_closed()
+
     def datagram_received(self, data: bytes, now: float) -> list[ViewerOutput]:
         """A datagram from the host, as it came off the wire.  Never raises on peer data."""
         opened, answer = self.session.datagram(data, now)

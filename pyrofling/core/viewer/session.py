@@ -379,6 +379,22 @@ class ViewerSession:
         out: list[ViewerOutput] = [Paired(credential)] if credential is not None else []
         return out + self._kick(now)
 
+    def control_closed(self) -> list[ViewerOutput]:
+        """The host ended the control connection. After this viewer's proof and before the host's answer to it,
+        that is a refusal (``SessionFailed`` with ``auth_failed``): an impostor at the host's address who ends the
+        connection instead of refusing learns from each proof whether its guess at the code was right, and must
+        not be given the next one at once (the viewer then waits as after a refusal, longer each time)."""
+        if self._proof_unanswered:
+            return self._fail(
+                "the host ended the connection after this viewer's proof, without an answer: counted as a refusal",
+                auth=True,
+            )
+        return []
+
+    @property
+    def _proof_unanswered(self) -> bool:
+        return self.phase is Phase.AUTH and self._handshake is not None and self._handshake.answered
+
     @property
     def encrypted(self) -> bool:
         return self._sealer is not None
@@ -527,9 +543,12 @@ class ViewerSession:
     def handle_timer(self, now: float) -> list[ViewerOutput]:
         if self.phase in (Phase.HELLO, Phase.EXTENSIONS, Phase.AUTH, Phase.KICKING):
             if now - self._started_s >= self.config.handshake_timeout_s:
+                unanswered = self._proof_unanswered  # an impostor that sits on the proof: a refusal too
                 return self._fail(
                     f"handshake did not finish in {self.config.handshake_timeout_s:g} s "
-                    f"({self.phase.value}, {self.kick_attempts} KICK attempts)"
+                    f"({self.phase.value}{', the proof unanswered' if unanswered else ''}, "
+                    f"{self.kick_attempts} KICK attempts)",
+                    auth=unanswered,
                 )
             if self._timers.kick is not None and now >= self._timers.kick:
                 return self._kick(now)
