@@ -805,3 +805,41 @@ def test_a_link_admits_one_browser_a_reload_comes_back_and_the_host_shows_the_ne
     assert refused.startswith("this link was used already")
     assert shown[0] == first_link and len(shown) == 3 and len(set(shown)) == 3  # a new key after each friend
     assert web["admitted"] == 4 and web["refused"] == {"link_spent": 1}
+
+
+def test_a_page_the_host_is_busy_for_keeps_its_pass_and_comes_back_when_there_is_room() -> None:
+    """The host closed a page it could not take (waiting slots full, browsers full) as refused, and the page threw
+    its pass away. Busy is now 1013: the real page keeps its pass, says so, and comes back by itself once there is
+    room; only 4001 (a pass the host does not keep) costs it the pass."""
+    from dataclasses import replace
+
+    if find_chromium() is None:
+        (pytest.fail if os.environ.get("CI") else pytest.skip)("needs Debian's chromium (scripts/setup installs it)")
+    drawn = "window.pyrofling && window.pyrofling.stats.framesDrawn >= 20 && window.pyrofling.stats"
+
+    async def scenario() -> tuple[Any, ...]:
+        host, task = await start_host(encoder=SMALL, web_port=0, virtual_pad="none", web_transport=False)
+        try:
+            assert host.web_link is not None and host.web is not None
+            viewers = host.web.viewers
+            async with Chromium() as browser:
+                friend = await browser.open(host.web_link)
+                await page_reaches(friend, drawn, 60)
+                given = await friend.evaluate("localStorage.getItem('pyrofling-resume')")
+                viewers.config = replace(viewers.config, max_browsers=0)  # the host is full
+                await friend.evaluate("window.beforeReload = true")
+                await browser.send("Page.reload", {}, friend.session)
+                busy = await asyncio.wait_for(
+                    _reloaded(friend, "window.pyrofling && window.pyrofling.stats.busy && window.pyrofling.stats"), 60
+                )
+                kept = await friend.evaluate("localStorage.getItem('pyrofling-resume')")
+                viewers.config = replace(viewers.config, max_browsers=8)  # room again
+                back = await page_reaches(friend, drawn, 60)
+        finally:
+            await stop_host(host, task)
+        return given, busy, kept, back, host.summary()["web"]
+
+    given, busy, kept, back, web = run(scenario, timeout_s=150)
+    assert busy["state"] == "busy" and busy["refused"] == ""  # told busy, not refused
+    assert given and kept == given  # ...and the pass kept
+    assert back["state"] == "streaming" and web["refused"]["full"] >= 1 and web["admitted"] >= 2

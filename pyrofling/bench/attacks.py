@@ -27,6 +27,7 @@ import os
 import socket
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import replace
@@ -35,7 +36,8 @@ from typing import Any, cast
 
 from pyrofling.bench.pace_meter import overlaps
 from pyrofling.bench.security import BENCH_SECRET, _one_handshake, _small_host, make_pairing
-from pyrofling.bench.stream import StreamScenario, cell, run_scenario, summarize
+from pyrofling.bench.stream import StreamScenario, cell, free_port, run_scenario, split_cpus, summarize
+from pyrofling.bench.web_attacks import IDLE_NOFILE, WEB_ATTACKS, host_args, row_text, run_web_attack
 from pyrofling.wire import (
     AuthChallenge,
     AuthResult,
@@ -51,7 +53,7 @@ from pyrofling.wire import (
     parse_control,
 )
 
-ATTACKS = ("quiet", "burst", "flood", "spray", "idle", "reflect")
+ATTACKS = ("quiet", "burst", "flood", "spray", "idle", "reflect", *WEB_ATTACKS)
 #: When the attack starts (the viewer streams by then) and how long it lasts, seconds.
 ATTACK_START_S = 3.0
 ATTACK_S = 8.0
@@ -86,14 +88,21 @@ def run_attack_bench(
                 reflect = asyncio.run(reflection(pairing_dir))
                 continue
             progress(f"{attack}: {ATTACK_S:g} s beside a {duration:g} s stream with a password")
+            web: tuple[int, Path] | None = None
+            extra: tuple[str, ...] = ()
+            if attack in WEB_ATTACKS:
+                web = (free_port(), pairing_dir / f"{attack}-link")
+                extra = host_args(attack, *web)
             sc = replace(
                 base,
                 duration_s=duration,
-                host_args=("--password", BENCH_SECRET, "--pairing-dir", tmp),
+                host_args=("--password", BENCH_SECRET, "--pairing-dir", tmp, *extra),
                 view_args=("--password", BENCH_SECRET),
                 pace_meter=True,
+                host_nofile=IDLE_NOFILE if attack == "web-idle" else None,
+                host_log=web is not None,
             )
-            raw = _pinned_run(sc, attack, pairing_dir)
+            raw = _pinned_run(sc, attack, pairing_dir, web)
             row = summarize(raw)
             rows.append(
                 {
@@ -114,6 +123,8 @@ def run_attack_bench(
                     "machine_slow_ms_per_min": (raw.get("machine_pace") or {}).get("slow_ms_per_minute"),
                     "host_discarded": raw["host"].get("discarded", {}),
                     "attacker": raw.get("alongside", {}),
+                    "host_web": raw["host"].get("web"),
+                    "host_log": {k: v for k, v in raw.get("host_log", {}).items() if k != "last"} or None,
                 }
             )
     return {"scenario": base.label(), "attacks": rows, "reflect": reflect}
@@ -148,30 +159,46 @@ def _freeze_log(raw: dict[str, Any]) -> list[Any]:
     return list(viewer.get("presentation", {}).get("quality", {}).get("freeze_log", []))
 
 
-def _pinned_run(sc: StreamScenario, attack: str, pairing_dir: Path) -> dict[str, Any]:
+#: Where the attacker shares the viewer's CPU (a 2-CPU machine), it runs this much nicer than the viewer.
+ATTACKER_NICENESS = 19
+
+
+def _pinned_run(sc: StreamScenario, attack: str, pairing_dir: Path, web: tuple[int, Path] | None) -> dict[str, Any]:
     """With ``pin_cpus``: the host, the viewer and the attacker each on a third of this process's CPUs (the host
     and viewer split the first two thirds, as :func:`~pyrofling.bench.stream.split_cpus` does), so that what the
-    attack costs the host is not the attacker's own work taking the host's CPU."""
+    attack costs the host is not the attacker's own work taking the host's CPU. With two CPUs, the host has one
+    and the viewer the other, which the attacker shares at nice 19."""
     if not sc.pin_cpus:
-        return run_scenario(sc, alongside=_beside(attack, pairing_dir, None))
+        return run_scenario(sc, alongside=_beside(attack, pairing_dir, None, web))
     every = sorted(os.sched_getaffinity(0))
+    if len(every) == 2:
+        return run_scenario(sc, alongside=_beside(attack, pairing_dir, split_cpus().viewers, web, nice=True))
     if len(every) < 3:
-        raise ValueError(f"pinning host, viewer and attacker needs three CPUs; this process may use {len(every)}")
+        raise ValueError(f"pinning host, viewer and attacker needs two CPUs; this process may use {len(every)}")
     third = len(every) // 3
     os.sched_setaffinity(0, set(every[: 2 * third]))
     try:
-        return run_scenario(sc, alongside=_beside(attack, pairing_dir, set(every[2 * third :])))
+        return run_scenario(sc, alongside=_beside(attack, pairing_dir, set(every[2 * third :]), web))
     finally:
         os.sched_setaffinity(0, set(every))
 
 
-def _beside(attack: str, pairing_dir: Path, cpus: set[int] | None) -> Callable[[int], dict[str, Any]]:
-    def run(port: int) -> dict[str, Any]:
+def _beside(
+    attack: str, pairing_dir: Path, cpus: set[int] | None, web: tuple[int, Path] | None, *, nice: bool = False
+) -> Callable[[int, int], dict[str, Any]]:
+    def run(port: int, pid: int) -> dict[str, Any]:
         if cpus is not None:
             os.sched_setaffinity(0, cpus)  # this thread only: the attacker on CPUs of its own
+        if nice:
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), ATTACKER_NICENESS)  # this thread only
         _joins.clear()
         started = time.monotonic()
         time.sleep(ATTACK_START_S)
+        if web is not None:
+            out = asyncio.run(run_web_attack(attack, web[0], pid, web[1], ATTACK_S))
+            out["started_monotonic"] = started
+            return out
         plays: dict[str, Callable[[int, Path], Coroutine[Any, Any, dict[str, Any]]]] = {
             "quiet": quiet,
             "burst": bursts,
@@ -442,6 +469,8 @@ def format_table(result: dict[str, Any]) -> str:
                 f"({a.get('challenges')} challenged, {a.get('busy')} told busy), {a.get('datagrams')} random "
                 "datagrams"
             )
+        elif r["attack"] in WEB_ATTACKS:
+            what = row_text(r["attack"], a)
         else:
             what = (
                 f"{a.get('opened')} idle connections, {a.get('open_before_friends')} still open, "
@@ -452,6 +481,16 @@ def format_table(result: dict[str, Any]) -> str:
             f"{r['max_unshown_frames']:>17} {r['reconnects']:>10} {cell(r['host_cpu_pct']):>10} "
             f"{cell(a.get('friend_join_ms')):>16} {cell(a.get('paired_join_ms')):>16}   {what}"
         )
+        if r["attack"] in WEB_ATTACKS:
+            log = r.get("host_log") or {}
+            refusals = a.get("friend_refusals") or []
+            lines.append(
+                f"{'':<8} friend with its pass: {a.get('friend_joins')} joins, median "
+                f"{cell(a.get('friend_join_ms_median'))} ms, longest {cell(a.get('friend_join_ms_max'))} ms, "
+                f"{len(refusals)} refused ({', '.join(sorted(set(refusals))) or 'none'}); host log "
+                f"{log.get('bytes', 0)} bytes in {log.get('lines', 0)} lines; at most "
+                f"{a.get('host_descriptors_max')} descriptors open"
+            )
         if r.get("lost_in_slow_spells") is not None:
             lines.append(
                 f"{'':<8} the whole machine ran slow {cell(r['machine_slow_ms_per_min'])} ms a minute (pace meter); "

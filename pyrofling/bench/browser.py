@@ -75,7 +75,7 @@ def browser_watch(
     *,
     raise_priority: bool = True,
     surface: str = "video",
-) -> Callable[[int], dict[str, Any]]:
+) -> Callable[[int, int], dict[str, Any]]:
     """What runs beside the stream: Chromium opens the host's link and watches for ``duration_s``, then plays
     (a click to capture, then key presses), each dispatch timed on this machine's monotonic clock.  With
     ``impairment`` it opens the link through a netsim relay that does that to the UDP host → browser.
@@ -89,7 +89,7 @@ def browser_watch(
     ``surface``: "video" (the page's own choice where the browser has MediaStreamTrackGenerator) or "canvas"
     (its fallback, ``#surface=canvas``)."""
 
-    def watch(_port: int) -> dict[str, Any]:
+    def watch(_port: int, _pid: int) -> dict[str, Any]:
         return asyncio.run(_watch(link_file, duration_s, fps, impairment, seed, raise_priority, surface))
 
     return watch

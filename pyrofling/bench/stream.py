@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import signal
 import socket
 import statistics
@@ -78,6 +79,10 @@ class StreamScenario:
     #: Time a fixed piece of work beside the run (:mod:`~pyrofling.bench.pace_meter`): spells when the whole
     #: machine ran slow, which stretch every stage at once.
     pace_meter: bool = False
+    #: The host's descriptor limit (``ulimit -n``; None: as it is), and its log kept (``result["host_log"]``: its
+    #: size and lines) instead of shown.
+    host_nofile: int | None = None
+    host_log: bool = False
 
     @property
     def lossy(self) -> bool:
@@ -203,11 +208,11 @@ def run_scenario(
     *,
     live: Callable[[list[dict[str, Any]], float], str] | None = None,
     settle_s: float = 1.0,
-    alongside: Callable[[int], dict[str, Any]] | None = None,
+    alongside: Callable[[int, int], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Run host, netsim (when lossy) and viewers; return the collected statistics. ``alongside(host_port)``, if
-    given, runs in a thread of this process from when the viewers start (an attacker, in ``bench security``);
-    what it returns is ``result["alongside"]``."""
+    """Run host, netsim (when lossy) and viewers; return the collected statistics. ``alongside(host_port,
+    host_pid)``, if given, runs in a thread of this process from when the viewers start (an attacker, in ``bench
+    security``); what it returns is ``result["alongside"]``."""
     with tempfile.TemporaryDirectory(prefix="pyrofling-bench-") as tmp:
         return _run(scenario, Path(tmp), live, settle_s, alongside)
 
@@ -217,7 +222,7 @@ def _run(
     tmp: Path,
     live: Callable[[list[dict[str, Any]], float], str] | None,
     settle_s: float,
-    alongside: Callable[[int], dict[str, Any]] | None = None,
+    alongside: Callable[[int, int], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     beside: dict[str, Any] = {}
     beside_thread: threading.Thread | None = None
@@ -259,6 +264,7 @@ def _run(
     netsim_out = tmp / "netsim.json"
     services = procs  # what runs until the viewers are done: host, relay, game
     meter = None
+    stack = contextlib.ExitStack()  # what the run opened (the host's log)
     if sc.pace_meter:
         from pyrofling.bench.pace_meter import PaceMeter
 
@@ -266,7 +272,21 @@ def _run(
     try:
         cpus = split_cpus() if sc.pin_cpus else None
         host_cpus, viewer_cpus = (cpus.host, cpus.viewers) if cpus else (None, None)
-        procs.append(_pinned(subprocess.Popen(host_cmd, env=env), host_cpus))
+        host_log = stack.enter_context((tmp / "host.log").open("wb")) if sc.host_log else None
+        limit = sc.host_nofile
+        procs.append(
+            _pinned(
+                subprocess.Popen(
+                    host_cmd,
+                    env=env,
+                    stderr=host_log,
+                    preexec_fn=None
+                    if limit is None
+                    else lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)),
+                ),
+                host_cpus,
+            )
+        )
         _wait_for_port(host_port, procs[0], timeout_s=30)
         if sc.game:
             game_cmd = [*_cli(), "example-game", "-q", "--headless", "--capture-socket", capture_socket,
@@ -334,7 +354,8 @@ def _run(
         started = time.monotonic()
         if alongside is not None:
             run_beside = alongside
-            beside_thread = threading.Thread(target=lambda: beside.update(run_beside(host_port)), daemon=True)
+            host_pid = procs[0].pid
+            beside_thread = threading.Thread(target=lambda: beside.update(run_beside(host_port, host_pid)), daemon=True)
             beside_thread.start()
         _watch(viewers, viewer_files, started, live)
         if beside_thread is not None:
@@ -344,6 +365,7 @@ def _run(
         stop_processes(services, procs)
     finally:
         kill_leftovers(procs)
+        stack.close()
         if meter is not None:
             meter.stop()
     host = _read_json(host_json) or {}
@@ -356,6 +378,13 @@ def _run(
     result["game"] = game
     if alongside is not None:
         result["alongside"] = beside
+    if sc.host_log:
+        text = (tmp / "host.log").read_bytes()
+        result["host_log"] = {
+            "bytes": len(text),
+            "lines": text.count(b"\n"),
+            "last": text[-2000:].decode(errors="replace"),
+        }
     if meter is not None:
         result["machine_pace"] = meter.result()
     return result

@@ -131,7 +131,10 @@ def add_security(sub: Sub) -> None:
         "EXTENSIONS a second), flood (8 s of handshakes from 8 addresses), spray (8 s of random datagrams, 64,000 a "
         "second from 8 addresses), idle (136 silent "
         "connections), reflect (a cookie sent from a victim's address; bytes both ways, open, password and "
-        "private hosts); a friend joins during each. 'all' for every one",
+        "private hosts); a friend joins during each. At the web port (host --web), a friend's browser coming back "
+        "with its pass each second: web-origin (another site's page opens WebSockets and guesses the password), "
+        "web-quic (2,000 forged QUIC Initials a second), web-tls (675 TLS handshakes a second from one address), "
+        "web-idle (175 silent connections a second held 10 s, the host at ulimit -n 1024). 'all' for every one",
     )
     p.add_argument(
         "--handshakes",
@@ -143,8 +146,9 @@ def add_security(sub: Sub) -> None:
     p.add_argument(
         "--pin-cpus",
         action="store_true",
-        help="with --attacks: host, viewer and attacker each on a third of the CPUs (needs 3; the point is a "
-        "machine with many), so the attacker's own work does not take the host's CPU",
+        help="with --attacks: host, viewer and attacker each on a third of the CPUs, so the attacker's own work "
+        "does not take the host's CPU; with two CPUs, the host on one and the viewer on the other, which the "
+        "attacker shares at nice 19",
     )
     p.set_defaults(func=_run_security)
 

@@ -40,9 +40,10 @@ LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 class WebDoorConfig:
     """The web port's limits. Rates are connections a second, bursts connections."""
 
-    #: New connections per prefix: a page load opens up to seven (the page, its scripts, the WebSocket).
-    per_prefix_rate_s: float = 4.0
-    per_prefix_burst: int = 24
+    #: New connections per prefix: a page load opens up to seven (the page, its scripts, the WebSocket), and a
+    #: page on another site in the same browser may be opening a few a second meanwhile.
+    per_prefix_rate_s: float = 8.0
+    per_prefix_burst: int = 32
     #: New connections for the whole host, and a reserve for prefixes that asked for nothing lately.
     total_rate_s: float = 50.0
     total_burst: int = 100

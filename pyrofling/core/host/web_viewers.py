@@ -17,7 +17,14 @@ WebSocket, and decodes them with WebCodecs (``docs/browser.md``):
 * **A link admits one browser** (``link_once``): the token is spent by the first
   browser that proves it, and a new one is made (:class:`NewLinkKey`: the host
   shows the next link to the person); that browser's tab comes back with its
-  resume secret.  A link that leaked later (a chat log, a screenshot) opens nothing.
+  resume secret (its pass).  A link that leaked later (a chat log, a screenshot) opens nothing.
+  A pass outlives the run only where the shell keeps it (``remembered``: over HTTPS);
+  else, or where the store would not keep it, it lasts this run.
+* **Nobody else's place.** Each address prefix has ``max_pending_per_prefix`` slots to
+  prove in; beyond them its own oldest unproved connection is closed, told busy.  A
+  page is closed with :data:`CLOSE_BUSY` when it should come back, :data:`CLOSE_PASS_UNKNOWN`
+  when its pass opens nothing (the only close after which it forgets the pass), else
+  :data:`CLOSE_REFUSED`.
 * **Start at a key frame.** WebCodecs decodes from a key frame, so a browser that
   was admitted, or fell behind, waits for the next IDR; the host's key-frame
   policy is asked for one (the same request a joining viewer makes).
