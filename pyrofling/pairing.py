@@ -209,13 +209,16 @@ class HostPairings:
                 str(entry.get("password_tag", "")), _password_tag(data, password)
             ):
                 return False
-            if now - float(entry["last_used"]) >= BROWSER_USE_RESOLUTION_S:
-                entry["last_used"] = int(now)
-                self._file.write(data)
-            return True
         except (PairingStoreError, OSError, ValueError) as exc:
             log.warning("pairings: %s", exc)
             return False
+        if now - float(entry["last_used"]) >= BROWSER_USE_RESOLUTION_S:
+            entry["last_used"] = int(now)
+            try:
+                self._file.write(data)
+            except (PairingStoreError, OSError) as exc:  # the pass still opens; its use is not recorded
+                log.warning("pairings: could not record a browser's use: %s", exc)
+        return True
 
     def add_browser(
         self, pass_sha256: str, name: str, *, via: str = "link", address: str = "", password: str | None = None
