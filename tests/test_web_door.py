@@ -521,3 +521,39 @@ def test_a_busy_host_tells_the_page_to_come_back_and_a_stale_pass_to_forget_it()
     (stale, *_) = web.message(3, json.dumps({"type": "auth", "resume": "an-earlier-runs-pass"}), 0.0)
     assert isinstance(full, CloseClient) and isinstance(stale, CloseClient)
     assert (full.code, stale.code) == (CLOSE_BUSY, CLOSE_PASS_UNKNOWN)
+
+
+# -- the bench's attackers, in a smoke run ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("attack", ["web-origin", "web-quic", "web-tls", "web-idle"])
+def test_the_benchs_web_attackers_play_and_the_friend_still_comes_back(attack: str, tmp_path: Path) -> None:
+    """``bench security --attacks web-…`` in a second and a half each, against a host in this process: the attacker
+    does what it says, the door turns it away, and the friend's browser comes back with its pass."""
+    from pyrofling.bench.web_attacks import row_text, run_web_attack
+
+    link_file = tmp_path / "link"
+
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
+        host, task = await start_host(
+            encoder=TINY, web_port=0, virtual_pad="none", password=SECRET, pairing_dir=tmp_path,
+            web_https=attack == "web-tls", show_web_link=lambda link, _fp: link_file.write_text(link + "\n"),
+        )  # fmt: skip
+        try:
+            assert host.web is not None and host.web.port is not None
+            out = await run_web_attack(attack, host.web.port, os.getpid(), link_file, 1.5)
+        finally:
+            await stop_host(host, task)
+        return out, host.summary()["web"]
+
+    out, web = run(scenario, timeout_s=60)
+    assert out["friend_joins"] >= 1 and out["friend_refusals"] == [], out
+    assert out["host_cpu_during_attack_pct"] >= 0 and row_text(attack, out)
+    if attack == "web-origin":
+        assert out["opened"] == 0 and out["refused_at_upgrade"] > 0 and web["door"]["refused"]["foreign_origin"] > 0
+    elif attack == "web-quic":
+        assert out["initials_sent"] > 1000 and web["quic"]["tokens_refused"] > 0
+    elif attack == "web-tls":
+        assert out["asked"] > out["completed"] and web["door"]["refused"]["rate"] > 0
+    else:
+        assert out["opened"] > 100 and sum(web["door"]["refused"].values()) > 0
