@@ -506,6 +506,22 @@ def test_password_logins_in_a_hurry_push_no_friends_pass_out_and_a_new_password_
     assert old_password_back is None and code == CLOSE_PASS_UNKNOWN  # a new password: the old one's passes end
 
 
+def test_the_store_keeps_a_few_passes_per_address_pushes_none_out_and_forgets_unused_ones(tmp_path: Path) -> None:
+    from pyrofling.pairing import BROWSER_UNUSED_S, MAX_BROWSERS_PER_PREFIX, HostPairings
+
+    store = HostPairings(tmp_path)
+    kept = [store.add_browser(f"{i:064x}", "b", address="198.51.100.7") for i in range(MAX_BROWSERS_PER_PREFIX + 2)]
+    assert kept == [True] * MAX_BROWSERS_PER_PREFIX + [False, False]  # the first stay; the newer are for the run
+    assert store.knows_browser(f"{0:064x}") and not store.knows_browser(f"{MAX_BROWSERS_PER_PREFIX:064x}")
+    assert store.add_browser("f" * 64, "friend", address="203.0.113.5")  # another address: its own share
+    data = json.loads((tmp_path / "host.json").read_text())
+    data["browsers"][f"{0:064x}"]["last_used"] -= BROWSER_UNUSED_S + 1  # unused for 30 days
+    (tmp_path / "host.json").write_text(json.dumps(data))
+    assert not store.knows_browser(f"{0:064x}")
+    assert "expired" in next(e.detail for e in store.entries() if e.id == f"{0:064x}")
+    assert store.add_browser("e" * 64, "b", address="198.51.100.7")  # its place is free again
+
+
 # -- rows 1 and 2 again: the page keeps its pass when the host is busy -------------------------------
 
 
