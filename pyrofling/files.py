@@ -68,18 +68,30 @@ def write_private(path: Path, data: bytes) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def private_dir_problem(path: Path) -> str | None:
+    """Why the folder ``path`` cannot hold secrets (a link, not a folder, another user's, open to others' writes),
+    or None (also when it does not exist)."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        return f"{path} is not a folder (a link?): secrets are kept only in a real folder"
+    if st.st_uid != os.getuid():
+        return f"{path} belongs to another user: refusing to keep secrets there"
+    if st.st_mode & 0o022:
+        return f"{path} can be written by others: chmod 700 {path}"
+    return None
+
+
 def private_dir(path: Path) -> Path:
     """A folder for secrets: made 0700 when missing; refused (:class:`SecretFileError`) when it is a link, another
     user's, or open to others' writes."""
     if not path.exists():
         path.mkdir(mode=0o700, parents=True)
-    st = path.lstat()
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-        raise SecretFileError(f"{path} is not a folder (a link?): secrets are kept only in a real folder")
-    if st.st_uid != os.getuid():
-        raise SecretFileError(f"{path} belongs to another user: refusing to keep secrets there")
-    if st.st_mode & 0o022:
-        raise SecretFileError(f"{path} can be written by others: chmod 700 {path}")
+    problem = private_dir_problem(path)
+    if problem is not None:
+        raise SecretFileError(problem)
     return path
 
 

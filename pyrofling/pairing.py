@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import secrets
-import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ from pyrofling.core.host.state import ViewerPaired
 from pyrofling.core.host.web_viewers import RememberBrowser
 from pyrofling.core.secure import HostIdentity, limiter_key
 from pyrofling.core.viewer.auth import HostCredential
+from pyrofling.files import private_dir_problem
 
 log = logging.getLogger(__name__)
 
@@ -76,19 +76,11 @@ class _JsonFile:
         self.path = directory / name
 
     def _check_dir(self, create: bool) -> None:
-        d = self.directory
-        if create and not d.exists():
-            d.mkdir(mode=0o700, parents=True)
-        try:
-            st = d.lstat()
-        except FileNotFoundError:
-            return
-        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-            raise PairingStoreError(f"{d} is not a directory (a link?): pairings are kept only in a real directory")
-        if st.st_uid != os.getuid():
-            raise PairingStoreError(f"{d} belongs to another user: refusing to trust pairings kept there")
-        if st.st_mode & 0o022:
-            raise PairingStoreError(f"{d} can be written by others: chmod 700 {d}")
+        if create and not self.directory.exists():
+            self.directory.mkdir(mode=0o700, parents=True)
+        problem = private_dir_problem(self.directory)
+        if problem is not None:
+            raise PairingStoreError(problem)
 
     def read(self) -> dict[str, Any]:
         self._check_dir(create=False)

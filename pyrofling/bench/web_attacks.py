@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pyrofling.server.crypto_worker import process_cpu_s
+
 WEB_ATTACKS = ("web-origin", "web-quic", "web-tls", "web-idle")
 #: The friend's browser, and the attackers' addresses.
 FRIEND = "127.0.0.1"
@@ -126,14 +128,6 @@ class Friend:
         }
 
 
-def _cpu_s(pid: int) -> float:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
 def _descriptors(pid: int) -> int | None:
     try:
         return len(os.listdir(f"/proc/{pid}/fd"))
@@ -146,7 +140,7 @@ async def run_web_attack(attack: str, port: int, pid: int, link_file: Path, atta
     friend = Friend(port, link_file, tls=attack == "web-tls")
     await friend.first_visit()
     plays = {"web-origin": _foreign_page, "web-quic": _forged_initials, "web-tls": _tls_handshakes, "web-idle": _idle}
-    cpu_before, started = _cpu_s(pid), time.monotonic()
+    cpu_before, started = process_cpu_s(pid), time.monotonic()
     peak_fds: list[int] = []
 
     async def watch_fds() -> None:
@@ -162,7 +156,7 @@ async def run_web_attack(attack: str, port: int, pid: int, link_file: Path, atta
     await comeback
     await fds_task
     elapsed = time.monotonic() - started
-    out["host_cpu_during_attack_pct"] = 100 * (_cpu_s(pid) - cpu_before) / elapsed
+    out["host_cpu_during_attack_pct"] = 100 * (process_cpu_s(pid) - cpu_before) / elapsed
     out["host_descriptors_max"] = max(peak_fds) if peak_fds else None
     return {**out, **friend.summary()}
 

@@ -134,7 +134,7 @@ class CryptoWorker:
         """CPU time the worker processes used so far (Linux; elsewhere 0): part of what the host costs."""
         total = self._ended_cpu_s
         if self._process is not None:
-            total += _process_cpu_s(self._process.proc.pid)
+            total += process_cpu_s(self._process.proc.pid)
         return total
 
     def start(self) -> Future[Any]:
@@ -176,7 +176,7 @@ class CryptoWorker:
         """A step did not come back: the next one starts a new process."""
         process, self._process = self._process, None
         if process is not None:
-            self._ended_cpu_s += _process_cpu_s(process.proc.pid)
+            self._ended_cpu_s += process_cpu_s(process.proc.pid)
             process.close()
 
     def close(self) -> None:
@@ -185,7 +185,7 @@ class CryptoWorker:
             self._thread.shutdown(wait=False, cancel_futures=True)
 
 
-def _process_cpu_s(pid: int) -> float:
+def process_cpu_s(pid: int) -> float:
     """User and system time of a running process, from /proc (0 where it cannot be read)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
