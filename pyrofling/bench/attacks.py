@@ -17,6 +17,8 @@ stream's parameters.
 - ``reflect``: the attacker takes a cookie on its own TCP connection and sends it, and whatever else, from
   a victim's address (127.0.0.3, which it does not own); the victim counts the bytes both ways. Run against
   an open host, a host with a password and a ``--private`` one, each in this process.
+- ``web-origin``, ``web-quic``, ``web-tls``, ``web-idle``: a stranger at the host's web port (``host --web``), a
+  friend's browser coming back with its pass meanwhile (:mod:`pyrofling.bench.web_attacks`).
 """
 
 from __future__ import annotations
