@@ -69,7 +69,15 @@ def add_host(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default="scene",
         help="scene (built-in test scene, default); capture (games presenting through the capture socket, see "
         "pyrofling.capture and pyrofling example-game); x11[:DISPLAY] (grab an X11 screen, e.g. x11::0); "
+        "headless (a desktop of the host's own, with no screen, at --width x --height: give --run); "
         "file:PATH (raw frames, looped) or rawvideo (raw frames on stdin)",
+    )
+    p.add_argument(
+        "--run",
+        default=None,
+        metavar="COMMAND",
+        help="with --source headless: the program to start in the desktop (a game, steam, a terminal), e.g. "
+        '--run "vkcube"; the stream ends when it does',
     )
     p.add_argument(
         "--raw-format", choices=("yuv420p", "rgb24"), default="yuv420p", help="pixel format of raw input frames"
@@ -424,6 +432,8 @@ def _floor_kbits(args: argparse.Namespace) -> int | None:
 def host_config(args: argparse.Namespace) -> HostConfig:
     """The host the flags describe; ValueError saying what to change when they do not fit together."""
     check_source(args.source)
+    if args.run is not None and args.source != "headless":
+        raise ValueError("--run goes with --source headless: the program to start in the host's own desktop")
     encoder = EncoderConfig(
         encoder=args.encoder,
         width=args.width,
@@ -479,6 +489,7 @@ def host_config(args: argparse.Namespace) -> HostConfig:
         capture_socket=args.capture_socket,
         layer_socket=layer_socket,
         x11_window=args.window,
+        run_command=args.run,
         layer_socket_required=bool(args.layer_socket),
         immediate_encode=args.source == "capture" and mode == "immediate",
         outputs=_output_config(args),

@@ -79,6 +79,8 @@ class HostConfig:
     frame_trace: Path | None = None
     #: With source "x11": grab only this window (a title, part of one, or an id) instead of the whole screen.
     x11_window: str | None = None
+    #: With source "headless": the program to run in the host's own desktop (a shell-like command line).
+    run_command: str | None = None
     #: With source "capture": the games' socket (None: $XDG_RUNTIME_DIR/pyrofling-capture).
     capture_socket: str | None = None
     #: With source "capture": also serve PyroFling's Vulkan layer on this socket (None: not served; the CLI

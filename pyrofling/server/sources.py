@@ -139,12 +139,44 @@ class X11GrabSource:
 
 def check_source(spec: str) -> None:
     """ValueError (saying what to use) unless ``spec`` names a kind of source; opening it may still fail."""
-    known = spec in ("scene", "capture", "rawvideo", "-", "x11") or spec.startswith(("file:", "x11:"))
+    known = spec in ("scene", "capture", "rawvideo", "-", "x11", "headless") or spec.startswith(("file:", "x11:"))
     if not known:
         raise ValueError(
-            f"unknown source {spec!r}: use scene, capture (games on the capture socket), x11[:DISPLAY], "
-            "file:PATH (raw frames) or rawvideo (raw frames on stdin)"
+            f"unknown source {spec!r}: use scene, capture (games on the capture socket), x11[:DISPLAY], headless "
+            "(a desktop of the host's own), file:PATH (raw frames) or rawvideo (raw frames on stdin)"
         )
+
+
+async def open_host_source(
+    spec: str,
+    width: int,
+    height: int,
+    fps: float,
+    raw_format: str = "yuv420p",
+    *,
+    window: str | None = None,
+    run: str | None = None,
+) -> VideoSource | None:
+    """The host's source (None for ``capture``: games present through the socket). ``headless`` starts a desktop
+    of the host's own (``run``: the program in it) on the running event loop; the rest is :func:`open_source`."""
+    if spec == "capture":
+        return None
+    if spec != "headless":
+        if run is not None:
+            raise ValueError("--run goes with --source headless (the program to start in the host's desktop)")
+        return open_source(spec, width, height, raw_format, window=window)
+    try:
+        from pyrofling.server.headless.desktop import DesktopError
+        from pyrofling.server.headless.source import open_headless
+    except ImportError as exc:
+        raise ValueError(
+            f"--source headless needs pyrofling's headless extra ({exc.name} is missing): "
+            "pip install 'pyrofling[headless]' (scripts/setup does)"
+        ) from None
+    try:
+        return await open_headless(width, height, fps, run)
+    except (DesktopError, RuntimeError) as exc:
+        raise ValueError(f"--source headless: {exc}") from exc
 
 
 def open_source(

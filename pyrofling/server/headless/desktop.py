@@ -1,0 +1,217 @@
+"""A private headless desktop: its own D-Bus session bus, PipeWire, WirePlumber and mutter, in a folder of its own.
+
+Everything runs with ``XDG_RUNTIME_DIR`` (and the state, config and cache
+folders) inside a temporary folder of the host's (0700), so two hosts keep two
+desktops apart: their Wayland sockets, their buses and their sound never meet.
+Each process is started in a process group of its own, and :meth:`close` ends
+them all, last started first.
+
+mutter tells a session manager the variables its programs need (``DISPLAY``,
+``XAUTHORITY``, ``WAYLAND_DISPLAY``) through ``org.gnome.SessionManager.Setenv``:
+the desktop answers on that name itself, on its own bus, and so learns them
+without reading mutter's log.
+"""
+
+# No ``from __future__ import annotations`` here: dbus-fast reads the D-Bus signature from the annotations of
+# :class:`_SessionManager`'s method, and a postponed ``None`` is not one.
+import asyncio
+import contextlib
+import ctypes
+import logging
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from dbus_fast import BusType, Message, NameFlag
+from dbus_fast.aio import MessageBus
+from dbus_fast.service import ServiceInterface, method
+
+from pyrofling.core.host.headless import missing_packages
+
+log = logging.getLogger(__name__)
+
+#: mutter's names on the bus once it can record and take input.
+MUTTER_NAMES = ("org.gnome.Mutter.ScreenCast", "org.gnome.Mutter.RemoteDesktop")
+#: How long a process is given to end after SIGTERM before SIGKILL.
+STOP_GRACE_S = 2.0
+
+
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def _end_with_the_host() -> None:
+    """In the child, before it runs: SIGTERM when the host ends, however it ends (its own session is no longer
+    ended with the host's terminal, so this is what keeps a desktop from outliving a host that crashed)."""
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+class DesktopError(RuntimeError):
+    """The desktop cannot start; the text says what to do (install what, or why it failed)."""
+
+
+class _SessionManager(ServiceInterface):
+    """Just enough of ``org.gnome.SessionManager`` for mutter to tell what its programs need."""
+
+    def __init__(self) -> None:
+        super().__init__("org.gnome.SessionManager")
+        self.env: dict[str, str] = {}
+        self.changed = asyncio.Event()
+
+    @method(name="Setenv")
+    def setenv(self, variable: "s", value: "s") -> None:  # type: ignore[name-defined]  # noqa: F821 (D-Bus types)
+        self.env[variable] = value
+        self.changed.set()
+
+
+class HeadlessDesktop:
+    """``await start()``, :meth:`run` the person's program, :meth:`close`."""
+
+    def __init__(self, *, x11: bool = True, name: str = "pyrofling") -> None:
+        self.x11 = x11
+        self.name = name
+        self.root: Path | None = None
+        self.env: dict[str, str] = {}
+        #: What the desktop's programs are given (``WAYLAND_DISPLAY``, ``DISPLAY``, ``XAUTHORITY``).
+        self.display_env: dict[str, str] = {}
+        self.bus: MessageBus | None = None
+        self._processes: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self._manager = _SessionManager()
+        self.started_s: float | None = None
+
+    @property
+    def runtime_dir(self) -> Path:
+        assert self.root is not None
+        return self.root / "run"
+
+    @property
+    def pipewire_socket(self) -> Path:
+        return self.runtime_dir / "pipewire-0"
+
+    async def start(self, timeout_s: float = 15.0) -> None:
+        """Start the bus, PipeWire, WirePlumber and mutter, and wait until mutter can record (DesktopError if it
+        cannot: what to install, or which process ended)."""
+        missing = missing_packages(lambda program: shutil.which(program) is not None, x11=self.x11)
+        if missing:
+            raise DesktopError(f"a headless desktop needs {', '.join(missing)}: apt-get install {' '.join(missing)}")
+        began = time.monotonic()
+        self.root = Path(tempfile.mkdtemp(prefix=f"{self.name}-desktop-"))
+        for sub in ("run", "state", "config", "cache"):
+            (self.root / sub).mkdir(mode=0o700)
+        bus_path = self.runtime_dir / "bus"
+        env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY")}
+        env.update(
+            XDG_RUNTIME_DIR=str(self.runtime_dir),
+            XDG_STATE_HOME=str(self.root / "state"),
+            XDG_CONFIG_HOME=str(self.root / "config"),
+            XDG_CACHE_HOME=str(self.root / "cache"),
+            DBUS_SESSION_BUS_ADDRESS=f"unix:path={bus_path}",
+        )
+        self.env = env
+        try:
+            async with asyncio.timeout(timeout_s):
+                self._spawn("dbus-daemon", ["dbus-daemon", "--session", f"--address=unix:path={bus_path}",
+                                            "--nofork", "--nopidfile"])  # fmt: skip
+                while not bus_path.exists():
+                    self._check_alive()
+                    await asyncio.sleep(0.005)
+                self.bus = await MessageBus(
+                    bus_address=env["DBUS_SESSION_BUS_ADDRESS"], bus_type=BusType.SESSION
+                ).connect()
+                self.bus.export("/org/gnome/SessionManager", self._manager)
+                await self.bus.request_name("org.gnome.SessionManager", NameFlag.DO_NOT_QUEUE)
+                self._spawn("pipewire", ["pipewire"])
+                self._spawn("wireplumber", ["wireplumber"])
+                self._spawn("mutter", ["mutter", "--headless", "--wayland", *([] if self.x11 else ["--no-x11"])])
+                await self._wait_for_mutter()
+        except TimeoutError:
+            self.close()
+            raise DesktopError(f"the headless desktop did not start within {timeout_s:g} s") from None
+        except BaseException:
+            self.close()
+            raise
+        self.started_s = time.monotonic() - began
+        log.info(
+            "headless desktop up in %.2f s (%s)",
+            self.started_s,
+            ", ".join(f"{k}={v}" for k, v in sorted(self.display_env.items()) if k != "XAUTHORITY"),
+        )
+
+    async def _wait_for_mutter(self) -> None:
+        assert self.bus is not None
+        wanted = {"WAYLAND_DISPLAY", *(("DISPLAY", "XAUTHORITY") if self.x11 else ())}
+        while True:
+            self._check_alive()
+            names = await self._names()
+            if all(n in names for n in MUTTER_NAMES) and wanted <= self._manager.env.keys():
+                self.display_env = {k: self._manager.env[k] for k in sorted(wanted)}
+                return
+            self._manager.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._manager.changed.wait(), 0.02)
+
+    async def _names(self) -> list[str]:
+        assert self.bus is not None
+        reply = await self.bus.call(
+            Message(
+                destination="org.freedesktop.DBus",
+                path="/org/freedesktop/DBus",
+                interface="org.freedesktop.DBus",
+                member="ListNames",
+            )
+        )
+        return list(reply.body[0]) if reply is not None and reply.body else []
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        proc = subprocess.Popen(
+            argv, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True, preexec_fn=_end_with_the_host,
+        )  # fmt: skip
+        self._processes.append((name, proc))
+
+    def _check_alive(self) -> None:
+        ended = self.ended()
+        if ended is not None:
+            raise DesktopError(f"the headless desktop's {ended} ended as it started")
+
+    def ended(self) -> str | None:
+        """The first of the desktop's own processes that has ended (None: all run)."""
+        return next((name for name, proc in self._processes if name != "program" and proc.poll() is not None), None)
+
+    def run(self, command: str) -> subprocess.Popen[bytes]:
+        """The person's program, in the desktop (its output goes where the host's does)."""
+        argv = shlex.split(command)
+        if not argv:
+            raise ValueError("--run needs a command: the program to start in the desktop")
+        if shutil.which(argv[0], path=self.env.get("PATH")) is None:
+            raise DesktopError(f"--run: {argv[0]!r} is not a program on PATH")
+        proc = subprocess.Popen(argv, env={**self.env, **self.display_env}, stdin=subprocess.DEVNULL,
+                                start_new_session=True, preexec_fn=_end_with_the_host)  # fmt: skip
+        self._processes.append(("program", proc))
+        return proc
+
+    def close(self) -> None:
+        """End everything the desktop started (its program first, the bus last) and remove its folder."""
+        if self.bus is not None:
+            self.bus.disconnect()
+            self.bus = None
+        for _, proc in reversed(self._processes):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for _, proc in reversed(self._processes):
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        self._processes.clear()
+        if self.root is not None:
+            shutil.rmtree(self.root, ignore_errors=True)
+            self.root = None

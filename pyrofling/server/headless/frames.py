@@ -1,0 +1,112 @@
+"""The virtual monitor's frames, out of the desktop's PipeWire through GStreamer (``pipewiresrc`` into an appsink).
+
+``pipewiresrc`` is given a socket already connected to the desktop's PipeWire
+(``fd``), so the host's own ``XDG_RUNTIME_DIR`` (and a second desktop's) never
+matters. Frames come on GStreamer's streaming thread, BGRx, one memory copy out of
+PipeWire's shared memory; :meth:`latest` hands the newest to the heartbeat, which
+never waits for one. mutter sends a frame only when something changed, so the
+last one stays the picture; ``keepalive-time`` has PipeWire resend it now and then,
+which also lets a new size through on a still desktop.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import av
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+#: PipeWire resends the last frame after this long without a new one (ms).
+KEEPALIVE_MS = 250
+
+
+def _gst() -> Any:
+    try:
+        import gi
+
+        gi.require_version("Gst", "1.0")
+        from gi.repository import Gst
+    except (ImportError, ValueError) as exc:
+        raise RuntimeError(
+            "GStreamer for Python is missing: pip install 'pyrofling[headless]' and apt-get install "
+            "gir1.2-gstreamer-1.0 gstreamer1.0-pipewire"
+        ) from exc
+    Gst.init(None)
+    if Gst.ElementFactory.find("pipewiresrc") is None:
+        raise RuntimeError("GStreamer has no pipewiresrc: apt-get install gstreamer1.0-pipewire")
+    return Gst
+
+
+class MonitorFrames:
+    """:meth:`start`, then :meth:`latest` as often as the heartbeat likes; :meth:`stop`."""
+
+    def __init__(self, pipewire_socket: Path, node_id: int, caps: str) -> None:
+        self._gst = Gst = _gst()
+        self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._socket.connect(str(pipewire_socket))
+        self.caps = caps
+        self._pipeline = Gst.parse_launch(
+            f"pipewiresrc name=src fd={self._socket.fileno()} path={node_id} always-copy=false "
+            f"keepalive-time={KEEPALIVE_MS} ! capsfilter name=caps caps={caps} ! "
+            "appsink name=sink emit-signals=true sync=false max-buffers=2 drop=true"
+        )
+        self._pipeline.get_by_name("sink").connect("new-sample", self._sample)
+        self._lock = threading.Lock()
+        self._latest: av.VideoFrame | None = None
+        #: Frames taken out of PipeWire, and the monotonic time of the first and the last.
+        self.frames = 0
+        self.first_s: float | None = None
+        self.last_s: float | None = None
+        self.size: tuple[int, int] | None = None
+
+    def start(self) -> None:
+        if self._pipeline.set_state(self._gst.State.PLAYING) == self._gst.StateChangeReturn.FAILURE:
+            raise RuntimeError("the desktop's frames could not be recorded (pipewiresrc would not start)")
+
+    def _sample(self, sink: Any) -> Any:
+        Gst = self._gst
+        sample = sink.emit("pull-sample")
+        structure = sample.get_caps().get_structure(0)
+        width, height = structure.get_value("width"), structure.get_value("height")
+        buffer = sample.get_buffer()
+        ok, info = buffer.map(Gst.MapFlags.READ)
+        if not ok:
+            return Gst.FlowReturn.OK
+        try:
+            pixels = np.frombuffer(info.data, np.uint8).reshape(height, width, 4)
+            # BGRx read as BGRA (the encoder ignores the fourth byte): the one copy out of shared memory
+            frame = av.VideoFrame.from_ndarray(pixels, format="bgra")
+        finally:
+            buffer.unmap(info)
+        now = time.monotonic()
+        with self._lock:
+            self._latest = frame
+            self.frames += 1
+            self.first_s = self.first_s or now
+            self.last_s = now
+            self.size = (width, height)
+        return Gst.FlowReturn.OK
+
+    def latest(self) -> av.VideoFrame | None:
+        with self._lock:
+            return self._latest
+
+    def error(self) -> str | None:
+        """The pipeline's error, if it stopped with one."""
+        bus = self._pipeline.get_bus()
+        message = bus.pop_filtered(self._gst.MessageType.ERROR)
+        if message is None:
+            return None
+        err, debug = message.parse_error()
+        return f"{err.message} ({debug})" if debug else str(err.message)
+
+    def stop(self) -> None:
+        self._pipeline.set_state(self._gst.State.NULL)
+        self._socket.close()

@@ -1,0 +1,71 @@
+"""mutter's virtual monitor, recorded into PipeWire, over the desktop's bus (``org.gnome.Mutter.ScreenCast``).
+
+The order mutter 43 wants: a RemoteDesktop session (its input, later), a ScreenCast
+session linked to it, ``RecordVirtual`` (a monitor that exists while it is
+recorded, at the size the recording's caps ask), then RemoteDesktop's ``Start``,
+which starts both; the stream's PipeWire node comes in its ``PipeWireStreamAdded``
+signal. The sessions belong to this bus connection: when it closes, mutter ends
+them and the monitor goes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from dbus_fast import Variant
+from dbus_fast.aio import MessageBus, ProxyInterface
+
+REMOTE_DESKTOP = "org.gnome.Mutter.RemoteDesktop"
+SCREEN_CAST = "org.gnome.Mutter.ScreenCast"
+#: The pointer drawn into the frames (0: hidden, 1: drawn in, 2: as metadata).
+CURSOR_EMBEDDED = 1
+
+
+async def _interface(bus: MessageBus, name: str, path: str, interface: str) -> ProxyInterface:
+    introspection = await bus.introspect(name, path)
+    return bus.get_proxy_object(name, path, introspection).get_interface(interface)
+
+
+class VirtualMonitor:
+    """``node = await VirtualMonitor(bus).start()``: the PipeWire node to record; :meth:`stop` when done."""
+
+    def __init__(self, bus: MessageBus, *, cursor_mode: int = CURSOR_EMBEDDED) -> None:
+        self.bus = bus
+        self.cursor_mode = cursor_mode
+        self.node_id: int | None = None
+        self._remote: Any = None
+
+    async def start(self, timeout_s: float = 10.0) -> int:
+        bus = self.bus
+        async with asyncio.timeout(timeout_s):
+            remote = await _interface(bus, REMOTE_DESKTOP, "/org/gnome/Mutter/RemoteDesktop", REMOTE_DESKTOP)
+            remote_path = await remote.call_create_session()  # type: ignore[attr-defined]
+            self._remote = await _interface(bus, REMOTE_DESKTOP, remote_path, f"{REMOTE_DESKTOP}.Session")
+            session_id = await self._remote.get_session_id()
+            cast = await _interface(bus, SCREEN_CAST, "/org/gnome/Mutter/ScreenCast", SCREEN_CAST)
+            cast_path = await cast.call_create_session(  # type: ignore[attr-defined]
+                {"remote-desktop-session-id": Variant("s", session_id)}
+            )
+            session = await _interface(bus, SCREEN_CAST, cast_path, f"{SCREEN_CAST}.Session")
+            stream_path = await session.call_record_virtual(  # type: ignore[attr-defined]
+                {"cursor-mode": Variant("u", self.cursor_mode), "is-platform": Variant("b", True)}
+            )
+            stream = await _interface(bus, SCREEN_CAST, stream_path, f"{SCREEN_CAST}.Stream")
+            added: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+            def stream_added(node: int) -> None:
+                if not added.done():
+                    added.set_result(int(node))
+
+            stream.on_pipe_wire_stream_added(stream_added)  # type: ignore[attr-defined]
+            await self._remote.call_start()
+            self.node_id = await added
+        return self.node_id
+
+    async def stop(self) -> None:
+        remote, self._remote = self._remote, None
+        if remote is not None:
+            with contextlib.suppress(Exception):  # the desktop may be gone already: nothing left to stop
+                await asyncio.wait_for(remote.call_stop(), 2.0)

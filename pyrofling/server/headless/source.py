@@ -1,0 +1,82 @@
+"""The headless desktop as a video source: the desktop, its virtual monitor, its frames and the person's program.
+
+:func:`open_headless` starts them in order (on the host's event loop: the bus is
+asyncio); :meth:`HeadlessSource.read` is the heartbeat's, and hands the newest
+frame (the placeholder until the first). The source ends, and with it the stream,
+when the program or the desktop ends; :meth:`close` stops everything.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+
+import av
+import numpy as np
+
+from pyrofling.core.host.headless import recording_caps
+from pyrofling.server.headless.desktop import HeadlessDesktop
+from pyrofling.server.headless.frames import MonitorFrames
+from pyrofling.server.headless.screencast import VirtualMonitor
+
+log = logging.getLogger(__name__)
+
+#: What is streamed until the desktop's first frame (a fraction of a second): black, 16x16 (the encoder scales it).
+_BLANK = av.VideoFrame.from_ndarray(
+    np.concatenate([np.full((16, 16), 16, np.uint8), np.full((8, 16), 128, np.uint8)]), format="yuv420p"
+)
+
+
+class HeadlessSource:
+    """A :class:`~pyrofling.server.sources.VideoSource` of PyAV frames (BGRx; the encoder converts them)."""
+
+    pixel_format = "bgra"
+
+    def __init__(self, desktop: HeadlessDesktop, monitor: VirtualMonitor, frames: MonitorFrames) -> None:
+        self.desktop, self.monitor, self.frames = desktop, monitor, frames
+        self.program: subprocess.Popen[bytes] | None = None
+        self._ended: str | None = None
+
+    def read(self, index: int, capture_us: int) -> av.VideoFrame | None:
+        if self._ended is None:
+            self._ended = self._why_ended()
+            if self._ended is not None:
+                log.warning("headless desktop: %s; the stream ends", self._ended)
+        if self._ended is not None:
+            return None
+        return self.frames.latest() or _BLANK
+
+    def _why_ended(self) -> str | None:
+        if self.program is not None and self.program.poll() is not None:
+            return f"the program ended (exit status {self.program.returncode})"
+        gone = self.desktop.ended()
+        if gone is not None:
+            return f"its {gone} ended"
+        error = self.frames.error()
+        return f"recording failed: {error}" if error else None
+
+    def close(self) -> None:
+        self.frames.stop()
+        self.desktop.close()
+
+
+async def open_headless(
+    width: int, height: int, fps: float, command: str | None, *, x11: bool = True
+) -> HeadlessSource:
+    """A desktop with a virtual monitor of ``width``×``height`` recorded at ``fps``, ``command`` running in it."""
+    desktop = HeadlessDesktop(x11=x11)
+    await desktop.start()
+    try:
+        assert desktop.bus is not None
+        monitor = VirtualMonitor(desktop.bus)
+        node = await monitor.start()
+        frames = MonitorFrames(desktop.pipewire_socket, node, recording_caps(width, height, fps))
+        frames.start()
+        source = HeadlessSource(desktop, monitor, frames)
+        if command:  # after the monitor exists: a program started before sees no screen (a 0x0 X root)
+            source.program = desktop.run(command)
+            log.info("headless desktop: running %s", command)
+    except BaseException:
+        desktop.close()
+        raise
+    return source
