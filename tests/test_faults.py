@@ -384,9 +384,10 @@ class _GlitchySource:
 def test_an_encoder_error_on_one_frame_costs_that_frame_and_the_stream_goes_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(
-        host_module, "open_source", lambda *_args, **_kwargs: _GlitchySource(SMALL.width, SMALL.height, 45)
-    )
+    async def glitchy(*_args: Any, **_kwargs: Any) -> _GlitchySource:
+        return _GlitchySource(SMALL.width, SMALL.height, 45)
+
+    monkeypatch.setattr(host_module, "open_host_source", glitchy)
 
     async def scenario() -> tuple[Host, Viewer]:
         host, task = await start_host(
