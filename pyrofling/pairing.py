@@ -227,8 +227,7 @@ class HostPairings:
             MAX_BROWSERS_PER_PREFIX
         ):
             return False
-        entry: dict[str, Any] = {"name": name, "paired_at": _now(), "last_used": int(now), "via": via}
-        entry["prefix"] = prefix
+        entry: dict[str, Any] = {"name": name, "paired_at": _now(), "last_used": int(now), "via": via, "prefix": prefix}
         if via == "password":
             data.setdefault("browser_salt", secrets.token_hex(16))
             entry["password_tag"] = _password_tag(data, password)

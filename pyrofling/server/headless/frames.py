@@ -2,8 +2,10 @@
 
 ``pipewiresrc`` is given a socket already connected to the desktop's PipeWire
 (``fd``), so the host's own ``XDG_RUNTIME_DIR`` (and a second desktop's) never
-matters. Frames come on GStreamer's streaming thread, BGRx, one memory copy out of
-PipeWire's shared memory; :meth:`latest` hands the newest to the heartbeat, which
+matters. Frames come on GStreamer's streaming thread, BGRx; PyGObject maps a
+buffer as ``bytes`` (one copy out of PipeWire's shared memory) and the PyAV frame is
+a second (3.7 MB each at 720p: which frame path costs least is still to be
+measured); :meth:`latest` hands the newest to the heartbeat, which
 never waits for one. mutter sends a frame only when something changed, so the
 last one stays the picture; ``keepalive-time`` has PipeWire resend it now and then,
 which also lets a new size through on a still desktop.
@@ -11,7 +13,6 @@ which also lets a new size through on a still desktop.
 
 from __future__ import annotations
 
-import logging
 import socket
 import threading
 import time
@@ -20,8 +21,6 @@ from typing import Any
 
 import av
 import numpy as np
-
-log = logging.getLogger(__name__)
 
 #: PipeWire resends the last frame after this long without a new one (ms).
 KEEPALIVE_MS = 250
@@ -51,20 +50,17 @@ class MonitorFrames:
         self._gst = Gst = _gst()
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._socket.connect(str(pipewire_socket))
-        self.caps = caps
         self._pipeline = Gst.parse_launch(
-            f"pipewiresrc name=src fd={self._socket.fileno()} path={node_id} always-copy=false "
-            f"keepalive-time={KEEPALIVE_MS} ! capsfilter name=caps caps={caps} ! "
+            f"pipewiresrc fd={self._socket.fileno()} path={node_id} always-copy=false "
+            f"keepalive-time={KEEPALIVE_MS} ! capsfilter caps={caps} ! "
             "appsink name=sink emit-signals=true sync=false max-buffers=2 drop=true"
         )
         self._pipeline.get_by_name("sink").connect("new-sample", self._sample)
         self._lock = threading.Lock()
         self._latest: av.VideoFrame | None = None
-        #: Frames taken out of PipeWire, and the monotonic time of the first and the last.
+        #: Frames taken out of PipeWire, and the monotonic time of the first.
         self.frames = 0
         self.first_s: float | None = None
-        self.last_s: float | None = None
-        self.size: tuple[int, int] | None = None
 
     def start(self) -> None:
         if self._pipeline.set_state(self._gst.State.PLAYING) == self._gst.StateChangeReturn.FAILURE:
@@ -81,7 +77,7 @@ class MonitorFrames:
             return Gst.FlowReturn.OK
         try:
             pixels = np.frombuffer(info.data, np.uint8).reshape(height, width, 4)
-            # BGRx read as BGRA (the encoder ignores the fourth byte): the one copy out of shared memory
+            # BGRx read as BGRA (the encoder ignores the fourth byte)
             frame = av.VideoFrame.from_ndarray(pixels, format="bgra")
         finally:
             buffer.unmap(info)
@@ -90,8 +86,6 @@ class MonitorFrames:
             self._latest = frame
             self.frames += 1
             self.first_s = self.first_s or now
-            self.last_s = now
-            self.size = (width, height)
         return Gst.FlowReturn.OK
 
     def latest(self) -> av.VideoFrame | None:

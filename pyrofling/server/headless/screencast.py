@@ -11,7 +11,6 @@ them and the monitor goes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 from dbus_fast import Variant
@@ -29,7 +28,8 @@ async def _interface(bus: MessageBus, name: str, path: str, interface: str) -> P
 
 
 class VirtualMonitor:
-    """``node = await VirtualMonitor(bus).start()``: the PipeWire node to record; :meth:`stop` when done."""
+    """``node = await VirtualMonitor(bus).start()``: the PipeWire node to record, until the bus connection closes
+    (the desktop's :meth:`~pyrofling.server.headless.desktop.HeadlessDesktop.close`)."""
 
     def __init__(self, bus: MessageBus, *, cursor_mode: int = CURSOR_EMBEDDED) -> None:
         self.bus = bus
@@ -63,9 +63,3 @@ class VirtualMonitor:
             await self._remote.call_start()
             self.node_id = await added
         return self.node_id
-
-    async def stop(self) -> None:
-        remote, self._remote = self._remote, None
-        if remote is not None:
-            with contextlib.suppress(Exception):  # the desktop may be gone already: nothing left to stop
-                await asyncio.wait_for(remote.call_stop(), 2.0)
