@@ -4,9 +4,12 @@ GStreamer) started by the test, and a program in it whose picture is known (``pr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import json
 import os
 import shutil
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,14 +17,37 @@ from typing import Any
 import av
 import numpy as np
 import pytest
-from support import run, start_host, stop_host
+from support import run, start_host, stop_host, until
 
+from pyrofling.client.keyboard_mouse import InputConfig
 from pyrofling.client.viewer import Viewer, ViewerConfig
 from pyrofling.core import frame_marker
-from pyrofling.core.host.headless import missing_packages, recording_caps, recording_rate
+from pyrofling.core.host.headless import (
+    RemoteCall,
+    RemoteInput,
+    first_key_fix,
+    missing_packages,
+    recording_caps,
+    recording_rate,
+)
+from pyrofling.core.input.pad.state import (
+    ABS_X,
+    ABS_Y,
+    BTN_LEFT,
+    BTN_RIGHT,
+    EV_ABS,
+    EV_KEY,
+    EV_REL,
+    EV_SYN,
+    REL_HWHEEL,
+    REL_WHEEL,
+    REL_X,
+    REL_Y,
+    SYN_REPORT,
+)
 from pyrofling.server.encoder import EncoderConfig
 from pyrofling.server.muxing import OutputConfig
-from pyrofling.wire import KickFlags
+from pyrofling.wire import InputState, KickFlags, key_bitmap
 
 MARKER_WINDOW = Path(__file__).parent / "programs" / "marker_window.py"
 #: A picture big enough for the frame marker, small enough for mutter, the program and x264 on two cores.
@@ -60,6 +86,117 @@ def test_the_recording_asks_for_headroom_above_the_stream_rate_and_refuses_a_siz
     installed = {"mutter", "dbus-daemon"}
     assert missing_packages(installed.__contains__) == ["pipewire", "wireplumber", "xwayland"]
     assert missing_packages(installed.__contains__, x11=False) == ["pipewire", "wireplumber"]
+
+
+SYN = (EV_SYN, SYN_REPORT, 0)
+
+
+def test_keys_buttons_wheels_and_the_pointer_become_remote_desktop_calls_in_the_monitors_pixels() -> None:
+    remote = RemoteInput("/stream", (640, 360))
+    assert first_key_fix() == [
+        RemoteCall("NotifyKeyboardKeycode", "ub", (42, True)),
+        RemoteCall("NotifyKeyboardKeycode", "ub", (42, False)),
+    ]
+    assert remote.calls("keyboard", [(EV_KEY, 30, 1), SYN]) == [RemoteCall("NotifyKeyboardKeycode", "ub", (30, True))]
+    # Motion first, summed over the report, so that the click lands where the pointer went; the wheel in steps,
+    # evdev's "up" being mutter's negative step, its "right" positive.
+    mouse = [(EV_KEY, BTN_LEFT, 1), (EV_REL, REL_X, 3), (EV_REL, REL_Y, -2), (EV_REL, REL_X, 1),
+             (EV_REL, REL_WHEEL, 2), (EV_REL, REL_HWHEEL, -1), (EV_KEY, BTN_RIGHT, 0), SYN]  # fmt: skip
+    assert remote.calls("mouse", mouse) == [
+        RemoteCall("NotifyPointerMotionRelative", "dd", (4.0, -2.0)),
+        RemoteCall("NotifyPointerButton", "ib", (BTN_LEFT, True)),
+        RemoteCall("NotifyPointerAxisDiscrete", "ui", (0, -2)),
+        RemoteCall("NotifyPointerAxisDiscrete", "ui", (1, -1)),
+        RemoteCall("NotifyPointerButton", "ib", (BTN_RIGHT, False)),
+    ]
+    # The absolute pointer: the middle of the picture is the monitor's middle pixel, three quarters (as the viewer
+    # rounds it) its pixel 480, the far edge its last; a report with one axis keeps the other; a new monitor size
+    # places it in the new pixels.
+    assert remote.calls("pointer", [(EV_ABS, ABS_X, 32768), (EV_ABS, ABS_Y, 16384), SYN]) == [
+        RemoteCall("NotifyPointerMotionAbsolute", "sdd", ("/stream", 320.0, 90.0))
+    ]
+    assert remote.calls("pointer", [(EV_ABS, ABS_X, round(0.75 * 65535)), SYN])[0].args == ("/stream", 480.0, 90.0)
+    remote.monitor = (1280, 720)
+    assert remote.calls("pointer", [(EV_ABS, ABS_X, 65535), SYN]) == [
+        RemoteCall("NotifyPointerMotionAbsolute", "sdd", ("/stream", 1279.0, 180.0))
+    ]
+    assert remote.calls("mouse", [(EV_REL, REL_WHEEL, 0), SYN]) == []
+
+
+def _events(path: Path) -> list[dict[str, Any]]:
+    try:
+        return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+    except FileNotFoundError:
+        return []
+
+
+def test_an_authenticated_viewers_keys_and_pointer_reach_the_program_in_the_desktop_and_forged_ones_do_not(
+    tmp_path: Path,
+) -> None:
+    """The program under Xwayland reports what it received: exactly the viewer's keys, its clicks at the places
+    the viewer pointed at, its wheel steps; no uinput is involved. Input states forged from another address, as
+    an attacker next to the host would send them, reach nothing."""
+    _need_a_desktop()
+    events = tmp_path / "events.jsonl"
+    secret = "headless keys"
+
+    async def scenario() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        host, task = await start_host(
+            encoder=DESK, virtual_pad="none", source="headless", password=secret,
+            run_command=f"{sys.executable} {MARKER_WINDOW} --fps 30 --events {events}",
+        )  # fmt: skip
+        forger = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            await until(lambda: any("size" in e for e in _events(events)), 30)  # the program's window is up
+
+            def forge(seq: int) -> None:  # Q held, a click and a wheel step, from an address the host never bound
+                state = InputState(seq, buttons=1, keys=key_bitmap({16}), wheel_total=seq, flags=1, abs_x=99)
+                forger.sendto(bytes(state), ("127.0.0.1", host.port or 0))
+
+            forge(1)
+            viewer = Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0, password=secret, duration_s=60,
+                                         flags=KickFlags.VIDEO | KickFlags.KEYBOARD_MOUSE,
+                                         keyboard_mouse=InputConfig()))  # fmt: skip
+            watching = asyncio.create_task(viewer.run())
+            link = viewer.keyboard_mouse
+            assert link is not None
+            await until(lambda: link.available, 30)
+
+            async def then(call: Any, *args: Any) -> None:  # one state per change, a little apart
+                call(*args)
+                await asyncio.sleep(0.03)
+
+            await then(link.point, 0.25, 0.5)
+            await then(link.button, 0, True)
+            await then(link.button, 0, False)
+            for name, times in (("A", 3), ("B", 2)):
+                for _ in range(times):
+                    await then(link.key, name, True)
+                    await then(link.key, name, False)
+                    forge(2 + times)
+            for steps in (1, 1, -1):
+                await then(link.scroll, steps)
+            await then(link.point, 0.75, 0.25)
+            await then(link.button, 1, True)
+            await then(link.button, 1, False)
+            await until(lambda: any(e.get("button") == 4 and not e["down"] for e in _events(events)), 10)
+            viewer.stop()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(watching, 10)
+        finally:
+            forger.close()
+            await stop_host(host, task)
+        return _events(events), host.summary()
+
+    seen, summary = run(scenario, timeout_s=120)
+    presses = [e["key"] for e in seen if "key" in e and e["down"]]
+    assert presses == ["A"] * 3 + ["B"] * 2  # exactly, and no Q: the forged states went nowhere
+    assert [e["key"] for e in seen if "key" in e and not e["down"]] == presses
+    clicks = [(e["button"], e["down"], e["x"], e["y"]) for e in seen if "button" in e]
+    # pyglet's buttons: 1 left, 4 right; a quarter across and half down a 640x360 monitor, then 3/4 and 1/4
+    assert clicks == [(1, True, 160, 180), (1, False, 160, 180), (4, True, 480, 90), (4, False, 480, 90)]
+    assert [e["scroll"] for e in seen if "scroll" in e] == [[0, 1], [0, 1], [0, -1]]
+    assert summary["keyboard_mouse"]["devices"].startswith("the headless desktop")
 
 
 def test_a_viewer_sees_the_program_running_in_the_hosts_headless_desktop_and_it_all_ends_with_the_host(

@@ -61,7 +61,7 @@ from pyrofling.server.gamepad import PadOutput, VirtualPad, open_virtual_pad
 from pyrofling.server.heartbeat import Heartbeat
 from pyrofling.server.input_devices import InputDevices, InputOutput, open_input_devices
 from pyrofling.server.network import HostNetwork, uri_host
-from pyrofling.server.sources import open_host_source
+from pyrofling.server.sources import desktop_input, open_host_source
 from pyrofling.server.stats import HostStats, StatusLine, phase_status
 from pyrofling.wire import AudioCodec, StreamType
 
@@ -177,7 +177,9 @@ class Host:
         self.pad_output = self.pad_outputs[1] = PadOutput(pad, trace=cfg.gamepad_trace)
         self._listen_for_rumble(pad, 1)
         log.info("gamepad: %s%s", pad.description, f"; up to {cfg.pads} pads, one per player" if cfg.pads > 1 else "")
-        devices = self._input_devices or open_input_devices(cfg.virtual_input)
+        devices = (
+            self._input_devices or desktop_input(source, cfg.virtual_input) or open_input_devices(cfg.virtual_input)
+        )
         self.input_output = InputOutput(devices, trace=cfg.input_trace)
         log.info("keyboard and mouse: %s", devices.description)
         heartbeat = self.heartbeat = Heartbeat(

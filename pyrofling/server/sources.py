@@ -14,13 +14,16 @@ import os
 import stat
 import sys
 import threading
-from typing import Any, BinaryIO, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 import av
 import numpy as np
 import numpy.typing as npt
 
 from pyrofling.core.scene import TestScene
+
+if TYPE_CHECKING:
+    from pyrofling.server.input_devices import InputDevices
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +180,13 @@ async def open_host_source(
         return await open_headless(width, height, fps, run)
     except (DesktopError, RuntimeError) as exc:
         raise ValueError(f"--source headless: {exc}") from exc
+
+
+def desktop_input(source: VideoSource | None, virtual_input: str) -> InputDevices | None:
+    """The keyboard and pointer of the desktop the source shows, where the host made it (headless): viewers' keys go
+    there rather than to uinput's devices, which that desktop never sees (None: use those; ``none``: nobody's)."""
+    devices: InputDevices | None = getattr(source, "input_devices", None)
+    return devices if virtual_input != "none" else None
 
 
 def open_source(

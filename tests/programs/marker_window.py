@@ -3,13 +3,19 @@
 It shows the frame marker (``pyrofling.core.frame_marker``: its frame id counting up from 1, its time on the
 monotonic clock) along the top and a grey that steps with the frame below it, ``--fps`` times a second, through
 OpenGL on whatever display it is given (Xwayland in the host's headless desktop). The test reads the markers
-back out of the host's recording: the picture, not a frame count, proves what was streamed.
+back out of the host's recording: the picture, not a frame count, proves what was streamed. The window follows
+the monitor's size (a full-screen window is resized with it).
+
+With ``--events PATH`` it writes what it received as JSON lines: keys (pyglet's names), buttons and where they
+were pressed, wheel steps and pointer positions (pixels from the top left), and its size whenever it changes.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from typing import IO
 
 import numpy as np
 import pyglet
@@ -20,20 +26,56 @@ from pyrofling.core import frame_marker
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--fps", type=float, default=60.0)
+    parser.add_argument("--events", help="write what the window received here, as JSON lines")
     args = parser.parse_args()
     window = pyglet.window.Window(fullscreen=True, vsync=False, caption="marker window")
-    width, height = window.width, window.height
-    layout = frame_marker.layout_for(width)
-    assert layout is not None
-    luma = np.zeros((height, width), np.uint8)
+    events: IO[str] | None = open(args.events, "w", buffering=1) if args.events else None  # noqa: SIM115
     count = 0
+
+    def say(**what: object) -> None:
+        if events is not None:
+            events.write(json.dumps(what) + "\n")
+
+    def top(y: float) -> int:
+        return round(window.height - 1 - y)
+
+    @window.event
+    def on_key_press(symbol: int, _modifiers: int) -> None:
+        say(key=pyglet.window.key.symbol_string(symbol), down=True)
+
+    @window.event
+    def on_key_release(symbol: int, _modifiers: int) -> None:
+        say(key=pyglet.window.key.symbol_string(symbol), down=False)
+
+    @window.event
+    def on_mouse_press(x: float, y: float, button: int, _modifiers: int) -> None:
+        say(button=button, down=True, x=round(x), y=top(y))
+
+    @window.event
+    def on_mouse_release(x: float, y: float, button: int, _modifiers: int) -> None:
+        say(button=button, down=False, x=round(x), y=top(y))
+
+    @window.event
+    def on_mouse_scroll(_x: float, _y: float, scroll_x: float, scroll_y: float) -> None:
+        say(scroll=[scroll_x, scroll_y])
+
+    @window.event
+    def on_mouse_motion(x: float, y: float, _dx: float, _dy: float) -> None:
+        say(motion=[round(x), top(y)])
+
+    @window.event
+    def on_resize(width: int, height: int) -> None:
+        say(size=[width, height])
 
     def draw(_dt: float) -> None:
         nonlocal count
         count += 1
-        luma[:] = 64 + (count * 7) % 128
-        stamp = frame_marker.FrameStamp(count, (time.monotonic_ns() // 1000) & ((1 << 48) - 1))
-        frame_marker.paint(luma, stamp, layout)
+        width, height = window.width, window.height
+        layout = frame_marker.layout_for(width)
+        luma = np.full((height, width), 64 + (count * 7) % 128, np.uint8)
+        if layout is not None:
+            stamp = frame_marker.FrameStamp(count, (time.monotonic_ns() // 1000) & ((1 << 48) - 1))
+            frame_marker.paint(luma, stamp, layout)
         window.switch_to()
         rgb = np.repeat(luma[:, :, None], 3, axis=2)
         image = pyglet.image.ImageData(width, height, "RGB", rgb.tobytes(), pitch=-3 * width)  # rows top down

@@ -1,4 +1,5 @@
-"""What the host's headless desktop needs and asks for (pure): the programs it runs, and the recording's caps.
+"""What the host's headless desktop needs and asks for (pure): the programs it runs, the recording's caps, and the
+RemoteDesktop calls that carry the viewers' keys and pointer into it.
 
 The shells are :mod:`pyrofling.server.headless`; ``docs/headless.md`` has the measurements.
 """
@@ -6,7 +7,22 @@ The shells are :mod:`pyrofling.server.headless`; ``docs/headless.md`` has the me
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+from pyrofling.core.input.keyboard_mouse.codes import ABS_MAX
+from pyrofling.core.input.pad.state import (
+    ABS_X,
+    ABS_Y,
+    EV_ABS,
+    EV_KEY,
+    EV_REL,
+    REL_HWHEEL,
+    REL_WHEEL,
+    REL_X,
+    REL_Y,
+    Event,
+)
 
 #: The programs a headless desktop runs, and the Debian package each comes in (``scripts/setup`` installs them).
 PROGRAMS = {
@@ -39,3 +55,73 @@ def recording_caps(width: int, height: int, fps: float) -> str:
     if width < 16 or height < 16 or width % 2 or height % 2:
         raise ValueError(f"a virtual monitor of {width}x{height}: give an even size of at least 16x16")
     return f"video/x-raw,format=BGRx,width={width},height={height},max-framerate={recording_rate(fps)}/1"
+
+
+# -- keys and the pointer, through mutter's RemoteDesktop session ---------------------------------------------------
+
+#: A throwaway press and release sent right after the session starts: mutter 43 loses the first key press of a new
+#: RemoteDesktop session (its release arrives), whichever program has the focus.
+KEY_LEFTSHIFT = 42
+
+
+class RemoteCall(NamedTuple):
+    """One ``org.gnome.Mutter.RemoteDesktop.Session`` method call: its name, D-Bus signature and arguments."""
+
+    member: str
+    signature: str
+    args: tuple[object, ...]
+
+
+def _pixel(position: int, size: int) -> float:
+    return float(min(size - 1, round(position * size / (ABS_MAX + 1))))
+
+
+def first_key_fix() -> list[RemoteCall]:
+    return [RemoteCall("NotifyKeyboardKeycode", "ub", (KEY_LEFTSHIFT, pressed)) for pressed in (True, False)]
+
+
+class RemoteInput:
+    """The host's keyboard, mouse and pointer reports (evdev events, as uinput gets them) as RemoteDesktop calls.
+
+    Keys and buttons are Linux codes on both sides. Relative motion is summed over a report; a wheel click is one
+    discrete step (evdev counts up as away from the user, mutter counts steps down). The absolute pointer spans the
+    picture in 0..65535 each way and lands on the nearest of the monitor's whole pixels (the viewer rounded its place
+    into those units, and a program under X sees whole pixels, truncated); both axes are kept, since a report carries
+    only the one that moved.
+    """
+
+    def __init__(self, stream: str, monitor: tuple[int, int]) -> None:
+        #: The ScreenCast stream's object path (absolute positions are in its pixels).
+        self.stream = stream
+        #: The virtual monitor's size now (it follows the recording's).
+        self.monitor = monitor
+        self._abs = [ABS_MAX // 2 + 1, ABS_MAX // 2 + 1]
+
+    def calls(self, device: str, events: Sequence[Event]) -> list[RemoteCall]:
+        out: list[RemoteCall] = []
+        dx = dy = 0.0
+        placed = False
+        for kind, code, value in events:
+            if kind == EV_KEY and device == "keyboard":
+                out.append(RemoteCall("NotifyKeyboardKeycode", "ub", (code, value != 0)))
+            elif kind == EV_KEY and device == "mouse":
+                out.append(RemoteCall("NotifyPointerButton", "ib", (code, value != 0)))
+            elif kind == EV_REL and code == REL_X:
+                dx += value
+            elif kind == EV_REL and code == REL_Y:
+                dy += value
+            elif kind == EV_REL and code == REL_WHEEL and value:
+                out.append(RemoteCall("NotifyPointerAxisDiscrete", "ui", (0, -value)))
+            elif kind == EV_REL and code == REL_HWHEEL and value:
+                out.append(RemoteCall("NotifyPointerAxisDiscrete", "ui", (1, value)))
+            elif kind == EV_ABS and code in (ABS_X, ABS_Y):
+                self._abs[code - ABS_X] = max(0, min(ABS_MAX, value))
+                placed = True
+        # Motion first: a click in the same report lands where the pointer went.
+        if dx or dy:
+            out.insert(0, RemoteCall("NotifyPointerMotionRelative", "dd", (dx, dy)))
+        if placed:
+            width, height = self.monitor
+            x, y = (_pixel(self._abs[0], width), _pixel(self._abs[1], height))
+            out.insert(0, RemoteCall("NotifyPointerMotionAbsolute", "sdd", (self.stream, x, y)))
+        return out

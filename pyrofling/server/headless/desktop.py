@@ -55,6 +55,25 @@ class DesktopError(RuntimeError):
     """The desktop cannot start; the text says what to do (install what, or why it failed)."""
 
 
+#: Where X servers make their sockets: it must be writable by all, sticky (systemd's tmpfiles makes it so; a
+#: folder made by a server under a umask of 022 is not, and mutter then refuses to start Xwayland).
+X11_SOCKETS = Path("/tmp/.X11-unix")
+
+
+def _x11_socket_dir() -> None:
+    try:
+        X11_SOCKETS.mkdir(mode=0o1777, exist_ok=True)
+        info = X11_SOCKETS.stat()
+        if info.st_mode & 0o1777 != 0o1777 and info.st_uid == os.getuid():
+            X11_SOCKETS.chmod(0o1777)
+        elif info.st_mode & 0o1777 != 0o1777:
+            raise DesktopError(
+                f"{X11_SOCKETS} is not writable by all (Xwayland needs it so): sudo chmod 1777 {X11_SOCKETS}"
+            )
+    except OSError as exc:
+        raise DesktopError(f"{X11_SOCKETS} cannot be made ready for Xwayland: {exc.strerror}") from exc
+
+
 class _SessionManager(ServiceInterface):
     """Just enough of ``org.gnome.SessionManager`` for mutter to tell what its programs need."""
 
@@ -99,9 +118,11 @@ class HeadlessDesktop:
         missing = missing_packages(lambda program: shutil.which(program) is not None, x11=self.x11)
         if missing:
             raise DesktopError(f"a headless desktop needs {', '.join(missing)}: apt-get install {' '.join(missing)}")
+        if self.x11:
+            _x11_socket_dir()
         began = time.monotonic()
         self.root = Path(tempfile.mkdtemp(prefix=f"{self.name}-desktop-"))
-        for sub in ("run", "state", "config", "cache"):
+        for sub in ("run", "state", "config", "cache", "log"):
             (self.root / sub).mkdir(mode=0o700)
         bus_path = self.runtime_dir / "bus"
         env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY")}
@@ -168,16 +189,29 @@ class HeadlessDesktop:
         return list(reply.body[0]) if reply is not None and reply.body else []
 
     def _spawn(self, name: str, argv: list[str]) -> None:
-        proc = subprocess.Popen(
-            argv, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=_end_with_the_host,
-        )  # fmt: skip
+        assert self.root is not None
+        with (self.root / "log" / f"{name}.log").open("wb") as log_file:  # the child keeps its own descriptor
+            proc = subprocess.Popen(
+                argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=_end_with_the_host,
+            )  # fmt: skip
         self._processes.append((name, proc))
 
     def _check_alive(self) -> None:
         ended = self.ended()
         if ended is not None:
-            raise DesktopError(f"the headless desktop's {ended} ended as it started")
+            raise DesktopError(f"the headless desktop's {ended} ended as it started{self.last_words(ended)}")
+
+    def last_words(self, name: str) -> str:
+        """``": "`` and the last line one of the desktop's processes wrote (its error, usually), or nothing."""
+        if self.root is None:
+            return ""
+        try:
+            lines = (self.root / "log" / f"{name}.log").read_bytes()[-4096:].decode(errors="replace").splitlines()
+        except OSError:
+            return ""
+        last = next((line.strip() for line in reversed(lines) if line.strip()), "")
+        return f": {last}" if last else ""
 
     def ended(self) -> str | None:
         """The first of the desktop's own processes that has ended (None: all run)."""

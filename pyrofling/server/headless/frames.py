@@ -46,7 +46,7 @@ def _gst() -> Any:
 class MonitorFrames:
     """:meth:`start`, then :meth:`latest` as often as the heartbeat likes; :meth:`stop`."""
 
-    def __init__(self, pipewire_socket: Path, node_id: int, caps: str) -> None:
+    def __init__(self, pipewire_socket: Path, node_id: int, caps: str, size: tuple[int, int]) -> None:
         self._gst = Gst = _gst()
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._socket.connect(str(pipewire_socket))
@@ -61,6 +61,7 @@ class MonitorFrames:
         #: Frames taken out of PipeWire, and the monotonic time of the first.
         self.frames = 0
         self.first_s: float | None = None
+        self._size = size
 
     def start(self) -> None:
         if self._pipeline.set_state(self._gst.State.PLAYING) == self._gst.StateChangeReturn.FAILURE:
@@ -84,6 +85,7 @@ class MonitorFrames:
         now = time.monotonic()
         with self._lock:
             self._latest = frame
+            self._size = (width, height)
             self.frames += 1
             self.first_s = self.first_s or now
         return Gst.FlowReturn.OK
@@ -91,6 +93,11 @@ class MonitorFrames:
     def latest(self) -> av.VideoFrame | None:
         with self._lock:
             return self._latest
+
+    def size(self) -> tuple[int, int]:
+        """The monitor's size: its latest frame's (the size asked for, before the first)."""
+        with self._lock:
+            return self._size
 
     def error(self) -> str | None:
         """The pipeline's error, if it stopped with one."""

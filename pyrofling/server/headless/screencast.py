@@ -1,6 +1,6 @@
 """mutter's virtual monitor, recorded into PipeWire, over the desktop's bus (``org.gnome.Mutter.ScreenCast``).
 
-The order mutter 43 wants: a RemoteDesktop session (its input, later), a ScreenCast
+The order mutter 43 wants: a RemoteDesktop session (its input: :mod:`.remote_input`), a ScreenCast
 session linked to it, ``RecordVirtual`` (a monitor that exists while it is
 recorded, at the size the recording's caps ask), then RemoteDesktop's ``Start``,
 which starts both; the stream's PipeWire node comes in its ``PipeWireStreamAdded``
@@ -11,7 +11,6 @@ them and the monitor goes.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from dbus_fast import Variant
 from dbus_fast.aio import MessageBus, ProxyInterface
@@ -35,24 +34,26 @@ class VirtualMonitor:
         self.bus = bus
         self.cursor_mode = cursor_mode
         self.node_id: int | None = None
-        self._remote: Any = None
+        #: The RemoteDesktop session's and the recorded stream's object paths (the input goes to them).
+        self.session_path = ""
+        self.stream_path = ""
 
     async def start(self, timeout_s: float = 10.0) -> int:
         bus = self.bus
         async with asyncio.timeout(timeout_s):
             remote = await _interface(bus, REMOTE_DESKTOP, "/org/gnome/Mutter/RemoteDesktop", REMOTE_DESKTOP)
-            remote_path = await remote.call_create_session()  # type: ignore[attr-defined]
-            self._remote = await _interface(bus, REMOTE_DESKTOP, remote_path, f"{REMOTE_DESKTOP}.Session")
-            session_id = await self._remote.get_session_id()
+            self.session_path = await remote.call_create_session()  # type: ignore[attr-defined]
+            session_proxy = await _interface(bus, REMOTE_DESKTOP, self.session_path, f"{REMOTE_DESKTOP}.Session")
+            session_id = await session_proxy.get_session_id()  # type: ignore[attr-defined]
             cast = await _interface(bus, SCREEN_CAST, "/org/gnome/Mutter/ScreenCast", SCREEN_CAST)
             cast_path = await cast.call_create_session(  # type: ignore[attr-defined]
                 {"remote-desktop-session-id": Variant("s", session_id)}
             )
             session = await _interface(bus, SCREEN_CAST, cast_path, f"{SCREEN_CAST}.Session")
-            stream_path = await session.call_record_virtual(  # type: ignore[attr-defined]
+            self.stream_path = await session.call_record_virtual(  # type: ignore[attr-defined]
                 {"cursor-mode": Variant("u", self.cursor_mode), "is-platform": Variant("b", True)}
             )
-            stream = await _interface(bus, SCREEN_CAST, stream_path, f"{SCREEN_CAST}.Stream")
+            stream = await _interface(bus, SCREEN_CAST, self.stream_path, f"{SCREEN_CAST}.Stream")
             added: asyncio.Future[int] = asyncio.get_running_loop().create_future()
 
             def stream_added(node: int) -> None:
@@ -60,6 +61,6 @@ class VirtualMonitor:
                     added.set_result(int(node))
 
             stream.on_pipe_wire_stream_added(stream_added)  # type: ignore[attr-defined]
-            await self._remote.call_start()
+            await session_proxy.call_start()  # type: ignore[attr-defined]
             self.node_id = await added
         return self.node_id

@@ -17,6 +17,7 @@ import numpy as np
 from pyrofling.core.host.headless import recording_caps
 from pyrofling.server.headless.desktop import HeadlessDesktop
 from pyrofling.server.headless.frames import MonitorFrames
+from pyrofling.server.headless.remote_input import DesktopInput
 from pyrofling.server.headless.screencast import VirtualMonitor
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,9 @@ class HeadlessSource:
         self.desktop, self.monitor, self.frames = desktop, monitor, frames
         self.program: subprocess.Popen[bytes] | None = None
         self._ended: str | None = None
+        assert desktop.bus is not None
+        #: The viewers' keys and pointer go into the desktop (the host uses these instead of uinput's).
+        self.input_devices = DesktopInput(desktop.bus, monitor.session_path, monitor.stream_path, frames.size)
 
     def read(self, index: int, capture_us: int) -> av.VideoFrame | None:
         if self._ended is None:
@@ -51,7 +55,7 @@ class HeadlessSource:
             return f"the program ended (exit status {self.program.returncode})"
         gone = self.desktop.ended()
         if gone is not None:
-            return f"its {gone} ended"
+            return f"its {gone} ended{self.desktop.last_words(gone)}"
         error = self.frames.error()
         return f"recording failed: {error}" if error else None
 
@@ -70,7 +74,7 @@ async def open_headless(
         assert desktop.bus is not None
         monitor = VirtualMonitor(desktop.bus)
         node = await monitor.start()
-        frames = MonitorFrames(desktop.pipewire_socket, node, recording_caps(width, height, fps))
+        frames = MonitorFrames(desktop.pipewire_socket, node, recording_caps(width, height, fps), (width, height))
         frames.start()
         source = HeadlessSource(desktop, monitor, frames)
         if command:  # after the monitor exists: a program started before sees no screen (a 0x0 X root)
