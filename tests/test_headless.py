@@ -45,6 +45,7 @@ from pyrofling.core.input.pad.state import (
     REL_Y,
     SYN_REPORT,
 )
+from pyrofling.server.audio import AudioConfig
 from pyrofling.server.encoder import EncoderConfig
 from pyrofling.server.muxing import OutputConfig
 from pyrofling.wire import InputState, KickFlags, key_bitmap
@@ -84,8 +85,8 @@ def test_the_recording_asks_for_headroom_above_the_stream_rate_and_refuses_a_siz
     with pytest.raises(ValueError, match="even size"):
         recording_caps(1281, 720, 60)
     installed = {"mutter", "dbus-daemon"}
-    assert missing_packages(installed.__contains__) == ["pipewire", "wireplumber", "xwayland"]
-    assert missing_packages(installed.__contains__, x11=False) == ["pipewire", "wireplumber"]
+    assert missing_packages(installed.__contains__) == ["pipewire", "pipewire-pulse", "wireplumber", "xwayland"]
+    assert missing_packages(installed.__contains__, x11=False) == ["pipewire", "pipewire-pulse", "wireplumber"]
 
 
 SYN = (EV_SYN, SYN_REPORT, 0)
@@ -237,3 +238,68 @@ def test_a_viewer_sees_the_program_running_in_the_hosts_headless_desktop_and_it_
     assert len(set(ids)) >= 60, ids[:20]
     assert all(b >= a for a, b in itertools.pairwise(ids)), "the program's frames went backwards"
     assert summary["frames_encoded"] > 0
+
+
+def _loudest_hz(samples: np.ndarray, rate: int) -> tuple[float, float]:
+    """The strongest frequency in ``samples`` (mono float), and its share of all the power above 50 Hz."""
+    power = np.abs(np.fft.rfft(samples * np.hanning(len(samples)))) ** 2
+    hz = np.fft.rfftfreq(len(samples), 1 / rate)
+    power[hz < 50] = 0
+    peak = int(np.argmax(power))
+    near = power[max(0, peak - 3) : peak + 4].sum()
+    return float(hz[peak]), float(near / power.sum())
+
+
+def test_two_desktops_side_by_side_each_stream_shows_only_its_own_program_and_sounds_only_its_own_tone(
+    tmp_path: Path,
+) -> None:
+    """Two hosts, two desktops, two programs: one paints its band dark and plays 440 Hz, the other paints it light
+    and plays 1000 Hz, each into its own desktop's sink. Each host's stream (its recording, which is what its
+    viewers get) carries its own program's picture and its own tone, and nothing of the other's."""
+    _need_a_desktop()
+    small = EncoderConfig(width=320, height=192, fps=20, bitrate_kbits=800)
+    programs = {"a": (440.0, 32), "b": (1000.0, 224)}
+
+    async def scenario() -> list[dict[str, Any]]:
+        started = []
+        try:
+            for name, (hz, band) in programs.items():
+                started.append(
+                    await start_host(
+                        encoder=small,
+                        virtual_pad="none",
+                        source="headless",
+                        audio=AudioConfig(source="desktop"),
+                        outputs=OutputConfig(record=tmp_path / f"{name}.mkv"),
+                        run_command=f"{sys.executable} {MARKER_WINDOW} --fps 20 --tone {hz:g} --band {band}",
+                    )
+                )
+            viewers = [
+                Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0, duration_s=5.0, flags=KickFlags.VIDEO))
+                for host, _ in started
+            ]
+            await asyncio.wait_for(asyncio.gather(*(v.run() for v in viewers)), 40)
+        finally:
+            for host, task in started:
+                await stop_host(host, task)
+        return [v.summary() for v in viewers]
+
+    summaries = run(scenario, timeout_s=120)
+    assert all(s["frames_shown"] > 20 for s in summaries)
+    for name, (hz, band) in programs.items():
+        with av.open(str(tmp_path / f"{name}.mkv")) as container:
+            bands = [
+                float(np.asarray(frame.to_ndarray(format="gray"))[small.height * 13 // 16 :].mean())
+                for frame in container.decode(video=0)
+            ]
+            container.seek(0)
+            rate = container.streams.audio[0].rate
+            sound = np.concatenate(
+                [frame.to_ndarray().astype(np.float32).reshape(-1) for frame in container.decode(audio=0)]
+            )
+        # The program's picture from its first frame on (the first few are the placeholder, before the monitor's).
+        assert abs(np.median(bands[-20:]) - band) < 12, (name, bands[-20:])
+        channels = 2
+        mono = sound.reshape(-1, channels).mean(axis=1)[-2 * rate :]  # the last two seconds
+        loudest, share = _loudest_hz(mono, rate)
+        assert abs(loudest - hz) < 5 and share > 0.9, (name, loudest, share)

@@ -37,7 +37,7 @@ from pyrofling.core.host.frame_clock import CONTROLLERS, POLICIES
 from pyrofling.fec.planner import PLANNERS
 from pyrofling.files import write_private
 from pyrofling.runtime import tune_for_latency
-from pyrofling.server.audio import AudioConfig
+from pyrofling.server.audio import AUDIO_SOURCES, AudioConfig
 from pyrofling.server.config import DEFAULT_GAME_ENCODE, DEFAULT_PORT, ENCODE_MODES, HostConfig
 from pyrofling.server.encoder import X26X_PRESETS, EncoderConfig
 from pyrofling.server.host import Host
@@ -246,11 +246,12 @@ def _add_audio_options(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--audio",
-        choices=("tone", "device", "game", "none"),
+        choices=AUDIO_SOURCES,
         default=None,
         help="tone: a 440 Hz test tone with a click every second, for timing (default with the test scene); "
         "device: a capture device (see --audio-device); game: what the streamed game sends through the capture "
-        "socket (--source capture); none: no audio (default with other sources)",
+        "socket (--source capture); desktop: what the programs of the host's own desktop play, into a sound card "
+        "of its own (default with --source headless); none: no audio (default with other sources)",
     )
     g.add_argument(
         "--audio-device",
@@ -554,7 +555,7 @@ def _audio_config(args: argparse.Namespace) -> AudioConfig:
     if args.no_audio:
         source = "none"
     elif source is None:
-        source = "device" if args.audio_device else ("tone" if args.source == "scene" else "none")
+        source = "device" if args.audio_device else {"scene": "tone", "headless": "desktop"}.get(args.source, "none")
     cfg = AudioConfig(
         source=source,
         device=args.audio_device,
@@ -567,6 +568,8 @@ def _audio_config(args: argparse.Namespace) -> AudioConfig:
     cfg.check()
     if source == "game" and args.source != "capture":
         raise ValueError("--audio game takes audio from games: it needs --source capture")
+    if source == "desktop" and args.source != "headless":
+        raise ValueError("--audio desktop records the host's own desktop: it needs --source headless")
     return cfg
 
 

@@ -30,6 +30,7 @@ from pyrofling.wire import AudioCodec
 
 log = logging.getLogger(__name__)
 
+AUDIO_SOURCES = ("tone", "device", "game", "desktop", "none")
 AUDIO_CODECS = {"raw": AudioCodec.RAW_S16LE, "opus": AudioCodec.OPUS}
 OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
 OPUS_FRAME_MS = (2.5, 5.0, 10.0, 20.0)
@@ -40,7 +41,7 @@ class AudioConfig:
     """Host audio settings (CLI: ``--audio``, ``--audio-rate``, ``--audio-codec`` …)."""
 
     #: "tone" (the test signal), "device" (a capture device through sounddevice), "game" (sent by the
-    #: streamed game through the capture socket) or "none".
+    #: streamed game through the capture socket), "desktop" (the host's headless desktop's own sink) or "none".
     source: str = "tone"
     #: Capture device name or index for source "device" (None: the default input).
     device: str | None = None
@@ -65,8 +66,8 @@ class AudioConfig:
 
     def check(self) -> None:
         """Raises ValueError saying what to change."""
-        if self.source not in ("tone", "device", "game", "none"):
-            raise ValueError(f"unknown audio source {self.source!r}: use tone, device, game or none")
+        if self.source not in AUDIO_SOURCES:
+            raise ValueError(f"unknown audio source {self.source!r}: use {', '.join(AUDIO_SOURCES)}")
         if self.codec not in AUDIO_CODECS:
             raise ValueError(f"unknown audio codec {self.codec!r}: use {' or '.join(AUDIO_CODECS)}")
         if not 8000 <= self.rate <= 192_000:
@@ -271,6 +272,8 @@ def open_audio_source(config: AudioConfig) -> AudioSource | None:
         return DeviceSource(config)
     if config.source == "game":
         return GameAudioSource(config)
+    if config.source == "desktop":  # the headless source opens it (sources.desktop_sound)
+        raise ValueError("--audio desktop records the host's own desktop: it needs --source headless")
     return ToneSource(config)
 
 

@@ -61,7 +61,7 @@ from pyrofling.server.gamepad import PadOutput, VirtualPad, open_virtual_pad
 from pyrofling.server.heartbeat import Heartbeat
 from pyrofling.server.input_devices import InputDevices, InputOutput, open_input_devices
 from pyrofling.server.network import HostNetwork, uri_host
-from pyrofling.server.sources import desktop_input, open_host_source
+from pyrofling.server.sources import desktop_input, desktop_sound, open_host_source
 from pyrofling.server.stats import HostStats, StatusLine, phase_status
 from pyrofling.wire import AudioCodec, StreamType
 
@@ -164,7 +164,7 @@ class Host:
         source = await open_host_source(cfg.source, enc.width, enc.height, enc.fps, cfg.raw_format,
                                         window=cfg.x11_window, run=cfg.run_command)  # fmt: skip
         encoder = self._encoder = await loop.run_in_executor(self._executor, VideoEncoder, cfg.encoder)
-        audio_source = self._audio_source = open_audio_source(cfg.audio)
+        audio_source = self._audio_source = desktop_sound(source, cfg.audio) or open_audio_source(cfg.audio)
         audio_encoder = AudioEncoder(cfg.audio, audio_source.rate) if audio_source is not None else None
         self.sessions.codec_parameters = cfg.codec_parameters(
             encoder.video_codec,

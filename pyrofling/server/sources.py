@@ -23,6 +23,7 @@ import numpy.typing as npt
 from pyrofling.core.scene import TestScene
 
 if TYPE_CHECKING:
+    from pyrofling.server.audio import AudioConfig, AudioSource
     from pyrofling.server.input_devices import InputDevices
 
 log = logging.getLogger(__name__)
@@ -187,6 +188,18 @@ def desktop_input(source: VideoSource | None, virtual_input: str) -> InputDevice
     there rather than to uinput's devices, which that desktop never sees (None: use those; ``none``: nobody's)."""
     devices: InputDevices | None = getattr(source, "input_devices", None)
     return devices if virtual_input != "none" else None
+
+
+def desktop_sound(source: VideoSource | None, audio: AudioConfig) -> AudioSource | None:
+    """The sound of the desktop the source shows (``--audio desktop``, the default with ``--source headless``);
+    None for every other audio source."""
+    if audio.source != "desktop":
+        return None
+    make = getattr(source, "sound", None)
+    if make is None:
+        raise ValueError("--audio desktop records the host's own desktop: it needs --source headless")
+    sound: AudioSource = make(audio)
+    return sound
 
 
 def open_source(

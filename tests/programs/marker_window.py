@@ -6,6 +6,8 @@ OpenGL on whatever display it is given (Xwayland in the host's headless desktop)
 back out of the host's recording: the picture, not a frame count, proves what was streamed. The window follows
 the monitor's size (a full-screen window is resized with it).
 
+With ``--tone HZ`` it also plays a sine of that pitch (GStreamer into PipeWire: the desktop's own sink), and with
+``--band LUMA`` paints the bottom quarter of its picture that grey, so that two desktops' streams tell apart.
 With ``--events PATH`` it writes what it received as JSON lines: keys (pyglet's names), buttons and where they
 were pressed, wheel steps and pointer positions (pixels from the top left), and its size whenever it changes.
 """
@@ -23,11 +25,29 @@ import pyglet
 from pyrofling.core import frame_marker
 
 
+def play(hz: float) -> None:
+    import gi
+
+    gi.require_version("Gst", "1.0")
+    from gi.repository import Gst
+
+    Gst.init(None)
+    tone = Gst.parse_launch(
+        f"audiotestsrc wave=sine freq={hz} volume=0.4 is-live=true ! audioconvert ! audioresample ! pipewiresink"
+    )
+    tone.set_state(Gst.State.PLAYING)
+    play.pipeline = tone  # type: ignore[attr-defined]  # kept playing while the program runs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--fps", type=float, default=60.0)
     parser.add_argument("--events", help="write what the window received here, as JSON lines")
+    parser.add_argument("--tone", type=float, help="play a sine of this many Hz")
+    parser.add_argument("--band", type=int, help="paint the bottom quarter this grey (0..255)")
     args = parser.parse_args()
+    if args.tone:
+        play(args.tone)
     window = pyglet.window.Window(fullscreen=True, vsync=False, caption="marker window")
     events: IO[str] | None = open(args.events, "w", buffering=1) if args.events else None  # noqa: SIM115
     count = 0
@@ -73,6 +93,8 @@ def main() -> None:
         width, height = window.width, window.height
         layout = frame_marker.layout_for(width)
         luma = np.full((height, width), 64 + (count * 7) % 128, np.uint8)
+        if args.band is not None:
+            luma[height * 3 // 4 :] = args.band
         if layout is not None:
             stamp = frame_marker.FrameStamp(count, (time.monotonic_ns() // 1000) & ((1 << 48) - 1))
             frame_marker.paint(luma, stamp, layout)

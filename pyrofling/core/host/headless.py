@@ -29,6 +29,7 @@ PROGRAMS = {
     "dbus-daemon": "dbus",
     "pipewire": "pipewire",
     "wireplumber": "wireplumber",
+    "pipewire-pulse": "pipewire-pulse",
     "mutter": "mutter",
 }
 #: What X11 programs need besides (Xwayland, which mutter starts).
@@ -37,6 +38,28 @@ X11_PROGRAMS = {"Xwayland": "xwayland"}
 #: asked for the stream's own rate it delivered about 60 % of it, asked for 1.5 times the rate close to all of it
 #: (90 for 60: 70 frames a second at 720p).  The programs in the desktop then see a monitor of that rate.
 RATE_HEADROOM = 1.5
+
+
+#: The desktop's own sound card: a PipeWire null sink, made with the desktop and its default, which the host records.
+SINK_NAME = "pyrofling-desktop"
+
+
+def sink_config(rate: int, channels: int) -> str:
+    """A PipeWire configuration fragment (``pipewire.conf.d``) that makes the desktop's sink as PipeWire starts."""
+    position = "[ FL FR ]" if channels == 2 else "[ MONO ]"
+    return (
+        "context.objects = [\n"
+        "  { factory = adapter\n"
+        f"    args = {{ factory.name = support.null-audio-sink node.name = {SINK_NAME}\n"
+        '             node.description = "pyrofling desktop" media.class = Audio/Sink object.linger = true\n'
+        f"             audio.rate = {rate} audio.channels = {channels} audio.position = {position} }} }}\n"
+        "]\n"
+    )
+
+
+def default_nodes() -> str:
+    """WirePlumber's remembered defaults (``$XDG_STATE_HOME/wireplumber/default-nodes``): the desktop's sink."""
+    return f"[default-nodes]\ndefault.configured.audio.sink={SINK_NAME}\n"
 
 
 def missing_packages(installed: Callable[[str], bool], *, x11: bool = True) -> list[str]:

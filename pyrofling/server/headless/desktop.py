@@ -3,6 +3,9 @@
 Everything runs with ``XDG_RUNTIME_DIR`` (and the state, config and cache
 folders) inside a temporary folder of the host's (0700), so two hosts keep two
 desktops apart: their Wayland sockets, their buses and their sound never meet.
+The desktop's sound card is a PipeWire null sink of its own, its default (for
+programs on PipeWire, or PulseAudio through ``pipewire-pulse``), which the host
+records (:mod:`.sound`).
 Each process is started in a process group of its own, and :meth:`close` ends
 them all, last started first.
 
@@ -31,7 +34,7 @@ from dbus_fast import BusType, Message, NameFlag
 from dbus_fast.aio import MessageBus
 from dbus_fast.service import ServiceInterface, method
 
-from pyrofling.core.host.headless import missing_packages
+from pyrofling.core.host.headless import default_nodes, missing_packages, sink_config
 
 log = logging.getLogger(__name__)
 
@@ -91,9 +94,11 @@ class _SessionManager(ServiceInterface):
 class HeadlessDesktop:
     """``await start()``, :meth:`run` the person's program, :meth:`close`."""
 
-    def __init__(self, *, x11: bool = True, name: str = "pyrofling") -> None:
+    def __init__(self, *, x11: bool = True, name: str = "pyrofling", rate: int = 48_000, channels: int = 2) -> None:
         self.x11 = x11
         self.name = name
+        #: The format of the desktop's sound card (:data:`~pyrofling.core.host.headless.SINK_NAME`).
+        self.rate, self.channels = rate, channels
         self.root: Path | None = None
         self.env: dict[str, str] = {}
         #: What the desktop's programs are given (``WAYLAND_DISPLAY``, ``DISPLAY``, ``XAUTHORITY``).
@@ -134,6 +139,12 @@ class HeadlessDesktop:
             DBUS_SESSION_BUS_ADDRESS=f"unix:path={bus_path}",
         )
         self.env = env
+        # The desktop's sound card, made by PipeWire as it starts, and WirePlumber's default from the first.
+        pipewire_conf = self.root / "config" / "pipewire" / "pipewire.conf.d"
+        pipewire_conf.mkdir(parents=True)
+        (pipewire_conf / "pyrofling-sink.conf").write_text(sink_config(self.rate, self.channels))
+        (self.root / "state" / "wireplumber").mkdir()
+        (self.root / "state" / "wireplumber" / "default-nodes").write_text(default_nodes())
         try:
             async with asyncio.timeout(timeout_s):
                 self._spawn("dbus-daemon", ["dbus-daemon", "--session", f"--address=unix:path={bus_path}",
@@ -148,6 +159,7 @@ class HeadlessDesktop:
                 await self.bus.request_name("org.gnome.SessionManager", NameFlag.DO_NOT_QUEUE)
                 self._spawn("pipewire", ["pipewire"])
                 self._spawn("wireplumber", ["wireplumber"])
+                self._spawn("pipewire-pulse", ["pipewire-pulse"])  # programs that play through PulseAudio
                 self._spawn("mutter", ["mutter", "--headless", "--wayland", *([] if self.x11 else ["--no-x11"])])
                 await self._wait_for_mutter()
         except TimeoutError:

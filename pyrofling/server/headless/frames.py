@@ -26,7 +26,8 @@ import numpy as np
 KEEPALIVE_MS = 250
 
 
-def _gst() -> Any:
+def gstreamer() -> Any:
+    """GStreamer, initialised, with PipeWire's elements (RuntimeError: what to install)."""
     try:
         import gi
 
@@ -47,7 +48,7 @@ class MonitorFrames:
     """:meth:`start`, then :meth:`latest` as often as the heartbeat likes; :meth:`stop`."""
 
     def __init__(self, pipewire_socket: Path, node_id: int, caps: str, size: tuple[int, int]) -> None:
-        self._gst = Gst = _gst()
+        self._gst = Gst = gstreamer()
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._socket.connect(str(pipewire_socket))
         self._pipeline = Gst.parse_launch(

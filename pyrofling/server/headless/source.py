@@ -15,10 +15,12 @@ import av
 import numpy as np
 
 from pyrofling.core.host.headless import recording_caps
+from pyrofling.server.audio import AudioConfig
 from pyrofling.server.headless.desktop import HeadlessDesktop
 from pyrofling.server.headless.frames import MonitorFrames
 from pyrofling.server.headless.remote_input import DesktopInput
 from pyrofling.server.headless.screencast import VirtualMonitor
+from pyrofling.server.headless.sound import DesktopSound
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,10 @@ class HeadlessSource:
         assert desktop.bus is not None
         #: The viewers' keys and pointer go into the desktop (the host uses these instead of uinput's).
         self.input_devices = DesktopInput(desktop.bus, monitor.session_path, monitor.stream_path, frames.size)
+
+    def sound(self, config: AudioConfig) -> DesktopSound:
+        """What the desktop's programs play (the host's audio source, ``--audio desktop``)."""
+        return DesktopSound(self.desktop.pipewire_socket, config)
 
     def read(self, index: int, capture_us: int) -> av.VideoFrame | None:
         if self._ended is None:
