@@ -303,3 +303,68 @@ def test_two_desktops_side_by_side_each_stream_shows_only_its_own_program_and_so
         mono = sound.reshape(-1, channels).mean(axis=1)[-2 * rate :]  # the last two seconds
         loudest, share = _loudest_hz(mono, rate)
         assert abs(loudest - hz) < 5 and share > 0.9, (name, loudest, share)
+
+
+def test_the_desktop_takes_the_viewers_display_and_follows_it_to_a_new_size_with_the_program_running(
+    tmp_path: Path,
+) -> None:
+    """A host started at 640x360 makes its desktop the viewer's 1280x720 (the viewer said so, DISPLAY), then
+    1920x1080 when the viewer's display changes. The program is never restarted: its own frame count goes on
+    across both changes, its window takes each size, and every picture the viewer decodes carries a readable
+    frame marker at one of the sizes, whole, with no decode error; so does every picture the host streamed."""
+    _need_a_desktop()
+    events, markers = tmp_path / "events.jsonl", tmp_path / "markers.jsonl"
+
+    def decoded() -> list[dict[str, Any]]:
+        return _events(markers)
+
+    async def scenario() -> tuple[Viewer, dict[str, Any]]:
+        host, task = await start_host(
+            encoder=DESK, virtual_pad="none", source="headless", audio=AudioConfig(source="none"),
+            run_command=f"{sys.executable} {MARKER_WINDOW} --fps 15 --events {events}",
+            outputs=OutputConfig(record=tmp_path / "stream.mkv"),
+        )  # fmt: skip
+        try:
+            viewer = Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0, duration_s=60, flags=KickFlags.VIDEO,
+                                         display=(1280, 720, 60.0), marker_log=markers))  # fmt: skip
+            watching = asyncio.create_task(viewer.run())
+            await until(lambda: sum(r["size"] == [1280, 720] for r in decoded()) >= 10, 30)
+            viewer.display_changed(1920, 1080, 60.0)
+            await until(lambda: sum(r["size"] == [1920, 1080] for r in decoded()) >= 10, 30)
+            viewer.stop()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(watching, 10)
+            summary = host.summary()
+        finally:
+            await stop_host(host, task)
+        return viewer, summary
+
+    viewer, summary = run(scenario, timeout_s=150)
+    seen = decoded()
+    sizes = [tuple(r["size"]) for r in seen]
+    assert set(sizes) <= {(1280, 720), (1920, 1080)}, set(sizes)  # never the host's own 640x360: the viewer's first
+    first_big = sizes.index((1920, 1080))
+    assert all(s == (1920, 1080) for s in sizes[first_big:])  # one change, no going back
+    ids = [r["id"] for r in seen]
+    assert all(b >= a for a, b in itertools.pairwise(ids)) and ids[first_big] > 10  # the same program, going on
+    assert all(r["whole"] for r in seen)
+    assert viewer.summary()["decode_errors"] == 0
+    # What was streamed, picture by picture: from the program's first picture on, every one carries its marker,
+    # across both changes of size (a broken or half-resized picture would not). For a frame or two after a change
+    # the monitor is new and the window not yet redrawn: its picture is the window's last, at the old size's
+    # layout, in the top left corner.
+    streamed: list[tuple[int, int, int | None]] = []
+    with av.open(str(tmp_path / "stream.mkv")) as container:
+        for frame in container.decode(video=0):
+            luma = np.asarray(frame.to_ndarray(format="gray"))
+            smaller = [w for w, _, _ in streamed if w < frame.width]
+            widths = [frame.width, *smaller[-1:]]  # its own size's layout, or the size before it
+            stamps = [frame_marker.read(luma, frame_marker.layout_for(w)) for w in widths]  # type: ignore[arg-type]
+            marker = next((s.frame_id for s in stamps if s is not None), None)
+            streamed.append((frame.width, frame.height, marker))
+    first = next(i for i, (_, _, marker) in enumerate(streamed) if marker is not None)
+    assert all(marker is not None for _, _, marker in streamed[first:]), streamed
+    assert {(w, h) for w, h, _ in streamed[first:]} == {(1280, 720), (1920, 1080)}
+    program_sizes = [e["size"] for e in _events(events) if "size" in e]
+    assert program_sizes[-1] == [1920, 1080] and [1280, 720] in program_sizes
+    assert summary["frames_encoded"] > 0

@@ -20,6 +20,11 @@ from pyrofling.wire import ExtensionFeature, KickFlags
 log = logging.getLogger(__name__)
 
 
+def display_mode(width: int, height: int, refresh_hz: float) -> tuple[int, int, int]:
+    """A display as VIEWER_DISPLAY carries it: pixels, and the refresh rate in mHz."""
+    return int(width), int(height), round(refresh_hz * 1000)
+
+
 @dataclass(frozen=True, slots=True)
 class ViewerConfig:
     """Everything ``pyrofling view`` (and ``pyrofling gamepad``) can be told."""
@@ -63,6 +68,10 @@ class ViewerConfig:
     presentation: PresentationConfig = field(default_factory=PresentationConfig.automatic)
     #: Refresh rate of the software display clock (None: the display's, else the stream's).
     refresh_hz: float | None = None
+    #: The display to tell the host, width, height and refresh rate in Hz (0: unknown), for a host that makes its
+    #: own desktop at the viewer's size (protocol.md §7.14); the window tells its own when it has one. None: say
+    #: nothing.
+    display: tuple[int, int, float] | None = None
     #: Run the software display clock this many ppm slow (negative: fast), to show locking.
     refresh_skew_ppm: float = 0.0
     #: Audio playback (None: no audio; the AUDIO bit in ``flags`` asks the host for it).
@@ -108,6 +117,7 @@ class ViewerConfig:
             player_token=self.player_token,
             request_key_frames=self.recovery == "key-frame",
             host_clock_offset_s=0.0 if self.host_on_this_machine else None,
+            display=None if self.display is None else display_mode(*self.display),
         )
         if not self.resends:
             cfg = replace(cfg, extensions=cfg.extensions & ~ExtensionFeature.NACK)

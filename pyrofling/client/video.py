@@ -178,6 +178,7 @@ class VideoPipeline:
         marker_log = self._marker_log_path.open("w") if self._marker_log_path is not None else None
         decoder: VideoDecoder | None = None
         layout: frame_marker.MarkerLayout | None = None
+        layout_width = 0
         try:
             while (item := self._queue.get()) is not None:
                 if isinstance(item, _Expect):
@@ -202,8 +203,8 @@ class VideoPipeline:
                     continue
                 decode_ms = (time.perf_counter() - t0) * 1000
                 for frame in frames:
-                    if layout is None or layout.per_row * layout.block > frame.width:
-                        layout = frame_marker.layout_for(frame.width)
+                    if frame.width != layout_width:  # the marker's layout is the picture width's (it may change)
+                        layout, layout_width = frame_marker.layout_for(frame.width), frame.width
                     self._picture(frame, item, layout, decode_ms, marker_log)
                 THREAD_PRIORITIES.worked("decoder", self.cpu_share, item.decode_start_s, time.monotonic())
         finally:
@@ -243,7 +244,8 @@ class VideoPipeline:
                 else:
                     st.frames_hidden += 1
         if marker_log is not None and stamp is not None:
-            record = {"t": decoded, "id": stamp.frame_id, "capture": capture_s, "whole": packet.whole}
+            record = {"t": decoded, "id": stamp.frame_id, "capture": capture_s, "whole": packet.whole,
+                      "size": [frame.width, frame.height]}  # fmt: skip
             marker_log.write(json.dumps(record) + "\n")
         if not show:
             return

@@ -20,11 +20,12 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from pyrofling.client.audio import AudioPlayer
-from pyrofling.client.config import ViewerConfig
+from pyrofling.client.config import ViewerConfig, display_mode
 from pyrofling.client.connection import ConnectionIO
 from pyrofling.client.gamepad import GamepadLink
 from pyrofling.client.keyboard_mouse import InputLink
@@ -90,6 +91,8 @@ class Viewer:
         )
         #: The connection in progress (None between connections).
         self.connection: ViewerConnection | None = None
+        #: The display the window said last (None: the configured one, if any).
+        self._display: tuple[int, int, int] | None = None
         self.codec_parameters: CodecParameters | None = None
         self.reconnect = Reconnect(enabled=config.reconnect)
         self.connects = 0
@@ -266,7 +269,10 @@ class Viewer:
         connect_s = time.monotonic()
         self.connects += 1
         number = self.connects
-        conn = ViewerConnection(cfg.session_config(), reassembler=cfg.reassembler)
+        session = cfg.session_config()
+        if self._display is not None:  # the newest the window said, across reconnects
+            session = replace(session, display=self._display)
+        conn = ViewerConnection(session, reassembler=cfg.reassembler)
         streamed = False
 
         def deliver(out: ViewerOutput) -> None:
@@ -386,6 +392,17 @@ class Viewer:
 
     def _phase_error_from_presenter(self, offset_us: int) -> None:
         self._on_loop(lambda: self._to_connection(lambda conn: conn.phase_offset(offset_us)))
+
+    def display_changed(self, width: int, height: int, refresh_hz: float) -> None:
+        """The display (or the window) the picture is shown on is now this size (any thread): a host that makes its
+        own desktop makes it this size too (protocol.md §7.14)."""
+        mode = display_mode(width, height, refresh_hz)
+
+        def tell() -> None:
+            self._display = mode
+            self._to_connection(lambda conn: conn.display_changed(*mode))
+
+        self._on_loop(tell)
 
     def _decode_error_from_decoder(self) -> None:
         self._on_loop(lambda: self._to_connection(lambda conn: conn.decode_failed(time.monotonic())))

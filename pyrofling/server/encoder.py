@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 import av
@@ -115,8 +115,39 @@ class VideoEncoder:
 
     def __init__(self, config: EncoderConfig) -> None:
         self.config = config
-        cfg = config
-        cfg.check()
+        config.check()
+        nvenc = "nvenc" in config.encoder
+        if config.ten_bit:
+            self.pix_fmt = "p010le" if nvenc else "yuv420p10le"
+        else:
+            self.pix_fmt = "yuv420p"
+        self._ctx = self._open(config)
+        self._last_pts: int | None = None
+        #: Called with each picture after it was encoded, and owning it from then on (a second encoder).
+        self.frame_tap: Callable[[av.VideoFrame, int], None] | None = None
+        # One converter kept for the stream: a frame's own reformat() sets up a new swscale context each call,
+        # which cost 1 ms a 720p frame here (2.8 → 1.8 ms); this one is set up again only when the input changes.
+        self._reformatter = VideoReformatter()
+        self.frames = 0
+        self.errors = 0
+        #: The bitrate it encodes at now (rate control moves it; the configured one is the ceiling).
+        self.bitrate_bps = config.bitrate_kbits * 1000
+        #: Times the stream changed size (:meth:`resize`).
+        self.resizes = 0
+
+    def resize(self, width: int, height: int) -> None:
+        """Encode at this size from the next frame on: a new encoder, whose first frame is an IDR of the new size
+        (a decoder takes the size from it). Nothing happens for the size it has. On the encode thread."""
+        if (width, height) == (self.config.width, self.config.height):
+            return
+        config = replace(self.config, width=width, height=height)
+        ctx = self._open(config)
+        bitrate = self.bitrate_bps
+        self.config, self._ctx = config, ctx  # the old one is freed with its last reference
+        self.set_bitrate(bitrate)  # where rate control had it
+        self.resizes += 1
+
+    def _open(self, cfg: EncoderConfig) -> av.VideoCodecContext:
         try:
             ctx = av.CodecContext.create(cfg.encoder, "w")
         except (av.FFmpegError, ValueError) as exc:
@@ -124,10 +155,6 @@ class VideoEncoder:
             raise ValueError(f"encoder {cfg.encoder!r} is not available in this PyAV build (have: {have})") from exc
         assert isinstance(ctx, av.VideoCodecContext)
         nvenc = "nvenc" in cfg.encoder
-        if cfg.ten_bit:
-            self.pix_fmt = "p010le" if nvenc else "yuv420p10le"
-        else:
-            self.pix_fmt = "yuv420p"
         ctx.width, ctx.height = cfg.width, cfg.height
         ctx.pix_fmt = self.pix_fmt
         ctx.time_base = US
@@ -184,17 +211,7 @@ class VideoEncoder:
             ctx.open()
         except av.FFmpegError as exc:
             raise ValueError(_cannot_open(cfg, exc)) from None
-        self._ctx = ctx
-        self._last_pts: int | None = None
-        #: Called with each picture after it was encoded, and owning it from then on (a second encoder).
-        self.frame_tap: Callable[[av.VideoFrame, int], None] | None = None
-        # One converter kept for the stream: a frame's own reformat() sets up a new swscale context each call,
-        # which cost 1 ms a 720p frame here (2.8 → 1.8 ms); this one is set up again only when the input changes.
-        self._reformatter = VideoReformatter()
-        self.frames = 0
-        self.errors = 0
-        #: The bitrate it encodes at now (rate control moves it; the configured one is the ceiling).
-        self.bitrate_bps = bitrate
+        return ctx
 
     def set_bitrate(self, bits_per_s: int) -> None:
         """Encode at this average bitrate from the next frame on (libx264 reconfigures its rate control at once;

@@ -235,6 +235,8 @@ class Heartbeat:
         self.stats.render_ms.append((time.perf_counter() - t0) * 1000)
         encoder = self.encoder
         if isinstance(array, av.VideoFrame):
+            if getattr(source, "sized_by_pictures", False):  # the stream takes the pictures' size (headless)
+                encoder.resize(array.width, array.height)
             return encoder.encode_frame(array, capture_us, force_keyframe=force)
         return encoder.encode_array(array, capture_us, pixel_format=source.pixel_format, force_keyframe=force)
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from pyrofling.capture.paths import default_socket_path
 from pyrofling.clocks import SYSTEM_CLOCK, Clock
 from pyrofling.core.host.congestion import RateConfig
+from pyrofling.core.host.display import FollowDisplay
 from pyrofling.core.host.encode_schedule import EncodeSchedule
 from pyrofling.core.host.frame_clock import FrameClock
 from pyrofling.core.host.keyframes import KeyframePolicy
@@ -61,7 +62,7 @@ from pyrofling.server.gamepad import PadOutput, VirtualPad, open_virtual_pad
 from pyrofling.server.heartbeat import Heartbeat
 from pyrofling.server.input_devices import InputDevices, InputOutput, open_input_devices
 from pyrofling.server.network import HostNetwork, uri_host
-from pyrofling.server.sources import desktop_input, desktop_sound, open_host_source
+from pyrofling.server.sources import desktop_input, desktop_sound, follow_display, open_host_source, resized
 from pyrofling.server.stats import HostStats, StatusLine, phase_status
 from pyrofling.wire import AudioCodec, StreamType
 
@@ -326,6 +327,8 @@ class Host:
             self.config.show_pairing_code(code, out.why)
         elif isinstance(out, ViewerPaired):
             keep_pairing(self.pairings, out)
+        elif isinstance(out, FollowDisplay) and self.heartbeat is not None:
+            follow_display(self.heartbeat.source, out, self.config.encoder.fps)
         elif isinstance(out, BrowserRumble) and self.web is not None:
             self.web.rumble(out)
         elif isinstance(out, SetBitrate) and self._encoder is not None:
@@ -347,6 +350,8 @@ class Host:
             st.convert_ms.append(packet.convert_s * 1000)
             st.key_frames += packet.key_frame
             st.idrs += packet.idr
+            if packet.idr and self._encoder is not None:  # a new size starts with one: new viewers are told it
+                self.sessions.codec_parameters = resized(self.sessions.codec_parameters, self._encoder.config)
             media = MediaPacket(packet.data, packet.pts_us, StreamType.VIDEO, key_frame=packet.key_frame)
             self.sessions.send_video(media, idr=packet.idr, now=self._clock.now())
             self.network.transmit()
@@ -396,13 +401,8 @@ class Host:
                 forced=self.keyframes.forced,
                 skipped=self.schedule.skipped,
             )
-            log.info(
-                "%s",
-                text
-                + phase_status(self.clock)
-                + (self.capture.status() if self.capture is not None else "")
-                + self.destinations.status(),
-            )
+            capture = self.capture.status() if self.capture is not None else ""
+            log.info("%s", text + phase_status(self.clock) + capture + self.destinations.status())
 
     async def _stats_loop(self, path: Path, interval_s: float) -> None:
         while True:

@@ -14,6 +14,7 @@ import os
 import stat
 import sys
 import threading
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 import av
@@ -23,8 +24,11 @@ import numpy.typing as npt
 from pyrofling.core.scene import TestScene
 
 if TYPE_CHECKING:
+    from pyrofling.core.host.display import FollowDisplay
     from pyrofling.server.audio import AudioConfig, AudioSource
+    from pyrofling.server.encoder import EncoderConfig
     from pyrofling.server.input_devices import InputDevices
+    from pyrofling.wire import CodecParameters
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +204,26 @@ def desktop_sound(source: VideoSource | None, audio: AudioConfig) -> AudioSource
         raise ValueError("--audio desktop records the host's own desktop: it needs --source headless")
     sound: AudioSource = make(audio)
     return sound
+
+
+def follow_display(source: VideoSource | None, out: FollowDisplay, fps: float) -> None:
+    """A viewer's display (protocol.md §7.14), for a source that can take its size (the headless desktop): the
+    encoder follows its pictures' new size (the heartbeat asks ``stream_size``)."""
+    follow = getattr(source, "follow", None)
+    if follow is None:
+        return
+    mode = out.mode
+    follow(mode.width, mode.height, mode.refresh_hz or fps)
+    hz = f"@{mode.refresh_hz:g} Hz" if mode.refresh_hz else ""
+    log.info("desktop: %dx%d%s, the display of viewer %d", mode.width, mode.height, hz, out.conn_id)
+
+
+def resized(params: CodecParameters | None, encoder: EncoderConfig) -> CodecParameters | None:
+    """The stream's parameters at the encoder's size now (what a viewer that joins is told)."""
+    if params is None or (params.width, params.height) == (encoder.width, encoder.height):
+        return params
+    log.info("streaming %dx%d", encoder.width, encoder.height)
+    return replace(params, width=encoder.width, height=encoder.height)
 
 
 def open_source(

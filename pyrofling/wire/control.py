@@ -74,6 +74,7 @@ class MessageId(enum.IntEnum):
     PLAYER = 44
     PAD_ASSIGNED = 45
     RUMBLE = 46
+    VIEWER_DISPLAY = 47
 
 
 def type_word(message_id: int, payload_bytes: int) -> int:
@@ -373,6 +374,18 @@ class Rumble(ControlMessage):
 
 
 @dataclass(frozen=True, slots=True)
+class ViewerDisplay(ControlMessage):
+    """pyrofling extension (protocol.md §7.14), viewer → host over TCP: the picture it would show at one to one (its
+    display or window, in pixels) and its refresh rate; a host that makes its desktop may make it that size."""
+
+    ID = MessageId.VIEWER_DISPLAY
+    PAYLOAD = struct.Struct("<HHI")
+    width: int
+    height: int
+    refresh_mhz: int  # 0: unknown
+
+
+@dataclass(frozen=True, slots=True)
 class Ping(ControlMessage):
     ID = MessageId.PING
     PAYLOAD = struct.Struct("<H")
@@ -407,6 +420,9 @@ class ExtensionFeature(enum.IntFlag):
     PADS = 1 << 8
     #: The host sends RUMBLE: what games ask of the player's pad's motors (protocol.md §7.13).
     RUMBLE = 1 << 9
+    #: The viewer says its display's size and refresh rate (VIEWER_DISPLAY); a host that makes its own desktop
+    #: sizes it to them (protocol.md §7.14).
+    DISPLAY = 1 << 10
 
 
 #: Every feature this build knows: what a pyrofling viewer asks for, and (less AUTH and ENCRYPTION, which a host
@@ -728,6 +744,7 @@ CONTROL_TYPES: dict[int, type[ControlMessage]] = {
         Player,
         PadAssigned,
         Rumble,
+        ViewerDisplay,
     )
 }
 

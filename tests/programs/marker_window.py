@@ -49,6 +49,9 @@ def main() -> None:
     if args.tone:
         play(args.tone)
     window = pyglet.window.Window(fullscreen=True, vsync=False, caption="marker window")
+    # The compositor resizes a full-screen window with its monitor; pyglet's X11 window ignores the new size while
+    # it thinks itself full-screen, so it is told otherwise (the window manager keeps it full-screen).
+    window._fullscreen = False
     events: IO[str] | None = open(args.events, "w", buffering=1) if args.events else None  # noqa: SIM115
     count = 0
 

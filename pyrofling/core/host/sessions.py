@@ -32,6 +32,7 @@ from collections.abc import Callable
 from pyrofling.core.host.admission import ConnectionBudget
 from pyrofling.core.host.auth import HostAuth, PairedViewers
 from pyrofling.core.host.congestion import LinkController, RateConfig
+from pyrofling.core.host.display import DisplayFollower
 from pyrofling.core.host.keyframes import KeyframePolicy
 from pyrofling.core.host.media_out import MediaOut
 from pyrofling.core.host.pacer import PacedQueue, Pacer, TokenBucketPacer
@@ -90,6 +91,7 @@ from pyrofling.wire import (
     RateFeedback,
     RequestKeyframe,
     UnknownControl,
+    ViewerDisplay,
     parse_udp_control,
     sealed_cookie,
 )
@@ -159,6 +161,8 @@ class HostSessions:
         self.control_messages = 0
         #: Pads, keyboard and mouse, and rumble (protocol.md §7.6, §7.11–§7.13).
         self.players = HostPlayers(self.discarded, pads=pads)
+        #: The display the host's own desktop follows (protocol.md §7.14).
+        self.display = DisplayFollower()
         #: Every datagram the host sends waits here until :meth:`datagrams_to_send`.
         self.media_out = MediaOut()
         self.pads = self.players.pads
@@ -221,6 +225,8 @@ class HostSessions:
         if conn.udp_address is not None and self._by_address.get(conn.udp_address) is conn:
             del self._by_address[conn.udp_address]
         out: list[HostOutput] = [ViewerLeft(conn_id), *self.players.left(conn)]
+        # The next viewer's display, once the interval since the last change allows (at the next timer).
+        out += self.display.left(conn_id, conn.last_alive_s)
         if conn.link is not None and self.rate is not None:
             out += self.rate.left(conn, conn.last_alive_s, self._video_viewers(), self.players.pad_holder)
         return out
@@ -407,6 +413,8 @@ class HostSessions:
             return []
         if isinstance(msg, Player) and self.players.player(conn, msg):
             return []
+        if isinstance(msg, ViewerDisplay) and conn.extensions & ExtensionFeature.DISPLAY:
+            return self.display.stated(conn_id, msg, now)
         # Anything else (unknown ids, messages only the host sends): NAK, as the reference does.
         self.discarded["unexpected_control"] += 1
         return [conn.send(Nak())]
@@ -727,11 +735,13 @@ class HostSessions:
             waiting = [c.opened_s for c in self._connections.values() if not c.authenticated]
             if waiting:
                 due = min(due, min(waiting) + self.config.auth_timeout_s)
-        held = self.players.next_timer()
-        return due if held is None else min(due, held)
+        for other in (self.players.next_timer(), self.display.next_timer()):
+            if other is not None:
+                due = min(due, other)
+        return due
 
     def handle_timer(self, now: float) -> list[HostOutput]:
-        out: list[HostOutput] = self.players.handle_timer(now)
+        out: list[HostOutput] = [*self.players.handle_timer(now), *self.display.handle_timer(now)]
         for conn in list(self._connections.values()):
             if now - conn.last_alive_s >= self.config.keepalive_timeout_s:
                 self.timed_out += 1

@@ -246,6 +246,10 @@ class ViewerConnection:
         """The presentation loop's phase error, for the host's frame clock (protocol.md §7.4)."""
         return self.session.phase_offset(offset_us)
 
+    def display_changed(self, width: int, height: int, refresh_mhz: int) -> list[ViewerOutput]:
+        """The viewer's display or window changed size (DISPLAY, protocol.md §7.14)."""
+        return self.session.display_changed(width, height, refresh_mhz)
+
     def decode_failed(self, now: float) -> list[ViewerOutput]:
         """The decoder rejected a packet: pictures are broken until a key frame."""
         return self.session.video_lost(now)

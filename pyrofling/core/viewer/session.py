@@ -62,6 +62,7 @@ from pyrofling.wire import (
     Rumble,
     StreamRate,
     UnknownControl,
+    ViewerDisplay,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -178,6 +179,9 @@ class ViewerSessionConfig:
     keyframe_retry_s: float = 0.05
     #: Ask for a key frame after a loss nothing repaired (False: let intra refresh heal the picture).
     request_key_frames: bool = True
+    #: The display this viewer shows the picture on: width, height, refresh in mHz (0: unknown); a host that makes
+    #: its own desktop makes it that size (DISPLAY, protocol.md §7.14). None: say nothing.
+    display: tuple[int, int, int] | None = None
 
 
 @dataclass(slots=True)
@@ -236,6 +240,9 @@ class ViewerSession:
         #: The pad this viewer drives and how many the host has (PADS, §7.12); None: not told.
         self.pad_assigned: tuple[int, int] | None = None
         self._player_sent = False
+        #: The display told to the host last (DISPLAY), and the one to tell.
+        self.display_sent: tuple[int, int, int] | None = None
+        self.display = self.config.display
 
     # -- handshake -------------------------------------------------------------------------
 
@@ -442,7 +449,19 @@ class ViewerSession:
         if tell and token is not None and not self._player_sent:  # once per connection, before its first KICK
             self._player_sent = True
             out.append(self._send(Player(token)))
+        out += self._tell_display()
         return [*out, self._send(Kick(flags))]
+
+    def display_changed(self, width: int, height: int, refresh_mhz: int) -> list[ViewerOutput]:
+        """The viewer's display (or window) is now this size: the host hears of it (once it granted DISPLAY)."""
+        self.display = (max(0, min(0xFFFF, width)), max(0, min(0xFFFF, height)), max(0, min(0xFFFFFFFF, refresh_mhz)))
+        return self._tell_display() if self.phase in (Phase.KICKING, Phase.STREAMING) else []
+
+    def _tell_display(self) -> list[ViewerOutput]:
+        if self.display is None or self.display == self.display_sent or not self._granted(ExtensionFeature.DISPLAY):
+            return []
+        self.display_sent = self.display
+        return [self._send(ViewerDisplay(*self.display))]
 
     def _streaming(self, params: CodecParameters, now: float) -> list[ViewerOutput]:
         if params.video_codec == 0 and self.config.flags & KickFlags.VIDEO:

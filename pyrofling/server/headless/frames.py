@@ -53,7 +53,7 @@ class MonitorFrames:
         self._socket.connect(str(pipewire_socket))
         self._pipeline = Gst.parse_launch(
             f"pipewiresrc fd={self._socket.fileno()} path={node_id} always-copy=false "
-            f"keepalive-time={KEEPALIVE_MS} ! capsfilter caps={caps} ! "
+            f"keepalive-time={KEEPALIVE_MS} ! capsfilter name=caps caps={caps} ! "
             "appsink name=sink emit-signals=true sync=false max-buffers=2 drop=true"
         )
         self._pipeline.get_by_name("sink").connect("new-sample", self._sample)
@@ -90,6 +90,11 @@ class MonitorFrames:
             self.frames += 1
             self.first_s = self.first_s or now
         return Gst.FlowReturn.OK
+
+    def set_caps(self, caps: str) -> None:
+        """Ask for other caps (a new size): pipewiresrc renegotiates with mutter at its next buffer, and the monitor
+        is remade at the new size (the keepalive brings that buffer on a still desktop)."""
+        self._pipeline.get_by_name("caps").set_property("caps", self._gst.Caps.from_string(caps))
 
     def latest(self) -> av.VideoFrame | None:
         with self._lock:

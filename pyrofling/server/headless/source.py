@@ -24,20 +24,20 @@ from pyrofling.server.headless.sound import DesktopSound
 
 log = logging.getLogger(__name__)
 
-#: What is streamed until the desktop's first frame (a fraction of a second): black, 16x16 (the encoder scales it).
-_BLANK = av.VideoFrame.from_ndarray(
-    np.concatenate([np.full((16, 16), 16, np.uint8), np.full((8, 16), 128, np.uint8)]), format="yuv420p"
-)
-
 
 class HeadlessSource:
     """A :class:`~pyrofling.server.sources.VideoSource` of PyAV frames (BGRx; the encoder converts them)."""
 
     pixel_format = "bgra"
+    #: The stream is the monitor's size, whatever it is now (the heartbeat has the encoder follow).
+    sized_by_pictures = True
 
     def __init__(self, desktop: HeadlessDesktop, monitor: VirtualMonitor, frames: MonitorFrames) -> None:
         self.desktop, self.monitor, self.frames = desktop, monitor, frames
         self.program: subprocess.Popen[bytes] | None = None
+        width, height = frames.size()
+        #: What is streamed until the desktop's first frame (a fraction of a second): black, at the monitor's size.
+        self._blank = av.VideoFrame.from_ndarray(np.zeros((height, width, 4), np.uint8), format="bgra")
         self._ended: str | None = None
         assert desktop.bus is not None
         #: The viewers' keys and pointer go into the desktop (the host uses these instead of uinput's).
@@ -47,6 +47,11 @@ class HeadlessSource:
         """What the desktop's programs play (the host's audio source, ``--audio desktop``)."""
         return DesktopSound(self.desktop.pipewire_socket, config)
 
+    def follow(self, width: int, height: int, refresh_hz: float) -> None:
+        """Make the monitor this size and rate (a viewer's display): the recording asks mutter for it, which remakes
+        the monitor (its programs see a new screen size; full-screen windows take it) within about 0.1 s."""
+        self.frames.set_caps(recording_caps(width, height, refresh_hz))
+
     def read(self, index: int, capture_us: int) -> av.VideoFrame | None:
         if self._ended is None:
             self._ended = self._why_ended()
@@ -54,7 +59,7 @@ class HeadlessSource:
                 log.warning("headless desktop: %s; the stream ends", self._ended)
         if self._ended is not None:
             return None
-        return self.frames.latest() or _BLANK
+        return self.frames.latest() or self._blank
 
     def _why_ended(self) -> str | None:
         if self.program is not None and self.program.poll() is not None:
