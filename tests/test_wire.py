@@ -341,7 +341,7 @@ def test_extensions_drop_unknown_feature_bits() -> None:
     assert isinstance(msg, Extensions)
     assert msg.features == 0xFFFF_FFFF  # kept on the wire object
     assert msg.feature_flags == ALL_EXTENSIONS  # but only known ones are usable
-    assert ALL_EXTENSIONS == 0x3FF  # the ten features of protocol.md §7.2
+    assert ALL_EXTENSIONS == 0x7FF  # the eleven features of protocol.md §7.2
 
 
 def test_sealed_viewer_datagrams_are_not_type_words() -> None:

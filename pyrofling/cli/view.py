@@ -108,6 +108,19 @@ def add_view(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run_view)
 
 
+def display_mode(text: str) -> tuple[int, int, float]:
+    """``WxH`` or ``WxH@HZ``, as --display takes it."""
+    size, _, hz = text.partition("@")
+    try:
+        width, height = (int(v) for v in size.lower().split("x"))
+        rate = float(hz) if hz else 0.0
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a display: give WxH or WxH@HZ, e.g. 1920x1080@60") from None
+    if not (16 <= width <= 16384 and 16 <= height <= 16384 and 0 <= rate <= 1000):
+        raise argparse.ArgumentTypeError(f"{text!r}: a display of 16..16384 pixels a side, at 0..1000 Hz")
+    return width, height, rate
+
+
 def _add_presentation_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group(
         "presentation",
@@ -142,6 +155,14 @@ def _add_presentation_options(p: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="with a fixed OFFSET, or alone (no lock): wait at most this long after a refresh for the next "
         "picture, else repeat the last (default 0: off; auto finds its own)",
+    )
+    g.add_argument(
+        "--display",
+        type=display_mode,
+        default=None,
+        metavar="WxH[@HZ]",
+        help="tell the host this display (e.g. 1920x1080@60): a host streaming a desktop of its own makes it this "
+        "size (default: the window's size, and no display with --headless)",
     )
     g.add_argument(
         "--refresh-hz",
@@ -265,6 +286,7 @@ def viewer_config(args: argparse.Namespace) -> ViewerConfig:
         presentation=presentation_config(args, uri),
         refresh_hz=args.refresh_hz,
         refresh_skew_ppm=args.refresh_skew_ppm,
+        display=args.display,
         host=uri.host,
         port=uri.port,
         extensions=not args.native,

@@ -22,6 +22,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -89,7 +90,19 @@ class ViewerWindow:
             on_mouse_motion=self._on_mouse_motion,
             on_mouse_drag=self._on_mouse_drag,
             on_mouse_scroll=self._on_mouse_scroll,
+            on_resize=self._on_resize,
         )
+        #: Told the window's size in pixels and the screen's rate when they change (a host sizes its desktop so).
+        self.on_display: Callable[[int, int, float], None] | None = None
+
+    def display_size(self) -> tuple[int, int, float]:
+        """The picture one to one in this window: its size in pixels, and the screen's refresh rate (0: unknown)."""
+        width, height = self.window.get_framebuffer_size()
+        return width, height, self.refresh_hz or 0.0
+
+    def _on_resize(self, _width: int, _height: int) -> None:
+        if self.on_display is not None:
+            self.on_display(*self.display_size())  # and pyglet's own handler sets the viewport
 
     # -- decode thread -------------------------------------------------------------------------
 
@@ -330,7 +343,10 @@ def watch_in_window(config: ViewerConfig, *, screenshot: Path | None = None, tit
     from pyrofling.client.viewer import Viewer
 
     window = ViewerWindow(title=title)
+    if config.display is None:  # a host that makes its own desktop makes it the window's size
+        config = replace(config, display=window.display_size())
     viewer = Viewer(config, display=window, run_presenter=False)
+    window.on_display = viewer.display_changed
     window.stats_source = viewer
     window.gamepad = viewer.gamepad
     window.keyboard_mouse = viewer.keyboard_mouse
