@@ -49,7 +49,7 @@ class HeadlessSource:
 
     def follow(self, width: int, height: int, refresh_hz: float) -> None:
         """Make the monitor this size and rate (a viewer's display): the recording asks mutter for it, which remakes
-        the monitor (its programs see a new screen size; full-screen windows take it) within about 0.1 s."""
+        the monitor (its programs see a new screen size; full-screen windows take it) in a fraction of a second."""
         self.frames.set_caps(recording_caps(width, height, refresh_hz))
 
     def read(self, index: int, capture_us: int) -> av.VideoFrame | None:
