@@ -71,3 +71,15 @@ def test_the_viewer_tells_its_display_before_its_kick_and_on_a_change_only_to_a_
     assert said(native._kick(0.0)) == []
     native.phase = Phase.STREAMING
     assert said(native.display_changed(1920, 1080, 60_000)) == []
+
+
+def test_view_display_takes_a_size_and_a_rate_and_says_what_is_wrong_with_anything_else() -> None:
+    import argparse
+
+    from pyrofling.cli.view import display_option
+
+    assert display_option("1920x1080@59.94") == (1920, 1080, 59.94)
+    assert display_option("1280X720") == (1280, 720, 0.0)
+    for bad, said in (("1920", "give WxH"), ("axb", "give WxH"), ("8x8", "16..16384"), ("640x480@5000", "0..1000")):
+        with pytest.raises(argparse.ArgumentTypeError, match=said):
+            display_option(bad)

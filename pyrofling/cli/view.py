@@ -108,7 +108,7 @@ def add_view(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run_view)
 
 
-def display_mode(text: str) -> tuple[int, int, float]:
+def display_option(text: str) -> tuple[int, int, float]:
     """``WxH`` or ``WxH@HZ``, as --display takes it."""
     size, _, hz = text.partition("@")
     try:
@@ -158,7 +158,7 @@ def _add_presentation_options(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--display",
-        type=display_mode,
+        type=display_option,
         default=None,
         metavar="WxH[@HZ]",
         help="tell the host this display (e.g. 1920x1080@60): a host streaming a desktop of its own makes it this "

@@ -63,9 +63,8 @@ class DisplayFollower:
         self.min_interval_s = min_interval_s
         #: What each connection said last (connections are numbered as they open: the lowest was first).
         self.displays: dict[int, DisplayMode] = {}
-        #: The mode made last, and for whom.
+        #: The mode made last.
         self.applied: DisplayMode | None = None
-        self.applied_for: int | None = None
         self._applied_s: float | None = None
         self._due_s: float | None = None
         self.changes = 0
@@ -103,6 +102,6 @@ class DisplayFollower:
             self._due_s = self._applied_s + self.min_interval_s
             return []
         conn_id, mode = wanted
-        self.applied, self.applied_for, self._applied_s, self._due_s = mode, conn_id, now, None
+        self.applied, self._applied_s, self._due_s = mode, now, None
         self.changes += 1
         return [FollowDisplay(mode, conn_id)]

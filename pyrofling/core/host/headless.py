@@ -40,26 +40,22 @@ X11_PROGRAMS = {"Xwayland": "xwayland"}
 RATE_HEADROOM = 1.5
 
 
-#: The desktop's own sound card: a PipeWire null sink, made with the desktop and its default, which the host records.
+#: The desktop's own sound card: a PipeWire null sink, made with the desktop and its default, which the host records
+#: (48 kHz stereo; PipeWire converts to the host's audio format as it records).
 SINK_NAME = "pyrofling-desktop"
 
 
-def sink_config(rate: int, channels: int) -> str:
-    """A PipeWire configuration fragment (``pipewire.conf.d``) that makes the desktop's sink as PipeWire starts."""
-    position = "[ FL FR ]" if channels == 2 else "[ MONO ]"
-    return (
-        "context.objects = [\n"
-        "  { factory = adapter\n"
-        f"    args = {{ factory.name = support.null-audio-sink node.name = {SINK_NAME}\n"
-        '             node.description = "pyrofling desktop" media.class = Audio/Sink object.linger = true\n'
-        f"             audio.rate = {rate} audio.channels = {channels} audio.position = {position} }} }}\n"
-        "]\n"
-    )
-
-
-def default_nodes() -> str:
-    """WirePlumber's remembered defaults (``$XDG_STATE_HOME/wireplumber/default-nodes``): the desktop's sink."""
-    return f"[default-nodes]\ndefault.configured.audio.sink={SINK_NAME}\n"
+#: A PipeWire configuration fragment (``pipewire.conf.d``) that makes the desktop's sink as PipeWire starts.
+SINK_CONFIG = (
+    "context.objects = [\n"
+    "  { factory = adapter\n"
+    f"    args = {{ factory.name = support.null-audio-sink node.name = {SINK_NAME}\n"
+    '             node.description = "pyrofling desktop" media.class = Audio/Sink object.linger = true\n'
+    "             audio.rate = 48000 audio.channels = 2 audio.position = [ FL FR ] } }\n"
+    "]\n"
+)
+#: WirePlumber's remembered defaults (``$XDG_STATE_HOME/wireplumber/default-nodes``): the desktop's sink.
+DEFAULT_NODES = f"[default-nodes]\ndefault.configured.audio.sink={SINK_NAME}\n"
 
 
 def missing_packages(installed: Callable[[str], bool], *, x11: bool = True) -> list[str]:

@@ -34,7 +34,7 @@ from dbus_fast import BusType, Message, NameFlag
 from dbus_fast.aio import MessageBus
 from dbus_fast.service import ServiceInterface, method
 
-from pyrofling.core.host.headless import default_nodes, missing_packages, sink_config
+from pyrofling.core.host.headless import DEFAULT_NODES, SINK_CONFIG, missing_packages
 
 log = logging.getLogger(__name__)
 
@@ -94,11 +94,9 @@ class _SessionManager(ServiceInterface):
 class HeadlessDesktop:
     """``await start()``, :meth:`run` the person's program, :meth:`close`."""
 
-    def __init__(self, *, x11: bool = True, name: str = "pyrofling", rate: int = 48_000, channels: int = 2) -> None:
+    def __init__(self, *, x11: bool = True, name: str = "pyrofling") -> None:
         self.x11 = x11
         self.name = name
-        #: The format of the desktop's sound card (:data:`~pyrofling.core.host.headless.SINK_NAME`).
-        self.rate, self.channels = rate, channels
         self.root: Path | None = None
         self.env: dict[str, str] = {}
         #: What the desktop's programs are given (``WAYLAND_DISPLAY``, ``DISPLAY``, ``XAUTHORITY``).
@@ -142,9 +140,9 @@ class HeadlessDesktop:
         # The desktop's sound card, made by PipeWire as it starts, and WirePlumber's default from the first.
         pipewire_conf = self.root / "config" / "pipewire" / "pipewire.conf.d"
         pipewire_conf.mkdir(parents=True)
-        (pipewire_conf / "pyrofling-sink.conf").write_text(sink_config(self.rate, self.channels))
+        (pipewire_conf / "pyrofling-sink.conf").write_text(SINK_CONFIG)
         (self.root / "state" / "wireplumber").mkdir()
-        (self.root / "state" / "wireplumber" / "default-nodes").write_text(default_nodes())
+        (self.root / "state" / "wireplumber" / "default-nodes").write_text(DEFAULT_NODES)
         try:
             async with asyncio.timeout(timeout_s):
                 self._spawn("dbus-daemon", ["dbus-daemon", "--session", f"--address=unix:path={bus_path}",

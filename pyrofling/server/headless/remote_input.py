@@ -12,7 +12,6 @@ reaches the machine's other desktops.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Sequence
 
 from dbus_fast import Message, MessageFlag
@@ -20,8 +19,6 @@ from dbus_fast.aio import MessageBus
 
 from pyrofling.core.host.headless import RemoteCall, RemoteInput, first_key_fix
 from pyrofling.core.input.pad.state import Event
-
-log = logging.getLogger(__name__)
 
 SESSION_INTERFACE = "org.gnome.Mutter.RemoteDesktop.Session"
 
