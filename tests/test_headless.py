@@ -1,5 +1,5 @@
 """``host --source headless --run COMMAND``: the host's own desktop, with real parts (mutter, PipeWire, Xwayland,
-GStreamer) started by the test, and a program in it whose picture is known (``programs/marker_window.py``)."""
+GStreamer) started by the test, and a program in it whose picture is known (``pyrofling/bench/marker_window.py``)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,8 @@ from pyrofling.server.encoder import EncoderConfig
 from pyrofling.server.muxing import OutputConfig
 from pyrofling.wire import InputState, KickFlags, key_bitmap
 
-MARKER_WINDOW = Path(__file__).parent / "programs" / "marker_window.py"
+#: Run as ``python -m``: the desktop's programs find pyrofling where the tests do.
+MARKER_WINDOW = "-m pyrofling.bench.marker_window"
 #: A picture big enough for the frame marker, small enough for mutter, the program and x264 on two cores.
 DESK = EncoderConfig(width=640, height=360, fps=30, bitrate_kbits=2000)
 

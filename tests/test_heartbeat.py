@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import io
+import itertools
 import json
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
+import av
 import pytest
+from support import until
 
 from pyrofling.clocks import SYSTEM_CLOCK, VirtualClock
 from pyrofling.core.host.encode_schedule import EncodeSchedule
@@ -135,3 +140,91 @@ def test_a_real_time_encoder_that_fills_its_cpu_is_stepped_down_once(monkeypatch
     heartbeat = asyncio.run(scenario())
     assert stepped == ["encoder"]
     assert heartbeat.encoder_share.share_at_step_down is not None and heartbeat.encoder_share.share_at_step_down > 0.5
+
+
+class _Desktop:
+    """A desktop's frames as the headless source gives them: they come on their own thread, when the clock's
+    schedule says, and :meth:`read` hands over the newest with the time it came."""
+
+    pixel_format = "yuv420p"
+
+    def __init__(self, clock: VirtualClock) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._fresh = False
+        self._came_s: float | None = None
+        self._frame_came: Callable[[], None] | None = None
+        self.captured_s: float | None = None
+        self.sent: list[float] = []
+
+    def notify_frames(self, callback: Callable[[], None]) -> None:
+        self._frame_came = callback
+
+    def send(self) -> None:
+        with self._lock:
+            self._fresh, self._came_s = True, self._clock.now()
+            self.sent.append(self._clock.now())
+        assert self._frame_came is not None
+        self._frame_came()
+
+    def has_new(self) -> bool:
+        with self._lock:
+            return self._fresh
+
+    def read(self, index: int, capture_us: int) -> av.VideoFrame:
+        with self._lock:
+            self._fresh, self.captured_s = False, self._came_s
+        return av.VideoFrame(160, 96, "yuv420p")
+
+    def close(self) -> None:
+        pass
+
+
+def _encodes(trace: _Trace) -> list[dict[str, Any]]:
+    return [e for e in map(json.loads, trace.getvalue().splitlines()) if "gc" not in e]
+
+
+def test_with_immediate_encode_a_desktops_frames_are_encoded_as_they_come_and_a_still_one_only_repeated() -> None:
+    """Each frame a desktop sends while the encoder is free is encoded (traced with the time it came), without
+    waiting for a tick; with none coming, the picture is encoded again only once the schedule's repeat interval has
+    passed since the last encode."""
+    time_source = VirtualClock(START_S)
+    schedule = EncodeSchedule(1.0 / FPS, immediate=True)
+    desktop = _Desktop(time_source)
+    trace = _Trace()
+    still_s = 0.25
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        with ThreadPoolExecutor(max_workers=1) as executor:
+            heartbeat = Heartbeat(
+                clock=FrameClock(fps=FPS, start_s=START_S),
+                schedule=schedule,
+                keyframes=KeyframePolicy(),
+                encoder=VideoEncoder(EncoderConfig(width=160, height=96, fps=FPS, bitrate_kbits=300)),
+                executor=executor,
+                stats=HostStats(),
+                source=desktop,
+                on_packets=lambda packets: None,
+                on_source_end=lambda: None,
+                frame_trace=trace,
+                time_source=time_source,
+            )
+            heartbeat.start(loop)
+            for _ in range(10):  # a frame, and the next once it is encoded
+                desktop.send()
+                await until(lambda: any(e["captured"] == desktop.sent[-1] for e in _encodes(trace)), 10)
+            last = time_source.now()
+            await until(lambda: time_source.now() > last + still_s, 10)
+            await heartbeat.stop()
+
+    asyncio.run(scenario())
+    encodes = _encodes(trace)
+    assert len(desktop.sent) == 10
+    repeat_s = schedule.repeat_after_periods / FPS
+    for before, after in itertools.pairwise(encodes):
+        if after["captured"] == before["captured"]:  # the same picture again: only after the repeat interval
+            assert after["woke"] - before["woke"] >= repeat_s - 1e-9
+    still = [e for e in encodes if e["woke"] > desktop.sent[-1]]
+    assert still and all(e["captured"] == desktop.sent[-1] for e in still)
+    assert len(still) <= (still[-1]["woke"] - desktop.sent[-1]) / repeat_s + 1

@@ -25,6 +25,7 @@ import json
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -44,6 +45,7 @@ CASES = (
     "keys",
     "keys-netsim",
     "rumble",
+    "keys-headless",
     "game",
     "game-immediate",
     "game-jit",
@@ -72,6 +74,8 @@ class InputScenario:
     #: What is timed: "pad" (GAMEPAD_STATE), "keys" (INPUT_STATE: keys and the mouse, §7.11) or "rumble" (a
     #: game's rumble request → the viewer's pad, §7.13).
     device: str = "pad"
+    #: Keys into the host's own headless desktop, to a program there that shows how many it received (photon).
+    desktop: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +104,8 @@ def standard_scenarios(cases: Iterable[str], *, jitter_ms: float, loss: float) -
         elif case == "keys-netsim":
             label = f"keys+mouse netsim 0-{jitter_ms:g} ms, {loss:.0%}"
             out.append(InputScenario(label, netsim=True, jitter_ms=jitter_ms, loss=loss, device="keys"))
+        elif case == "keys-headless":
+            out.append(InputScenario("keys → headless desktop", device="keys", desktop=True))
         elif case == "rumble":
             out.append(InputScenario("rumble: game → viewer's pad", device="rumble"))
         elif case == "game":
@@ -171,6 +177,38 @@ def photon(sent: list[dict[str, Any]], markers: list[dict[str, Any]], *, after_s
     return out
 
 
+def desktop_photon(
+    sent: list[dict[str, Any]],
+    applied: list[dict[str, Any]],
+    events: list[dict[str, Any]],
+    markers: list[dict[str, Any]],
+    *,
+    after_s: float,
+) -> list[float]:
+    """Input to photon through the host's desktop, ms: each sweep step sent after ``after_s`` → the first decoded
+    picture whose key count shows it.
+
+    The program (``marker_window --keys``) counts the key events it received; the sweep's step N is its N-th
+    key event. The program's count lags the steps by the events the desktop delivered before its window had the
+    keyboard; that lag is read off its first key events: the step the host wrote just before each came."""
+    steps = {r["seq"]: r["step"] for r in sent if "step" in r}
+    writes = sorted((r["t"], steps[r["seq"]]) for r in applied if r.get("seq") in steps)
+    keys = [e["t"] for e in events if "key" in e]
+    if not writes or not keys:
+        return []
+    times = np.array([t for t, _ in writes])
+    lags = []
+    for count, t in enumerate(keys[:100], start=1):
+        i = int(np.searchsorted(times, t, side="right")) - 1
+        if i >= 0:
+            lags.append(writes[i][1] - count)
+    if not lags:
+        return []
+    lag = int(statistics.median(lags))
+    shown = [{**m, "id": m["id"] + lag} for m in markers]
+    return photon([{"seq": r["step"], "t": r["t"]} for r in sent if "step" in r], shown, after_s=after_s)
+
+
 def pacing(present_times: list[float], *, after_s: float) -> dict[str, Any]:
     """The game's frame interval after ``after_s``: median, σ, 99th percentile of |interval − median|, ms."""
     times = np.array([t for t in present_times if t >= after_s])
@@ -233,6 +271,10 @@ def run_one(cfg: InputBenchConfig, sc: InputScenario, tmp: Path) -> dict[str, An
     if keys:
         host_cmd.append("--open-keyboard-mouse")  # an open host on loopback: the bench is its only viewer
     rumble = sc.device == "rumble"
+    events = tmp / "events.jsonl"
+    if sc.desktop:  # a program in the host's desktop shows how many keys it has received
+        program = f"{sys.executable} -m pyrofling.bench.marker_window --keys --fps {cfg.fps} --events {events}"
+        host_cmd += ["--source", "headless", "--run", program]
     if sc.game or rumble:
         host_cmd += ["--source", "capture", "--capture-socket", capture_socket]
         host_cmd += ["--encode-mode", "immediate" if sc.immediate else "heartbeat"]
@@ -271,7 +313,7 @@ def run_one(cfg: InputBenchConfig, sc: InputScenario, tmp: Path) -> dict[str, An
                        str(cfg.interval_ms)]  # fmt: skip
         if keys or cfg.client == "view":
             client += ["--headless", "--no-audio"]
-        if sc.game:  # the whole chain phase-locked (the viewer's default: the offset it finds), game to display
+        if sc.game or sc.desktop:  # the whole chain phase-locked (the viewer's default), game to display
             client += ["--marker-log", str(markers)]
         viewer = subprocess.Popen(client, env=env)
         procs.append(viewer)
@@ -309,6 +351,10 @@ def run_one(cfg: InputBenchConfig, sc: InputScenario, tmp: Path) -> dict[str, An
         result["game"] = {k: v for k, v in game.items() if k != "present_times"}
         result["game"].update(pacing(game.get("present_times", []), after_s=started + WARMUP_S + 2.0))
         result["photon_ms"] = photon(sent, read_jsonl(markers), after_s=started + WARMUP_S + 2.0)
+    if sc.desktop:
+        after_s = started + WARMUP_S + 2.0
+        result["photon_ms"] = desktop_photon(sent, read_jsonl(trace), read_jsonl(events), read_jsonl(markers),
+                                             after_s=after_s)  # fmt: skip
     return result
 
 
@@ -336,19 +382,25 @@ def summarize(sc: InputScenario, result: dict[str, Any]) -> dict[str, Any]:
         "host_cpu_s": result["host"].get("cpu_s"),
         "frames_encoded": result["host"].get("frames_encoded"),
         "latency_ms_samples": lat[-5000:],
-        **(_game_summary(result) if sc.game else {}),
+        **(_game_summary(result) if sc.game else _photon_summary(result) if sc.desktop else {}),
     }
 
 
-def _game_summary(result: dict[str, Any]) -> dict[str, Any]:
+def _photon_summary(result: dict[str, Any]) -> dict[str, Any]:
     ph = result.get("photon_ms", [])
-    capture = result["host"].get("capture") or {}
-    presents = capture.get("presents", 0)
     return {
         "photon_ms_median": statistics.median(ph) if ph else None,
         "photon_ms_p90": float(np.percentile(ph, 90)) if ph else None,
         "photon_ms_p99": float(np.percentile(ph, 99)) if ph else None,
         "photon_samples": len(ph),
+    }
+
+
+def _game_summary(result: dict[str, Any]) -> dict[str, Any]:
+    capture = result["host"].get("capture") or {}
+    presents = capture.get("presents", 0)
+    return {
+        **_photon_summary(result),
         "game": result.get("game", {}),
         "capture": capture,
         "heartbeats": result["host"].get("heartbeats"),  # the host's whole run: a FIFO game presents fewer
@@ -394,7 +446,8 @@ def format_table(result: dict[str, Any]) -> str:
     if games:
         frame_ms = 1000 / cfg["fps"]
         tail += (
-            "\n\ninput to photon: viewer pad send → game draws it → encoded → decoded at the viewer (loopback)\n"
+            "\n\ninput to photon: the viewer's send → the game (or the desktop's program) draws it → encoded → decoded "
+            "at the viewer (loopback)\n"
             + f"{'run':36} {'median':>8} {'frames':>6} {'p90':>8} {'p99':>8} {'samples':>8}"
         )
         for r in games:
@@ -403,7 +456,9 @@ def format_table(result: dict[str, Any]) -> str:
                 f"\n{r['label']:36} {f(med):>5} ms {f(med / frame_ms if med else None, '.2f'):>6} "
                 f"{f(r['photon_ms_p90']):>5} ms {f(r['photon_ms_p99']):>5} ms {r['photon_samples']:>8}"
             )
-        tail += "\n\n" + format_pacing(games)
+        paced = [r for r in games if "game" in r]
+        if paced:
+            tail += "\n\n" + format_pacing(paced)
     return head + "\n".join(lines) + tail
 
 

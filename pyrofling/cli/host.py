@@ -447,9 +447,9 @@ def host_config(args: argparse.Namespace) -> HostConfig:
         **({} if args.encoder_threads is None else {"threads": args.encoder_threads}),
     )
     encoder.check()
-    if (args.immediate_encode or args.encode_mode) and args.source != "capture":
+    if (args.immediate_encode or args.encode_mode) and args.source not in ("capture", "headless"):
         flag = "--immediate-encode" if args.immediate_encode else "--encode-mode"
-        raise ValueError(f"{flag} applies to games (--source capture)")
+        raise ValueError(f"{flag} applies to games (--source capture) and the host's desktop (--source headless)")
     if args.immediate_encode and args.encode_mode == "heartbeat":
         raise ValueError("--immediate-encode contradicts --encode-mode heartbeat: give one of them")
     mode = "immediate" if args.immediate_encode else (args.encode_mode or DEFAULT_GAME_ENCODE)
@@ -492,7 +492,7 @@ def host_config(args: argparse.Namespace) -> HostConfig:
         x11_window=args.window,
         run_command=args.run,
         layer_socket_required=bool(args.layer_socket),
-        immediate_encode=args.source == "capture" and mode == "immediate",
+        immediate_encode=args.source in ("capture", "headless") and mode == "immediate",
         outputs=_output_config(args),
         password=_host_password(args),
         show_pairing_code=_pairing_code_shower(args) if args.pairing_code else None,

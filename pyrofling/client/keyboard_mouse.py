@@ -150,11 +150,12 @@ class InputLink:
             self._timer.arm(due)
 
     def _sweep(self, now: float) -> None:
-        """A synthetic player: every step presses or lets go a letter and moves the mouse one pixel."""
+        """A synthetic player: every step presses a letter or lets it go, and moves the mouse one pixel; so
+        after step N a program has seen N key events (``bench input``'s photon through a desktop)."""
         self._sweep_step += 1
         step = self._sweep_step
         self.sender.captured = True
-        self.sender.key(30 + step % 9, step % 2 == 1)  # A..L, pressed and released in turn
+        self.sender.key(30 + (step - 1) // 2 % 9, step % 2 == 1)  # A..L, each pressed, then released
         self.sender.move(1 if step % 4 < 2 else -1, 1)
 
     def _write(self, msg: InputState, now: float) -> None:
@@ -164,7 +165,10 @@ class InputLink:
         except OSError:
             self.sends_dropped += 1
         if self._log is not None:
-            self._log.write(json.dumps({"seq": msg.seq, "t": now}) + "\n")
+            record = {"seq": msg.seq, "t": now}
+            if self.config.source == "sweep":
+                record["step"] = self._sweep_step
+            self._log.write(json.dumps(record) + "\n")
 
     def summary(self) -> dict[str, Any]:
         return {

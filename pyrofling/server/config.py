@@ -17,10 +17,11 @@ from pyrofling.wire import AudioCodec, CodecParameters, ColorProfile, VideoCodec
 DEFAULT_PORT = 9876
 
 
-#: When a game's frame is encoded (``--encode-mode``).
+#: When a game's frame, or a frame of the host's own desktop, is encoded (``--encode-mode``).
 ENCODE_MODES = ("immediate", "heartbeat")
-#: The default for games: input to photon with the example game starting its frames just in time
-#: ('pyrofling bench capture', 720p60, loopback) measured lower with immediate encode (docs/games.md).
+#: The default for games and the desktop: input to photon with the example game starting its frames just in time
+#: ('pyrofling bench capture', 720p60, loopback) measured lower with immediate encode (docs/games.md); the
+#: desktop's frames too, with fewer encodes and more new pictures ('bench capture --sources', docs/headless.md).
 DEFAULT_GAME_ENCODE = "immediate"
 
 

@@ -81,11 +81,20 @@ class Heartbeat:
         #: A JSON line per encoded frame: when its tick was due, woke, reached the loop, encoded, was sent.
         self._trace = frame_trace
         self._due_s: float | None = None
+        self._captured_s: float | None = None  # the traced picture's capture time (set by the encode thread)
         #: Whether the real-time encoder leaves its CPU room for the host's other threads.
         self.encoder_share = CpuShare()
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        notify = getattr(self.source, "notify_frames", None)
+        if notify is not None and self.schedule.immediate:  # a desktop's frames encoded as they come
+
+            def frame_came() -> None:
+                with contextlib.suppress(RuntimeError):  # the loop closed while stopping
+                    loop.call_soon_threadsafe(self.presented)
+
+            notify(frame_came)
         self.clock.next_tick_s = self._next_tick_s = self._time.now()
         self._thread = threading.Thread(target=self._run, name="pyrofling-heartbeat", daemon=True)
         self._thread.start()
@@ -143,17 +152,28 @@ class Heartbeat:
         if not tick.encode or self._halt.is_set():
             self.schedule.skipped += missed
             return
-        new_image = capture.has_new() if capture is not None else True
-        if self.schedule.heartbeat(woke, new_image=new_image, missed_frames=missed):
+        if self.schedule.heartbeat(woke, new_image=self._has_new(), missed_frames=missed):
             self._encode(woke, capture.take() if capture is not None else None)
 
+    def _has_new(self) -> bool:
+        """Is there a picture not encoded yet: a game's present, or a frame a desktop sent (other sources make
+        theirs when asked: always)?"""
+        if self.capture is not None:
+            return self.capture.has_new()
+        has_new = getattr(self.source, "has_new", None)
+        return bool(has_new()) if has_new is not None else True
+
     def presented(self) -> None:
-        """The streamed game presented (or an encode finished): with --immediate-encode, encode it now."""
+        """The streamed game presented, a desktop sent a frame (or an encode finished): with immediate encode,
+        encode it now."""
         capture = self.capture
-        if capture is None or self._halt.is_set():
+        if (capture is None and not hasattr(self.source, "has_new")) or self._halt.is_set():
             return
         now = self._time.now()
-        if self.schedule.presented(now, new_image=capture.has_new()):
+        if self.schedule.presented(now, new_image=self._has_new()):
+            if capture is None:
+                self._encode(now, None)
+                return
             captured = capture.take()
             if captured is not None:
                 self._encode(now, captured)
@@ -215,6 +235,8 @@ class Heartbeat:
             )
             if captured is not None:
                 timing["present"] = captured.taken.present_s
+            elif self.source is not None:
+                timing["captured"] = self._captured_s
         self._on_packets(packets)
         if timing is not None and self._trace is not None and not self._trace.closed:  # an encode outlived close
             timing["queued"] = self._time.now()  # handed to every viewer's pacer
@@ -228,10 +250,12 @@ class Heartbeat:
     def _render_and_encode(
         self, source: VideoSource, index: int, capture_us: int, force: bool
     ) -> list[EncodedVideo] | None:
-        t0 = time.perf_counter()
+        t0, read_at = time.perf_counter(), self._time.now()
         array = source.read(index, capture_us)
         if array is None:
             return None
+        # When the picture was had: a desktop's frame came before the tick; the others are made by the read.
+        self._captured_s = getattr(source, "captured_s", None) or read_at
         self.stats.render_ms.append((time.perf_counter() - t0) * 1000)
         encoder = self.encoder
         if isinstance(array, av.VideoFrame):

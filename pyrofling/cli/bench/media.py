@@ -102,7 +102,9 @@ def add_input(sub: Sub) -> None:
         type=choice_list(CASES),
         default=("loopback", "netsim"),
         help="comma list: loopback, netsim (default both): the pad; keys, keys-netsim: keys and the mouse (a "
-        "headless viewer's synthetic player → the virtual keyboard and mouse); game, game-immediate: stream the "
+        "headless viewer's synthetic player → the virtual keyboard and mouse); keys-headless: the same keys into the "
+        "host's own headless desktop, to a program there that shows how many it received (input to photon); game, "
+        "game-immediate: stream the "
         "example game through the capture socket and also time input to photon (pad send to the decoded frame "
         "showing it)",
     )
@@ -114,6 +116,7 @@ def add_input(sub: Sub) -> None:
 
 
 def add_capture(sub: Sub) -> None:
+    from pyrofling.bench.capture_sources import SOURCES
     from pyrofling.bench.input import GAME_CASES
 
     p = bench_parser(
@@ -127,8 +130,10 @@ def add_capture(sub: Sub) -> None:
         "reaction, for heartbeat and immediate encode, each with the game starting its frames at once and just "
         "in time for the heartbeat. Same runs as 'bench input --cases game,game-immediate,game-jit,...'. Then "
         "what reading a frame of PyroFling's Vulkan layer costs the host (import, copy to host memory) at 720p "
-        "and 1080p, with the Python stand-in layer on this machine's Vulkan driver.",
-        "pyrofling bench capture --duration 60",
+        "and 1080p, with the Python stand-in layer on this machine's Vulkan driver. With --sources, the host's "
+        "picture sources side by side (the test scene, an X11 screen, the host's own headless desktop) at 720p and "
+        "1080p: new pictures a second at a viewer, capture to encoded, drawn to decoded, host CPU per frame.",
+        "pyrofling bench capture --duration 60; pyrofling bench capture --sources scene,x11,headless --duration 15",
     )
     add_common(p, duration_s=(5.0, 3600.0, 20.0))
     p.add_argument(
@@ -145,6 +150,19 @@ def add_capture(sub: Sub) -> None:
         help="frames per size for the Vulkan layer readback table (default 200; 0 skips it)",
     )
     p.add_argument("--only-readback", action="store_true", help="only the Vulkan layer readback table")
+    p.add_argument(
+        "--sources",
+        type=choice_list(SOURCES),
+        default=(),
+        help="comma list of picture sources to measure side by side instead of the game cases: scene, x11 (an Xvfb "
+        "screen), headless (the host's own desktop); the same OpenGL program draws for x11 and headless",
+    )
+    p.add_argument(
+        "--sizes",
+        type=choice_list(("720p", "1080p")),
+        default=("720p", "1080p"),
+        help="with --sources: comma list of 720p, 1080p (default both), at --fps",
+    )
     add_stream_size_options(p)
     p.set_defaults(func=_run_capture, client="view", jitter_ms=0.0, loss=0.0)
 
@@ -157,6 +175,8 @@ def _run_capture(args: argparse.Namespace) -> int:
     if args.readback_frames < 0 or (args.only_readback and args.readback_frames == 0):
         return refuse("bench capture", "--readback-frames must be at least 1 with --only-readback (0 skips it)")
     setup(args)
+    if args.sources:
+        return _run_sources(args)
     result: dict[str, Any] = {"rows": []}
     ok = True
     if not args.only_readback:
@@ -182,6 +202,15 @@ def _run_capture(args: argparse.Namespace) -> int:
 
     print_result(args, result, table)
     return 0 if ok else 1
+
+
+def _run_sources(args: argparse.Namespace) -> int:
+    from pyrofling.bench.capture_sources import format_table, run
+
+    sizes = [{"720p": (1280, 720), "1080p": (1920, 1080)}[s] for s in args.sizes]
+    result = run(args.sources, sizes, args.fps, args.duration, progress=progress)
+    print_result(args, result, format_table)
+    return 0 if result["rows"] and all(r["new_pictures_per_s"] > 0 for r in result["rows"]) else 1
 
 
 def _run_input(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,10 @@ class MonitorFrames:
         self._pipeline.get_by_name("sink").connect("new-sample", self._sample)
         self._lock = threading.Lock()
         self._latest: av.VideoFrame | None = None
+        self._latest_s: float | None = None  # when it came out of PipeWire (monotonic)
+        self._fresh = False  # the latest frame was not handed over yet
+        #: Called (on GStreamer's thread) after each frame comes.
+        self.on_frame: Callable[[], None] | None = None
         #: Frames taken out of PipeWire, and the monotonic time of the first.
         self.frames = 0
         self.first_s: float | None = None
@@ -85,10 +90,12 @@ class MonitorFrames:
             buffer.unmap(info)
         now = time.monotonic()
         with self._lock:
-            self._latest = frame
+            self._latest, self._latest_s, self._fresh = frame, now, True
             self._size = (width, height)
             self.frames += 1
             self.first_s = self.first_s or now
+        if self.on_frame is not None:
+            self.on_frame()
         return Gst.FlowReturn.OK
 
     def set_caps(self, caps: str) -> None:
@@ -96,9 +103,16 @@ class MonitorFrames:
         is remade at the new size (the keepalive brings that buffer on a still desktop)."""
         self._pipeline.get_by_name("caps").set_property("caps", self._gst.Caps.from_string(caps))
 
-    def latest(self) -> av.VideoFrame | None:
+    def latest(self) -> tuple[av.VideoFrame | None, float | None]:
+        """The newest frame, and when it came (monotonic); (None, None) before the first."""
         with self._lock:
-            return self._latest
+            self._fresh = False
+            return self._latest, self._latest_s
+
+    def has_new(self) -> bool:
+        """Has a frame come since :meth:`latest` last handed one over?"""
+        with self._lock:
+            return self._fresh
 
     def size(self) -> tuple[int, int]:
         """The monitor's size: its latest frame's (the size asked for, before the first)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import subprocess
+from collections.abc import Callable
 
 import av
 import numpy as np
@@ -39,6 +40,8 @@ class HeadlessSource:
         #: What is streamed until the desktop's first frame (a fraction of a second): black, at the monitor's size.
         self._blank = av.VideoFrame.from_ndarray(np.zeros((height, width, 4), np.uint8), format="bgra")
         self._ended: str | None = None
+        #: When the picture :meth:`read` last handed over came out of the desktop (monotonic; None for the blank).
+        self.captured_s: float | None = None
         assert desktop.bus is not None
         #: The viewers' keys and pointer go into the desktop (the host uses these instead of uinput's).
         self.input_devices = DesktopInput(desktop.bus, monitor.session_path, monitor.stream_path, frames.size)
@@ -52,6 +55,14 @@ class HeadlessSource:
         the monitor (its programs see a new screen size; full-screen windows take it) in a fraction of a second."""
         self.frames.set_caps(recording_caps(width, height, refresh_hz))
 
+    def has_new(self) -> bool:
+        """A frame came from the desktop that was not read yet (mutter sends one only when something changed)."""
+        return self.frames.has_new()
+
+    def notify_frames(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (from GStreamer's thread) when a frame comes: immediate encode."""
+        self.frames.on_frame = callback
+
     def read(self, index: int, capture_us: int) -> av.VideoFrame | None:
         if self._ended is None:
             self._ended = self._why_ended()
@@ -59,7 +70,8 @@ class HeadlessSource:
                 log.warning("headless desktop: %s; the stream ends", self._ended)
         if self._ended is not None:
             return None
-        return self.frames.latest() or self._blank
+        frame, self.captured_s = self.frames.latest()
+        return frame or self._blank
 
     def _why_ended(self) -> str | None:
         if self.program is not None and self.program.poll() is not None:
