@@ -81,13 +81,60 @@ def _desktop_processes() -> list[int]:
 
 
 def test_the_recording_asks_for_headroom_above_the_stream_rate_and_refuses_a_size_mutter_cannot_make() -> None:
-    assert recording_rate(60) == 90 and recording_rate(30) == 45 and recording_rate(0.1) == 1
-    assert recording_caps(1280, 720, 60) == "video/x-raw,format=BGRx,width=1280,height=720,max-framerate=90/1"
+    assert recording_rate(60) == 120 and recording_rate(30) == 60 and recording_rate(0.1) == 1
+    assert recording_caps(1280, 720, 60) == "video/x-raw,format=BGRx,width=1280,height=720,max-framerate=120/1"
     with pytest.raises(ValueError, match="even size"):
         recording_caps(1281, 720, 60)
     installed = {"mutter", "dbus-daemon"}
     assert missing_packages(installed.__contains__) == ["pipewire", "pipewire-pulse", "wireplumber", "xwayland"]
     assert missing_packages(installed.__contains__, x11=False) == ["pipewire", "pipewire-pulse", "wireplumber"]
+
+
+def test_the_desktops_frames_become_the_encoders_i420_with_the_colours_the_stream_announces() -> None:
+    """The recording converts mutter's BGRx in GStreamer (``videoconvert``) to I420, BT.709 full range; the result
+    matches what the encoder's own conversion makes of the same pixels, also at a width whose chroma rows GStreamer
+    pads (1002: 501 → 504 bytes)."""
+    _need_a_desktop()
+    from pyrofling.server.headless.frames import FULL_RANGE_BT709, gstreamer, i420_frame
+
+    Gst = gstreamer()
+    width, height = 1002, 64
+    rng = np.random.default_rng(7)
+    bgrx = np.zeros((height, width, 4), np.uint8)
+    # Blocks of colour 16 pixels wide: the two conversions place chroma samples differently (an edge's blend).
+    blocks = rng.integers(0, 256, (height // 16, -(-width // 16), 3), np.uint8).repeat(16, 0).repeat(16, 1)
+    bgrx[..., :3] = blocks[:, :width]
+    pipeline = Gst.parse_launch(
+        f"appsrc name=src caps=video/x-raw,format=BGRx,width={width},height={height},framerate=0/1 ! videoconvert ! "
+        f"video/x-raw,format=I420,colorimetry={FULL_RANGE_BT709} ! appsink name=sink sync=false"
+    )
+    pipeline.set_state(Gst.State.PLAYING)
+    pipeline.get_by_name("src").emit("push-buffer", Gst.Buffer.new_wrapped(bgrx.tobytes()))
+    sample = pipeline.get_by_name("sink").emit("try-pull-sample", 10 * Gst.SECOND)
+    assert sample is not None
+    buffer = sample.get_buffer()
+    ok, info = buffer.map(Gst.MapFlags.READ)
+    assert ok
+    ours = i420_frame(info.data, width, height)
+    buffer.unmap(info)
+    pipeline.set_state(Gst.State.NULL)
+    expected = av.VideoFrame.from_ndarray(bgrx, format="bgra").reformat(
+        format="yuv420p", dst_colorspace=1, dst_color_range=2
+    )
+    luma = _plane(ours, 0).astype(int) - _plane(expected, 0).astype(int)
+    assert np.abs(luma).max() <= 2  # rounding; limited range or another matrix would be off by far more
+    for plane in (1, 2):  # chroma inside the blocks (8 samples wide): edges blend where each places its samples
+        chroma = _plane(ours, plane).astype(int) - _plane(expected, plane).astype(int)
+        rows, cols = np.indices(chroma.shape)
+        inside = (rows % 8 >= 2) & (rows % 8 <= 5) & (cols % 8 >= 2) & (cols % 8 <= 5)
+        assert np.abs(chroma[inside]).max() <= 2, plane
+
+
+def _plane(frame: av.VideoFrame, index: int) -> np.ndarray:
+    plane = frame.planes[index]
+    rows = frame.height if index == 0 else frame.height // 2
+    cols = frame.width if index == 0 else frame.width // 2
+    return np.frombuffer(memoryview(plane), np.uint8).reshape(rows, plane.line_size)[:, :cols]
 
 
 SYN = (EV_SYN, SYN_REPORT, 0)

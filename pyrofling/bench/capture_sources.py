@@ -40,7 +40,7 @@ import numpy as np
 from pyrofling.bench.stream import _cli, _read_json, _wait_for_port, free_port, kill_leftovers, stop_processes
 
 SOURCES = ("scene", "x11", "headless")
-SIZES = ((1280, 720), (1920, 1080))
+SIZES = {"360p": (640, 360), "720p": (1280, 720), "1080p": (1920, 1080)}
 #: Seconds after the first decoded picture before measuring (the desktop, the program and the decoder settle).
 WARMUP_S = 3.0
 PROGRAM = [sys.executable, "-m", "pyrofling.bench.marker_window"]

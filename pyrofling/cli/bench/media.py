@@ -116,7 +116,7 @@ def add_input(sub: Sub) -> None:
 
 
 def add_capture(sub: Sub) -> None:
-    from pyrofling.bench.capture_sources import SOURCES
+    from pyrofling.bench.capture_sources import SIZES, SOURCES
     from pyrofling.bench.input import GAME_CASES
 
     p = bench_parser(
@@ -159,9 +159,9 @@ def add_capture(sub: Sub) -> None:
     )
     p.add_argument(
         "--sizes",
-        type=choice_list(("720p", "1080p")),
+        type=choice_list(tuple(SIZES)),
         default=("720p", "1080p"),
-        help="with --sources: comma list of 720p, 1080p (default both), at --fps",
+        help="with --sources: comma list of 360p, 720p, 1080p (default 720p,1080p), at --fps",
     )
     add_stream_size_options(p)
     p.set_defaults(func=_run_capture, client="view", jitter_ms=0.0, loss=0.0)
@@ -205,9 +205,9 @@ def _run_capture(args: argparse.Namespace) -> int:
 
 
 def _run_sources(args: argparse.Namespace) -> int:
-    from pyrofling.bench.capture_sources import format_table, run
+    from pyrofling.bench.capture_sources import SIZES, format_table, run
 
-    sizes = [{"720p": (1280, 720), "1080p": (1920, 1080)}[s] for s in args.sizes]
+    sizes = [SIZES[s] for s in args.sizes]
     result = run(args.sources, sizes, args.fps, args.duration, progress=progress)
     print_result(args, result, format_table)
     return 0 if result["rows"] and all(r["new_pictures_per_s"] > 0 for r in result["rows"]) else 1

@@ -2,13 +2,15 @@
 
 ``pipewiresrc`` is given a socket already connected to the desktop's PipeWire
 (``fd``), so the host's own ``XDG_RUNTIME_DIR`` (and a second desktop's) never
-matters. Frames come on GStreamer's streaming thread, BGRx; PyGObject maps a
-buffer as ``bytes`` (one copy out of PipeWire's shared memory) and the PyAV frame is
-a second (3.7 MB each at 720p: which frame path costs least is still to be
-measured); :meth:`latest` hands the newest to the heartbeat, which
-never waits for one. mutter sends a frame only when something changed, so the
-last one stays the picture; ``keepalive-time`` has PipeWire resend it now and then,
-which also lets a new size through on a still desktop.
+matters. Frames come on GStreamer's streaming thread, BGRx, and GStreamer's
+``videoconvert`` makes them the encoder's I420 there (BT.709, full range: what the
+stream announces), so the encoder converts nothing and the copies into Python are
+of 1.4 MB a 720p frame rather than 3.7 (measured: 'bench capture --sources',
+docs/headless.md). :meth:`latest` hands the newest to the heartbeat, which never
+waits for one (with immediate encode, :attr:`on_frame` tells it one came). mutter
+sends a frame only when something changed, so the last one stays the picture;
+``keepalive-time`` has PipeWire resend it now and then, which also lets a new size
+through on a still desktop.
 """
 
 from __future__ import annotations
@@ -25,6 +27,24 @@ import numpy as np
 
 #: PipeWire resends the last frame after this long without a new one (ms).
 KEEPALIVE_MS = 250
+
+
+#: GStreamer's colorimetry (range:matrix:transfer:primaries) for what the encoder announces: BT.709, full range.
+FULL_RANGE_BT709 = "1:3:5:1"
+
+
+def i420_frame(data: bytes, width: int, height: int) -> av.VideoFrame:
+    """A PyAV yuv420p frame of GStreamer's I420 buffer (each plane's rows padded to 4 bytes)."""
+    luma_stride, chroma_stride = -(-width // 4) * 4, -(-(width // 2) // 4) * 4
+    pixels = np.frombuffer(data, np.uint8)
+    if chroma_stride * 2 == width:  # no padding (widths of multiples of 8): the planes as they lie
+        return av.VideoFrame.from_ndarray(pixels[: width * height * 3 // 2].reshape(height * 3 // 2, width), "yuv420p")
+    luma = pixels[: luma_stride * height].reshape(height, luma_stride)[:, :width]
+    chroma_size = chroma_stride * (height // 2)
+    u = pixels[luma_stride * height :][:chroma_size].reshape(height // 2, chroma_stride)[:, : width // 2]
+    v = pixels[luma_stride * height + chroma_size :][:chroma_size].reshape(height // 2, chroma_stride)[:, : width // 2]
+    planar = np.concatenate([luma.reshape(-1), u.reshape(-1), v.reshape(-1)]).reshape(height * 3 // 2, width)
+    return av.VideoFrame.from_ndarray(planar, format="yuv420p")
 
 
 def gstreamer() -> Any:
@@ -55,9 +75,13 @@ class MonitorFrames:
         self._pipeline = Gst.parse_launch(
             f"pipewiresrc fd={self._socket.fileno()} path={node_id} always-copy=false "
             f"keepalive-time={KEEPALIVE_MS} ! capsfilter name=caps caps={caps} ! "
+            f"videoconvert ! video/x-raw,format=I420,colorimetry={FULL_RANGE_BT709} ! "
             "appsink name=sink emit-signals=true sync=false max-buffers=2 drop=true"
         )
         self._pipeline.get_by_name("sink").connect("new-sample", self._sample)
+        # When each frame came out of PipeWire, before its conversion (one streaming thread: the same frame).
+        self._came_s = 0.0
+        self._pipeline.get_by_name("caps").get_static_pad("src").add_probe(Gst.PadProbeType.BUFFER, self._came)
         self._lock = threading.Lock()
         self._latest: av.VideoFrame | None = None
         self._latest_s: float | None = None  # when it came out of PipeWire (monotonic)
@@ -73,6 +97,10 @@ class MonitorFrames:
         if self._pipeline.set_state(self._gst.State.PLAYING) == self._gst.StateChangeReturn.FAILURE:
             raise RuntimeError("the desktop's frames could not be recorded (pipewiresrc would not start)")
 
+    def _came(self, _pad: Any, _info: Any) -> Any:
+        self._came_s = time.monotonic()
+        return self._gst.PadProbeReturn.OK
+
     def _sample(self, sink: Any) -> Any:
         Gst = self._gst
         sample = sink.emit("pull-sample")
@@ -83,12 +111,10 @@ class MonitorFrames:
         if not ok:
             return Gst.FlowReturn.OK
         try:
-            pixels = np.frombuffer(info.data, np.uint8).reshape(height, width, 4)
-            # BGRx read as BGRA (the encoder ignores the fourth byte)
-            frame = av.VideoFrame.from_ndarray(pixels, format="bgra")
+            frame = i420_frame(info.data, width, height)
         finally:
             buffer.unmap(info)
-        now = time.monotonic()
+        now = self._came_s
         with self._lock:
             self._latest, self._latest_s, self._fresh = frame, now, True
             self._size = (width, height)

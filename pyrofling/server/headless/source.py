@@ -27,9 +27,9 @@ log = logging.getLogger(__name__)
 
 
 class HeadlessSource:
-    """A :class:`~pyrofling.server.sources.VideoSource` of PyAV frames (BGRx; the encoder converts them)."""
+    """A :class:`~pyrofling.server.sources.VideoSource` of PyAV frames (yuv420p, as the encoder takes them)."""
 
-    pixel_format = "bgra"
+    pixel_format = "yuv420p"
     #: The stream is the monitor's size, whatever it is now (the heartbeat has the encoder follow).
     sized_by_pictures = True
 
