@@ -7,8 +7,10 @@ import asyncio
 import contextlib
 import itertools
 import json
+import logging
 import os
 import shutil
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -23,6 +25,7 @@ from pyrofling.client.keyboard_mouse import InputConfig
 from pyrofling.client.viewer import Viewer, ViewerConfig
 from pyrofling.core import frame_marker
 from pyrofling.core.host.headless import (
+    CompositorRestarts,
     RemoteCall,
     RemoteInput,
     first_key_fix,
@@ -135,6 +138,16 @@ def _plane(frame: av.VideoFrame, index: int) -> np.ndarray:
     rows = frame.height if index == 0 else frame.height // 2
     cols = frame.width if index == 0 else frame.width // 2
     return np.frombuffer(memoryview(plane), np.uint8).reshape(rows, plane.line_size)[:, :cols]
+
+
+def test_a_compositor_is_started_again_three_times_a_minute_at_most() -> None:
+    restarts = CompositorRestarts(limit=3, window_s=60.0)
+    assert [restarts.ended(t) for t in (0.0, 1.0, 2.0)] == [True, True, True]
+    assert restarts.describe() == "restart 3 of 3 allowed in 60 s"
+    assert not restarts.ended(30.0)  # a fourth within the minute: it would end again
+    assert restarts.ended(60.5)  # the first has left the minute
+    assert not restarts.ended(60.9)  # 1.0, 2.0 and 60.5 are within a minute of it
+    assert restarts.ended(62.5)  # 1.0 and 2.0 are not
 
 
 SYN = (EV_SYN, SYN_REPORT, 0)
@@ -291,6 +304,69 @@ def test_a_viewer_sees_the_program_running_in_the_hosts_headless_desktop_and_it_
     assert len(set(ids)) >= 60, ids[:20]
     assert all(b >= a for a, b in itertools.pairwise(ids)), "the program's frames went backwards"
     assert summary["frames_encoded"] > 0
+
+
+def _mutter() -> int:
+    """The pid of the mutter of the (one) headless desktop running."""
+    [pid] = [p for p in _desktop_processes() if Path(f"/proc/{p}/comm").read_text().strip() == "mutter"]
+    return pid
+
+
+def _new_run(ids: list[int]) -> list[int]:
+    """The frame ids after the program's count started again (none if it did not)."""
+    start = next((i for i in range(1, len(ids)) if ids[i] < ids[i - 1]), len(ids))
+    return ids[start:]
+
+
+def test_a_compositor_that_crashes_is_started_again_with_the_program_and_the_viewer_stays_connected(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """mutter killed mid-stream, as a crash would end it: the host says so in one line and starts mutter and the
+    program again; the viewer's same connection goes on, showing the new program's pictures (its frame count starts
+    again from 1), and a key from the viewer reaches the new program."""
+    _need_a_desktop()
+    caplog.set_level(logging.WARNING, "pyrofling")
+    events, markers = tmp_path / "events.jsonl", tmp_path / "markers.jsonl"
+
+    async def scenario() -> tuple[Viewer, list[dict[str, Any]], list[int]]:
+        host, task = await start_host(
+            encoder=DESK, virtual_pad="none", source="headless", open_keyboard_mouse=True,
+            run_command=f"{sys.executable} {MARKER_WINDOW} --fps 30 --events {events}",
+        )  # fmt: skip
+        try:
+            viewer = Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0, duration_s=120, marker_log=markers,
+                                         flags=KickFlags.VIDEO | KickFlags.KEYBOARD_MOUSE,
+                                         keyboard_mouse=InputConfig()))  # fmt: skip
+            watching = asyncio.create_task(viewer.run())
+            await until(lambda: len(_events(markers)) >= 20, 30)  # the first program's pictures
+            crashed = _mutter()
+            os.kill(crashed, signal.SIGKILL)
+            await until(lambda: len(set(_new_run([m["id"] for m in _events(markers)]))) >= 20, 60)
+            assert _mutter() != crashed
+            link = viewer.keyboard_mouse
+            assert link is not None
+            for _ in range(100):  # the new window may take the keyboard a moment after its first picture
+                link.key("A", True)
+                await asyncio.sleep(0.05)
+                link.key("A", False)
+                await asyncio.sleep(0.05)
+                if any(e.get("key") == "A" for e in _events(events)):
+                    break
+            viewer.stop()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(watching, 10)
+        finally:
+            await stop_host(host, task)
+        return viewer, _events(events), [m["id"] for m in _events(markers)]
+
+    viewer, seen, ids = run(scenario, timeout_s=150)
+    said = [r.getMessage() for r in caplog.records if "mutter ended" in r.getMessage()]
+    assert len(said) == 1 and "starting it again" in said[0], said
+    summary = viewer.summary()
+    assert summary["connects"] == 1 and summary["reconnects"] == 0  # the same connection throughout
+    new = _new_run(ids)
+    assert new[0] <= 15 and all(b >= a for a, b in itertools.pairwise(new))  # a new program, counting afresh
+    assert any(e.get("key") == "A" and e["down"] for e in seen)  # the input followed the new session
 
 
 def _loudest_hz(samples: np.ndarray, rate: int) -> tuple[float, float]:

@@ -85,6 +85,26 @@ def recording_caps(width: int, height: int, fps: float) -> str:
 KEY_LEFTSHIFT = 42
 
 
+class CompositorRestarts:
+    """Whether a compositor that ended is started again: at once, up to ``limit`` times within ``window_s``; past
+    that it would most likely end again (a program that crashes it, a broken install), and the stream ends."""
+
+    def __init__(self, limit: int = 3, window_s: float = 60.0) -> None:
+        self.limit, self.window_s = limit, window_s
+        self._times: list[float] = []
+
+    def ended(self, now: float) -> bool:
+        """The compositor ended at ``now``: start it again?"""
+        self._times = [t for t in self._times if now - t < self.window_s]
+        if len(self._times) >= self.limit:
+            return False
+        self._times.append(now)
+        return True
+
+    def describe(self) -> str:
+        return f"restart {len(self._times)} of {self.limit} allowed in {self.window_s:g} s"
+
+
 class RemoteCall(NamedTuple):
     """One ``org.gnome.Mutter.RemoteDesktop.Session`` method call: its name, D-Bus signature and arguments."""
 

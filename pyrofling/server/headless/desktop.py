@@ -63,6 +63,18 @@ class DesktopError(RuntimeError):
 X11_SOCKETS = Path("/tmp/.X11-unix")
 
 
+def _end_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
+    """End a process started in a session of its own, and what it started (mutter's Xwayland): asked to
+    (SIGTERM), then made to once ``grace_s`` passed."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(grace_s)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # the group's others too, when the leader is gone already
+    proc.wait()
+
+
 def _x11_socket_dir() -> None:
     try:
         X11_SOCKETS.mkdir(mode=0o1777, exist_ok=True)
@@ -173,6 +185,21 @@ class HeadlessDesktop:
             ", ".join(f"{k}={v}" for k, v in sorted(self.display_env.items()) if k != "XAUTHORITY"),
         )
 
+    async def restart_compositor(self, timeout_s: float = 15.0) -> None:
+        """mutter ended: end what it leaves (Xwayland, the program, which lose their display), start it again on the
+        same bus and PipeWire, and wait until it can record (DesktopError if it cannot)."""
+        for entry in [e for e in self._processes if e[0] in ("mutter", "program")]:
+            _end_group(entry[1], 0.5)
+            self._processes.remove(entry)
+        self._manager.env.clear()
+        self.display_env = {}
+        self._spawn("mutter", ["mutter", "--headless", "--wayland", *([] if self.x11 else ["--no-x11"])])
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._wait_for_mutter()
+        except TimeoutError:
+            raise DesktopError(f"mutter did not start again within {timeout_s:g} s") from None
+
     async def _wait_for_mutter(self) -> None:
         assert self.bus is not None
         wanted = {"WAYLAND_DISPLAY", *(("DISPLAY", "XAUTHORITY") if self.x11 else ())}
@@ -200,7 +227,7 @@ class HeadlessDesktop:
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         assert self.root is not None
-        with (self.root / "log" / f"{name}.log").open("wb") as log_file:  # the child keeps its own descriptor
+        with (self.root / "log" / f"{name}.log").open("ab") as log_file:  # the child keeps its own descriptor
             proc = subprocess.Popen(
                 argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
                 start_new_session=True, preexec_fn=_end_with_the_host,
@@ -249,12 +276,7 @@ class HeadlessDesktop:
                 os.killpg(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_S
         for _, proc in reversed(self._processes):
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(max(0.0, deadline - time.monotonic()))
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            _end_group(proc, max(0.0, deadline - time.monotonic()))
         self._processes.clear()
         if self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)

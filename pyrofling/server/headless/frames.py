@@ -68,7 +68,17 @@ def gstreamer() -> Any:
 class MonitorFrames:
     """:meth:`start`, then :meth:`latest` as often as the heartbeat likes; :meth:`stop`."""
 
-    def __init__(self, pipewire_socket: Path, node_id: int, caps: str, size: tuple[int, int]) -> None:
+    def __init__(
+        self,
+        pipewire_socket: Path,
+        node_id: int,
+        caps: str,
+        size: tuple[int, int],
+        *,
+        last: tuple[av.VideoFrame | None, float | None] = (None, None),
+    ) -> None:
+        """``last``: the picture to hand over until the first frame (a restarted compositor's recording: the old
+        one's last)."""
         self._gst = Gst = gstreamer()
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._socket.connect(str(pipewire_socket))
@@ -83,8 +93,7 @@ class MonitorFrames:
         self._came_s = 0.0
         self._pipeline.get_by_name("caps").get_static_pad("src").add_probe(Gst.PadProbeType.BUFFER, self._came)
         self._lock = threading.Lock()
-        self._latest: av.VideoFrame | None = None
-        self._latest_s: float | None = None  # when it came out of PipeWire (monotonic)
+        self._latest, self._latest_s = last  # the newest frame, and when it came out of PipeWire (monotonic)
         self._fresh = False  # the latest frame was not handed over yet
         #: Called (on GStreamer's thread) after each frame comes.
         self.on_frame: Callable[[], None] | None = None

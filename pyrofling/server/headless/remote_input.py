@@ -37,6 +37,12 @@ class DesktopInput:
         self.calls_failed = 0
         self._send(first_key_fix())
 
+    def rebind(self, session: str, stream: str) -> None:
+        """Into another RemoteDesktop session (mutter started again): what comes next goes there."""
+        self._session = session
+        self._remote = RemoteInput(stream, self._monitor_size())
+        self._send(first_key_fix())
+
     def write(self, device: str, events: Sequence[Event]) -> None:
         self._remote.monitor = self._monitor_size()
         self._send(self._remote.calls(device, events))

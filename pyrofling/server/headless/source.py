@@ -2,28 +2,37 @@
 
 :func:`open_headless` starts them in order (on the host's event loop: the bus is
 asyncio); :meth:`HeadlessSource.read` is the heartbeat's, and hands the newest
-frame (the placeholder until the first). The source ends, and with it the stream,
-when the program or the desktop ends; :meth:`close` stops everything.
+frame (the placeholder until the first). A watch on the loop
+(:meth:`HeadlessSource.supervise`) starts a compositor that ended again, and the
+program with it, while the viewers stay connected and see the last picture
+(:class:`~pyrofling.core.host.headless.CompositorRestarts` says how often); the
+source ends, and with it the stream, when the program ends, another of the desktop's
+processes does, or mutter ends too often; :meth:`close` stops everything.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import subprocess
+import time
 from collections.abc import Callable
 
 import av
 import numpy as np
 
-from pyrofling.core.host.headless import recording_caps
+from pyrofling.core.host.headless import CompositorRestarts, recording_caps
 from pyrofling.server.audio import AudioConfig
-from pyrofling.server.headless.desktop import HeadlessDesktop
+from pyrofling.server.headless.desktop import DesktopError, HeadlessDesktop
 from pyrofling.server.headless.frames import MonitorFrames
 from pyrofling.server.headless.remote_input import DesktopInput
 from pyrofling.server.headless.screencast import VirtualMonitor
 from pyrofling.server.headless.sound import DesktopSound
 
 log = logging.getLogger(__name__)
+
+#: How often the watch looks at the desktop's processes (s).
+WATCH_S = 0.25
 
 
 class HeadlessSource:
@@ -33,9 +42,15 @@ class HeadlessSource:
     #: The stream is the monitor's size, whatever it is now (the heartbeat has the encoder follow).
     sized_by_pictures = True
 
-    def __init__(self, desktop: HeadlessDesktop, monitor: VirtualMonitor, frames: MonitorFrames) -> None:
+    def __init__(
+        self, desktop: HeadlessDesktop, monitor: VirtualMonitor, frames: MonitorFrames, caps: str, command: str | None
+    ) -> None:
         self.desktop, self.monitor, self.frames = desktop, monitor, frames
+        #: What the recording asks mutter for (the monitor's size and rate), and the person's program.
+        self._caps, self.command = caps, command
         self.program: subprocess.Popen[bytes] | None = None
+        self.restarts = CompositorRestarts()
+        self._watch: asyncio.Task[None] | None = None
         width, height = frames.size()
         #: What is streamed until the desktop's first frame (a fraction of a second): black, at the monitor's size.
         self._blank = av.VideoFrame.from_ndarray(np.zeros((height, width, 4), np.uint8), format="bgra")
@@ -44,7 +59,9 @@ class HeadlessSource:
         self.captured_s: float | None = None
         assert desktop.bus is not None
         #: The viewers' keys and pointer go into the desktop (the host uses these instead of uinput's).
-        self.input_devices = DesktopInput(desktop.bus, monitor.session_path, monitor.stream_path, frames.size)
+        self.input_devices = DesktopInput(
+            desktop.bus, monitor.session_path, monitor.stream_path, lambda: self.frames.size()
+        )
 
     def sound(self, config: AudioConfig) -> DesktopSound:
         """What the desktop's programs play (the host's audio source, ``--audio desktop``)."""
@@ -53,7 +70,8 @@ class HeadlessSource:
     def follow(self, width: int, height: int, refresh_hz: float) -> None:
         """Make the monitor this size and rate (a viewer's display): the recording asks mutter for it, which remakes
         the monitor (its programs see a new screen size; full-screen windows take it) in a fraction of a second."""
-        self.frames.set_caps(recording_caps(width, height, refresh_hz))
+        self._caps = recording_caps(width, height, refresh_hz)
+        self.frames.set_caps(self._caps)
 
     def has_new(self) -> bool:
         """A frame came from the desktop that was not read yet (mutter sends one only when something changed)."""
@@ -64,25 +82,72 @@ class HeadlessSource:
         self.frames.on_frame = callback
 
     def read(self, index: int, capture_us: int) -> av.VideoFrame | None:
-        if self._ended is None:
-            self._ended = self._why_ended()
-            if self._ended is not None:
-                log.warning("headless desktop: %s; the stream ends", self._ended)
         if self._ended is not None:
             return None
         frame, self.captured_s = self.frames.latest()
         return frame or self._blank
 
-    def _why_ended(self) -> str | None:
+    def run_program(self) -> None:
+        if self.command:  # after the monitor exists: a program started before sees no screen (a 0x0 X root)
+            self.program = self.desktop.run(self.command)
+            log.info("headless desktop: running %s", self.command)
+
+    def start_watch(self) -> None:
+        self._watch = asyncio.get_running_loop().create_task(self.supervise())
+
+    async def supervise(self) -> None:
+        """Until the source ends: a compositor that ended is started again (with the program), or the stream ends
+        with a line that says why."""
+        while self._ended is None:
+            await asyncio.sleep(WATCH_S)
+            gone = self.desktop.ended()
+            if gone == "mutter" and self.restarts.ended(time.monotonic()):
+                log.warning(
+                    "headless desktop: mutter ended%s; starting it again%s, the viewers stay (%s)",
+                    self.desktop.last_words("mutter"),
+                    f" and {self.command}" if self.command else "",
+                    self.restarts.describe(),
+                )
+                try:
+                    await self._restart()
+                except (DesktopError, RuntimeError, TimeoutError) as exc:
+                    self._ended = f"mutter could not be started again: {exc}"
+            elif gone is not None:
+                self._ended = f"its {gone} ended{self.desktop.last_words(gone)}"
+                if gone == "mutter":
+                    self._ended += f" ({self.restarts.limit} times in {self.restarts.window_s:g} s: not again)"
+            else:
+                self._ended = self._program_ended() or self._recording_failed()
+        log.warning("headless desktop: %s; the stream ends", self._ended)
+
+    async def _restart(self) -> None:
+        """mutter again on the same bus and PipeWire, a new monitor at the size asked last, the input pointed at it,
+        the program again. Until its first frame the stream shows the last picture."""
+        old = self.frames
+        await self.desktop.restart_compositor()
+        assert self.desktop.bus is not None
+        monitor = VirtualMonitor(self.desktop.bus)
+        node = await monitor.start()
+        frames = MonitorFrames(self.desktop.pipewire_socket, node, self._caps, old.size(), last=old.latest())
+        frames.on_frame = old.on_frame
+        frames.start()
+        self.monitor, self.frames = monitor, frames
+        old.stop()
+        self.input_devices.rebind(monitor.session_path, monitor.stream_path)
+        self.run_program()
+
+    def _program_ended(self) -> str | None:
         if self.program is not None and self.program.poll() is not None:
             return f"the program ended (exit status {self.program.returncode})"
-        gone = self.desktop.ended()
-        if gone is not None:
-            return f"its {gone} ended{self.desktop.last_words(gone)}"
+        return None
+
+    def _recording_failed(self) -> str | None:
         error = self.frames.error()
         return f"recording failed: {error}" if error else None
 
     def close(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
         self.frames.stop()
         self.desktop.close()
 
@@ -97,12 +162,12 @@ async def open_headless(
         assert desktop.bus is not None
         monitor = VirtualMonitor(desktop.bus)
         node = await monitor.start()
-        frames = MonitorFrames(desktop.pipewire_socket, node, recording_caps(width, height, fps), (width, height))
+        caps = recording_caps(width, height, fps)
+        frames = MonitorFrames(desktop.pipewire_socket, node, caps, (width, height))
         frames.start()
-        source = HeadlessSource(desktop, monitor, frames)
-        if command:  # after the monitor exists: a program started before sees no screen (a 0x0 X root)
-            source.program = desktop.run(command)
-            log.info("headless desktop: running %s", command)
+        source = HeadlessSource(desktop, monitor, frames, caps, command)
+        source.run_program()
+        source.start_watch()
     except BaseException:
         desktop.close()
         raise
