@@ -362,3 +362,20 @@ class ViewerPairings:
         if gone:
             self._file.write(data)
         return gone
+
+
+class PortalToken:
+    """The desktop portal's restore token (``--source wayland``), kept beside the pairings (``portal.json``, only
+    this user's) so that the next start asks the person nothing. A token serves once: each start keeps the next."""
+
+    def __init__(self, directory: Path | None = None) -> None:
+        self._file = _JsonFile(directory or default_config_dir(), "portal.json")
+
+    def get(self) -> str | None:
+        token = self._file.read().get("screen_cast_restore_token")
+        return token if isinstance(token, str) and token else None
+
+    def put(self, token: str | None) -> None:
+        data = self._file.read()
+        data["screen_cast_restore_token"] = token
+        self._file.write(data)

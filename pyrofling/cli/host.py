@@ -46,6 +46,9 @@ from pyrofling.server.sources import check_source
 
 log = logging.getLogger(__name__)
 
+#: The sources whose pictures come on their own (a game's present, a desktop's frame): --encode-mode applies.
+PRESENTING_SOURCES = ("capture", "headless", "wayland")
+
 
 def add_host(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
@@ -70,7 +73,14 @@ def add_host(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="scene (built-in test scene, default); capture (games presenting through the capture socket, see "
         "pyrofling.capture and pyrofling example-game); x11[:DISPLAY] (grab an X11 screen, e.g. x11::0); "
         "headless (a desktop of the host's own, with no screen, at --width x --height: give --run); "
-        "file:PATH (raw frames, looped) or rawvideo (raw frames on stdin)",
+        "wayland (the GNOME or KDE desktop you sit at, through its screen-sharing portal: it asks which monitor "
+        "once, and remembers); file:PATH (raw frames, looped) or rawvideo (raw frames on stdin)",
+    )
+    p.add_argument(
+        "--cursor",
+        choices=("embedded", "hidden"),
+        default=None,
+        help="with --source wayland: draw the pointer into the pictures (embedded, default) or leave it out",
     )
     p.add_argument(
         "--run",
@@ -447,9 +457,11 @@ def host_config(args: argparse.Namespace) -> HostConfig:
         **({} if args.encoder_threads is None else {"threads": args.encoder_threads}),
     )
     encoder.check()
-    if (args.immediate_encode or args.encode_mode) and args.source not in ("capture", "headless"):
+    if (args.immediate_encode or args.encode_mode) and args.source not in PRESENTING_SOURCES:
         flag = "--immediate-encode" if args.immediate_encode else "--encode-mode"
-        raise ValueError(f"{flag} applies to games (--source capture) and the host's desktop (--source headless)")
+        raise ValueError(f"{flag} applies to games (--source capture) and desktops (--source headless or wayland)")
+    if args.cursor is not None and args.source != "wayland":
+        raise ValueError("--cursor goes with --source wayland (the pointer of the desktop you share)")
     if args.immediate_encode and args.encode_mode == "heartbeat":
         raise ValueError("--immediate-encode contradicts --encode-mode heartbeat: give one of them")
     mode = "immediate" if args.immediate_encode else (args.encode_mode or DEFAULT_GAME_ENCODE)
@@ -492,7 +504,8 @@ def host_config(args: argparse.Namespace) -> HostConfig:
         x11_window=args.window,
         run_command=args.run,
         layer_socket_required=bool(args.layer_socket),
-        immediate_encode=args.source in ("capture", "headless") and mode == "immediate",
+        immediate_encode=args.source in PRESENTING_SOURCES and mode == "immediate",
+        cursor=args.cursor or "embedded",
         outputs=_output_config(args),
         password=_host_password(args),
         show_pairing_code=_pairing_code_shower(args) if args.pairing_code else None,

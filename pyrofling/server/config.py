@@ -82,6 +82,8 @@ class HostConfig:
     x11_window: str | None = None
     #: With source "headless": the program to run in the host's own desktop (a shell-like command line).
     run_command: str | None = None
+    #: With source "wayland": the pointer drawn into the pictures ("embedded") or left out ("hidden").
+    cursor: str = "embedded"
     #: With source "capture": the games' socket (None: $XDG_RUNTIME_DIR/pyrofling-capture).
     capture_socket: str | None = None
     #: With source "capture": also serve PyroFling's Vulkan layer on this socket (None: not served; the CLI

@@ -161,9 +161,7 @@ class Host:
         cfg = self.config
         loop = asyncio.get_running_loop()
         THREAD_PRIORITIES.apply("event loop")
-        enc = cfg.encoder
-        source = await open_host_source(cfg.source, enc.width, enc.height, enc.fps, cfg.raw_format,
-                                        window=cfg.x11_window, run=cfg.run_command)  # fmt: skip
+        source = await open_host_source(cfg)
         encoder = self._encoder = await loop.run_in_executor(self._executor, VideoEncoder, cfg.encoder)
         audio_source = self._audio_source = desktop_sound(source, cfg.audio) or open_audio_source(cfg.audio)
         audio_encoder = AudioEncoder(cfg.audio, audio_source.rate) if audio_source is not None else None

@@ -26,6 +26,7 @@ from pyrofling.core.scene import TestScene
 if TYPE_CHECKING:
     from pyrofling.core.host.display import FollowDisplay
     from pyrofling.server.audio import AudioConfig, AudioSource
+    from pyrofling.server.config import HostConfig
     from pyrofling.server.encoder import EncoderConfig
     from pyrofling.server.input_devices import InputDevices
     from pyrofling.wire import CodecParameters
@@ -147,44 +148,58 @@ class X11GrabSource:
 
 def check_source(spec: str) -> None:
     """ValueError (saying what to use) unless ``spec`` names a kind of source; opening it may still fail."""
-    known = spec in ("scene", "capture", "rawvideo", "-", "x11", "headless") or spec.startswith(("file:", "x11:"))
+    known = spec in ("scene", "capture", "rawvideo", "-", "x11", "headless", "wayland") or spec.startswith(
+        ("file:", "x11:")
+    )
     if not known:
         raise ValueError(
             f"unknown source {spec!r}: use scene, capture (games on the capture socket), x11[:DISPLAY], headless "
-            "(a desktop of the host's own), file:PATH (raw frames) or rawvideo (raw frames on stdin)"
+            "(a desktop of the host's own), wayland (the desktop you sit at), file:PATH (raw frames) or rawvideo "
+            "(raw frames on stdin)"
         )
 
 
-async def open_host_source(
-    spec: str,
-    width: int,
-    height: int,
-    fps: float,
-    raw_format: str = "yuv420p",
-    *,
-    window: str | None = None,
-    run: str | None = None,
-) -> VideoSource | None:
+async def open_host_source(cfg: HostConfig) -> VideoSource | None:
     """The host's source (None for ``capture``: games present through the socket). ``headless`` starts a desktop
-    of the host's own (``run``: the program in it) on the running event loop; the rest is :func:`open_source`."""
+    of the host's own (its ``run_command`` in it) on the running event loop, ``wayland`` shares a monitor of the
+    person's desktop through its portal; the rest is :func:`open_source`."""
+    spec, enc = cfg.source, cfg.encoder
     if spec == "capture":
         return None
+    if spec == "wayland":
+        return await _open_wayland(cfg)
     if spec != "headless":
-        if run is not None:
+        if cfg.run_command is not None:
             raise ValueError("--run goes with --source headless (the program to start in the host's desktop)")
-        return open_source(spec, width, height, raw_format, window=window)
+        return open_source(spec, enc.width, enc.height, cfg.raw_format, window=cfg.x11_window)
     try:
         from pyrofling.server.headless.desktop import DesktopError
         from pyrofling.server.headless.source import open_headless
     except ImportError as exc:
-        raise ValueError(
-            f"--source headless needs pyrofling's headless extra ({exc.name} is missing): "
-            "pip install 'pyrofling[headless]' (scripts/setup does)"
-        ) from None
+        raise ValueError(_needs_extra("headless", exc)) from None
     try:
-        return await open_headless(width, height, fps, run)
+        return await open_headless(enc.width, enc.height, enc.fps, cfg.run_command)
     except (DesktopError, RuntimeError) as exc:
         raise ValueError(f"--source headless: {exc}") from exc
+
+
+def _needs_extra(source: str, exc: ImportError) -> str:
+    return (
+        f"--source {source} needs pyrofling's headless extra ({exc.name} is missing): "
+        "pip install 'pyrofling[headless]' (scripts/setup does)"
+    )
+
+
+async def _open_wayland(cfg: HostConfig) -> VideoSource:
+    try:
+        from pyrofling.pairing import PortalToken
+        from pyrofling.server.wayland import PortalError, open_wayland
+    except ImportError as exc:
+        raise ValueError(_needs_extra("wayland", exc)) from None
+    try:
+        return await open_wayland(cfg.cursor, PortalToken(cfg.pairing_dir))
+    except (PortalError, RuntimeError) as exc:
+        raise ValueError(f"--source wayland: {exc}") from exc
 
 
 def desktop_input(source: VideoSource | None, virtual_input: str) -> InputDevices | None:

@@ -137,7 +137,7 @@ class HeadlessDesktop:
             _x11_socket_dir()
         began = time.monotonic()
         self.root = Path(tempfile.mkdtemp(prefix=f"{self.name}-desktop-"))
-        for sub in ("run", "state", "config", "cache", "log"):
+        for sub in ("run", "state", "config", "cache", "data", "log"):
             (self.root / sub).mkdir(mode=0o700)
         bus_path = self.runtime_dir / "bus"
         env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY")}
@@ -146,6 +146,7 @@ class HeadlessDesktop:
             XDG_STATE_HOME=str(self.root / "state"),
             XDG_CONFIG_HOME=str(self.root / "config"),
             XDG_CACHE_HOME=str(self.root / "cache"),
+            XDG_DATA_HOME=str(self.root / "data"),  # the desktop portal's permission store, among others
             DBUS_SESSION_BUS_ADDRESS=f"unix:path={bus_path}",
         )
         self.env = env

@@ -70,18 +70,21 @@ class MonitorFrames:
 
     def __init__(
         self,
-        pipewire_socket: Path,
+        pipewire: Path | int,
         node_id: int,
         caps: str,
         size: tuple[int, int],
         *,
         last: tuple[av.VideoFrame | None, float | None] = (None, None),
     ) -> None:
-        """``last``: the picture to hand over until the first frame (a restarted compositor's recording: the old
-        one's last)."""
+        """``pipewire``: the PipeWire's socket, or a connection to it already open (the desktop portal's); ``last``:
+        the picture to hand over until the first frame (a restarted compositor's recording: the old one's last)."""
         self._gst = Gst = gstreamer()
-        self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._socket.connect(str(pipewire_socket))
+        if isinstance(pipewire, int):
+            self._socket = socket.socket(fileno=pipewire)
+        else:
+            self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self._socket.connect(str(pipewire))
         self._pipeline = Gst.parse_launch(
             f"pipewiresrc fd={self._socket.fileno()} path={node_id} always-copy=false "
             f"keepalive-time={KEEPALIVE_MS} ! capsfilter name=caps caps={caps} ! "
@@ -166,3 +169,40 @@ class MonitorFrames:
     def stop(self) -> None:
         self._pipeline.set_state(self._gst.State.NULL)
         self._socket.close()
+
+
+class RecordedDesktop:
+    """What the host's heartbeat asks of a recorded desktop (a :class:`~pyrofling.server.sources.VideoSource` of
+    yuv420p PyAV frames, sized as the desktop's pictures are): the newest frame, whether one came, and when."""
+
+    pixel_format = "yuv420p"
+    #: The stream is the monitor's size, whatever it is now (the heartbeat has the encoder follow).
+    sized_by_pictures = True
+
+    def __init__(self, frames: MonitorFrames) -> None:
+        self.frames = frames
+        width, height = frames.size()
+        #: What is streamed until the desktop's first frame (a fraction of a second): black, at the monitor's size.
+        self._blank = av.VideoFrame.from_ndarray(np.zeros((height, width, 4), np.uint8), format="bgra")
+        #: Why the source ended (None while it runs): :meth:`read` then ends the stream.
+        self._ended: str | None = None
+        #: When the picture :meth:`read` last handed over came out of the desktop (monotonic; None for the blank).
+        self.captured_s: float | None = None
+
+    def has_new(self) -> bool:
+        """A frame came from the desktop that was not read yet (mutter sends one only when something changed)."""
+        return self.frames.has_new()
+
+    def notify_frames(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (from GStreamer's thread) when a frame comes: immediate encode."""
+        self.frames.on_frame = callback
+
+    def read(self, index: int, capture_us: int) -> av.VideoFrame | None:
+        if self._ended is not None:
+            return None
+        frame, self.captured_s = self.frames.latest()
+        return frame or self._blank
+
+    def _recording_failed(self) -> str | None:
+        error = self.frames.error()
+        return f"recording failed: {error}" if error else None

@@ -16,15 +16,11 @@ import asyncio
 import logging
 import subprocess
 import time
-from collections.abc import Callable
-
-import av
-import numpy as np
 
 from pyrofling.core.host.headless import CompositorRestarts, recording_caps
 from pyrofling.server.audio import AudioConfig
 from pyrofling.server.headless.desktop import DesktopError, HeadlessDesktop
-from pyrofling.server.headless.frames import MonitorFrames
+from pyrofling.server.headless.frames import MonitorFrames, RecordedDesktop
 from pyrofling.server.headless.remote_input import DesktopInput
 from pyrofling.server.headless.screencast import VirtualMonitor
 from pyrofling.server.headless.sound import DesktopSound
@@ -35,28 +31,19 @@ log = logging.getLogger(__name__)
 WATCH_S = 0.25
 
 
-class HeadlessSource:
-    """A :class:`~pyrofling.server.sources.VideoSource` of PyAV frames (yuv420p, as the encoder takes them)."""
-
-    pixel_format = "yuv420p"
-    #: The stream is the monitor's size, whatever it is now (the heartbeat has the encoder follow).
-    sized_by_pictures = True
+class HeadlessSource(RecordedDesktop):
+    """The host's own desktop as a :class:`~pyrofling.server.sources.VideoSource`."""
 
     def __init__(
         self, desktop: HeadlessDesktop, monitor: VirtualMonitor, frames: MonitorFrames, caps: str, command: str | None
     ) -> None:
-        self.desktop, self.monitor, self.frames = desktop, monitor, frames
+        super().__init__(frames)
+        self.desktop, self.monitor = desktop, monitor
         #: What the recording asks mutter for (the monitor's size and rate), and the person's program.
         self._caps, self.command = caps, command
         self.program: subprocess.Popen[bytes] | None = None
         self.restarts = CompositorRestarts()
         self._watch: asyncio.Task[None] | None = None
-        width, height = frames.size()
-        #: What is streamed until the desktop's first frame (a fraction of a second): black, at the monitor's size.
-        self._blank = av.VideoFrame.from_ndarray(np.zeros((height, width, 4), np.uint8), format="bgra")
-        self._ended: str | None = None
-        #: When the picture :meth:`read` last handed over came out of the desktop (monotonic; None for the blank).
-        self.captured_s: float | None = None
         assert desktop.bus is not None
         #: The viewers' keys and pointer go into the desktop (the host uses these instead of uinput's).
         self.input_devices = DesktopInput(
@@ -72,20 +59,6 @@ class HeadlessSource:
         the monitor (its programs see a new screen size; full-screen windows take it) in a fraction of a second."""
         self._caps = recording_caps(width, height, refresh_hz)
         self.frames.set_caps(self._caps)
-
-    def has_new(self) -> bool:
-        """A frame came from the desktop that was not read yet (mutter sends one only when something changed)."""
-        return self.frames.has_new()
-
-    def notify_frames(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` (from GStreamer's thread) when a frame comes: immediate encode."""
-        self.frames.on_frame = callback
-
-    def read(self, index: int, capture_us: int) -> av.VideoFrame | None:
-        if self._ended is not None:
-            return None
-        frame, self.captured_s = self.frames.latest()
-        return frame or self._blank
 
     def run_program(self) -> None:
         if self.command:  # after the monitor exists: a program started before sees no screen (a 0x0 X root)
@@ -140,10 +113,6 @@ class HeadlessSource:
         if self.program is not None and self.program.poll() is not None:
             return f"the program ended (exit status {self.program.returncode})"
         return None
-
-    def _recording_failed(self) -> str | None:
-        error = self.frames.error()
-        return f"recording failed: {error}" if error else None
 
     def close(self) -> None:
         if self._watch is not None:

@@ -1,0 +1,203 @@
+"""``host --source wayland``: a desktop a person sits at, shared through the real desktop portal.
+
+The "person's desktop" is a headless GNOME mutter started by the test, with a monitor
+(a recorded virtual one, as that is how headless mutter has a monitor), the real
+``xdg-desktop-portal`` and ``xdg-desktop-portal-gnome`` activated on its bus, and a
+program on its screen whose picture is known (``pyrofling.bench.marker_window``).
+The portal's "Screen Share" dialog is answered as a person would, with the pointer
+(mutter's RemoteDesktop, clicking the monitor and then Share); the second start
+with the kept restore token must need no answer at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from dbus_fast import Message
+from support import run, stop_host
+
+from pyrofling.client.viewer import Viewer, ViewerConfig
+from pyrofling.core.host.headless import recording_caps
+from pyrofling.core.host.portal import first_stream, request_path, response_problem, select_sources
+from pyrofling.pairing import PortalToken
+from pyrofling.server.config import HostConfig
+from pyrofling.server.encoder import EncoderConfig
+from pyrofling.server.host import Host
+from pyrofling.wire import KickFlags
+
+PORTAL_PROGRAMS = ("/usr/libexec/xdg-desktop-portal", "/usr/libexec/xdg-desktop-portal-gnome")
+#: Where GNOME's dialog puts the monitor's row and the Share button on a 1280x720 screen (xdg-desktop-portal-gnome 43).
+MONITOR_ROW, SHARE = (640, 385), (852, 232)
+
+
+def test_the_portal_requests_say_what_is_asked_and_what_the_answers_mean() -> None:
+    assert request_path(":1.42", "tok") == "/org/freedesktop/portal/desktop/request/1_42/tok"
+    options = select_sources("embedded", None)
+    assert options == {"types": ("u", 1), "multiple": ("b", False), "cursor_mode": ("u", 2), "persist_mode": ("u", 2)}
+    assert select_sources("hidden", "abc")["restore_token"] == ("s", "abc")
+    assert select_sources("hidden", None)["cursor_mode"] == ("u", 1)
+    with pytest.raises(ValueError, match="embedded or hidden"):
+        select_sources("metadata", None)
+    assert response_problem(0, "Start") is None
+    assert "declined" in (response_problem(1, "Start") or "")
+    assert "could not Start" in (response_problem(2, "Start") or "")
+    stream = first_stream({"streams": [[50, {"id": "0", "size": [1280, 720]}]], "restore_token": "t"})
+    assert (stream.node, stream.width, stream.height) == (50, 1280, 720)
+    with pytest.raises(ValueError, match="no stream"):
+        first_stream({"streams": []})
+
+
+def test_the_restore_token_is_kept_only_for_this_user_and_replaced_by_each_start(tmp_path: Path) -> None:
+    tokens = PortalToken(tmp_path / "conf")
+    assert tokens.get() is None
+    tokens.put("first")
+    tokens.put("second")
+    assert PortalToken(tmp_path / "conf").get() == "second"
+    path = tmp_path / "conf" / "portal.json"
+    assert path.stat().st_mode & 0o077 == 0 and json.loads(path.read_text())["screen_cast_restore_token"] == "second"
+
+
+def _need_a_portal() -> None:
+    missing = [p for p in PORTAL_PROGRAMS if not Path(p).exists()]
+    missing += [p for p in ("mutter", "pipewire", "wireplumber", "Xwayland") if shutil.which(p) is None]
+    if missing:
+        (pytest.fail if os.environ.get("CI") else pytest.skip)(f"needs {', '.join(missing)} (scripts/setup)")
+
+
+@pytest.fixture
+def gnome(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The person's desktop is GNOME: the portal picks its GNOME backend."""
+    monkeypatch.setenv("XDG_CURRENT_DESKTOP", "GNOME")
+    yield
+
+
+def _markers(path: Path) -> list[int]:
+    if not path.exists():
+        return []
+    return [json.loads(line)["id"] for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_the_desktop_you_sit_at_is_shared_once_asked_and_the_next_start_asks_nothing(
+    tmp_path: Path, gnome: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """First start: the portal asks, the person clicks the monitor and Share, the stream shows the program on that
+    monitor (its own frame markers, counting up) and the restore token is kept beside the pairings. Second start,
+    with the same pairing folder: nobody clicks, and the stream comes all the same."""
+    _need_a_portal()
+    from pyrofling.server.headless.desktop import HeadlessDesktop
+    from pyrofling.server.headless.frames import MonitorFrames
+    from pyrofling.server.headless.screencast import VirtualMonitor
+
+    conf = tmp_path / "conf"
+
+    async def scenario() -> tuple[list[int], list[int], str | None]:
+        desktop = HeadlessDesktop()
+        await desktop.start()
+        screen = None
+        try:
+            assert desktop.bus is not None
+            monitor = VirtualMonitor(desktop.bus)  # the person's monitor: headless mutter has one while recorded
+            node = await monitor.start()
+            screen = MonitorFrames(desktop.pipewire_socket, node, recording_caps(1280, 720, 30), (1280, 720))
+            screen.start()
+            monkeypatch.setenv("DBUS_SESSION_BUS_ADDRESS", desktop.env["DBUS_SESSION_BUS_ADDRESS"])
+
+            async def click(x: int, y: int) -> None:  # the person, with the mouse
+                assert desktop.bus is not None
+                for member, signature, body in (
+                    ("NotifyPointerMotionAbsolute", "sdd", [monitor.stream_path, float(x), float(y)]),
+                    ("NotifyPointerButton", "ib", [272, True]),
+                    ("NotifyPointerButton", "ib", [272, False]),
+                ):
+                    call = Message(destination="org.gnome.Mutter.RemoteDesktop", path=monitor.session_path,
+                                   interface="org.gnome.Mutter.RemoteDesktop.Session", member=member,
+                                   signature=signature, body=body)  # fmt: skip
+                    await desktop.bus.call(call)
+                    await asyncio.sleep(0.05)
+
+            async def watch(host: Host, markers: Path) -> list[int]:
+                viewer = Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0, duration_s=3.0,
+                                             flags=KickFlags.VIDEO, marker_log=markers))  # fmt: skip
+                await asyncio.wait_for(viewer.run(), 30)
+                return _markers(markers)
+
+            def host_config() -> HostConfig:
+                encoder = EncoderConfig(width=1280, height=720, fps=30, bitrate_kbits=3000)
+                return HostConfig(port=0, source="wayland", pairing_dir=conf, virtual_pad="none", status_interval_s=0,
+                                  encoder=encoder)  # fmt: skip
+
+            host = Host(host_config())
+            task = asyncio.create_task(host.run())
+            for _ in range(120):  # the dialog comes up; the person picks the monitor, then Share
+                if host.ready.is_set() or task.done():
+                    break
+                await click(*MONITOR_ROW)
+                await click(*SHARE)
+                await asyncio.sleep(0.25)
+            await asyncio.wait_for(host.ready.wait(), 5)
+            desktop.run(f"{sys.executable} -m pyrofling.bench.marker_window --fps 30")
+            first = await watch(host, tmp_path / "first.jsonl")
+            await stop_host(host, task)
+            token = PortalToken(conf).get()
+
+            host = Host(host_config())  # again: no click this time
+            task = asyncio.create_task(host.run())
+            await asyncio.wait_for(host.ready.wait(), 30)
+            second = await watch(host, tmp_path / "second.jsonl")
+            await stop_host(host, task)
+        finally:
+            if screen is not None:
+                screen.stop()
+            desktop.close()
+        return first, second, token
+
+    first, second, token = run(scenario, timeout_s=180)
+    assert token, "no restore token was kept"
+    for ids in (first, second):  # the program's own pictures, in order, many of them
+        assert len(set(ids)) >= 20, ids[:10]
+        assert all(b >= a for a, b in itertools.pairwise(ids))
+
+
+def _host_says(env: dict[str, str]) -> tuple[int, list[str]]:
+    done = subprocess.run([sys.executable, "-m", "pyrofling", "host", "--source", "wayland", "--port", "0"],
+                          env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    return done.returncode, [line for line in done.stderr.splitlines() if "Failed to set fd limit" not in line]
+
+
+def test_without_a_desktop_session_or_its_portal_the_host_says_what_to_do_in_one_line(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "DBUS_SESSION_BUS_ADDRESS"}
+    code, said = _host_says(env)
+    assert code != 0 and len(said) == 1 and "DBUS_SESSION_BUS_ADDRESS is unset" in said[0], said
+    # A session bus that knows no portal (a desktop without xdg-desktop-portal installed).
+    if shutil.which("dbus-daemon") is None:
+        pytest.skip("needs dbus-daemon (scripts/setup)")
+    config = tmp_path / "bus.conf"
+    address = f"unix:path={tmp_path / 'bus'}"
+    config.write_text(
+        '<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN" '
+        '"http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">'
+        f"<busconfig><type>session</type><listen>{address}</listen><policy context='default'>"
+        "<allow send_destination='*' eavesdrop='true'/><allow eavesdrop='true'/><allow own='*'/></policy></busconfig>"
+    )
+    bus = subprocess.Popen(["dbus-daemon", f"--config-file={config}", "--nofork"], stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            if (tmp_path / "bus").exists():
+                break
+            time.sleep(0.05)
+        code, said = _host_says({**env, "DBUS_SESSION_BUS_ADDRESS": address})
+    finally:
+        bus.terminate()
+        bus.wait(5)
+    assert code != 0 and len(said) == 1, said
+    assert "no desktop portal" in said[0] and "apt-get install xdg-desktop-portal" in said[0]
