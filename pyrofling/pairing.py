@@ -366,16 +366,18 @@ class ViewerPairings:
 
 class PortalToken:
     """The desktop portal's restore token (``--source wayland``), kept beside the pairings (``portal.json``, only
-    this user's) so that the next start asks the person nothing. A token serves once: each start keeps the next."""
+    this user's) so that the next start asks the person nothing. A token serves once: each start keeps the next.
+    ``kind``: the session it restores (``screen_cast``, or ``remote_desktop`` with the keyboard and mouse)."""
 
-    def __init__(self, directory: Path | None = None) -> None:
+    def __init__(self, directory: Path | None = None, kind: str = "screen_cast") -> None:
         self._file = _JsonFile(directory or default_config_dir(), "portal.json")
+        self._key = f"{kind}_restore_token"
 
     def get(self) -> str | None:
-        token = self._file.read().get("screen_cast_restore_token")
+        token = self._file.read().get(self._key)
         return token if isinstance(token, str) and token else None
 
     def put(self, token: str | None) -> None:
         data = self._file.read()
-        data["screen_cast_restore_token"] = token
+        data[self._key] = token
         self._file.write(data)

@@ -21,14 +21,23 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from dbus_fast import Message
-from support import run, stop_host
+from support import run, stop_host, until
 
+from pyrofling.client.keyboard_mouse import InputConfig
 from pyrofling.client.viewer import Viewer, ViewerConfig
-from pyrofling.core.host.headless import recording_caps
-from pyrofling.core.host.portal import first_stream, request_path, response_problem, select_sources
+from pyrofling.core.host.headless import RemoteCall, recording_caps
+from pyrofling.core.host.portal import (
+    first_stream,
+    portal_input_call,
+    request_path,
+    response_problem,
+    select_devices,
+    select_sources,
+)
 from pyrofling.pairing import PortalToken
 from pyrofling.server.config import HostConfig
 from pyrofling.server.encoder import EncoderConfig
@@ -38,6 +47,8 @@ from pyrofling.wire import KickFlags
 PORTAL_PROGRAMS = ("/usr/libexec/xdg-desktop-portal", "/usr/libexec/xdg-desktop-portal-gnome")
 #: Where GNOME's dialog puts the monitor's row and the Share button on a 1280x720 screen (xdg-desktop-portal-gnome 43).
 MONITOR_ROW, SHARE = (640, 385), (852, 232)
+#: The "Remote desktop" dialog's switch that lets the host type and point.
+ALLOW_INTERACTION = (830, 432)
 
 
 def test_the_portal_requests_say_what_is_asked_and_what_the_answers_mean() -> None:
@@ -55,6 +66,26 @@ def test_the_portal_requests_say_what_is_asked_and_what_the_answers_mean() -> No
     assert (stream.node, stream.width, stream.height) == (50, 1280, 720)
     with pytest.raises(ValueError, match="no stream"):
         first_stream({"streams": []})
+
+
+def test_keys_and_the_pointer_become_the_remote_desktop_portals_calls_on_its_session_and_stream() -> None:
+    """The same translation as the headless desktop's (mutter's calls), in the portal's form: the session and an
+    options dict first, states as numbers, absolute positions on the shared stream's node."""
+    session = "/org/freedesktop/portal/desktop/session/1_2/s"
+    key = portal_input_call(RemoteCall("NotifyKeyboardKeycode", "ub", (30, True)), session, 50)
+    assert key == RemoteCall("NotifyKeyboardKeycode", "oa{sv}iu", (session, {}, 30, 1))
+    at = portal_input_call(RemoteCall("NotifyPointerMotionAbsolute", "sdd", ("/stream", 10.0, 20.0)), session, 50)
+    assert at == RemoteCall("NotifyPointerMotionAbsolute", "oa{sv}udd", (session, {}, 50, 10.0, 20.0))
+    moved = portal_input_call(RemoteCall("NotifyPointerMotionRelative", "dd", (1.0, -2.0)), session, 50)
+    assert moved == RemoteCall("NotifyPointerMotion", "oa{sv}dd", (session, {}, 1.0, -2.0))
+    wheel = portal_input_call(RemoteCall("NotifyPointerAxisDiscrete", "ui", (0, -1)), session, 50)
+    assert wheel == RemoteCall("NotifyPointerAxisDiscrete", "oa{sv}ui", (session, {}, 0, -1))
+    button = portal_input_call(RemoteCall("NotifyPointerButton", "ib", (272, False)), session, 50)
+    assert button.args == (session, {}, 272, 0)
+    # A portal of version 1 cannot remember remote interaction: it is asked at each start, and told nothing else.
+    assert select_devices("tok", 1) == {"types": ("u", 3)}
+    assert select_devices("tok", 2)["restore_token"] == ("s", "tok")
+    assert "persist_mode" not in select_sources("embedded", "tok", remember=False)
 
 
 def test_the_restore_token_is_kept_only_for_this_user_and_replaced_by_each_start(tmp_path: Path) -> None:
@@ -87,6 +118,70 @@ def _markers(path: Path) -> list[int]:
     return [json.loads(line)["id"] for line in path.read_text().splitlines() if line.strip()]
 
 
+class _PersonsDesktop:
+    """A GNOME desktop a person sits at: headless mutter with a monitor (a recorded virtual one: headless mutter
+    has one only while it is recorded), the real portal on its bus, and the person's mouse (mutter's
+    RemoteDesktop). The host under test reaches it through ``DBUS_SESSION_BUS_ADDRESS``."""
+
+    async def start(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from pyrofling.server.headless.desktop import HeadlessDesktop
+        from pyrofling.server.headless.frames import MonitorFrames
+        from pyrofling.server.headless.screencast import VirtualMonitor
+
+        self.desktop = HeadlessDesktop()
+        self.screen: MonitorFrames | None = None
+        await self.desktop.start()
+        assert self.desktop.bus is not None
+        self.monitor = VirtualMonitor(self.desktop.bus)
+        node = await self.monitor.start()
+        self.screen = MonitorFrames(self.desktop.pipewire_socket, node, recording_caps(1280, 720, 30), (1280, 720))
+        self.screen.start()
+        monkeypatch.setenv("DBUS_SESSION_BUS_ADDRESS", self.desktop.env["DBUS_SESSION_BUS_ADDRESS"])
+
+    async def click(self, x: int, y: int) -> None:
+        bus = self.desktop.bus
+        assert bus is not None
+        for member, signature, body in (
+            ("NotifyPointerMotionAbsolute", "sdd", [self.monitor.stream_path, float(x), float(y)]),
+            ("NotifyPointerButton", "ib", [272, True]),
+            ("NotifyPointerButton", "ib", [272, False]),
+        ):
+            call = Message(destination="org.gnome.Mutter.RemoteDesktop", path=self.monitor.session_path,
+                           interface="org.gnome.Mutter.RemoteDesktop.Session", member=member,
+                           signature=signature, body=body)  # fmt: skip
+            await bus.call(call)
+            await asyncio.sleep(0.05)
+
+    async def answer(self, host: Host, task: asyncio.Task[Any], clicks: list[tuple[int, int]]) -> None:
+        """Click through the portal's dialog until the host has its stream (it asks again while nobody has)."""
+        for _ in range(120):
+            if host.ready.is_set() or task.done():
+                break
+            for x, y in clicks:
+                await self.click(x, y)
+            await asyncio.sleep(0.25)
+        await asyncio.wait_for(host.ready.wait(), 5)
+
+    def close(self) -> None:
+        if self.screen is not None:
+            self.screen.stop()
+        self.desktop.close()
+
+
+def _wayland_host(conf: Path, **config: Any) -> tuple[Host, asyncio.Task[Any]]:
+    encoder = EncoderConfig(width=1280, height=720, fps=30, bitrate_kbits=3000)
+    host = Host(HostConfig(port=0, source="wayland", pairing_dir=conf, virtual_pad="none", status_interval_s=0,
+                           encoder=encoder, **config))  # fmt: skip
+    return host, asyncio.create_task(host.run())
+
+
+async def _watch(host: Host, markers: Path) -> list[int]:
+    viewer = Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0, duration_s=3.0, flags=KickFlags.VIDEO,
+                                 marker_log=markers))  # fmt: skip
+    await asyncio.wait_for(viewer.run(), 30)
+    return _markers(markers)
+
+
 def test_the_desktop_you_sit_at_is_shared_once_asked_and_the_next_start_asks_nothing(
     tmp_path: Path, gnome: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -94,71 +189,24 @@ def test_the_desktop_you_sit_at_is_shared_once_asked_and_the_next_start_asks_not
     monitor (its own frame markers, counting up) and the restore token is kept beside the pairings. Second start,
     with the same pairing folder: nobody clicks, and the stream comes all the same."""
     _need_a_portal()
-    from pyrofling.server.headless.desktop import HeadlessDesktop
-    from pyrofling.server.headless.frames import MonitorFrames
-    from pyrofling.server.headless.screencast import VirtualMonitor
-
     conf = tmp_path / "conf"
 
     async def scenario() -> tuple[list[int], list[int], str | None]:
-        desktop = HeadlessDesktop()
-        await desktop.start()
-        screen = None
+        person = _PersonsDesktop()
         try:
-            assert desktop.bus is not None
-            monitor = VirtualMonitor(desktop.bus)  # the person's monitor: headless mutter has one while recorded
-            node = await monitor.start()
-            screen = MonitorFrames(desktop.pipewire_socket, node, recording_caps(1280, 720, 30), (1280, 720))
-            screen.start()
-            monkeypatch.setenv("DBUS_SESSION_BUS_ADDRESS", desktop.env["DBUS_SESSION_BUS_ADDRESS"])
-
-            async def click(x: int, y: int) -> None:  # the person, with the mouse
-                assert desktop.bus is not None
-                for member, signature, body in (
-                    ("NotifyPointerMotionAbsolute", "sdd", [monitor.stream_path, float(x), float(y)]),
-                    ("NotifyPointerButton", "ib", [272, True]),
-                    ("NotifyPointerButton", "ib", [272, False]),
-                ):
-                    call = Message(destination="org.gnome.Mutter.RemoteDesktop", path=monitor.session_path,
-                                   interface="org.gnome.Mutter.RemoteDesktop.Session", member=member,
-                                   signature=signature, body=body)  # fmt: skip
-                    await desktop.bus.call(call)
-                    await asyncio.sleep(0.05)
-
-            async def watch(host: Host, markers: Path) -> list[int]:
-                viewer = Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0, duration_s=3.0,
-                                             flags=KickFlags.VIDEO, marker_log=markers))  # fmt: skip
-                await asyncio.wait_for(viewer.run(), 30)
-                return _markers(markers)
-
-            def host_config() -> HostConfig:
-                encoder = EncoderConfig(width=1280, height=720, fps=30, bitrate_kbits=3000)
-                return HostConfig(port=0, source="wayland", pairing_dir=conf, virtual_pad="none", status_interval_s=0,
-                                  encoder=encoder)  # fmt: skip
-
-            host = Host(host_config())
-            task = asyncio.create_task(host.run())
-            for _ in range(120):  # the dialog comes up; the person picks the monitor, then Share
-                if host.ready.is_set() or task.done():
-                    break
-                await click(*MONITOR_ROW)
-                await click(*SHARE)
-                await asyncio.sleep(0.25)
-            await asyncio.wait_for(host.ready.wait(), 5)
-            desktop.run(f"{sys.executable} -m pyrofling.bench.marker_window --fps 30")
-            first = await watch(host, tmp_path / "first.jsonl")
+            await person.start(monkeypatch)
+            host, task = _wayland_host(conf)
+            await person.answer(host, task, [MONITOR_ROW, SHARE])
+            person.desktop.run(f"{sys.executable} -m pyrofling.bench.marker_window --fps 30")
+            first = await _watch(host, tmp_path / "first.jsonl")
             await stop_host(host, task)
             token = PortalToken(conf).get()
-
-            host = Host(host_config())  # again: no click this time
-            task = asyncio.create_task(host.run())
+            host, task = _wayland_host(conf)  # again: no click this time
             await asyncio.wait_for(host.ready.wait(), 30)
-            second = await watch(host, tmp_path / "second.jsonl")
+            second = await _watch(host, tmp_path / "second.jsonl")
             await stop_host(host, task)
         finally:
-            if screen is not None:
-                screen.stop()
-            desktop.close()
+            person.close()
         return first, second, token
 
     first, second, token = run(scenario, timeout_s=180)
@@ -166,6 +214,55 @@ def test_the_desktop_you_sit_at_is_shared_once_asked_and_the_next_start_asks_not
     for ids in (first, second):  # the program's own pictures, in order, many of them
         assert len(set(ids)) >= 20, ids[:10]
         assert all(b >= a for a, b in itertools.pairwise(ids))
+
+
+def test_keys_reach_the_desktop_through_its_remote_desktop_portal_once_the_person_allows_it(
+    tmp_path: Path, gnome: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--virtual-input portal``: the desktop's "Remote desktop" dialog; the person allows remote interaction and
+    shares; a viewer's keys reach the program on the desktop's screen, and its picture comes (no uinput)."""
+    _need_a_portal()
+    events = tmp_path / "events.jsonl"
+
+    async def scenario() -> tuple[list[dict[str, Any]], list[int], str]:
+        person = _PersonsDesktop()
+        try:
+            await person.start(monkeypatch)
+            host, task = _wayland_host(tmp_path / "conf", virtual_input="portal", open_keyboard_mouse=True)
+            await person.answer(host, task, [ALLOW_INTERACTION, SHARE])
+            person.desktop.run(f"{sys.executable} -m pyrofling.bench.marker_window --fps 30 --events {events}")
+            viewer = Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0, duration_s=60,
+                                         marker_log=tmp_path / "markers.jsonl", keyboard_mouse=InputConfig(),
+                                         flags=KickFlags.VIDEO | KickFlags.KEYBOARD_MOUSE))  # fmt: skip
+            watching = asyncio.create_task(viewer.run())
+            link = viewer.keyboard_mouse
+            assert link is not None
+            for _ in range(200):  # until the program's window is up and has the keyboard
+                link.key("A", True)
+                await asyncio.sleep(0.05)
+                link.key("A", False)
+                await asyncio.sleep(0.05)
+                if any(e.get("key") == "A" for e in _events(events)):
+                    break
+            await until(lambda: len(set(_markers(tmp_path / "markers.jsonl"))) >= 10, 30)  # and its picture
+            viewer.stop()
+            await asyncio.wait_for(watching, 10)
+            devices = host.summary()["keyboard_mouse"]["devices"]
+            await stop_host(host, task)
+        finally:
+            person.close()
+        return _events(events), _markers(tmp_path / "markers.jsonl"), devices
+
+    seen, ids, devices = run(scenario, timeout_s=180)
+    assert devices.startswith("the desktop's keyboard and pointer (the RemoteDesktop portal)")
+    assert any(e.get("key") == "A" and e["down"] for e in seen)
+    assert len(set(ids)) >= 10
+
+
+def _events(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def _host_says(env: dict[str, str]) -> tuple[int, list[str]]:

@@ -460,6 +460,8 @@ def host_config(args: argparse.Namespace) -> HostConfig:
     if (args.immediate_encode or args.encode_mode) and args.source not in PRESENTING_SOURCES:
         flag = "--immediate-encode" if args.immediate_encode else "--encode-mode"
         raise ValueError(f"{flag} applies to games (--source capture) and desktops (--source headless or wayland)")
+    if args.virtual_input == "portal" and args.source != "wayland":
+        raise ValueError("--virtual-input portal goes with --source wayland (the portal of the desktop you share)")
     if args.cursor is not None and args.source != "wayland":
         raise ValueError("--cursor goes with --source wayland (the pointer of the desktop you share)")
     if args.immediate_encode and args.encode_mode == "heartbeat":

@@ -22,7 +22,9 @@ def add_host_input_options(p: argparse.ArgumentParser) -> None:
         choices=INPUT_KINDS,
         default="uinput",
         help="uinput: a virtual keyboard, mouse and pointer (needs write access to /dev/uinput; without it the host "
-        "warns and streams on); none: ignore keys and the mouse (default uinput)",
+        "warns and streams on); portal: with --source wayland, the desktop's own, through its RemoteDesktop portal "
+        "(the desktop asks the person to allow remote interaction, at each start where its portal cannot remember "
+        "it); none: ignore keys and the mouse (default uinput; --source headless uses its desktop's own)",
     )
     g.add_argument(
         "--open-keyboard-mouse",

@@ -42,7 +42,7 @@ from pyrofling.server.gamepad import UinputUnavailable
 
 log = logging.getLogger(__name__)
 
-INPUT_KINDS = ("uinput", "none")
+INPUT_KINDS = ("uinput", "portal", "none")
 DEVICE_NAMES = {
     "keyboard": "PyroFling virtual keyboard",
     "mouse": "PyroFling virtual mouse",
@@ -138,9 +138,12 @@ class RecordingInput:
 
 
 def open_input_devices(kind: str) -> InputDevices:
-    """``uinput`` (falls back to :class:`NullInput` with a warning) or ``none``."""
+    """``uinput`` (falls back to :class:`NullInput` with a warning) or ``none``; ``portal``'s devices come with the
+    ``wayland`` source."""
     if kind == "none":
         return NullInput("turned off with --virtual-input none")
+    if kind == "portal":  # the desktop portal's keyboard and pointer come with its source (--source wayland)
+        raise ValueError("--virtual-input portal goes with --source wayland (the portal of the desktop you share)")
     if kind != "uinput":
         raise ValueError(f"unknown virtual input {kind!r}; choose one of: {', '.join(INPUT_KINDS)}")
     try:

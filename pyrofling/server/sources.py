@@ -197,7 +197,9 @@ async def _open_wayland(cfg: HostConfig) -> VideoSource:
     except ImportError as exc:
         raise ValueError(_needs_extra("wayland", exc)) from None
     try:
-        return await open_wayland(cfg.cursor, PortalToken(cfg.pairing_dir))
+        remote = cfg.virtual_input == "portal"
+        tokens = PortalToken(cfg.pairing_dir, "remote_desktop" if remote else "screen_cast")
+        return await open_wayland(cfg.cursor, tokens, remote_input=remote)
     except (PortalError, RuntimeError) as exc:
         raise ValueError(f"--source wayland: {exc}") from exc
 

@@ -19,24 +19,33 @@ import asyncio
 import itertools
 import logging
 import os
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from dbus_fast import Message, MessageType, Variant
+from dbus_fast import Message, MessageFlag, MessageType, Variant
 from dbus_fast.aio import MessageBus
 from dbus_fast.errors import DBusError
 
+from pyrofling.core.host.headless import RemoteCall, RemoteInput, first_key_fix
 from pyrofling.core.host.portal import (
     INSTALL,
+    KEYBOARD,
+    POINTER,
     PORTAL,
     PORTAL_PATH,
+    REMOTE_DESKTOP,
     SCREEN_CAST,
     first_stream,
+    portal_input_call,
     request_path,
     response_problem,
+    select_devices,
     select_sources,
 )
+from pyrofling.core.input.pad.state import Event
 from pyrofling.pairing import PortalToken
 from pyrofling.server.headless.frames import MonitorFrames, RecordedDesktop
+from pyrofling.server.input_devices import InputDevices, NullInput
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +72,15 @@ def _plain(value: Any) -> Any:
 
 
 class ScreenCastPortal:
-    """One ScreenCast session of the portal, on ``bus`` (which must pass file descriptors)."""
+    """One session of the portal on ``bus`` (which must pass file descriptors): a screen cast, or with
+    ``remote_input`` a remote desktop (the screen and, where the person allows it, the keyboard and pointer)."""
 
-    def __init__(self, bus: MessageBus) -> None:
+    def __init__(self, bus: MessageBus, *, remote_input: bool = False) -> None:
         self.bus = bus
+        self.remote_input = remote_input
         self.session = ""
+        #: The devices the person allowed (RemoteDesktop's keyboard 1 | pointer 2; 0 for a screen cast).
+        self.devices = 0
         self._tokens = (f"pyrofling{os.getpid()}_{n}" for n in itertools.count())
         self._answers: dict[str, asyncio.Future[tuple[int, dict[str, Any]]]] = {}
         bus.add_message_handler(self._signal)
@@ -76,12 +89,26 @@ class ScreenCastPortal:
         """(PipeWire node, width, height, the next restore token): asks the person unless the token still serves."""
         await self._call("org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "AddMatch", "s",
                          ["type='signal',interface='org.freedesktop.portal.Request',member='Response'"])  # fmt: skip
-        results = await self._request("CreateSession", "", {"session_handle_token": ("s", next(self._tokens))})
+        kind = REMOTE_DESKTOP if self.remote_input else SCREEN_CAST
+        results = await self._request(kind, "CreateSession", "", {"session_handle_token": ("s", next(self._tokens))})
         self.session = str(results["session_handle"])
-        await self._request("SelectSources", self.session, select_sources(cursor, restore_token))
-        results = await self._request("Start", self.session, {}, parent_window="")
+        if self.remote_input:
+            version = await self._version(REMOTE_DESKTOP)
+            await self._request(REMOTE_DESKTOP, "SelectDevices", self.session, select_devices(restore_token, version))
+        options = select_sources(cursor, restore_token, remember=not self.remote_input)
+        await self._request(SCREEN_CAST, "SelectSources", self.session, options)
+        results = await self._request(kind, "Start", self.session, {}, parent_window="")
+        self.devices = int(results.get("devices", 0))
         stream = first_stream(results)
         return stream.node, stream.width, stream.height, results.get("restore_token")
+
+    async def _version(self, interface: str) -> int:
+        call = Message(destination=PORTAL, path=PORTAL_PATH, interface="org.freedesktop.DBus.Properties",
+                       member="Get", signature="ss", body=[interface, "version"])  # fmt: skip
+        reply = await asyncio.wait_for(self.bus.call(call), CALL_S)
+        if reply is None or reply.message_type == MessageType.ERROR:
+            return 1
+        return int(_plain(reply.body[0]))
 
     async def open_pipewire(self) -> int:
         """A connection to the desktop's PipeWire that sees the shared stream (a file descriptor, now ours)."""
@@ -96,7 +123,12 @@ class ScreenCastPortal:
         return int(reply.unix_fds[reply.body[0]])
 
     async def _request(
-        self, member: str, session: str, options: dict[str, tuple[str, Any]], parent_window: str | None = None
+        self,
+        interface: str,
+        member: str,
+        session: str,
+        options: dict[str, tuple[str, Any]],
+        parent_window: str | None = None,
     ) -> dict[str, Any]:
         token = next(self._tokens)
         answer = asyncio.get_running_loop().create_future()
@@ -107,7 +139,7 @@ class ScreenCastPortal:
             body.append(parent_window)
             signature += "s"
         variants = {k: Variant(sig, value) for k, (sig, value) in {**options, "handle_token": ("s", token)}.items()}
-        await self._call(PORTAL, PORTAL_PATH, SCREEN_CAST, member, signature + "a{sv}", [*body, variants])
+        await self._call(PORTAL, PORTAL_PATH, interface, member, signature + "a{sv}", [*body, variants])
         try:
             code, results = await asyncio.wait_for(answer, ANSWER_S)
         except TimeoutError:
@@ -142,13 +174,50 @@ def _portal_problem(error: str, text: str) -> str:
     return f"the desktop portal refused: {text or error}"
 
 
+class PortalInput:
+    """The viewers' keys and pointer into the person's desktop through the RemoteDesktop portal: an
+    :class:`~pyrofling.server.input_devices.InputDevices`, as the headless desktop's is, its calls the portal's."""
+
+    def __init__(self, portal: ScreenCastPortal, node: int, monitor_size: Callable[[], tuple[int, int]]) -> None:
+        self.description = "the desktop's keyboard and pointer (the RemoteDesktop portal)"
+        self._portal, self._node, self._monitor_size = portal, node, monitor_size
+        self._remote = RemoteInput("", monitor_size())
+        self.calls_sent = 0
+        self._send(first_key_fix())
+
+    def write(self, device: str, events: Sequence[Event]) -> None:
+        self._remote.monitor = self._monitor_size()
+        self._send(self._remote.calls(device, events))
+
+    def _send(self, calls: list[RemoteCall]) -> None:
+        bus = self._portal.bus
+        if not bus.connected:
+            return
+        for call in calls:
+            member, signature, args = portal_input_call(call, self._portal.session, self._node)
+            bus.send(Message(destination=PORTAL, path=PORTAL_PATH, interface=REMOTE_DESKTOP, member=member,
+                             signature=signature, body=list(args), flags=MessageFlag.NO_REPLY_EXPECTED))  # fmt: skip
+            self.calls_sent += 1
+
+    def close(self) -> None:
+        pass  # the session ends with the bus connection
+
+
 class WaylandSource(RecordedDesktop):
     """The shared monitor as a :class:`~pyrofling.server.sources.VideoSource`; it ends when the person stops
     sharing or the recording fails."""
 
-    def __init__(self, bus: MessageBus, portal: ScreenCastPortal, frames: MonitorFrames) -> None:
+    def __init__(self, bus: MessageBus, portal: ScreenCastPortal, frames: MonitorFrames, node: int) -> None:
         super().__init__(frames)
         self.bus, self.portal = bus, portal
+        self.input_devices: InputDevices | None = None
+        if portal.remote_input:  # the viewers' keys go where the person allowed, or nowhere
+            allowed = portal.devices & (KEYBOARD | POINTER) == KEYBOARD | POINTER
+            self.input_devices = (
+                PortalInput(portal, node, frames.size)
+                if allowed
+                else NullInput("the person did not allow remote interaction in the desktop's dialog")
+            )
         self._watch = asyncio.get_running_loop().create_task(self._supervise())
 
     async def _supervise(self) -> None:
@@ -163,8 +232,9 @@ class WaylandSource(RecordedDesktop):
         self.bus.disconnect()  # the portal ends the session with the connection
 
 
-async def open_wayland(cursor: str, tokens: PortalToken) -> WaylandSource:
-    """Share a monitor of the desktop this host runs in (PortalError: what to do instead)."""
+async def open_wayland(cursor: str, tokens: PortalToken, *, remote_input: bool = False) -> WaylandSource:
+    """Share a monitor of the desktop this host runs in (PortalError: what to do instead); with ``remote_input``
+    the viewers' keys and pointer too, where the person allows it."""
     address = os.environ.get("DBUS_SESSION_BUS_ADDRESS")
     if not address:
         raise PortalError("no desktop session here (DBUS_SESSION_BUS_ADDRESS is unset): start the host from a "
@@ -174,7 +244,7 @@ async def open_wayland(cursor: str, tokens: PortalToken) -> WaylandSource:
     except (OSError, DBusError, TimeoutError) as exc:
         raise PortalError(f"cannot reach the desktop session's bus ({address}): {exc}") from None
     try:
-        portal = ScreenCastPortal(bus)
+        portal = ScreenCastPortal(bus, remote_input=remote_input)
         node, width, height, token = await portal.start(cursor, tokens.get())
         if token:
             tokens.put(token)
@@ -185,4 +255,4 @@ async def open_wayland(cursor: str, tokens: PortalToken) -> WaylandSource:
         bus.disconnect()
         raise
     log.info("wayland: sharing the desktop's monitor (%sx%s, PipeWire node %d)", width, height, node)
-    return WaylandSource(bus, portal, frames)
+    return WaylandSource(bus, portal, frames, node)

@@ -12,9 +12,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from pyrofling.core.host.headless import RemoteCall
+
 PORTAL = "org.freedesktop.portal.Desktop"
 PORTAL_PATH = "/org/freedesktop/portal/desktop"
 SCREEN_CAST = "org.freedesktop.portal.ScreenCast"
+REMOTE_DESKTOP = "org.freedesktop.portal.RemoteDesktop"
+#: The devices asked of RemoteDesktop: keyboard and pointer.
+KEYBOARD, POINTER = 1, 2
 #: The pointer: drawn into the pictures, or left out (as metadata beside them is not streamed yet).
 CURSOR_MODES = {"embedded": 2, "hidden": 1}
 MONITOR = 1
@@ -37,19 +42,55 @@ def request_path(unique_name: str, token: str) -> str:
     return f"{PORTAL_PATH}/request/{sender}/{token}"
 
 
-def select_sources(cursor: str, restore_token: str | None) -> dict[str, tuple[str, Any]]:
-    """SelectSources' options: one monitor, the pointer as asked, remembered until revoked."""
+def select_sources(cursor: str, restore_token: str | None, *, remember: bool = True) -> dict[str, tuple[str, Any]]:
+    """SelectSources' options: one monitor, the pointer as asked, remembered until revoked (``remember``; a remote
+    desktop session is remembered through its devices instead)."""
     if cursor not in CURSOR_MODES:
         raise ValueError(f"unknown cursor mode {cursor!r}: use {' or '.join(CURSOR_MODES)}")
     options: dict[str, tuple[str, Any]] = {
         "types": ("u", MONITOR),
         "multiple": ("b", False),
         "cursor_mode": ("u", CURSOR_MODES[cursor]),
-        "persist_mode": ("u", PERSIST_UNTIL_REVOKED),
     }
+    if remember:
+        options.update(_remembered(restore_token))
+    return options
+
+
+def select_devices(restore_token: str | None, version: int) -> dict[str, tuple[str, Any]]:
+    """RemoteDesktop's SelectDevices options: the keyboard and the pointer; remembered where the portal can
+    (version 2 on; version 1 asks at every start)."""
+    options: dict[str, tuple[str, Any]] = {"types": ("u", KEYBOARD | POINTER)}
+    if version >= 2:
+        options.update(_remembered(restore_token))
+    return options
+
+
+def _remembered(restore_token: str | None) -> dict[str, tuple[str, Any]]:
+    options: dict[str, tuple[str, Any]] = {"persist_mode": ("u", PERSIST_UNTIL_REVOKED)}
     if restore_token:
         options["restore_token"] = ("s", restore_token)
     return options
+
+
+#: mutter's RemoteDesktop calls (:class:`~pyrofling.core.host.headless.RemoteInput`) → the portal's, whose
+#: arguments start with the session and an options dict, whose states are numbers and streams node ids.
+_PORTAL_MEMBERS = {
+    "NotifyKeyboardKeycode": ("iu", "NotifyKeyboardKeycode"),
+    "NotifyPointerButton": ("iu", "NotifyPointerButton"),
+    "NotifyPointerAxisDiscrete": ("ui", "NotifyPointerAxisDiscrete"),
+    "NotifyPointerMotionRelative": ("dd", "NotifyPointerMotion"),
+    "NotifyPointerMotionAbsolute": ("udd", "NotifyPointerMotionAbsolute"),
+}
+
+
+def portal_input_call(call: RemoteCall, session: str, node: int) -> RemoteCall:
+    """One input call for the RemoteDesktop portal's ``session``, its absolute positions on stream ``node``."""
+    signature, member = _PORTAL_MEMBERS[call.member]
+    args = tuple(int(a) if isinstance(a, bool) else a for a in call.args)
+    if call.member == "NotifyPointerMotionAbsolute":
+        args = (node, *args[1:])
+    return RemoteCall(member, "oa{sv}" + signature, (session, {}, *args))
 
 
 def response_problem(code: int, step: str) -> str | None:
