@@ -19,7 +19,7 @@ from typing import Any
 import av
 import numpy as np
 import pytest
-from support import run, start_host, stop_host, until
+from support import run, start_host, stop_host, type_until_seen, until
 
 from pyrofling.client.keyboard_mouse import InputConfig
 from pyrofling.client.viewer import Viewer, ViewerConfig
@@ -345,13 +345,7 @@ def test_a_compositor_that_crashes_is_started_again_with_the_program_and_the_vie
             assert _mutter() != crashed
             link = viewer.keyboard_mouse
             assert link is not None
-            for _ in range(100):  # the new window may take the keyboard a moment after its first picture
-                link.key("A", True)
-                await asyncio.sleep(0.05)
-                link.key("A", False)
-                await asyncio.sleep(0.05)
-                if any(e.get("key") == "A" for e in _events(events)):
-                    break
+            await type_until_seen(link, lambda: any(e.get("key") == "A" for e in _events(events)))
             viewer.stop()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(watching, 10)

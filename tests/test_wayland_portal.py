@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 from dbus_fast import Message
-from support import run, stop_host, until
+from support import run, stop_host, type_until_seen, until
 
 from pyrofling.client.keyboard_mouse import InputConfig
 from pyrofling.client.viewer import Viewer, ViewerConfig
@@ -237,13 +237,7 @@ def test_keys_reach_the_desktop_through_its_remote_desktop_portal_once_the_perso
             watching = asyncio.create_task(viewer.run())
             link = viewer.keyboard_mouse
             assert link is not None
-            for _ in range(200):  # until the program's window is up and has the keyboard
-                link.key("A", True)
-                await asyncio.sleep(0.05)
-                link.key("A", False)
-                await asyncio.sleep(0.05)
-                if any(e.get("key") == "A" for e in _events(events)):
-                    break
+            await type_until_seen(link, lambda: any(e.get("key") == "A" for e in _events(events)))
             await until(lambda: len(set(_markers(tmp_path / "markers.jsonl"))) >= 10, 30)  # and its picture
             viewer.stop()
             await asyncio.wait_for(watching, 10)
