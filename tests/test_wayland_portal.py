@@ -12,10 +12,13 @@ with the kept restore token must need no answer at all.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
+import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -183,11 +186,12 @@ async def _watch(host: Host, markers: Path) -> list[int]:
 
 
 def test_the_desktop_you_sit_at_is_shared_once_asked_and_the_next_start_asks_nothing(
-    tmp_path: Path, gnome: None, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, gnome: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """First start: the portal asks, the person clicks the monitor and Share, the stream shows the program on that
     monitor (its own frame markers, counting up) and the restore token is kept beside the pairings. Second start,
-    with the same pairing folder: nobody clicks, and the stream comes all the same."""
+    with the same pairing folder: nobody clicks, and the stream comes all the same; when the desktop's portal goes
+    away, the host says so and stops, by itself."""
     _need_a_portal()
     conf = tmp_path / "conf"
 
@@ -204,12 +208,18 @@ def test_the_desktop_you_sit_at_is_shared_once_asked_and_the_next_start_asks_not
             host, task = _wayland_host(conf)  # again: no click this time
             await asyncio.wait_for(host.ready.wait(), 30)
             second = await _watch(host, tmp_path / "second.jsonl")
-            await stop_host(host, task)
+            # The desktop ends the share (its portal goes away, as when the person stops sharing): the stream ends.
+            for pid in _processes_named("xdg-desktop-portal-gnome"):
+                os.kill(pid, signal.SIGKILL)
+            await asyncio.wait_for(task, 30)
         finally:
             person.close()
         return first, second, token
 
+    caplog.set_level(logging.WARNING, "pyrofling")
     first, second, token = run(scenario, timeout_s=180)
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("wayland:")]
+    assert len(said) == 1 and said[0].endswith("the stream ends"), said
     assert token, "no restore token was kept"
     for ids in (first, second):  # the program's own pictures, in order, many of them
         assert len(set(ids)) >= 20, ids[:10]
@@ -251,6 +261,15 @@ def test_keys_reach_the_desktop_through_its_remote_desktop_portal_once_the_perso
     assert devices.startswith("the desktop's keyboard and pointer (the RemoteDesktop portal)")
     assert any(e.get("key") == "A" and e["down"] for e in seen)
     assert len(set(ids)) >= 10
+
+
+def _processes_named(name: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/comm").read_text().strip() == name[:15]:
+                found.append(int(pid))
+    return found
 
 
 def _events(path: Path) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ import asyncio
 import itertools
 import logging
 import os
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -52,8 +53,9 @@ log = logging.getLogger(__name__)
 #: How long the person has to answer the portal's question, and the bus a call.
 ANSWER_S = 300.0
 CALL_S = 30.0
-#: How often the watch looks at the recording (s).
+#: How often the watch looks at the recording (s), and how long without a frame means the share ended.
 WATCH_S = 0.25
+SILENCE_S = 5.0
 
 
 class PortalError(Exception):
@@ -81,14 +83,18 @@ class ScreenCastPortal:
         self.session = ""
         #: The devices the person allowed (RemoteDesktop's keyboard 1 | pointer 2; 0 for a screen cast).
         self.devices = 0
+        #: The session was closed by the desktop (the person stopped sharing).
+        self.closed = False
         self._tokens = (f"pyrofling{os.getpid()}_{n}" for n in itertools.count())
         self._answers: dict[str, asyncio.Future[tuple[int, dict[str, Any]]]] = {}
         bus.add_message_handler(self._signal)
 
     async def start(self, cursor: str, restore_token: str | None) -> tuple[int, int | None, int | None, str | None]:
         """(PipeWire node, width, height, the next restore token): asks the person unless the token still serves."""
-        await self._call("org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "AddMatch", "s",
-                         ["type='signal',interface='org.freedesktop.portal.Request',member='Response'"])  # fmt: skip
+        for interface, member in (("Request", "Response"), ("Session", "Closed")):
+            rule = f"type='signal',interface='org.freedesktop.portal.{interface}',member='{member}'"
+            await self._call("org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "AddMatch", "s",
+                             [rule])  # fmt: skip
         kind = REMOTE_DESKTOP if self.remote_input else SCREEN_CAST
         results = await self._request(kind, "CreateSession", "", {"session_handle_token": ("s", next(self._tokens))})
         self.session = str(results["session_handle"])
@@ -161,6 +167,9 @@ class ScreenCastPortal:
             raise PortalError(_portal_problem(str(reply.error_name), str(reply.body[0] if reply.body else "")))
 
     def _signal(self, message: Message) -> None:
+        if message.member == "Closed" and self.session and message.path == self.session:
+            self.closed = True  # the person stopped sharing, or the desktop ended the session
+            return
         answer = self._answers.pop(message.path or "", None) if message.member == "Response" else None
         if answer is not None and not answer.done():
             code, results = message.body
@@ -210,6 +219,7 @@ class WaylandSource(RecordedDesktop):
     def __init__(self, bus: MessageBus, portal: ScreenCastPortal, frames: MonitorFrames, node: int) -> None:
         super().__init__(frames)
         self.bus, self.portal = bus, portal
+        self._started_s = time.monotonic()
         self.input_devices: InputDevices | None = None
         if portal.remote_input:  # the viewers' keys go where the person allowed, or nowhere
             allowed = portal.devices & (KEYBOARD | POINTER) == KEYBOARD | POINTER
@@ -223,7 +233,15 @@ class WaylandSource(RecordedDesktop):
     async def _supervise(self) -> None:
         while self._ended is None:
             await asyncio.sleep(WATCH_S)
-            self._ended = self._recording_failed() or (None if self.bus.connected else "the session bus went away")
+            if self.portal.closed:
+                self._ended = "the desktop stopped the screen share"
+            elif not self.bus.connected:
+                self._ended = "the session bus went away"
+            elif time.monotonic() - (self.frames.last_came_s() or self._started_s) > SILENCE_S:
+                # PipeWire resends the picture every quarter second while the stream lives: it is gone
+                self._ended = f"the desktop sent nothing for {SILENCE_S:g} s (the screen share ended)"
+            else:
+                self._ended = self._recording_failed()
         log.warning("wayland: %s; the stream ends", self._ended)
 
     def close(self) -> None:

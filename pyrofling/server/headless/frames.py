@@ -147,6 +147,11 @@ class MonitorFrames:
             self._fresh = False
             return self._latest, self._latest_s
 
+    def last_came_s(self) -> float | None:
+        """When the newest frame came (monotonic; None before the first)."""
+        with self._lock:
+            return self._latest_s
+
     def has_new(self) -> bool:
         """Has a frame come since :meth:`latest` last handed one over?"""
         with self._lock:
