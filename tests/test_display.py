@@ -27,21 +27,21 @@ def _mode(out: Sequence[object]) -> list[tuple[int, int, int]]:
 
 def test_the_desktop_follows_the_longest_connected_viewer_and_changes_at_most_every_quarter_second() -> None:
     follow = DisplayFollower()
-    assert _mode(follow.stated(2, ViewerDisplay(1280, 720, 60_000), now=10.0)) == [(1280, 720, 2)]
+    assert _mode(follow.stated(2, ViewerDisplay(1280, 720, 60_000), now=10.0, connected_s=2.0)) == [(1280, 720, 2)]
     # A viewer that came earlier says its display later: it is the first, the desktop takes its size, but not
     # sooner than a quarter second after the last change.
-    assert follow.stated(1, ViewerDisplay(1920, 1080, 60_000), now=10.1) == []
+    assert follow.stated(1, ViewerDisplay(1920, 1080, 60_000), now=10.1, connected_s=1.0) == []
     assert follow.next_timer() == pytest.approx(10.0 + MIN_INTERVAL_S)
     assert follow.handle_timer(10.2) == []
     assert _mode(follow.handle_timer(10.25)) == [(1920, 1080, 1)]
     assert follow.next_timer() is None
     # A window dragged through many sizes: only the last of a burst is made, once the interval allows.
     for i, width in enumerate(range(1000, 1400, 40)):
-        assert follow.stated(1, ViewerDisplay(width, 700, 60_000), now=10.3 + i * 0.01) == []
+        assert follow.stated(1, ViewerDisplay(width, 700, 60_000), now=10.3 + i * 0.01, connected_s=1.0) == []
     assert _mode(follow.handle_timer(10.5)) == [(1360, 700, 1)]
     # The same display again changes nothing; a later viewer's says nothing while the first is there.
-    assert follow.stated(1, ViewerDisplay(1360, 700, 60_000), now=11.0) == []
-    assert follow.stated(3, ViewerDisplay(800, 600, 60_000), now=11.0) == []
+    assert follow.stated(1, ViewerDisplay(1360, 700, 60_000), now=11.0, connected_s=1.0) == []
+    assert follow.stated(3, ViewerDisplay(800, 600, 60_000), now=11.0, connected_s=3.0) == []
     # The first leaves: the next-longest connected viewer's display.
     assert _mode(follow.left(1, now=12.0)) == [(1280, 720, 2)]
     assert follow.left(7, now=12.0) == []  # never said one

@@ -306,6 +306,53 @@ def test_a_viewer_sees_the_program_running_in_the_hosts_headless_desktop_and_it_
     assert summary["frames_encoded"] > 0
 
 
+def test_the_desktop_takes_the_size_of_a_browser_that_watches_it_and_follows_its_window(tmp_path: Path) -> None:
+    """A browser on the web door says its window (in device pixels) and refresh rate, as a pyrofling viewer says
+    its display: the desktop takes that size, and another when the window changes."""
+    _need_a_desktop()
+    from pyrofling.bench.chromium import Chromium, find_chromium
+
+    if find_chromium() is None:
+        (pytest.fail if os.environ.get("CI") else pytest.skip)("needs Debian's chromium (scripts/setup installs it)")
+
+    async def scenario() -> tuple[list[int], list[int], list[tuple[int, int]], float]:
+        host, task = await start_host(
+            encoder=DESK, virtual_pad="none", source="headless", web_port=0,
+            run_command=f"{sys.executable} {MARKER_WINDOW} --fps 15",
+        )  # fmt: skip
+        sizes: list[tuple[int, int]] = []
+        hz = 0.0
+        try:
+            assert host.web_link is not None and host.heartbeat is not None
+            source = host.heartbeat.source
+            async with Chromium(extra_args=("--window-size=800,600",)) as browser:
+                page = await browser.open(host.web_link)
+                window = "[Math.round(innerWidth * devicePixelRatio), Math.round(innerHeight * devicePixelRatio)]"
+                await until(lambda: host.sessions.display.applied is not None, 60)
+                first = await page.evaluate(window)
+                even = (first[0] - first[0] % 2, first[1] - first[1] % 2)  # the encoder's sides are even
+                await until(lambda: source.frames.size() == even, 30)  # type: ignore[union-attr]
+                sizes.append(source.frames.size())  # type: ignore[union-attr]
+                # and its refresh rate, once the page has timed its animation frames
+                await until(lambda: host.sessions.display.applied.refresh_hz > 0, 30)  # type: ignore[union-attr]
+                hz = host.sessions.display.applied.refresh_hz  # type: ignore[union-attr]
+                await browser.send("Emulation.setDeviceMetricsOverride",
+                                   {"width": 1024, "height": 576, "deviceScaleFactor": 1, "mobile": False},
+                                   page.session)  # fmt: skip
+                await until(lambda: source.frames.size() == (1024, 576), 30)  # type: ignore[union-attr]
+                second = await page.evaluate(window)
+                sizes.append(source.frames.size())  # type: ignore[union-attr]
+        finally:
+            await stop_host(host, task)
+        return first, second, sizes, hz
+
+    first, second, sizes, hz = run(scenario, timeout_s=150)
+    assert first[0] == 800 and 400 < first[1] <= 600  # the window Chromium was started with (less its bars)
+    assert sizes[0] == (800, first[1] - first[1] % 2)
+    assert 20 <= hz <= 250  # what the page's animation frames came at (60 in headless Chromium)
+    assert second == [1024, 576] and sizes[1] == (1024, 576)
+
+
 def _mutter() -> int:
     """The pid of the mutter of the (one) headless desktop running."""
     [pid] = [p for p in _desktop_processes() if Path(f"/proc/{p}/comm").read_text().strip() == "mutter"]

@@ -668,3 +668,36 @@ def test_a_pass_the_store_would_not_keep_opens_for_this_run_only() -> None:
     later.connected(1, 5.0)
     (refused, *_) = later.message(1, json.dumps({"type": "auth", "resume": given}), 5.0)
     assert isinstance(refused, CloseClient) and refused.code == CLOSE_PASS_UNKNOWN
+
+
+def test_a_page_says_its_window_and_the_desktop_follows_it_also_with_only_browsers_watching() -> None:
+    """``{"type": "display", ...}`` from an admitted page is its VIEWER_DISPLAY; nonsense is counted and ignored. The
+    host's sessions follow it as a viewer's, and a change deferred by the quarter-second rule comes at its timer
+    even when no UDP viewer is connected (the sessions' timer is the browsers' too)."""
+    from pyrofling.core.host.display import DisplayMode, FollowDisplay
+    from pyrofling.core.host.keyframes import KeyframePolicy
+    from pyrofling.core.host.packetizer import Packetizer
+    from pyrofling.core.host.sessions import HostSessions
+    from pyrofling.core.host.web_viewers import BrowserDisplay
+    from pyrofling.wire import ViewerDisplay
+
+    web = WebViewers(WebConfig(TOKEN), INFO)
+    admitted(web)
+    said = web.message(1, json.dumps({"type": "display", "width": 800, "height": 513, "hz": 59.9}), 1.0)
+    assert said == [BrowserDisplay(1, ViewerDisplay(800, 513, 59_900))]
+    for bad in ({"width": -1, "height": 600}, {"width": 800}, {"width": 800, "height": 600, "hz": "fast"},
+                {"width": 1e9, "height": 600}, {"width": 800, "height": 600, "hz": 1e6}):  # fmt: skip
+        assert web.message(1, json.dumps({"type": "display", **bad}), 1.0) == []
+    assert web.counters.refused["malformed"] == 5
+    assert [o for o in web.message(1, json.dumps({"type": "display", "width": 8, "height": 8}), 1.0)]  # still in
+
+    hs = HostSessions(make_packetizer=Packetizer.for_cookie, keyframes=KeyframePolicy())
+    hs.browser_joined(1, 0.0)
+    first = hs.browser_display(1, ViewerDisplay(800, 513, 59_900), 1.0)
+    assert [o.mode for o in first if isinstance(o, FollowDisplay)] == [DisplayMode(800, 512, 59.9)]
+    assert hs.browser_display(1, ViewerDisplay(1024, 576, 60_000), 1.1) == []  # too soon after the last
+    due = hs.next_timer()
+    assert due == 1.25
+    assert [o.mode for o in hs.handle_timer(due) if isinstance(o, FollowDisplay)] == [DisplayMode(1024, 576, 60.0)]
+    hs.browser_left(1)
+    assert hs.display.displays == {}

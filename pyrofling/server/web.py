@@ -34,6 +34,7 @@ from pyrofling.core.host.state import BrowserRumble, PairingCodeSpent
 from pyrofling.core.host.web_door import WebDoor, WebDoorConfig, request_refusal
 from pyrofling.core.host.web_viewers import (
     AcceptSession,
+    BrowserDisplay,
     BrowserInput,
     BrowserJoined,
     BrowserLeft,
@@ -84,7 +85,7 @@ WEB_AUDIO = {AudioCodec.OPUS: "opus", AudioCodec.RAW_S16LE: "pcm_s16le"}
 #: A browser's largest message (its own are a few hundred bytes).
 MAX_MESSAGE_BYTES = 4096
 #: What a browser does that the host's sessions take from there.
-Player = BrowserJoined | BrowserInput | BrowserRateReport | BrowserLeft
+Player = BrowserJoined | BrowserInput | BrowserRateReport | BrowserDisplay | BrowserLeft
 #: A browser's WebSocket handshake must be done by then (and its TLS handshake: a silent connection holds a
 #: descriptor until it is).
 OPEN_TIMEOUT_S = 5.0
@@ -375,6 +376,8 @@ async def open_web(
         elif isinstance(out, BrowserRateReport):
             lost, sent = web.losses(out.client)
             network.perform(sessions.browser_rate_feedback(out.client, out.feedback, lost, sent, now))
+        elif isinstance(out, BrowserDisplay):
+            network.perform(sessions.browser_display(out.client, out.display, now))
         else:
             network.perform(sessions.browser_left(out.client))
 

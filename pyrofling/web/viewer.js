@@ -220,6 +220,27 @@ function pingHost() {
 }
 setInterval(pingHost, 500);
 
+// The page's display, for a host whose own desktop takes its viewer's size (protocol.md §7.14, said in JSON): the
+// window in device pixels and the rate its animation frames come at (the median of 60 intervals), once admitted
+// and again when either changes.
+const display = { said: "", hz: 0, frames: [] };
+function sayDisplay() {
+  if (!(ws && ws.proved && ws.readyState === WebSocket.OPEN)) return;
+  const scale = window.devicePixelRatio || 1;
+  const text = JSON.stringify({ type: "display", width: Math.round(innerWidth * scale),
+    height: Math.round(innerHeight * scale), hz: display.hz });
+  if (text !== display.said) { display.said = text; ws.send(text); }
+}
+function timeRefresh(t) {
+  display.frames.push(t);
+  if (display.frames.length <= 60) { requestAnimationFrame(timeRefresh); return; }
+  const gaps = display.frames.slice(1).map((f, i) => f - display.frames[i]).sort((a, b) => a - b);
+  display.hz = Math.round(10000 / gaps[gaps.length >> 1]) / 10;
+  sayDisplay();
+}
+requestAnimationFrame(timeRefresh);
+window.addEventListener("resize", sayDisplay);
+
 function onPong(msg) {
   const now = performance.now();
   hostClock.answers.push([now - msg.t, msg.host_us / 1000 - (msg.t + now) / 2]);
@@ -401,6 +422,7 @@ function connect() {
       if (msg.type === "hello") {
         hello = msg; stats.clockOffsetMs = msg.clock_offset_ms; socket.proved = true;
         hostClock.answers = []; hostClock.offsetMs = null; pingHost(); // a host (maybe restarted) to time anew
+        display.said = ""; sayDisplay();
         if (msg.resume) { resume = msg.resume; localStorage.setItem("pyrofling-resume", resume); }
         if (msg.paired) { code = null; sessionStorage.removeItem("pyrofling-code"); } // a spent pairing code
         if (msg.audio) setupAudio(msg.audio);

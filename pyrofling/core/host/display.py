@@ -2,7 +2,8 @@
 
 A viewer that negotiated DISPLAY says its display's size and refresh rate
 (VIEWER_DISPLAY), again whenever they change. The desktop follows the viewer
-that has been connected longest among those that said one; the others watch it
+that has been connected longest among those that said one (a pyrofling viewer
+or a browser on the web door: both say it, the browser in its own words); the others watch it
 scaled. A size is made one the encoder and the desktop take (even, within
 :data:`MAX_PIXELS`, the viewer's shape kept) and a change goes out at most every
 :data:`MIN_INTERVAL_S`: a window dragged to a new size sends many, and each
@@ -61,16 +62,17 @@ class DisplayFollower:
 
     def __init__(self, min_interval_s: float = MIN_INTERVAL_S) -> None:
         self.min_interval_s = min_interval_s
-        #: What each connection said last (connections are numbered as they open: the lowest was first).
-        self.displays: dict[int, DisplayMode] = {}
+        #: What each connection said last, and when it connected.
+        self.displays: dict[int, tuple[float, DisplayMode]] = {}
         #: The mode made last.
         self.applied: DisplayMode | None = None
         self._applied_s: float | None = None
         self._due_s: float | None = None
         self.changes = 0
 
-    def stated(self, conn_id: int, msg: ViewerDisplay, now: float) -> list[HostOutput]:
-        self.displays[conn_id] = fitted(msg)
+    def stated(self, conn_id: int, msg: ViewerDisplay, now: float, *, connected_s: float) -> list[HostOutput]:
+        """Connection ``conn_id``, open since ``connected_s``, says its display."""
+        self.displays[conn_id] = (connected_s, fitted(msg))
         return self._follow(now)
 
     def left(self, conn_id: int, now: float) -> list[HostOutput]:
@@ -81,8 +83,8 @@ class DisplayFollower:
     def wanted(self) -> tuple[int, DisplayMode] | None:
         if not self.displays:
             return None
-        first = min(self.displays)
-        return first, self.displays[first]
+        first = min(self.displays, key=lambda conn_id: (self.displays[conn_id][0], conn_id))
+        return first, self.displays[first][1]
 
     def next_timer(self) -> float | None:
         return self._due_s

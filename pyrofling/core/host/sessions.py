@@ -262,13 +262,22 @@ class HostSessions:
             return self.players.gamepad(conn, msg)
         return self.players.keyboard_mouse(conn, msg, now)
 
+    def browser_display(self, browser: int, msg: ViewerDisplay, now: float) -> list[HostOutput]:
+        """A browser's page says its window's size and refresh rate, as a viewer's VIEWER_DISPLAY does."""
+        conn = self._browsers.get(browser)
+        if conn is None:
+            self.discarded["browser_not_playing"] += 1
+            return []
+        return self.display.stated(conn.conn_id, msg, now, connected_s=conn.opened_s)
+
     def browser_left(self, browser: int) -> list[HostOutput]:
-        """The browser went: its pad and keys let go, as a viewer's do, and its link no longer votes."""
+        """The browser went: its pad and keys let go, as a viewer's do, its link no longer votes, and its display
+        is no longer followed."""
         conn = self._browsers.pop(browser, None)
         if conn is None:
             return []
         conn.closed = True
-        out = self.players.left(conn)
+        out = [*self.players.left(conn), *self.display.left(conn.conn_id, conn.last_alive_s)]
         if conn.link is not None and self.rate is not None:
             out += self.rate.left(conn, conn.last_alive_s, self._video_viewers(), self.players.pad_holder)
         return out
@@ -414,7 +423,7 @@ class HostSessions:
         if isinstance(msg, Player) and self.players.player(conn, msg):
             return []
         if isinstance(msg, ViewerDisplay) and conn.extensions & ExtensionFeature.DISPLAY:
-            return self.display.stated(conn_id, msg, now)
+            return self.display.stated(conn_id, msg, now, connected_s=conn.opened_s)
         # Anything else (unknown ids, messages only the host sends): NAK, as the reference does.
         self.discarded["unexpected_control"] += 1
         return [conn.send(Nak())]
@@ -725,20 +734,18 @@ class HostSessions:
     def next_timer(self) -> float | None:
         """When :meth:`handle_timer` and :meth:`datagrams_to_send` next have something to do: a datagram the pacer
         releases, a keep-alive or authentication deadline, held input to let go."""
-        if not self._connections:
-            return None
-        due = min(c.last_alive_s for c in self._connections.values()) + self.config.keepalive_timeout_s
-        sending = self.media_out.next_timer(list(self._connections.values()))
-        if sending is not None:
-            due = min(due, sending)
-        if self.auth_required:
-            waiting = [c.opened_s for c in self._connections.values() if not c.authenticated]
-            if waiting:
-                due = min(due, min(waiting) + self.config.auth_timeout_s)
-        for other in (self.players.next_timer(), self.display.next_timer()):
-            if other is not None:
-                due = min(due, other)
-        return due
+        # Held input and the followed display have deadlines of their own, also with browsers alone watching.
+        dues = [t for t in (self.players.next_timer(), self.display.next_timer()) if t is not None]
+        if self._connections:
+            dues.append(min(c.last_alive_s for c in self._connections.values()) + self.config.keepalive_timeout_s)
+            sending = self.media_out.next_timer(list(self._connections.values()))
+            if sending is not None:
+                dues.append(sending)
+            if self.auth_required:
+                waiting = [c.opened_s for c in self._connections.values() if not c.authenticated]
+                if waiting:
+                    dues.append(min(waiting) + self.config.auth_timeout_s)
+        return min(dues, default=None)
 
     def handle_timer(self, now: float) -> list[HostOutput]:
         out: list[HostOutput] = [*self.players.handle_timer(now), *self.display.handle_timer(now)]

@@ -80,7 +80,7 @@ from typing import Any, Protocol
 
 from pyrofling.core.host.state import PairingCodeSpent
 from pyrofling.core.secure import FailureLimiter, limiter_key
-from pyrofling.wire import GamepadState, InputState, RateFeedback
+from pyrofling.wire import GamepadState, InputState, RateFeedback, ViewerDisplay
 
 #: The header of a video message: b"V", flags, capture µs, pts µs.
 VIDEO_HEADER = struct.Struct("<cBQQ")
@@ -209,6 +209,15 @@ class BrowserInput:
 
 
 @dataclass(frozen=True, slots=True)
+class BrowserDisplay:
+    """A page's window, in device pixels, and the refresh rate its animation frames come at: a VIEWER_DISPLAY of
+    its own (protocol.md §7.14), for a host whose desktop takes its viewer's size."""
+
+    client: int
+    display: ViewerDisplay
+
+
+@dataclass(frozen=True, slots=True)
 class BrowserRateReport:
     """A page's report of when its pictures arrived (``b"R"`` + a RATE_FEEDBACK payload, protocol.md §7.10, its
     samples naming the pictures' stream numbers): its link, for the host's rate control."""
@@ -263,6 +272,7 @@ WebOutput = (
     | BrowserJoined
     | BrowserInput
     | BrowserRateReport
+    | BrowserDisplay
     | BrowserLeft
     | AcceptSession
     | CloseSession
@@ -406,10 +416,29 @@ class WebViewers:
             return [RequestKeyframe()]
         if msg["type"] == "websocket" and browser.awaiting_session:  # its WebTransport did not open
             return self._on_websocket(browser)
+        if msg["type"] == "display":
+            return self._display(client, msg)
         t = msg.get("t")
         if msg["type"] == "ping" and isinstance(t, int | float) and math.isfinite(t):  # the page times its clock
             return [SendText(client, json.dumps({"type": "pong", "t": t, "host_us": round(now * 1e6)}))]
         return []  # a later page may say more; an unknown message is not an error
+
+    def _display(self, client: int, msg: dict[str, Any]) -> list[WebOutput]:
+        """``{"type": "display", "width", "height", "hz"}``: whole pixels, a rate in Hz (0: unknown); anything else
+        is counted and ignored (a page that measured nothing yet says nothing)."""
+        width, height, hz = msg.get("width"), msg.get("height"), msg.get("hz", 0)
+        if (
+            not isinstance(width, int)
+            or not isinstance(height, int)
+            or not 0 < width <= 0xFFFF
+            or not 0 < height <= 0xFFFF
+            or not isinstance(hz, int | float)
+            or not math.isfinite(hz)
+            or not 0 <= hz <= 1000
+        ):
+            self.counters.refuse("malformed")
+            return []
+        return [BrowserDisplay(client, ViewerDisplay(width, height, round(hz * 1000)))]
 
     def _prove(self, client: int, browser: _Browser, msg: dict[str, Any], now: float) -> list[WebOutput]:
         token, code, resume = msg.get("token"), msg.get("code"), msg.get("resume")
