@@ -400,7 +400,9 @@ def test_a_compositor_that_crashes_is_started_again_with_the_program_and_the_vie
             await stop_host(host, task)
         return viewer, _events(events), [m["id"] for m in _events(markers)]
 
+    cores_before = set(Path.cwd().glob("core*"))
     viewer, seen, ids = run(scenario, timeout_s=150)
+    assert set(Path.cwd().glob("core*")) == cores_before  # nothing of the crash left where the host was started
     said = [r.getMessage() for r in caplog.records if "mutter ended" in r.getMessage()]
     assert len(said) == 1 and "starting it again" in said[0], said
     summary = viewer.summary()

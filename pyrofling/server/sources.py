@@ -192,7 +192,7 @@ def _needs_extra(source: str, exc: ImportError) -> str:
 
 async def _open_wayland(cfg: HostConfig) -> VideoSource:
     try:
-        from pyrofling.pairing import PortalToken
+        from pyrofling.pairing import PairingStoreError, PortalToken
         from pyrofling.server.wayland import PortalError, open_wayland
     except ImportError as exc:
         raise ValueError(_needs_extra("wayland", exc)) from None
@@ -200,7 +200,7 @@ async def _open_wayland(cfg: HostConfig) -> VideoSource:
         remote = cfg.virtual_input == "portal"
         tokens = PortalToken(cfg.pairing_dir, "remote_desktop" if remote else "screen_cast")
         return await open_wayland(cfg.cursor, tokens, remote_input=remote)
-    except (PortalError, RuntimeError) as exc:
+    except (PortalError, PairingStoreError, RuntimeError) as exc:  # the kept token's file, too
         raise ValueError(f"--source wayland: {exc}") from exc
 
 
