@@ -113,6 +113,8 @@ def test_netsim_runs_and_reports_as_a_program() -> None:
         (["host", "--immediate-encode"], "applies to games (--source capture)"),
         (["host", "--encode-mode", "heartbeat"], "--encode-mode applies to games"),
         (["host", "--window", "Doom"], "--window picks a window to grab: it needs --source x11"),
+        (["host", "--source", "x11", "--cursor", "hidden"], "--cursor goes with --source wayland"),
+        (["host", "--virtual-input", "portal"], "--virtual-input portal goes with --source wayland"),
         (["host", "--layer-socket", "/tmp/x.sock"], "--layer-socket / --no-layer-socket apply to games"),
         (
             ["host", "--source", "capture", "--layer-socket", "/tmp/x", "--no-layer-socket"],
