@@ -27,6 +27,7 @@ from pyrofling.core import frame_marker
 from pyrofling.core.host.headless import (
     CompositorRestarts,
     RemoteCall,
+    ResizeGate,
     RemoteInput,
     first_key_fix,
     missing_packages,
@@ -138,6 +139,19 @@ def _plane(frame: av.VideoFrame, index: int) -> np.ndarray:
     rows = frame.height if index == 0 else frame.height // 2
     cols = frame.width if index == 0 else frame.width // 2
     return np.frombuffer(memoryview(plane), np.uint8).reshape(rows, plane.line_size)[:, :cols]
+
+
+def test_while_the_monitor_changes_size_its_old_sized_frames_are_held_back_for_two_seconds_at_most() -> None:
+    gate = ResizeGate(wait_s=2.0)
+    assert gate.admit((640, 360), 0.0)  # nothing asked: every frame
+    gate.asked((1280, 720), 1.0)
+    assert not gate.admit((640, 360), 1.1)  # the old monitor, mid-change (maybe the program redrawn for the new)
+    assert gate.admit((1280, 720), 1.2)  # the new size: from now on, every frame
+    assert gate.admit((640, 360), 1.3)
+    gate.asked((1920, 1080), 5.0)
+    assert not gate.admit((1280, 720), 6.9)
+    assert gate.admit((1280, 720), 7.0)  # mutter never made it: the stream does not freeze
+    assert gate.held == 2
 
 
 def test_a_compositor_is_started_again_three_times_a_minute_at_most() -> None:

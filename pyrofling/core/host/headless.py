@@ -85,6 +85,33 @@ def recording_caps(width: int, height: int, fps: float) -> str:
 KEY_LEFTSHIFT = 42
 
 
+class ResizeGate:
+    """Which of the desktop's frames to show while its monitor changes size. Between asking for a new size and the
+    first frame of it, mutter still sends frames of the old size, some showing the program already redrawn for
+    the new one (its top-left corner): those are held back, the viewers keep the last whole picture, for at most
+    ``wait_s`` (a size mutter never makes must not freeze the stream)."""
+
+    def __init__(self, wait_s: float = 2.0) -> None:
+        self.wait_s = wait_s
+        self._awaited: tuple[int, int] | None = None
+        self._asked_s = 0.0
+        #: Frames held back so far.
+        self.held = 0
+
+    def asked(self, size: tuple[int, int], now: float) -> None:
+        self._awaited, self._asked_s = size, now
+
+    def admit(self, size: tuple[int, int], now: float) -> bool:
+        """A frame of ``size`` came at ``now``: hand it over?"""
+        if self._awaited is None:
+            return True
+        if size == self._awaited or now - self._asked_s >= self.wait_s:
+            self._awaited = None
+            return True
+        self.held += 1
+        return False
+
+
 class CompositorRestarts:
     """Whether a compositor that ended is started again: at once, up to ``limit`` times within ``window_s``; past
     that it would most likely end again (a program that crashes it, a broken install), and the stream ends."""

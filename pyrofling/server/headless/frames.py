@@ -25,6 +25,8 @@ from typing import Any
 import av
 import numpy as np
 
+from pyrofling.core.host.headless import ResizeGate
+
 #: PipeWire resends the last frame after this long without a new one (ms).
 KEEPALIVE_MS = 250
 
@@ -98,6 +100,7 @@ class MonitorFrames:
         self._lock = threading.Lock()
         self._latest, self._latest_s = last  # the newest frame, and when it came out of PipeWire (monotonic)
         self._fresh = False  # the latest frame was not handed over yet
+        self._resizing = ResizeGate()
         #: Called (on GStreamer's thread) after each frame comes.
         self.on_frame: Callable[[], None] | None = None
         #: Frames taken out of PipeWire, and the monotonic time of the first.
@@ -128,6 +131,8 @@ class MonitorFrames:
             buffer.unmap(info)
         now = self._came_s
         with self._lock:
+            if not self._resizing.admit((width, height), now):
+                return Gst.FlowReturn.OK  # the old monitor's, mid-change: the last whole picture stays
             self._latest, self._latest_s, self._fresh = frame, now, True
             self._size = (width, height)
             self.frames += 1
@@ -136,9 +141,12 @@ class MonitorFrames:
             self.on_frame()
         return Gst.FlowReturn.OK
 
-    def set_caps(self, caps: str) -> None:
-        """Ask for other caps (a new size): pipewiresrc renegotiates with mutter at its next buffer, and the monitor
-        is remade at the new size (the keepalive brings that buffer on a still desktop)."""
+    def set_caps(self, caps: str, size: tuple[int, int]) -> None:
+        """Ask for other caps (a new ``size``): pipewiresrc renegotiates with mutter at its next buffer, and the
+        monitor is remade at the new size (the keepalive brings that buffer on a still desktop); frames of the old
+        size are held back meanwhile (:class:`~pyrofling.core.host.headless.ResizeGate`)."""
+        with self._lock:
+            self._resizing.asked(size, time.monotonic())
         self._pipeline.get_by_name("caps").set_property("caps", self._gst.Caps.from_string(caps))
 
     def latest(self) -> tuple[av.VideoFrame | None, float | None]:

@@ -58,7 +58,7 @@ class HeadlessSource(RecordedDesktop):
         """Make the monitor this size and rate (a viewer's display): the recording asks mutter for it, which remakes
         the monitor (its programs see a new screen size; full-screen windows take it) in a fraction of a second."""
         self._caps = recording_caps(width, height, refresh_hz)
-        self.frames.set_caps(self._caps)
+        self.frames.set_caps(self._caps, (width, height))
 
     def run_program(self) -> None:
         if self.command:  # after the monitor exists: a program started before sees no screen (a 0x0 X root)
