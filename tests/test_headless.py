@@ -27,8 +27,8 @@ from pyrofling.core import frame_marker
 from pyrofling.core.host.headless import (
     CompositorRestarts,
     RemoteCall,
-    ResizeGate,
     RemoteInput,
+    ResizeGate,
     first_key_fix,
     missing_packages,
     recording_caps,
