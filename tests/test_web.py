@@ -277,9 +277,12 @@ def test_bench_browser_smoke_judges_the_pages_refreshes_beside_a_viewer() -> Non
     result = json.loads(proc.stdout)
     page = result["browser"]
     assert page["frames_drawn"] > 60 and page["decode_errors"] == 0 and page["quality"]["refreshes"] > 30
-    assert page["quality"]["good_refreshes_pct"] > 0 and page["latency_ms_median"] > 0
+    assert page["quality"]["good_refreshes_pct"] > 0
     # Capture → presented on the page's own clock, the host's timed to it (a loopback round trip: milliseconds at
-    # most, however busy); the wall clocks gave -6.1 ms once on this loaded machine.
+    # most, however busy). The page takes the pings' answers late when its event loop is busy, so its idea of the
+    # host's clock can be a few ms early: medians of -6.1 ms (the wall clocks, once) and -3.9 ms (the pings, once
+    # in a full run) were read on this loaded machine. A number, not a judgement: that is the bench's.
+    assert -50 < page["latency_ms_median"] < 1000
     assert 0 <= page["host_clock_rtt_ms"] < 50
     assert page["surface"] == "video" and page["latency_kind"] == "presented"
     # The click captured the mouse with the pointer locked on the <video>, and the host wrote its moves.
