@@ -21,7 +21,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -299,12 +298,10 @@ def test_without_a_desktop_session_or_its_portal_the_host_says_what_to_do_in_one
         f"<busconfig><type>session</type><listen>{address}</listen><policy context='default'>"
         "<allow send_destination='*' eavesdrop='true'/><allow eavesdrop='true'/><allow own='*'/></policy></busconfig>"
     )
-    bus = subprocess.Popen(["dbus-daemon", f"--config-file={config}", "--nofork"], stderr=subprocess.DEVNULL)
+    bus = subprocess.Popen(["dbus-daemon", f"--config-file={config}", "--nofork", "--print-address=1"],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
-        for _ in range(100):
-            if (tmp_path / "bus").exists():
-                break
-            time.sleep(0.05)
+        assert bus.stdout is not None and bus.stdout.readline()  # it says its address once it listens
         code, said = _host_says({**env, "DBUS_SESSION_BUS_ADDRESS": address})
     finally:
         bus.terminate()

@@ -205,8 +205,9 @@ async def _open_wayland(cfg: HostConfig) -> VideoSource:
 
 
 def desktop_input(source: VideoSource | None, virtual_input: str) -> InputDevices | None:
-    """The keyboard and pointer of the desktop the source shows, where the host made it (headless): viewers' keys go
-    there rather than to uinput's devices, which that desktop never sees (None: use those; ``none``: nobody's)."""
+    """The keyboard and pointer of the desktop the source shows, where it has its own (the headless desktop's, or the
+    RemoteDesktop portal's with ``--virtual-input portal``): viewers' keys go there rather than to uinput's devices
+    (None: use those; ``none``: nobody's)."""
     devices: InputDevices | None = getattr(source, "input_devices", None)
     return devices if virtual_input != "none" else None
 
@@ -225,7 +226,7 @@ def desktop_sound(source: VideoSource | None, audio: AudioConfig) -> AudioSource
 
 def follow_display(source: VideoSource | None, out: FollowDisplay, fps: float) -> None:
     """A viewer's display (protocol.md §7.14), for a source that can take its size (the headless desktop): the
-    encoder follows its pictures' new size (the heartbeat asks ``stream_size``)."""
+    encoder follows its pictures' new size (the heartbeat resizes it for a source ``sized_by_pictures``)."""
     follow = getattr(source, "follow", None)
     if follow is None:
         return

@@ -73,7 +73,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-class ScreenCastPortal:
+class DesktopPortal:
     """One session of the portal on ``bus`` (which must pass file descriptors): a screen cast, or with
     ``remote_input`` a remote desktop (the screen and, where the person allows it, the keyboard and pointer)."""
 
@@ -187,7 +187,7 @@ class PortalInput:
     """The viewers' keys and pointer into the person's desktop through the RemoteDesktop portal: an
     :class:`~pyrofling.server.input_devices.InputDevices`, as the headless desktop's is, its calls the portal's."""
 
-    def __init__(self, portal: ScreenCastPortal, node: int, monitor_size: Callable[[], tuple[int, int]]) -> None:
+    def __init__(self, portal: DesktopPortal, node: int, monitor_size: Callable[[], tuple[int, int]]) -> None:
         self.description = "the desktop's keyboard and pointer (the RemoteDesktop portal)"
         self._portal, self._node, self._monitor_size = portal, node, monitor_size
         self._remote = RemoteInput("", monitor_size())
@@ -216,7 +216,7 @@ class WaylandSource(RecordedDesktop):
     """The shared monitor as a :class:`~pyrofling.server.sources.VideoSource`; it ends when the person stops
     sharing or the recording fails."""
 
-    def __init__(self, bus: MessageBus, portal: ScreenCastPortal, frames: MonitorFrames, node: int) -> None:
+    def __init__(self, bus: MessageBus, portal: DesktopPortal, frames: MonitorFrames, node: int) -> None:
         super().__init__(frames)
         self.bus, self.portal = bus, portal
         self._started_s = time.monotonic()
@@ -262,7 +262,7 @@ async def open_wayland(cursor: str, tokens: PortalToken, *, remote_input: bool =
     except (OSError, DBusError, TimeoutError) as exc:
         raise PortalError(f"cannot reach the desktop session's bus ({address}): {exc}") from None
     try:
-        portal = ScreenCastPortal(bus, remote_input=remote_input)
+        portal = DesktopPortal(bus, remote_input=remote_input)
         node, width, height, token = await portal.start(cursor, tokens.get())
         if token:
             tokens.put(token)

@@ -121,6 +121,11 @@ class MonitorFrames:
         sample = sink.emit("pull-sample")
         structure = sample.get_caps().get_structure(0)
         width, height = structure.get_value("width"), structure.get_value("height")
+        now = self._came_s
+        with self._lock:
+            admitted = self._resizing.admit((width, height), now)
+        if not admitted:  # the old monitor's, mid-change: the last whole picture stays (and nothing is copied)
+            return Gst.FlowReturn.OK
         buffer = sample.get_buffer()
         ok, info = buffer.map(Gst.MapFlags.READ)
         if not ok:
@@ -129,10 +134,7 @@ class MonitorFrames:
             frame = i420_frame(info.data, width, height)
         finally:
             buffer.unmap(info)
-        now = self._came_s
         with self._lock:
-            if not self._resizing.admit((width, height), now):
-                return Gst.FlowReturn.OK  # the old monitor's, mid-change: the last whole picture stays
             self._latest, self._latest_s, self._fresh = frame, now, True
             self._size = (width, height)
             self.frames += 1
