@@ -154,11 +154,38 @@ class _PersonsDesktop:
             await bus.call(call)
             await asyncio.sleep(0.05)
 
-    async def answer(self, host: Host, task: asyncio.Task[Any], clicks: list[tuple[int, int]]) -> None:
-        """Click through the portal's dialog until the host has its stream (it asks again while nobody has)."""
+    def switch_shows(self, x: int, y: int) -> str | None:
+        """What the dialog's switch at (x, y) shows, as a person sees it: "on" (GNOME's blue track), "off" (a grey
+        one on the light dialog), or None while no dialog is up (the desktop's dark blue, or no picture yet)."""
+        assert self.screen is not None
+        frame, _ = self.screen.latest()
+        if frame is None:
+            return None
+        patch = frame.to_ndarray(format="rgb24")[y - 12 : y + 12, x - 30 : x + 30].astype(int)
+        red, blue = patch[..., 0], patch[..., 2]
+        if int(((blue > 200) & (red < 100)).sum()) > 100:
+            return "on"
+        return "off" if patch.mean() > 200 else None
+
+    async def answer(
+        self, host: Host, task: asyncio.Task[Any], clicks: list[tuple[int, int]], switch: tuple[int, int] | None = None
+    ) -> None:
+        """Click through the portal's dialog until the host has its stream (it asks again while nobody has); with a
+        ``switch``, it is turned on first (only while the screen shows it off: a second click turns it off again),
+        and the rest is clicked once it shows on."""
         for _ in range(120):
             if host.ready.is_set() or task.done():
                 break
+            if switch is not None:
+                if self.switch_shows(*switch) == "off":
+                    await self.click(*switch)
+                    for _ in range(20):  # until the screen shows the click
+                        await asyncio.sleep(0.1)
+                        if self.switch_shows(*switch) == "on":
+                            break
+                if self.switch_shows(*switch) != "on":
+                    await asyncio.sleep(0.25)
+                    continue
             for x, y in clicks:
                 await self.click(x, y)
             await asyncio.sleep(0.25)
@@ -238,7 +265,7 @@ def test_keys_reach_the_desktop_through_its_remote_desktop_portal_once_the_perso
         try:
             await person.start(monkeypatch)
             host, task = _wayland_host(tmp_path / "conf", virtual_input="portal", open_keyboard_mouse=True)
-            await person.answer(host, task, [ALLOW_INTERACTION, SHARE])
+            await person.answer(host, task, [SHARE], switch=ALLOW_INTERACTION)
             person.desktop.run(f"{sys.executable} -m pyrofling.bench.marker_window --fps 30 --events {events}")
             viewer = Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0, duration_s=60,
                                          marker_log=tmp_path / "markers.jsonl", keyboard_mouse=InputConfig(),
