@@ -13,6 +13,8 @@ import pytest
 
 from pyrofling.runtime import THREAD_PRIORITIES
 
+pytest_plugins = ["tiers"]
+
 
 def _start_xvfb(screen: str, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
     if shutil.which("Xvfb") is None:

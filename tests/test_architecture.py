@@ -124,6 +124,7 @@ def test_the_pure_core_loads_no_io_however_deep(module: str) -> None:
         assert not bad, f"{module} loads {name}, which imports {sorted(bad)}"
 
 
+@pytest.mark.io
 def test_importing_the_pure_core_loads_no_socket_loop_or_codec() -> None:
     """The same, measured in a fresh interpreter: what ``sys.modules`` holds after importing every pure module."""
     code = f"import sys; import {', '.join(PURE)}; print(' '.join(sorted(sys.modules)))"

@@ -234,6 +234,7 @@ def play_in_virtual_time(
     return player, device, clock
 
 
+@pytest.mark.io
 def test_lost_packets_are_concealed_without_a_click_and_cost_their_own_duration() -> None:
     chunks = tone_chunks(AudioConfig(click_period_s=0), 2.5)
     player, device, _ = play_in_virtual_time(chunks, lose={150, 200, 201, 300})
@@ -263,6 +264,7 @@ def summary_ok(player: AudioPlayer) -> bool:
     return True
 
 
+@pytest.mark.io
 def test_player_without_an_output_device_disables_audio_and_keeps_going() -> None:
     def factory(ring: OutputRing, rate: int, device: str | None) -> FakeOutput:
         raise OSError("no audio output device")
@@ -281,6 +283,7 @@ def test_player_without_an_output_device_disables_audio_and_keeps_going() -> Non
     assert player._queue.qsize() == before and player.stats.queue_overflows == 0
 
 
+@pytest.mark.io
 def test_unknown_audio_codec_from_the_host_leaves_audio_off() -> None:
     player = AudioPlayer(AudioPlayerConfig(), factory=lambda ring, rate, device: FakeOutput(ring, rate, device))
     try:
@@ -301,6 +304,7 @@ class _DroppedByTheServer(UnstartedOutput):
         threading.Event().wait()  # forever
 
 
+@pytest.mark.io
 def test_an_output_that_stops_calling_back_is_reported_and_cannot_hold_up_close() -> None:
     player, _, clock = play_in_virtual_time(tone_chunks(AudioConfig(), 0.5), set(), output=_DroppedByTheServer)
     try:

@@ -25,6 +25,9 @@ from pyrofling.server.encoder import EncoderConfig
 from pyrofling.server.host import Host, HostConfig
 from pyrofling.wire import AudioCodec, KickFlags
 
+#: Every test here streams, serves or plays through real sockets, threads or processes (not the quick tier).
+pytestmark = pytest.mark.io
+
 RATE = 48_000
 PERIOD_S = 256 / RATE
 

@@ -129,6 +129,7 @@ def test_a_traced_verdict_names_the_stage_that_alone_takes_more_than_a_lock_coul
     assert "alone" not in bound_verdict([{"mode": "free", "glass_ms_median": 31.0}, auto])
 
 
+@pytest.mark.io
 def test_pinning_gives_the_host_side_and_the_viewers_their_own_cpus() -> None:
     import os
     import subprocess
@@ -166,6 +167,7 @@ def test_the_relay_gets_a_cpu_of_its_own_where_the_viewers_can_spare_one() -> No
         split_cpus({3})
 
 
+@pytest.mark.io
 def test_pinning_on_one_cpu_is_refused_before_anything_runs() -> None:
     import os
     import subprocess

@@ -90,6 +90,7 @@ async def in_thread(fn: Callable[[], T]) -> T:
     return await asyncio.get_running_loop().run_in_executor(None, fn)
 
 
+@pytest.mark.io
 def test_malformed_and_out_of_order_requests_get_error_replies_and_the_server_goes_on(tmp_path: Path) -> None:
     async def scenario() -> CaptureServer:
         server = await serving(tmp_path)
@@ -141,6 +142,7 @@ def test_malformed_and_out_of_order_requests_get_error_replies_and_the_server_go
     run(scenario)
 
 
+@pytest.mark.io
 def test_a_game_that_floods_bad_requests_is_dropped(tmp_path: Path) -> None:
     async def scenario() -> None:
         server = await serving(tmp_path)
@@ -167,6 +169,7 @@ def test_a_game_that_floods_bad_requests_is_dropped(tmp_path: Path) -> None:
     run(scenario)
 
 
+@pytest.mark.io
 def test_a_game_that_falls_behind_reading_misses_no_motion_and_ends_with_the_newest_states(tmp_path: Path) -> None:
     """Its socket has room for a few hundred packets: the events beyond are held back (the pads' newest states and
     the keyboard and mouse, motion summed) and go out once the game reads again; no mouse count is lost."""
@@ -229,6 +232,7 @@ def test_a_stale_socket_is_replaced_and_a_live_one_is_not_stolen(tmp_path: Path)
     run(scenario)
 
 
+@pytest.mark.io
 def test_the_server_maps_presents_and_hands_the_encoder_the_game_pixels_without_copying(tmp_path: Path) -> None:
     async def scenario() -> None:
         server = await serving(tmp_path)
@@ -301,6 +305,7 @@ def near(colour: tuple[int, int, int], want: tuple[int, int, int]) -> bool:
     return all(abs(a - b) <= 6 for a, b in zip(colour, want, strict=True))
 
 
+@pytest.mark.io
 @pytest.mark.parametrize("immediate", [False, True], ids=["heartbeat", "immediate"])
 def test_a_game_streams_to_a_viewer_paced_by_the_host_and_played_by_the_viewer_pad(
     tmp_path: Path, immediate: bool
@@ -351,6 +356,7 @@ def test_a_game_streams_to_a_viewer_paced_by_the_host_and_played_by_the_viewer_p
     assert cap["errors"] == {} and summary["encode_errors"] == 0
 
 
+@pytest.mark.io
 def test_host_restart_under_a_running_game_and_viewer(tmp_path: Path) -> None:
     path = str(tmp_path / "cap.sock")
     display = ColourDisplay()
@@ -398,6 +404,7 @@ class BallFinder(HeadlessDisplay):
         return None
 
 
+@pytest.mark.io
 @pytest.mark.parametrize("renderer", ["gl", "numpy"])  # numpy: the same game on a machine without OpenGL
 def test_a_viewer_key_press_moves_the_example_game_ball_in_the_streamed_picture(tmp_path: Path, renderer: str) -> None:
     import subprocess
@@ -453,6 +460,7 @@ def test_a_viewer_key_press_moves_the_example_game_ball_in_the_streamed_picture(
     assert 30 < end[0] - 160 < 120 and 30 < 120 - end[1] < 120, end
 
 
+@pytest.mark.io
 def test_a_game_can_send_its_audio_when_the_host_takes_it(tmp_path: Path) -> None:
     from pyrofling.server.audio import AudioConfig
 
@@ -538,6 +546,7 @@ def reachable_dir() -> Iterator[Path]:
     shutil.rmtree(d, ignore_errors=True)
 
 
+@pytest.mark.io
 @pytest.mark.skipif(os.getuid() != 0, reason="acting as another user needs root (the suite runs as root in CI)")
 def test_another_users_process_is_refused_by_the_host(reachable_dir: Path) -> None:
     """Even where the socket file lets it in (a shared directory, a chmod), another user's process is refused
@@ -569,6 +578,7 @@ def test_another_users_process_is_refused_by_the_host(reachable_dir: Path) -> No
     run(scenario)
 
 
+@pytest.mark.io
 @pytest.mark.skipif(os.getuid() != 0, reason="acting as another user needs root (the suite runs as root in CI)")
 def test_a_game_never_hands_its_frames_to_a_socket_another_user_serves(reachable_dir: Path) -> None:
     """A squatter (another user) listens where the game looks for its host: the game refuses it."""
@@ -603,6 +613,7 @@ def test_a_game_never_hands_its_frames_to_a_socket_another_user_serves(reachable
     assert os.read(done[0], 1) == b"0"  # it got a connection, and not one byte
 
 
+@pytest.mark.io
 @pytest.mark.skipif(os.getuid() != 0, reason="acting as another user needs root (the suite runs as root in CI)")
 def test_the_host_will_not_advertise_a_layer_socket_another_user_squats(
     reachable_dir: Path, caplog: pytest.LogCaptureFixture

@@ -91,6 +91,7 @@ def test_schedule_file_is_read_before_starting(tmp_path: Path, capsys: pytest.Ca
     assert exc.value.code == 2 and f"{bad}:3" in err and "time order" in err
 
 
+@pytest.mark.io
 @pytest.mark.timeout(60)
 def test_netsim_runs_and_reports_as_a_program() -> None:
     out = subprocess.run(
@@ -162,6 +163,7 @@ def test_view_without_a_display_says_to_use_headless(
     assert "--headless" in capsys.readouterr().err
 
 
+@pytest.mark.io
 def test_host_with_an_unknown_encoder_fails_clearly() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "pyrofling", "host", "--port", "0", "--encoder", "nope", "--duration", "1"],
@@ -173,6 +175,7 @@ def test_host_with_an_unknown_encoder_fails_clearly() -> None:
     assert "encoder 'nope' is not available" in proc.stderr and "libx264" in proc.stderr
 
 
+@pytest.mark.io
 def test_bench_stream_smoke_through_netsim() -> None:
     """The real processes (host, netsim, viewer) for two seconds at a tiny size; the table has its numbers."""
     proc = subprocess.run(
@@ -241,6 +244,7 @@ def test_bench_phase_replays_a_latency_runs_pictures_or_says_what_the_file_lacks
         assert said in capsys.readouterr().err
 
 
+@pytest.mark.io
 def test_bench_latency_smoke_locks_and_measures_glass_to_glass(tmp_path: Path) -> None:
     """Real host and viewer at a tiny size: the automatic offset and pyrofling's controller at 0/8 ms, taking
     turns in two rounds each, with both ends' frame traces."""
@@ -273,6 +277,7 @@ def test_bench_latency_smoke_locks_and_measures_glass_to_glass(tmp_path: Path) -
     assert len(list((tmp_path / "traces").glob("*.jsonl"))) == 8
 
 
+@pytest.mark.io
 def test_bench_audio_smoke_plays_into_jack_and_times_the_clicks() -> None:
     """Real host, netsim (jitter) and viewer playing into a JACK dummy server the bench starts, for 8 s."""
     proc = subprocess.run(
@@ -305,6 +310,7 @@ def test_gamepad_client_with_a_bad_address_says_so(capsys: pytest.CaptureFixture
     assert "pyrofling gamepad:" in capsys.readouterr().err
 
 
+@pytest.mark.io
 def test_bench_input_smoke_times_sends_to_the_virtual_pad() -> None:
     """Real host (with its gamepad trace) and the gamepad-only client with a sweeping synthetic pad, 3 s."""
     proc = subprocess.run(
@@ -325,6 +331,7 @@ def test_bench_input_smoke_times_sends_to_the_virtual_pad() -> None:
     assert 0 < row["latency_ms_median"] <= row["latency_ms_p99"] <= row["latency_ms_max"] < 1000
 
 
+@pytest.mark.io
 def test_bench_capture_smoke_streams_the_example_game_and_times_input_to_photon() -> None:
     """Host (--source capture --immediate-encode), the example game headless, a phase-locked viewer, 6 s at 320x240."""
     proc = subprocess.run(
@@ -352,6 +359,7 @@ def test_bench_capture_smoke_streams_the_example_game_and_times_input_to_photon(
         assert all(r["frames"] == 20 and r["frames_wrong"] == 0 and r["readback_ms_median"] > 0 for r in readback)
 
 
+@pytest.mark.io
 def test_bench_outputs_smoke_records_broadcasts_and_compares_with_plain() -> None:
     """Host + viewer with no outputs and with --record + --broadcast to a real nginx-rtmp, 3 s each at 320x240."""
     from pyrofling.bench import nginx
@@ -376,6 +384,7 @@ def test_bench_outputs_smoke_records_broadcasts_and_compares_with_plain() -> Non
     assert "extra_cpu_pct" in both and "extra_latency_ms" in both
 
 
+@pytest.mark.io
 def test_bench_security_smoke_authenticates_and_seals_every_run() -> None:
     """Open host vs. password and paired hosts, everything sealed, 3 s each at 320x240; then six handshakes each
     way in (twenty, the default, take 8 s a way at the pace the host admits one address's challenges)."""
@@ -401,6 +410,7 @@ def test_bench_security_smoke_authenticates_and_seals_every_run() -> None:
     assert all(shakes[w]["median_ms"] > 0 for w in shakes)  # which is faster is the bench's to report
 
 
+@pytest.mark.io
 def test_bench_security_attacks_reflect_finds_no_reflector_in_any_mode() -> None:
     """The attacker takes a cookie on its own connection and sends it, pings and sealed-looking datagrams from a
     victim's address (127.0.0.3): an open, a password and a private host send the victim nothing."""
@@ -417,6 +427,7 @@ def test_bench_security_attacks_reflect_finds_no_reflector_in_any_mode() -> None
         assert m["bytes_from_victim"] > 3000 and m["bytes_to_victim"] == 0, m
 
 
+@pytest.mark.io
 def test_bench_soak_smoke_watches_memory_cpu_and_frames_of_a_host_and_three_viewers() -> None:
     proc = subprocess.run(
         [
@@ -443,6 +454,7 @@ def test_bench_soak_smoke_watches_memory_cpu_and_frames_of_a_host_and_three_view
     assert r["viewers"][0]["network"].startswith("Gilbert") and r["host"]["auth"]["successes"] == 3
 
 
+@pytest.mark.io
 def test_bench_soak_explains_a_bad_duration() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "pyrofling", "bench", "soak", "--duration", "3"], capture_output=True, text=True
@@ -476,6 +488,7 @@ def test_the_encoder_slices_each_frame_over_the_cpus_the_host_may_use() -> None:
     assert host_config(build_parser().parse_args(["host", "--encoder-threads", "3"])).encoder.threads == 3
 
 
+@pytest.mark.io
 def test_pair_takes_the_code_from_a_file_and_never_needs_it_in_argv(tmp_path: Path) -> None:
     from pyrofling.cli.pair import _code_from_file_or_prompt
 

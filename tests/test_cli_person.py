@@ -48,6 +48,7 @@ def one_line(text: str) -> str:
 # -- 1. the README's addresses reach the default host ------------------------------------------
 
 
+@pytest.mark.io
 def test_the_default_host_answers_on_both_loopbacks() -> None:
     assert build_parser().parse_args(["host"]).bind == "localhost"
     try:
@@ -71,6 +72,7 @@ def test_the_default_host_answers_on_both_loopbacks() -> None:
 # -- 2. a viewer that never had a stream says why and stops -------------------------------------
 
 
+@pytest.mark.io
 def test_a_viewer_with_nothing_to_connect_to_says_so_at_once() -> None:
     port = free_port()
     # It gives up on its own (it takes about a second; the wait's timeout is only a guard against trying forever).
@@ -95,6 +97,7 @@ def test_reconnecting_is_for_viewers_that_had_a_stream() -> None:
 # -- 3. a display nobody answers on ------------------------------------------------------------
 
 
+@pytest.mark.io
 @pytest.mark.parametrize("command", [["view", "pyro://127.0.0.1:1"], ["demo", "--duration", "1"]])
 def test_a_stale_display_is_one_line_that_suggests_headless(command: list[str]) -> None:
     proc = pyrofling(*command, env={"DISPLAY": ":4271"})  # no X server there
@@ -126,6 +129,7 @@ def test_output_files_that_cannot_be_written_are_refused_at_once(
     assert exc.value.code == 2 and message in capsys.readouterr().err
 
 
+@pytest.mark.io
 @pytest.mark.parametrize("path", ["/proc/recording.mkv", "/nonexistent/recording.mkv"])
 def test_a_recording_that_cannot_be_written_stops_the_host_before_it_streams(path: str) -> None:
     proc = pyrofling("host", "--port", "0", "--record", path, "--duration", "3", timeout=30)
@@ -136,6 +140,7 @@ def test_a_recording_that_cannot_be_written_stops_the_host_before_it_streams(pat
 # -- 5. the window viewer: "connecting", a summary at exit, SIGTERM keeps the statistics -------------
 
 
+@pytest.mark.io
 def test_the_window_viewer_stops_cleanly_on_sigterm_with_its_statistics_and_a_summary(
     xvfb: str, tmp_path: Path
 ) -> None:
@@ -177,6 +182,7 @@ def _shown(path: Path) -> int:
         return 0
 
 
+@pytest.mark.io
 def test_the_ping_is_known_while_streaming() -> None:
     async def scenario() -> float | None:
         host, task = await start_host(virtual_pad="none")
@@ -221,6 +227,7 @@ def test_an_unknown_preset_is_named_before_the_encoder_opens(capsys: pytest.Capt
     assert "unknown preset 'bogus' for libx264: use one of ultrafast" in capsys.readouterr().err
 
 
+@pytest.mark.io
 def test_nvenc_without_a_gpu_is_one_line_not_an_ffmpeg_dump() -> None:
     proc = pyrofling("host", "--port", "0", "--encoder", "h264_nvenc", "--duration", "2", timeout=60)
     assert proc.returncode == 1
@@ -231,6 +238,7 @@ def test_nvenc_without_a_gpu_is_one_line_not_an_ffmpeg_dump() -> None:
 # -- 7. raw files of the wrong size, and flags that contradict each other ----------------------------
 
 
+@pytest.mark.io
 @pytest.mark.parametrize("size", [640 * 360 * 3 // 2 * 3 + 100, 1000])
 def test_a_raw_file_that_is_not_whole_frames_is_refused(tmp_path: Path, size: int) -> None:
     path = tmp_path / "frames.yuv"
@@ -309,6 +317,7 @@ def test_a_game_says_it_waits_for_a_host(tmp_path: Path, caplog: pytest.LogCaptu
     assert waits == [f"capture: waiting for a host on {tmp_path / 'nobody-listens'} (pyrofling host --source capture)"]
 
 
+@pytest.mark.io
 def test_the_gamepad_client_does_not_claim_a_picture(caplog: pytest.LogCaptureFixture) -> None:
     from pyrofling.client.gamepad import GamepadConfig
     from pyrofling.wire import KickFlags
@@ -330,6 +339,7 @@ def test_the_gamepad_client_does_not_claim_a_picture(caplog: pytest.LogCaptureFi
     assert joined and joined[0].endswith("joined for gamepad")
 
 
+@pytest.mark.io
 def test_example_game_prints_no_json_unless_asked(tmp_path: Path) -> None:
     args = ["example-game", "--headless", "--duration", "0.5", "--width", "64", "--height", "64",
             "--capture-socket", str(tmp_path / "none")]  # fmt: skip

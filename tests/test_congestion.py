@@ -217,6 +217,7 @@ def test_the_narrow_link_warning_waits_for_a_squeeze_that_lasts_and_says_it_once
     assert [t for t, line in enumerate(said) if line is not None] == [3]
 
 
+@pytest.mark.io
 def test_arrival_times_are_the_kernels_not_when_the_loop_got_to_the_datagram() -> None:
     """A viewer busy for 50 ms reads a datagram late; its arrival time must still be when it arrived."""
     import socket
@@ -261,6 +262,7 @@ class _RecordingConnection:
         return self.due
 
 
+@pytest.mark.io
 def test_a_busy_viewer_reads_every_datagram_waiting_before_its_timer_judges_them() -> None:
     """A frame's datagrams sit unread while the viewer is busy past a timer (the loss tracker's tail wait):
     the shell must hand them all over before the time, or the core would count them lost and ask again."""

@@ -41,6 +41,9 @@ from pyrofling.server.host import Host
 from pyrofling.server.sources import SceneSource
 from pyrofling.wire import Again, Hello, Kick, KickFlags, MessageId, Nak, type_word_wide
 
+#: Every test here streams, serves or plays through real sockets, threads or processes (not the quick tier).
+pytestmark = pytest.mark.io
+
 DATAGRAMS = 1_000_000
 TCP_MESSAGES = 100_000
 

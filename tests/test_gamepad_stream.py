@@ -10,6 +10,7 @@ import asyncio
 import socket
 from typing import Any
 
+import pytest
 from support import TINY, run, start_host, stop_host, until
 
 from pyrofling.client.gamepad import GamepadConfig
@@ -27,6 +28,9 @@ from pyrofling.wire import (
     Kick,
     KickFlags,
 )
+
+#: Every test here streams, serves or plays through real sockets, threads or processes (not the quick tier).
+pytestmark = pytest.mark.io
 
 
 async def stop(host: Host, task: asyncio.Task[Any], *clients: tuple[Viewer, asyncio.Task[Any]]) -> None:

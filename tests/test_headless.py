@@ -206,6 +206,7 @@ def _events(path: Path) -> list[dict[str, Any]]:
         return []
 
 
+@pytest.mark.io
 def test_an_authenticated_viewers_keys_and_pointer_reach_the_program_in_the_desktop_and_forged_ones_do_not(
     tmp_path: Path,
 ) -> None:
@@ -280,6 +281,7 @@ def test_an_authenticated_viewers_keys_and_pointer_reach_the_program_in_the_desk
     assert summary["keyboard_mouse"]["devices"].startswith("the headless desktop")
 
 
+@pytest.mark.io
 def test_a_viewer_sees_the_program_running_in_the_hosts_headless_desktop_and_it_all_ends_with_the_host(
     tmp_path: Path,
 ) -> None:
@@ -320,6 +322,7 @@ def test_a_viewer_sees_the_program_running_in_the_hosts_headless_desktop_and_it_
     assert summary["frames_encoded"] > 0
 
 
+@pytest.mark.io
 def test_the_desktop_takes_the_size_of_a_browser_that_watches_it_and_follows_its_window(tmp_path: Path) -> None:
     """A browser on the web door says its window (in device pixels) and refresh rate, as a pyrofling viewer says
     its display: the desktop takes that size, and another when the window changes."""
@@ -379,6 +382,7 @@ def _new_run(ids: list[int]) -> list[int]:
     return ids[start:]
 
 
+@pytest.mark.io
 def test_a_compositor_that_crashes_is_started_again_with_the_program_and_the_viewer_stays_connected(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -436,6 +440,7 @@ def _loudest_hz(samples: np.ndarray, rate: int) -> tuple[float, float]:
     return float(hz[peak]), float(near / power.sum())
 
 
+@pytest.mark.io
 def test_two_desktops_side_by_side_each_stream_shows_only_its_own_program_and_sounds_only_its_own_tone(
     tmp_path: Path,
 ) -> None:
@@ -491,6 +496,7 @@ def test_two_desktops_side_by_side_each_stream_shows_only_its_own_program_and_so
         assert abs(loudest - hz) < 5 and share > 0.9, (name, loudest, share)
 
 
+@pytest.mark.io
 def test_the_desktop_takes_the_viewers_display_and_follows_it_to_a_new_size_with_the_program_running(
     tmp_path: Path,
 ) -> None:

@@ -29,6 +29,9 @@ from pyrofling.server.heartbeat import Heartbeat
 from pyrofling.server.sources import SceneSource
 from pyrofling.server.stats import HostStats
 
+#: Every test here streams, serves or plays through real sockets, threads or processes (not the quick tier).
+pytestmark = pytest.mark.io
+
 FPS = 60
 START_S = 100.0
 

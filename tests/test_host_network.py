@@ -13,6 +13,9 @@ from pyrofling.core.host.state import Address, HostOutput, SendDatagram
 from pyrofling.server.network import READ_BATCH, HostNetwork
 from pyrofling.server.stats import HostStats
 
+#: Every test here streams, serves or plays through real sockets, threads or processes (not the quick tier).
+pytestmark = pytest.mark.io
+
 
 class _RecordingSessions:
     """What the shell hands the core: each datagram with the loop turn it came in; it echoes the first one."""

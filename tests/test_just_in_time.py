@@ -69,6 +69,7 @@ def test_a_game_as_slow_as_the_stream_or_a_host_without_headroom_starts_at_once(
     assert quick.completed(1.0, beat=100, headroom_s=0.0, period_s=PERIOD) == 1.0  # e.g. an older host
 
 
+@pytest.mark.io
 def test_a_game_just_in_time_reads_its_input_later_and_still_makes_its_heartbeats(tmp_path: Path) -> None:
     """Against a real host: FrameComplete's headroom delays the game's next frame, and no present is late."""
     path = str(tmp_path / "cap.sock")

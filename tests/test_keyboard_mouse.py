@@ -264,6 +264,7 @@ def test_input_state_round_trips_and_refuses_bad_lengths() -> None:
 # -- real loopback ----------------------------------------------------------------------------------
 
 
+@pytest.mark.io
 def test_a_viewers_keys_and_mouse_reach_the_hosts_devices_and_a_python_game(tmp_path: Path) -> None:
     devices = RecordingInput()
     sock = str(tmp_path / "cap.sock")

@@ -61,6 +61,15 @@ def test_scene_colour_bars_are_bt709_full_range() -> None:
         TestScene(321, 240)
 
 
+def test_the_smallest_scene_draws_every_frame_its_counter_cut_to_what_fits() -> None:
+    """At 64×64 the six-digit counter is wider than the picture: it is drawn as far as it fits (it once made every
+    frame of a 64×64 host fail)."""
+    scene = TestScene(64, 64)
+    counter_rows = slice(64 - 9 * 2, 64)
+    first = scene.render(1, 0)[counter_rows].copy()
+    assert not np.array_equal(first, scene.render(999_999, 0)[counter_rows])
+
+
 def test_every_frame_survives_encode_and_decode_with_its_id_and_time() -> None:
     _, packets = _encode(30)
     dec = VideoDecoder(VideoCodec.H264)

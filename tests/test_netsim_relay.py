@@ -8,6 +8,9 @@ import pytest
 from pyrofling.netsim.models import ImpairmentConfig
 from pyrofling.netsim.relay import NetsimRelay, RelayConfig
 
+#: Every test here streams, serves or plays through real sockets, threads or processes (not the quick tier).
+pytestmark = pytest.mark.io
+
 TIMEOUT_S = 5.0
 
 

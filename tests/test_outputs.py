@@ -138,6 +138,7 @@ async def _host(**kwargs: Any) -> tuple[Host, asyncio.Task[Any]]:
     return await start_host(virtual_pad="none", **kwargs)
 
 
+@pytest.mark.io
 @pytest.mark.parametrize("codec", ["raw", "opus"])
 def test_a_recording_holds_the_viewers_packets_and_the_audio(tmp_path: Path, codec: str) -> None:
     path = tmp_path / "game.mkv"
@@ -182,6 +183,7 @@ def _start_recording_host(tmp_path: Path, path: Path) -> tuple[subprocess.Popen[
     raise AssertionError("the host never started recording")
 
 
+@pytest.mark.io
 def test_sigterm_finishes_the_recording_and_it_plays_to_its_last_second(tmp_path: Path) -> None:
     path = tmp_path / "sigterm.mkv"
     proc, started = _start_recording_host(tmp_path, path)
@@ -197,6 +199,7 @@ def test_sigterm_finishes_the_recording_and_it_plays_to_its_last_second(tmp_path
     assert abs(got.audio_s - got.video_end_s) < 0.25
 
 
+@pytest.mark.io
 def test_a_crash_loses_at_most_the_last_second(tmp_path: Path) -> None:
     path = tmp_path / "crash.mkv"
     proc, started = _start_recording_host(tmp_path, path)
@@ -209,6 +212,7 @@ def test_a_crash_loses_at_most_the_last_second(tmp_path: Path) -> None:
     assert got.video_end_s >= (killed - started) - 1.0 - 0.3  # ≤ 1 s lost (0.3 s: scheduling slack)
 
 
+@pytest.mark.io
 def test_a_recording_thread_does_not_keep_the_raised_priority_of_the_loop_that_started_it(tmp_path: Path) -> None:
     THREAD_PRIORITIES.enabled = True  # off again after the test (conftest)
     started: list[Recorder] = []
@@ -272,6 +276,7 @@ def play_rtmp(url: str, *, frames: int, audio_s: float, timeout_s: float = 20.0)
     return out
 
 
+@pytest.mark.io
 @needs_nginx
 def test_broadcast_through_nginx_survives_the_server_dying_without_disturbing_viewers(tmp_path: Path) -> None:
     server = nginx.NginxRtmp(tmp_path / "nginx")
@@ -312,6 +317,7 @@ def test_broadcast_through_nginx_survives_the_server_dying_without_disturbing_vi
     assert viewer.summary()["reconnects"] == 0 and viewer.summary()["freezes_over_250ms"] == 0
 
 
+@pytest.mark.io
 @needs_nginx
 def test_broadcast_with_its_own_encoder_has_a_normal_gop_and_bitrate(tmp_path: Path) -> None:
     with nginx.NginxRtmp(tmp_path / "nginx") as server:

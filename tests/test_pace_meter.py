@@ -41,6 +41,7 @@ def test_a_time_span_meets_a_spell_only_where_they_overlap() -> None:
     assert not overlaps(None, 1.0, spells)
 
 
+@pytest.mark.io
 def test_the_meter_runs_in_its_own_process_and_keeps_what_it_measured_when_stopped(tmp_path: Path) -> None:
     out = tmp_path / "pace.json"
     meter = PaceMeter(60, out)

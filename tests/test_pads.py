@@ -113,6 +113,7 @@ def test_one_pad_keeps_the_reference_rules_exactly() -> None:
 # -- real loopback ----------------------------------------------------------------------------------
 
 
+@pytest.mark.io
 def test_two_players_on_two_pads_a_reconnect_and_a_python_game_reading_both(tmp_path: Path) -> None:
     pads = {1: RecordingPad(), 2: RecordingPad()}
     sock = str(tmp_path / "cap.sock")

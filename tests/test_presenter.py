@@ -195,6 +195,7 @@ def test_live_figures_cover_the_last_samples_and_sort_them_outside_the_decode_lo
     assert presenter.summary()["glass_ms_median"] == 60.0
 
 
+@pytest.mark.io
 def test_a_streams_decoder_and_scene_checker_are_ready_before_its_first_packet(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -221,6 +222,7 @@ def test_a_streams_decoder_and_scene_checker_are_ready_before_its_first_packet(
     assert pipeline._scene is not None and (pipeline._scene.width, pipeline._scene.height) == (320, 240)
 
 
+@pytest.mark.io
 def test_a_real_time_decoder_that_fills_its_cpu_is_stepped_down_once(monkeypatch: pytest.MonkeyPatch) -> None:
     import pyrofling.client.video as video
     from pyrofling.client.codecs import VideoDecoder

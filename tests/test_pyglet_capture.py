@@ -11,6 +11,9 @@ from typing import cast
 
 import pytest
 
+#: Every test here streams, serves or plays through real sockets, threads or processes (not the quick tier).
+pytestmark = pytest.mark.io
+
 SCRIPT = r"""
 import json, logging, sys
 import pyglet

@@ -217,6 +217,7 @@ def test_the_viewers_pad_plays_and_stops_one_effect_updated_in_place() -> None:
 # -- real loopback: a Python game asks, the viewer's pad hears --------------------------------------
 
 
+@pytest.mark.io
 def test_a_python_games_rumble_reaches_the_players_pad_through_the_host(tmp_path: Path) -> None:
     sock, log = str(tmp_path / "cap.sock"), tmp_path / "rumble.jsonl"
 

@@ -43,6 +43,7 @@ def test_every_collector_run_is_recorded_with_its_generation_and_drained_once() 
     assert pauses.drain() == []
 
 
+@pytest.mark.io
 @pytest.mark.skipif(thread_schedstat() is None, reason="no /proc/thread-self/schedstat on this system")
 def test_a_threads_wall_time_splits_into_cpu_waiting_and_blocked() -> None:
     def spin() -> int:
@@ -59,6 +60,7 @@ def test_a_threads_wall_time_splits_into_cpu_waiting_and_blocked() -> None:
     assert asleep["switches"] >= 1  # asleep, it left its CPU and came back
 
 
+@pytest.mark.io
 @pytest.mark.skipif(thread_schedstat() is None, reason="no /proc/thread-self/schedstat on this system")
 def test_work_that_never_blocks_does_not_read_as_blocked() -> None:
     # Real threads on the real kernel: what is tested is the kernel's own accounting, which no fake clock has.
@@ -80,6 +82,7 @@ def test_work_that_never_blocks_does_not_read_as_blocked() -> None:
     assert blocked[len(blocked) // 2] < work_s / 10  # the old reading: about half the work
 
 
+@pytest.mark.io
 def test_thread_priorities_are_left_alone_unless_turned_on() -> None:
     p = ThreadPriorities()
     before = os.getpriority(os.PRIO_PROCESS, 0)
@@ -116,6 +119,7 @@ def test_a_refused_real_time_request_falls_back_to_a_raised_priority_then_to_nor
     assert "not granted for presenter, heartbeat" in line and "CAP_SYS_NICE" in line
 
 
+@pytest.mark.io
 def test_a_granted_priority_is_the_threads_own() -> None:
     p = ThreadPriorities()
     p.enabled = True
@@ -130,6 +134,7 @@ def test_a_granted_priority_is_the_threads_own() -> None:
     assert p.summary().startswith(f"thread priorities: event loop {got}")
 
 
+@pytest.mark.io
 def test_the_encoder_runs_real_time_below_the_beat_and_steps_down_with_the_threads_it_started() -> None:
     p = ThreadPriorities()
     p.enabled = True
@@ -189,6 +194,7 @@ def test_the_encoder_runs_real_time_below_the_beat_and_steps_down_with_the_threa
             t.join(30)
 
 
+@pytest.mark.io
 def test_an_output_thread_started_by_a_raised_thread_goes_back_to_the_processs_priority() -> None:
     # A thread inherits the nice value of the thread that starts it: the raised event loop starts the recording
     # and broadcast threads, and a broadcast's own encoder must not compete with the stream's at its priority.
@@ -246,6 +252,7 @@ asyncio.run(asyncio.wait_for(main(), 60))
 """
 
 
+@pytest.mark.io
 def test_a_stream_imports_nothing_once_its_first_picture_is_shown() -> None:
     """An import mid-stream holds the interpreter lock for milliseconds (numpy.ma: 8 ms, 2 s into every stream,
     when the automatic offset first took a percentile): a fresh interpreter tuned as the commands are streams

@@ -57,6 +57,7 @@ def viewer_for(host: Host, password: str | None, **kwargs: Any) -> Viewer:
     return Viewer(cfg)
 
 
+@pytest.mark.io
 def test_the_right_password_streams_sealed_and_drives_the_pad(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     pad = RecordingPad()
@@ -91,6 +92,7 @@ def test_the_right_password_streams_sealed_and_drives_the_pad(caplog: pytest.Log
     assert host.network._crypto.in_process
 
 
+@pytest.mark.io
 def test_the_handshake_worker_is_another_process_and_one_that_dies_is_replaced() -> None:
     import os
     from functools import partial
@@ -116,6 +118,7 @@ def test_the_handshake_worker_is_another_process_and_one_that_dies_is_replaced()
         worker.close()
 
 
+@pytest.mark.io
 def test_a_pyrofling_planted_in_the_working_directory_never_runs_in_the_handshake_worker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -143,6 +146,7 @@ def test_a_pyrofling_planted_in_the_working_directory_never_runs_in_the_handshak
     assert not marker.exists()
 
 
+@pytest.mark.io
 def test_wrong_password_and_native_viewers_get_no_media_and_never_move_the_pad() -> None:
     pad = RecordingPad()
 
@@ -165,6 +169,7 @@ def test_wrong_password_and_native_viewers_get_no_media_and_never_move_the_pad()
     assert host.summary()["auth"]["failures"] == 1
 
 
+@pytest.mark.io
 def test_spoofed_plaintext_states_from_the_viewers_address_do_not_move_the_pad() -> None:
     """An attacker on the path copies the encrypted viewer's address and cookie and sends plain UDP."""
     pad = RecordingPad()
@@ -193,6 +198,7 @@ def test_spoofed_plaintext_states_from_the_viewers_address_do_not_move_the_pad()
     assert pad.reports() == []
 
 
+@pytest.mark.io
 def test_pair_once_over_the_network_then_join_sealed_without_the_code(tmp_path: Path) -> None:
     host_dir, viewer_dir = tmp_path / "host", tmp_path / "viewer"
     pad = RecordingPad()
@@ -220,6 +226,7 @@ def test_pair_once_over_the_network_then_join_sealed_without_the_code(tmp_path: 
     assert (host_dir.stat().st_mode & 0o777) == 0o700
 
 
+@pytest.mark.io
 @pytest.mark.parametrize("bit", [1, 2])
 def test_a_relay_that_strips_auth_or_encryption_gets_no_stream_either_way(bit: int) -> None:
     """Someone on the path clears AUTH (bit 1) or ENCRYPTION (bit 2) in the viewer's offer."""
@@ -254,6 +261,7 @@ def streaming(viewer: Viewer) -> bool:
     return viewer.connection is not None and viewer.connection.streaming
 
 
+@pytest.mark.io
 def test_a_relay_that_injects_control_messages_never_acts_and_the_viewer_comes_back() -> None:
     """KICK, REQUEST_KEYFRAME and a forged AUTH_RESULT spliced into a sealed stream: the connection they hit
     ends, nothing acts on them, and the viewer reconnects by itself."""
@@ -292,6 +300,7 @@ def test_a_relay_that_injects_control_messages_never_acts_and_the_viewer_comes_b
     assert viewer.failure is None  # never stopped for good
 
 
+@pytest.mark.io
 def test_the_pairing_commands_end_to_end(tmp_path: Path) -> None:
     """A person's way through it: the host makes a code, the friend runs pyrofling pair once, then views with no
     code; both sides list the pairing; the host revokes it and the next view is refused. The code never passes
@@ -395,6 +404,7 @@ def test_pairing_files_that_cannot_be_trusted_are_refused_not_followed(tmp_path:
         store.entries()
 
 
+@pytest.mark.io
 def test_a_32_kb_burst_of_extensions_costs_one_handshake_and_the_stream_goes_on() -> None:
     """The attacker writes HELLO and 2048 EXTENSIONS(AUTH, ENCRYPTION) in one go, then holds 20 such
     connections open, while a viewer streams: it keeps streaming, and a new viewer with the password gets in."""

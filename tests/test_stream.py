@@ -23,6 +23,9 @@ from pyrofling.server.audio import AudioConfig
 from pyrofling.server.host import Host
 from pyrofling.wire import Hello, Kick, KickFlags, Nak, parse_control
 
+#: Every test here streams, serves or plays through real sockets, threads or processes (not the quick tier).
+pytestmark = pytest.mark.io
+
 
 def test_host_to_viewer_end_to_end() -> None:
     async def scenario() -> tuple[Host, Viewer]:

@@ -171,6 +171,7 @@ def memfd(size: int) -> int:
     return fd
 
 
+@pytest.mark.io
 @needs_vulkan
 def test_hostile_layer_requests_get_error_replies_and_the_host_goes_on(tmp_path: Path) -> None:
     from pyrofling.capture.vulkan_standin import StandInLayer, quadrant_painter
@@ -232,6 +233,7 @@ def test_hostile_layer_requests_get_error_replies_and_the_host_goes_on(tmp_path:
     assert summary["vulkan_games"] == 2 and summary["vulkan"]["presents"] == 1
 
 
+@pytest.mark.io
 @needs_vulkan
 def test_layer_games_get_no_pyrofling_events(tmp_path: Path) -> None:
     """PyroFling's layer drops the connection on an event it does not know: gamepad states go only to
@@ -331,6 +333,7 @@ async def layer_host(tmp_path: Path, port: int = 0) -> tuple[Host, asyncio.Task[
     )
 
 
+@pytest.mark.io
 @needs_vulkan
 @pytest.mark.parametrize("vk_format", [m.VkFormat.B8G8R8A8_UNORM, m.VkFormat.R8G8B8A8_SRGB], ids=["bgra", "rgba-srgb"])
 def test_layer_images_reach_a_viewer_intact_paced_by_the_host_through_a_resize(
@@ -374,6 +377,7 @@ def test_layer_images_reach_a_viewer_intact_paced_by_the_host_through_a_resize(
     assert vk["size"] == "96x64" and vk["semaphores_assumed"] == vk["presents"] > 10  # lavapipe: taken as signalled
 
 
+@pytest.mark.io
 @needs_vulkan
 def test_a_layer_game_survives_a_host_restart(tmp_path: Path) -> None:
     display = QuadrantDisplay()
@@ -406,6 +410,7 @@ def test_a_layer_game_survives_a_host_restart(tmp_path: Path) -> None:
     assert stats.errors == ["the host closed the socket"] and np.isfinite(stats.interval_ms()[0])
 
 
+@pytest.mark.io
 def test_without_vulkan_the_host_says_so_once_and_keeps_its_other_games(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -440,6 +445,7 @@ def test_without_vulkan_the_host_says_so_once_and_keeps_its_other_games(
     assert len(said) == 1 and "other games and sources are unaffected" in said[0].getMessage()
 
 
+@pytest.mark.io
 @needs_vulkan
 def test_a_mailbox_layer_game_presents_freely_and_the_newest_image_wins(tmp_path: Path) -> None:
     from pyrofling.capture.vulkan_standin import QUADRANTS, StandInLayer, quadrant_painter

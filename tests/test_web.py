@@ -22,6 +22,9 @@ from pyrofling.bench.chromium import Chromium, find_chromium
 from pyrofling.core import frame_marker
 from pyrofling.core.host.web_viewers import FLAG_IDR, STREAM_SEQ, VIDEO_HEADER
 
+#: Every test here streams, serves or plays through real sockets, threads or processes (not the quick tier).
+pytestmark = pytest.mark.io
+
 
 def _get(url: str) -> tuple[int, dict[str, str], bytes]:
     try:

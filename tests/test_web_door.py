@@ -88,6 +88,7 @@ def test_the_stream_opens_only_from_the_pages_own_origin_and_a_rebound_name_gets
 # -- rows 1 and 7: a page on another site the person visits -----------------------------------------
 
 
+@pytest.mark.io
 def test_a_page_on_another_origin_can_neither_open_the_stream_nor_guess_the_password_nor_take_a_slot() -> None:
     """Any site the friend visits could open WebSockets to the host's web port: 16 silent ones took every waiting
     slot and the friend's page was refused and threw away its pass; five password guesses locked the person's own
@@ -131,6 +132,7 @@ def test_a_page_on_another_origin_can_neither_open_the_stream_nor_guess_the_pass
 # -- row 2: another user of this machine takes the port while the host is down ------------------------
 
 
+@pytest.mark.io
 def test_a_squatter_who_read_a_loopback_pages_pass_gets_nothing_on_the_hosts_next_run(tmp_path: Path) -> None:
     """Over plain HTTP the page is served on 127.0.0.1, and while the host is down anyone on this machine can
     listen there: the friend's bookmark then opens the squatter's page, which reads the pass from the browser's
@@ -191,6 +193,7 @@ async def _tls_handshakes(port: int, source: str, count: int) -> int:
     return sum(await asyncio.gather(*(one() for _ in range(count))))
 
 
+@pytest.mark.io
 def test_tls_handshakes_in_a_hurry_are_closed_before_tls_and_a_friend_with_the_link_still_gets_in(
     tmp_path: Path,
 ) -> None:
@@ -226,6 +229,7 @@ def _open_descriptors() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+@pytest.mark.io
 def test_silent_connections_from_eight_addresses_leave_the_hosts_descriptors_and_a_place_for_a_friend(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -283,6 +287,7 @@ def test_silent_connections_from_eight_addresses_leave_the_hosts_descriptors_and
 # -- row 4: forged QUIC Initials with made-up Retry tokens ------------------------------------------
 
 
+@pytest.mark.io
 def test_forged_retry_tokens_cost_a_hash_and_are_refused_while_a_real_client_still_connects() -> None:
     """Row 4: an Initial that carries a Retry token is checked before anything else; qh3's own tokens are RSA,
     a millisecond each (2,000 forged a second, from any forged source, took a 720p60 host from 55 to 93 % of a
@@ -374,6 +379,7 @@ async def _real_quic_handshake(port: int) -> bool:
 # -- row 9: the log, at any verbosity --------------------------------------------------------------
 
 
+@pytest.mark.io
 def test_no_secret_reaches_the_log_at_any_verbosity(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
     """Row 9: with ``-vv`` websockets wrote every frame to the log: the link's key, a pass and the typed password.
     Every logger at DEBUG, a browser proves the link, comes back with its pass and another types the password:
@@ -460,6 +466,7 @@ def test_the_host_refuses_a_link_file_that_is_a_link_before_it_starts(tmp_path: 
 # -- row 10: a flood of password logins, and a password change --------------------------------------
 
 
+@pytest.mark.io
 def test_password_logins_in_a_hurry_push_no_friends_pass_out_and_a_new_password_ends_the_old_ones(
     tmp_path: Path,
 ) -> None:
@@ -542,6 +549,7 @@ def test_a_busy_host_tells_the_page_to_come_back_and_a_stale_pass_to_forget_it()
 # -- the bench's attackers, in a smoke run ---------------------------------------------------------
 
 
+@pytest.mark.io
 @pytest.mark.parametrize("attack", ["web-origin", "web-quic", "web-tls", "web-idle"])
 def test_the_benchs_web_attackers_play_and_the_friend_still_comes_back(attack: str, tmp_path: Path) -> None:
     """``bench security --attacks web-…`` in a second and a half each, against a host in this process: the attacker

@@ -16,6 +16,7 @@ from pyrofling.bench.stream import _wait_for_port, free_port
 from pyrofling.core.scene import BARS_RGB
 
 
+@pytest.mark.io
 def test_window_shows_the_test_scene(xvfb: str, tmp_path: Path) -> None:
     port = free_port()
     env = dict(os.environ, PYTHONUNBUFFERED="1", DISPLAY=xvfb)
@@ -54,6 +55,7 @@ def test_window_shows_the_test_scene(xvfb: str, tmp_path: Path) -> None:
         assert np.abs(row[x].astype(float) - expected).max() < 40, (i, row[x], expected)
 
 
+@pytest.mark.io
 def test_v_toggles_the_overlay_with_its_graphs(xvfb: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DISPLAY", xvfb)
     from pyglet.window import key
@@ -131,6 +133,7 @@ def test_v_toggles_the_overlay_with_its_graphs(xvfb: str, monkeypatch: pytest.Mo
         window.close()
 
 
+@pytest.mark.io
 def test_the_keyboard_is_a_pad_when_the_viewer_sends_one(xvfb: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DISPLAY", xvfb)
     from pyglet.window import key
@@ -172,6 +175,7 @@ def test_the_keyboard_is_a_pad_when_the_viewer_sends_one(xvfb: str, monkeypatch:
         window.close()
 
 
+@pytest.mark.io
 def test_a_click_captures_the_pointer_and_ctrl_alt_z_lets_it_go(xvfb: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """With a host that takes keys and the mouse: a click captures (and is not sent), then every key, button,
     motion and wheel goes to the game; the window's own keys need Ctrl+Alt; focus lost lets everything go."""
@@ -248,7 +252,7 @@ def test_a_click_captures_the_pointer_and_ctrl_alt_z_lets_it_go(xvfb: str, monke
 
 
 def test_the_overlay_says_how_pictures_are_timed() -> None:
-    from pyrofling.client.window import presentation_line
+    from pyrofling.client.hud import presentation_line
 
     assert presentation_line({"mode": "free"}).startswith("free-running")
     assert presentation_line({"mode": "fixed", "offset_ms": 0.0, "deadline_ms": 8.0}) == (

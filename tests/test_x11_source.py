@@ -27,6 +27,7 @@ def white_screen(x_server: Callable[..., str]) -> str:
     return x_server("320x240x24", "-wr")
 
 
+@pytest.mark.io
 def test_the_grab_reads_the_whole_screen_on_demand(white_screen: str) -> None:
     source = open_source(f"x11:{white_screen}", 1280, 720)
     try:
@@ -60,6 +61,7 @@ class Colours(HeadlessDisplay):
         return None
 
 
+@pytest.mark.io
 def test_a_grabbed_screen_streams_to_a_viewer(white_screen: str) -> None:
     display = Colours()
 
@@ -121,6 +123,7 @@ def _open_window(display: str, title: str, colour: int, x: int, y: int, w: int, 
     return conn
 
 
+@pytest.mark.io
 def test_one_window_of_a_screen_is_grabbed_by_its_title(x_server: Callable[..., str]) -> None:
     display = x_server("640x480x24")  # black root: only the window is red
     game = _open_window(display, "Doom Eternal — Vulkan", 0xFF0000, 40, 30, 200, 120)

@@ -39,7 +39,9 @@ class StreamScenario:
     bitrate_kbits: int = 10_000
     duration_s: float | None = 10.0  # None: until interrupted (the demo)
     loss: float = 0.0  # i.i.d. datagram loss host→viewer
-    ge: bool = False  # Gilbert–Elliott bursts (DEFAULT_GE) instead
+    ge: bool = False  # Gilbert–Elliott bursts (``ge_model``) instead
+    #: The bursts' P(good→bad), P(bad→good) and loss in the bad state.
+    ge_model: tuple[float, float, float] = DEFAULT_GE
     viewers: int = 1
     fec: str = "auto"  # planner, or "none"
     encoder: str = "libx264"
@@ -83,6 +85,8 @@ class StreamScenario:
     #: size and lines) instead of shown.
     host_nofile: int | None = None
     host_log: bool = False
+    #: netsim lists which datagrams host→viewer it dropped (``result["netsim"]["down"]["dropped_at"]``).
+    record_drops: bool = False
 
     @property
     def lossy(self) -> bool:
@@ -206,23 +210,27 @@ def format_live(viewers: list[dict[str, Any]], elapsed_s: float) -> str:
 def run_scenario(
     scenario: StreamScenario,
     *,
-    live: Callable[[list[dict[str, Any]], float], str] | None = None,
+    live: Callable[[list[dict[str, Any]], float], str | None] | None = None,
     settle_s: float = 1.0,
     alongside: Callable[[int, int], dict[str, Any]] | None = None,
+    timeout_s: float | None = None,
 ) -> dict[str, Any]:
-    """Run host, netsim (when lossy) and viewers; return the collected statistics. ``alongside(host_port,
-    host_pid)``, if given, runs in a thread of this process from when the viewers start (an attacker, in ``bench
-    security``); what it returns is ``result["alongside"]``."""
+    """Run host, netsim (when lossy) and viewers; return the collected statistics. ``live(viewers' statistics,
+    seconds)`` is asked each second for a line to show (None: none). ``alongside(host_port, host_pid)``, if given,
+    runs in a thread of this process from when the viewers start (an attacker, in ``bench security``); what it
+    returns is ``result["alongside"]``. TimeoutError when the viewers have not ended ``timeout_s`` after they
+    started; every process is gone when this returns or raises."""
     with tempfile.TemporaryDirectory(prefix="pyrofling-bench-") as tmp:
-        return _run(scenario, Path(tmp), live, settle_s, alongside)
+        return _run(scenario, Path(tmp), live, settle_s, alongside, timeout_s)
 
 
 def _run(
     sc: StreamScenario,
     tmp: Path,
-    live: Callable[[list[dict[str, Any]], float], str] | None,
+    live: Callable[[list[dict[str, Any]], float], str | None] | None,
     settle_s: float,
     alongside: Callable[[int, int], dict[str, Any]] | None = None,
+    timeout_s: float | None = None,
 ) -> dict[str, Any]:
     beside: dict[str, Any] = {}
     beside_thread: threading.Thread | None = None
@@ -287,16 +295,12 @@ def _run(
                 host_cpus,
             )
         )
-        _wait_for_port(host_port, procs[0], timeout_s=30)
-        if sc.game:
-            game_cmd = [*_cli(), "example-game", "-q", "--headless", "--capture-socket", capture_socket,
-                        "--width", str(sc.width), "--height", str(sc.height),
-                        "--stats-json", str(tmp / "game.json")]  # fmt: skip
-            procs.append(_pinned(subprocess.Popen(game_cmd, env=env), host_cpus))
         view_port = host_port
         netsim: subprocess.Popen[bytes] | None = None
         if sc.lossy:
             view_port = free_port()
+            while view_port == host_port:  # the host may not have bound its own yet
+                view_port = free_port()
             net_cmd = [
                 *_cli(),
                 "netsim",
@@ -308,7 +312,9 @@ def _run(
                 str(sc.seed),
                 "--json",
             ]
-            net_cmd += ["--ge", ",".join(map(str, DEFAULT_GE))] if sc.ge else ["--loss", str(sc.loss)]
+            net_cmd += ["--ge", ",".join(map(str, sc.ge_model))] if sc.ge else ["--loss", str(sc.loss)]
+            if sc.record_drops:
+                net_cmd.append("--record-drops")
             if sc.jitter_ms > 0:
                 net_cmd += ["--jitter-ms", str(sc.jitter_ms)]
             if sc.delay_ms > 0:
@@ -327,6 +333,14 @@ def _run(
             with netsim_out.open("wb") as out:
                 netsim = _pinned(subprocess.Popen(net_cmd, env=env, stdout=out), cpus.relay if cpus else None)
             procs.append(netsim)
+        # The relay starts beside the host (it reaches the host only once a viewer comes): a second less per run.
+        _wait_for_port(host_port, procs[0], timeout_s=30)
+        if sc.game:
+            game_cmd = [*_cli(), "example-game", "-q", "--headless", "--capture-socket", capture_socket,
+                        "--width", str(sc.width), "--height", str(sc.height),
+                        "--stats-json", str(tmp / "game.json")]  # fmt: skip
+            procs.append(_pinned(subprocess.Popen(game_cmd, env=env), host_cpus))
+        if netsim is not None:
             _wait_for_port(view_port, netsim, timeout_s=15)
         viewer_files = [tmp / f"viewer{i}.json" for i in range(sc.viewers)]
         viewers = []
@@ -357,7 +371,7 @@ def _run(
             host_pid = procs[0].pid
             beside_thread = threading.Thread(target=lambda: beside.update(run_beside(host_port, host_pid)), daemon=True)
             beside_thread.start()
-        _watch(viewers, viewer_files, started, live)
+        _watch(viewers, viewer_files, started, live, timeout_s)
         if beside_thread is not None:
             beside_thread.join(timeout=60)
         # Viewers are done: let the host see them leave, then stop it and the relay.
@@ -410,16 +424,22 @@ def _watch(
     viewers: list[subprocess.Popen[bytes]],
     files: list[Path],
     started: float,
-    live: Callable[[list[dict[str, Any]], float], str] | None,
+    live: Callable[[list[dict[str, Any]], float], str | None] | None,
+    timeout_s: float | None = None,
 ) -> None:
     tty = sys.stderr.isatty()
+    shown = False
     try:
         while any(v.poll() is None for v in viewers):
-            time.sleep(1.0)
+            time.sleep(0.1 if live is None else 1.0)
+            if timeout_s is not None and time.monotonic() - started > timeout_s:
+                raise TimeoutError(f"the viewers had not ended {timeout_s:g} s after they started")
             if live is not None:
                 stats = [_read_json(f) or {} for f in files]
                 line = live(stats, time.monotonic() - started)
-                print(("\r" + line) if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
+                if line is not None:
+                    print(("\r" + line) if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
+                    shown = True
     except KeyboardInterrupt:
         for v in viewers:
             if v.poll() is None:
@@ -427,7 +447,7 @@ def _watch(
         for v in viewers:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 v.wait(timeout=10)
-    if live is not None and tty:
+    if shown and tty:
         print(file=sys.stderr)
 
 

@@ -120,6 +120,12 @@ def add_netsim(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     p.add_argument("--duration", type=run_time, default=None, help="stop after this many seconds (default: Ctrl-C)")
     p.add_argument("--json", action="store_true", help="print the final report as JSON")
+    p.add_argument(
+        "--record-drops",
+        action="store_true",
+        help="list in the report which host->viewer datagrams were dropped (their order on the link, from 0): two "
+        "runs with one seed drop the same ones",
+    )
     add_logging_options(p)
     p.set_defaults(func=run_netsim)
 
@@ -181,6 +187,7 @@ def run_netsim(args: argparse.Namespace) -> int:
         down=impairment(args, ""),
         up=impairment(args, "up_"),
         seed=args.seed,
+        record_drops=args.record_drops,
     )
 
     async def main() -> dict[str, Any] | None:

@@ -143,6 +143,8 @@ class TestScene:
         gy = h - 9 * self._scale
         for ch_ in f"{index:06d}":
             g = self._digits[ch_]
+            if x + g.shape[1] > w:  # a picture too narrow for the whole counter shows what fits
+                break
             y[gy : gy + g.shape[0], x : x + g.shape[1]] = np.maximum(
                 y[gy : gy + g.shape[0], x : x + g.shape[1]] // 3, g
             )

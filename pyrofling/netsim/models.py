@@ -349,8 +349,11 @@ class Impairment:
     dropped; two entries: duplicated).  The caller delivers them at those times.
     """
 
-    def __init__(self, config: ImpairmentConfig, *, seed: int = 1) -> None:
+    def __init__(self, config: ImpairmentConfig, *, seed: int = 1, record_drops: bool = False) -> None:
         self.config = config
+        #: With ``record_drops``: each dropped datagram's place on the link (0 the first it was given), so that two
+        #: runs with one seed can be shown to drop the same ones.
+        self.dropped_at: list[int] | None = [] if record_drops else None
         #: The link as it is now (``config`` with the schedule's changes so far).
         self.current = config
         self._seed = seed
@@ -400,6 +403,11 @@ class Impairment:
         self._variation = (x, now)
         return x
 
+    def _dropped(self) -> list[float]:
+        if self.dropped_at is not None:
+            self.dropped_at.append(self.stats.received - 1)
+        return []
+
     def process(self, now: float, size_bytes: int) -> list[float]:
         if self.config.schedule:
             self._follow_schedule(now)
@@ -409,10 +417,10 @@ class Impairment:
         if self.outages is not None and self.outages.active(now):
             stats.dropped_outage += 1
             stats.outages = self.outages.count
-            return []
+            return self._dropped()
         if self.loss_model.lose():
             stats.dropped_loss += 1
-            return []
+            return self._dropped()
         depart = now
         if cfg.rate_bits_per_s > 0:
             link = self._link
@@ -420,7 +428,7 @@ class Impairment:
                 link.queued_bytes -= link.queued.popleft()[1]
             if link.queued_bytes + size_bytes > self.queue_limit_bytes:
                 stats.dropped_queue += 1
-                return []
+                return self._dropped()
             start = max(now, link.free_at_s)
             link.free_at_s = start + size_bytes * 8.0 / cfg.rate_bits_per_s
             link.queued.append((link.free_at_s, size_bytes))

@@ -37,6 +37,8 @@ class RelayConfig:
     down: ImpairmentConfig = field(default_factory=ImpairmentConfig)
     up: ImpairmentConfig = field(default_factory=ImpairmentConfig)
     seed: int = 1
+    #: Report which datagrams host → viewer were dropped (``report()["down"]["dropped_at"]``).
+    record_drops: bool = False
 
 
 class _ClientSide(asyncio.DatagramProtocol):
@@ -72,7 +74,7 @@ class NetsimRelay:
 
     def __init__(self, config: RelayConfig) -> None:
         self.config = config
-        self.down = Impairment(config.down, seed=config.seed)
+        self.down = Impairment(config.down, seed=config.seed, record_drops=config.record_drops)
         self.up = Impairment(config.up, seed=config.seed + 1)
         self.tcp_connections = 0
         #: Viewers (UDP source addresses) relayed so far, including those gone since.
@@ -132,7 +134,8 @@ class NetsimRelay:
             "tcp_connections": self.tcp_connections,
             "udp_clients": self.udp_clients,
             "refused_clients": self.refused_clients,
-            "down": self.down.stats.as_dict(),
+            "down": self.down.stats.as_dict()
+            | ({} if self.down.dropped_at is None else {"dropped_at": list(self.down.dropped_at)}),
             "up": self.up.stats.as_dict(),
             "started_monotonic_s": self.started_s,
             "schedule_applied": {"down": self.down.applied, "up": self.up.applied},

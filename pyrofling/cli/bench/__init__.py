@@ -18,6 +18,7 @@ def add_bench(sub: Sub) -> None:
         stream.add_fec,
         stream.add_loss_step,
         stream.add_stream,
+        stream.add_harness,
         stream.add_adapt,
         stream.add_latency,
         stream.add_phase,

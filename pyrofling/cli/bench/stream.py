@@ -333,6 +333,38 @@ def _run_stream(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_harness(sub: Sub) -> None:
+    p = bench_parser(
+        sub,
+        "harness",
+        "the test harness (pyrofling.harness) against bench stream on one link and seed",
+        "Run bench stream's scenario, then the harness twice, through the same Gilbert-Elliott link (bench "
+        "stream --ge's, about 5 % in bursts) with one seed; report each run's good refreshes, the harness's "
+        "difference from bench stream in points, whether all three dropped the same datagrams, and whether the "
+        "harness runs left a thread, descriptor or child process behind.",
+        "pyrofling bench harness --duration 10 --seed 1",
+    )
+    add_common(p, duration_s=(1.0, 600.0, 10.0))
+    add_stream_size_options(p)
+    p.add_argument("--seed", type=int, default=1)
+    p.set_defaults(func=_run_harness)
+
+
+def _run_harness(args: argparse.Namespace) -> int:
+    from pyrofling.bench.harness_check import format_table, run_harness_bench
+    from pyrofling.harness import Link, Stream
+
+    setup(args)
+    try:
+        stream = Stream(width=args.width, height=args.height, fps=args.fps, bitrate_kbits=args.bitrate_kbits,
+                        seconds=args.duration)  # fmt: skip
+    except ValueError as exc:
+        return refuse("bench harness", str(exc))
+    result = run_harness_bench(stream, Link.gilbert_elliott(seed=args.seed), progress)
+    print_result(args, result, format_table)
+    return 0 if result["same_drops"] and not result["left_behind"] else 1
+
+
 def add_latency(sub: Sub) -> None:
     from pyrofling.bench.latency import MODES
 
