@@ -298,8 +298,17 @@ def test_a_viewer_sees_the_program_running_in_the_hosts_headless_desktop_and_it_
         )  # fmt: skip
         try:
             running = _desktop_processes()
-            viewer = Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0, duration_s=5.0, flags=KickFlags.VIDEO))
-            await asyncio.wait_for(viewer.run(), 30)
+            viewer = Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0, duration_s=60, flags=KickFlags.VIDEO,
+                                         marker_log=tmp_path / "markers.jsonl"))  # fmt: skip
+            watching = asyncio.create_task(viewer.run())
+
+            def program_pictures() -> int:
+                return len({m["id"] for m in _events(tmp_path / "markers.jsonl")})
+
+            # Until 60 of the program's own pictures came, however slowly a loaded machine draws them.
+            await until(lambda: program_pictures() >= 60 or watching.done(), 60)
+            viewer.stop()
+            await asyncio.wait_for(watching, 10)
         finally:
             await stop_host(host, task)
         return viewer, host.summary(), running, _desktop_processes()
@@ -430,14 +439,14 @@ def test_a_compositor_that_crashes_is_started_again_with_the_program_and_the_vie
     assert any(e.get("key") == "A" and e["down"] for e in seen)  # the input followed the new session
 
 
-def _loudest_hz(samples: np.ndarray, rate: int) -> tuple[float, float]:
-    """The strongest frequency in ``samples`` (mono float), and its share of all the power above 50 Hz."""
+def _loudest_hz(samples: np.ndarray, rate: int, other_hz: float) -> tuple[float, float]:
+    """The strongest frequency in ``samples`` (mono float), and the power within 5 Hz of ``other_hz`` as a share
+    of the power within 5 Hz of that strongest one."""
     power = np.abs(np.fft.rfft(samples * np.hanning(len(samples)))) ** 2
     hz = np.fft.rfftfreq(len(samples), 1 / rate)
     power[hz < 50] = 0
     peak = int(np.argmax(power))
-    near = power[max(0, peak - 3) : peak + 4].sum()
-    return float(hz[peak]), float(near / power.sum())
+    return float(hz[peak]), float(power[abs(hz - other_hz) < 5].sum() / power[abs(hz - hz[peak]) < 5].sum())
 
 
 @pytest.mark.io
@@ -492,8 +501,10 @@ def test_two_desktops_side_by_side_each_stream_shows_only_its_own_program_and_so
         assert abs(np.median(bands[-20:]) - band) < 12, (name, bands[-20:])
         channels = 2
         mono = sound.reshape(-1, channels).mean(axis=1)[-2 * rate :]  # the last two seconds
-        loudest, share = _loudest_hz(mono, rate)
-        assert abs(loudest - hz) < 5 and share > 0.9, (name, loudest, share)
+        other = next(f for key, (f, _) in programs.items() if key != name)
+        loudest, crosstalk = _loudest_hz(mono, rate, other)
+        # Its own tone, and of the other's nothing (a loaded machine's dropouts spread clicks, not the other tone).
+        assert abs(loudest - hz) < 5 and crosstalk < 0.01, (name, loudest, crosstalk)
 
 
 @pytest.mark.io

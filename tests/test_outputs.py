@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -169,7 +171,7 @@ def _start_recording_host(tmp_path: Path, path: Path) -> tuple[subprocess.Popen[
     # Key frames only every 8 s: a Matroska muxer left to itself would start clusters only there.
     cmd = [sys.executable, "-m", "pyrofling", "host", "--port", "0", "--width", "320", "--height", "240",
            "--fps", "30", "--bitrate-kbits", "800", "--refresh-s", "8", "--virtual-pad", "none",
-           "--record", str(path), "--stats-json", str(tmp_path / "host.json")]  # fmt: skip
+           "--record", str(path), "--stats-json", str(tmp_path / "host.json"), "--stats-interval", "0.5"]  # fmt: skip
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, env=dict(os.environ, PYTHONUNBUFFERED="1"))
     assert proc.stderr is not None
     deadline = time.monotonic() + 30
@@ -183,33 +185,52 @@ def _start_recording_host(tmp_path: Path, path: Path) -> tuple[subprocess.Popen[
     raise AssertionError("the host never started recording")
 
 
+def _recorded(tmp_path: Path) -> dict[str, Any]:
+    """What the host says it wrote to its recording (its --stats-json)."""
+    [output] = json.loads((tmp_path / "host.json").read_text())["outputs"]
+    return dict(output)
+
+
 @pytest.mark.io
 def test_sigterm_finishes_the_recording_and_it_plays_to_its_last_second(tmp_path: Path) -> None:
     path = tmp_path / "sigterm.mkv"
-    proc, started = _start_recording_host(tmp_path, path)
-    time.sleep(4.0)
+    proc, _ = _start_recording_host(tmp_path, path)
+    _until_recorded(tmp_path, 3.0)
     proc.send_signal(signal.SIGTERM)
-    stopped = time.monotonic()
     assert proc.wait(20) == 0
     got = decode_file(path)
-    recorded_s = stopped - started
+    written = _recorded(tmp_path)
     assert got.duration_s is not None  # finalized: Matroska duration and index written
-    assert got.video_end_s >= recorded_s - 0.5  # nothing lost at the end (0.5 s: process start-up slack)
-    assert got.audio_s >= recorded_s - 0.5
-    assert abs(got.audio_s - got.video_end_s) < 0.25
+    # Nothing lost at the end: every picture the host wrote decodes, the last one at the time the host gave it.
+    assert written["video_packets"] >= 60 and got.video_frames == written["video_packets"]
+    assert got.video_end_s == pytest.approx(written["seconds"], abs=0.05)
+    assert abs(got.audio_s - got.video_end_s) < 0.25  # the sound as long as the pictures
 
 
 @pytest.mark.io
 def test_a_crash_loses_at_most_the_last_second(tmp_path: Path) -> None:
     path = tmp_path / "crash.mkv"
-    proc, started = _start_recording_host(tmp_path, path)
-    time.sleep(4.0)
+    proc, _ = _start_recording_host(tmp_path, path)
+    _until_recorded(tmp_path, 3.0)
+    written = _recorded(tmp_path)  # what the host had written at its last statistics before the crash
     proc.kill()  # SIGKILL: no chance to finish the file
-    killed = time.monotonic()
     proc.wait(10)
     got = decode_file(path)
     assert got.video_frames > 0
-    assert got.video_end_s >= (killed - started) - 1.0 - 0.3  # ≤ 1 s lost (0.3 s: scheduling slack)
+    # Of what the host had written by then, at most the last second is lost (a cluster is flushed each second;
+    # its statistics are written twice a second, so they may be half a second old).
+    assert got.video_end_s >= written["seconds"] - 1.0
+
+
+def _until_recorded(tmp_path: Path, seconds: float) -> None:
+    """Wait until the host's statistics say it wrote ``seconds`` of recording (at most 60 s of waiting)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            if _recorded(tmp_path)["seconds"] >= seconds:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"the host did not record {seconds:g} s within a minute")
 
 
 @pytest.mark.io

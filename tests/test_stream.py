@@ -30,15 +30,18 @@ pytestmark = pytest.mark.io
 def test_host_to_viewer_end_to_end() -> None:
     async def scenario() -> tuple[Host, Viewer]:
         host, task = await start_host()
-        viewer = Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0, duration_s=2.0))
-        await viewer.run()
+        viewer = Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0, duration_s=60))
+        watching = asyncio.create_task(viewer.run())
+        await until(lambda: viewer.video.stats.frames_shown >= 60 or watching.done(), 30)
+        viewer.stop()
+        await asyncio.wait_for(watching, 10)
         await stop_host(host, task)
         return host, viewer
 
     host, viewer = run(scenario)
     st = viewer.summary()
     assert st["sessions_streaming"] == 1 and st["reconnects"] == 0
-    assert st["frames_shown"] >= 40  # 2 s at 30 fps, minus start-up
+    assert st["frames_shown"] >= 60  # it watched until then, however long a loaded machine takes
     assert st["frames_hidden"] == 0 and st["decode_errors"] == 0 and st["packets_lost_video"] == 0
     assert st["markers_read"] == st["frames_decoded"]  # every picture carried its id through the codec
     # Capture → decoded on every frame once the first ping has mapped the host's clock (a loaded machine

