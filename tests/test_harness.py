@@ -133,6 +133,11 @@ def test_sweep_parametrizes_every_combination_with_ids_a_reader_can_tell_apart()
         sweep(fec=[])
 
 
+@sweep(pyrofling_link=[Link.iid(0.02), Link(delay_ms=10, jitter_ms=5)])
+def test_a_sweep_over_links_takes_the_place_of_the_plugins_link_fixture(pyrofling_link: Link) -> None:
+    assert pyrofling_link.impaired and pyrofling_link != Link()
+
+
 def test_netsim_lists_the_datagrams_it_drops_the_same_for_one_seed() -> None:
     def drops(seed: int, *, record: bool = True) -> tuple[list[int] | None, int]:
         link = Impairment(ImpairmentConfig(gilbert_elliott=DEFAULT_BURSTS), seed=seed, record_drops=record)
@@ -152,7 +157,7 @@ def test_netsim_lists_the_datagrams_it_drops_the_same_for_one_seed() -> None:
 
 @pytest.mark.io
 def test_two_runs_with_one_seed_drop_the_same_datagrams_and_another_seed_others() -> None:
-    runs = [run_stream(link=Link.gilbert_elliott(seed=seed), seconds=2, **SMALL) for seed in (11, 11, 12)]
+    runs = [run_stream(link=Link.gilbert_elliott(seed=seed), seconds=1, **SMALL) for seed in (11, 11, 12)]
     for r in runs:
         assert r.datagrams_on_link and r.frames_shown > 0, r
     common = min(r.datagrams_on_link or 0 for r in runs[:2])
@@ -170,7 +175,7 @@ def test_twenty_runs_leave_no_thread_socket_descriptor_or_process_behind_even_af
             with pytest.raises(TimeoutError, match=r"had not ended 0\.5 s"):
                 run_stream(link=Link.iid(0.02, seed=n), seconds=30, timeout_s=0.5, **SMALL)
             continue
-        results.append(run_stream(link=Link.iid(0.02, seed=n), seconds=0.3, **SMALL))
+        results.append(run_stream(link=Link.iid(0.02, seed=n), seconds=0.1, **SMALL))
     assert left_behind(before, held_now()) == []
     assert all(r.frames_sent > 0 for r in results)  # they did stream
 
@@ -197,7 +202,7 @@ def test_the_example_in_the_docs_runs_green_as_written_and_an_impossible_figure_
     (tmp_path / "test_recovery.py").write_text(_example())
     green = _pytest(tmp_path, "-q")
     assert green.returncode == 0, green.stdout[-3000:] + green.stderr[-2000:]
-    assert "5 passed" in green.stdout
+    assert "3 passed" in green.stdout
     (tmp_path / "test_impossible.py").write_text(
         textwrap.dedent("""
         def test_every_refresh_and_more_is_good(pyrofling_stream):

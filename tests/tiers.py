@@ -2,11 +2,7 @@
 a process, so ``./scripts/test --quick`` (``-m "not io and not slow"``) runs only pure and virtual-time tests.
 
 A test that does (or uses a fixture that starts a server) and is not marked fails at teardown, naming what it
-touched.
-
-The whole suite runs over worker processes (pytest-xdist), which take tests in collection order: the longest
-ones are moved to the front (:data:`LONGEST_FIRST`), so that no worker starts a long one while the others have
-finished. (asyncio's own loop opens a Unix
+touched. (asyncio's own loop opens a Unix
 socket pair: that is allowed, so a test may run a loop in virtual time.) With ``PYROFLING_TIER_LOG=path`` nothing
 fails: each test's node id, what it touched and how long it took are written there instead, as JSON lines.
 """
@@ -27,43 +23,6 @@ import pytest
 NETWORK_FAMILIES = {socket.AF_INET, socket.AF_INET6, -1}  # -1: socket.socket()'s default, AF_INET
 #: Fixtures that start a server for the module or the test (before this guard looks): their tests are io.
 IO_FIXTURES = {"xvfb", "x_server", "jack"}
-
-
-#: Tests of 8 s or more on the 2-core machine in a parallel run, longest first (node id prefixes).
-LONGEST_FIRST = (
-    "tests/test_harness.py::test_twenty_runs_leave_no_thread",
-    "tests/test_web.py::test_bench_browser_smoke",
-    "tests/test_faults.py::test_a_million_hostile_datagrams_and_100k_control_messages_at_a_running_viewer",
-    "tests/test_harness.py::test_the_example_in_the_docs_runs_green",
-    "tests/test_faults.py::test_a_million_hostile_datagrams_and_100k_tcp_messages",
-    "tests/test_cli.py::test_bench_latency_smoke",
-    "tests/test_cli.py::test_bench_soak_smoke",
-    "tests/test_cli.py::test_bench_security_smoke",
-    "tests/test_web.py::test_a_link_admits_one_browser",
-    "tests/test_faults.py::test_sustained_bursty_loss",
-    "tests/test_cli.py::test_bench_audio_smoke",
-    "tests/test_wayland_portal.py::test_the_desktop_you_sit_at",
-    "tests/test_web.py::test_a_quic_client_without_a_live_ticket",
-    "tests/test_outputs.py::test_broadcast_through_nginx_survives",
-    "tests/test_web.py::test_headless_chromium_plays_the_stream",
-    "tests/test_cli.py::test_bench_capture_smoke",
-    "tests/test_harness.py::test_two_runs_with_one_seed",
-    "tests/test_bench_fec.py::test_reference_k40",
-    "tests/test_cli.py::test_bench_outputs_smoke",
-    "tests/test_harness.py::test_bench_harness_runs",
-    "tests/test_cli.py::test_bench_security_attacks_reflect",
-    "tests/test_headless.py::test_the_desktop_takes_the_viewers_display",
-    "tests/test_secure_io.py::test_the_pairing_commands_end_to_end",
-    "tests/test_web.py::test_over_https_the_page_is_served",
-    "tests/test_headless.py::test_a_compositor_that_crashes",
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    def rank(item: pytest.Item) -> int:
-        return next((i for i, p in enumerate(LONGEST_FIRST) if item.nodeid.startswith(p)), len(LONGEST_FIRST))
-
-    items.sort(key=rank)  # stable: the rest keep their order
 
 
 @pytest.fixture(autouse=True)
