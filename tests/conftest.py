@@ -3,6 +3,7 @@ directory of the test run's own."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -83,6 +84,17 @@ def _ordinary_thread_priorities() -> Iterator[None]:
         os.sched_setscheduler(tid, policy, os.sched_param(0))
     if os.getpriority(os.PRIO_PROCESS, tid) != nice:
         os.setpriority(os.PRIO_PROCESS, tid, nice)
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_it_was() -> Iterator[None]:
+    """A command a test runs in-process sets the pyrofling logger's level (WARNING for benches): the next test,
+    whichever it is on this worker, starts with the levels as they were."""
+    loggers = [logging.getLogger(), logging.getLogger("pyrofling")]
+    levels = [logger.level for logger in loggers]
+    yield
+    for logger, level in zip(loggers, levels, strict=True):
+        logger.setLevel(level)
 
 
 @pytest.fixture(scope="session", autouse=True)

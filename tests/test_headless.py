@@ -475,10 +475,27 @@ def test_two_desktops_side_by_side_each_stream_shows_only_its_own_program_and_so
                     )
                 )
             viewers = [
-                Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0, duration_s=5.0, flags=KickFlags.VIDEO))
-                for host, _ in started
+                Viewer(
+                    ViewerConfig(
+                        host="127.0.0.1",
+                        port=host.port or 0,
+                        duration_s=120,
+                        flags=KickFlags.VIDEO,
+                        marker_log=tmp_path / f"{name}.jsonl",
+                    )
+                )
+                for (host, _), name in zip(started, programs, strict=True)
             ]
-            await asyncio.wait_for(asyncio.gather(*(v.run() for v in viewers)), 40)
+            watching = asyncio.gather(*(v.run() for v in viewers))
+
+            def pictures(name: str) -> int:
+                return len({m["id"] for m in _events(tmp_path / f"{name}.jsonl")})
+
+            # Until each stream has shown 40 of its program's own pictures (a loaded machine starts them slowly).
+            await until(lambda: all(pictures(name) >= 40 for name in programs) or watching.done(), 60)
+            for viewer in viewers:
+                viewer.stop()
+            await asyncio.wait_for(watching, 20)
         finally:
             for host, task in started:
                 await stop_host(host, task)

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -64,12 +65,14 @@ def test_the_right_password_streams_sealed_and_drives_the_pad(caplog: pytest.Log
 
     async def scenario() -> tuple[Host, Viewer]:
         host, task = await sealed_host(pad)
-        viewer = viewer_for(host, SECRET, duration_s=2.5)
+        viewer = viewer_for(host, SECRET, duration_s=60)
         vtask = asyncio.create_task(viewer.run())
         await until(lambda: viewer.connection is not None and viewer.connection.streaming, 10)
         assert viewer.connection is not None and viewer.connection.session.encrypted
         assert viewer.gamepad is not None and viewer.gamepad.key("Z", True)
         await until(lambda: len(pad.reports()) >= 1, 5)
+        await until(lambda: viewer.video.stats.frames_shown >= 40 or vtask.done(), 30)
+        viewer.stop()
         await asyncio.wait_for(vtask, 15)
         host.stop()
         await asyncio.wait_for(task, 15)
@@ -205,10 +208,18 @@ def test_pair_once_over_the_network_then_join_sealed_without_the_code(tmp_path: 
 
     async def scenario() -> tuple[Viewer, Viewer, Viewer]:
         host, task = await sealed_host(pad, pairing_dir=host_dir)
-        pairing = viewer_for(host, SECRET, pair_as="deck", pairing_dir=viewer_dir, duration_s=1.0)
-        await asyncio.wait_for(pairing.run(), 10)
-        later = viewer_for(host, None, pairing_dir=viewer_dir, duration_s=1.5)
-        await asyncio.wait_for(later.run(), 10)
+
+        async def watch_until(viewer: Viewer, done: Callable[[], bool]) -> None:
+            """Until ``done`` (a loaded machine's handshake takes longer than a second), or the viewer gives up."""
+            watching = asyncio.create_task(viewer.run())
+            await until(lambda: done() or watching.done(), 30)
+            viewer.stop()
+            await asyncio.wait_for(watching, 10)
+
+        pairing = viewer_for(host, SECRET, pair_as="deck", pairing_dir=viewer_dir, duration_s=60)
+        await watch_until(pairing, lambda: pairing.paired and pairing.streamed)
+        later = viewer_for(host, None, pairing_dir=viewer_dir, duration_s=60)
+        await watch_until(later, lambda: later.streamed)
         (viewer_id,) = HostPairings(host_dir).revoke("deck")
         assert viewer_id
         revoked = viewer_for(host, None, pairing_dir=viewer_dir, duration_s=1.5)
