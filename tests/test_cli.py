@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -452,6 +453,25 @@ def test_bench_soak_smoke_watches_memory_cpu_and_frames_of_a_host_and_three_view
     assert len(r["samples"]) >= 5 and all(s["host"]["alive"] for s in r["samples"])
     assert all(v["frames_shown"] > 300 for v in r["viewers"])  # 60 fps for 14 s, one through 5 % bursty loss
     assert r["viewers"][0]["network"].startswith("Gilbert") and r["host"]["auth"]["successes"] == 3
+
+
+def test_the_soaks_memory_baseline_waits_for_each_viewers_first_picture() -> None:
+    """A viewer that a loaded machine starts late (its decoder's buffers coming with its first picture, here at
+    6 s) is measured from its own warm-up, not from the run's: its growth before that is not a leak."""
+    from pyrofling.bench.soak import SoakConfig, summarize
+
+    def sample(t: float, viewer_mb: float, shown: int) -> dict[str, Any]:
+        viewer = {"alive": True, "rss_mb": viewer_mb, "frames_shown": shown}
+        return {"t_s": t, "host": {"alive": True, "rss_mb": 80.0}, "viewer1": viewer}
+
+    samples = [sample(0, 70, 0), sample(2, 70, 0), sample(4, 72, 0), sample(6, 185, 30), sample(8, 186, 150),
+               sample(10, 186, 270), sample(12, 186, 390)]  # fmt: skip
+    cfg = SoakConfig(duration_s=12, sample_s=2, warmup_s=4, memory_bound_pct=5)
+    result = summarize(cfg, ["host", "viewer1"], samples, {}, {"host": 0, "viewer1": 0}, {}, 12.0)
+    assert result["memory"]["viewer1"]["baseline_mb"] == 186 and result["memory"]["host"]["baseline_mb"] == 80
+    assert result["memory_flat"]
+    grows = [*samples[:-1], sample(12, 200, 390)]  # after its warm-up it grows: that is judged
+    assert not summarize(cfg, ["host", "viewer1"], grows, {}, {"host": 0, "viewer1": 0}, {}, 12.0)["memory_flat"]
 
 
 @pytest.mark.io

@@ -156,17 +156,6 @@ def test_netsim_lists_the_datagrams_it_drops_the_same_for_one_seed() -> None:
 
 
 @pytest.mark.io
-def test_two_runs_with_one_seed_drop_the_same_datagrams_and_another_seed_others() -> None:
-    runs = [run_stream(link=Link.gilbert_elliott(seed=seed), seconds=1, **SMALL) for seed in (11, 11, 12)]
-    for r in runs:
-        assert r.datagrams_on_link and r.frames_shown > 0, r
-    common = min(r.datagrams_on_link or 0 for r in runs[:2])
-    first, second = ([i for i in r.dropped_datagrams if i < common] for r in runs[:2])
-    assert first and first == second
-    assert [i for i in runs[2].dropped_datagrams if i < common] != first
-
-
-@pytest.mark.io
 def test_twenty_runs_leave_no_thread_socket_descriptor_or_process_behind_even_after_a_timeout() -> None:
     before = held_now()
     results = []
@@ -175,7 +164,8 @@ def test_twenty_runs_leave_no_thread_socket_descriptor_or_process_behind_even_af
             with pytest.raises(TimeoutError, match=r"had not ended 0\.5 s"):
                 run_stream(link=Link.iid(0.02, seed=n), seconds=30, timeout_s=0.5, **SMALL)
             continue
-        results.append(run_stream(link=Link.iid(0.02, seed=n), seconds=0.1, **SMALL))
+        link = Link.iid(0.02, seed=n) if n % 2 else Link()  # through netsim, or straight to the host
+        results.append(run_stream(link=link, seconds=0.1, **SMALL))
     assert left_behind(before, held_now()) == []
     assert all(r.frames_sent > 0 for r in results)  # they did stream
 
@@ -241,6 +231,9 @@ def test_the_plugin_loads_nothing_heavy_and_changes_nothing_for_a_suite_that_doe
 
 @pytest.mark.io
 def test_bench_harness_runs_bench_stream_and_the_harness_on_one_seed_and_reports_both() -> None:
+    """Three real runs through one seed's bursts (bench stream's, then the harness twice): the same datagrams
+    dropped by all three, nothing left behind by the harness; and a size the viewer cannot judge refused first."""
+
     def bench(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "pyrofling", "bench", "harness", *args], capture_output=True,
                               text=True, timeout=240)  # fmt: skip
