@@ -145,6 +145,41 @@ def test_a_real_time_encoder_that_fills_its_cpu_is_stepped_down_once(monkeypatch
     assert heartbeat.encoder_share.share_at_step_down is not None and heartbeat.encoder_share.share_at_step_down > 0.5
 
 
+@pytest.mark.io
+def test_a_frame_being_encoded_when_the_heartbeat_stops_is_still_sent_before_stop_returns() -> None:
+    """Stopping mid-encode: the frame's packets reach the host's outputs before ``stop`` returns, so a recording
+    closed after it holds every frame the encoder made (it once held one frame fewer)."""
+    reading, sent = threading.Event(), []
+
+    class SlowSource(SceneSource):
+        def read(self, index: int, capture_us: int) -> Any:
+            reading.set()
+            threading.Event().wait(0.3)  # stop() is called while this frame is still being made
+            return super().read(index, capture_us)
+
+    async def scenario() -> int:
+        with ThreadPoolExecutor(max_workers=1) as executor:
+            stats = HostStats()
+            heartbeat = Heartbeat(
+                clock=FrameClock(fps=FPS, start_s=SYSTEM_CLOCK.now()),
+                schedule=EncodeSchedule(1.0 / FPS),
+                keyframes=KeyframePolicy(),
+                encoder=VideoEncoder(EncoderConfig(width=160, height=96, fps=FPS, bitrate_kbits=300)),
+                executor=executor,
+                stats=stats,
+                source=SlowSource(160, 96),
+                on_packets=sent.append,
+                on_source_end=lambda: None,
+            )
+            heartbeat.start(asyncio.get_running_loop())
+            await asyncio.get_running_loop().run_in_executor(None, reading.wait, 30)
+            await heartbeat.stop()
+            return len(sent)
+
+    sent_by_stop = asyncio.run(scenario())
+    assert sent_by_stop == len(sent) >= 1  # the frame being made when stop came was sent before it returned
+
+
 class _Desktop:
     """A desktop's frames as the headless source gives them: they come on their own thread, when the clock's
     schedule says, and :meth:`read` hands over the newest with the time it came."""

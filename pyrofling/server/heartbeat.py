@@ -100,13 +100,18 @@ class Heartbeat:
         self._thread.start()
 
     async def stop(self) -> None:
-        """No more ticks or encodes; returns once the heartbeat thread has ended."""
+        """No more ticks or encodes; returns once the heartbeat thread has ended and the frame being encoded, if
+        any, has been sent (a recording closed after this holds every frame encoded)."""
         self._halt.set()
         self._tick_handled.set()
         if self._deferred is not None:
             self._deferred.cancel()
         if self._thread is not None:
             await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 2.0)
+        encoding = self._encoding
+        if encoding is not None and not encoding.done():  # its packets still go out, and into the recording
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(encoding), 5.0)
 
     def close_trace(self) -> None:
         if self._trace is not None:
