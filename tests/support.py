@@ -7,7 +7,9 @@ the X server, are in ``conftest.py``.)
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 from pyrofling.server.encoder import EncoderConfig
@@ -205,3 +207,15 @@ def parse_capture_message(data: bytes, payloads: Mapping[int, Any]) -> None:
     cls = payloads.get(header.type)
     if cls is not None:
         cls.parse_payload(body)
+
+
+def ours(pid: int) -> bool:
+    """Whether process ``pid`` was started by this test process's worker (the whole suite runs over several, each
+    maybe with a desktop of its own): it carries our worker's name in its environment. Not under xdist: all are."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        return True
+    try:
+        return f"PYTEST_XDIST_WORKER={worker}\0".encode() in Path(f"/proc/{pid}/environ").read_bytes() + b"\0"
+    except OSError:
+        return False

@@ -300,8 +300,9 @@ def test_bench_audio_smoke_plays_into_jack_and_times_the_clicks() -> None:
     assert row["buffered_ms_median"] > 0
     # The host's clock runs fast, so once the controller has learned the skew the viewer plays faster. The
     # whole-run mean includes start-up, which on a loaded machine can pull it either way; judge the last 2 s.
+    # (Only where JACK was not starved: after an underrun the controller slows down to refill, rightly.)
     late_speeds_ppm = sorted(ppm for t, _, ppm in row["series"] if t >= row["series"][-1][0] - 2.0)
-    assert late_speeds_ppm[len(late_speeds_ppm) // 2] > 0
+    assert row["underruns_after_start"] > 0 or late_speeds_ppm[len(late_speeds_ppm) // 2] > 0
     assert row["latency_ms_median"] is not None and row["av_offset_ms"] is not None
     assert row["series"] and row["latency_ms_samples"]
 

@@ -19,7 +19,7 @@ from typing import Any
 import av
 import numpy as np
 import pytest
-from support import run, start_host, stop_host, type_until_seen, until
+from support import ours, run, start_host, stop_host, type_until_seen, until
 
 from pyrofling.client.keyboard_mouse import InputConfig
 from pyrofling.client.viewer import Viewer, ViewerConfig
@@ -72,14 +72,15 @@ def _need_a_desktop() -> None:
 
 
 def _desktop_processes() -> list[int]:
-    """Processes running in a pyrofling headless desktop (their runtime directory is one of its folders)."""
+    """Processes running in a pyrofling headless desktop of this test's (their runtime directory is one of its
+    folders; the other workers' desktops are theirs)."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             environ = Path(f"/proc/{pid}/environ").read_bytes()
         except OSError:
             continue
-        if b"XDG_RUNTIME_DIR=" in environ and b"pyrofling-desktop-" in environ:
+        if b"XDG_RUNTIME_DIR=" in environ and b"pyrofling-desktop-" in environ and ours(int(pid)):
             found.append(int(pid))
     return found
 

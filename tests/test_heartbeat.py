@@ -149,7 +149,7 @@ def test_a_real_time_encoder_that_fills_its_cpu_is_stepped_down_once(monkeypatch
 def test_a_frame_being_encoded_when_the_heartbeat_stops_is_still_sent_before_stop_returns() -> None:
     """Stopping mid-encode: the frame's packets reach the host's outputs before ``stop`` returns, so a recording
     closed after it holds every frame the encoder made (it once held one frame fewer)."""
-    reading, sent = threading.Event(), []
+    reading, sent = threading.Event(), list[Any]()
 
     class SlowSource(SceneSource):
         def read(self, index: int, capture_us: int) -> Any:

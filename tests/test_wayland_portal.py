@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 from dbus_fast import Message
-from support import run, stop_host, type_until_seen, until
+from support import ours, run, stop_host, type_until_seen, until
 
 from pyrofling.client.keyboard_mouse import InputConfig
 from pyrofling.client.viewer import Viewer, ViewerConfig
@@ -300,7 +300,7 @@ def _processes_named(name: str) -> list[int]:
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         with contextlib.suppress(OSError):
-            if Path(f"/proc/{pid}/comm").read_text().strip() == name[:15]:
+            if Path(f"/proc/{pid}/comm").read_text().strip() == name[:15] and ours(int(pid)):
                 found.append(int(pid))
     return found
 
