@@ -208,6 +208,7 @@ def _events(path: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.io
+@pytest.mark.desktop
 def test_an_authenticated_viewers_keys_and_pointer_reach_the_program_in_the_desktop_and_forged_ones_do_not(
     tmp_path: Path,
 ) -> None:
@@ -283,6 +284,7 @@ def test_an_authenticated_viewers_keys_and_pointer_reach_the_program_in_the_desk
 
 
 @pytest.mark.io
+@pytest.mark.desktop
 def test_a_viewer_sees_the_program_running_in_the_hosts_headless_desktop_and_it_all_ends_with_the_host(
     tmp_path: Path,
 ) -> None:
@@ -333,6 +335,7 @@ def test_a_viewer_sees_the_program_running_in_the_hosts_headless_desktop_and_it_
 
 
 @pytest.mark.io
+@pytest.mark.desktop
 def test_the_desktop_takes_the_size_of_a_browser_that_watches_it_and_follows_its_window(tmp_path: Path) -> None:
     """A browser on the web door says its window (in device pixels) and refresh rate, as a pyrofling viewer says
     its display: the desktop takes that size, and another when the window changes."""
@@ -393,6 +396,7 @@ def _new_run(ids: list[int]) -> list[int]:
 
 
 @pytest.mark.io
+@pytest.mark.desktop
 def test_a_compositor_that_crashes_is_started_again_with_the_program_and_the_viewer_stays_connected(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -451,6 +455,7 @@ def _loudest_hz(samples: np.ndarray, rate: int, other_hz: float) -> tuple[float,
 
 
 @pytest.mark.io
+@pytest.mark.desktop
 def test_two_desktops_side_by_side_each_stream_shows_only_its_own_program_and_sounds_only_its_own_tone(
     tmp_path: Path,
 ) -> None:
@@ -526,6 +531,7 @@ def test_two_desktops_side_by_side_each_stream_shows_only_its_own_program_and_so
 
 
 @pytest.mark.io
+@pytest.mark.desktop
 def test_the_desktop_takes_the_viewers_display_and_follows_it_to_a_new_size_with_the_program_running(
     tmp_path: Path,
 ) -> None:

@@ -217,6 +217,7 @@ async def _watch(host: Host, markers: Path) -> list[int]:
 
 
 @pytest.mark.io
+@pytest.mark.desktop
 def test_the_desktop_you_sit_at_is_shared_once_asked_and_the_next_start_asks_nothing(
     tmp_path: Path, gnome: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -259,6 +260,7 @@ def test_the_desktop_you_sit_at_is_shared_once_asked_and_the_next_start_asks_not
 
 
 @pytest.mark.io
+@pytest.mark.desktop
 def test_keys_reach_the_desktop_through_its_remote_desktop_portal_once_the_person_allows_it(
     tmp_path: Path, gnome: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -318,6 +320,7 @@ def _host_says(env: dict[str, str]) -> tuple[int, list[str]]:
 
 
 @pytest.mark.io
+@pytest.mark.desktop
 def test_without_a_desktop_session_or_its_portal_the_host_says_what_to_do_in_one_line(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "DBUS_SESSION_BUS_ADDRESS"}
     code, said = _host_says(env)
