@@ -2,9 +2,9 @@
 a process, so ``./scripts/test --quick`` (``-m "not io and not slow"``) runs only pure and virtual-time tests.
 
 A test that does (or uses a fixture that starts a server) and is not marked fails at teardown, naming what it
-touched. (asyncio's own loop opens a Unix
-socket pair: that is allowed, so a test may run a loop in virtual time.) With ``PYROFLING_TIER_LOG=path`` nothing
-fails: each test's node id, what it touched and how long it took are written there instead, as JSON lines.
+touched. (asyncio's own loop opens a Unix socket pair: that is allowed, so a test may run a loop in virtual
+time.) With ``PYROFLING_TIER_LOG=path`` nothing fails: each test's node id, what it touched and how long it took
+are written there instead, as JSON lines.
 """
 
 from __future__ import annotations
