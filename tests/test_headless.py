@@ -533,13 +533,14 @@ def test_two_desktops_side_by_side_each_stream_shows_only_its_own_program_and_so
 @pytest.mark.io
 @pytest.mark.desktop
 def test_the_desktop_takes_the_viewers_display_and_follows_it_to_a_new_size_with_the_program_running(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A host started at 640x360 makes its desktop the viewer's 1280x720 (the viewer said so, DISPLAY), then
     1920x1080 when the viewer's display changes. The program is never restarted: its own frame count goes on
     across both changes, its window takes each size, and every picture the viewer decodes carries a readable
     frame marker at one of the sizes, whole, with no decode error; so does every picture the host streamed."""
     _need_a_desktop()
+    caplog.set_level(logging.INFO, "pyrofling")  # a failure then shows why the host ended a connection (once seen)
     events, markers = tmp_path / "events.jsonl", tmp_path / "markers.jsonl"
 
     def decoded() -> list[dict[str, Any]]:
