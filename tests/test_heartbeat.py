@@ -119,17 +119,7 @@ def test_a_real_time_encoder_that_fills_its_cpu_is_stepped_down_once(monkeypatch
 
     async def scenario() -> Heartbeat:
         with ThreadPoolExecutor(max_workers=1) as executor:
-            heartbeat = Heartbeat(
-                clock=FrameClock(fps=FPS, start_s=SYSTEM_CLOCK.now()),
-                schedule=EncodeSchedule(1.0 / FPS),
-                keyframes=KeyframePolicy(),
-                encoder=VideoEncoder(EncoderConfig(width=160, height=96, fps=FPS, bitrate_kbits=300)),
-                executor=executor,
-                stats=HostStats(),
-                source=SlowSource(160, 96),
-                on_packets=lambda packets: None,
-                on_source_end=lambda: None,
-            )
+            heartbeat = _scene_heartbeat(executor, SlowSource(160, 96), lambda packets: None)
             heartbeat.start(asyncio.get_running_loop())
             for _ in range(300):  # up to 30 s on a loaded machine; about half a second of encodes is enough
                 if stepped:
@@ -145,35 +135,43 @@ def test_a_real_time_encoder_that_fills_its_cpu_is_stepped_down_once(monkeypatch
     assert heartbeat.encoder_share.share_at_step_down is not None and heartbeat.encoder_share.share_at_step_down > 0.5
 
 
+def _scene_heartbeat(executor: ThreadPoolExecutor, source: SceneSource, on_packets: Callable[[Any], None]) -> Heartbeat:
+    """A heartbeat on the system clock encoding ``source`` at 160x96."""
+    return Heartbeat(
+        clock=FrameClock(fps=FPS, start_s=SYSTEM_CLOCK.now()),
+        schedule=EncodeSchedule(1.0 / FPS),
+        keyframes=KeyframePolicy(),
+        encoder=VideoEncoder(EncoderConfig(width=160, height=96, fps=FPS, bitrate_kbits=300)),
+        executor=executor,
+        stats=HostStats(),
+        source=source,
+        on_packets=on_packets,
+        on_source_end=lambda: None,
+    )
+
+
 @pytest.mark.io
 def test_a_frame_being_encoded_when_the_heartbeat_stops_is_still_sent_before_stop_returns() -> None:
     """Stopping mid-encode: the frame's packets reach the host's outputs before ``stop`` returns, so a recording
     closed after it holds every frame the encoder made (it once held one frame fewer)."""
-    reading, sent = threading.Event(), list[Any]()
+    reading, release, sent = threading.Event(), threading.Event(), list[Any]()
 
-    class SlowSource(SceneSource):
+    class HeldSource(SceneSource):
         def read(self, index: int, capture_us: int) -> Any:
             reading.set()
-            threading.Event().wait(0.3)  # stop() is called while this frame is still being made
+            release.wait(30)  # this frame is still being made when stop() is called
             return super().read(index, capture_us)
 
     async def scenario() -> int:
+        loop = asyncio.get_running_loop()
         with ThreadPoolExecutor(max_workers=1) as executor:
-            stats = HostStats()
-            heartbeat = Heartbeat(
-                clock=FrameClock(fps=FPS, start_s=SYSTEM_CLOCK.now()),
-                schedule=EncodeSchedule(1.0 / FPS),
-                keyframes=KeyframePolicy(),
-                encoder=VideoEncoder(EncoderConfig(width=160, height=96, fps=FPS, bitrate_kbits=300)),
-                executor=executor,
-                stats=stats,
-                source=SlowSource(160, 96),
-                on_packets=sent.append,
-                on_source_end=lambda: None,
-            )
-            heartbeat.start(asyncio.get_running_loop())
-            await asyncio.get_running_loop().run_in_executor(None, reading.wait, 30)
-            await heartbeat.stop()
+            heartbeat = _scene_heartbeat(executor, HeldSource(160, 96), sent.append)
+            heartbeat.start(loop)
+            await loop.run_in_executor(None, reading.wait, 30)
+            stopping = asyncio.create_task(heartbeat.stop())
+            await until(lambda: heartbeat._halt.is_set(), 10)  # stop has begun: no more ticks
+            release.set()
+            await asyncio.wait_for(stopping, 30)
             return len(sent)
 
     sent_by_stop = asyncio.run(scenario())

@@ -7,6 +7,7 @@ Pure: plain values, their checks, and the reading of a run's raw statistics into
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -236,14 +237,12 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} ms"
 
 
-def _percentile(samples: list[float], q: float) -> float | None:
-    if not samples:
-        return None
-    ordered = sorted(samples)
-    rank = q / 100 * (len(ordered) - 1)
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+def _latency(samples: list[float]) -> Latency:
+    if len(samples) < 2:
+        one = samples[0] if samples else None
+        return Latency(one, one, one)
+    cuts = statistics.quantiles(samples, n=100, method="inclusive")  # linear between samples, as numpy's
+    return Latency(cuts[49], cuts[94], cuts[98])
 
 
 def result_from(stream: Stream, link: Link, raw: dict[str, Any]) -> StreamResult:
@@ -272,7 +271,7 @@ def result_from(stream: Stream, link: Link, raw: dict[str, Any]) -> StreamResult
         resends=int(host.get("resent_datagrams", 0)),
         key_frames_asked=int(viewer.get("keyframe_requests", 0)),
         key_frames_forced=int(host.get("keyframes_forced", 0)),
-        latency_ms=Latency(_percentile(samples, 50), _percentile(samples, 95), _percentile(samples, 99)),
+        latency_ms=_latency(samples),
         bitrate_mbits=float(host.get("encoded_mbits", 0.0)),
         seconds=tuple(
             Second(round(r["t"] - start, 3), float(r["received_mbits"]), r.get("stream_kbits"), r.get("good_pct"))
