@@ -10,6 +10,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+#: Where pairings and the browsers a host remembers are kept, when set (else :func:`default_config_dir`).
+CONFIG_DIR_ENV = "PYROFLING_CONFIG_DIR"
+
+
+def default_config_dir() -> Path:
+    given = os.environ.get(CONFIG_DIR_ENV)
+    if given:
+        return Path(given)
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "pyrofling"
+
 
 def write_stats(path: Path, stats: dict[str, Any], *, indent: int | None = 2) -> None:
     """Write ``stats`` as JSON beside ``path`` and rename it into place: readers never see half a file.

@@ -30,11 +30,10 @@ from pyrofling.core.host.state import ViewerPaired
 from pyrofling.core.host.web_viewers import RememberBrowser
 from pyrofling.core.secure import HostIdentity, limiter_key
 from pyrofling.core.viewer.auth import HostCredential
-from pyrofling.files import private_dir_problem
+from pyrofling.files import default_config_dir, private_dir_problem
 
 log = logging.getLogger(__name__)
 
-CONFIG_DIR_ENV = "PYROFLING_CONFIG_DIR"
 #: Browsers' passes a host keeps (each a browser that proved a link, the password or a pairing code), in all and
 #: from one address prefix. None is pushed out for a newer one: past these, a new browser's pass lasts the host's
 #: run only, so logins in a hurry cannot take a friend's place.
@@ -48,14 +47,6 @@ BROWSER_USE_RESOLUTION_S = 3600
 
 class PairingStoreError(Exception):
     """The pairing files cannot be trusted or written; the text says why and what to do."""
-
-
-def default_config_dir() -> Path:
-    given = os.environ.get(CONFIG_DIR_ENV)
-    if given:
-        return Path(given)
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "pyrofling"
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from websockets.asyncio.client import connect
+
 from pyrofling.server.encoder import EncoderConfig
 from pyrofling.server.gamepad import VirtualPad
 from pyrofling.server.host import Host, HostConfig
@@ -33,6 +35,13 @@ def run(coro: Callable[[], Awaitable[T]], timeout_s: float = 60.0) -> T:
         return await asyncio.wait_for(coro(), timeout_s)
 
     return asyncio.run(main())
+
+
+def page_socket(url: str, **options: Any) -> connect:
+    """A WebSocket to a host's ``/stream`` held as a page holds one: it takes in all that comes (no queue limit).
+    With websockets' limit, a test that stops reading leaves pictures unread, and its close then waits 10 s for
+    the host's answer behind them."""
+    return connect(url, max_queue=None, **options)
 
 
 async def until(check: Callable[[], bool], timeout_s: float = 5.0) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from support import until
 
 from pyrofling.bench.jack import JackUnavailable, dummy_jack
 from pyrofling.client.audio import AudioPlayer, AudioPlayerConfig
@@ -158,12 +159,20 @@ def test_host_to_viewer_with_audio(jack: str, codec: str) -> None:
             ViewerConfig(
                 host="127.0.0.1",
                 port=host.port or 0,
-                duration_s=4.0,
+                duration_s=60,
                 flags=KickFlags.VIDEO | KickFlags.AUDIO,
                 audio=AudioPlayerConfig(),
             )
         )
-        await asyncio.wait_for(viewer.run(), 30)
+        watching = asyncio.create_task(viewer.run())
+
+        def heard_enough() -> bool:  # two clicks of the tone and 3 s of packets, however long a loaded machine takes
+            stats = viewer.audio.stats if viewer.audio is not None else None
+            return watching.done() or (stats is not None and stats.clicks >= 2 and stats.packets > 600)
+
+        await until(heard_enough, 30)
+        viewer.stop()
+        await asyncio.wait_for(watching, 10)
         host.stop()
         await asyncio.wait_for(task, 10)
         return host, viewer

@@ -69,6 +69,30 @@ def test_the_default_host_answers_on_both_loopbacks() -> None:
     assert all(n >= 15 for n in run(scenario))
 
 
+@pytest.mark.io
+def test_a_command_loads_only_what_it_runs_and_help_lists_them_all() -> None:
+    """Every process the harness and the benches start pays for its imports: a relay loads no codec, a viewer no
+    host, and the full list of commands is still there for ``--help`` and a mistyped name."""
+    probe = (
+        "import sys; from pyrofling.cli import build_parser; build_parser(sys.argv[1]); "
+        "print(' '.join(m for m in ('av', 'numpy', 'pyrofling.server.host', 'pyrofling.client.viewer', "
+        "'pyrofling.bench.stream') if m in sys.modules))"
+    )
+    loaded = {
+        command: set(subprocess.run([sys.executable, "-c", probe, command], capture_output=True, text=True,
+                                    check=True, timeout=60).stdout.split())
+        for command in ("netsim", "view", "host")
+    }  # fmt: skip
+    assert loaded["netsim"] == set()
+    assert (
+        "pyrofling.client.viewer" in loaded["view"]
+        and not {"pyrofling.server.host", "pyrofling.bench.stream"} & loaded["view"]
+    )
+    assert "pyrofling.server.host" in loaded["host"] and "pyrofling.bench.stream" not in loaded["host"]
+    wrong = pyrofling("hots", timeout=60)
+    assert wrong.returncode == 2 and "invalid choice: 'hots'" in wrong.stderr and "'netsim'" in wrong.stderr
+
+
 # -- 2. a viewer that never had a stream says why and stops -------------------------------------
 
 

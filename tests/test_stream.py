@@ -102,7 +102,9 @@ def test_through_a_narrow_link_the_host_lowers_the_bitrate_and_the_viewer_is_tol
     assert min(kbits for _, kbits in trace) < 1500  # it went below the link
     # Within the link; on a loaded machine the in-process relay's queue can hold the estimate at the floor.
     assert st["stream_bitrate_kbits"] is not None and 300 <= st["stream_bitrate_kbits"] < 1500
-    assert st["bitrate_decided_by"] == "your_link"
+    # Why, as the viewer was told: its link, or the host's floor exactly when the estimate sits there.
+    at_floor = st["stream_bitrate_kbits"] == 300
+    assert st["bitrate_decided_by"] == ("floor" if at_floor else "your_link")
     late = [row["frames"] for row in st["timeline"][-3:]]
     assert late and min(late) >= 15  # pictures keep coming at the end (30 fps)
 

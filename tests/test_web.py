@@ -14,8 +14,7 @@ from typing import Any
 import av
 import numpy as np
 import pytest
-from support import SMALL, TINY, run, start_host, stop_host
-from websockets.asyncio.client import connect
+from support import SMALL, TINY, page_socket, run, start_host, stop_host
 from websockets.exceptions import ConnectionClosed
 
 from pyrofling.bench.chromium import Chromium, find_chromium
@@ -40,7 +39,7 @@ def test_a_browser_with_the_token_gets_the_hosts_own_encode_from_a_key_frame_and
         try:
             assert host.web_link is not None and "#t=" in host.web_link and host.web is not None
             port, token = host.web.port, host.web_link.split("#t=")[1]
-            async with connect(f"ws://127.0.0.1:{port}/stream") as ws:
+            async with page_socket(f"ws://127.0.0.1:{port}/stream") as ws:
                 await ws.send(json.dumps({"type": "auth", "token": token}))
                 hello = json.loads(await asyncio.wait_for(ws.recv(), 10))
                 assert host.web.transport is not None  # offered, with its certificate's hash, and not taken:
@@ -87,7 +86,7 @@ def test_a_browser_the_host_kept_comes_back_on_its_next_run_and_a_revoked_one_do
     async def prove(port: int, proof: dict[str, str]) -> dict[str, Any] | str:
         """The host's answer to a browser proving ``proof``: its hello, or why it closed."""
         trusted = ssl.create_default_context(cafile=str(tmp_path / "web-cert.pem"))
-        async with connect(f"wss://127.0.0.1:{port}/stream", ssl=trusted) as ws:
+        async with page_socket(f"wss://127.0.0.1:{port}/stream", ssl=trusted) as ws:
             await ws.send(json.dumps({"type": "auth", **proof}))
             try:
                 return dict(json.loads(await asyncio.wait_for(ws.recv(), 10)))
@@ -128,7 +127,7 @@ def test_a_browser_types_the_hosts_pairing_code_and_is_kept_and_the_host_shows_t
 
     async def prove(port: int, code: str) -> dict[str, Any] | str:
         trusted = ssl.create_default_context(cafile=str(tmp_path / "web-cert.pem"))  # kept only over HTTPS
-        async with connect(f"wss://127.0.0.1:{port}/stream", ssl=trusted) as ws:
+        async with page_socket(f"wss://127.0.0.1:{port}/stream", ssl=trusted) as ws:
             await ws.send(json.dumps({"type": "auth", "code": code}))
             try:
                 return dict(json.loads(await asyncio.wait_for(ws.recv(), 10)))
@@ -171,7 +170,7 @@ def test_without_the_token_a_browser_gets_neither_the_stream_nor_anything_but_th
             assert host.web is not None and host.web.port is not None
             port = host.web.port
             for first in (json.dumps({"type": "auth", "token": "guess" * 5}), json.dumps({"type": "keyframe"}), None):
-                async with connect(f"ws://127.0.0.1:{port}/stream") as ws:
+                async with page_socket(f"ws://127.0.0.1:{port}/stream") as ws:
                     if first is not None:
                         await ws.send(first)
                     try:
@@ -658,7 +657,7 @@ def test_a_quic_client_without_a_live_ticket_gets_no_session_and_no_byte_of_the_
             assert host.web is not None and host.web.port is not None and host.web_link is not None
             port, token = host.web.port, host.web_link.split("#t=")[1]
             answers = [await _QuicClient.ask(port, b"/wt/" + b"g" * 24)]
-            async with connect(f"ws://127.0.0.1:{port}/stream") as ws:
+            async with page_socket(f"ws://127.0.0.1:{port}/stream") as ws:
                 await ws.send(json.dumps({"type": "auth", "token": token}))
                 ticket = json.loads(await asyncio.wait_for(ws.recv(), 10))["webtransport"]["ticket"].encode()
                 answers.append(await _QuicClient.ask(port, b"/wt/" + ticket, want_bytes=10_001, sizes=sizes))

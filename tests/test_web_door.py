@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import TINY, run, start_host, stop_host
-from websockets.asyncio.client import connect
+from support import TINY, page_socket, run, start_host, stop_host
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.typing import Origin
 
@@ -102,7 +101,7 @@ def test_a_page_on_another_origin_can_neither_open_the_stream_nor_guess_the_pass
             statuses = []
             for guess in [None] * 16 + ["guess-1", "guess-2", "guess-3", "guess-4", "guess-5", "guess-6"]:
                 try:
-                    async with connect(f"ws://127.0.0.1:{port}/stream", origin=Origin("http://evil.example")) as ws:
+                    async with page_socket(f"ws://127.0.0.1:{port}/stream", origin=Origin("http://evil.example")) as ws:
                         statuses.append(101)
                         if guess is not None:
                             await ws.send(json.dumps({"type": "auth", "code": guess}))
@@ -113,7 +112,7 @@ def test_a_page_on_another_origin_can_neither_open_the_stream_nor_guess_the_pass
                 except InvalidStatus as refused:
                     statuses.append(refused.response.status_code)
             own = Origin(f"http://127.0.0.1:{port}")
-            async with connect(f"ws://127.0.0.1:{port}/stream", origin=own) as ws:  # the person's own page
+            async with page_socket(f"ws://127.0.0.1:{port}/stream", origin=own) as ws:  # the person's own page
                 await ws.send(json.dumps({"type": "auth", "code": SECRET}))
                 try:
                     answer: dict[str, Any] | str = json.loads(await asyncio.wait_for(ws.recv(), 10))
@@ -144,7 +143,7 @@ def test_a_squatter_who_read_a_loopback_pages_pass_gets_nothing_on_the_hosts_nex
         try:
             assert first.web is not None and first.web.port is not None and first.web_link is not None
             port = first.web.port
-            async with connect(f"ws://127.0.0.1:{port}/stream") as ws:  # the friend, from the link
+            async with page_socket(f"ws://127.0.0.1:{port}/stream") as ws:  # the friend, from the link
                 await ws.send(json.dumps({"type": "auth", "token": first.web_link.split("#t=")[1]}))
                 stolen = json.loads(await asyncio.wait_for(ws.recv(), 10))["resume"]
         finally:
@@ -157,7 +156,7 @@ def test_a_squatter_who_read_a_loopback_pages_pass_gets_nothing_on_the_hosts_nex
         )
         got: list[Any] = []
         try:
-            async with connect(f"ws://127.0.0.1:{port}/stream") as ws:
+            async with page_socket(f"ws://127.0.0.1:{port}/stream") as ws:
                 await ws.send(json.dumps({"type": "auth", "resume": stolen}))
                 with contextlib.suppress(ConnectionClosed, TimeoutError):
                     while True:
@@ -210,7 +209,7 @@ def test_tls_handshakes_in_a_hurry_are_closed_before_tls_and_a_friend_with_the_l
             port, token = host.web.port, host.web_link.split("#t=")[1]
             flood = asyncio.create_task(_tls_handshakes(port, "127.0.0.2", 120))
             trusted = ssl.create_default_context(cafile=str(tmp_path / "web-cert.pem"))
-            async with connect(f"wss://127.0.0.1:{port}/stream", ssl=trusted) as ws:
+            async with page_socket(f"wss://127.0.0.1:{port}/stream", ssl=trusted) as ws:
                 await ws.send(json.dumps({"type": "auth", "token": token}))
                 hello = json.loads(await asyncio.wait_for(ws.recv(), 10))
             completed = await flood
@@ -257,7 +256,7 @@ def test_silent_connections_from_eight_addresses_leave_the_hosts_descriptors_and
                     held.append(s)
             await asyncio.sleep(0.5)
             during = _open_descriptors() - before - len(held)  # what the host holds for them
-            async with connect(f"ws://127.0.0.1:{port}/stream") as ws:
+            async with page_socket(f"ws://127.0.0.1:{port}/stream") as ws:
                 await ws.send(json.dumps({"type": "auth", "token": token}))
                 hello = json.loads(await asyncio.wait_for(ws.recv(), 10))
             closed = 0
@@ -396,7 +395,7 @@ def test_no_secret_reaches_the_log_at_any_verbosity(caplog: pytest.LogCaptureFix
             secrets_ = [token, SECRET]
             for kind in ("token", "resume", "code"):  # the link; its pass, coming back; the password
                 proof = {"token": token, "resume": secrets_[-1], "code": SECRET}[kind]
-                async with connect(f"ws://127.0.0.1:{port}/stream") as ws:
+                async with page_socket(f"ws://127.0.0.1:{port}/stream") as ws:
                     await ws.send(json.dumps({"type": "auth", kind: proof}))
                     hello = json.loads(await asyncio.wait_for(ws.recv(), 10))
                     if kind == "token":
@@ -478,7 +477,7 @@ def test_password_logins_in_a_hurry_push_no_friends_pass_out_and_a_new_password_
         port: int, proof: dict[str, str], source: str = "127.0.0.1"
     ) -> tuple[dict[str, Any] | None, int | None]:
         trusted = ssl.create_default_context(cafile=str(tmp_path / "web-cert.pem"))
-        async with connect(f"wss://127.0.0.1:{port}/stream", ssl=trusted, local_addr=(source, 0)) as ws:
+        async with page_socket(f"wss://127.0.0.1:{port}/stream", ssl=trusted, local_addr=(source, 0)) as ws:
             await ws.send(json.dumps({"type": "auth", **proof}))
             try:
                 return json.loads(await asyncio.wait_for(ws.recv(), 10)), None

@@ -19,8 +19,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from pyrofling.files import secret_file_problem, unwritable
-from pyrofling.pairing import CONFIG_DIR_ENV, default_config_dir
+from pyrofling.files import CONFIG_DIR_ENV, default_config_dir, secret_file_problem, unwritable
 from pyrofling.units import parse_duration_s, parse_fraction
 
 #: Where a password may come from instead of the command line (which other users can read).
