@@ -56,7 +56,8 @@ async def until(check: Callable[[], bool], timeout_s: float = 5.0) -> None:
 
 async def type_until_seen(link: Any, seen: Callable[[], bool], key: str = "A", attempts: int = 200) -> None:
     """Press and let go ``key`` on a viewer's keyboard link until a program says it got it (its window may take a
-    moment to come up and have the keyboard); a program that never does fails the caller's own check."""
+    moment to come up and have the keyboard, and may get it between a press and its release: ``seen`` says which
+    it needs); a program that never does fails the caller's own check."""
     for _ in range(attempts):
         link.key(key, True)
         await asyncio.sleep(0.05)

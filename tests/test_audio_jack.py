@@ -27,8 +27,9 @@ from pyrofling.server.encoder import EncoderConfig
 from pyrofling.server.host import Host, HostConfig
 from pyrofling.wire import AudioCodec, KickFlags
 
-#: Every test here streams, serves or plays through real sockets, threads or processes (not the quick tier).
-pytestmark = pytest.mark.io
+#: Every test here plays through threads and processes (not the quick tier) into JACK's clock, which does not wait
+#: for a starved player: ./scripts/test runs them one at a time at the normal priority.
+pytestmark = [pytest.mark.io, pytest.mark.realtime]
 
 RATE = 48_000
 PERIOD_S = 256 / RATE

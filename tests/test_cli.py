@@ -279,6 +279,7 @@ def test_bench_latency_smoke_locks_and_measures_glass_to_glass(tmp_path: Path) -
 
 
 @pytest.mark.io
+@pytest.mark.realtime
 def test_bench_audio_smoke_plays_into_jack_and_times_the_clicks() -> None:
     """Real host, netsim (jitter) and viewer playing into a JACK dummy server the bench starts, for 8 s."""
     proc = subprocess.run(

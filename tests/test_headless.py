@@ -424,7 +424,7 @@ def test_a_compositor_that_crashes_is_started_again_with_the_program_and_the_vie
             assert _mutter() != crashed
             link = viewer.keyboard_mouse
             assert link is not None
-            await type_until_seen(link, lambda: any(e.get("key") == "A" for e in _events(events)))
+            await type_until_seen(link, lambda: any(e.get("key") == "A" and e["down"] for e in _events(events)))
             viewer.stop()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(watching, 10)

@@ -310,7 +310,7 @@ def test_broadcast_through_nginx_survives_the_server_dying_without_disturbing_vi
     async def scenario() -> tuple[Host, Viewer, Played, Played, float]:
         outputs = OutputConfig(broadcast=url, retry_max_s=1.0)
         host, task = await _host(outputs=outputs, audio=AudioConfig(source="tone"))
-        viewer = Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0, duration_s=14.0))
+        viewer = Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0, duration_s=120))  # watching throughout
         viewing = asyncio.create_task(viewer.run())
         first = await asyncio.to_thread(play_rtmp, url, frames=45, audio_s=1.0)
         broadcast = host.destinations.outputs[0]
@@ -322,6 +322,7 @@ def test_broadcast_through_nginx_survives_the_server_dying_without_disturbing_vi
         await asyncio.to_thread(server.start)
         await until(lambda: broadcast.stats.connects >= 2, 15.0)
         second = await asyncio.to_thread(play_rtmp, url, frames=45, audio_s=1.0)
+        viewer.stop()
         await asyncio.wait_for(viewing, 30)
         host.stop()
         await asyncio.wait_for(task, 15)

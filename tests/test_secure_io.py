@@ -438,8 +438,11 @@ def test_a_32_kb_burst_of_extensions_costs_one_handshake_and_the_stream_goes_on(
             r, w = await asyncio.open_connection("127.0.0.1", port)
             w.write(hello_offer)
             floods.append((r, w))
-        late = viewer_for(host, SECRET, duration_s=1.0)
-        await asyncio.wait_for(late.run(), 15)
+        late = viewer_for(host, SECRET, duration_s=30)
+        late_run = asyncio.create_task(late.run())  # it watches until 10 pictures came, however long that takes
+        await until(lambda: late.video.stats.frames_shown >= 10 or late_run.done(), 20)
+        late.stop()
+        await asyncio.wait_for(late_run, 15)
         await asyncio.wait_for(vtask, 15)
         for _r, w in floods:
             w.close()

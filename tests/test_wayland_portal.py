@@ -282,7 +282,7 @@ def test_keys_reach_the_desktop_through_its_remote_desktop_portal_once_the_perso
             watching = asyncio.create_task(viewer.run())
             link = viewer.keyboard_mouse
             assert link is not None
-            await type_until_seen(link, lambda: any(e.get("key") == "A" for e in _events(events)))
+            await type_until_seen(link, lambda: any(e.get("key") == "A" and e["down"] for e in _events(events)))
             await until(lambda: len(set(_markers(tmp_path / "markers.jsonl"))) >= 10, 30)  # and its picture
             viewer.stop()
             await asyncio.wait_for(watching, 10)

@@ -177,6 +177,9 @@ class HeadlessDesktop:
                 self.bus.export("/org/gnome/SessionManager", self._manager)
                 await self.bus.request_name("org.gnome.SessionManager", NameFlag.DO_NOT_QUEUE)
                 self._spawn("pipewire", ["pipewire"])
+                while not self.pipewire_socket.exists():  # its clients fail at once without it (a busy machine)
+                    self._check_alive()
+                    await asyncio.sleep(0.005)
                 self._spawn("wireplumber", ["wireplumber"])
                 self._spawn("pipewire-pulse", ["pipewire-pulse"])  # programs that play through PulseAudio
                 self._spawn("mutter", ["mutter", "--headless", "--wayland", *([] if self.x11 else ["--no-x11"])])
