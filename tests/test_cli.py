@@ -246,6 +246,7 @@ def test_bench_phase_replays_a_latency_runs_pictures_or_says_what_the_file_lacks
 
 
 @pytest.mark.io
+@pytest.mark.realtime
 def test_bench_latency_smoke_locks_and_measures_glass_to_glass(tmp_path: Path) -> None:
     """Real host and viewer at a tiny size: the automatic offset and pyrofling's controller at 0/8 ms, taking
     turns in two rounds each, with both ends' frame traces."""
@@ -431,6 +432,7 @@ def test_bench_security_attacks_reflect_finds_no_reflector_in_any_mode() -> None
 
 
 @pytest.mark.io
+@pytest.mark.realtime
 def test_bench_soak_smoke_watches_memory_cpu_and_frames_of_a_host_and_three_viewers() -> None:
     proc = subprocess.run(
         [

@@ -245,6 +245,7 @@ def test_ipv6_loopback(family: str) -> None:
     assert run(scenario).summary()["frames_shown"] >= 25
 
 
+@pytest.mark.realtime
 def test_phase_locked_viewer_steers_the_host_frame_clock() -> None:
     """A viewer whose display runs 3000 ppm slow pulls the host's frame clock slower; a free one does not."""
 
