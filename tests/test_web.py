@@ -214,6 +214,7 @@ def test_chromium_leaves_no_profile_behind_when_it_ends() -> None:
     assert run(scenario, timeout_s=90) == []
 
 
+@pytest.mark.realtime  # the page's latency, on its clock mapped to the host's, is judged
 def test_headless_chromium_plays_the_stream_from_the_link_and_a_page_without_the_key_plays_nothing() -> None:
     if find_chromium() is None:  # CI installs it (scripts/setup): there a missing browser is a failure
         (pytest.fail if os.environ.get("CI") else pytest.skip)("needs Debian's chromium (scripts/setup installs it)")
