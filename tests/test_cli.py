@@ -301,9 +301,10 @@ def test_bench_audio_smoke_plays_into_jack_and_times_the_clicks() -> None:
     # The buffer held sound (how near the 30 ms target is the bench's to measure, not this test's).
     assert row["buffered_ms_median"] > 0
     # The host's clock runs fast, so once the controller has learned the skew the viewer plays faster. The
-    # whole-run mean includes start-up, which on a loaded machine can pull it either way; judge the last 2 s.
+    # whole-run mean includes start-up, which on a loaded machine can pull it either way; judge the second half
+    # (its median: a refill after a dip on a busy machine slows it for a moment, once read over the last 2 s alone).
     # (Only where JACK was not starved: after an underrun the controller slows down to refill, rightly.)
-    late_speeds_ppm = sorted(ppm for t, _, ppm in row["series"] if t >= row["series"][-1][0] - 2.0)
+    late_speeds_ppm = sorted(ppm for t, _, ppm in row["series"] if t >= row["series"][-1][0] / 2)
     assert row["underruns_after_start"] > 0 or late_speeds_ppm[len(late_speeds_ppm) // 2] > 0
     assert row["latency_ms_median"] is not None and row["av_offset_ms"] is not None
     assert row["series"] and row["latency_ms_samples"]
