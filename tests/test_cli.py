@@ -506,6 +506,26 @@ def test_the_bitrate_floor_has_one_default_whoever_makes_the_host() -> None:
         assert by_flags == by_config == min(kbits, max(500, kbits // 10))
 
 
+def test_the_environment_sets_whether_threads_ask_for_priority_and_a_wrong_value_is_named(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``PYROFLING_THREAD_PRIORITY=normal``: no command raises its threads (the test suite's own workers run so,
+    leaving the CPU to the tests judged against a clock); the flag still wins; a wrong value stops at once."""
+    from pyrofling.cli import build_parser
+
+    assert build_parser("host").parse_args(["host"]).thread_priority == "auto"
+    monkeypatch.setenv("PYROFLING_THREAD_PRIORITY", "normal")
+    for command in ("host", "view"):
+        extra = ["x"] if command == "view" else []
+        assert build_parser(command).parse_args([command, *extra]).thread_priority == "normal"
+        argv = [command, *extra, "--thread-priority", "auto"]
+        assert build_parser(command).parse_args(argv).thread_priority == "auto"
+    monkeypatch.setenv("PYROFLING_THREAD_PRIORITY", "realtime")
+    with pytest.raises(SystemExit):
+        build_parser("host").parse_args(["host"])
+    assert "'realtime' is not one of auto, normal (check $PYROFLING_THREAD_PRIORITY" in capsys.readouterr().err
+
+
 def test_the_encoder_slices_each_frame_over_the_cpus_the_host_may_use() -> None:
     """One slice thread per CPU the host process may use (at most 8), whoever makes the host; the flag wins."""
     from pyrofling.cli import build_parser

@@ -229,16 +229,32 @@ def add_logging_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="only warnings and errors")
 
 
+#: The default of --thread-priority, where set: "normal" keeps every command on this machine from raising its
+#: threads (a shared machine, a test suite whose other tests must keep their turns).
+THREAD_PRIORITY_ENV = "PYROFLING_THREAD_PRIORITY"
+THREAD_PRIORITIES = ("auto", "normal")
+
+
+def _thread_priority(text: str) -> str:
+    if text not in THREAD_PRIORITIES:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not one of auto, normal (check ${THREAD_PRIORITY_ENV} if you did not write it)"
+        )
+    return text
+
+
 def add_thread_priority_option(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """--thread-priority: whether the timing threads ask the system for a raised or real-time priority."""
     p.add_argument(
         "--thread-priority",
-        choices=("auto", "normal"),
-        default="auto",
+        type=_thread_priority,  # applied to the default too: a wrong $PYROFLING_THREAD_PRIORITY is refused by name
+        default=os.environ.get(THREAD_PRIORITY_ENV, "auto"),
+        metavar="{auto,normal}",
         help="auto (default): the threads that keep the beat ask for real-time scheduling, the encoder and the "
         "decoder for real-time below them (each steps down to raised if it needs more than half of its CPU), the "
         "event loops for a raised priority, where the system allows it (root, CAP_SYS_NICE or an rtprio/nice "
-        "limit; a line at start says what was granted); normal: leave every thread as it is",
+        f"limit; a line at start says what was granted); normal: leave every thread as it is. ${THREAD_PRIORITY_ENV} "
+        "sets the default",
     )
 
 
