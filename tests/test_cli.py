@@ -513,6 +513,7 @@ def test_the_environment_sets_whether_threads_ask_for_priority_and_a_wrong_value
     leaving the CPU to the tests judged against a clock); the flag still wins; a wrong value stops at once."""
     from pyrofling.cli import build_parser
 
+    monkeypatch.delenv("PYROFLING_THREAD_PRIORITY", raising=False)  # ./scripts/test's workers run with it set
     assert build_parser("host").parse_args(["host"]).thread_priority == "auto"
     monkeypatch.setenv("PYROFLING_THREAD_PRIORITY", "normal")
     for command in ("host", "view"):
