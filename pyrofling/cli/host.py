@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import errno
 import logging
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -48,6 +49,8 @@ log = logging.getLogger(__name__)
 
 #: The sources whose pictures come on their own (a game's present, a desktop's frame): --encode-mode applies.
 PRESENTING_SOURCES = ("capture", "headless", "wayland")
+#: The Janus streaming plugin's admin_key for --spectators, where it has one (kept out of the process list).
+SPECTATORS_ADMIN_KEY_ENV = "PYROFLING_JANUS_ADMIN_KEY"
 
 
 def add_host(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -425,6 +428,23 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="AAC bitrate of the broadcast (default 160)",
     )
+    g.add_argument(
+        "--spectators",
+        default=None,
+        metavar="URL",
+        help="also publish the stream (H.264, and its sound where it is Opus) as RTP into a Janus SFU, whose HTTP "
+        "API is at URL (http://HOST:8088/janus): the host creates a mountpoint with a secret of its own, keeps it "
+        "and removes it when it stops; spectators watch through Janus, never through the host's ports; if Janus "
+        "goes away the players' stream goes on and the host publishes again when it is back; "
+        f"${SPECTATORS_ADMIN_KEY_ENV}: the streaming plugin's admin_key, where it has one (docs/spectators.md)",
+    )
+    g.add_argument(
+        "--spectators-id",
+        type=whole_number(1, 2**53, "id"),
+        default=None,
+        metavar="N",
+        help="the mountpoint's id on Janus (default: one Janus chooses, shown at start)",
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -595,6 +615,9 @@ def _output_config(args: argparse.Namespace) -> OutputConfig:
         broadcast_bitrate_kbits=args.broadcast_bitrate_kbits,
         broadcast_keyint_s=args.broadcast_keyint,
         broadcast_audio_kbits=args.broadcast_audio_kbits,
+        spectators=args.spectators,
+        spectators_admin_key=os.environ.get(SPECTATORS_ADMIN_KEY_ENV) or None,
+        spectators_id=args.spectators_id,
     )
     cfg.check()
     return cfg

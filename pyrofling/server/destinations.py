@@ -1,7 +1,8 @@
-"""Recording and broadcasting: the host's stream muxed into a local file or sent to an RTMP server.
+"""Recording, broadcasting and spectators: the host's stream muxed into a local file, sent to an RTMP server, or
+published as RTP into a Janus SFU.
 
-Both take the packets the host already encoded for its viewers, with no second
-encode (:mod:`.recorder`, :mod:`.broadcaster`).  Each output is a thread with a
+All take the packets the host already encoded for its viewers, with no second
+encode (:mod:`.recorder`, :mod:`.broadcaster`, :mod:`.spectators`).  Each output is a thread with a
 bounded queue (:mod:`.muxing`): the host pushes a packet after it has gone to
 the direct viewers, and a push never waits, so nothing an output does can delay
 a viewer.  :class:`Destinations` is the set the host pushes to (a recording, a broadcast: where else the stream goes).
@@ -15,25 +16,28 @@ from typing import Any
 
 import av
 
+from pyrofling.core.host.keyframes import KeyframePolicy
 from pyrofling.server.audio import AudioChunk, AudioEncoder, AudioSource, EncodedAudio
 from pyrofling.server.broadcaster import Broadcaster
 from pyrofling.server.config import HostConfig
 from pyrofling.server.encoder import EncodedVideo, VideoEncoder
 from pyrofling.server.muxing import MediaOutput, OutputConfig, StreamInfo
 from pyrofling.server.recorder import Recorder
-from pyrofling.wire import AudioCodec
+from pyrofling.server.spectators import Spectators, SpectatorsOptions
+from pyrofling.wire import AudioCodec, VideoCodec
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
 class Destinations:
-    """The host's recording and broadcast, if any: one call per packet from the host."""
+    """The host's recording, broadcast and spectators, if any: one call per packet from the host."""
 
     outputs: list[MediaOutput] = field(default_factory=list)
+    spectators: Spectators | None = None
 
     @classmethod
-    def open(cls, config: OutputConfig, info: StreamInfo) -> Destinations:
+    def open(cls, config: OutputConfig, info: StreamInfo, keyframes: KeyframePolicy | None = None) -> Destinations:
         config.check()
         outputs: list[MediaOutput] = []
         if config.record is not None:
@@ -42,7 +46,16 @@ class Destinations:
             outputs.append(Broadcaster(config.broadcast, info, config))
         for out in outputs:
             out.start()
-        return cls(outputs)
+        spectators = None
+        if config.spectators is not None:
+            if info.video_codec != VideoCodec.H264:
+                raise ValueError(
+                    f"--spectators: browsers are sent H.264 through Janus, the stream is {info.video_codec.name}"
+                )
+            options = SpectatorsOptions(config.spectators, config.spectators_admin_key, config.spectators_id)
+            spectators = Spectators(options, keyframes or KeyframePolicy(), opus=info.audio_codec == AudioCodec.OPUS)
+            spectators.start()
+        return cls(outputs, spectators)
 
     @property
     def wants_frames(self) -> bool:
@@ -52,6 +65,8 @@ class Destinations:
         for o in self.outputs:
             if o.wants_packets:
                 o.push(("video", packet))
+        if self.spectators is not None:
+            self.spectators.video(packet)
 
     def push_frame(self, frame: av.VideoFrame, pts_us: int) -> None:
         for o in self.outputs:
@@ -63,6 +78,8 @@ class Destinations:
             if o.audio_input == "packets":
                 for p in packets:
                     o.push(("audio", p))
+        if self.spectators is not None:
+            self.spectators.audio(packets)
 
     def push_pcm(self, chunk: AudioChunk) -> None:
         for o in self.outputs:
@@ -72,6 +89,8 @@ class Destinations:
     def close(self) -> None:
         for o in self.outputs:
             o.close()
+        if self.spectators is not None:
+            self.spectators.close()
 
     def status(self) -> str:
         parts = []
@@ -81,16 +100,26 @@ class Destinations:
                 parts.append(f"recording {st.seconds:.0f} s ({st.bytes_written / 1e6:.1f} MB)")
             else:
                 parts.append(f"broadcast {st.state}" + (f" ({st.failures} failures)" if st.failures else ""))
+        if self.spectators is not None:
+            parts.append(f"spectators {self.spectators.core.phase.value}")
         return "".join(f"; {p}" for p in parts)
 
     def summary(self) -> list[dict[str, Any]]:
-        return [o.summary() for o in self.outputs]
+        out = [o.summary() for o in self.outputs]
+        if self.spectators is not None:
+            out.append({"kind": "spectators", **self.spectators.summary()})
+        return out
 
 
 def open_destinations(
-    config: HostConfig, encoder: VideoEncoder, audio: AudioEncoder | None, audio_source: AudioSource | None
+    config: HostConfig,
+    encoder: VideoEncoder,
+    audio: AudioEncoder | None,
+    audio_source: AudioSource | None,
+    keyframes: KeyframePolicy | None = None,
 ) -> Destinations:
-    """The host's recording and broadcast, opened for its stream (none: an empty set)."""
+    """The host's recording, broadcast and spectators, opened for its stream (none: an empty set); ``keyframes``:
+    the host's, which the spectators' key-frame requests go to."""
     if not config.outputs.enabled:
         return Destinations()
     info = StreamInfo(
@@ -103,7 +132,7 @@ def open_destinations(
         audio_rate=audio_source.rate if audio_source is not None else 0,
         audio_channels=config.audio.channels,
     )
-    destinations = Destinations.open(config.outputs, info)
+    destinations = Destinations.open(config.outputs, info, keyframes)
     if destinations.wants_frames:
         encoder.frame_tap = destinations.push_frame
     return destinations

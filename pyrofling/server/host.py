@@ -171,7 +171,7 @@ class Host:
             audio_encoder.codec if audio_encoder is not None else AudioCodec.NONE,
             audio_source.rate if audio_source is not None else 0,
         )
-        self.destinations = open_destinations(cfg, encoder, audio_encoder, audio_source)
+        self.destinations = open_destinations(cfg, encoder, audio_encoder, audio_source, self.keyframes)
         pad = self._pad if self._pad is not None else open_virtual_pad(cfg.virtual_pad)
         self.pad_output = self.pad_outputs[1] = PadOutput(pad, trace=cfg.gamepad_trace)
         self._listen_for_rumble(pad, 1)

@@ -61,10 +61,16 @@ class OutputConfig:
     broadcast_audio_kbits: int = 160
     #: Longest wait between reconnection attempts, seconds.
     retry_max_s: float = 15.0
+    #: A Janus HTTP API (http://HOST:8088/janus) to publish the stream into for spectators (None: no spectators).
+    spectators: str | None = None
+    #: The Janus streaming plugin's admin_key, where it has one.
+    spectators_admin_key: str | None = None
+    #: The mountpoint's id (None: one of Janus's choosing).
+    spectators_id: int | None = None
 
     @property
     def enabled(self) -> bool:
-        return self.record is not None or self.broadcast is not None
+        return self.record is not None or self.broadcast is not None or self.spectators is not None
 
     def check(self) -> None:
         """Raises ValueError saying what to change."""
@@ -77,6 +83,10 @@ class OutputConfig:
             problem = unwritable(path)
             if problem:
                 raise ValueError(f"--record {problem}")
+        if self.spectators is not None and not re.match(r"^https?://[^/]+", self.spectators):
+            raise ValueError(
+                "--spectators takes the HTTP API address of a Janus server, e.g. http://127.0.0.1:8088/janus"
+            )
         if self.broadcast is not None and not re.match(r"^rtmps?://[^/]+/.+", self.broadcast):
             raise ValueError(
                 "--broadcast takes an RTMP ingest URL with its stream key, e.g. rtmp://live.example.com/app/KEY "

@@ -1,0 +1,150 @@
+"""A real Janus SFU for tests and benches: Debian's janus with its streaming plugin and HTTP API, on loopback.
+
+It runs as one process with a configuration folder of its own (only the streaming plugin and the HTTP transport
+loaded), so it can be killed by pid and started again on the same port, the way an SFU goes away under a live
+stream. ``info(id, secret)`` asks the streaming plugin what a mountpoint has received.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+INSTALL_HINT = "install Janus: apt-get install janus (scripts/setup does)"
+PLUGINS = Path("/usr/lib/x86_64-linux-gnu/janus")
+_KEEP_PLUGINS = {"libjanus_streaming.so"}
+_KEEP_TRANSPORTS = {"libjanus_http.so"}
+
+
+def missing() -> str | None:
+    """Why Janus cannot be started here, or None."""
+    if shutil.which("janus") is None:
+        return f"janus is not installed; {INSTALL_HINT}"
+    if not (PLUGINS / "plugins" / "libjanus_streaming.so").exists():
+        return f"Janus's streaming plugin is not where Debian puts it ({PLUGINS}); {INSTALL_HINT}"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _others(folder: str, keep: set[str]) -> str:
+    return ",".join(sorted(p.name for p in (PLUGINS / folder).glob("*.so") if p.name not in keep))
+
+
+class JanusServer:
+    """``with JanusServer(workdir, admin_key=…) as janus: janus.url``; ``kill()`` and ``start()`` mid-stream."""
+
+    def __init__(self, workdir: Path, *, admin_key: str | None = None, port: int | None = None) -> None:
+        reason = missing()
+        if reason is not None:
+            raise RuntimeError(reason)
+        self.workdir, self.port, self.admin_key = workdir, port or _free_port(), admin_key
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = workdir / "janus.log"
+        conf = workdir / "conf"
+        conf.mkdir(parents=True, exist_ok=True)
+        (conf / "janus.jcfg").write_text(
+            "general: {\n"
+            f'  configs_folder = "{conf}"\n'
+            f'  plugins_folder = "{PLUGINS / "plugins"}"\n'
+            f'  transports_folder = "{PLUGINS / "transports"}"\n'
+            f'  events_folder = "{PLUGINS / "events"}"\n'
+            f'  loggers_folder = "{PLUGINS / "loggers"}"\n'
+            "  debug_level = 4\n"
+            "  session_timeout = 60\n"
+            "}\n"
+            f'plugins: {{ disable = "{_others("plugins", _KEEP_PLUGINS)}" }}\n'
+            f'transports: {{ disable = "{_others("transports", _KEEP_TRANSPORTS)}" }}\n'
+            f'loggers: {{ disable = "{_others("loggers", set())}" }}\n'
+            "events: { broadcast = false }\n"
+        )
+        streaming = f'general: {{ admin_key = "{admin_key}" }}\n' if admin_key else "general: { }\n"
+        (conf / "janus.plugin.streaming.jcfg").write_text(streaming)
+        (conf / "janus.transport.http.jcfg").write_text(
+            f'general: {{ base_path = "/janus" http = true port = {self.port} ip = "127.0.0.1" }}\n'
+            "admin: { admin_http = false }\n"
+        )
+        self.config = conf / "janus.jcfg"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/janus"
+
+    def start(self, timeout_s: float = 15.0) -> None:
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(["janus", "-F", str(self.config.parent), "-C", str(self.config), "-o"],
+                                         stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"janus exited at start: {self.log_tail()}")
+            with contextlib.suppress(OSError, ValueError):
+                if self._post("", {"janus": "info"}).get("janus") == "server_info":
+                    return
+            time.sleep(0.05)
+        self.kill()
+        raise RuntimeError(f"janus did not answer on port {self.port} within {timeout_s:g} s: {self.log_tail()}")
+
+    def info(self, mountpoint: int, secret: str) -> dict[str, Any]:
+        """The streaming plugin's ``info`` on a mountpoint (its media, each with ``age_ms`` since its last packet)."""
+        session = self._post("", {"janus": "create"})["data"]["id"]
+        try:
+            handle = self._post(f"/{session}", {"janus": "attach", "plugin": "janus.plugin.streaming"})["data"]["id"]
+            body = {"janus": "message", "body": {"request": "info", "id": mountpoint, "secret": secret}}
+            data: dict[str, Any] = self._post(f"/{session}/{handle}", body)["plugindata"]["data"]
+            return data
+        finally:
+            with contextlib.suppress(OSError, ValueError):
+                self._post(f"/{session}", {"janus": "destroy"})
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        data = json.dumps({**body, "transaction": secrets.token_hex(6)}).encode()
+        request = urllib.request.Request(self.url + path, data, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            reply: dict[str, Any] = json.loads(answer.read())
+            return reply
+
+    def kill(self) -> None:
+        """SIGKILL by pid, as a crash or a pulled plug would end it."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+        self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.proc = None
+
+    def log_tail(self, lines: int = 5) -> str:
+        with contextlib.suppress(OSError):
+            return " | ".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        return "(no log)"
+
+    def __enter__(self) -> JanusServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

@@ -1,0 +1,213 @@
+"""Spectators through a real Janus (Debian's, started by the tests on loopback): the host publishes its one encode
+into a mountpoint it creates and removes, Janus going away costs the players nothing, a wrong key or an absent
+Janus is one line, and a flood of key-frame requests forces one IDR a second.
+
+(Spectators' browsers reaching Janus over WebRTC need ICE on a real interface: not here yet.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import run, start_host, stop_host, until
+
+from pyrofling.bench import janus as janus_server
+from pyrofling.bench.janus import JanusServer
+from pyrofling.client.viewer import Viewer, ViewerConfig
+from pyrofling.core.host.spectators import Phase
+from pyrofling.server.audio import AudioConfig
+from pyrofling.server.host import Host
+from pyrofling.server.muxing import OutputConfig
+from pyrofling.server.spectators import Spectators
+
+pytestmark = pytest.mark.io
+
+
+@pytest.fixture
+def janus(tmp_path: Path) -> Iterator[JanusServer]:
+    reason = janus_server.missing()
+    if reason is not None:  # CI installs it (scripts/setup): there a missing Janus is a failure
+        (pytest.fail if os.environ.get("CI") else pytest.skip)(reason)
+    with JanusServer(tmp_path / "janus", admin_key="the-plugins-key") as server:
+        yield server
+
+
+def spectators_of(host: Host) -> Spectators:
+    spectators = host.destinations.spectators
+    assert spectators is not None
+    return spectators
+
+
+async def publishing_host(url: str, **config: Any) -> tuple[Host, Any]:
+    outputs = OutputConfig(spectators=url, spectators_admin_key=config.pop("admin_key", "the-plugins-key"))
+    return await start_host(outputs=outputs, virtual_pad="none", audio=AudioConfig(source="tone", codec="opus"),
+                            **config)  # fmt: skip
+
+
+def test_the_host_publishes_its_stream_and_sound_into_a_mountpoint_and_removes_it_when_it_stops(
+    janus: JanusServer,
+) -> None:
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
+        host, task = await publishing_host(janus.url)
+        viewer = Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0, duration_s=60))
+        watching = asyncio.create_task(viewer.run())
+        spectators = spectators_of(host)
+        await until(lambda: spectators.core.phase is Phase.PUBLISHING, 20)
+        mountpoint, secret = spectators.mountpoint, spectators.secret
+        assert mountpoint is not None
+        # Janus stamps a mountpoint's media when it is created: a second later, only what came since is recent.
+        await until(lambda: spectators.stats["video_packets"] > 60 and spectators.stats["audio_packets"] > 100, 20)
+        await asyncio.sleep(1.0)
+        during = await asyncio.to_thread(janus.info, mountpoint.id, secret)
+        await until(lambda: viewer.video.stats.frames_shown >= 60 or watching.done(), 30)
+        viewer.stop()
+        await asyncio.wait_for(watching, 10)
+        summary = spectators.summary()
+        await stop_host(host, task)
+        after = await asyncio.to_thread(janus.info, mountpoint.id, secret)
+        return during, after, summary, viewer.summary()
+
+    during, after, summary, viewer = run(scenario, timeout_s=90)
+    media = {m["type"]: m for m in during["info"]["media"]}
+    assert media["video"]["codec"] == "h264" and media["audio"]["codec"] == "opus"
+    assert media["video"]["fmtp"].startswith("profile-level-id=") and "packetization-mode=1" in media["video"]["fmtp"]
+    assert media["video"]["age_ms"] < 500 and media["audio"]["age_ms"] < 500  # both arriving
+    assert during["info"]["is_private"] and during["info"]["secret"]  # not listed; edited only with its secret
+    assert after.get("error_code") == 455  # removed when the host stopped: no such mountpoint
+    assert summary["mountpoints_created"] == 1 and summary["keyframes_forced"] >= 1 and summary["send_errors"] == 0
+    assert viewer["frames_shown"] >= 60 and viewer["reconnects"] == 0 and viewer["packets_lost_video"] == 0
+
+
+def test_janus_killed_mid_stream_is_one_line_the_players_never_notice_and_the_host_publishes_again(
+    janus: JanusServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="pyrofling.server.spectators")
+
+    async def scenario() -> tuple[int, int, dict[str, Any], dict[str, Any], dict[str, Any]]:
+        host, task = await publishing_host(janus.url)
+        viewer = Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0, duration_s=120))
+        watching = asyncio.create_task(viewer.run())
+        spectators = spectators_of(host)
+        await until(lambda: spectators.core.phase is Phase.PUBLISHING and viewer.video.stats.frames_shown > 10, 20)
+        shown, encoded = viewer.video.stats.frames_shown, host.stats.frames_encoded
+        await asyncio.to_thread(janus.kill)
+        await until(lambda: spectators.core.phase is Phase.WAITING, 15)  # noticed by its keepalive
+        await asyncio.sleep(2.0)  # down for a while: tries, silently
+        shown_during = viewer.video.stats.frames_shown - shown
+        encoded_during = host.stats.frames_encoded - encoded
+        await asyncio.to_thread(janus.start)
+        await until(lambda: spectators.core.phase is Phase.PUBLISHING, 20)
+        mountpoint = spectators.mountpoint
+        assert mountpoint is not None
+        await until(lambda: spectators.stats["video_packets"] > 0, 5)
+        await asyncio.sleep(1.0)
+        info = await asyncio.to_thread(janus.info, mountpoint.id, spectators.secret)
+        viewer.stop()
+        await asyncio.wait_for(watching, 10)
+        summary = spectators.summary()
+        await stop_host(host, task)
+        return shown_during, encoded_during, info, summary, viewer.summary()
+
+    shown_during, encoded_during, info, summary, viewer = run(scenario, timeout_s=120)
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and r.name.endswith("spectators")]
+    assert len(said) == 1 and said[0].startswith(f"spectators: lost {janus.url}") and "goes on" in said[0], said
+    back = [r.getMessage() for r in caplog.records if "Janus is back" in r.getMessage()]
+    assert len(back) == 1, [r.getMessage() for r in caplog.records]
+    assert summary["outages"] == 1 and summary["mountpoints_created"] == 2
+    assert {m["type"]: m["age_ms"] < 500 for m in info["info"]["media"]} == {"video": True, "audio": True}
+    # The players: the same connection throughout, and the pictures kept coming while Janus was gone.
+    assert viewer["reconnects"] == 0 and viewer["packets_lost_video"] == 0
+    assert encoded_during > 30 and shown_during >= 0.8 * encoded_during, (shown_during, encoded_during)
+
+
+def test_a_wrong_admin_key_is_one_line_at_start_and_nothing_more_is_asked(
+    janus: JanusServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="pyrofling.server.spectators")
+
+    async def scenario() -> tuple[Phase, dict[str, Any], dict[str, Any]]:
+        host, task = await publishing_host(janus.url, admin_key="a-guess")
+        viewer = Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0, duration_s=60))
+        watching = asyncio.create_task(viewer.run())
+        spectators = spectators_of(host)
+        await until(lambda: spectators.core.phase is Phase.REFUSED, 20)
+        await until(lambda: viewer.video.stats.frames_shown >= 30 or watching.done(), 30)
+        viewer.stop()
+        await asyncio.wait_for(watching, 10)
+        phase, summary = spectators.core.phase, spectators.summary()
+        await stop_host(host, task)
+        return phase, summary, viewer.summary()
+
+    phase, summary, viewer = run(scenario, timeout_s=90)
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and r.name.endswith("spectators")]
+    assert said == [f"spectators: {janus.url} refused the mountpoint (Unauthorized (wrong admin_key)); the players' "
+                    "stream goes on without spectators"]  # fmt: skip
+    assert phase is Phase.REFUSED and summary["mountpoints_created"] == 0 and summary["video_packets"] == 0
+    assert viewer["frames_shown"] >= 30 and viewer["reconnects"] == 0
+
+
+def test_no_janus_at_the_address_is_one_line_and_the_stream_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="pyrofling.server.spectators")
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/janus"
+
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
+        host, task = await publishing_host(url)
+        viewer = Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0, duration_s=60))
+        watching = asyncio.create_task(viewer.run())
+        spectators = spectators_of(host)
+        await until(lambda: spectators.core.phase is Phase.WAITING, 20)
+        await asyncio.sleep(3.0)  # several tries, none said
+        await until(lambda: viewer.video.stats.frames_shown >= 30 or watching.done(), 30)
+        viewer.stop()
+        await asyncio.wait_for(watching, 10)
+        summary = spectators.summary()
+        await stop_host(host, task)
+        return summary, viewer.summary()
+
+    summary, viewer = run(scenario, timeout_s=90)
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and r.name.endswith("spectators")]
+    assert len(said) == 1 and said[0].startswith(f"spectators: cannot reach {url} (") and "trying again" in said[0]
+    assert summary["phase"] == "waiting" and summary["mountpoints_created"] == 0
+    assert viewer["frames_shown"] >= 30 and viewer["reconnects"] == 0
+
+
+def test_a_flood_of_key_frame_requests_at_the_publishers_port_forces_one_idr_a_second(janus: JanusServer) -> None:
+    """Janus relays its spectators' PLI/FIR to the publisher; anyone who finds its port can send them too. Either
+    way a thousand requests in two seconds cost the players two or three IDRs, not a thousand."""
+
+    async def scenario() -> tuple[int, int, dict[str, Any]]:
+        host, task = await publishing_host(janus.url)
+        spectators = spectators_of(host)
+        await until(lambda: spectators.core.phase is Phase.PUBLISHING, 20)
+        assert spectators._sock is not None
+        port = spectators._sock.getsockname()[1]
+        await asyncio.sleep(1.2)  # past the interval of the key frame the new mountpoint got
+        forced_before = host.keyframes.forced
+        pli = struct.pack("!BBHII", 0x81, 206, 2, 1, 2)
+        loop = asyncio.get_running_loop()
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as attacker:
+            start = loop.time()
+            for i in range(1000):
+                attacker.sendto(pli if i % 10 else b"\x80\x01junk", ("127.0.0.1", port))
+                if i % 50 == 0:
+                    await asyncio.sleep(max(0.0, start + i / 500 - loop.time()))
+        await until(lambda: spectators.core.keyframes_asked > 0, 5)
+        await asyncio.sleep(1.2)  # a request that waited for its turn is answered at its turn
+        forced = host.keyframes.forced - forced_before
+        summary = spectators.summary()
+        await stop_host(host, task)
+        return forced, summary["rtcp_bad"], summary
+
+    forced, bad, summary = run(scenario, timeout_s=90)
+    assert 1 <= forced <= 4, summary  # about one a second over ~2 s, whatever the number of requests
+    assert bad > 0 and summary["keyframes_asked"] > forced  # junk counted and dropped; most requests folded
