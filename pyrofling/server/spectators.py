@@ -147,7 +147,8 @@ class JanusApi:
 
 
 class Spectators:
-    """The host's publisher into Janus: ``video``/``audio`` per packet, after the players; ``close`` at the end."""
+    """The host's publisher into Janus: ``start`` on the host's loop, ``video``/``audio`` per packet after the
+    players', ``close`` at the end."""
 
     def __init__(
         self,
@@ -173,6 +174,8 @@ class Spectators:
         self._to: tuple[int, int | None] | None = None  # video, audio ports while publishing
         self._ssrc = (secrets.randbits(32), secrets.randbits(32))
         self._seq = [secrets.randbits(16), secrets.randbits(16)]
+        self._video_ts = 0  # the last video packet's RTP time, for the sender reports
+        self._keepalive_pending = False
         self.stats = {"video_packets": 0, "audio_packets": 0, "bytes": 0, "rtcp_bad": 0, "send_errors": 0}
 
     def start(self) -> None:
@@ -196,7 +199,7 @@ class Spectators:
         if self._to is None or self._sock is None:
             return
         payloads = h264_payloads(packet.data)
-        timestamp = packet.pts_us * VIDEO_CLOCK_HZ // 1_000_000
+        timestamp = self._video_ts = packet.pts_us * VIDEO_CLOCK_HZ // 1_000_000
         for i, payload in enumerate(payloads):
             self._send(rtp_packet(VIDEO_PT, self._next(0), timestamp, self._ssrc[0], payload,
                                      marker=i == len(payloads) - 1), self._to[0])  # fmt: skip
@@ -234,9 +237,6 @@ class Spectators:
     def summary(self) -> dict[str, Any]:
         return {**self.core.summary(), **self.stats, "mountpoint": self.mountpoint.id if self.mountpoint else None}
 
-    def status(self) -> str:
-        return f"; spectators {self.core.phase.value}"
-
     # -- the core's outputs and inputs ------------------------------------------------------------
 
     def _perform(self, outputs: list[SpectatorsOutput]) -> None:
@@ -251,7 +251,8 @@ class Spectators:
                 self._report()
             elif isinstance(out, ForceKeyFrame):
                 self._keyframes.viewer_joined()
-            elif isinstance(out, KeepAlive) and self.mountpoint is not None:
+            elif isinstance(out, KeepAlive) and self.mountpoint is not None and not self._keepalive_pending:
+                self._keepalive_pending = True  # one at a time: a slow Janus gets no pile of them
                 self._spawn(self._keepalive(self.mountpoint.session))
             elif isinstance(out, Say):
                 (log.warning if out.warning else log.info)("%s", out.text)
@@ -281,6 +282,8 @@ class Spectators:
         except JanusError as exc:
             if self.mountpoint is not None and self.mountpoint.session == session:
                 self._perform(self.core.failed(self._clock.now(), str(exc)))
+        finally:
+            self._keepalive_pending = False
 
     def _on_timer(self) -> None:
         self._perform(self.core.timer(self._clock.now()))
@@ -299,15 +302,13 @@ class Spectators:
                 asked += keyframe_requests(data)
             except ProtocolError:
                 self.stats["rtcp_bad"] += 1
-        for _ in range(min(asked, 1)):  # the core rate-limits; one call per batch is enough
+        if asked:  # however many came in this batch: the core rate-limits
             self._perform(self.core.keyframe_asked(self._clock.now()))
 
     def _report(self) -> None:
         if self.mountpoint is None or self.mountpoint.rtcp_port is None:
             return
-        now = time.time()
-        rtp_time = int(time.monotonic() * VIDEO_CLOCK_HZ)
-        report = sender_report(self._ssrc[0], now + _NTP_EPOCH_S, rtp_time, self.stats["video_packets"],
+        report = sender_report(self._ssrc[0], time.time() + _NTP_EPOCH_S, self._video_ts, self.stats["video_packets"],
                                self.stats["bytes"])  # fmt: skip
         self._send(report, int(self.mountpoint.rtcp_port), count=False)
 
