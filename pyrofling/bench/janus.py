@@ -20,6 +20,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from pyrofling.bench.netns import Namespace
+
 INSTALL_HINT = "install Janus: apt-get install janus (scripts/setup does)"
 PLUGINS = Path("/usr/lib/x86_64-linux-gnu/janus")
 _KEEP_PLUGINS = {"libjanus_streaming.so"}
@@ -49,11 +51,16 @@ def _others(folder: str, keep: set[str]) -> str:
 class JanusServer:
     """``with JanusServer(workdir, admin_key=…) as janus: janus.url``; ``kill()`` and ``start()`` mid-stream."""
 
-    def __init__(self, workdir: Path, *, admin_key: str | None = None, port: int | None = None) -> None:
+    def __init__(
+        self, workdir: Path, *, admin_key: str | None = None, port: int | None = None, netns: Namespace | None = None
+    ) -> None:
+        """``netns``: run in that namespace, its API on the namespace's address and ICE on its veth (WebRTC
+        spectators can reach it); else on loopback (publishing only: ICE gathers nothing there)."""
         reason = missing()
         if reason is not None:
             raise RuntimeError(reason)
-        self.workdir, self.port, self.admin_key = workdir, port or _free_port(), admin_key
+        self.workdir, self.port, self.admin_key, self.netns = workdir, port or _free_port(), admin_key, netns
+        self.address = netns.inside if netns is not None else "127.0.0.1"
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = workdir / "janus.log"
         conf = workdir / "conf"
@@ -72,23 +79,25 @@ class JanusServer:
             f'transports: {{ disable = "{_others("transports", _KEEP_TRANSPORTS)}" }}\n'
             f'loggers: {{ disable = "{_others("loggers", set())}" }}\n'
             "events: { broadcast = false }\n"
+            + (f'nat: {{ ice_enforce_list = "{netns.inside_link}" }}\n' if netns is not None else "")
         )
         streaming = f'general: {{ admin_key = "{admin_key}" }}\n' if admin_key else "general: { }\n"
         (conf / "janus.plugin.streaming.jcfg").write_text(streaming)
         (conf / "janus.transport.http.jcfg").write_text(
-            f'general: {{ base_path = "/janus" http = true port = {self.port} ip = "127.0.0.1" }}\n'
+            f'general: {{ base_path = "/janus" http = true port = {self.port} ip = "{self.address}" }}\n'
             "admin: { admin_http = false }\n"
         )
         self.config = conf / "janus.jcfg"
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/janus"
+        return f"http://{self.address}:{self.port}/janus"
 
     def start(self, timeout_s: float = 15.0) -> None:
         with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(["janus", "-F", str(self.config.parent), "-C", str(self.config), "-o"],
-                                         stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+            argv = ["janus", "-F", str(self.config.parent), "-C", str(self.config), "-o"]
+            argv = self.netns.command(argv) if self.netns is not None else argv
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -1,11 +1,11 @@
 """Recording, broadcasting and spectators: the host's stream muxed into a local file, sent to an RTMP server, or
 published as RTP into a Janus SFU.
 
-All take the packets the host already encoded for its viewers, with no second
-encode (:mod:`.recorder`, :mod:`.broadcaster`, :mod:`.spectators`).  The recording and the broadcast are each
-a thread with a bounded queue (:mod:`.muxing`); the spectators' RTP leaves a non-blocking socket on the event
-loop. The host pushes a packet after it has gone to the direct viewers, and a push never waits, so nothing an
-output does can delay a viewer.  :class:`Destinations` is the set the host pushes to (a recording, a broadcast: where else the stream goes).
+All take the packets the host already encoded for its viewers, with no second encode (:mod:`.recorder`,
+:mod:`.broadcaster`, :mod:`.spectators`). The recording and the broadcast are each a thread with a bounded queue
+(:mod:`.muxing`); the spectators' RTP leaves a non-blocking socket on the event loop. The host pushes a packet
+after it has gone to the direct viewers, and a push never waits, so nothing an output does can delay a viewer.
+:class:`Destinations` is the set the host pushes to (where else the stream goes).
 """
 
 from __future__ import annotations

@@ -273,7 +273,9 @@ class Spectators:
             self._spawn(asyncio.to_thread(self._api.destroy, mountpoint, self.secret))
             return
         self.mountpoint = mountpoint
-        log.info("spectators: mountpoint %d on %s (its secret: %s)", mountpoint.id, self.options.url, self.secret)
+        log.info("spectators: mountpoint %d on %s (its secret: %s); they watch at spectate.html#janus=%s&id=%d "
+                 "(pyrofling/web/spectate.html, served beside Janus)", mountpoint.id, self.options.url, self.secret,
+                 self.options.url, mountpoint.id)  # fmt: skip
         self._perform(self.core.created(self._clock.now(), mountpoint.video_port, mountpoint.audio_port))
 
     async def _keepalive(self, session: int) -> None:

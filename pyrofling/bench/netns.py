@@ -1,0 +1,72 @@
+"""A second host on this machine, for tests and benches: a network namespace joined to this one by a veth pair.
+
+WebRTC's ICE (libnice in Janus, Chromium's) gathers no candidates on loopback, so an SFU and the browsers that
+watch it need a real interface between them: ``with Namespace() as ns`` gives one, ``ns.outside`` the address on
+this side, ``ns.inside`` the namespace's, ``ns.command(argv)`` a command run in it. Needs root (CAP_NET_ADMIN)
+and iproute2's ``ip``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+from types import TracebackType
+
+
+def missing() -> str | None:
+    """Why a namespace cannot be made here, or None."""
+    if shutil.which("ip") is None:
+        return "iproute2's ip is not installed (apt-get install iproute2)"
+    if os.geteuid() != 0:
+        return "making a network namespace needs root (CAP_NET_ADMIN)"
+    return None
+
+
+def _ip(*args: str) -> None:
+    done = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=10)
+    if done.returncode != 0:
+        raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.strip()}")
+
+
+class Namespace:
+    """A namespace with its loopback up and a veth pair to this one, on a /30 of 10.x.y.0 of its own."""
+
+    def __init__(self) -> None:
+        reason = missing()
+        if reason is not None:
+            raise RuntimeError(reason)
+        tag = secrets.token_hex(3)
+        self.name = f"pyrofling-{tag}"
+        self.outside_link, self.inside_link = f"pf{tag}a", f"pf{tag}b"
+        net = f"10.{secrets.randbelow(200) + 50}.{secrets.randbelow(250)}"
+        self.outside, self.inside = f"{net}.1", f"{net}.2"
+
+    def command(self, argv: list[str]) -> list[str]:
+        return ["ip", "netns", "exec", self.name, *argv]
+
+    def __enter__(self) -> Namespace:
+        _ip("netns", "add", self.name)
+        try:
+            _ip("link", "add", self.outside_link, "type", "veth", "peer", "name", self.inside_link)
+            _ip("link", "set", self.inside_link, "netns", self.name)
+            _ip("addr", "add", f"{self.outside}/30", "dev", self.outside_link)
+            _ip("link", "set", self.outside_link, "up")
+            for args in (("addr", "add", f"{self.inside}/30", "dev", self.inside_link),
+                         ("link", "set", self.inside_link, "up"), ("link", "set", "lo", "up")):  # fmt: skip
+                _ip("-n", self.name, *args)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        """Remove the namespace (its end of the pair goes with it, and so this end)."""
+        subprocess.run(["ip", "link", "del", self.outside_link], capture_output=True, timeout=10)
+        subprocess.run(["ip", "netns", "del", self.name], capture_output=True, timeout=10)
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
