@@ -101,6 +101,8 @@ def test_janus_killed_mid_stream_is_one_line_the_players_never_notice_and_the_ho
         spectators = spectators_of(host)
         await until(lambda: spectators.core.phase is Phase.PUBLISHING and viewer.video.stats.frames_shown > 10, 20)
         shown, encoded = viewer.video.stats.frames_shown, host.stats.frames_encoded
+        assert spectators.mountpoint is not None
+        first_id = spectators.mountpoint.id
         await asyncio.to_thread(janus.kill)
         await until(lambda: spectators.core.phase is Phase.WAITING, 15)  # noticed by its keepalive
         await asyncio.sleep(2.0)  # down for a while: tries, silently
@@ -109,7 +111,7 @@ def test_janus_killed_mid_stream_is_one_line_the_players_never_notice_and_the_ho
         await asyncio.to_thread(janus.start)
         await until(lambda: spectators.core.phase is Phase.PUBLISHING, 20)
         mountpoint = spectators.mountpoint
-        assert mountpoint is not None
+        assert mountpoint is not None and mountpoint.id == first_id  # the spectators' link still holds
         await until(lambda: spectators.stats["video_packets"] > 0, 5)
         await asyncio.sleep(1.0)
         info = await asyncio.to_thread(janus.info, mountpoint.id, spectators.secret)
@@ -235,45 +237,63 @@ def _serve_page(address: str) -> tuple[Any, int]:
     return server, server.server_address[1]
 
 
-def test_a_browser_watches_through_janus_over_webrtc_and_its_join_asks_the_host_for_a_key_frame(
-    tmp_path: Path,
-) -> None:
+def test_a_browser_watches_through_janus_over_webrtc_and_watches_again_when_janus_comes_back(tmp_path: Path) -> None:
     """Janus in a namespace of its own (a second host on the veth), the host and a spectator's Chromium on this
-    side: the page asks Janus to watch the mountpoint, Janus asks the host for a key frame, and pictures come."""
+    side: the page asks Janus to watch the mountpoint, Janus asks the host for a key frame, and pictures come.
+    Then Janus is killed and started again: the host creates its mountpoint again under the same id, the page
+    joins again by itself, and pictures come again."""
     for reason in (janus_server.missing(), netns.missing(), None if find_chromium() else "no Chromium"):
         if reason is not None:  # CI installs all of them and runs as root: there a missing one is a failure
             (pytest.fail if os.environ.get("CI") else pytest.skip)(reason)
 
-    async def scenario(ns: netns.Namespace, janus: JanusServer) -> tuple[dict[str, Any], dict[str, Any], int]:
+    async def scenario(ns: netns.Namespace, janus: JanusServer) -> dict[str, Any]:
         server, port = _serve_page(ns.outside)
         host, task = await publishing_host(janus.url)
+        loop = asyncio.get_running_loop()
         try:
             spectators = spectators_of(host)
             await until(lambda: spectators.core.phase is Phase.PUBLISHING, 20)
             assert spectators.mountpoint is not None
-            asked_before = spectators.core.keyframes_asked
-            link = f"http://{ns.outside}:{port}/spectate.html#janus={janus.url}&id={spectators.mountpoint.id}"
+            first_id, asked_before = spectators.mountpoint.id, spectators.core.keyframes_asked
+            link = f"http://{ns.outside}:{port}/spectate.html#janus={janus.url}&id={first_id}"
             async with Chromium(extra_args=("--disable-features=WebRtcHideLocalIpsWithMdns",)) as browser:
                 page = await browser.open(link)
                 seen: dict[str, Any] = {}
 
-                async def drawn() -> bool:
-                    seen.update(await page.evaluate("({...window.spectator, pc: undefined})") or {})
-                    return int(seen.get("framesDrawn", 0)) >= 60 or seen.get("error") is not None
+                async def drawn(at_least: int) -> None:
+                    for _ in range(300):
+                        seen.update(await page.evaluate("window.spectator") or {})
+                        if int(seen.get("framesDrawn", 0)) >= at_least or seen.get("error") is not None:
+                            return
+                        await asyncio.sleep(0.1)
 
-                for _ in range(300):
-                    if await drawn():
-                        break
-                    await asyncio.sleep(0.1)
-            return seen, spectators.summary(), asked_before
+                await drawn(60)
+                first = dict(seen)
+                asked_on_join = spectators.core.keyframes_asked - asked_before
+                await asyncio.to_thread(janus.kill)
+                await asyncio.sleep(2.0)
+                frames_while_down = int((await page.evaluate("window.spectator"))["framesDrawn"])
+                await asyncio.to_thread(janus.start)
+                back_at = loop.time()
+                await drawn(frames_while_down + 1)
+                again_s = loop.time() - back_at  # to its first picture since (polled every 0.1 s)
+                await drawn(frames_while_down + 30)
+            return {"first": first, "again": dict(seen), "again_s": again_s, "asked_on_join": asked_on_join,
+                    "first_id": first_id, "summary": spectators.summary(),
+                    "frames_while_down": frames_while_down}  # fmt: skip
         finally:
             await stop_host(host, task)
             server.shutdown()
 
     with netns.Namespace() as ns, JanusServer(tmp_path / "janus", admin_key="the-plugins-key", netns=ns) as janus:
-        seen, summary, asked_before = run(lambda: scenario(ns, janus), timeout_s=120)
-    assert seen.get("error") is None and seen["state"] == "connected", seen
-    assert seen["framesDrawn"] >= 60 and seen["firstPictureMs"] is not None
+        r = run(lambda: scenario(ns, janus), timeout_s=150)
+    first, again, summary = r["first"], r["again"], r["summary"]
+    assert first.get("error") is None and first["state"] == "connected", first
+    assert first["framesDrawn"] >= 60 and first["firstPictureMs"] is not None
     # Janus relayed the spectator's join as a PLI to where the host's sender reports came from: the host heard it.
-    assert summary["keyframes_asked"] > asked_before
-    print(f"spectator: first picture {seen['firstPictureMs']:.0f} ms after the page opened")
+    assert r["asked_on_join"] > 0
+    # Janus back: the same mountpoint id (the spectators' link still holds), the page joined again, pictures came.
+    assert summary["mountpoints_created"] == 2 and summary["mountpoint"] == r["first_id"]
+    assert again["joins"] >= 2 and again["framesDrawn"] >= r["frames_while_down"] + 30, again
+    print(f"spectator: first picture {first['firstPictureMs']:.0f} ms after the page opened; Janus back, "
+          f"a picture again {r['again_s']:.2f} s after it answered")  # fmt: skip

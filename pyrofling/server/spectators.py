@@ -119,16 +119,26 @@ class JanusApi:
             raise JanusError(str(result.get("error") or f"error {code}"), refused=code in REFUSALS)
         return dict(result)
 
-    def create(self, options: SpectatorsOptions, secret: str, media: list[dict[str, Any]]) -> Mountpoint:
+    def create(
+        self, options: SpectatorsOptions, secret: str, media: list[dict[str, Any]], mountpoint_id: int | None
+    ) -> Mountpoint:
+        """A new session and the mountpoint (``mountpoint_id``: this one, so that the spectators' link still
+        holds; one of ours left there by a session Janus dropped is taken back with its secret first)."""
         session = int(self._post("", {"janus": "create"})["data"]["id"])
         handle = int(self._post(f"/{session}", {"janus": "attach", "plugin": "janus.plugin.streaming"})["data"]["id"])
         body: dict[str, Any] = {"request": "create", "type": "rtp", "secret": secret, "is_private": True,
                                 "description": "pyrofling", "media": media}  # fmt: skip
         if options.admin_key is not None:
             body["admin_key"] = options.admin_key
-        if options.mountpoint_id is not None:
-            body["id"] = options.mountpoint_id
-        stream = self._plugin(session, handle, body)["stream"]
+        if mountpoint_id is not None:
+            body["id"] = mountpoint_id
+        try:
+            stream = self._plugin(session, handle, body)["stream"]
+        except JanusError as exc:
+            if mountpoint_id is None or "already exists" not in str(exc):
+                raise
+            self._plugin(session, handle, {"request": "destroy", "id": mountpoint_id, "secret": secret})
+            stream = self._plugin(session, handle, body)["stream"]
         ports = {p["type"]: p for p in stream.get("ports", [])}
         video = ports["video"]
         audio = ports.get("audio")
@@ -265,7 +275,8 @@ class Spectators:
         if self._opus:
             media.append({"type": "audio", "mid": "a", "port": 0, "pt": AUDIO_PT, "codec": "opus"})
         try:
-            mountpoint = await asyncio.to_thread(self._api.create, self.options, self.secret, media)
+            wanted = self.mountpoint.id if self.mountpoint is not None else self.options.mountpoint_id
+            mountpoint = await asyncio.to_thread(self._api.create, self.options, self.secret, media, wanted)
         except JanusError as exc:
             self._perform(self.core.failed(self._clock.now(), str(exc), refused=exc.refused))
             return
