@@ -192,6 +192,7 @@ def _hostile_control(rng: random.Random) -> bytes:
     return bytes(Nak()) if kind == 1 else bytes(Again())
 
 
+@pytest.mark.realtime  # paced at 40,000 a second by the clock, the live stream judged as it runs
 @pytest.mark.parametrize("sealed", [True, False], ids=["sealed", "open"])
 def test_a_million_hostile_datagrams_and_100k_control_messages_at_a_running_viewer(
     tmp_path: Path, sealed: bool
