@@ -26,6 +26,7 @@ import resource
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -168,18 +169,14 @@ class HeadlessDesktop:
             async with asyncio.timeout(timeout_s):
                 self._spawn("dbus-daemon", ["dbus-daemon", "--session", f"--address=unix:path={bus_path}",
                                             "--nofork", "--nopidfile"])  # fmt: skip
-                while not bus_path.exists():
-                    self._check_alive()
-                    await asyncio.sleep(0.005)
+                await self._listening(bus_path)
                 self.bus = await MessageBus(
                     bus_address=env["DBUS_SESSION_BUS_ADDRESS"], bus_type=BusType.SESSION
                 ).connect()
                 self.bus.export("/org/gnome/SessionManager", self._manager)
                 await self.bus.request_name("org.gnome.SessionManager", NameFlag.DO_NOT_QUEUE)
                 self._spawn("pipewire", ["pipewire"])
-                while not self.pipewire_socket.exists():  # its clients fail at once without it (a busy machine)
-                    self._check_alive()
-                    await asyncio.sleep(0.005)
+                await self._listening(self.pipewire_socket)  # its clients fail at once without it
                 self._spawn("wireplumber", ["wireplumber"])
                 self._spawn("pipewire-pulse", ["pipewire-pulse"])  # programs that play through PulseAudio
                 self._spawn("mutter", ["mutter", "--headless", "--wayland", *([] if self.x11 else ["--no-x11"])])
@@ -211,6 +208,19 @@ class HeadlessDesktop:
                 await self._wait_for_mutter()
         except TimeoutError:
             raise DesktopError(f"mutter did not start again within {timeout_s:g} s") from None
+
+    async def _listening(self, path: Path) -> None:
+        """Until a connection to the Unix socket at ``path`` is accepted: the file appears at its bind, a moment
+        before its listen on a busy machine, and a client that comes in between is refused."""
+        while True:
+            self._check_alive()
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                try:
+                    probe.connect(str(path))
+                    return
+                except (FileNotFoundError, ConnectionRefusedError):
+                    pass
+            await asyncio.sleep(0.005)
 
     async def _wait_for_mutter(self) -> None:
         assert self.bus is not None
