@@ -506,6 +506,24 @@ def test_the_bitrate_floor_has_one_default_whoever_makes_the_host() -> None:
         assert by_flags == by_config == min(kbits, max(500, kbits // 10))
 
 
+def test_spectators_take_a_janus_http_address_and_its_admin_key_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pyrofling.cli import build_parser
+    from pyrofling.cli.host import host_config
+
+    with pytest.raises(ValueError, match=r"--spectators takes the HTTP API address of a Janus server"):
+        host_config(build_parser("host").parse_args(["host", "--spectators", "rtmp://example.com/live"]))
+    monkeypatch.setenv("PYROFLING_JANUS_ADMIN_KEY", "plugin-key")
+    args = build_parser("host").parse_args(
+        ["host", "--spectators", "http://10.0.0.2:8088/janus", "--spectators-id", "7"]
+    )
+    outputs = host_config(args).outputs
+    assert (outputs.spectators, outputs.spectators_admin_key, outputs.spectators_id) == (
+        "http://10.0.0.2:8088/janus", "plugin-key", 7)  # fmt: skip
+    assert outputs.enabled  # spectators alone open the host's destinations
+
+
 def test_the_environment_sets_whether_threads_ask_for_priority_and_a_wrong_value_is_named(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
