@@ -133,6 +133,7 @@ def _drain(s: socket.socket) -> None:
         s.settimeout(5)
 
 
+@pytest.mark.realtime  # paced by the clock, the live stream judged as it runs
 def test_a_million_hostile_datagrams_and_100k_tcp_messages_at_a_running_host(tmp_path: Path) -> None:
     rng = random.Random(1)
     host = HostProcess(tmp_path)
