@@ -7,6 +7,7 @@ the X server, are in ``conftest.py``.)
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -35,6 +36,14 @@ def run(coro: Callable[[], Awaitable[T]], timeout_s: float = 60.0) -> T:
         return await asyncio.wait_for(coro(), timeout_s)
 
     return asyncio.run(main())
+
+
+def complete_lines(path: Path) -> list[dict[str, Any]]:
+    """The JSON lines a program has written to ``path`` so far: each one whose newline is there (the last may be
+    half written as the test reads)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().split("\n")[:-1] if line.strip()]
 
 
 def page_socket(url: str, **options: Any) -> connect:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import logging
 import os
 import shutil
@@ -19,7 +18,7 @@ from typing import Any
 import av
 import numpy as np
 import pytest
-from support import ours, run, start_host, stop_host, type_until_seen, until
+from support import complete_lines, ours, run, start_host, stop_host, type_until_seen, until
 
 from pyrofling.client.keyboard_mouse import InputConfig
 from pyrofling.client.viewer import Viewer, ViewerConfig
@@ -201,10 +200,7 @@ def test_keys_buttons_wheels_and_the_pointer_become_remote_desktop_calls_in_the_
 
 
 def _events(path: Path) -> list[dict[str, Any]]:
-    try:
-        return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
-    except FileNotFoundError:
-        return []
+    return complete_lines(path)
 
 
 @pytest.mark.io

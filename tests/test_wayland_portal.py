@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 from dbus_fast import Message
-from support import ours, run, stop_host, type_until_seen, until
+from support import complete_lines, ours, run, stop_host, type_until_seen, until
 
 from pyrofling.client.keyboard_mouse import InputConfig
 from pyrofling.client.viewer import Viewer, ViewerConfig
@@ -115,9 +115,7 @@ def gnome(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def _markers(path: Path) -> list[int]:
-    if not path.exists():
-        return []
-    return [json.loads(line)["id"] for line in path.read_text().splitlines() if line.strip()]
+    return [line["id"] for line in complete_lines(path)]
 
 
 class _PersonsDesktop:
@@ -308,9 +306,7 @@ def _processes_named(name: str) -> list[int]:
 
 
 def _events(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return complete_lines(path)
 
 
 def _host_says(env: dict[str, str]) -> tuple[int, list[str]]:
