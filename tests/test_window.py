@@ -12,13 +12,13 @@ import av
 import numpy as np
 import pytest
 
+from pyrofling.bench.stream import _wait_for_port, free_port
+from pyrofling.core.scene import BARS_RGB
+
 #: The window's tests present on a display's refresh through pyglet's one X connection per process: they run with
 #: the clocked tests, one at a time (beside the worker pool, a worker died in one of them twice, with no Python
 #: error, in two runs of the whole suite: pyglet's display connection is process-wide).
 pytestmark = pytest.mark.realtime
-
-from pyrofling.bench.stream import _wait_for_port, free_port
-from pyrofling.core.scene import BARS_RGB
 
 
 @pytest.mark.io
