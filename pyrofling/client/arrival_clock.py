@@ -47,6 +47,9 @@ class ArrivalClock:
             log.debug("no kernel receive timestamps (%s): arrival times are read times", exc)
             return read_s
         sec, usec = _TIMEVAL.unpack(self._buf)
-        stamp = sec + usec / 1e6 - (time.time() - read_s)
+        # Wall minus monotonic from two reads side by side: a thread preempted between ``read_s`` and a later wall
+        # read would move the stamp back by as long as it waited (1.6 ms once on a loaded machine).
+        wall, mono = time.time(), time.monotonic()
+        stamp = sec + usec / 1e6 - (wall - mono)
         # Never later than it was read, and a wall-clock step cannot send it far back.
         return stamp if read_s - 1.0 < stamp <= read_s else read_s
