@@ -11,16 +11,15 @@ import contextlib
 import json
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from pyrofling.bench.netns import Namespace
+from pyrofling.bench.server_process import ServerProcess
 
 INSTALL_HINT = "install Janus: apt-get install janus (scripts/setup does)"
 PLUGINS = Path("/usr/lib/x86_64-linux-gnu/janus")
@@ -48,7 +47,7 @@ def _others(folder: str, keep: set[str]) -> str:
     return ",".join(sorted(p.name for p in (PLUGINS / folder).glob("*.so") if p.name not in keep))
 
 
-class JanusServer:
+class JanusServer(ServerProcess):
     """``with JanusServer(workdir, admin_key=…) as janus: janus.url``; ``kill()`` and ``start()`` mid-stream."""
 
     def __init__(
@@ -127,33 +126,3 @@ class JanusServer:
         with urllib.request.urlopen(request, timeout=5) as answer:
             reply: dict[str, Any] = json.loads(answer.read())
             return reply
-
-    def kill(self) -> None:
-        """SIGKILL by pid, as a crash or a pulled plug would end it."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
-        self.proc = None
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self.proc = None
-
-    def log_tail(self, lines: int = 5) -> str:
-        with contextlib.suppress(OSError):
-            return " | ".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        return "(no log)"
-
-    def __enter__(self) -> JanusServer:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
-from types import TracebackType
+
+from pyrofling.bench.server_process import ServerProcess
 
 MODULE_PATHS = (
     Path("/usr/lib/nginx/modules/ngx_rtmp_module.so"),
@@ -47,7 +47,7 @@ def _free_port() -> int:
         return port
 
 
-class NginxRtmp:
+class NginxRtmp(ServerProcess):
     """``with NginxRtmp(workdir) as server: server.url("name")``; ``kill()`` and ``start()`` mid-stream."""
 
     def __init__(self, workdir: Path, port: int | None = None) -> None:
@@ -59,7 +59,7 @@ class NginxRtmp:
         self.proc: subprocess.Popen[bytes] | None = None
         workdir.mkdir(parents=True, exist_ok=True)
         self.config = workdir / "nginx.conf"
-        self.error_log = workdir / "error.log"
+        self.error_log = self.log = workdir / "error.log"
         self.config.write_text(
             "daemon off;\n"
             "master_process off;\n"
@@ -93,33 +93,3 @@ class NginxRtmp:
             time.sleep(0.05)
         self.kill()
         raise RuntimeError(f"nginx did not listen on port {self.port} within {timeout_s:g} s: {self.log_tail()}")
-
-    def kill(self) -> None:
-        """SIGKILL by pid, as a crash or a pulled plug would end it."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
-        self.proc = None
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self.proc = None
-
-    def log_tail(self, lines: int = 5) -> str:
-        with contextlib.suppress(OSError):
-            return " | ".join(self.error_log.read_text().splitlines()[-lines:])
-        return "(no log)"
-
-    def __enter__(self) -> NginxRtmp:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
