@@ -78,6 +78,10 @@ def recording_caps(width: int, height: int, fps: float) -> str:
     return f"video/x-raw,format=BGRx,width={width},height={height},max-framerate={recording_rate(fps)}/1"
 
 
+#: BGRx, as :func:`recording_caps` asks.
+BYTES_PER_PIXEL = 4
+
+
 # -- keys and the pointer, through mutter's RemoteDesktop session ---------------------------------------------------
 
 #: A throwaway press and release sent right after the session starts: mutter 43 loses the first key press of a new
@@ -97,6 +101,8 @@ class ResizeGate:
         self._asked_s = 0.0
         #: Frames held back so far.
         self.held = 0
+        #: Buffers dropped as too small for their size so far.
+        self.short = 0
 
     def asked(self, size: tuple[int, int], now: float) -> None:
         self._awaited, self._asked_s = size, now
@@ -109,6 +115,15 @@ class ResizeGate:
             self._awaited = None
             return True
         self.held += 1
+        return False
+
+    def whole(self, size: tuple[int, int], nbytes: int) -> bool:
+        """Does a buffer of ``nbytes`` hold a picture of ``size``? The first buffer after a change of size can be
+        the old monitor's under the new size's caps (seen going 1280x720 to 1920x1080 on a busy machine): converted,
+        it would be a flash of green. Such a buffer is dropped (counted in :attr:`short`)."""
+        if nbytes >= size[0] * size[1] * BYTES_PER_PIXEL:
+            return True
+        self.short += 1
         return False
 
 

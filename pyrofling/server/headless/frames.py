@@ -112,8 +112,16 @@ class MonitorFrames:
         if self._pipeline.set_state(self._gst.State.PLAYING) == self._gst.StateChangeReturn.FAILURE:
             raise RuntimeError("the desktop's frames could not be recorded (pipewiresrc would not start)")
 
-    def _came(self, _pad: Any, _info: Any) -> Any:
+    def _came(self, pad: Any, info: Any) -> Any:
         self._came_s = time.monotonic()
+        caps = pad.get_current_caps()
+        if caps is not None:
+            structure = caps.get_structure(0)
+            size = (structure.get_value("width"), structure.get_value("height"))
+            with self._lock:
+                whole = self._resizing.whole(size, info.get_buffer().get_size())
+            if not whole:  # the old monitor's picture under the new size's caps
+                return self._gst.PadProbeReturn.DROP
         return self._gst.PadProbeReturn.OK
 
     def _sample(self, sink: Any) -> Any:
