@@ -67,6 +67,8 @@ class StreamScenario:
     #: Extra arguments for the host and for the first viewer (phase lock, refresh clock...).
     host_args: tuple[str, ...] = ()
     view_args: tuple[str, ...] = ()
+    #: Environment variables for the host alone (a key it reads from its environment).
+    host_env: tuple[tuple[str, str], ...] = ()
     #: Stream ``pyrofling example-game`` through the capture socket instead of the test scene.
     game: bool = False
     #: How the link host→viewer changes over time (netsim ``--schedule``), its queue as time, and its rate from
@@ -286,7 +288,7 @@ def _run(
             _pinned(
                 subprocess.Popen(
                     host_cmd,
-                    env=env,
+                    env={**env, **dict(sc.host_env)},
                     stderr=host_log,
                     preexec_fn=None
                     if limit is None

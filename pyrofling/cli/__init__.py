@@ -3,7 +3,7 @@
 Commands: ``host`` and ``view`` (:mod:`.host`, :mod:`.view`), ``gamepad`` (:mod:`.gamepad`),
 ``pair`` and ``paired`` (:mod:`.pair`), ``demo`` (:mod:`.demo`), ``example-game`` (:mod:`.game`),
 ``netsim`` (:mod:`.netsim`) and
-``bench fec|stream|latency|phase|audio|input|capture|outputs|security|soak`` (:mod:`.bench`).
+``bench fec|stream|latency|phase|audio|input|capture|outputs|security|browser|spectators|soak`` (:mod:`.bench`).
 """
 
 from __future__ import annotations

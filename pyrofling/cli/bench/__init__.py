@@ -28,6 +28,7 @@ def add_bench(sub: Sub) -> None:
         costs.add_outputs,
         costs.add_security,
         costs.add_browser,
+        costs.add_spectators,
         stream.add_soak,
     ):
         add(benches)

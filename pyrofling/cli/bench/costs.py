@@ -271,3 +271,59 @@ def _run_browser(args: argparse.Namespace) -> int:
     )
     print_result(args, result, format_table)
     return 0 if result["browser"].get("frames_drawn") else 1
+
+
+def add_spectators(sub: Sub) -> None:
+    p = bench_parser(
+        sub,
+        "spectators",
+        "N headless WebRTC spectators through a real Janus beside a player: good refreshes, latency, host CPU",
+        "Start Debian's Janus in a network namespace of its own, pyrofling host --spectators with the test scene "
+        "and a headless pyrofling viewer (the player, judging every refresh), then N aiortc spectators watching "
+        "through Janus over WebRTC, all joining at once, spread over one process per CPU. Each spectator reads "
+        "the frame marker of every picture it decodes: its first picture after asking, capture -> decoded, and "
+        "the refreshes a screen at the stream's rate would have shown, judged as the player's are. Twice: with "
+        "one spectator and with N, for the host's CPU and the player's figures with N against one. Needs janus "
+        "and iproute2 (scripts/setup), root for the namespace, and pip install 'pyrofling[spectators]'.",
+        "pyrofling bench spectators --spectators 20   |   --width 1280 --height 720 --spectators 4",
+    )
+    add_common(p, duration_s=(8.0, 3600.0, 20.0))
+    add_stream_size_options(p)
+    # A spectator's WebRTC stack in Python decodes every picture: at 640x360 the 2-core machine carries them.
+    p.set_defaults(width=640, height=360, bitrate_kbits=2000)
+    p.add_argument("--preset", default="ultrafast")
+    p.add_argument("--spectators", type=whole_number(1, 1000, "spectators"), default=20, help="how many (default 20)")
+    p.add_argument(
+        "--processes",
+        type=whole_number(1, 256, "processes"),
+        default=None,
+        help="the spectators' processes (default: one per CPU); each is one Python, one core at most",
+    )
+    p.add_argument(
+        "--sound",
+        action="store_true",
+        help="the spectators take the sound too (Janus sends it; aiortc decodes it, about as much CPU again as "
+        "the pictures at 360p); by default they take the pictures only",
+    )
+    p.set_defaults(func=_run_spectators)
+
+
+def _run_spectators(args: argparse.Namespace) -> int:
+    from pyrofling.bench import janus, netns
+    from pyrofling.bench.spectators import format_table, run_spectators_bench
+    from pyrofling.bench.webrtc_spectator import INSTALL_HINT
+
+    setup(args)
+    for reason in (janus.missing(), netns.missing()):
+        if reason is not None:
+            return refuse("bench spectators", reason)
+    try:
+        import aiortc  # noqa: F401
+    except ImportError:
+        return refuse("bench spectators", f"the headless spectators need aiortc: {INSTALL_HINT}")
+    base = _base_scenario(args, host_args=("--audio-codec", "opus"))
+    result = run_spectators_bench(
+        base, spectators=args.spectators, processes=args.processes, sound=args.sound, progress=progress
+    )
+    print_result(args, result, format_table)
+    return 0 if all(run["overall"]["watched"] == run["spectators_asked"] for run in result["runs"]) else 1

@@ -1,0 +1,182 @@
+"""``pyrofling bench spectators``: a host publishing into a real Janus, watched by N headless WebRTC spectators.
+
+Debian's Janus runs in a network namespace of the bench's own (ICE gathers nothing on loopback), the host as
+``bench stream`` runs it (``pyrofling host`` with the test scene, a headless pyrofling viewer judging every
+refresh) with ``--spectators`` pointing at it, and beside them processes of aiortc spectators
+(:mod:`~pyrofling.bench.webrtc_spectator`), one per CPU, all joining at once. Twice: with one spectator and with
+N, so that the host's CPU and the player's figures with N are set against the same with one (paired runs; the
+spectators' own CPU is the machine's, not the host's: Janus does the fan-out).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from pyrofling.bench.janus import JanusServer
+from pyrofling.bench.netns import Namespace
+from pyrofling.bench.stream import StreamScenario, cell, run_scenario, summarize
+from pyrofling.bench.webrtc_spectator import judge_spectator, read_logs
+
+#: The mountpoint the bench's host publishes under (``--spectators-id``), so the spectators know it.
+MOUNTPOINT = 4242
+#: Seconds of each run before the spectators join (the host up and publishing) and after they leave.
+JOIN_AFTER_S = 2.0
+LEAVE_BEFORE_S = 1.5
+
+
+def _watchers(
+    url: str, count: int, processes: int, seconds: float, folder: Path, sound: bool
+) -> Callable[[int, int], Any]:
+    """What runs beside the stream: ``count`` spectators over ``processes`` processes, joining after
+    :data:`JOIN_AFTER_S`."""
+
+    def watch(_port: int, _pid: int) -> dict[str, Any]:
+        time.sleep(JOIN_AFTER_S)
+        shares = [count // processes + (1 if i < count % processes else 0) for i in range(processes)]
+        outs = [folder / f"spectators{i}.json" for i in range(len(shares))]
+        worker = [sys.executable, "-m", "pyrofling.bench.webrtc_spectator", url, str(MOUNTPOINT)]
+        procs = [
+            subprocess.Popen([*worker, str(share), str(seconds), str(out), *(["sound"] if sound else [])])
+            for share, out in zip(shares, outs, strict=True)
+            if share
+        ]
+        for p in procs:
+            try:
+                p.wait(timeout=seconds + 30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        return {"logs": [log for out in outs for log in read_logs(out)], "exit_codes": [p.returncode for p in procs]}
+
+    return watch
+
+
+def _one_run(
+    base: StreamScenario, janus: JanusServer, key: str, count: int, processes: int, tmp: Path, sound: bool
+) -> Any:
+    seconds = (base.duration_s or 20.0) - JOIN_AFTER_S - LEAVE_BEFORE_S
+    folder = tmp / f"with{count}"
+    folder.mkdir()
+    sc = replace(
+        base,
+        host_args=(*base.host_args, "--spectators", janus.url, "--spectators-id", str(MOUNTPOINT)),
+        host_env=(*base.host_env, ("PYROFLING_JANUS_ADMIN_KEY", key)),
+    )
+    result = run_scenario(sc, alongside=_watchers(janus.url, count, processes, seconds, folder, sound))
+    beside = result.get("alongside") or {}
+    judged = [judge_spectator(log, base.fps) for log in beside.get("logs", [])]
+    player = summarize(result)
+    outputs: list[dict[str, Any]] = result["host"].get("outputs", [])
+    published = next((o for o in outputs if o.get("kind") == "spectators"), {})
+    viewer = result["viewers"][0] if result["viewers"] else {}
+    return {
+        "spectators_asked": count,
+        "spectators": judged,
+        "spectator_processes_exit": beside.get("exit_codes"),
+        "player": {
+            "good_refreshes_pct": player["good_refreshes_pct"],
+            "longest_freeze_ms": player["longest_freeze_ms"],
+            "latency_ms_median": player["latency_ms_median"],
+            "glass_ms_median": viewer.get("glass_ms_median"),
+        },
+        "host_cpu_pct": player["host_cpu_pct"],
+        "frames_encoded": player["frames_sent"],
+        "published": published,
+    }
+
+
+def _overall(judged: list[dict[str, Any]], count: int) -> dict[str, Any]:
+    watched = [j for j in judged if j.get("pictures")]
+    good = [j["good_refreshes_pct"] for j in watched]
+    latency = [j["latency_ms_median"] for j in watched if j.get("latency_ms_median") is not None]
+    first = [j["first_picture_s"] for j in watched]
+    return {
+        "watched": len(watched),
+        "of": count,
+        "good_refreshes_pct_min": min(good) if good else None,
+        "good_refreshes_pct_median": statistics.median(good) if good else None,
+        "latency_ms_median": statistics.median(latency) if latency else None,
+        "latency_ms_max": max(latency) if latency else None,
+        "first_picture_s_max": max(first) if first else None,
+        "first_picture_s_median": statistics.median(first) if first else None,
+    }
+
+
+def run_spectators_bench(
+    base: StreamScenario,
+    *,
+    spectators: int = 20,
+    processes: int | None = None,
+    sound: bool = False,
+    progress: Callable[[str], None] = lambda _: None,
+) -> dict[str, Any]:
+    """One spectator, then ``spectators``, through one Janus; ``processes`` spectators' processes (default: one
+    per CPU, at most one per spectator); ``sound``: the spectators take the sound too (else pictures only)."""
+    processes = max(1, min(spectators, processes or os.cpu_count() or 1))
+    key = secrets.token_urlsafe(12)
+    duration = base.duration_s or 20.0
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="pyrofling-spectators-") as tmp, Namespace() as ns:
+        janus = JanusServer(Path(tmp) / "janus", admin_key=key, netns=ns)
+        with janus:
+            for count in (1, spectators):
+                progress(f"{count} spectator{'s' if count > 1 else ''} through Janus beside a player ({duration:g} s)")
+                runs.append(_one_run(base, janus, key, count, min(processes, count), Path(tmp), sound))
+    for run in runs:
+        run["overall"] = _overall(run["spectators"], run["spectators_asked"])
+    one, many = runs
+    return {
+        "scenario": base.label(),
+        "fps": base.fps,
+        "processes": processes,
+        "sound": sound,
+        "runs": runs,
+        "host_cpu_change_pct": _change(one["host_cpu_pct"], many["host_cpu_pct"]),
+    }
+
+
+def _change(a: float | None, b: float | None) -> float | None:
+    return None if not a or b is None else 100 * (b / a - 1)
+
+
+def format_table(r: dict[str, Any]) -> str:
+    one, many = r["runs"]
+    lines = [
+        f"{r['scenario']}; the host publishes into Debian's Janus (a network namespace), aiortc spectators watch "
+        f"over WebRTC ({r['processes']} processes, {'pictures and sound' if r['sound'] else 'pictures only'}), a "
+        "pyrofling viewer plays beside them",
+        f"{'spectators':>10} {'watched':>8} {'good % min':>11} {'good % med':>11} {'capture->decoded ms':>20} "
+        f"{'first picture s':>16} {'host CPU %':>11} {'player good %':>14} {'player glass ms':>16}",
+    ]
+    for run in (one, many):
+        o, p = run["overall"], run["player"]
+        lines.append(
+            f"{run['spectators_asked']:>10} {o['watched']:>8} {cell(o['good_refreshes_pct_min'], '.2f'):>11} "
+            f"{cell(o['good_refreshes_pct_median'], '.2f'):>11} {cell(o['latency_ms_median'], '.1f'):>20} "
+            f"{cell(o['first_picture_s_max'], '.2f'):>16} {cell(run['host_cpu_pct'], '.1f'):>11} "
+            f"{cell(p['good_refreshes_pct'], '.2f'):>14} {cell(p['glass_ms_median'], '.1f'):>16}"
+        )
+    lines.append(
+        f"host CPU with {many['spectators_asked']} spectators against 1: {cell(r['host_cpu_change_pct'], '+.1f')} % "
+        f"(frames encoded {one['frames_encoded']} and {many['frames_encoded']})"
+    )
+    lines.append(
+        "capture->decoded: each spectator's median (the table: their median; the worst: "
+        f"{cell(many['overall']['latency_ms_max'], '.1f')} ms); first picture: the slowest spectator's, from its "
+        f"watch request; good %: the refreshes of a {r.get('fps', 60):g} Hz screen from the spectator's first "
+        "picture on, showing the newest picture decoded by then"
+    )
+    failed = [j["error"] for run in (one, many) for j in run["spectators"] if j.get("error")]
+    if failed:
+        lines.append(f"spectators that failed: {len(failed)} ({failed[0]})")
+    return "\n".join(lines)
