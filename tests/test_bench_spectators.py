@@ -60,3 +60,13 @@ def test_the_table_sets_n_spectators_against_one_and_names_a_failure() -> None:
     assert rows[2].split()[:2] == ["1", "1"] and rows[3].split()[:2] == ["20", "19"]
     assert "host CPU with 20 spectators against 1: +2.0 %" in table
     assert "spectators that failed: 1 (boom)" in table and "pictures only" in table
+
+
+def test_after_janus_came_back_the_time_to_a_picture_again_is_to_the_first_readable_one() -> None:
+    log = steady(600, skip=range(200, 400))  # Janus away: 200 pictures never came
+    back = log.pictures[150][0] + 2.0  # answering again at frame ~270
+    unreadable_at = log.pictures[200][0] - 3 * PERIOD  # a picture whose marker did not read, before the first good
+    log.pictures.append((unreadable_at, -1, None))
+    judged = judge_spectator(log, FPS, since_s=back)
+    assert judged["picture_again_s"] == pytest.approx(log.pictures[200][0] - back)  # frame 400, not the unreadable
+    assert judge_spectator(log, FPS)["picture_again_s"] is None  # no outage: nothing to time

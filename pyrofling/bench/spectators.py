@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,47 +34,71 @@ JOIN_AFTER_S = 2.0
 LEAVE_BEFORE_S = 1.5
 
 
+@dataclass(frozen=True)
+class Restart:
+    """Janus killed ``at_s`` after the spectators joined, and started again ``down_s`` later."""
+
+    at_s: float = 4.0
+    down_s: float = 2.0
+
+
 def _watchers(
-    url: str, count: int, processes: int, seconds: float, folder: Path, sound: bool
+    janus: JanusServer, count: int, processes: int, seconds: float, folder: Path, sound: bool, restart: Restart | None
 ) -> Callable[[int, int], Any]:
     """What runs beside the stream: ``count`` spectators over ``processes`` processes, joining after
-    :data:`JOIN_AFTER_S`."""
+    :data:`JOIN_AFTER_S`; with ``restart``, Janus killed and started again meanwhile."""
 
     def watch(_port: int, _pid: int) -> dict[str, Any]:
         time.sleep(JOIN_AFTER_S)
         shares = [count // processes + (1 if i < count % processes else 0) for i in range(processes)]
         outs = [folder / f"spectators{i}.json" for i in range(len(shares))]
-        worker = [sys.executable, "-m", "pyrofling.bench.webrtc_spectator", url, str(MOUNTPOINT)]
+        worker = [sys.executable, "-m", "pyrofling.bench.webrtc_spectator", janus.url, str(MOUNTPOINT)]
         procs = [
             subprocess.Popen([*worker, str(share), str(seconds), str(out), *(["sound"] if sound else [])])
             for share, out in zip(shares, outs, strict=True)
             if share
         ]
+        outage: dict[str, float] = {}
+        if restart is not None:
+            time.sleep(restart.at_s)
+            janus.kill()
+            outage["killed_s"] = time.monotonic()
+            time.sleep(restart.down_s)
+            janus.start()
+            outage["back_s"] = time.monotonic()  # it answers its API again
         for p in procs:
             try:
                 p.wait(timeout=seconds + 30)
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-        return {"logs": [log for out in outs for log in read_logs(out)], "exit_codes": [p.returncode for p in procs]}
+        logs = [log for out in outs for log in read_logs(out)]
+        return {"logs": logs, "exit_codes": [p.returncode for p in procs], "outage": outage}
 
     return watch
 
 
 def _one_run(
-    base: StreamScenario, janus: JanusServer, key: str, count: int, processes: int, tmp: Path, sound: bool
+    base: StreamScenario,
+    janus: JanusServer,
+    key: str,
+    count: int,
+    processes: int,
+    folder: Path,
+    sound: bool,
+    restart: Restart | None = None,
 ) -> Any:
     seconds = (base.duration_s or 20.0) - JOIN_AFTER_S - LEAVE_BEFORE_S
-    folder = tmp / f"with{count}"
     folder.mkdir()
     sc = replace(
         base,
         host_args=(*base.host_args, "--spectators", janus.url, "--spectators-id", str(MOUNTPOINT)),
         host_env=(*base.host_env, ("PYROFLING_JANUS_ADMIN_KEY", key)),
     )
-    result = run_scenario(sc, alongside=_watchers(janus.url, count, processes, seconds, folder, sound))
+    result = run_scenario(sc, alongside=_watchers(janus, count, processes, seconds, folder, sound, restart))
     beside = result.get("alongside") or {}
-    judged = [judge_spectator(log, base.fps) for log in beside.get("logs", [])]
+    outage = beside.get("outage") or {}
+    judged = [judge_spectator(log, base.fps, since_s=outage.get("back_s")) for log in beside.get("logs", [])]
     player = summarize(result)
     outputs: list[dict[str, Any]] = result["host"].get("outputs", [])
     published = next((o for o in outputs if o.get("kind") == "spectators"), {})
@@ -83,11 +107,13 @@ def _one_run(
         "spectators_asked": count,
         "spectators": judged,
         "spectator_processes_exit": beside.get("exit_codes"),
+        "janus_down_s": outage["back_s"] - outage["killed_s"] if outage else None,
         "player": {
             "good_refreshes_pct": player["good_refreshes_pct"],
             "longest_freeze_ms": player["longest_freeze_ms"],
             "latency_ms_median": player["latency_ms_median"],
             "glass_ms_median": viewer.get("glass_ms_median"),
+            "reconnects": viewer.get("reconnects"),
         },
         "host_cpu_pct": player["host_cpu_pct"],
         "frames_encoded": player["frames_sent"],
@@ -100,6 +126,7 @@ def _overall(judged: list[dict[str, Any]], count: int) -> dict[str, Any]:
     good = [j["good_refreshes_pct"] for j in watched]
     latency = [j["latency_ms_median"] for j in watched if j.get("latency_ms_median") is not None]
     first = [j["first_picture_s"] for j in watched]
+    again = [j["picture_again_s"] for j in watched if j.get("picture_again_s") is not None]
     return {
         "watched": len(watched),
         "of": count,
@@ -109,6 +136,7 @@ def _overall(judged: list[dict[str, Any]], count: int) -> dict[str, Any]:
         "latency_ms_max": max(latency) if latency else None,
         "first_picture_s_max": max(first) if first else None,
         "first_picture_s_median": statistics.median(first) if first else None,
+        "picture_again_s_max": max(again) if len(again) == len(watched) and again else None,
     }
 
 
@@ -118,29 +146,38 @@ def run_spectators_bench(
     spectators: int = 20,
     processes: int | None = None,
     sound: bool = False,
+    restart: Restart | None = None,
     progress: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
     """One spectator, then ``spectators``, through one Janus; ``processes`` spectators' processes (default: one
-    per CPU, at most one per spectator); ``sound``: the spectators take the sound too (else pictures only)."""
+    per CPU, at most one per spectator); ``sound``: the spectators take the sound too (else pictures only);
+    ``restart``: then a third run with ``spectators`` in which Janus is killed and started again."""
     processes = max(1, min(spectators, processes or os.cpu_count() or 1))
     key = secrets.token_urlsafe(12)
     duration = base.duration_s or 20.0
+    plan: list[tuple[int, Restart | None]] = [(1, None), (spectators, None)]
+    plan += [(spectators, restart)] if restart else []
     runs = []
     with tempfile.TemporaryDirectory(prefix="pyrofling-spectators-") as tmp, Namespace() as ns:
         janus = JanusServer(Path(tmp) / "janus", admin_key=key, netns=ns)
         with janus:
-            for count in (1, spectators):
-                progress(f"{count} spectator{'s' if count > 1 else ''} through Janus beside a player ({duration:g} s)")
-                runs.append(_one_run(base, janus, key, count, min(processes, count), Path(tmp), sound))
+            for i, (count, outage) in enumerate(plan):
+                what = f"{count} spectator{'s' if count > 1 else ''} through Janus beside a player ({duration:g} s)"
+                if outage is not None:
+                    what += f", Janus killed {outage.at_s:g} s after they join and started {outage.down_s:g} s later"
+                progress(what)
+                folder = Path(tmp) / f"run{i}"
+                runs.append(_one_run(base, janus, key, count, min(processes, count), folder, sound, outage))
     for run in runs:
         run["overall"] = _overall(run["spectators"], run["spectators_asked"])
-    one, many = runs
+    one, many = runs[0], runs[1]
     return {
         "scenario": base.label(),
         "fps": base.fps,
         "processes": processes,
         "sound": sound,
-        "runs": runs,
+        "runs": runs[:2],
+        "restart": runs[2] if restart else None,
         "host_cpu_change_pct": _change(one["host_cpu_pct"], many["host_cpu_pct"]),
     }
 
@@ -176,6 +213,16 @@ def format_table(r: dict[str, Any]) -> str:
         f"watch request; good %: the refreshes of a {r.get('fps', 60):g} Hz screen from the spectator's first "
         "picture on, showing the newest picture decoded by then"
     )
+    restart = r.get("restart")
+    if restart:
+        o, p = restart["overall"], restart["player"]
+        lines.append(
+            f"Janus killed and started again ({cell(restart['janus_down_s'], '.1f')} s without it), "
+            f"{restart['spectators_asked']} spectators: the player's longest freeze "
+            f"{cell(p['longest_freeze_ms'], '.0f')} ms ({cell(p['good_refreshes_pct'], '.2f')} % good, "
+            f"{p.get('reconnects')} reconnects); every spectator had a picture again within "
+            f"{cell(o['picture_again_s_max'], '.2f')} s of Janus answering ({o['watched']} of {o['of']} watched)"
+        )
     failed = [j["error"] for run in (one, many) for j in run["spectators"] if j.get("error")]
     if failed:
         lines.append(f"spectators that failed: {len(failed)} ({failed[0]})")

@@ -34,6 +34,9 @@ from pyrofling.core.viewer.picture_quality import RefreshQuality
 INSTALL_HINT = "pip install 'pyrofling[spectators]' (aiortc: the headless spectators' WebRTC)"
 #: The streaming plugin's error code for a mountpoint it does not have.
 NO_SUCH_MOUNTPOINT = 455
+#: A spectator's keepalive (also how it notices Janus gone), and its pause before joining again.
+KEEPALIVE_S = 1.0
+REJOIN_S = 0.5
 
 
 @dataclass
@@ -44,14 +47,18 @@ class SpectatorLog:
     asked_s: float = 0.0
     pictures: list[tuple[float, int, float | None]] = field(default_factory=list)
     error: str | None = None
-    #: When Janus's offer came, the answer was made, Janus took it, the connection was up (monotonic s).
+    #: When Janus's offer came, Janus took the answer, the connection was up (monotonic s; the first join's).
     steps: dict[str, float] = field(default_factory=dict)
+    #: When each join's watch request was answered, and when Janus was found gone.
+    joins: list[float] = field(default_factory=list)
+    lost: list[float] = field(default_factory=list)
 
 
-def judge_spectator(log: SpectatorLog, fps: float) -> dict[str, Any]:
+def judge_spectator(log: SpectatorLog, fps: float, *, since_s: float | None = None) -> dict[str, Any]:
     """What a spectator's screen at ``fps`` would have shown, refresh by refresh from its first picture on (the
     newest picture decoded by each refresh), judged as the viewers' refreshes are; and its first picture's time
-    after asking, and capture → decoded."""
+    after asking, and capture → decoded. ``since_s``: also how long after it the first picture came (a Janus
+    back at that time: a picture again)."""
     pictures = sorted(log.pictures)
     if not pictures:
         return {"first_picture_s": None, "pictures": 0, "error": log.error or "no picture"}
@@ -68,6 +75,7 @@ def judge_spectator(log: SpectatorLog, fps: float) -> dict[str, Any]:
     quality.finish()
     judged = quality.summary()
     latencies = [t - c for t, _, c in pictures if c is not None]
+    again = next((t - since_s for t, i, _ in pictures if i >= 0 and t > since_s), None) if since_s else None
     return {
         "first_picture_s": start - log.asked_s,
         "pictures": len(pictures),
@@ -79,6 +87,8 @@ def judge_spectator(log: SpectatorLog, fps: float) -> dict[str, Any]:
         "latency_ms_median": 1000 * statistics.median(latencies) if latencies else None,
         "latency_ms_p95": 1000 * sorted(latencies)[int(0.95 * len(latencies))] if latencies else None,
         "error": log.error,
+        "joins": len(log.joins),
+        "picture_again_s": again,
         "steps_s": {step: round(t - log.asked_s, 3) for step, t in sorted(log.steps.items(), key=lambda s: s[1])},
     }
 
@@ -168,42 +178,42 @@ async def _drain(track: Any) -> None:
         return
 
 
-async def spectate(url: str, mountpoint: int, seconds: float, log: SpectatorLog, *, sound: bool = False) -> None:
-    """One spectator watching for ``seconds``, its pictures into ``log``; with ``sound``, hearing too."""
+async def _watch_once(url: str, mountpoint: int, end: float, log: SpectatorLog, sound: bool) -> None:
+    """One join: until ``end``, or until Janus stops answering (then the exception says why)."""
     from aiortc import RTCPeerConnection, RTCSessionDescription
 
     janus = JanusWatch(url)
     peer = RTCPeerConnection()
     readers: list[asyncio.Task[None]] = []
+    first = not log.joins
 
     @peer.on("connectionstatechange")
     def _state() -> None:
-        log.steps.setdefault(peer.connectionState, time.monotonic())
+        if first:
+            log.steps.setdefault(peer.connectionState, time.monotonic())
 
     @peer.on("track")
     def _track(track: Any) -> None:
         readers.append(asyncio.ensure_future(_pictures(track, log) if track.kind == "video" else _drain(track)))
 
-    log.asked_s = time.monotonic()
     try:
-        offer, log.asked_s = await asyncio.to_thread(janus.offer, mountpoint)
-        log.steps["offer"] = time.monotonic()
+        offer, asked_s = await asyncio.to_thread(janus.offer, mountpoint, max(1.0, min(15.0, end - time.monotonic())))
+        log.joins.append(asked_s)
+        if first:
+            log.asked_s, log.steps["offer"] = asked_s, time.monotonic()
         await peer.setRemoteDescription(RTCSessionDescription(offer["sdp"], offer["type"]))
         if not sound:  # Janus sends this spectator no sound (aiortc decodes all it gets, a core's share each)
             for transceiver in peer.getTransceivers():
                 if transceiver.kind == "audio":
                     transceiver.direction = "inactive"
         await peer.setLocalDescription(await peer.createAnswer())
-        log.steps["answer"] = time.monotonic()
         await asyncio.to_thread(janus.start, peer.localDescription.sdp)
-        log.steps["started"] = time.monotonic()
-        end = log.asked_s + seconds
+        if first:
+            log.steps["started"] = time.monotonic()
         while time.monotonic() < end:
-            await asyncio.sleep(min(20.0, max(0.0, end - time.monotonic())))
-            if time.monotonic() < end:
-                await asyncio.to_thread(janus.keepalive)  # Janus drops a session quiet for 60 s
-    except Exception as exc:  # said in the bench's table; the others go on
-        log.error = f"{type(exc).__name__}: {exc}"
+            await asyncio.sleep(min(KEEPALIVE_S, max(0.0, end - time.monotonic())))
+            if time.monotonic() < end:  # also how a Janus gone away is noticed
+                await asyncio.to_thread(janus.keepalive)
     finally:
         await peer.close()
         for reader in readers:
@@ -212,9 +222,28 @@ async def spectate(url: str, mountpoint: int, seconds: float, log: SpectatorLog,
             await asyncio.to_thread(janus.leave)
 
 
+async def spectate(
+    url: str, mountpoint: int, seconds: float, log: SpectatorLog, *, sound: bool = False, rejoin: bool = False
+) -> None:
+    """One spectator watching for ``seconds``, its pictures into ``log``; with ``sound``, hearing too; with
+    ``rejoin``, joining again (every :data:`REJOIN_S`) when Janus stops answering, as the spectators' page does."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            await _watch_once(url, mountpoint, end, log, sound)
+            log.error = None  # watching at the end (a Janus lost meanwhile is in ``lost``)
+            return
+        except Exception as exc:  # said in the bench's table; the others go on
+            log.error = f"{type(exc).__name__}: {exc}"
+            if not rejoin:
+                return
+            log.lost.append(time.monotonic())
+            await asyncio.sleep(REJOIN_S)
+
+
 async def _main(url: str, mountpoint: int, count: int, seconds: float, sound: bool) -> list[SpectatorLog]:
     logs = [SpectatorLog() for _ in range(count)]
-    await asyncio.gather(*(spectate(url, mountpoint, seconds, log, sound=sound) for log in logs))
+    await asyncio.gather(*(spectate(url, mountpoint, seconds, log, sound=sound, rejoin=True) for log in logs))
     return logs
 
 
@@ -234,8 +263,8 @@ def read_logs(path: Path) -> list[SpectatorLog]:
     """What a spectators' process wrote (nothing if it wrote nothing)."""
     if not path.exists():
         return []
-    return [SpectatorLog(r["asked_s"], [tuple(p) for p in r["pictures"]], r["error"], r["steps"])
-            for r in json.loads(path.read_text())]  # fmt: skip
+    return [SpectatorLog(r["asked_s"], [tuple(p) for p in r["pictures"]], r["error"], r["steps"], r["joins"],
+                         r["lost"]) for r in json.loads(path.read_text())]  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -287,7 +287,7 @@ def add_spectators(sub: Sub) -> None:
         "and iproute2 (scripts/setup), root for the namespace, and pip install 'pyrofling[spectators]'.",
         "pyrofling bench spectators --spectators 20   |   --width 1280 --height 720 --spectators 4",
     )
-    add_common(p, duration_s=(8.0, 3600.0, 20.0))
+    add_common(p, duration_s=(10.0, 3600.0, 20.0))
     add_stream_size_options(p)
     # A spectator's WebRTC stack in Python decodes every picture: at 640x360 the 2-core machine carries them.
     p.set_defaults(width=640, height=360, bitrate_kbits=2000)
@@ -305,12 +305,18 @@ def add_spectators(sub: Sub) -> None:
         help="the spectators take the sound too (Janus sends it; aiortc decodes it, about as much CPU again as "
         "the pictures at 360p); by default they take the pictures only",
     )
+    p.add_argument(
+        "--janus-restart",
+        action="store_true",
+        help="then a third run with the N spectators in which Janus is killed 4 s after they join and started "
+        "again 2 s later: the player's longest freeze, and how soon every spectator has a picture again",
+    )
     p.set_defaults(func=_run_spectators)
 
 
 def _run_spectators(args: argparse.Namespace) -> int:
     from pyrofling.bench import janus, netns
-    from pyrofling.bench.spectators import format_table, run_spectators_bench
+    from pyrofling.bench.spectators import Restart, format_table, run_spectators_bench
     from pyrofling.bench.webrtc_spectator import INSTALL_HINT
 
     setup(args)
@@ -323,7 +329,12 @@ def _run_spectators(args: argparse.Namespace) -> int:
         return refuse("bench spectators", f"the headless spectators need aiortc: {INSTALL_HINT}")
     base = _base_scenario(args, host_args=("--audio-codec", "opus"))
     result = run_spectators_bench(
-        base, spectators=args.spectators, processes=args.processes, sound=args.sound, progress=progress
+        base,
+        spectators=args.spectators,
+        processes=args.processes,
+        sound=args.sound,
+        restart=Restart() if args.janus_restart else None,
+        progress=progress,
     )
     print_result(args, result, format_table)
     return 0 if all(run["overall"]["watched"] == run["spectators_asked"] for run in result["runs"]) else 1
