@@ -19,7 +19,7 @@ from websockets.exceptions import ConnectionClosed
 
 from pyrofling.bench.chromium import Chromium, find_chromium
 from pyrofling.core import frame_marker
-from pyrofling.core.host.web_viewers import FLAG_IDR, STREAM_SEQ, VIDEO_HEADER
+from pyrofling.wire.browser import FLAG_IDR, MEDIA_HEADER, STREAM_SEQ
 
 #: Every test here streams, serves or plays through real sockets, threads or processes (not the quick tier).
 pytestmark = pytest.mark.io
@@ -56,7 +56,7 @@ def test_a_browser_with_the_token_gets_the_hosts_own_encode_from_a_key_frame_and
 
     hello, units, summary = run(scenario)
     assert hello["codec"] == "h264" and (hello["width"], hello["height"]) == (320, 240)
-    flags = [VIDEO_HEADER.unpack(u[: VIDEO_HEADER.size])[1] for u in units]
+    flags = [MEDIA_HEADER.unpack(u[: MEDIA_HEADER.size])[1] for u in units]
     assert flags[0] & FLAG_IDR  # a browser starts at an IDR (the host made one for it)
     # The units decode, in order, into the scene's consecutive frames (their markers), with no second encode:
     # the host counted one encode per frame whoever watched.
@@ -65,7 +65,7 @@ def test_a_browser_with_the_token_gets_the_hosts_own_encode_from_a_key_frame_and
     layout = frame_marker.layout_for(320)
     assert layout is not None
     for u in units:
-        for f in decoder.decode(av.Packet(u[VIDEO_HEADER.size :])):
+        for f in decoder.decode(av.Packet(u[MEDIA_HEADER.size :])):
             stamp = frame_marker.read(np.asarray(f.to_ndarray(format="gray")), layout)
             assert stamp is not None
             ids.append(stamp.frame_id)

@@ -5,9 +5,6 @@ import json
 from pyrofling.core.host.web_viewers import (
     CLOSE_BUSY,
     CLOSE_PASS_UNKNOWN,
-    FLAG_IDR,
-    STREAM_SEQ,
-    VIDEO_HEADER,
     AcceptSession,
     BrowserInput,
     BrowserJoined,
@@ -22,6 +19,7 @@ from pyrofling.core.host.web_viewers import (
     WebConfig,
     WebViewers,
 )
+from pyrofling.wire.browser import FLAG_IDR, MAX_DATAGRAM_BYTES, MEDIA_HEADER, SOUND_UNIT_LENGTH, STREAM_SEQ
 
 TOKEN = "k" * 24
 INFO = StreamInfo("h264", 1280, 720, 60, 1_700_000_000.0)
@@ -129,9 +127,9 @@ def test_a_browser_starts_at_an_idr_and_gets_every_unit_after_it() -> None:
     first = sent[0]
     assert isinstance(first, SendBinary)
     message = first.data[STREAM_SEQ.size :]
-    tag, flags, capture, pts = VIDEO_HEADER.unpack(message[: VIDEO_HEADER.size])
+    tag, flags, capture, pts = MEDIA_HEADER.unpack(message[: MEDIA_HEADER.size])
     assert (tag, flags, capture, pts) == (b"V", FLAG_IDR, 1002, 2002)
-    assert message[VIDEO_HEADER.size :] == b"\x00\x00\x01\x65\x02"
+    assert message[MEDIA_HEADER.size :] == b"\x00\x00\x01\x65\x02"
     assert web.counters.frames_sent == 2 and web.counters.frames_skipped == 1
 
 
@@ -199,7 +197,6 @@ def test_input_before_the_key_is_proved_is_never_taken() -> None:
 
 
 def test_sound_goes_to_proved_browsers_whose_bytes_are_not_piling_up() -> None:
-    from pyrofling.core.host.web_viewers import AUDIO_HEADER
 
     info = StreamInfo("h264", 1280, 720, 60, 0.0, "opus", 48_000, 2)
     web = WebViewers(WebConfig(TOKEN, max_backlog_bytes=1000), info)
@@ -212,8 +209,8 @@ def test_sound_goes_to_proved_browsers_whose_bytes_are_not_piling_up() -> None:
     assert [o.client for o in out if isinstance(o, SendBinary)] == [1]
     sent = out[0]
     assert isinstance(sent, SendBinary)
-    assert AUDIO_HEADER.unpack(sent.data[: AUDIO_HEADER.size]) == (b"A", 0, 5000, 5000)
-    assert sent.data[AUDIO_HEADER.size :] == b"opus!" and web.counters.audio_sent == 1
+    assert MEDIA_HEADER.unpack(sent.data[: MEDIA_HEADER.size]) == (b"A", 0, 5000, 5000)
+    assert sent.data[MEDIA_HEADER.size :] == b"opus!" and web.counters.audio_sent == 1
 
 
 def test_a_browser_plays_by_the_host_sessions_rules_and_lets_go_when_it_leaves() -> None:
@@ -333,12 +330,11 @@ def test_webtransport_a_session_with_the_hellos_one_time_ticket_carries_the_pict
     assert numbers == [(b"S", 0), (b"S", 1), (b"S", 2)]
     first = sent[0]
     assert isinstance(first, SendBinary)
-    header = VIDEO_HEADER.unpack(first.data[STREAM_SEQ.size : STREAM_SEQ.size + VIDEO_HEADER.size])
+    header = MEDIA_HEADER.unpack(first.data[STREAM_SEQ.size : STREAM_SEQ.size + MEDIA_HEADER.size])
     assert header == (b"V", FLAG_IDR, 1002, 2002)
 
 
 def test_webtransport_sound_goes_as_datagrams_and_input_datagrams_play_while_bad_ones_are_counted() -> None:
-    from pyrofling.core.host.web_viewers import MAX_DATAGRAM_BYTES
     from pyrofling.wire import GamepadState
 
     web = WebViewers(WebConfig(TOKEN), INFO, webtransport_cert=CERT)
@@ -357,13 +353,12 @@ def test_webtransport_sound_goes_as_datagrams_and_input_datagrams_play_while_bad
 
 def sound_units(group: bytes) -> list[int]:
     """The pts of each unit in a session's sound group (b"G", then each unit's length and its "A" message)."""
-    from pyrofling.core.host.web_viewers import AUDIO_HEADER, SOUND_UNIT_LENGTH
 
     assert group[:1] == b"G"
     pts, at = [], 1
     while at < len(group):
         (n,) = SOUND_UNIT_LENGTH.unpack_from(group, at)
-        tag, _, _, unit_pts = AUDIO_HEADER.unpack_from(group, at + SOUND_UNIT_LENGTH.size)
+        tag, _, _, unit_pts = MEDIA_HEADER.unpack_from(group, at + SOUND_UNIT_LENGTH.size)
         assert tag == b"A"
         pts.append(unit_pts)
         at += SOUND_UNIT_LENGTH.size + n

@@ -61,6 +61,7 @@ from pyrofling.server.web_tls import LOOPBACK_BINDS, certificate_names, page_tls
 from pyrofling.server.web_transport import WebTransportServer
 from pyrofling.timers import DeadlineTimer
 from pyrofling.wire import AudioCodec, VideoCodec
+from pyrofling.wire.browser import MAX_PAGE_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ PAGE_HEADERS = {
 #: The browsers' names for the viewers' audio codecs (AudioDecoder's "opus"; PCM is played as it comes).
 WEB_AUDIO = {AudioCodec.OPUS: "opus", AudioCodec.RAW_S16LE: "pcm_s16le"}
 #: A browser's largest message (its own are a few hundred bytes).
-MAX_MESSAGE_BYTES = 4096
+MAX_MESSAGE_BYTES = MAX_PAGE_MESSAGE_BYTES
 #: What a browser does that the host's sessions take from there.
 Player = BrowserJoined | BrowserInput | BrowserRateReport | BrowserDisplay | BrowserLeft
 #: A browser's WebSocket handshake must be done by then (and its TLS handshake: a silent connection holds a

@@ -3,6 +3,7 @@
 * :mod:`~pyrofling.wire.control`: TCP/UDP control messages, their type word and the TCP framer (§2, §3);
 * :mod:`~pyrofling.wire.media`: the media datagram header and ping replies (§4);
 * :mod:`~pyrofling.wire.capture`: the local capture protocol between a game and the host (§8);
+* :mod:`~pyrofling.wire.browser`: the browsers' stream of ``host --web`` (§9);
 * :mod:`~pyrofling.wire.records` and :mod:`~pyrofling.wire.errors`: the struct-record base they share, and
   the one error hierarchy nothing but which escapes a parser.
 

@@ -32,22 +32,9 @@ WebSocket, and decodes them with WebCodecs (``docs/browser.md``):
   are still waiting to leave for a browser, its frames are skipped until the next
   IDR instead of queued: late pictures are worth nothing.
 
-Wire format, host → browser: one JSON text message ``hello`` (codec, size, frame
-rate, the host's wall-clock minus monotonic offset, for latency, and the sound's
-codec), ``rumble`` when a game shakes the pad it holds, then one binary message
-per access unit (and per audio packet, ``b"A"`` with the same header): ``b"S"``
-and the picture's number (``STREAM_SEQ``), then ``b"V"``,
-a flags byte (1: IDR), the capture time and the pts in µs on the host's
-monotonic clock (two little-endian uint64), then the Annex-B bytes.  Browser →
-host: ``auth``; ``keyframe`` (its decoder needs one); ``ping`` with the page's time, answered
-``pong`` with it and the host's clock in µs, the clock of the capture stamps (the page
-times its pictures' capture → presented on its own clock with it); and, binary, ``b"P"`` + a
-GAMEPAD_STATE payload or ``b"I"`` + an INPUT_STATE payload (protocol.md §2.3,
-§7.11): the player's pad, keys and mouse as a pyrofling viewer sends them, which
-the host's player rules then take
-(:meth:`~pyrofling.core.host.sessions.HostSessions.browser_input`); and every 50 ms
-``b"R"`` + a RATE_FEEDBACK payload: when each picture (by its number) arrived, so
-that the host's rate control hears a browser's link as it hears a pyrofling viewer's.
+Wire format: protocol.md §9 (:mod:`pyrofling.wire.browser`); the page's pad, keys and mouse go to the host's
+player rules (:meth:`~pyrofling.core.host.sessions.HostSessions.browser_input`), its arrival reports to the
+rate control as a pyrofling viewer's do.
 
 **WebTransport, for a lossy link.**  Where the host offers it (``webtransport_cert``),
 the ``hello`` carries the SHA-256 of the QUIC server's certificate and a one-time
@@ -73,7 +60,6 @@ import hmac
 import json
 import math
 import secrets
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -81,24 +67,21 @@ from typing import Any, Protocol
 from pyrofling.core.host.state import PairingCodeSpent
 from pyrofling.core.secure import FailureLimiter, limiter_key
 from pyrofling.wire import GamepadState, InputState, RateFeedback, ViewerDisplay
+from pyrofling.wire.browser import (
+    MAX_DATAGRAM_BYTES,
+    audio_message,
+    numbered,
+    parse_page_message,
+    sound_group,
+    video_header,
+)
+from pyrofling.wire.errors import ProtocolError
 
-#: The header of a video message: b"V", flags, capture µs, pts µs.
-VIDEO_HEADER = struct.Struct("<cBQQ")
-#: An audio message's header: b"A", flags (0), capture µs, pts µs; then the codec's packet.
-AUDIO_HEADER = VIDEO_HEADER
-FLAG_IDR = 1
-#: Before a picture's message: b"S" and the browser's unit number (what its arrival reports name; WebTransport
-#: streams may arrive out of order, and the page decodes them in this order).
-STREAM_SEQ = struct.Struct("<cI")
-#: Sound larger than this goes on a stream, not in a datagram (a QUIC packet of 1350 bytes carries one).
-MAX_DATAGRAM_BYTES = 1200
 #: Sound to a WebTransport session goes in groups spanning this much: the page plays it in blocks of 20 ms anyway,
 #: so the wait costs no latency, while each datagram costs the host a QUIC packet built in Python and the browser's
 #: acknowledgement of it (5 ms units: a quarter of them).  ``SOUND_GROUP_SLACK_US``: units' stamps may wobble.
 SOUND_GROUP_US = 20_000
 SOUND_GROUP_SLACK_US = 1_000
-#: A group: ``b"G"``, then for each unit its length (uint32 LE: a raw unit may be 64 KiB) and its ``b"A"`` message.
-SOUND_UNIT_LENGTH = struct.Struct("<I")
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,10 +263,9 @@ WebOutput = (
     | RememberBrowser
     | PairingCodeSpent
 )
+
+
 #: A browser's binary messages: its tag and the wire payload after it.
-INPUT_MESSAGES: dict[bytes, type[GamepadState] | type[InputState]] = {b"P": GamepadState, b"I": InputState}
-
-
 @dataclass(slots=True)
 class _Browser:
     connected_s: float
@@ -555,18 +537,14 @@ class WebViewers:
         """A datagram from a browser's session: its pad or keys and mouse, or its arrivals report; anything else
         is counted and dropped."""
         client = self._sessions.get(session)
-        if client is not None and data[:1] == b"R":
-            report = self._rate_report(client, data)
-            if report is None:
-                self.counters.datagrams_dropped += 1
-                return []
-            return [report]
-        kind = INPUT_MESSAGES.get(data[:1])
-        if client is None or kind is None or len(data) != 1 + kind.PAYLOAD.size:
+        try:
+            message = parse_page_message(data)
+        except ProtocolError:
+            message = None
+        if client is None or message is None:
             self.counters.datagrams_dropped += 1
             return []
-        self.counters.input_states += 1
-        return [BrowserInput(client, kind(*kind.PAYLOAD.unpack(data[1:])))]
+        return [self._from_page(client, message)]
 
     def _on_websocket(self, browser: _Browser) -> list[WebOutput]:
         browser.ticket, browser.awaiting_session, browser.awaiting_idr = None, False, True
@@ -599,33 +577,22 @@ class WebViewers:
         self.limiter.succeeded(browser.address)
         return None, out
 
-    def _rate_report(self, client: int, data: bytes) -> BrowserRateReport | None:
-        """``b"R"`` + a RATE_FEEDBACK payload, from a session's datagram or the WebSocket (None: malformed)."""
-        if len(data) != 1 + RateFeedback.PAYLOAD.size:
-            return None
-        try:
-            report = RateFeedback(*RateFeedback.PAYLOAD.unpack(data[1:]))
-            report.check()
-        except ValueError:  # the wire's errors are ValueErrors
-            return None
-        self.counters.rate_reports += 1
-        return BrowserRateReport(client, report)
+    def _from_page(self, client: int, message: GamepadState | InputState | RateFeedback) -> WebOutput:
+        if isinstance(message, RateFeedback):
+            self.counters.rate_reports += 1
+            return BrowserRateReport(client, message)
+        self.counters.input_states += 1
+        return BrowserInput(client, message)
 
     def _input(self, client: int, data: bytes) -> list[WebOutput]:
         """A proved browser's binary message on its WebSocket: its pad, keys and mouse, or its arrivals report; a
         malformed one closes it (the WebSocket is reliable: a bad message is a broken page, or not a page)."""
-        if data[:1] == b"R":
-            report = self._rate_report(client, data)
-            if report is not None:
-                return [report]
+        try:
+            message = parse_page_message(data)
+        except ProtocolError:
             self.counters.refuse("malformed")
-            return self._close(client, "malformed rate report")
-        kind = INPUT_MESSAGES.get(data[:1])
-        if kind is None or len(data) != 1 + kind.PAYLOAD.size:
-            self.counters.refuse("malformed")
-            return self._close(client, "malformed input message")
-        self.counters.input_states += 1
-        return [BrowserInput(client, kind(*kind.PAYLOAD.unpack(data[1:])))]
+            return self._close(client, "malformed rate report" if data[:1] == b"R" else "malformed input message")
+        return [self._from_page(client, message)]
 
     def _close(self, client: int, reason: str, code: int = CLOSE_REFUSED) -> list[WebOutput]:
         browser = self._browsers.pop(client, None)
@@ -658,12 +625,12 @@ class WebViewers:
                 continue
             browser.awaiting_idr = False
             if message is None:
-                message = VIDEO_HEADER.pack(b"V", FLAG_IDR if idr else 0, capture_us, pts_us) + data
-            unit, numbered = browser.units, STREAM_SEQ.pack(b"S", browser.units) + message
+                message = video_header(idr=idr, capture_us=capture_us, pts_us=pts_us) + data
+            unit, ours = browser.units, numbered(browser.units, message)
             if browser.session is None:
-                out.append(SendBinary(client, numbered, unit=unit))
+                out.append(SendBinary(client, ours, unit=unit))
             else:
-                out.append(SendBinary(client, numbered, "stream", browser.session, unit))
+                out.append(SendBinary(client, ours, "stream", browser.session, unit))
             browser.units = (unit + 1) & 0xFFFFFFFF
             self.counters.frames_sent += 1
             self.counters.bytes_sent += len(message)
@@ -676,7 +643,7 @@ class WebViewers:
         """One encoded audio unit (the viewers' own: Opus or PCM) to each proved browser whose bytes are not piling
         up (sound that cannot leave is dropped, not queued): at once on a WebSocket; to a WebTransport session in
         groups of ``SOUND_GROUP_US`` (:meth:`_group_sound`)."""
-        message = AUDIO_HEADER.pack(b"A", 0, pts_us, pts_us) + data
+        message = audio_message(data, pts_us=pts_us)
         out: list[WebOutput] = []
         listening = [
             (c, b) for c, b in self._browsers.items() if b.proved and backlog.get(c, 0) <= self.config.max_backlog_bytes
@@ -690,7 +657,7 @@ class WebViewers:
             self._sound.clear()
             return out
         for units in self._group_sound(message, pts_us):
-            group = b"G" + b"".join(SOUND_UNIT_LENGTH.pack(len(m)) + m for m in units)
+            group = sound_group(units)
             # late sound is worth nothing: a datagram, unless it cannot fit one
             channel = "datagram" if len(group) <= MAX_DATAGRAM_BYTES else "stream"
             for client, session in sessions:
