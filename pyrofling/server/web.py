@@ -52,6 +52,7 @@ from pyrofling.core.host.web_viewers import (
     WebViewers,
 )
 from pyrofling.pairing import HostPairings, KeptBrowsers
+from pyrofling.server import quic_private
 from pyrofling.server.audio import AudioEncoder
 from pyrofling.server.config import HostConfig
 from pyrofling.server.encoder import VideoEncoder
@@ -178,6 +179,11 @@ class WebServer:
         """WebTransport on UDP, the page's port number (the page finds it there); without it (the port's UDP
         taken), the WebSocket carries everything."""
         assert self.port is not None
+        gone = quic_private.missing()
+        if gone:  # a qh3 other than the one this was made for: the WebSocket, rather than a failure mid-stream
+            log.warning("no WebTransport for browsers: this qh3 lacks %s, which the host needs (pyproject.toml holds "
+                        "qh3 below 1.10); their media goes over TCP", ", ".join(gone))  # fmt: skip
+            return
         transport = WebTransportServer(
             on_opened=lambda s, ticket: self._perform(self.viewers.session_opened(s, ticket)),
             on_datagram=lambda s, data: self._perform(self.viewers.session_datagram(s, data)),

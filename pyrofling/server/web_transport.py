@@ -48,7 +48,6 @@ from typing import Any, cast
 
 from cryptography.hazmat.primitives import serialization
 from qh3.asyncio import QuicConnectionProtocol
-from qh3.asyncio._transport import create_optimized_datagram_transport
 from qh3.asyncio.server import QuicServer
 from qh3.h3.connection import H3_ALPN, H3Connection
 from qh3.h3.events import DatagramReceived, H3Event, HeadersReceived
@@ -57,6 +56,7 @@ from qh3.quic.events import ConnectionTerminated, QuicEvent
 from qh3.quic.packet_builder import QuicSentPacket
 from qh3.quic.recovery import QuicCongestionControl
 
+from pyrofling.server import quic_private as private
 from pyrofling.server.web_tls import make_certificate
 
 log = logging.getLogger(__name__)
@@ -168,9 +168,10 @@ class _Connection(QuicConnectionProtocol):
         super().__init__(*args, **kwargs)
         self.server = server
         # The host's rate policy, not QUIC's, sets the rate (before the connection has sent a packet).
-        self._quic._loss._cc = FixedWindow(PACKET_BYTES)
-        self._quic._mtu_probe_sizes = [PROBED_PACKET_BYTES]  # qh3 probes only as a client, unless told
-        self.h3 = H3Connection(self._quic, enable_webtransport=True)
+        private.use_window(self, FixedWindow(PACKET_BYTES))
+        private.probe_path_mtu(self, [PROBED_PACKET_BYTES])  # qh3 probes only as a client, unless told
+        self.quic = private.connection(self)
+        self.h3 = H3Connection(self.quic, enable_webtransport=True)
         self.session: int | None = None  # the server's number for its session
         self.stream_id: int | None = None  # the session's CONNECT stream
         self.accepted = False
@@ -195,43 +196,26 @@ class _Connection(QuicConnectionProtocol):
                 self._refusal = "too many connections from this address"
         if self._refusal is not None:  # before its first packet is read: nothing is answered, it is forgotten
             self.server.refused += 1
-            self._quic.close(reason_phrase=self._refusal)
-            self._connection_terminated_handler()
+            self.quic.close(reason_phrase=self._refusal)
+            private.terminated(self)
             self._ended()
             return
-        quic = self._quic
-        window = quic._loss._cc
+        window = private.window(self)
         lost = window.packets_lost if isinstance(window, FixedWindow) else None  # None: losses not counted
-        quic.receive_datagram(cast(bytes, data), addr, now=self._loop.time())
-        self._process_events()
+        self.quic.receive_datagram(cast(bytes, data), addr, now=private.loop_time(self))
+        private.process_events(self)
         # As aioquic's own, but what it has to send goes once this turn of the loop is over, and only when there
         # is something: most of what a browser sends is acknowledgements (on loopback one for every three or four
         # packets), after which a transmit finds nothing to send and would cost a packet's build for nothing.  Its
         # own acknowledgements of the browser's packets are due at a time: the timer, rearmed here, sends them.
-        if (
-            not quic._handshake_complete
-            or lost is None
-            or lost != cast(FixedWindow, window).packets_lost
-            or quic._datagrams_pending
-            or any(not stream.sender.buffer_is_empty for stream in quic._streams.values())
-        ):
-            self._transmit_soon()
+        if lost is None or lost != cast(FixedWindow, window).packets_lost or private.has_to_send(self):
+            private.transmit_soon(self)
         else:
-            self._arm_timer()
-
-    def _arm_timer(self) -> None:
-        """The timer for the connection's next deadline, as aioquic's transmit arms it."""
-        timer_at = self._quic.get_timer()
-        if self._timer is not None and self._timer_at != timer_at:
-            self._timer.cancel()
-            self._timer = None
-        if self._timer is None and timer_at is not None:
-            self._timer = self._loop.call_at(timer_at, self._handle_timer)
-        self._timer_at = timer_at
+            private.arm_timer(self)
 
     def _late(self) -> None:
         if not self.accepted:  # never asked for a session, or was refused one
-            self._quic.close(reason_phrase="no session")
+            self.quic.close(reason_phrase="no session")
             self.transmit()
 
     def quic_event_received(self, event: QuicEvent) -> None:
@@ -268,13 +252,13 @@ class _Connection(QuicConnectionProtocol):
         if self.stream_id is not None and not self.accepted:
             self.h3.send_headers(self.stream_id, [(b":status", b"403")], end_stream=True)
         else:
-            self._quic.close(reason_phrase=reason[:100])
+            self.quic.close(reason_phrase=reason[:100])
         self.transmit()
 
     def send_stream(self, data: bytes) -> None:
         assert self.stream_id is not None
         stream = self.h3.create_webtransport_stream(self.stream_id, is_unidirectional=True)
-        self._quic.send_stream_data(stream, data, end_stream=True)
+        self.quic.send_stream_data(stream, data, end_stream=True)
         self.transmit()
 
     def send_datagram(self, data: bytes) -> None:
@@ -285,15 +269,11 @@ class _Connection(QuicConnectionProtocol):
     def backlog(self) -> int:
         """Bytes waiting to leave or to be acknowledged: those in flight, and what its streams have yet to send
         (a lost packet's data is sent again from there)."""
-        unsent = 0
-        for stream in self._quic._streams.values():
-            if not stream.sender.buffer_is_empty:  # asked 260 times a second: only streams with something unsent
-                unsent += sum(stop - start for start, stop in stream.sender._pending)
-        return int(self._quic._loss.bytes_in_flight) + unsent
+        return private.backlog_bytes(self)
 
     def losses(self) -> tuple[int, int]:
         """(packets lost, packets sent) since the last call."""
-        window = self._quic._loss._cc
+        window = private.window(self)
         if not isinstance(window, FixedWindow):
             return 0, 0
         lost, sent = window.packets_lost - self._counted[0], window.packets_sent - self._counted[1]
@@ -353,7 +333,7 @@ class WebTransportServer:
         sock = socket.socket(family, kind, proto)
         try:
             sock.bind(address)
-            _, server = await create_optimized_datagram_transport(
+            _, server = await private.datagram_transport()(
                 asyncio.get_running_loop(),
                 lambda: QuicServer(
                     configuration=self._config,
@@ -366,7 +346,7 @@ class WebTransportServer:
             sock.close()
             raise
         self._server = cast(QuicServer, server)
-        self._server._retry = cast(Any, self.retry_tokens)  # in place of qh3's RSA tokens (a millisecond each to check)
+        private.use_retry_tokens(self._server, self.retry_tokens)  # not qh3's RSA tokens (a millisecond each to check)
 
     def close(self) -> None:
         for connection in list(self.connections):
