@@ -193,7 +193,8 @@ def format_table(r: dict[str, Any]) -> str:
         f"over WebRTC ({r['processes']} processes, {'pictures and sound' if r['sound'] else 'pictures only'}), a "
         "pyrofling viewer plays beside them",
         f"{'spectators':>10} {'watched':>8} {'good % min':>11} {'good % med':>11} {'capture->decoded ms':>20} "
-        f"{'first picture s':>16} {'host CPU %':>11} {'player good %':>14} {'player glass ms':>16}",
+        f"{'first picture s':>16} {'host CPU %':>11} {'player good %':>14} {'player decoded ms':>18} "
+        f"{'player glass ms':>16}",
     ]
     for run in (one, many):
         o, p = run["overall"], run["player"]
@@ -201,7 +202,8 @@ def format_table(r: dict[str, Any]) -> str:
             f"{run['spectators_asked']:>10} {o['watched']:>8} {cell(o['good_refreshes_pct_min'], '.2f'):>11} "
             f"{cell(o['good_refreshes_pct_median'], '.2f'):>11} {cell(o['latency_ms_median'], '.1f'):>20} "
             f"{cell(o['first_picture_s_max'], '.2f'):>16} {cell(run['host_cpu_pct'], '.1f'):>11} "
-            f"{cell(p['good_refreshes_pct'], '.2f'):>14} {cell(p['glass_ms_median'], '.1f'):>16}"
+            f"{cell(p['good_refreshes_pct'], '.2f'):>14} {cell(p.get('latency_ms_median'), '.1f'):>18} "
+            f"{cell(p['glass_ms_median'], '.1f'):>16}"
         )
     lines.append(
         f"host CPU with {many['spectators_asked']} spectators against 1: {cell(r['host_cpu_change_pct'], '+.1f')} % "

@@ -258,12 +258,25 @@ def add_thread_priority_option(p: argparse.ArgumentParser | argparse._ArgumentGr
     )
 
 
-def add_stream_size_options(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+def add_stream_size_options(
+    p: argparse.ArgumentParser | argparse._ArgumentGroup,
+    *,
+    size: tuple[int, int] = (1280, 720),
+    bitrate_kbits: int = 10_000,
+) -> None:
     """Picture size, rate and bitrate of a stream (on a parser, or on one of its groups)."""
-    p.add_argument("--width", type=whole_number(64, 8192, "pixels", even=True), default=1280, help="default 1280")
-    p.add_argument("--height", type=whole_number(64, 8192, "pixels", even=True), default=720, help="default 720")
+    width, height = size
+    p.add_argument("--width", type=whole_number(64, 8192, "pixels", even=True), default=width, help=f"default {width}")
+    p.add_argument(
+        "--height", type=whole_number(64, 8192, "pixels", even=True), default=height, help=f"default {height}"
+    )
     p.add_argument("--fps", type=whole_number(1, 240, "fps"), default=60, help="frames per second (default 60)")
-    p.add_argument("--bitrate-kbits", type=whole_number(1, 10_000_000, "kbit/s"), default=10_000, help="default 10000")
+    p.add_argument(
+        "--bitrate-kbits",
+        type=whole_number(1, 10_000_000, "kbit/s"),
+        default=bitrate_kbits,
+        help=f"default {bitrate_kbits}",
+    )
 
 
 def add_viewer_security_options(p: argparse.ArgumentParser) -> None:
