@@ -344,3 +344,49 @@ def _has_aiortc() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("aiortc") is not None
+
+
+def test_an_origin_feeds_an_edge_and_spectators_on_both_get_every_picture_through_the_same_link(
+    tmp_path: Path,
+) -> None:
+    """Two Janus in two namespaces, joined by a link of their own: the host joins the origin's room as its remote
+    publisher, and the origin forwards to a mountpoint of the same id on itself and on the edge. A spectator on
+    each gets an entry point (its key-frame request travels edge → origin → host) and every picture after it,
+    whole and in order; when the host stops, the room and both mountpoints are gone."""
+    for reason in (janus_server.missing(), netns.missing(), None if _has_aiortc() else "aiortc is not installed"):
+        if reason is not None:  # CI installs all of them and runs as root: there a missing one is a failure
+            (pytest.fail if os.environ.get("CI") else pytest.skip)(reason)
+    from pyrofling.bench.webrtc_spectator import SpectatorLog, spectate
+
+    async def scenario(origin: JanusServer, edge: JanusServer) -> dict[str, Any]:
+        outputs = OutputConfig(spectators=origin.url, spectators_admin_key="the-plugins-key",
+                               spectators_edges=(edge.url,))  # fmt: skip
+        sound = AudioConfig(source="tone", codec="opus")
+        host, task = await start_host(virtual_pad="none", audio=sound, outputs=outputs)
+        try:
+            spectators = spectators_of(host)
+            await until(lambda: spectators.core.phase is Phase.PUBLISHING and spectators.mountpoint is not None, 20)
+            assert spectators.mountpoint is not None
+            mountpoint, secret = spectators.mountpoint.id, spectators.secret
+            logs = [SpectatorLog(), SpectatorLog()]
+            await asyncio.gather(*(spectate(j.url, mountpoint, 4.0, log) for j, log in zip((origin, edge), logs, strict=True)))
+            summary = spectators.summary()
+        finally:
+            await stop_host(host, task)
+        gone = [await asyncio.to_thread(j.info, mountpoint, secret) for j in (origin, edge)]
+        return {"logs": logs, "summary": summary, "gone": gone}
+
+    with netns.Namespace() as a, netns.Namespace() as b:
+        a.link(b)
+        with (
+            JanusServer(tmp_path / "origin", admin_key="the-plugins-key", netns=a, plugins=("streaming", "videoroom"))
+            as origin,
+            JanusServer(tmp_path / "edge", admin_key="the-plugins-key", netns=b) as edge,
+        ):
+            r = run(lambda: scenario(origin, edge), timeout_s=90)
+    for where, log in zip(("origin", "edge"), r["logs"], strict=True):
+        ids = [frame_id for _, frame_id, _ in log.pictures]
+        assert log.error is None and len(ids) >= 30 and min(ids) >= 0, (where, log.error, ids[:10])
+        assert all(b > a for a, b in itertools.pairwise(ids)), (where, ids)
+    assert r["summary"]["keyframes_asked"] >= 1  # a spectator's request came back through the chain
+    assert [g.get("error_code") for g in r["gone"]] == [455, 455]  # no mountpoint left on either

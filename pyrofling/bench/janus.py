@@ -23,7 +23,8 @@ from pyrofling.bench.server_process import ServerProcess
 
 INSTALL_HINT = "install Janus: apt-get install janus (scripts/setup does)"
 PLUGINS = Path("/usr/lib/x86_64-linux-gnu/janus")
-_KEEP_PLUGINS = {"libjanus_streaming.so"}
+#: Plugins a JanusServer may load: the streaming plugin (mountpoints), and the VideoRoom (an origin's room).
+PLUGIN_FILES = {"streaming": "libjanus_streaming.so", "videoroom": "libjanus_videoroom.so"}
 _KEEP_TRANSPORTS = {"libjanus_http.so"}
 
 
@@ -51,10 +52,17 @@ class JanusServer(ServerProcess):
     """``with JanusServer(workdir, admin_key=…) as janus: janus.url``; ``kill()`` and ``start()`` mid-stream."""
 
     def __init__(
-        self, workdir: Path, *, admin_key: str | None = None, port: int | None = None, netns: Namespace | None = None
+        self,
+        workdir: Path,
+        *,
+        admin_key: str | None = None,
+        port: int | None = None,
+        netns: Namespace | None = None,
+        plugins: tuple[str, ...] = ("streaming",),
     ) -> None:
         """``netns``: run in that namespace, its API on the namespace's address and ICE on its veth (WebRTC
-        spectators can reach it); else on loopback (publishing only: ICE gathers nothing there)."""
+        spectators can reach it); else on loopback (publishing only: ICE gathers nothing there). ``plugins``:
+        of :data:`PLUGIN_FILES` (``videoroom`` too for a cascade's origin)."""
         reason = missing()
         if reason is not None:
             raise RuntimeError(reason)
@@ -74,7 +82,7 @@ class JanusServer(ServerProcess):
             "  debug_level = 4\n"
             "  session_timeout = 60\n"
             "}\n"
-            f'plugins: {{ disable = "{_others("plugins", _KEEP_PLUGINS)}" }}\n'
+            f'plugins: {{ disable = "{_others("plugins", {PLUGIN_FILES[p] for p in plugins})}" }}\n'
             f'transports: {{ disable = "{_others("transports", _KEEP_TRANSPORTS)}" }}\n'
             f'loggers: {{ disable = "{_others("loggers", set())}" }}\n'
             "events: { broadcast = false }\n"
@@ -82,6 +90,7 @@ class JanusServer(ServerProcess):
         )
         streaming = f'general: {{ admin_key = "{admin_key}" }}\n' if admin_key else "general: { }\n"
         (conf / "janus.plugin.streaming.jcfg").write_text(streaming)
+        (conf / "janus.plugin.videoroom.jcfg").write_text(streaming)  # the same admin_key: rooms, forwarders
         (conf / "janus.transport.http.jcfg").write_text(
             f'general: {{ base_path = "/janus" http = true port = {self.port} ip = "{self.address}" }}\n'
             "admin: { admin_http = false }\n"

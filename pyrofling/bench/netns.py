@@ -61,6 +61,24 @@ class Namespace:
             raise
         return self
 
+    def link(self, other: Namespace) -> tuple[str, str]:
+        """A veth pair straight between this namespace and ``other`` (a second site's link, not through this one):
+        (this side's address, the other's), on a /30 of its own."""
+        tag = secrets.token_hex(3)
+        here, there = f"pf{tag}c", f"pf{tag}d"
+        net = f"10.{secrets.randbelow(200) + 50}.{secrets.randbelow(250)}"
+        _ip("link", "add", here, "type", "veth", "peer", "name", there)
+        _ip("link", "set", here, "netns", self.name)
+        _ip("link", "set", there, "netns", other.name)
+        for ns, link, address in ((self, here, f"{net}.1"), (other, there, f"{net}.2")):
+            _ip("-n", ns.name, "addr", "add", f"{address}/30", "dev", link)
+            _ip("-n", ns.name, "link", "set", link, "up")
+        # Each reaches the other's address on this side over the link (not through this namespace, which does
+        # not forward): what a second site's public address is to the first.
+        _ip("-n", self.name, "route", "add", f"{other.inside}/32", "via", f"{net}.2")
+        _ip("-n", other.name, "route", "add", f"{self.inside}/32", "via", f"{net}.1")
+        return f"{net}.1", f"{net}.2"
+
     def close(self) -> None:
         """Remove the namespace (its end of the pair goes with it, and so this end)."""
         subprocess.run(["ip", "link", "del", self.outside_link], capture_output=True, timeout=10)

@@ -445,6 +445,15 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="the mountpoint's id on Janus (default: one Janus chooses, shown at start)",
     )
+    g.add_argument(
+        "--spectators-edge",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="an edge Janus (its HTTP API) that the --spectators Janus feeds, for more spectators than one Janus "
+        "carries; repeat for more. The origin then needs its VideoRoom plugin too: the host joins a room there "
+        "and the origin forwards to a mountpoint of the same id on itself and on each edge (docs/spectators.md)",
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -618,6 +627,7 @@ def _output_config(args: argparse.Namespace) -> OutputConfig:
         spectators=args.spectators,
         spectators_admin_key=os.environ.get(SPECTATORS_ADMIN_KEY_ENV) or None,
         spectators_id=args.spectators_id,
+        spectators_edges=tuple(args.spectators_edge),
     )
     cfg.check()
     return cfg

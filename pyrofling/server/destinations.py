@@ -21,9 +21,10 @@ from pyrofling.server.audio import AudioChunk, AudioEncoder, AudioSource, Encode
 from pyrofling.server.broadcaster import Broadcaster
 from pyrofling.server.config import HostConfig
 from pyrofling.server.encoder import EncodedVideo, VideoEncoder
+from pyrofling.server.janus_api import SpectatorsOptions
 from pyrofling.server.muxing import MediaOutput, OutputConfig, StreamInfo
 from pyrofling.server.recorder import Recorder
-from pyrofling.server.spectators import Spectators, SpectatorsOptions
+from pyrofling.server.spectators import Spectators
 from pyrofling.wire import AudioCodec, VideoCodec
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,8 @@ class Destinations:
                 raise ValueError(
                     f"--spectators: browsers are sent H.264 through Janus, the stream is {info.video_codec.name}"
                 )
-            options = SpectatorsOptions(config.spectators, config.spectators_admin_key, config.spectators_id)
+            options = SpectatorsOptions(config.spectators, config.spectators_admin_key, config.spectators_id,
+                                        edges=config.spectators_edges)  # fmt: skip
             spectators = Spectators(options, keyframes or KeyframePolicy(), opus=info.audio_codec == AudioCodec.OPUS)
             spectators.start()
         return cls(outputs, spectators)

@@ -67,6 +67,8 @@ class OutputConfig:
     spectators_admin_key: str | None = None
     #: The mountpoint's id (None: one of Janus's choosing).
     spectators_id: int | None = None
+    #: Edge Janus servers that ``spectators`` (then the origin) feeds, each with a mountpoint of the same id.
+    spectators_edges: tuple[str, ...] = ()
 
     @property
     def enabled(self) -> bool:
@@ -87,6 +89,13 @@ class OutputConfig:
             raise ValueError(
                 "--spectators takes the HTTP API address of a Janus server, e.g. http://127.0.0.1:8088/janus"
             )
+        for edge in self.spectators_edges:
+            if self.spectators is None:
+                raise ValueError("--spectators-edge needs --spectators: the origin Janus that feeds the edges")
+            if not re.match(r"^https?://[^/]+", edge):
+                raise ValueError(
+                    f"--spectators-edge {edge!r}: give an edge Janus's HTTP API, e.g. http://EDGE:8088/janus"
+                )
         if self.broadcast is not None and not re.match(r"^rtmps?://[^/]+/.+", self.broadcast):
             raise ValueError(
                 "--broadcast takes an RTMP ingest URL with its stream key, e.g. rtmp://live.example.com/app/KEY "

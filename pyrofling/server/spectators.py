@@ -12,15 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import secrets
 import socket
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
-from dataclasses import dataclass
 from typing import Any
 
 from pyrofling.clocks import SYSTEM_CLOCK, Clock
@@ -41,6 +37,16 @@ from pyrofling.core.host.spectators import (
 )
 from pyrofling.server.audio import EncodedAudio
 from pyrofling.server.encoder import EncodedVideo
+from pyrofling.server.janus_api import (
+    REMOTE_AUDIO_SSRC,
+    REMOTE_VIDEO_SSRC,
+    JanusApi,
+    JanusError,
+    Published,
+    SpectatorsOptions,
+    publish,
+    unpublish,
+)
 from pyrofling.timers import DeadlineTimer
 from pyrofling.wire.errors import ProtocolError
 from pyrofling.wire.rtp import (
@@ -56,104 +62,7 @@ log = logging.getLogger(__name__)
 
 VIDEO_PT, AUDIO_PT = 96, 111
 OPUS_CLOCK_HZ = 48_000
-#: Seconds a request to Janus may take before the core hears that it failed.
-REQUEST_TIMEOUT_S = 5.0
-#: The streaming plugin's answers that asking again will not change (a missing or invalid element, cannot create
-#: the mountpoint, e.g. its id in use, unauthorized: a wrong admin key or secret).
-REFUSALS = frozenset({453, 454, 456, 457})
 _NTP_EPOCH_S = 2_208_988_800  # 1900 → 1970
-
-
-@dataclass(frozen=True, slots=True)
-class SpectatorsOptions:
-    """What ``--spectators`` and its options say."""
-
-    url: str  # Janus's HTTP API, e.g. http://127.0.0.1:8088/janus
-    admin_key: str | None = None  # the streaming plugin's admin_key, where Janus has one
-    mountpoint_id: int | None = None  # None: one of the host's own choosing
-    secret: str | None = None  # the mountpoint's secret (None: a new one each run)
-
-
-class JanusError(Exception):
-    def __init__(self, reason: str, *, refused: bool = False) -> None:
-        super().__init__(reason)
-        self.refused = refused
-
-
-@dataclass(slots=True)
-class Mountpoint:
-    session: int
-    handle: int
-    id: int
-    video_port: int
-    audio_port: int | None
-    rtcp_port: int | None
-
-
-class JanusApi:
-    """Janus's HTTP API, blocking (the publisher calls it from worker threads)."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url.rstrip("/")
-
-    def _post(self, path: str, body: dict[str, Any], timeout_s: float = REQUEST_TIMEOUT_S) -> dict[str, Any]:
-        data = json.dumps({**body, "transaction": secrets.token_hex(8)}).encode()
-        request = urllib.request.Request(self.url + path, data, {"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as answer:
-                reply: dict[str, Any] = json.loads(answer.read())
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise JanusError(str(getattr(exc, "reason", exc))) from None
-        if reply.get("janus") == "error":
-            error = reply.get("error", {})
-            raise JanusError(f"Janus error {error.get('code')}: {error.get('reason')}")
-        return reply
-
-    def _plugin(
-        self, session: int, handle: int, body: dict[str, Any], timeout_s: float = REQUEST_TIMEOUT_S
-    ) -> dict[str, Any]:
-        data: dict[str, Any] = self._post(f"/{session}/{handle}", {"janus": "message", "body": body}, timeout_s)
-        result = data.get("plugindata", {}).get("data", {})
-        if "error_code" in result:
-            code = int(result["error_code"])
-            raise JanusError(str(result.get("error") or f"error {code}"), refused=code in REFUSALS)
-        return dict(result)
-
-    def create(
-        self, options: SpectatorsOptions, secret: str, media: list[dict[str, Any]], mountpoint_id: int | None
-    ) -> Mountpoint:
-        """A new session and the mountpoint (``mountpoint_id``: this one, so that the spectators' link still
-        holds; one of ours left there by a session Janus dropped is taken back with its secret first)."""
-        session = int(self._post("", {"janus": "create"})["data"]["id"])
-        handle = int(self._post(f"/{session}", {"janus": "attach", "plugin": "janus.plugin.streaming"})["data"]["id"])
-        body: dict[str, Any] = {"request": "create", "type": "rtp", "secret": secret, "is_private": True,
-                                "description": "pyrofling", "media": media}  # fmt: skip
-        if options.admin_key is not None:
-            body["admin_key"] = options.admin_key
-        if mountpoint_id is not None:
-            body["id"] = mountpoint_id
-        try:
-            stream = self._plugin(session, handle, body)["stream"]
-        except JanusError as exc:
-            if mountpoint_id is None or "already exists" not in str(exc):
-                raise
-            self._plugin(session, handle, {"request": "destroy", "id": mountpoint_id, "secret": secret})
-            stream = self._plugin(session, handle, body)["stream"]
-        ports = {p["type"]: p for p in stream.get("ports", [])}
-        video = ports["video"]
-        audio = ports.get("audio")
-        return Mountpoint(session, handle, int(stream["id"]), int(video["port"]),
-                          int(audio["port"]) if audio else None, video.get("rtcp_port"))  # fmt: skip
-
-    def keepalive(self, session: int) -> None:
-        self._post(f"/{session}", {"janus": "keepalive"})
-
-    def destroy(self, mountpoint: Mountpoint, secret: str, timeout_s: float = 2.0) -> None:
-        """Remove the mountpoint and end the session; a Janus that does not answer is left as it is."""
-        body = {"request": "destroy", "id": mountpoint.id, "secret": secret}
-        with contextlib.suppress(JanusError):
-            self._plugin(mountpoint.session, mountpoint.handle, body, timeout_s)
-            self._post(f"/{mountpoint.session}", {"janus": "destroy"}, timeout_s)
 
 
 class Spectators:
@@ -173,16 +82,17 @@ class Spectators:
         self.secret = options.secret or secrets.token_urlsafe(16)
         self.core = SpectatorsCore(options.url, config)
         self._keyframes, self._opus, self._clock = keyframes, opus, clock
-        self._api = JanusApi(options.url)
         self._address = urllib.parse.urlsplit(options.url).hostname or "127.0.0.1"
         self._sock: socket.socket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer = DeadlineTimer(self._on_timer, clock)
         self._tasks: set[asyncio.Task[None]] = set()
         self._profile: str | None = None
-        self.mountpoint: Mountpoint | None = None
+        self.mountpoint: Published | None = None
         self._to: tuple[int, int | None] | None = None  # video, audio ports while publishing
-        self._ssrc = (secrets.randbits(32), secrets.randbits(32))
+        # A cascade's origin tells its remote publisher's streams apart by these; a mountpoint takes any.
+        cascade = bool(options.edges)
+        self._ssrc = (REMOTE_VIDEO_SSRC, REMOTE_AUDIO_SSRC) if cascade else (secrets.randbits(32), secrets.randbits(32))
         self._seq = [secrets.randbits(16), secrets.randbits(16)]
         self._video_ts = 0  # the last video packet's RTP time, for the sender reports
         self._keepalive_pending = False
@@ -237,7 +147,7 @@ class Spectators:
         for task in self._tasks:
             task.cancel()
         if any(isinstance(o, RemoveMountpoint) for o in outputs) and self.mountpoint is not None:
-            self._api.destroy(self.mountpoint, self.secret)
+            unpublish(self.mountpoint, self.secret)
         self._to = None
         if self._sock is not None:
             asyncio.get_running_loop().remove_reader(self._sock.fileno())
@@ -263,7 +173,7 @@ class Spectators:
                 self._keyframes.viewer_joined()
             elif isinstance(out, KeepAlive) and self.mountpoint is not None and not self._keepalive_pending:
                 self._keepalive_pending = True  # one at a time: a slow Janus gets no pile of them
-                self._spawn(self._keepalive(self.mountpoint.session))
+                self._spawn(self._keepalive(self.mountpoint))
             elif isinstance(out, Say):
                 (log.warning if out.warning else log.info)("%s", out.text)
         self._timer.arm(self.core.next_timer())
@@ -276,24 +186,27 @@ class Spectators:
             media.append({"type": "audio", "mid": "a", "port": 0, "pt": AUDIO_PT, "codec": "opus"})
         try:
             wanted = self.mountpoint.id if self.mountpoint is not None else self.options.mountpoint_id
-            mountpoint = await asyncio.to_thread(self._api.create, self.options, self.secret, media, wanted)
+            mountpoint = await asyncio.to_thread(publish, self.options, self.secret, media, wanted)
         except JanusError as exc:
             self._perform(self.core.failed(self._clock.now(), str(exc), refused=exc.refused))
             return
         if self.core.phase is Phase.STOPPED:  # the host stopped while Janus was answering: take it back
-            self._spawn(asyncio.to_thread(self._api.destroy, mountpoint, self.secret))
+            self._spawn(asyncio.to_thread(unpublish, mountpoint, self.secret))
             return
         self.mountpoint = mountpoint
+        where = [self.options.url, *self.options.edges]
+        also = ", or with any of those Janus URLs" if self.options.edges else ""
         log.info("spectators: mountpoint %d on %s (its secret: %s); they watch at spectate.html#janus=%s&id=%d "
-                 "(pyrofling/web/spectate.html, served beside Janus)", mountpoint.id, self.options.url, self.secret,
-                 self.options.url, mountpoint.id)  # fmt: skip
+                 "(pyrofling/web/spectate.html, served beside Janus)%s", mountpoint.id, ", ".join(where), self.secret,
+                 where[-1], mountpoint.id, also)  # fmt: skip
         self._perform(self.core.created(self._clock.now(), mountpoint.video_port, mountpoint.audio_port))
 
-    async def _keepalive(self, session: int) -> None:
+    async def _keepalive(self, published: Published) -> None:
         try:
-            await asyncio.to_thread(self._api.keepalive, session)
+            for url, session in published.sessions:  # the origin's and each edge's
+                await asyncio.to_thread(JanusApi(url).keepalive, session)
         except JanusError as exc:
-            if self.mountpoint is not None and self.mountpoint.session == session:
+            if self.mountpoint is published:
                 self._perform(self.core.failed(self._clock.now(), str(exc)))
         finally:
             self._keepalive_pending = False
