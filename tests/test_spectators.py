@@ -369,7 +369,8 @@ def test_an_origin_feeds_an_edge_and_spectators_on_both_get_every_picture_throug
             assert spectators.mountpoint is not None
             mountpoint, secret = spectators.mountpoint.id, spectators.secret
             logs = [SpectatorLog(), SpectatorLog()]
-            await asyncio.gather(*(spectate(j.url, mountpoint, 4.0, log) for j, log in zip((origin, edge), logs, strict=True)))
+            watching = zip((origin, edge), logs, strict=True)
+            await asyncio.gather(*(spectate(j.url, mountpoint, 4.0, log) for j, log in watching))
             summary = spectators.summary()
         finally:
             await stop_host(host, task)
@@ -379,8 +380,9 @@ def test_an_origin_feeds_an_edge_and_spectators_on_both_get_every_picture_throug
     with netns.Namespace() as a, netns.Namespace() as b:
         a.link(b)
         with (
-            JanusServer(tmp_path / "origin", admin_key="the-plugins-key", netns=a, plugins=("streaming", "videoroom"))
-            as origin,
+            JanusServer(
+                tmp_path / "origin", admin_key="the-plugins-key", netns=a, plugins=("streaming", "videoroom")
+            ) as origin,
             JanusServer(tmp_path / "edge", admin_key="the-plugins-key", netns=b) as edge,
         ):
             r = run(lambda: scenario(origin, edge), timeout_s=90)
