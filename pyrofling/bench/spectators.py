@@ -10,6 +10,7 @@ spectators' own CPU is the machine's, not the host's: Janus does the fan-out).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import statistics
@@ -43,28 +44,35 @@ class Restart:
 
 
 def _watchers(
-    janus: JanusServer, count: int, processes: int, seconds: float, folder: Path, sound: bool, restart: Restart | None
+    janus: list[JanusServer],
+    count: int,
+    processes: int,
+    seconds: float,
+    folder: Path,
+    sound: bool,
+    restart: Restart | None,
 ) -> Callable[[int, int], Any]:
-    """What runs beside the stream: ``count`` spectators over ``processes`` processes, joining after
-    :data:`JOIN_AFTER_S`; with ``restart``, Janus killed and started again meanwhile."""
+    """What runs beside the stream: ``count`` spectators over ``processes`` processes (each watching one of
+    ``janus``, in turn), joining after :data:`JOIN_AFTER_S`; with ``restart``, the first Janus killed and started
+    again meanwhile."""
 
     def watch(_port: int, _pid: int) -> dict[str, Any]:
         time.sleep(JOIN_AFTER_S)
         shares = [count // processes + (1 if i < count % processes else 0) for i in range(processes)]
         outs = [folder / f"spectators{i}.json" for i in range(len(shares))]
-        worker = [sys.executable, "-m", "pyrofling.bench.webrtc_spectator", janus.url, str(MOUNTPOINT)]
-        procs = [
-            subprocess.Popen([*worker, str(share), str(seconds), str(out), *(["sound"] if sound else [])])
-            for share, out in zip(shares, outs, strict=True)
-            if share
-        ]
+        watched = [janus[i % len(janus)] for i in range(len(shares))]
+        procs: list[subprocess.Popen[bytes]] = []
+        for share, out, j in zip(shares, outs, watched, strict=True):
+            if share:
+                argv = [j.url, str(MOUNTPOINT), str(share), str(seconds), str(out), *(["sound"] if sound else [])]
+                procs.append(subprocess.Popen([sys.executable, "-m", "pyrofling.bench.webrtc_spectator", *argv]))
         outage: dict[str, float] = {}
         if restart is not None:
             time.sleep(restart.at_s)
-            janus.kill()
+            janus[0].kill()
             outage["killed_s"] = time.monotonic()
             time.sleep(restart.down_s)
-            janus.start()
+            janus[0].start()
             outage["back_s"] = time.monotonic()  # it answers its API again
         for p in procs:
             try:
@@ -72,7 +80,8 @@ def _watchers(
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-        logs = [log for out in outs for log in read_logs(out)]
+        names = ["origin" if j is janus[0] else "edge" for j in watched]
+        logs = [(name, log) for out, name in zip(outs, names, strict=True) for log in read_logs(out)]
         return {"logs": logs, "exit_codes": [p.returncode for p in procs], "outage": outage}
 
     return watch
@@ -80,7 +89,7 @@ def _watchers(
 
 def _one_run(
     base: StreamScenario,
-    janus: JanusServer,
+    janus: list[JanusServer],
     key: str,
     count: int,
     processes: int,
@@ -90,15 +99,17 @@ def _one_run(
 ) -> Any:
     seconds = (base.duration_s or 20.0) - JOIN_AFTER_S - LEAVE_BEFORE_S
     folder.mkdir()
+    edges = [a for edge in janus[1:] for a in ("--spectators-edge", edge.url)]
     sc = replace(
         base,
-        host_args=(*base.host_args, "--spectators", janus.url, "--spectators-id", str(MOUNTPOINT)),
+        host_args=(*base.host_args, "--spectators", janus[0].url, "--spectators-id", str(MOUNTPOINT), *edges),
         host_env=(*base.host_env, ("PYROFLING_JANUS_ADMIN_KEY", key)),
     )
     result = run_scenario(sc, alongside=_watchers(janus, count, processes, seconds, folder, sound, restart))
     beside = result.get("alongside") or {}
     outage = beside.get("outage") or {}
-    judged = [judge_spectator(log, base.fps, since_s=outage.get("back_s")) for log in beside.get("logs", [])]
+    judged = [{"janus": name, **judge_spectator(log, base.fps, since_s=outage.get("back_s"))}
+              for name, log in beside.get("logs", [])]  # fmt: skip
     player = summarize(result)
     outputs: list[dict[str, Any]] = result["host"].get("outputs", [])
     published = next((o for o in outputs if o.get("kind") == "spectators"), {})
@@ -147,29 +158,44 @@ def run_spectators_bench(
     processes: int | None = None,
     sound: bool = False,
     restart: Restart | None = None,
+    edge: bool = False,
     progress: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
     """One spectator, then ``spectators``, through one Janus; ``processes`` spectators' processes (default: one
     per CPU, at most one per spectator); ``sound``: the spectators take the sound too (else pictures only);
-    ``restart``: then a third run with ``spectators`` in which Janus is killed and started again."""
+    ``restart``: then a third run with ``spectators`` in which Janus is killed and started again; ``edge``: the
+    host publishes into an origin Janus that feeds an edge Janus (another namespace, a link of their own), and
+    the spectators' processes take turns watching the origin and the edge."""
     processes = max(1, min(spectators, processes or os.cpu_count() or 1))
     key = secrets.token_urlsafe(12)
     duration = base.duration_s or 20.0
     plan: list[tuple[int, Restart | None]] = [(1, None), (spectators, None)]
     plan += [(spectators, restart)] if restart else []
     runs = []
-    with tempfile.TemporaryDirectory(prefix="pyrofling-spectators-") as tmp, Namespace() as ns:
-        janus = JanusServer(Path(tmp) / "janus", admin_key=key, netns=ns)
-        with janus:
-            for i, (count, outage) in enumerate(plan):
-                what = f"{count} spectator{'s' if count > 1 else ''} through Janus beside a player ({duration:g} s)"
-                if outage is not None:
-                    what += f", Janus killed {outage.at_s:g} s after they join and started {outage.down_s:g} s later"
-                progress(what)
-                folder = Path(tmp) / f"run{i}"
-                runs.append(_one_run(base, janus, key, count, min(processes, count), folder, sound, outage))
+    with (
+        tempfile.TemporaryDirectory(prefix="pyrofling-spectators-") as tmp,
+        Namespace() as ns,
+        Namespace() as edge_ns,
+        contextlib.ExitStack() as servers,
+    ):
+        plugins = ("streaming", "videoroom") if edge else ("streaming",)
+        janus = [servers.enter_context(JanusServer(Path(tmp) / "janus", admin_key=key, netns=ns, plugins=plugins))]
+        if edge:
+            ns.link(edge_ns)
+            janus.append(servers.enter_context(JanusServer(Path(tmp) / "edge", admin_key=key, netns=edge_ns)))
+        for i, (count, outage) in enumerate(plan):
+            what = f"{count} spectator{'s' if count > 1 else ''} through Janus beside a player ({duration:g} s)"
+            if outage is not None:
+                what += f", Janus killed {outage.at_s:g} s after they join and started {outage.down_s:g} s later"
+            progress(what)
+            folder = Path(tmp) / f"run{i}"
+            runs.append(_one_run(base, janus, key, count, min(processes, count), folder, sound, outage))
     for run in runs:
         run["overall"] = _overall(run["spectators"], run["spectators_asked"])
+        if edge:
+            for name in ("origin", "edge"):
+                side = [j for j in run["spectators"] if j["janus"] == name]
+                run[f"overall_{name}"] = _overall(side, len(side))
     one, many = runs[0], runs[1]
     return {
         "scenario": base.label(),
@@ -178,6 +204,7 @@ def run_spectators_bench(
         "sound": sound,
         "runs": runs[:2],
         "restart": runs[2] if restart else None,
+        "edge": edge,
         "host_cpu_change_pct": _change(one["host_cpu_pct"], many["host_cpu_pct"]),
     }
 
@@ -215,6 +242,17 @@ def format_table(r: dict[str, Any]) -> str:
         f"watch request; good %: the refreshes of a {r.get('fps', 60):g} Hz screen from the spectator's first "
         "picture on, showing the newest picture decoded by then"
     )
+    if r.get("edge"):
+        o, e = many["overall_origin"], many["overall_edge"]
+        more = None if o["latency_ms_median"] is None or e["latency_ms_median"] is None else (
+            e["latency_ms_median"] - o["latency_ms_median"])  # fmt: skip
+        lines.append(
+            f"through an origin and its edge ({many['spectators_asked']} spectators): on the origin "
+            f"{o['watched']}, capture->decoded {cell(o['latency_ms_median'], '.1f')} ms, good % worst "
+            f"{cell(o['good_refreshes_pct_min'], '.2f')}; on the edge {e['watched']}, "
+            f"{cell(e['latency_ms_median'], '.1f')} ms, worst {cell(e['good_refreshes_pct_min'], '.2f')}: the edge "
+            f"{cell(more, '+.1f')} ms"
+        )
     restart = r.get("restart")
     if restart:
         o, p = restart["overall"], restart["player"]

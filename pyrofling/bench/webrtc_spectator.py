@@ -180,10 +180,12 @@ async def _drain(track: Any) -> None:
 
 async def _watch_once(url: str, mountpoint: int, end: float, log: SpectatorLog, sound: bool) -> None:
     """One join: until ``end``, or until Janus stops answering (then the exception says why)."""
-    from aiortc import RTCPeerConnection, RTCSessionDescription
+    from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
     janus = JanusWatch(url)
-    peer = RTCPeerConnection()
+    # No STUN server: aiortc's default is Google's, which a machine without the internet waits 5 s on (seen on
+    # the edge's spectators); Janus and its spectators share a network here.
+    peer = RTCPeerConnection(RTCConfiguration(iceServers=[]))
     readers: list[asyncio.Task[None]] = []
     first = not log.joins
 

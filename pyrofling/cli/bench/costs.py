@@ -312,6 +312,12 @@ def add_spectators(sub: Sub) -> None:
         help="then a third run with the N spectators in which Janus is killed 4 s after they join and started "
         "again 2 s later: the player's longest freeze, and how soon every spectator has a picture again",
     )
+    p.add_argument(
+        "--edge",
+        action="store_true",
+        help="publish into an origin Janus that feeds an edge Janus (a second namespace, a link of their own; "
+        "host --spectators-edge), the spectators' processes taking turns between them: the edge's added latency",
+    )
     p.set_defaults(func=_run_spectators)
 
 
@@ -335,6 +341,7 @@ def _run_spectators(args: argparse.Namespace) -> int:
         processes=args.processes,
         sound=args.sound,
         restart=Restart() if args.janus_restart else None,
+        edge=args.edge,
         progress=progress,
     )
     print_result(args, result, format_table)
