@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 
 import pytest
 
@@ -28,7 +29,7 @@ def kinds(outputs: list[SpectatorsOutput]) -> list[type]:
     return [type(o) for o in outputs]
 
 
-def lines(outputs: list[SpectatorsOutput]) -> list[str]:
+def lines(outputs: Sequence[object]) -> list[str]:
     return [o.text for o in outputs if isinstance(o, Say)]
 
 
@@ -160,3 +161,37 @@ def test_stopping_removes_the_mountpoint_only_if_there_is_one() -> None:
 def test_impossible_settings_are_refused(fields: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         SpectatorsConfig(**fields)
+
+
+def test_each_edge_lives_on_its_own_one_line_when_lost_one_when_back_and_the_others_go_on() -> None:
+    from pyrofling.core.host.spectator_edges import CreateEdge, DropEdge, EdgesCore
+
+    a, b = "http://edge-a:8088/janus", "http://edge-b:8088/janus"
+    edges = EdgesCore((a, b), SpectatorsConfig(retry_min_s=0.5, retry_max_s=2.0))
+    assert edges.origin_up(0.0) == [CreateEdge(a), CreateEdge(b)]
+    assert edges.created(a, 0.1) == [] and edges.created(b, 0.1) == [] and edges.up() == [a, b]
+    lost = edges.failed(a, 5.0, "timed out")
+    assert lost[0] == DropEdge(a) and len(lines(lost)) == 1
+    assert lines(lost)[0].startswith(f"spectators: lost the edge {a}") and "the other edges go on" in lines(lost)[0]
+    assert edges.up() == [b]  # the other goes on
+    assert edges.next_timer() == pytest.approx(5.5)
+    assert edges.timer(5.4) == [] and edges.timer(5.5) == [CreateEdge(a)]
+    assert edges.failed(a, 5.6, "refused") == []  # still away: tried again, nothing said
+    assert edges.next_timer() == pytest.approx(6.6)  # the wait doubled
+    assert edges.timer(6.6) == [CreateEdge(a)]
+    assert lines(edges.created(a, 6.7)) == [f"spectators: the edge {a} is back, fed by the origin again"]
+    assert edges.summary()[a] == {"phase": "up", "outages": 1}
+
+
+def test_the_origin_gone_takes_its_edges_and_an_edge_absent_at_start_is_one_line() -> None:
+    from pyrofling.core.host.spectator_edges import CreateEdge, EdgesCore
+
+    a = "http://edge-a:8088/janus"
+    edges = EdgesCore((a,))
+    edges.origin_up(0.0)
+    said = edges.failed(a, 0.2, "Connection refused")
+    assert len(said) == 1 and lines(said)[0].startswith(f"spectators: cannot reach the edge {a}")  # no DropEdge
+    edges.origin_down()  # the origin went away: nothing to feed the edge from
+    assert edges.timer(100.0) == [] and edges.next_timer() is None and edges.failed(a, 100.0, "x") == []
+    assert edges.created(a, 100.0) == []  # an answer from before the outage changes nothing
+    assert edges.origin_up(101.0) == [CreateEdge(a)]  # the origin back: every edge made again

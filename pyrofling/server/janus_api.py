@@ -66,13 +66,19 @@ class Published:
     video_port: int
     audio_port: int | None
     rtcp_port: int | None
-    mountpoints: list[tuple[str, Mountpoint]] = field(default_factory=list)  # (its Janus, it)
+    mountpoints: list[tuple[str, Mountpoint]] = field(default_factory=list)  # (its Janus, it): the origin's first
     room: tuple[int, int, int] | None = None  # on the origin: (session, handle, room id)
+    publisher: int = 0  # the host's id in the room
+    forwarders: dict[str, list[int]] = field(default_factory=dict)  # each edge's forwarder streams on the origin
 
     @property
-    def sessions(self) -> list[tuple[str, int]]:
-        out = [(url, m.session) for url, m in self.mountpoints]
-        return out + ([(self.mountpoints[0][0], self.room[0])] if self.room is not None else [])
+    def origin_sessions(self) -> list[tuple[str, int]]:
+        """The origin's sessions: its mountpoint's and its room's."""
+        url, m = self.mountpoints[0]
+        return [(url, m.session)] + ([(url, self.room[0])] if self.room is not None else [])
+
+    def edge_session(self, edge: str) -> int | None:
+        return next((m.session for url, m in self.mountpoints[1:] if url == edge), None)
 
 
 class JanusApi:
@@ -146,29 +152,53 @@ class JanusApi:
 
 
 def publish(options: SpectatorsOptions, secret: str, media: list[dict[str, Any]], wanted: int | None) -> Published:
-    """Make where the host's RTP goes: a mountpoint on ``options.url``, or, with edges, the origin's room and a
-    mountpoint fed by it on the origin and on each edge (all of the same id)."""
+    """Make where the host's RTP goes: a mountpoint on ``options.url``; with edges, the origin's room too, and
+    the origin's forwarder to its own mountpoint (each edge is :func:`add_edge`'s, one at a time)."""
     origin = JanusApi(options.url)
+    m = origin.mountpoint(options.admin_key, secret, media, wanted)
+    published = Published(m.id, m.video_port, m.audio_port, m.rtcp_port, [(origin.url, m)])
     if not options.edges:
-        m = origin.mountpoint(options.admin_key, secret, media, wanted)
-        return Published(m.id, m.video_port, m.audio_port, m.rtcp_port, [(origin.url, m)])
-    published = Published(0, 0, None, None)
+        return published
     try:
-        for api in (origin, *map(JanusApi, options.edges)):
-            m = api.mountpoint(options.admin_key, secret, media, wanted)
-            published.mountpoints.append((api.url, m))
-            wanted = m.id  # the same id everywhere: one link, any Janus
-        published.id = published.mountpoints[0][1].id
         _room(origin, options, secret, media, published)
+        _forward(origin, options, secret, published, origin.url, m)
     except BaseException:
         unpublish(published, secret)
         raise
     return published
 
 
+def add_edge(published: Published, options: SpectatorsOptions, secret: str, media: list[dict[str, Any]],
+             edge: str) -> None:  # fmt: skip
+    """A mountpoint of the same id on ``edge``, and the origin's forwarder to it."""
+    api = JanusApi(edge)
+    m = api.mountpoint(options.admin_key, secret, media, published.id)
+    try:
+        published.forwarders[edge] = _forward(JanusApi(options.url), options, secret, published, edge, m)
+    except BaseException:
+        api.end(m.session, {"request": "destroy", "id": m.id, "secret": secret}, m.handle)
+        raise
+    published.mountpoints.append((edge, m))
+
+
+def drop_edge(published: Published, options: SpectatorsOptions, secret: str, edge: str) -> None:
+    """Stop the origin's forwarders to an edge that went away, and forget its mountpoint."""
+    published.mountpoints = [(url, m) for url, m in published.mountpoints if url != edge]
+    streams = published.forwarders.pop(edge, [])
+    if published.room is None or not streams:
+        return
+    session, handle, room = published.room
+    key = {"admin_key": options.admin_key} if options.admin_key else {}
+    with contextlib.suppress(JanusError):
+        for stream_id in streams:
+            JanusApi(options.url).plugin(session, handle, {"request": "stop_rtp_forward", "room": room,
+                                                           "publisher_id": published.publisher, "stream_id": stream_id,
+                                                           "secret": secret, **key}, 2.0)  # fmt: skip
+
+
 def _room(origin: JanusApi, options: SpectatorsOptions, secret: str, media: list[dict[str, Any]],
           published: Published) -> None:  # fmt: skip
-    """The origin's private room, the host as its remote publisher, and a forwarder to each mountpoint."""
+    """The origin's private room, the host as its remote publisher."""
     session, handle = origin.attach("videoroom")
     room, key = published.id, {"admin_key": options.admin_key} if options.admin_key else {}
     create = {"request": "create", "room": room, "secret": secret, "is_private": True, "publishers": 1,
@@ -186,18 +216,28 @@ def _room(origin: JanusApi, options: SpectatorsOptions, secret: str, media: list
     streams += [{"type": "audio", "mindex": 1, "mid": "1", "codec": "opus"}] if len(media) > 1 else []
     remote = origin.plugin(session, handle, {"request": "add_remote_publisher", "room": room, "secret": secret,
                                              "display": "pyrofling", "streams": streams})  # fmt: skip
+    published.publisher = int(remote["id"])
     published.video_port = published.audio_port = int(remote["port"])
     published.rtcp_port = int(remote["rtcp_port"]) if remote.get("rtcp_port") else None
-    for url, m in published.mountpoints:
-        forwarded = [{"mid": "0", "port": m.video_port, **({"rtcp_port": m.rtcp_port} if m.rtcp_port else {})}]
-        forwarded += [{"mid": "1", "port": m.audio_port}] if m.audio_port is not None else []
-        origin.plugin(session, handle, {"request": "rtp_forward", "room": room, "secret": secret, "publisher_id":
-                                        int(remote["id"]), "host": JanusApi(url).address, "streams": forwarded,
-                                        **key})  # fmt: skip
+
+
+def _forward(origin: JanusApi, options: SpectatorsOptions, secret: str, published: Published, url: str,
+             m: Mountpoint) -> list[int]:  # fmt: skip
+    """The origin's forwarder of the room's publisher to mountpoint ``m`` on ``url``; its streams' ids."""
+    assert published.room is not None
+    session, handle, room = published.room
+    key = {"admin_key": options.admin_key} if options.admin_key else {}
+    forwarded = [{"mid": "0", "port": m.video_port, **({"rtcp_port": m.rtcp_port} if m.rtcp_port else {})}]
+    forwarded += [{"mid": "1", "port": m.audio_port}] if m.audio_port is not None else []
+    answer = origin.plugin(session, handle, {"request": "rtp_forward", "room": room, "secret": secret, "publisher_id":
+                                             published.publisher, "host": JanusApi(url).address, "streams": forwarded,
+                                             **key})  # fmt: skip
+    return [int(f["stream_id"]) for f in answer.get("forwarders", []) if "stream_id" in f]
 
 
 def unpublish(published: Published, secret: str, timeout_s: float = 2.0) -> None:
-    """Take down what :func:`publish` made (the room first: no forwarder sends into a mountpoint that is gone)."""
+    """Take down what :func:`publish` and :func:`add_edge` made (the room first: no forwarder sends into a
+    mountpoint that is gone)."""
     if published.room is not None and published.mountpoints:
         session, handle, room = published.room
         JanusApi(published.mountpoints[0][0]).end(session, {"request": "destroy", "room": room, "secret": secret},

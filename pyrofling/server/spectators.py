@@ -17,10 +17,12 @@ import secrets
 import socket
 import time
 import urllib.parse
+from collections.abc import Sequence
 from typing import Any
 
 from pyrofling.clocks import SYSTEM_CLOCK, Clock
 from pyrofling.core.host.keyframes import KeyframePolicy
+from pyrofling.core.host.spectator_edges import CreateEdge, DropEdge, EdgesCore, EdgesOutput
 from pyrofling.core.host.spectators import (
     CreateMountpoint,
     ForceKeyFrame,
@@ -44,6 +46,8 @@ from pyrofling.server.janus_api import (
     JanusError,
     Published,
     SpectatorsOptions,
+    add_edge,
+    drop_edge,
     publish,
     unpublish,
 )
@@ -81,6 +85,7 @@ class Spectators:
         self.options = options
         self.secret = options.secret or secrets.token_urlsafe(16)
         self.core = SpectatorsCore(options.url, config)
+        self.edges = EdgesCore(options.edges, config)
         self._keyframes, self._opus, self._clock = keyframes, opus, clock
         self._address = urllib.parse.urlsplit(options.url).hostname or "127.0.0.1"
         self._sock: socket.socket | None = None
@@ -96,6 +101,7 @@ class Spectators:
         self._seq = [secrets.randbits(16), secrets.randbits(16)]
         self._video_ts = 0  # the last video packet's RTP time, for the sender reports
         self._keepalive_pending = False
+        self._media: list[dict[str, Any]] = []
         self.stats = {"video_packets": 0, "audio_packets": 0, "bytes": 0, "rtcp_bad": 0, "send_errors": 0}
 
     def start(self) -> None:
@@ -155,18 +161,25 @@ class Spectators:
             self._sock = None
 
     def summary(self) -> dict[str, Any]:
-        return {**self.core.summary(), **self.stats, "mountpoint": self.mountpoint.id if self.mountpoint else None}
+        edges = {"edges": self.edges.summary()} if self.options.edges else {}
+        return {**self.core.summary(), **self.stats, "mountpoint": self.mountpoint.id if self.mountpoint else None,
+                **edges}  # fmt: skip
 
     # -- the core's outputs and inputs ------------------------------------------------------------
 
-    def _perform(self, outputs: list[SpectatorsOutput]) -> None:
+    def _perform(self, outputs: Sequence[SpectatorsOutput | EdgesOutput]) -> None:
         for out in outputs:
-            if isinstance(out, CreateMountpoint):
+            if isinstance(out, CreateEdge) and self.mountpoint is not None:
+                self._spawn(self._add_edge(self.mountpoint, out.edge))
+            elif isinstance(out, DropEdge) and self.mountpoint is not None:
+                self._spawn(asyncio.to_thread(drop_edge, self.mountpoint, self.options, self.secret, out.edge))
+            elif isinstance(out, CreateMountpoint):
                 self._spawn(self._create())
             elif isinstance(out, Publish):
                 self._to = (out.video_port, out.audio_port)
             elif isinstance(out, StopPublishing):
                 self._to = None
+                self.edges.origin_down()
             elif isinstance(out, SendReport):
                 self._report()
             elif isinstance(out, ForceKeyFrame):
@@ -176,7 +189,8 @@ class Spectators:
                 self._spawn(self._keepalive(self.mountpoint))
             elif isinstance(out, Say):
                 (log.warning if out.warning else log.info)("%s", out.text)
-        self._timer.arm(self.core.next_timer())
+        due = [t for t in (self.core.next_timer(), self.edges.next_timer()) if t is not None]
+        self._timer.arm(min(due, default=None))
 
     async def _create(self) -> None:
         media: list[dict[str, Any]] = [{"type": "video", "mid": "v", "port": 0, "rtcpport": 0, "pt": VIDEO_PT,
@@ -186,6 +200,7 @@ class Spectators:
             media.append({"type": "audio", "mid": "a", "port": 0, "pt": AUDIO_PT, "codec": "opus"})
         try:
             wanted = self.mountpoint.id if self.mountpoint is not None else self.options.mountpoint_id
+            self._media = media
             mountpoint = await asyncio.to_thread(publish, self.options, self.secret, media, wanted)
         except JanusError as exc:
             self._perform(self.core.failed(self._clock.now(), str(exc), refused=exc.refused))
@@ -199,12 +214,33 @@ class Spectators:
         log.info("spectators: mountpoint %d on %s (its secret: %s); they watch at spectate.html#janus=%s&id=%d "
                  "(pyrofling/web/spectate.html, served beside Janus)%s", mountpoint.id, ", ".join(where), self.secret,
                  where[-1], mountpoint.id, also)  # fmt: skip
-        self._perform(self.core.created(self._clock.now(), mountpoint.video_port, mountpoint.audio_port))
+        now = self._clock.now()
+        self._perform(
+            [*self.core.created(now, mountpoint.video_port, mountpoint.audio_port), *self.edges.origin_up(now)]
+        )
+
+    async def _add_edge(self, published: Published, edge: str) -> None:
+        try:
+            await asyncio.to_thread(add_edge, published, self.options, self.secret, self._media, edge)
+        except JanusError as exc:
+            if self.mountpoint is published:
+                self._perform(self.edges.failed(edge, self._clock.now(), str(exc)))
+            return
+        if self.mountpoint is published:
+            self._perform(self.edges.created(edge, self._clock.now()))  # its spectators' joins ask for key frames
 
     async def _keepalive(self, published: Published) -> None:
         try:
-            for url, session in published.sessions:  # the origin's and each edge's
+            for url, session in published.origin_sessions:
                 await asyncio.to_thread(JanusApi(url).keepalive, session)
+            for edge in self.edges.up():  # an edge that does not answer is that edge's outage only
+                edge_session = published.edge_session(edge)
+                try:
+                    if edge_session is not None:
+                        await asyncio.to_thread(JanusApi(edge).keepalive, edge_session)
+                except JanusError as exc:
+                    if self.mountpoint is published:
+                        self._perform(self.edges.failed(edge, self._clock.now(), str(exc)))
         except JanusError as exc:
             if self.mountpoint is published:
                 self._perform(self.core.failed(self._clock.now(), str(exc)))
@@ -212,7 +248,8 @@ class Spectators:
             self._keepalive_pending = False
 
     def _on_timer(self) -> None:
-        self._perform(self.core.timer(self._clock.now()))
+        now = self._clock.now()
+        self._perform([*self.core.timer(now), *self.edges.timer(now)])
 
     def _readable(self) -> None:
         assert self._sock is not None
