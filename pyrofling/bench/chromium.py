@@ -155,8 +155,10 @@ class Chromium:
             raised += 1
         return raised
 
-    async def open(self, url: str) -> Page:
-        target = await self.send("Target.createTarget", {"url": url})
+    async def open(self, url: str, *, window: bool = False) -> Page:
+        """A page at ``url``; ``window``: in a window of its own (shown, as the only tab there: a tab behind
+        another gets no video frames drawn)."""
+        target = await self.send("Target.createTarget", {"url": url, **({"newWindow": True} if window else {})})
         attached = await self.send("Target.attachToTarget", {"targetId": target["targetId"], "flatten": True})
         return Page(self, attached["sessionId"])
 

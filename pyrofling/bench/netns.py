@@ -9,6 +9,7 @@ and iproute2's ``ip``.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -79,8 +80,38 @@ class Namespace:
         _ip("-n", other.name, "route", "add", f"{self.inside}/32", "via", f"{net}.1")
         return f"{net}.1", f"{net}.2"
 
+    def lose_udp_sent(self, share: float) -> None:
+        """Drop ``share`` (0..1) of the UDP datagrams the namespace sends this way, at random (nftables, on this
+        end of the pair as they arrive: the sender sees no error, as on a lossy link); 0: none again. For an SFU
+        inside: its spectators' link loses that much, what it receives nothing."""
+        if shutil.which("nft") is None:
+            raise RuntimeError("nftables's nft is not installed (apt-get install nftables)")
+        subprocess.run(["nft", "delete", "table", "netdev", self._loss_table], capture_output=True, timeout=10)
+        if share <= 0:
+            return
+        chain = f"{{ type filter hook ingress device {self.outside_link} priority 0 ; }}"
+        drop = f"meta l4proto udp numgen random mod 10000 < {round(share * 1e4)} counter drop"
+        for rule in (f"add table netdev {self._loss_table}", f"add chain netdev {self._loss_table} lossy {chain}",
+                     f"add rule netdev {self._loss_table} lossy {drop}"):  # fmt: skip
+            done = subprocess.run(["nft", *rule.split()], capture_output=True, text=True, timeout=10)
+            if done.returncode != 0:
+                raise RuntimeError(f"nft {rule}: {done.stderr.strip()}")
+
+    def udp_lost(self) -> int:
+        """Datagrams :meth:`lose_udp_sent` dropped so far."""
+        done = subprocess.run(["nft", "list", "table", "netdev", self._loss_table], capture_output=True, text=True,
+                              timeout=10)  # fmt: skip
+        found = re.search(r"counter packets (\d+)", done.stdout)
+        return int(found.group(1)) if found else 0
+
+    @property
+    def _loss_table(self) -> str:
+        return f"pyrofling_loss_{self.outside_link}"
+
     def close(self) -> None:
-        """Remove the namespace (its end of the pair goes with it, and so this end)."""
+        """Remove the namespace (its end of the pair goes with it, and so this end, and any loss on it)."""
+        if shutil.which("nft") is not None:
+            subprocess.run(["nft", "delete", "table", "netdev", self._loss_table], capture_output=True, timeout=10)
         subprocess.run(["ip", "link", "del", self.outside_link], capture_output=True, timeout=10)
         subprocess.run(["ip", "netns", "del", self.name], capture_output=True, timeout=10)
 

@@ -17,16 +17,18 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from pyrofling.bench.browser_spectators import serve_pages, watch_in_browsers
 from pyrofling.bench.janus import JanusServer
 from pyrofling.bench.netns import Namespace
 from pyrofling.bench.stream import StreamScenario, cell, run_scenario, summarize
-from pyrofling.bench.webrtc_spectator import judge_spectator, read_logs
+from pyrofling.bench.webrtc_spectator import SpectatorLog, judge_spectator, read_logs
 
 #: The mountpoint the bench's host publishes under (``--spectators-id``), so the spectators know it.
 MOUNTPOINT = 4242
@@ -51,6 +53,7 @@ def _watchers(
     folder: Path,
     sound: bool,
     restart: Restart | None,
+    browser_links: list[str],
 ) -> Callable[[int, int], Any]:
     """What runs beside the stream: ``count`` spectators over ``processes`` processes (each watching one of
     ``janus``, in turn), joining after :data:`JOIN_AFTER_S`; with ``restart``, the first Janus killed and started
@@ -66,6 +69,10 @@ def _watchers(
             if share:
                 argv = [j.url, str(MOUNTPOINT), str(share), str(seconds), str(out), *(["sound"] if sound else [])]
                 procs.append(subprocess.Popen([sys.executable, "-m", "pyrofling.bench.webrtc_spectator", *argv]))
+        in_browsers: list[SpectatorLog] = []
+        browsers = threading.Thread(target=lambda: in_browsers.extend(watch_in_browsers(browser_links, seconds)))
+        if browser_links:
+            browsers.start()
         outage: dict[str, float] = {}
         if restart is not None:
             time.sleep(restart.at_s)
@@ -80,8 +87,11 @@ def _watchers(
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+        if browser_links:
+            browsers.join(timeout=seconds + 60)
         names = ["origin" if j is janus[0] else "edge" for j in watched]
         logs = [(name, log) for out, name in zip(outs, names, strict=True) for log in read_logs(out)]
+        logs += [("browser", log) for log in in_browsers]
         return {"logs": logs, "exit_codes": [p.returncode for p in procs], "outage": outage}
 
     return watch
@@ -96,6 +106,7 @@ def _one_run(
     folder: Path,
     sound: bool,
     restart: Restart | None = None,
+    browser_links: list[str] | None = None,
 ) -> Any:
     seconds = (base.duration_s or 20.0) - JOIN_AFTER_S - LEAVE_BEFORE_S
     folder.mkdir()
@@ -105,11 +116,14 @@ def _one_run(
         host_args=(*base.host_args, "--spectators", janus[0].url, "--spectators-id", str(MOUNTPOINT), *edges),
         host_env=(*base.host_env, ("PYROFLING_JANUS_ADMIN_KEY", key)),
     )
-    result = run_scenario(sc, alongside=_watchers(janus, count, processes, seconds, folder, sound, restart))
+    watch = _watchers(janus, count, processes, seconds, folder, sound, restart, browser_links or [])
+    result = run_scenario(sc, alongside=watch)
     beside = result.get("alongside") or {}
     outage = beside.get("outage") or {}
     judged = [{"janus": name, **judge_spectator(log, base.fps, since_s=outage.get("back_s"))}
-              for name, log in beside.get("logs", [])]  # fmt: skip
+              for name, log in beside.get("logs", []) if name != "browser"]  # fmt: skip
+    in_browsers = [judge_spectator(log, base.fps, since_s=outage.get("back_s"))
+                   for name, log in beside.get("logs", []) if name == "browser"]  # fmt: skip
     player = summarize(result)
     outputs: list[dict[str, Any]] = result["host"].get("outputs", [])
     published = next((o for o in outputs if o.get("kind") == "spectators"), {})
@@ -117,6 +131,7 @@ def _one_run(
     return {
         "spectators_asked": count,
         "spectators": judged,
+        "browsers": in_browsers,
         "spectator_processes_exit": beside.get("exit_codes"),
         "janus_down_s": outage["back_s"] - outage["killed_s"] if outage else None,
         "player": {
@@ -159,18 +174,24 @@ def run_spectators_bench(
     sound: bool = False,
     restart: Restart | None = None,
     edge: bool = False,
+    loss: float = 0.0,
+    browsers: int = 0,
     progress: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
     """One spectator, then ``spectators``, through one Janus; ``processes`` spectators' processes (default: one
     per CPU, at most one per spectator); ``sound``: the spectators take the sound too (else pictures only);
     ``restart``: then a third run with ``spectators`` in which Janus is killed and started again; ``edge``: the
     host publishes into an origin Janus that feeds an edge Janus (another namespace, a link of their own), and
-    the spectators' processes take turns watching the origin and the edge."""
+    the spectators' processes take turns watching the origin and the edge; ``loss``: then a run with
+    ``spectators`` in which that share of what Janus sends them is lost on the way (not what it receives: the
+    host's RTP arrives whole); ``browsers``: in the runs with ``spectators``, that many headless Chromium pages
+    watch beside them (:mod:`~pyrofling.bench.browser_spectators`), judged apart."""
     processes = max(1, min(spectators, processes or os.cpu_count() or 1))
     key = secrets.token_urlsafe(12)
     duration = base.duration_s or 20.0
-    plan: list[tuple[int, Restart | None]] = [(1, None), (spectators, None)]
-    plan += [(spectators, restart)] if restart else []
+    plan: list[tuple[int, Restart | None, float]] = [(1, None, 0.0), (spectators, None, 0.0)]
+    plan += [(spectators, restart, 0.0)] if restart else []
+    plan += [(spectators, None, loss)] if loss > 0 else []
     runs = []
     with (
         tempfile.TemporaryDirectory(prefix="pyrofling-spectators-") as tmp,
@@ -183,15 +204,29 @@ def run_spectators_bench(
         if edge:
             ns.link(edge_ns)
             janus.append(servers.enter_context(JanusServer(Path(tmp) / "edge", admin_key=key, netns=edge_ns)))
-        for i, (count, outage) in enumerate(plan):
+        links: list[str] = []
+        if browsers:
+            pages, page_port = serve_pages(ns.outside)
+            servers.callback(pages.shutdown)
+            links = [f"http://{ns.outside}:{page_port}/spectate.html#janus={janus[i % len(janus)].url}"
+                     f"&id={MOUNTPOINT}&judge=1" for i in range(browsers)]  # fmt: skip
+        for i, (count, outage, lost) in enumerate(plan):
             what = f"{count} spectator{'s' if count > 1 else ''} through Janus beside a player ({duration:g} s)"
             if outage is not None:
                 what += f", Janus killed {outage.at_s:g} s after they join and started {outage.down_s:g} s later"
+            if lost:
+                what += f", {lost:.1%} of what Janus sends them lost"
             progress(what)
             folder = Path(tmp) / f"run{i}"
-            runs.append(_one_run(base, janus, key, count, min(processes, count), folder, sound, outage))
+            ns.lose_udp_sent(lost)
+            in_browsers = links if count == spectators and i > 0 else []
+            runs.append(_one_run(base, janus, key, count, min(processes, count), folder, sound, outage, in_browsers))
+            if lost:
+                runs[-1]["loss"] = {"share": lost, "datagrams_lost": ns.udp_lost()}
+                ns.lose_udp_sent(0.0)
     for run in runs:
         run["overall"] = _overall(run["spectators"], run["spectators_asked"])
+        run["overall_browsers"] = _overall(run["browsers"], len(run["browsers"])) if run["browsers"] else None
         if edge:
             for name in ("origin", "edge"):
                 side = [j for j in run["spectators"] if j["janus"] == name]
@@ -204,6 +239,7 @@ def run_spectators_bench(
         "sound": sound,
         "runs": runs[:2],
         "restart": runs[2] if restart else None,
+        "lossy": runs[-1] if loss > 0 else None,
         "edge": edge,
         "host_cpu_change_pct": _change(one["host_cpu_pct"], many["host_cpu_pct"]),
     }
@@ -253,6 +289,16 @@ def format_table(r: dict[str, Any]) -> str:
             f"{cell(e['latency_ms_median'], '.1f')} ms, worst {cell(e['good_refreshes_pct_min'], '.2f')}: the edge "
             f"{cell(more, '+.1f')} ms"
         )
+    for what, run in (("", many), ("Janus restarted, ", r.get("restart")), ("lossy, ", r.get("lossy"))):
+        b = (run or {}).get("overall_browsers")
+        if b:
+            again = b["picture_again_s_max"]
+            lines.append(
+                f"{what}{b['of']} Chromium spectators beside them (the page, judge=1): {b['watched']} watched, "
+                f"good % worst {cell(b['good_refreshes_pct_min'], '.2f')}, capture->shown "
+                f"{cell(b['latency_ms_median'], '.1f')} ms, first picture {cell(b['first_picture_s_max'], '.2f')} s"
+                + (f", again {cell(again, '.2f')} s after Janus answered" if again is not None else "")
+            )
     restart = r.get("restart")
     if restart:
         o, p = restart["overall"], restart["player"]
@@ -262,6 +308,17 @@ def format_table(r: dict[str, Any]) -> str:
             f"{cell(p['longest_freeze_ms'], '.0f')} ms ({cell(p['good_refreshes_pct'], '.2f')} % good, "
             f"{p.get('reconnects')} reconnects); every spectator had a picture again within "
             f"{cell(o['picture_again_s_max'], '.2f')} s of Janus answering ({o['watched']} of {o['of']} watched)"
+        )
+    lossy = r.get("lossy")
+    if lossy:
+        o, p, lost = lossy["overall"], lossy["player"], lossy["loss"]
+        lines.append(
+            f"{lost['share']:.1%} of what Janus sent the {lossy['spectators_asked']} spectators lost on the way "
+            f"({lost['datagrams_lost']} datagrams): good % worst {cell(o['good_refreshes_pct_min'], '.2f')}, median "
+            f"{cell(o['good_refreshes_pct_median'], '.2f')}, capture->decoded "
+            f"{cell(o['latency_ms_median'], '.1f')} ms; "
+            f"key frames forced for them {lossy['published'].get('keyframes_forced')}; the player "
+            f"{cell(p['good_refreshes_pct'], '.2f')} % good, longest freeze {cell(p['longest_freeze_ms'], '.0f')} ms"
         )
     failed = [j["error"] for run in (one, many) for j in run["spectators"] if j.get("error")]
     if failed:

@@ -73,6 +73,7 @@ PAGES = {
     "/viewer.css": ("viewer.css", "text/css; charset=utf-8"),
     "/transport.js": ("transport.js", "text/javascript; charset=utf-8"),
     "/report.js": ("report.js", "text/javascript; charset=utf-8"),
+    "/marker.js": ("marker.js", "text/javascript; charset=utf-8"),
     "/draw.js": ("draw.js", "text/javascript; charset=utf-8"),
 }
 #: Sent with every page: nothing but this origin, never cached, never framed, no referrer.

@@ -476,24 +476,7 @@ function connect() {
   };
 }
 
-// The frame marker (pyrofling/core/frame_marker.py): 96 bits in blocks along the top, magic 0xA5, frame id
-// (32), capture µs (48), CRC-8 (poly 0x07) of the 88 before it; a block's centre over 128 is a one.
-function markerLayout(width) {
-  const block = Math.max(8, 2 * Math.floor(width / 192));
-  const perRow = Math.floor(width / block);
-  return perRow < 16 ? null : { block, perRow, rows: Math.ceil(96 / perRow) };
-}
-
-function crc8(value, nbits) {
-  let crc = 0;
-  for (let i = nbits - 1; i >= 0; i--) {
-    const bit = Number((value >> BigInt(i)) & 1n);
-    const top = (crc >> 7) & 1;
-    crc = (crc << 1) & 0xff;
-    if (bit ^ top) crc ^= 0x07;
-  }
-  return crc;
-}
+// The frame marker: marker.js.
 
 // The marker is read from the frame itself, its band of rows copied out of the luma plane (microseconds; drawing
 // it to read it back would convert the whole frame). Luma over 128 is a one, as the host's checker reads it.
@@ -519,16 +502,7 @@ function readMarker(frame) {
   copy.copyTo(buf, { rect }).then((planes) => {
     copy.close();
     const stride = planes[0].stride, base = planes[0].offset;
-    let word = 0n;
-    for (let i = 0; i < 96; i++) {
-      const y = Math.floor(i / layout.perRow) * layout.block + (layout.block >> 1);
-      const x = (i % layout.perRow) * layout.block + (layout.block >> 1);
-      word = (word << 1n) | (buf[base + y * stride + x] >= 128 ? 1n : 0n);
-    }
-    const body = word >> 8n;
-    found(body >> 80n !== 0xa5n || crc8(body, 88) !== Number(word & 0xffn)
-      ? { id: -1, captureUs: 0 }
-      : { id: Number((body >> 48n) & 0xffffffffn), captureUs: Number(body & 0xffffffffffffn) });
+    found(parseMarker(layout, (x, y) => buf[base + y * stride + x]));
   }, () => copy.close());
 }
 

@@ -318,6 +318,20 @@ def add_spectators(sub: Sub) -> None:
         help="publish into an origin Janus that feeds an edge Janus (a second namespace, a link of their own; "
         "host --spectators-edge), the spectators' processes taking turns between them: the edge's added latency",
     )
+    p.add_argument(
+        "--spectator-loss",
+        type=loss_rate,
+        default=0.0,
+        help="then a run in which this share (2%%) of what Janus sends the spectators is lost on the way (nftables, "
+        "on the namespace's link): what the SFU path repairs (NACK, key frames) and what it costs the player",
+    )
+    p.add_argument(
+        "--browsers",
+        type=whole_number(0, 20, "pages"),
+        default=0,
+        help="also, in the runs with N spectators, this many headless Chromium pages (the spectators' page, "
+        "spectate.html) watching beside them, judged apart: capture -> shown, and a browser's own loss repair",
+    )
     p.set_defaults(func=_run_spectators)
 
 
@@ -342,6 +356,8 @@ def _run_spectators(args: argparse.Namespace) -> int:
         sound=args.sound,
         restart=Restart() if args.janus_restart else None,
         edge=args.edge,
+        loss=args.spectator_loss,
+        browsers=args.browsers,
         progress=progress,
     )
     print_result(args, result, format_table)
