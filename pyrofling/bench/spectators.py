@@ -176,6 +176,7 @@ def run_spectators_bench(
     edge: bool = False,
     loss: float = 0.0,
     browsers: int = 0,
+    rounds: int = 1,
     progress: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
     """One spectator, then ``spectators``, through one Janus; ``processes`` spectators' processes (default: one
@@ -185,11 +186,13 @@ def run_spectators_bench(
     the spectators' processes take turns watching the origin and the edge; ``loss``: then a run with
     ``spectators`` in which that share of what Janus sends them is lost on the way (not what it receives: the
     host's RTP arrives whole); ``browsers``: in the runs with ``spectators``, that many headless Chromium pages
-    watch beside them (:mod:`~pyrofling.bench.browser_spectators`), judged apart."""
+    watch beside them (:mod:`~pyrofling.bench.browser_spectators`), judged apart; ``rounds``: the runs with one
+    and with ``spectators`` taken turns this many times, the host's CPU compared by their medians (the first run
+    after Janus starts tends to cost the host more, whichever it is)."""
     processes = max(1, min(spectators, processes or os.cpu_count() or 1))
     key = secrets.token_urlsafe(12)
     duration = base.duration_s or 20.0
-    plan: list[tuple[int, Restart | None, float]] = [(1, None, 0.0), (spectators, None, 0.0)]
+    plan: list[tuple[int, Restart | None, float]] = [(1, None, 0.0), (spectators, None, 0.0)] * max(1, rounds)
     plan += [(spectators, restart, 0.0)] if restart else []
     plan += [(spectators, None, loss)] if loss > 0 else []
     runs = []
@@ -231,17 +234,23 @@ def run_spectators_bench(
             for name in ("origin", "edge"):
                 side = [j for j in run["spectators"] if j["janus"] == name]
                 run[f"overall_{name}"] = _overall(side, len(side))
-    one, many = runs[0], runs[1]
+    pairs = runs[: 2 * max(1, rounds)]
+    cpu_one = statistics.median(r["host_cpu_pct"] for r in pairs[0::2])
+    cpu_many = statistics.median(r["host_cpu_pct"] for r in pairs[1::2])
     return {
         "scenario": base.label(),
         "fps": base.fps,
         "processes": processes,
         "sound": sound,
         "runs": runs[:2],
-        "restart": runs[2] if restart else None,
+        "restart": runs[len(pairs)] if restart else None,
         "lossy": runs[-1] if loss > 0 else None,
         "edge": edge,
-        "host_cpu_change_pct": _change(one["host_cpu_pct"], many["host_cpu_pct"]),
+        "host_cpu_pct": {
+            "one": [r["host_cpu_pct"] for r in pairs[0::2]],
+            "many": [r["host_cpu_pct"] for r in pairs[1::2]],
+        },
+        "host_cpu_change_pct": _change(cpu_one, cpu_many),
     }
 
 
@@ -268,9 +277,12 @@ def format_table(r: dict[str, Any]) -> str:
             f"{cell(p['good_refreshes_pct'], '.2f'):>14} {cell(p.get('latency_ms_median'), '.1f'):>18} "
             f"{cell(p['glass_ms_median'], '.1f'):>16}"
         )
+    cpu = r.get("host_cpu_pct") or {"one": [one["host_cpu_pct"]], "many": [many["host_cpu_pct"]]}
     lines.append(
         f"host CPU with {many['spectators_asked']} spectators against 1: {cell(r['host_cpu_change_pct'], '+.1f')} % "
-        f"(frames encoded {one['frames_encoded']} and {many['frames_encoded']})"
+        f"(medians of {len(cpu['one'])} runs each, taking turns: {', '.join(cell(c, '.1f') for c in cpu['one'])} % "
+        f"with 1, {', '.join(cell(c, '.1f') for c in cpu['many'])} % with {many['spectators_asked']}; frames "
+        f"encoded {one['frames_encoded']} and {many['frames_encoded']})"
     )
     lines.append(
         "capture->decoded: each spectator's median (the table: their median; the worst: "

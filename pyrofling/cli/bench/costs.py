@@ -332,6 +332,13 @@ def add_spectators(sub: Sub) -> None:
         help="also, in the runs with N spectators, this many headless Chromium pages (the spectators' page, "
         "spectate.html) watching beside them, judged apart: capture -> shown, and a browser's own loss repair",
     )
+    p.add_argument(
+        "--rounds",
+        type=whole_number(1, 20, "rounds"),
+        default=2,
+        help="the runs with one and with N spectators take turns this many times (default 2), the host's CPU "
+        "compared by their medians: the first run after Janus starts tends to cost the host more",
+    )
     p.set_defaults(func=_run_spectators)
 
 
@@ -358,6 +365,7 @@ def _run_spectators(args: argparse.Namespace) -> int:
         edge=args.edge,
         loss=args.spectator_loss,
         browsers=args.browsers,
+        rounds=args.rounds,
         progress=progress,
     )
     print_result(args, result, format_table)
