@@ -258,3 +258,15 @@ def test_every_shell_module_is_small_enough_to_read_in_one_sitting() -> None:
     assert over.keys() == SHELL_WAITING.keys(), "a shell grew past the limit, or one waiting was split: update the list"
     grown = {m: n for m, n in over.items() if n > SHELL_WAITING[m]}
     assert not grown, f"shells waiting to be split grew: {grown}"
+
+
+def test_the_browsers_take_the_viewers_one_timer_and_the_web_shell_keeps_none() -> None:
+    """The browsers' core is the host's sessions' (``HostSessions.browsers``): their deadlines come out of the
+    network's one timer, and ``server/web.py`` arms nothing of its own (its outputs: ``HostNetwork.perform``)."""
+    tree = ast.parse((ROOT / "server" / "web.py").read_text())
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    names |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    names |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    assert not names & {"DeadlineTimer", "call_later", "call_at", "sleep"}, names & {"DeadlineTimer", "call_later"}
+    sessions = ast.parse((ROOT / "core" / "host" / "sessions.py").read_text())
+    assert any(isinstance(n, ast.Attribute) and n.attr == "browsers" for n in ast.walk(sessions))

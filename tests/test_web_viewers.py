@@ -79,6 +79,23 @@ def test_a_browser_that_never_proves_the_token_is_closed_at_its_deadline() -> No
     assert web.next_timer() == 17.0
 
 
+def test_the_browsers_deadlines_are_the_host_sessions_one_timer() -> None:
+    """One road: with the browsers' core attached, the sessions' next deadline is theirs too, and the sessions'
+    timer hands out their outputs beside its own (the web shell keeps no timer: tests/test_architecture.py)."""
+    from pyrofling.core.host.keyframes import KeyframePolicy
+    from pyrofling.core.host.packetizer import Packetizer
+    from pyrofling.core.host.sessions import HostSessions
+
+    hs = HostSessions(make_packetizer=Packetizer.for_cookie, keyframes=KeyframePolicy())
+    assert hs.next_timer() is None
+    web = hs.browsers = WebViewers(WebConfig(TOKEN, auth_timeout_s=5.0), INFO)
+    web.connected(1, 10.0)
+    assert hs.next_timer() == 15.0
+    assert hs.handle_timer(14.9) == []
+    assert hs.handle_timer(15.0) == [CloseClient(1, "the token was not proved in time")]
+    assert hs.next_timer() is None
+
+
 def test_unproved_connections_are_capped() -> None:
     web = WebViewers(WebConfig(TOKEN, max_pending=2), INFO)
     assert web.connected(1, 0.0, "192.0.2.1") == [] and web.connected(2, 0.0, "192.0.2.2") == []

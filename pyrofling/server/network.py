@@ -21,13 +21,14 @@ import contextlib
 import errno
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pyrofling import logs
 from pyrofling.clocks import SYSTEM_CLOCK, Clock
 from pyrofling.core.host.sessions import HostSessions
 from pyrofling.core.host.state import Address, CloseConnection, Compute, HostOutput, LogLine, SendControl
+from pyrofling.core.host.web_viewers import WebOutput
 from pyrofling.server.crypto_worker import CryptoWorker, WorkerDied
 from pyrofling.server.stats import HostStats
 from pyrofling.timers import DeadlineTimer
@@ -170,6 +171,8 @@ class HostNetwork:
         #: nor the interpreter lock the encoder needs.
         self._crypto = CryptoWorker()
         self._timer = DeadlineTimer(lambda: self.perform(self.sessions.handle_timer(clock.now())), clock)
+        #: The web shell's way to carry out the browsers' outputs (``host --web``; None: no browsers).
+        self.browser_outputs: Callable[[list[WebOutput]], None] | None = None
         self._next_conn_id = 1
         self._closing = False
 
@@ -290,10 +293,14 @@ class HostNetwork:
             writer.close()
             log.info("connection %d%s ended: %s", conn_id, f" ({conn.label})" if conn else "", reason)
 
-    def perform(self, outputs: list[HostOutput], *, transmit: bool = True) -> None:
-        """Carry out what the sessions said, then :meth:`transmit` (unless the caller will)."""
+    def perform(self, outputs: Sequence[HostOutput | WebOutput], *, transmit: bool = True) -> None:
+        """Carry out what the sessions said, then :meth:`transmit` (unless the caller will). The browsers' outputs
+        (their core's deadlines are the sessions') go to the web shell."""
         for out in outputs:
-            if isinstance(out, SendControl):
+            if not isinstance(out, HostOutput):
+                if self.browser_outputs is not None:
+                    self.browser_outputs([out])
+            elif isinstance(out, SendControl):
                 writer = self._writers.get(out.conn_id)
                 if writer is not None and not writer.is_closing():
                     writer.write(out.data)  # one message, one write (TCP_NODELAY is on)
@@ -330,6 +337,11 @@ class HostNetwork:
                 self._crypto.failed()  # the next step starts a new worker
             return
         self.perform(job.then(done.result(), self._clock.now()))
+
+    def rearm(self) -> None:
+        """The sessions' next deadline changed outside :meth:`perform` (a browser's message): the one timer."""
+        if not self._closing:
+            self._timer.arm(self.sessions.next_timer())
 
     def transmit(self) -> None:
         """Send every datagram the sessions release now; arm the one timer for their next deadline."""

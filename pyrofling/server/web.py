@@ -60,7 +60,6 @@ from pyrofling.server.network import HostNetwork, uri_host
 from pyrofling.server.web_listener import descriptor_room, listen
 from pyrofling.server.web_tls import LOOPBACK_BINDS, certificate_names, page_tls
 from pyrofling.server.web_transport import WebTransportServer
-from pyrofling.timers import DeadlineTimer
 from pyrofling.wire import AudioCodec, VideoCodec
 from pyrofling.wire.browser import MAX_PAGE_MESSAGE_BYTES
 
@@ -140,7 +139,9 @@ class WebServer:
         self._server: Server | None = None
         self._next = 1
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._timer = DeadlineTimer(lambda: self._perform(self.viewers.handle_timer(self._clock.now())), clock)
+        #: The host's one timer, told that the browsers' next deadline may have changed (their core's deadlines are
+        #: the host's sessions': ``HostSessions.browsers``; the web shell keeps no timer of its own).
+        self.rearm: Callable[[], None] = lambda: None
         self.port: int | None = None
         self.link: str | None = None
         #: The link without its key, and who is shown each new link (the person: the terminal or a file).
@@ -186,9 +187,9 @@ class WebServer:
                         "qh3 below 1.10); their media goes over TCP", ", ".join(gone))  # fmt: skip
             return
         transport = WebTransportServer(
-            on_opened=lambda s, ticket: self._perform(self.viewers.session_opened(s, ticket)),
-            on_datagram=lambda s, data: self._perform(self.viewers.session_datagram(s, data)),
-            on_closed=lambda s: self._perform(self.viewers.session_closed(s)),
+            on_opened=lambda s, ticket: self.perform(self.viewers.session_opened(s, ticket)),
+            on_datagram=lambda s, data: self.perform(self.viewers.session_datagram(s, data)),
+            on_closed=lambda s: self.perform(self.viewers.session_closed(s)),
             names=names,
         )
         try:
@@ -200,7 +201,7 @@ class WebServer:
         self.viewers.webtransport_cert = transport.cert_sha256
 
     async def close(self) -> None:
-        self._timer.cancel()
+        self.rearm = lambda: None
         if self.transport is not None:
             self.transport.close()
         if self.tls_dir is not None:
@@ -242,14 +243,14 @@ class WebServer:
         self._connections[client] = ws
         try:
             peer = ws.remote_address
-            self._perform(self.viewers.connected(client, self._clock.now(), str(peer[0]) if peer else ""))
+            self.perform(self.viewers.connected(client, self._clock.now(), str(peer[0]) if peer else ""))
             async for message in ws:
-                self._perform(self.viewers.message(client, message, self._clock.now()))
+                self.perform(self.viewers.message(client, message, self._clock.now()))
         except ConnectionClosed:
             pass
         finally:
             self._connections.pop(client, None)
-            self._perform(self.viewers.closed(client))
+            self.perform(self.viewers.closed(client))
 
     def summary(self) -> dict[str, Any]:
         """The browsers' figures, and the door's: connections admitted and refused at the accept and the request."""
@@ -261,18 +262,18 @@ class WebServer:
 
     def video(self, data: bytes, *, capture_us: int, pts_us: int, idr: bool) -> None:
         backlog = self._backlog()
-        self._perform(
+        self.perform(
             self.viewers.video(
                 data, capture_us=capture_us, pts_us=pts_us, idr=idr, backlog=backlog, now=self._clock.now()
             )
         )
 
     def audio(self, data: bytes, *, pts_us: int) -> None:
-        self._perform(self.viewers.audio(data, pts_us=pts_us, backlog=self._backlog()))
+        self.perform(self.viewers.audio(data, pts_us=pts_us, backlog=self._backlog()))
 
     def rumble(self, out: BrowserRumble) -> None:
         """A game asked the motors of the pad this browser holds."""
-        self._perform(self.viewers.rumble(out.browser, out.strong, out.weak, out.duration_ms))
+        self.perform(self.viewers.rumble(out.browser, out.strong, out.weak, out.duration_ms))
 
     def losses(self, client: int) -> tuple[int, int]:
         """(packets lost, packets sent) on the browser's WebTransport connection since the last call."""
@@ -288,7 +289,8 @@ class WebServer:
                     backlog[client] = self.transport.backlog(session)
         return backlog
 
-    def _perform(self, outputs: list[WebOutput]) -> None:
+    def perform(self, outputs: list[WebOutput]) -> None:
+        """Carry out what the browsers' core decided (from a browser's message here, or the host's one timer)."""
         for out in outputs:
             if isinstance(out, SendBinary) and out.session is not None:
                 if self.transport is not None:
@@ -324,7 +326,7 @@ class WebServer:
                         self.show_link(self.link, self.fingerprint)
             else:
                 self._on_player(out)
-        self._timer.arm(self.viewers.next_timer())
+        self.rearm()
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -399,6 +401,8 @@ async def open_web(
     web = WebServer(viewers, on_keyframe=keyframes.viewer_joined, on_player=player, on_sent=sent,
                     on_remember=remember, on_code_spent=lambda out: network.perform([out], transmit=False),
                     clock=clock)  # fmt: skip
+    # One road for the timers: the browsers' deadlines are the sessions', fired by the network's one timer.
+    sessions.browsers, network.browser_outputs, web.rearm = viewers, web.perform, network.rearm
     tls = None
     if https:
         page = page_tls(config.web_cert, config.web_key, config.pairing_dir, certificate_names(config.bind))

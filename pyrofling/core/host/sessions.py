@@ -56,6 +56,7 @@ from pyrofling.core.host.state import (
     ViewerLeft,
     ViewerPaired,
 )
+from pyrofling.core.host.web_viewers import WebOutput, WebViewers
 from pyrofling.core.input.pad.rumble import RumbleCommand
 from pyrofling.core.secure import (
     AuthError,
@@ -165,6 +166,9 @@ class HostSessions:
         self.display = DisplayFollower()
         #: Every datagram the host sends waits here until :meth:`datagrams_to_send`.
         self.media_out = MediaOut()
+        #: The browsers' core, where the host has a web door: its deadlines are these sessions' (one timer), its
+        #: outputs come out of :meth:`handle_timer` beside theirs.
+        self.browsers: WebViewers | None = None
         self.pads = self.players.pads
         self.gamepads = self.players.gamepads
         self.gamepad = self.gamepads[1]  # the shared pad
@@ -735,7 +739,8 @@ class HostSessions:
         """When :meth:`handle_timer` and :meth:`datagrams_to_send` next have something to do: a datagram the pacer
         releases, a keep-alive or authentication deadline, held input to let go."""
         # Held input and the followed display have deadlines of their own, also with browsers alone watching.
-        dues = [t for t in (self.players.next_timer(), self.display.next_timer()) if t is not None]
+        web = self.browsers.next_timer() if self.browsers is not None else None
+        dues = [t for t in (self.players.next_timer(), self.display.next_timer(), web) if t is not None]
         if self._connections:
             dues.append(min(c.last_alive_s for c in self._connections.values()) + self.config.keepalive_timeout_s)
             sending = self.media_out.next_timer(list(self._connections.values()))
@@ -747,8 +752,10 @@ class HostSessions:
                     dues.append(min(waiting) + self.config.auth_timeout_s)
         return min(dues, default=None)
 
-    def handle_timer(self, now: float) -> list[HostOutput]:
-        out: list[HostOutput] = [*self.players.handle_timer(now), *self.display.handle_timer(now)]
+    def handle_timer(self, now: float) -> list[HostOutput | WebOutput]:
+        out: list[HostOutput | WebOutput] = [*self.players.handle_timer(now), *self.display.handle_timer(now)]
+        if self.browsers is not None:
+            out += self.browsers.handle_timer(now)
         for conn in list(self._connections.values()):
             if now - conn.last_alive_s >= self.config.keepalive_timeout_s:
                 self.timed_out += 1
