@@ -96,6 +96,28 @@ def test_the_browsers_deadlines_are_the_host_sessions_one_timer() -> None:
     assert hs.next_timer() is None
 
 
+def test_one_encoded_unit_goes_to_the_viewers_and_the_browsers_through_the_sessions() -> None:
+    """One road out: the host hands each unit to its sessions once; a proved browser's message comes back from
+    that call, the viewers' datagrams from the pacer, and a browser whose bytes pile up is skipped there too."""
+    from pyrofling.core.host.keyframes import KeyframePolicy
+    from pyrofling.core.host.packetizer import MediaPacket, Packetizer
+    from pyrofling.core.host.sessions import HostSessions
+    from pyrofling.wire import StreamType
+
+    hs = HostSessions(make_packetizer=Packetizer.for_cookie, keyframes=KeyframePolicy())
+    assert hs.send_video(MediaPacket(b"\x00\x00\x01\x65", 2000, StreamType.VIDEO), idr=True, now=0.0) == []
+    web = hs.browsers = WebViewers(WebConfig(TOKEN), INFO)
+    admitted(web, 1)
+    admitted(web, 2)
+    unit = MediaPacket(b"\x00\x00\x01\x65\x01", 2000, StreamType.VIDEO, key_frame=True)
+    out = hs.send_video(unit, idr=True, now=1.0, backlog={2: 10_000_000})
+    sent = [o for o in out if isinstance(o, SendBinary)]
+    assert [o.client for o in sent] == [1]  # the second's bytes pile up: skipped, not queued
+    assert sent[0].data.endswith(b"\x00\x00\x01\x65\x01")
+    sound = hs.send_audio(MediaPacket(b"opus!", 3000, StreamType.AUDIO), 1.0, {})
+    assert [o.client for o in sound if isinstance(o, SendBinary)] == [1, 2]
+
+
 def test_unproved_connections_are_capped() -> None:
     web = WebViewers(WebConfig(TOKEN, max_pending=2), INFO)
     assert web.connected(1, 0.0, "192.0.2.1") == [] and web.connected(2, 0.0, "192.0.2.2") == []

@@ -41,6 +41,7 @@ from pyrofling.core.host.sessions import (
     ViewerLeft,
 )
 from pyrofling.core.host.state import BrowserRumble, PairingCodeSpent, SetBitrate, ViewerPaired
+from pyrofling.core.host.web_viewers import WebOutput
 from pyrofling.core.input.pad.rumble import RumbleCommand
 from pyrofling.core.secure import pairing_code
 from pyrofling.files import write_stats
@@ -351,11 +352,12 @@ class Host:
             if packet.idr and self._encoder is not None:  # a new size starts with one: new viewers are told it
                 self.sessions.codec_parameters = resized(self.sessions.codec_parameters, self._encoder.config)
             media = MediaPacket(packet.data, packet.pts_us, StreamType.VIDEO, key_frame=packet.key_frame)
-            self.sessions.send_video(media, idr=packet.idr, now=self._clock.now())
-            self.network.transmit()
+            # The viewers' and the browsers' (the same unit, no second encode), one road; then the destinations.
+            backlog = self.web.backlog() if self.web is not None else None
+            self.network.perform(
+                self.sessions.send_video(media, idr=packet.idr, now=self._clock.now(), backlog=backlog)
+            )
             self.destinations.push_video(packet)  # after the viewers, and it never waits
-            if self.web is not None:  # the same unit to the browsers (no second encode); never waits either
-                self.web.video(packet.data, capture_us=packet.pts_us, pts_us=packet.pts_us, idr=packet.idr)
 
     def _start_audio(self, loop: asyncio.AbstractEventLoop, source: AudioSource, encoder: AudioEncoder) -> None:
         log.info("audio: %s", self.config.audio.describe(source.rate, encoder.codec.name))
@@ -378,13 +380,13 @@ class Host:
 
     def _fan_out_audio(self, packets: list[EncodedAudio]) -> None:
         """Encoded audio to every viewer that wants it: the sessions send it at once, past the pacer."""
+        to_browsers: list[WebOutput] = []
         for packet in packets:
             self.stats.audio_packets += 1
             self.stats.audio_bytes += len(packet.data)
-            self.sessions.send_audio(MediaPacket(packet.data, packet.pts_us, StreamType.AUDIO), self._clock.now())
-            if self.web is not None:
-                self.web.audio(packet.data, pts_us=packet.pts_us)
-        self.network.transmit()
+            media = MediaPacket(packet.data, packet.pts_us, StreamType.AUDIO)
+            to_browsers += self.sessions.send_audio(media, self._clock.now(), self.web.backlog() if self.web else None)
+        self.network.perform(to_browsers)
 
     # -- reporting ---------------------------------------------------------------------------
 

@@ -260,17 +260,6 @@ class WebServer:
             out["quic"] = self.transport.summary()
         return out
 
-    def video(self, data: bytes, *, capture_us: int, pts_us: int, idr: bool) -> None:
-        backlog = self._backlog()
-        self.perform(
-            self.viewers.video(
-                data, capture_us=capture_us, pts_us=pts_us, idr=idr, backlog=backlog, now=self._clock.now()
-            )
-        )
-
-    def audio(self, data: bytes, *, pts_us: int) -> None:
-        self.perform(self.viewers.audio(data, pts_us=pts_us, backlog=self._backlog()))
-
     def rumble(self, out: BrowserRumble) -> None:
         """A game asked the motors of the pad this browser holds."""
         self.perform(self.viewers.rumble(out.browser, out.strong, out.weak, out.duration_ms))
@@ -280,7 +269,8 @@ class WebServer:
         session = self.viewers.session_of(client)
         return self.transport.losses(session) if session is not None and self.transport is not None else (0, 0)
 
-    def _backlog(self) -> dict[int, int]:
+    def backlog(self) -> dict[int, int]:
+        """Bytes waiting to leave for each browser: on its WebTransport session where it has one, else its socket."""
         backlog = {c: ws.transport.get_write_buffer_size() for c, ws in self._connections.items() if ws.transport}
         if self.transport is not None:
             for client in backlog:

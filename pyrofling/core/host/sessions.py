@@ -353,13 +353,22 @@ class HostSessions:
 
     # -- media out --------------------------------------------------------------------------
 
-    def send_video(self, media: MediaPacket, *, idr: bool, now: float) -> None:
-        """One encoded video unit for every viewer that wants it, each through its own FEC and pacer."""
+    def send_video(
+        self, media: MediaPacket, *, idr: bool, now: float, backlog: dict[int, int] | None = None
+    ) -> list[WebOutput]:
+        """One encoded video unit for every viewer that wants it, each through its own FEC and pacer, and for every
+        browser (the same unit, whole: what to send them; ``backlog``: bytes still waiting to leave for each)."""
         self.media_out.video(self.video_targets(idr=idr), media, idr=idr, now=now)
+        if self.browsers is None:
+            return []
+        return self.browsers.video(media.data, capture_us=media.pts_us, pts_us=media.pts_us, idr=idr,
+                                   backlog=backlog or {}, now=now)  # fmt: skip
 
-    def send_audio(self, media: MediaPacket, now: float) -> None:
-        """One encoded audio unit for every viewer that wants it: it goes at once, past the pacer."""
+    def send_audio(self, media: MediaPacket, now: float, backlog: dict[int, int] | None = None) -> list[WebOutput]:
+        """One encoded audio unit for every viewer that wants it: it goes at once, past the pacer; and for every
+        browser whose bytes are not piling up."""
         self.media_out.audio(self.audio_targets(), media, now)
+        return self.browsers.audio(media.data, pts_us=media.pts_us, backlog=backlog or {}) if self.browsers else []
 
     def datagrams_to_send(self, now: float) -> list[SendDatagram]:
         """Every datagram that may leave at ``now``, in order: replies, resends and audio, then paced video."""
