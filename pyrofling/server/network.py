@@ -296,10 +296,10 @@ class HostNetwork:
     def perform(self, outputs: Sequence[HostOutput | WebOutput], *, transmit: bool = True) -> None:
         """Carry out what the sessions said, then :meth:`transmit` (unless the caller will). The browsers' outputs
         (their core's deadlines are the sessions') go to the web shell."""
+        to_browsers: list[WebOutput] = []
         for out in outputs:
             if not isinstance(out, HostOutput):
-                if self.browser_outputs is not None:
-                    self.browser_outputs([out])
+                to_browsers.append(out)
             elif isinstance(out, SendControl):
                 writer = self._writers.get(out.conn_id)
                 if writer is not None and not writer.is_closing():
@@ -314,6 +314,8 @@ class HostNetwork:
                 self._compute(out)
             else:
                 self._on_output(out)
+        if to_browsers and self.browser_outputs is not None:
+            self.browser_outputs(to_browsers)
         if transmit:
             self.transmit()
 
