@@ -9,12 +9,12 @@ network namespace of the test's own: ICE gathers nothing on loopback.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
 import socket
 import struct
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from support import run, start_host, stop_host, until
 
 from pyrofling.bench import janus as janus_server
 from pyrofling.bench import netns
+from pyrofling.bench.browser_spectators import serve_pages
 from pyrofling.bench.chromium import Chromium, find_chromium
 from pyrofling.bench.janus import JanusServer
 from pyrofling.client.viewer import Viewer, ViewerConfig
@@ -51,8 +52,9 @@ def spectators_of(host: Host) -> Spectators:
     return spectators
 
 
-async def publishing_host(url: str, **config: Any) -> tuple[Host, Any]:
-    outputs = OutputConfig(spectators=url, spectators_admin_key=config.pop("admin_key", "the-plugins-key"))
+async def publishing_host(url: str, *, spectators_edges: tuple[str, ...] = (), **config: Any) -> tuple[Host, Any]:
+    outputs = OutputConfig(spectators=url, spectators_admin_key=config.pop("admin_key", "the-plugins-key"),
+                           spectators_edges=spectators_edges)  # fmt: skip
     return await start_host(outputs=outputs, virtual_pad="none", audio=AudioConfig(source="tone", codec="opus"),
                             **config)  # fmt: skip
 
@@ -224,34 +226,15 @@ def test_a_flood_of_key_frame_requests_at_the_publishers_port_forces_two_idrs_a_
     print(f"1,000 datagrams at the publisher's port in ~2 s: {forced} key frames forced, {bad} junk dropped")
 
 
-def _serve_page(address: str) -> tuple[Any, int]:
-    """The spectators' page, as any static server beside Janus would serve it (here: on this side of the veth)."""
-    import functools
-    import http.server
-    import threading
-    from importlib import resources
-
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *_args: Any) -> None:
-            pass
-
-    folder = str(resources.files("pyrofling") / "web")
-    server = http.server.ThreadingHTTPServer((address, 0), functools.partial(Quiet, directory=folder))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, server.server_address[1]
-
-
 def test_a_browser_watches_through_janus_over_webrtc_and_watches_again_when_janus_comes_back(tmp_path: Path) -> None:
     """Janus in a namespace of its own (a second host on the veth), the host and a spectator's Chromium on this
     side: the page asks Janus to watch the mountpoint, Janus asks the host for a key frame, and pictures come.
     Then Janus is killed and started again: the host creates its mountpoint again under the same id, the page
     joins again by itself, and pictures come again."""
-    for reason in (janus_server.missing(), netns.missing(), None if find_chromium() else "no Chromium"):
-        if reason is not None:  # CI installs all of them and runs as root: there a missing one is a failure
-            (pytest.fail if os.environ.get("CI") else pytest.skip)(reason)
+    _need(None if find_chromium() else "no Chromium")
 
     async def scenario(ns: netns.Namespace, janus: JanusServer) -> dict[str, Any]:
-        server, port = _serve_page(ns.outside)
+        server, port = serve_pages(ns.outside)
         host, task = await publishing_host(janus.url)
         loop = asyncio.get_running_loop()
         try:
@@ -316,9 +299,7 @@ def test_webrtc_spectators_joining_at_once_each_get_an_entry_point_and_every_pic
     same moment. Janus asks the host for a key frame once for all of them; the host answers at once and once more
     after, for those whose connection came up later. Every spectator gets an entry point, and from its first
     picture on every picture decodes with its frame marker readable, in order."""
-    for reason in (janus_server.missing(), netns.missing(), None if _has_aiortc() else "aiortc is not installed"):
-        if reason is not None:  # CI installs all of them and runs as root: there a missing one is a failure
-            (pytest.fail if os.environ.get("CI") else pytest.skip)(reason)
+    _need(None if _has_aiortc() else "aiortc is not installed")
     from pyrofling.bench.webrtc_spectator import SpectatorLog, judge_spectator, spectate
 
     async def scenario(janus: JanusServer) -> tuple[list[SpectatorLog], dict[str, Any]]:
@@ -360,16 +341,11 @@ def test_an_origin_feeds_an_edge_and_spectators_on_both_get_every_picture_throug
     publisher, and the origin forwards to a mountpoint of the same id on itself and on the edge. A spectator on
     each gets an entry point (its key-frame request travels edge → origin → host) and every picture after it,
     whole and in order; when the host stops, the room and both mountpoints are gone."""
-    for reason in (janus_server.missing(), netns.missing(), None if _has_aiortc() else "aiortc is not installed"):
-        if reason is not None:  # CI installs all of them and runs as root: there a missing one is a failure
-            (pytest.fail if os.environ.get("CI") else pytest.skip)(reason)
+    _need(None if _has_aiortc() else "aiortc is not installed")
     from pyrofling.bench.webrtc_spectator import SpectatorLog, spectate
 
     async def scenario(origin: JanusServer, edge: JanusServer) -> dict[str, Any]:
-        outputs = OutputConfig(spectators=origin.url, spectators_admin_key="the-plugins-key",
-                               spectators_edges=(edge.url,))  # fmt: skip
-        sound = AudioConfig(source="tone", codec="opus")
-        host, task = await start_host(virtual_pad="none", audio=sound, outputs=outputs)
+        host, task = await publishing_host(origin.url, spectators_edges=(edge.url,))
         try:
             spectators = spectators_of(host)
             await until(lambda: spectators.core.phase is Phase.PUBLISHING and spectators.mountpoint is not None, 20)
@@ -384,15 +360,8 @@ def test_an_origin_feeds_an_edge_and_spectators_on_both_get_every_picture_throug
         gone = [await asyncio.to_thread(j.info, mountpoint, secret) for j in (origin, edge)]
         return {"logs": logs, "summary": summary, "gone": gone}
 
-    with netns.Namespace() as a, netns.Namespace() as b:
-        a.link(b)
-        with (
-            JanusServer(
-                tmp_path / "origin", admin_key="the-plugins-key", netns=a, plugins=("streaming", "videoroom")
-            ) as origin,
-            JanusServer(tmp_path / "edge", admin_key="the-plugins-key", netns=b) as edge,
-        ):
-            r = run(lambda: scenario(origin, edge), timeout_s=90)
+    with origin_and_edge(tmp_path) as (origin, edge):
+        r = run(lambda: scenario(origin, edge), timeout_s=90)
     for where, log in zip(("origin", "edge"), r["logs"], strict=True):
         ids = [frame_id for _, frame_id, _ in log.pictures]
         assert log.error is None and len(ids) >= 30 and min(ids) >= 0, (where, log.error, ids[:10])
@@ -407,18 +376,13 @@ def test_an_edge_killed_mid_stream_is_that_edges_outage_alone_and_is_fed_again_w
     """The edge is killed while a spectator watches each Janus: the origin's spectator goes on getting pictures,
     the host says so in one line; the edge is started again, the host makes its mountpoint again (one line),
     and the edge's spectator, joining again by itself, gets pictures again."""
-    for reason in (janus_server.missing(), netns.missing(), None if _has_aiortc() else "aiortc is not installed"):
-        if reason is not None:  # CI installs all of them and runs as root: there a missing one is a failure
-            (pytest.fail if os.environ.get("CI") else pytest.skip)(reason)
+    _need(None if _has_aiortc() else "aiortc is not installed")
     from pyrofling.bench.webrtc_spectator import SpectatorLog, spectate
 
     caplog.set_level(logging.INFO, logger="pyrofling.server.spectators")
 
     async def scenario(origin: JanusServer, edge: JanusServer) -> dict[str, Any]:
-        outputs = OutputConfig(spectators=origin.url, spectators_admin_key="the-plugins-key",
-                               spectators_edges=(edge.url,))  # fmt: skip
-        sound = AudioConfig(source="tone", codec="opus")
-        host, task = await start_host(virtual_pad="none", audio=sound, outputs=outputs)
+        host, task = await publishing_host(origin.url, spectators_edges=(edge.url,))
         loop = asyncio.get_running_loop()
         try:
             spectators = spectators_of(host)
@@ -434,7 +398,7 @@ def test_an_edge_killed_mid_stream_is_that_edges_outage_alone_and_is_fed_again_w
             await asyncio.sleep(1.5)
             origin_during = sum(1 for t, _, _ in logs[0].pictures if t > killed)
             await asyncio.to_thread(edge.start)
-            back = time.monotonic()
+            back = loop.time()  # the spectators' stamps are the same monotonic clock
             await until(lambda: any(t > back for t, _, _ in logs[1].pictures), 20)
             for w in watching:
                 w.cancel()
@@ -443,15 +407,8 @@ def test_an_edge_killed_mid_stream_is_that_edges_outage_alone_and_is_fed_again_w
             await stop_host(host, task)
         return {"origin_during": origin_during, "summary": summary}
 
-    with netns.Namespace() as a, netns.Namespace() as b:
-        a.link(b)
-        with (
-            JanusServer(
-                tmp_path / "origin", admin_key="the-plugins-key", netns=a, plugins=("streaming", "videoroom")
-            ) as origin,
-            JanusServer(tmp_path / "edge", admin_key="the-plugins-key", netns=b) as edge,
-        ):
-            r = run(lambda: scenario(origin, edge), timeout_s=120)
+    with origin_and_edge(tmp_path) as (origin, edge):
+        r = run(lambda: scenario(origin, edge), timeout_s=120)
     said = [rec.getMessage() for rec in caplog.records if rec.name.endswith("spectators")]
     lost, back = [m for m in said if "lost the edge" in m], [m for m in said if "is back, fed" in m]
     assert len(lost) == 1 and lost[0].startswith(f"spectators: lost the edge {edge.url} ("), said
@@ -459,3 +416,22 @@ def test_an_edge_killed_mid_stream_is_that_edges_outage_alone_and_is_fed_again_w
     assert r["origin_during"] >= 20, r  # the origin's spectator kept its pictures while the edge was away
     assert r["summary"]["edges"][edge.url] == {"phase": "up", "outages": 1}
     assert r["summary"]["outages"] == 0  # the origin never stopped publishing
+
+
+def _need(*more: str | None) -> None:
+    """Janus, a namespace and ``more``: CI installs all of them and runs as root, so there a missing one fails."""
+    for reason in (janus_server.missing(), netns.missing(), *more):
+        if reason is not None:
+            (pytest.fail if os.environ.get("CI") else pytest.skip)(reason)
+
+
+@contextlib.contextmanager
+def origin_and_edge(tmp_path: Path) -> Iterator[tuple[JanusServer, JanusServer]]:
+    """An origin Janus (streaming and VideoRoom) and an edge, each in a namespace, joined by a link of their own."""
+    with netns.Namespace() as a, netns.Namespace() as b:
+        a.link(b)
+        origin = JanusServer(
+            tmp_path / "origin", admin_key="the-plugins-key", netns=a, plugins=("streaming", "videoroom")
+        )
+        with origin, JanusServer(tmp_path / "edge", admin_key="the-plugins-key", netns=b) as edge:
+            yield origin, edge

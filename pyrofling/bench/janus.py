@@ -8,18 +8,16 @@ stream. ``info(id, secret)`` asks the streaming plugin what a mountpoint has rec
 from __future__ import annotations
 
 import contextlib
-import json
-import secrets
 import shutil
 import socket
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from pyrofling.bench.netns import Namespace
 from pyrofling.bench.server_process import ServerProcess
+from pyrofling.server.janus_api import JanusApi, JanusError
 
 INSTALL_HINT = "install Janus: apt-get install janus (scripts/setup does)"
 PLUGINS = Path("/usr/lib/x86_64-linux-gnu/janus")
@@ -110,28 +108,21 @@ class JanusServer(ServerProcess):
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"janus exited at start: {self.log_tail()}")
-            with contextlib.suppress(OSError, ValueError):
-                if self._post("", {"janus": "info"}).get("janus") == "server_info":
+            with contextlib.suppress(JanusError):
+                if JanusApi(self.url).post("", {"janus": "info"}, timeout_s=5).get("janus") == "server_info":
                     return
             time.sleep(0.05)
         self.kill()
         raise RuntimeError(f"janus did not answer on port {self.port} within {timeout_s:g} s: {self.log_tail()}")
 
     def info(self, mountpoint: int, secret: str) -> dict[str, Any]:
-        """The streaming plugin's ``info`` on a mountpoint (its media, each with ``age_ms`` since its last packet)."""
-        session = self._post("", {"janus": "create"})["data"]["id"]
+        """The streaming plugin's ``info`` on a mountpoint (its media, each with ``age_ms`` since its last packet;
+        ``error_code`` 455 where there is none)."""
+        api = JanusApi(self.url)
+        session, handle = api.attach("streaming")
         try:
-            handle = self._post(f"/{session}", {"janus": "attach", "plugin": "janus.plugin.streaming"})["data"]["id"]
             body = {"janus": "message", "body": {"request": "info", "id": mountpoint, "secret": secret}}
-            data: dict[str, Any] = self._post(f"/{session}/{handle}", body)["plugindata"]["data"]
+            data: dict[str, Any] = api.post(f"/{session}/{handle}", body)["plugindata"]["data"]
             return data
         finally:
-            with contextlib.suppress(OSError, ValueError):
-                self._post(f"/{session}", {"janus": "destroy"})
-
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        data = json.dumps({**body, "transaction": secrets.token_hex(6)}).encode()
-        request = urllib.request.Request(self.url + path, data, {"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=5) as answer:
-            reply: dict[str, Any] = json.loads(answer.read())
-            return reply
+            api.end(session)

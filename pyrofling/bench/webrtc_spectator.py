@@ -17,11 +17,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import secrets
 import statistics
 import sys
 import time
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ import numpy as np
 
 from pyrofling.core import frame_marker
 from pyrofling.core.viewer.picture_quality import RefreshQuality
+from pyrofling.server.janus_api import JanusApi, JanusError
 
 INSTALL_HINT = "pip install 'pyrofling[spectators]' (aiortc: the headless spectators' WebRTC)"
 #: The streaming plugin's error code for a mountpoint it does not have.
@@ -98,53 +97,43 @@ class JanusWatch:
 
     def __init__(self, url: str) -> None:
         self.url = url
+        self.api = JanusApi(url)
         self.session: int | None = None
         self.handle: int | None = None
-
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        data = json.dumps({**body, "transaction": secrets.token_hex(6)}).encode()
-        request = urllib.request.Request(self.url + path, data, {"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            reply: dict[str, Any] = json.loads(answer.read())
-        if reply.get("janus") == "error":
-            raise RuntimeError(f"Janus: {reply['error'].get('reason')}")
-        return reply
 
     def offer(self, mountpoint: int, wait_s: float = 15.0) -> tuple[dict[str, Any], float]:
         """Ask to watch, again while the mountpoint is not there yet (the host makes it at its first key frame);
         Janus's offer, and when the request it answered was sent (monotonic)."""
-        self.session = self._post("", {"janus": "create"})["data"]["id"]
-        attach = {"janus": "attach", "plugin": "janus.plugin.streaming"}
-        self.handle = self._post(f"/{self.session}", attach)["data"]["id"]
+        self.session, self.handle = session, handle = self.api.attach("streaming")
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             asked_s = time.monotonic()
             watch = {"janus": "message", "body": {"request": "watch", "id": mountpoint}}
-            event = self._post(f"/{self.session}/{self.handle}", watch)
+            event = self.api.post(f"/{session}/{handle}", watch)
             while "jsep" not in event:
-                with urllib.request.urlopen(f"{self.url}/{self.session}?maxev=1", timeout=40) as answer:
-                    event = json.loads(answer.read())
+                event = self.api.event(session)
                 data = (event.get("plugindata") or {}).get("data", {})
                 if data.get("error_code") == NO_SUCH_MOUNTPOINT:
                     break
                 if data.get("error"):
-                    raise RuntimeError(f"Janus: {data['error']}")
+                    raise JanusError(str(data["error"]))
             if "jsep" in event:
                 jsep: dict[str, Any] = event["jsep"]
                 return jsep, asked_s
             time.sleep(0.2)
-        raise RuntimeError(f"no mountpoint {mountpoint} on {self.url} within {wait_s:g} s")
+        raise JanusError(f"no mountpoint {mountpoint} on {self.url} within {wait_s:g} s")
 
     def start(self, answer_sdp: str) -> None:
-        self._post(f"/{self.session}/{self.handle}", {"janus": "message", "body": {"request": "start"},
-                                                      "jsep": {"type": "answer", "sdp": answer_sdp}})  # fmt: skip
+        self.api.post(f"/{self.session}/{self.handle}", {"janus": "message", "body": {"request": "start"},
+                                                         "jsep": {"type": "answer", "sdp": answer_sdp}})  # fmt: skip
 
     def keepalive(self) -> None:
-        self._post(f"/{self.session}", {"janus": "keepalive"})
+        if self.session is not None:
+            self.api.keepalive(self.session)
 
     def leave(self) -> None:
         if self.session is not None:
-            self._post(f"/{self.session}", {"janus": "destroy"})
+            self.api.end(self.session)
 
 
 async def _pictures(track: Any, log: SpectatorLog) -> None:

@@ -381,11 +381,12 @@ class Host:
     def _fan_out_audio(self, packets: list[EncodedAudio]) -> None:
         """Encoded audio to every viewer that wants it: the sessions send it at once, past the pacer."""
         to_browsers: list[WebOutput] = []
+        backlog = self.web.backlog() if self.web is not None else None  # once a batch: it is read per browser
         for packet in packets:
             self.stats.audio_packets += 1
             self.stats.audio_bytes += len(packet.data)
             media = MediaPacket(packet.data, packet.pts_us, StreamType.AUDIO)
-            to_browsers += self.sessions.send_audio(media, self._clock.now(), self.web.backlog() if self.web else None)
+            to_browsers += self.sessions.send_audio(media, self._clock.now(), backlog)
         self.network.perform(to_browsers)
 
     # -- reporting ---------------------------------------------------------------------------

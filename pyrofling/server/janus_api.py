@@ -88,7 +88,8 @@ class JanusApi:
         self.url = url.rstrip("/")
         self.address = urllib.parse.urlsplit(self.url).hostname or "127.0.0.1"
 
-    def _post(self, path: str, body: dict[str, Any], timeout_s: float = REQUEST_TIMEOUT_S) -> dict[str, Any]:
+    def post(self, path: str, body: dict[str, Any], timeout_s: float = REQUEST_TIMEOUT_S) -> dict[str, Any]:
+        """One request of Janus's API (``path``: "", "/SESSION" or "/SESSION/HANDLE"); its answer."""
         data = json.dumps({**body, "transaction": secrets.token_hex(8)}).encode()
         request = urllib.request.Request(self.url + path, data, {"Content-Type": "application/json"})
         try:
@@ -102,7 +103,7 @@ class JanusApi:
         return reply
 
     def plugin(self, session: int, handle: int, body: dict[str, Any], timeout_s: float = REQUEST_TIMEOUT_S) -> Any:
-        data: dict[str, Any] = self._post(f"/{session}/{handle}", {"janus": "message", "body": body}, timeout_s)
+        data: dict[str, Any] = self.post(f"/{session}/{handle}", {"janus": "message", "body": body}, timeout_s)
         result = data.get("plugindata", {}).get("data", {})
         if "error_code" in result:
             code = int(result["error_code"])
@@ -111,8 +112,8 @@ class JanusApi:
 
     def attach(self, plugin: str) -> tuple[int, int]:
         """A new session and a handle on ``plugin`` (``streaming`` or ``videoroom``)."""
-        session = int(self._post("", {"janus": "create"})["data"]["id"])
-        handle = int(self._post(f"/{session}", {"janus": "attach", "plugin": f"janus.plugin.{plugin}"})["data"]["id"])
+        session = int(self.post("", {"janus": "create"})["data"]["id"])
+        handle = int(self.post(f"/{session}", {"janus": "attach", "plugin": f"janus.plugin.{plugin}"})["data"]["id"])
         return session, handle
 
     def mountpoint(
@@ -140,15 +141,24 @@ class JanusApi:
         return Mountpoint(session, handle, int(stream["id"]), int(video["port"]),
                           int(audio["port"]) if audio else None, video.get("rtcp_port"))  # fmt: skip
 
+    def event(self, session: int, timeout_s: float = 40.0) -> dict[str, Any]:
+        """The session's next event (Janus's long poll: a plugin's answer, an offer)."""
+        try:
+            with urllib.request.urlopen(f"{self.url}/{session}?maxev=1", timeout=timeout_s) as answer:
+                event: dict[str, Any] = json.loads(answer.read())
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise JanusError(str(getattr(exc, "reason", exc))) from None
+        return event
+
     def keepalive(self, session: int) -> None:
-        self._post(f"/{session}", {"janus": "keepalive"})
+        self.post(f"/{session}", {"janus": "keepalive"})
 
     def end(self, session: int, request: dict[str, Any] | None = None, handle: int = 0, timeout_s: float = 2.0) -> None:
         """``request`` on the handle, then the session ended; a Janus that does not answer is left as it is."""
         with contextlib.suppress(JanusError):
             if request is not None:
                 self.plugin(session, handle, request, timeout_s)
-            self._post(f"/{session}", {"janus": "destroy"}, timeout_s)
+            self.post(f"/{session}", {"janus": "destroy"}, timeout_s)
 
 
 def publish(options: SpectatorsOptions, secret: str, media: list[dict[str, Any]], wanted: int | None) -> Published:
