@@ -11,7 +11,7 @@ every ``retry_presents`` presents after losing the host, as the layer does.
 
 Semaphores: ``export`` signals an exportable semaphore with the copy and sends its
 fd (real GPUs); ``eventfd`` waits for the copy on the CPU and sends an eventfd
-already signalled, as the oracle's shim does on lavapipe (which cannot export
+already signalled, as PyroFling's own layer build does on lavapipe (which cannot export
 semaphores); ``none`` sends semaphore type 0.  ``auto``: export where the driver can.
 
 Used by the tests, ``bench capture`` and by hand:

@@ -80,7 +80,9 @@ if (frames) {
     const pts = Math.round(meta.mediaTime * 1e6);
     if (markers.has(pts)) onScreen = markers.get(pts);
     const capture = presenting.get(pts);
-    if (capture !== undefined) noteLatency(meta.expectedDisplayTime, capture);
+    // expectedDisplayTime is Chromium's estimate, for a MediaStream often the deadline of the refresh before the
+    // picture came (one suite run read latencies below zero); a picture is not shown before it was handed over.
+    if (capture !== undefined) noteLatency(Math.max(meta.expectedDisplayTime, meta.presentationTime), capture);
     for (const key of presenting.keys()) { if (key > pts) break; presenting.delete(key); markers.delete(key); }
     surface.requestVideoFrameCallback(onPresented);
   };
