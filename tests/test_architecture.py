@@ -262,11 +262,18 @@ def test_every_shell_module_is_small_enough_to_read_in_one_sitting() -> None:
 
 def test_the_browsers_take_the_viewers_one_timer_and_the_web_shell_keeps_none() -> None:
     """The browsers' core is the host's sessions' (``HostSessions.browsers``): their deadlines come out of the
-    network's one timer, and ``server/web.py`` arms nothing of its own (its outputs: ``HostNetwork.perform``)."""
+    network's one timer, ``server/web.py`` arms nothing of its own and what a browser does goes through the
+    sessions (``HostSessions.from_browsers``) to ``HostNetwork.perform``, as a viewer's does."""
     tree = ast.parse((ROOT / "server" / "web.py").read_text())
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     names |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     names |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
     assert not names & {"DeadlineTimer", "call_later", "call_at", "sleep"}, names & {"DeadlineTimer", "call_later"}
+    # Nor does it relay what a browser does to the sessions: ``HostSessions.from_browsers`` takes the players' part.
+    relayed = {"BrowserJoined", "BrowserInput", "BrowserRateReport", "BrowserDisplay", "BrowserLeft",
+               "RequestKeyframe", "KeyframePolicy", "browser_joined", "browser_input", "browser_rate_feedback",
+               "browser_left"}  # fmt: skip
+    assert not names & relayed, names & relayed
+    assert "from_browsers" in names
     sessions = ast.parse((ROOT / "core" / "host" / "sessions.py").read_text())
     assert any(isinstance(n, ast.Attribute) and n.attr == "browsers" for n in ast.walk(sessions))

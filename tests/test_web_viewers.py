@@ -735,3 +735,46 @@ def test_a_page_says_its_window_and_the_desktop_follows_it_also_with_only_browse
     assert [o.mode for o in hs.handle_timer(due) if isinstance(o, FollowDisplay)] == [DisplayMode(1024, 576, 60.0)]
     hs.browser_left(1)
     assert hs.display.displays == {}
+
+
+def test_the_sessions_take_a_browsers_joins_reports_and_key_frame_asks_and_hand_the_rest_back() -> None:
+    """One road: what the browsers' core decides goes through ``HostSessions.from_browsers``; the players' part is
+    theirs (a join, input, an arrivals report counting its QUIC connection's losses since the last report, a key
+    frame asked), the rest comes back for the web shell, and a leaver's counts go with it."""
+    from pyrofling.core.host.congestion import RateConfig
+    from pyrofling.core.host.keyframes import KeyframePolicy
+    from pyrofling.core.host.packetizer import Packetizer
+    from pyrofling.core.host.sessions import HostSessions
+    from pyrofling.core.host.state import GamepadInput
+    from pyrofling.core.host.web_viewers import BrowserRateReport
+    from pyrofling.wire import ArrivalSample, GamepadButton, GamepadState, RateFeedback
+
+    keyframes = KeyframePolicy()
+    hs = HostSessions(make_packetizer=Packetizer.for_cookie, keyframes=keyframes,
+                      rate=RateConfig(ceiling_bps=10e6, floor_bps=1e6))  # fmt: skip
+    hs.browsers = web = WebViewers(WebConfig(TOKEN), INFO)
+    assert hs.from_browsers(web.connected(1, 0.0), 0.0) == []
+    out = hs.from_browsers(web.message(1, json.dumps({"type": "auth", "token": web.token}), 0.0), 0.0)
+    assert {type(o) for o in out if isinstance(o, SendText | NewLinkKey)} == {SendText, NewLinkKey}  # the hello
+    assert not any(isinstance(o, RequestKeyframe | BrowserJoined) for o in out)  # taken, not handed back
+    assert keyframes.pending
+
+    pad = GamepadState(seq=1, buttons=int(GamepadButton.SOUTH))
+    out = hs.from_browsers([BrowserInput(1, pad)], 0.1)
+    assert any(isinstance(o, GamepadInput) for o in out)
+
+    def report(n: int) -> RateFeedback:
+        return RateFeedback.build(n, 50_000, 3000, [ArrivalSample(n, 2, 1000 * n, 1000 * n + 500)])
+
+    hs.from_browsers([BrowserRateReport(1, report(1))], 0.2, packets=(2, 100))
+    hs.from_browsers([BrowserRateReport(1, report(2))], 0.3, packets=(5, 180))  # 3 of 80 since the last
+    browser = hs.browser(1)
+    assert browser is not None and browser.link is not None and abs(browser.link.recent_loss - 5 / 180) < 1e-9
+
+    left = hs.from_browsers([BrowserLeft(1)], 0.4)
+    assert any(isinstance(o, GamepadInput) for o in left)  # its pad let go
+    hs.browser_joined(1, 0.5)  # the same number again: its counts start afresh
+    hs.from_browsers([BrowserRateReport(1, report(3))], 0.6, packets=(1, 50))
+    browser = hs.browser(1)
+    assert browser is not None and browser.link is not None and abs(browser.link.recent_loss - 1 / 50) < 1e-9
+    assert hs.browser(2) is None

@@ -228,8 +228,8 @@ class Host:
         if cfg.web_port is not None:  # the page and the browsers' stream; the link (with its key) to the person
             from pyrofling.server.web import open_web
 
-            web = self.web = await open_web(cfg, encoder, audio_encoder, self.keyframes, self.sessions, self.network,
-                                            self._clock, self.pairings)  # fmt: skip
+            web = self.web = await open_web(cfg, encoder, audio_encoder, self.sessions, self.network, self._clock,
+                                            self.pairings)  # fmt: skip
             self.web_link = web.link  # and shown to the person (cfg.show_web_link)
         if audio_source is not None and audio_encoder is not None:
             self._start_audio(loop, audio_source, audio_encoder)

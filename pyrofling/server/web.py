@@ -28,22 +28,15 @@ from websockets.http11 import Request, Response
 
 from pyrofling import logs
 from pyrofling.clocks import SYSTEM_CLOCK, Clock
-from pyrofling.core.host.keyframes import KeyframePolicy
 from pyrofling.core.host.sessions import HostSessions
-from pyrofling.core.host.state import BrowserRumble, PairingCodeSpent
+from pyrofling.core.host.state import BrowserRumble, HostOutput
 from pyrofling.core.host.web_door import WebDoor, WebDoorConfig, request_refusal
 from pyrofling.core.host.web_viewers import (
     AcceptSession,
-    BrowserDisplay,
-    BrowserInput,
-    BrowserJoined,
-    BrowserLeft,
-    BrowserRateReport,
     CloseClient,
     CloseSession,
     NewLinkKey,
     RememberBrowser,
-    RequestKeyframe,
     SendBinary,
     SendText,
     StreamInfo,
@@ -86,8 +79,6 @@ PAGE_HEADERS = {
 WEB_AUDIO = {AudioCodec.OPUS: "opus", AudioCodec.RAW_S16LE: "pcm_s16le"}
 #: A browser's largest message (its own are a few hundred bytes).
 MAX_MESSAGE_BYTES = MAX_PAGE_MESSAGE_BYTES
-#: What a browser does that the host's sessions take from there.
-Player = BrowserJoined | BrowserInput | BrowserRateReport | BrowserDisplay | BrowserLeft
 #: A browser's WebSocket handshake must be done by then (and its TLS handshake: a silent connection holds a
 #: descriptor until it is).
 OPEN_TIMEOUT_S = 5.0
@@ -109,26 +100,21 @@ class WebServer:
     def __init__(
         self,
         viewers: WebViewers,
+        sessions: HostSessions,
         *,
-        on_keyframe: Callable[[], None],
-        on_player: Callable[[Player], None] = lambda _out: None,
-        on_sent: Callable[[int, int | None, int], None] = lambda _client, _unit, _size: None,
+        emit: Callable[[list[HostOutput | WebOutput]], None],
         on_remember: Callable[[RememberBrowser], None] = lambda _out: None,
-        on_code_spent: Callable[[PairingCodeSpent], None] = lambda _out: None,
         clock: Clock = SYSTEM_CLOCK,
         door: WebDoor | None = None,
     ) -> None:
-        """``on_keyframe``: the encoder should make an IDR; ``on_player``: a browser joined, sent its pad or keys
-        and mouse or its arrivals report, or left (the host's sessions take it from there); ``on_sent(client,
-        unit, size)``: bytes went to a browser, picture ``unit`` or (None) sound; ``on_remember``: keep a
-        browser's pass for the host's later runs; ``on_code_spent``: a page spent the host's one-time pairing code
-        (or found it expired): the host shows the next."""
+        """``viewers``, the browsers' core, whose deadlines are ``sessions``'; what it decides goes through
+        :meth:`HostSessions.from_browsers <pyrofling.core.host.sessions.HostSessions.from_browsers>` (a browser
+        plays as a viewer does) to ``emit``, the network's perform, which hands the browsers' part back to
+        :meth:`perform`; ``on_remember``: keep a browser's pass for the host's later runs."""
         self.viewers = viewers
-        self._on_keyframe = on_keyframe
-        self._on_player = on_player
-        self._on_sent = on_sent
+        self.sessions = sessions
+        self._emit = emit
         self._on_remember = on_remember
-        self._on_code_spent = on_code_spent
         self._clock = clock
         #: Who may connect at all (before TLS, before a read): per address prefix and in total.
         self.door = door or WebDoor(WebDoorConfig(max_open=descriptor_room()))
@@ -187,9 +173,9 @@ class WebServer:
                         "qh3 below 1.10); their media goes over TCP", ", ".join(gone))  # fmt: skip
             return
         transport = WebTransportServer(
-            on_opened=lambda s, ticket: self.perform(self.viewers.session_opened(s, ticket)),
-            on_datagram=lambda s, data: self.perform(self.viewers.session_datagram(s, data)),
-            on_closed=lambda s: self.perform(self.viewers.session_closed(s)),
+            on_opened=lambda s, ticket: self._decided(self.viewers.session_opened(s, ticket)),
+            on_datagram=lambda s, data: self._decided(self.viewers.session_datagram(s, data), session=s),
+            on_closed=lambda s: self._decided(self.viewers.session_closed(s)),
             names=names,
         )
         try:
@@ -243,14 +229,22 @@ class WebServer:
         self._connections[client] = ws
         try:
             peer = ws.remote_address
-            self.perform(self.viewers.connected(client, self._clock.now(), str(peer[0]) if peer else ""))
+            self._decided(self.viewers.connected(client, self._clock.now(), str(peer[0]) if peer else ""))
             async for message in ws:
-                self.perform(self.viewers.message(client, message, self._clock.now()))
+                self._decided(self.viewers.message(client, message, self._clock.now()), client=client)
         except ConnectionClosed:
             pass
         finally:
             self._connections.pop(client, None)
-            self.perform(self.viewers.closed(client))
+            self._decided(self.viewers.closed(client))
+
+    def _decided(self, outputs: list[WebOutput], *, client: int | None = None, session: int | None = None) -> None:
+        """What the browsers' core decided on what a browser sent (``client``'s message, or a datagram on its
+        WebTransport ``session``), through the host's sessions, with its QUIC connection's packet counts."""
+        if session is None and client is not None:
+            session = self.viewers.session_of(client)
+        packets = self.transport.packets(session) if session is not None and self.transport is not None else None
+        self._emit(self.sessions.from_browsers(outputs, self._clock.now(), packets))
 
     def summary(self) -> dict[str, Any]:
         """The browsers' figures, and the door's: connections admitted and refused at the accept and the request."""
@@ -263,11 +257,6 @@ class WebServer:
     def rumble(self, out: BrowserRumble) -> None:
         """A game asked the motors of the pad this browser holds."""
         self.perform(self.viewers.rumble(out.browser, out.strong, out.weak, out.duration_ms))
-
-    def losses(self, client: int) -> tuple[int, int]:
-        """(packets lost, packets sent) on the browser's WebTransport connection since the last call."""
-        session = self.viewers.session_of(client)
-        return self.transport.losses(session) if session is not None and self.transport is not None else (0, 0)
 
     def backlog(self) -> dict[int, int]:
         """Bytes waiting to leave for each browser: on its WebTransport session where it has one, else its socket."""
@@ -285,7 +274,7 @@ class WebServer:
             if isinstance(out, SendBinary) and out.session is not None:
                 if self.transport is not None:
                     self.transport.send(out.session, out.data, datagram=out.channel == "datagram")
-                    self._on_sent(out.client, out.unit, len(out.data))
+                    self.sessions.browser_sent(out.client, out.unit, len(out.data), self._clock.now())
             elif isinstance(out, AcceptSession):
                 if self.transport is not None:
                     self.transport.accept(out.session)
@@ -297,25 +286,21 @@ class WebServer:
                 if ws is not None:
                     self._spawn(ws.send(out.data if isinstance(out, SendBinary) else out.text))
                     if isinstance(out, SendBinary):
-                        self._on_sent(out.client, out.unit, len(out.data))
+                        self.sessions.browser_sent(out.client, out.unit, len(out.data), self._clock.now())
             elif isinstance(out, CloseClient):
                 ws = self._connections.get(out.client)
                 if ws is not None:
                     log.info("browser %d closed: %s", out.client, out.reason)
                     self._spawn(ws.close(out.code, out.reason))
-            elif isinstance(out, RequestKeyframe):
-                self._on_keyframe()
             elif isinstance(out, RememberBrowser):
                 self._on_remember(out)
-            elif isinstance(out, PairingCodeSpent):
-                self._on_code_spent(out)
             elif isinstance(out, NewLinkKey):  # the last link admitted its browser: the next one, to the person
                 if self.link_base is not None:
                     self.link = self.link_base + out.token
                     if self.show_link is not None:
                         self.show_link(self.link, self.fingerprint)
-            else:
-                self._on_player(out)
+            else:  # the sessions' to take (HostSessions.from_browsers): it never comes this way
+                log.debug("a browsers' output with nothing to do here: %r", out)
         self.rearm()
 
     def _spawn(self, coro: Any) -> None:
@@ -333,13 +318,12 @@ async def open_web(
     config: HostConfig,
     encoder: VideoEncoder,
     audio: AudioEncoder | None,
-    keyframes: KeyframePolicy,
     sessions: HostSessions,
     network: HostNetwork,
     clock: Clock,
     pairings: HostPairings | None = None,
 ) -> WebServer:
-    """The host's web viewer, serving: browsers ask its key-frame policy for IDRs and play through its sessions
+    """The host's web viewer, serving: browsers ask the sessions' key-frame policy for IDRs and play through them
     (their pads, keys and mouse by the same rules as a viewer's: the sessions decide, the network applies).
     ``audio``: the encoder of the sound the viewers get, which the browsers get too."""
     if encoder.video_codec != VideoCodec.H264:
@@ -367,30 +351,11 @@ async def open_web(
         StreamInfo("h264", enc.width, enc.height, enc.fps, time.time() - clock.now(), codec, rate, channels)
     )
 
-    def player(out: Player) -> None:
-        now = clock.now()
-        if isinstance(out, BrowserJoined):
-            network.perform(sessions.browser_joined(out.client, now))
-        elif isinstance(out, BrowserInput):
-            network.perform(sessions.browser_input(out.client, out.state, now))
-        elif isinstance(out, BrowserRateReport):
-            lost, sent = web.losses(out.client)
-            network.perform(sessions.browser_rate_feedback(out.client, out.feedback, lost, sent, now))
-        elif isinstance(out, BrowserDisplay):
-            network.perform(sessions.browser_display(out.client, out.display, now))
-        else:
-            network.perform(sessions.browser_left(out.client))
-
-    def sent(client: int, unit: int | None, size: int) -> None:
-        sessions.browser_sent(client, unit, size, clock.now())
-
     def remember(out: RememberBrowser) -> None:  # the browser's pass, for the host's later runs (``pairings``)
         if kept is not None and not kept.add(out):
             viewers.kept_for_this_run(out.pass_sha256)
 
-    web = WebServer(viewers, on_keyframe=keyframes.viewer_joined, on_player=player, on_sent=sent,
-                    on_remember=remember, on_code_spent=lambda out: network.perform([out], transmit=False),
-                    clock=clock)  # fmt: skip
+    web = WebServer(viewers, sessions, emit=network.perform, on_remember=remember, clock=clock)
     # One road for the timers: the browsers' deadlines are the sessions', fired by the network's one timer.
     sessions.browsers, network.browser_outputs, web.rearm = viewers, web.perform, network.rearm
     tls = None

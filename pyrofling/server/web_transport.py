@@ -176,7 +176,6 @@ class _Connection(QuicConnectionProtocol):
         self.stream_id: int | None = None  # the session's CONNECT stream
         self.accepted = False
         self.address: str | None = None
-        self._counted = (0, 0)  # (lost, sent) as of the last losses()
         self._refusal: str | None = None  # too many connections: refused at its first datagram
         self._deadline: asyncio.TimerHandle | None = None
 
@@ -271,14 +270,10 @@ class _Connection(QuicConnectionProtocol):
         (a lost packet's data is sent again from there)."""
         return private.backlog_bytes(self)
 
-    def losses(self) -> tuple[int, int]:
-        """(packets lost, packets sent) since the last call."""
+    def packets(self) -> tuple[int, int]:
+        """(packets lost, packets sent) so far on this connection."""
         window = private.window(self)
-        if not isinstance(window, FixedWindow):
-            return 0, 0
-        lost, sent = window.packets_lost - self._counted[0], window.packets_sent - self._counted[1]
-        self._counted = (window.packets_lost, window.packets_sent)
-        return lost, sent
+        return (window.packets_lost, window.packets_sent) if isinstance(window, FixedWindow) else (0, 0)
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
@@ -387,10 +382,10 @@ class WebTransportServer:
         connection = self._sessions.get(session)
         return connection.backlog() if connection is not None else 0
 
-    def losses(self, session: int) -> tuple[int, int]:
-        """(packets lost, packets sent) on the session's connection since the last call."""
+    def packets(self, session: int) -> tuple[int, int] | None:
+        """(packets lost, packets sent) so far on the session's connection; None if it has none."""
         connection = self._sessions.get(session)
-        return connection.losses() if connection is not None else (0, 0)
+        return connection.packets() if connection is not None else None
 
     def summary(self) -> dict[str, int]:
         """Connections open and refused (too many), and Initials whose Retry token was refused (forged, old)."""

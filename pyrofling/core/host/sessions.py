@@ -56,7 +56,16 @@ from pyrofling.core.host.state import (
     ViewerLeft,
     ViewerPaired,
 )
-from pyrofling.core.host.web_viewers import WebOutput, WebViewers
+from pyrofling.core.host.web_viewers import (
+    BrowserDisplay,
+    BrowserInput,
+    BrowserJoined,
+    BrowserLeft,
+    BrowserRateReport,
+    WebOutput,
+    WebViewers,
+)
+from pyrofling.core.host.web_viewers import RequestKeyframe as BrowserWantsKeyframe
 from pyrofling.core.input.pad.rumble import RumbleCommand
 from pyrofling.core.secure import (
     AuthError,
@@ -149,6 +158,8 @@ class HostSessions:
         self._by_address: dict[Address, RemoteViewer] = {}
         #: Browsers of the web viewer that play (``browser_joined``), by the web viewer's client number.
         self._browsers: dict[int, RemoteViewer] = {}
+        #: Each browser's QUIC packets (lost, sent) as of its last arrivals report: the next counts from there.
+        self._browser_packets: dict[int, tuple[int, int]] = {}
         #: Datagrams and messages ignored, by reason.
         self.discarded: Counter[str] = Counter()
         #: AUTH and ENCRYPTION (protocol.md §7.7).
@@ -237,6 +248,40 @@ class HostSessions:
 
     # -- browsers (host --web) -----------------------------------------------------------------
 
+    def from_browsers(
+        self, outputs: list[WebOutput], now: float, packets: tuple[int, int] | None = None
+    ) -> list[HostOutput | WebOutput]:
+        """What the browsers' core decided on a browser's message, its connection's opening or its end: the
+        players' part is taken here (a browser joins, sends its pad, keys and mouse, its arrivals report or its
+        display, asks for a key frame, leaves), the rest comes back beside what these sessions decided, for the
+        network to carry out as the viewers' outputs are. ``packets``: that browser's QUIC connection's packets
+        lost and sent so far (None over a WebSocket, whose TCP hides its losses)."""
+        out: list[HostOutput | WebOutput] = []
+        for o in outputs:
+            if isinstance(o, BrowserJoined):
+                out += self.browser_joined(o.client, now)
+            elif isinstance(o, BrowserInput):
+                out += self.browser_input(o.client, o.state, now)
+            elif isinstance(o, BrowserRateReport):
+                lost, sent = self._packets_since_report(o.client, packets)
+                out += self.browser_rate_feedback(o.client, o.feedback, lost, sent, now)
+            elif isinstance(o, BrowserDisplay):
+                out += self.browser_display(o.client, o.display, now)
+            elif isinstance(o, BrowserLeft):
+                out += self.browser_left(o.client)
+            elif isinstance(o, BrowserWantsKeyframe):
+                self.keyframes.viewer_joined()  # a browser's decoder starts at an IDR
+            else:
+                out.append(o)
+        return out
+
+    def _packets_since_report(self, browser: int, packets: tuple[int, int] | None) -> tuple[int, int]:
+        if packets is None:
+            return 0, 0
+        lost, sent = self._browser_packets.get(browser, (0, 0))
+        self._browser_packets[browser] = packets
+        return max(0, packets[0] - lost), max(0, packets[1] - sent)
+
     def browser_joined(self, browser: int, now: float) -> list[HostOutput]:
         """A browser the web viewer admitted (it proved the link's key) plays as an authenticated viewer does:
         a pad by the same rules (its own, or the shared one), and the keyboard and mouse by the same ownership."""
@@ -277,6 +322,7 @@ class HostSessions:
     def browser_left(self, browser: int) -> list[HostOutput]:
         """The browser went: its pad and keys let go, as a viewer's do, its link no longer votes, and its display
         is no longer followed."""
+        self._browser_packets.pop(browser, None)
         conn = self._browsers.pop(browser, None)
         if conn is None:
             return []
@@ -319,6 +365,10 @@ class HostSessions:
 
     def connection(self, conn_id: int) -> RemoteViewer | None:
         return self._connections.get(conn_id)
+
+    def browser(self, browser: int) -> RemoteViewer | None:
+        """A browser that plays, by the web viewer's client number."""
+        return self._browsers.get(browser)
 
     @property
     def connections(self) -> list[RemoteViewer]:
