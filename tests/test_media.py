@@ -204,3 +204,30 @@ def test_no_frame_outgrows_the_one_frame_vbv_even_an_idr() -> None:
         sizes.append(sum(len(p.data) for p in packets))
     assert max(sizes[1:]) <= budget, (max(sizes), budget)  # the first frame carries the stream's headers
     assert np.mean(sizes) > 0.25 * budget  # and the encoder still spends the bits
+
+
+def test_an_idr_at_a_bitrate_that_fits_the_picture_is_as_clean_as_the_pictures_around_it() -> None:
+    """The spectators' key frames reach the players (one encode): held to one frame's bits, an IDR at 360p
+    3 Mbit/s is still a clean picture by the players' judge (the scene's tile error), so a spectator's loss costs
+    the players no corrupt refresh; at 180p 0.8 Mbit/s the same judge sees every IDR blurred (``bench
+    keyframes``), so the check can tell."""
+    from pyrofling.bench.keyframes import measure
+    from pyrofling.core.viewer.picture_quality import CLEAN_TILE_ERROR
+
+    fits = measure(640, 360, 3000, idrs=4)
+    assert fits["idrs"] == 4 and fits["idrs_not_clean"] == 0 and fits["after_not_clean"] == 0, fits
+    assert fits["idr_size_of_budget_max"] <= 1.0  # on time: one frame's bits
+    starved = measure(320, 180, 800, idrs=4)
+    assert starved["idrs_not_clean"] == 4 and starved["idr_error_median"] > CLEAN_TILE_ERROR, starved
+
+
+def test_bench_keyframes_reads_its_cases_and_refuses_a_bad_one(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from pyrofling.cli import main
+
+    assert main(["bench", "keyframes", "--cases", "320x180@800", "--idrs", "2", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [(r["width"], r["height"], r["bitrate_kbits"], r["idrs"]) for r in rows] == [(320, 180, 800, 2)]
+    assert main(["bench", "keyframes", "--cases", "320x180"]) == 2
+    assert "WIDTHxHEIGHT@KBITS" in capsys.readouterr().err

@@ -65,6 +65,7 @@ async def _watch(links: list[str], seconds: float) -> list[SpectatorLog]:
                 f"no picture judged (the page {seen.get('state')}, {seen.get('framesDrawn')} drawn, its last error "
                 f"{seen.get('lastError')})"))  # fmt: skip
             log.joins = [0.0] * int(seen.get("joins") or 0)
+            log.rtp = {k: float(v) for k, v in (seen.get("rtp") or {}).items()}
             for wall_ms, frame_id, capture_us in seen.get("pictures") or []:
                 shown = wall_ms / 1000 - wall_minus_mono
                 if frame_id < 0:

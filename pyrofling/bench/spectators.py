@@ -136,6 +136,8 @@ def _one_run(
         "janus_down_s": outage["back_s"] - outage["killed_s"] if outage else None,
         "player": {
             "good_refreshes_pct": player["good_refreshes_pct"],
+            "stale_refreshes": player["stale_refreshes"],
+            "corrupt_refreshes": player["corrupt_refreshes"],
             "longest_freeze_ms": player["longest_freeze_ms"],
             "latency_ms_median": player["latency_ms_median"],
             "glass_ms_median": viewer.get("glass_ms_median"),
@@ -163,6 +165,10 @@ def _overall(judged: list[dict[str, Any]], count: int) -> dict[str, Any]:
         "first_picture_s_max": max(first) if first else None,
         "first_picture_s_median": statistics.median(first) if first else None,
         "picture_again_s_max": max(again) if len(again) == len(watched) and again else None,
+        # Browsers' own receivers, summed: what the SFU path repaired (NACKed, retransmissions received) and not.
+        "rtp": {
+            k: sum(j["rtp"].get(k, 0) for j in watched) for k in sorted({k for j in watched for k in j.get("rtp", {})})
+        },
     }
 
 
@@ -311,6 +317,15 @@ def format_table(r: dict[str, Any]) -> str:
                 f"{cell(b['latency_ms_median'], '.1f')} ms, first picture {cell(b['first_picture_s_max'], '.2f')} s"
                 + (f", again {cell(again, '.2f')} s after Janus answered" if again is not None else "")
             )
+            rtp = b.get("rtp") or {}
+            if rtp:
+                lines.append(
+                    f"  their receivers: {rtp.get('packetsReceived', 0):.0f} packets, {rtp.get('nackCount', 0):.0f} "
+                    f"asked again (NACK), {rtp.get('retransmittedPacketsReceived', 0):.0f} retransmissions came, "
+                    f"{rtp.get('packetsLost', 0):.0f} never came; {rtp.get('pliCount', 0):.0f} key frames asked "
+                    f"(PLI), {rtp.get('keyFramesDecoded', 0):.0f} decoded; {rtp.get('framesDropped', 0):.0f} pictures "
+                    f"dropped, {rtp.get('freezeCount', 0):.0f} freezes ({rtp.get('totalFreezesDuration', 0):.2f} s)"
+                )
     restart = r.get("restart")
     if restart:
         o, p = restart["overall"], restart["player"]

@@ -51,6 +51,8 @@ class SpectatorLog:
     #: When each join's watch request was answered, and when Janus was found gone.
     joins: list[float] = field(default_factory=list)
     lost: list[float] = field(default_factory=list)
+    #: A browser's own receiver, as its WebRTC stats say (packets lost after repair, NACKs, PLIs, freezes).
+    rtp: dict[str, float] = field(default_factory=dict)
 
 
 def judge_spectator(log: SpectatorLog, fps: float, *, since_s: float | None = None) -> dict[str, Any]:
@@ -89,6 +91,7 @@ def judge_spectator(log: SpectatorLog, fps: float, *, since_s: float | None = No
         "joins": len(log.joins),
         "picture_again_s": again,
         "steps_s": {step: round(t - log.asked_s, 3) for step, t in sorted(log.steps.items(), key=lambda s: s[1])},
+        "rtp": dict(log.rtp),
     }
 
 

@@ -25,6 +25,7 @@ def add_bench(sub: Sub) -> None:
         media.add_audio,
         media.add_input,
         media.add_capture,
+        media.add_keyframes,
         costs.add_outputs,
         costs.add_security,
         costs.add_browser,

@@ -1,4 +1,5 @@
-"""Benches of the media around the picture: ``audio``, ``input`` (pads) and ``capture`` (games)."""
+"""Benches of the media around the picture: ``audio``, ``input`` (pads), ``capture`` (games) and ``keyframes``
+(how sharp a forced IDR is)."""
 
 from __future__ import annotations
 
@@ -238,3 +239,37 @@ def _input_result(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
     games = [r for r in rows if "capture" in r]
     ok = all(r["applied"] for r in rows) and all(r.get("photon_samples") and r["capture"].get("encoded") for r in games)
     return result, bool(ok)
+
+
+def add_keyframes(sub: Sub) -> None:
+    p = bench_parser(
+        sub,
+        "keyframes",
+        "how sharp a forced IDR is at each size and bitrate, as the players' judge reads it",
+        "Encodes the test scene with the host's encoder settings, forces an IDR every 20 pictures (whoever asks "
+        "for one, a player's loss, a browser or a spectator, every viewer gets it), decodes each picture and "
+        "measures it against the scene's own rendering as the players' judge does: the IDRs, the pictures after "
+        "them and the rest, against the clean threshold; and the largest IDR against one frame's bits.",
+        "pyrofling bench keyframes --cases 320x180@800,1280x720@10000",
+    )
+    add_common(p, duration_s=None)
+    p.add_argument(
+        "--cases",
+        default=None,
+        help="comma list of WIDTHxHEIGHT@KBITS (default 320x180@800,640x360@2000,640x360@3000,1280x720@6000,"
+        "1280x720@10000)",
+    )
+    p.add_argument("--idrs", type=number(1, 200), default=19, help="IDRs forced per case (default 19)")
+    p.set_defaults(func=_run_keyframes)
+
+
+def _run_keyframes(args: argparse.Namespace) -> int:
+    from pyrofling.bench.keyframes import DEFAULT_CASES, format_table, parse_case, run_keyframes_bench
+
+    setup(args)
+    try:
+        cases = tuple(parse_case(c) for c in args.cases.split(",")) if args.cases else DEFAULT_CASES
+    except ValueError as exc:
+        return refuse("bench keyframes", f"--cases {exc}")
+    print_result(args, run_keyframes_bench(cases, idrs=int(args.idrs), progress=progress), format_table)
+    return 0
