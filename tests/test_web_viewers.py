@@ -778,3 +778,48 @@ def test_the_sessions_take_a_browsers_joins_reports_and_key_frame_asks_and_hand_
     browser = hs.browser(1)
     assert browser is not None and browser.link is not None and abs(browser.link.recent_loss - 1 / 50) < 1e-9
     assert hs.browser(2) is None
+
+
+def test_the_one_way_out_carries_browsers_beside_the_viewers_each_unit_whole() -> None:
+    """``MediaOut``'s other kind of viewer: with a web door its video and sound calls also say what each browser
+    gets (the unit whole, over its WebSocket here); nothing of theirs becomes a UDP datagram."""
+    from pyrofling.core.host.media_out import MediaOut
+    from pyrofling.core.host.packetizer import MediaPacket
+    from pyrofling.wire import StreamType
+
+    out = MediaOut()
+    idr = MediaPacket(b"\x00\x00\x01\x65\x88", 2000, StreamType.VIDEO, key_frame=True)
+    assert out.video([], idr, idr=True, now=0.0) == []  # no web door
+    out.browsers = web = WebViewers(WebConfig(TOKEN), INFO)
+    admitted(web)
+    sent = out.video([], idr, idr=True, now=0.1)
+    assert len(sent) == 1 and isinstance(sent[0], SendBinary) and sent[0].client == 1
+    assert sent[0].data.endswith(idr.data)  # whole, after its header
+    busy = out.video([], idr, idr=True, now=0.2, backlog={1: 10_000_000})
+    assert busy == [RequestKeyframe()]  # bytes piling up: skipped rather than queued, and the next IDR asked for
+    assert out.due([], 0.3) == []
+
+
+def test_key_frames_the_browsers_ask_on_the_way_out_and_at_their_deadlines_reach_the_encoder_too() -> None:
+    """Not only a browser's messages: what its core decides when a unit goes out (its bytes piled up: skip to
+    the next IDR, and ask for one) and at a deadline (no WebTransport session came: the WebSocket, from a key
+    frame) goes through the sessions to the key-frame policy."""
+    from pyrofling.core.host.keyframes import KeyframePolicy
+    from pyrofling.core.host.packetizer import MediaPacket, Packetizer
+    from pyrofling.core.host.sessions import HostSessions
+    from pyrofling.wire import StreamType
+
+    keyframes = KeyframePolicy()
+    hs = HostSessions(make_packetizer=Packetizer.for_cookie, keyframes=keyframes)
+    hs.browsers = web = WebViewers(WebConfig(TOKEN, auth_timeout_s=5.0), INFO, webtransport_cert=CERT)
+    hs.from_browsers(web.connected(1, 0.0), 0.0)
+    hs.from_browsers(web.message(1, json.dumps({"type": "auth", "token": web.token}), 0.0), 0.0)
+    assert not keyframes.pending  # it waits for its WebTransport session before its first key frame
+    assert hs.next_timer() == 5.0
+    out = hs.handle_timer(5.0)  # no session came: its WebSocket, from a key frame
+    assert not any(isinstance(o, RequestKeyframe) for o in out) and keyframes.pending
+    assert keyframes.should_force(5.0)
+    idr = MediaPacket(b"\x00\x00\x01\x65\x88", 2000, StreamType.VIDEO, key_frame=True)
+    assert [o.client for o in hs.send_video(idr, idr=True, now=5.1) if isinstance(o, SendBinary)] == [1]
+    piled = hs.send_video(idr, idr=False, now=5.2, backlog={1: 10_000_000})
+    assert not any(isinstance(o, SendBinary | RequestKeyframe) for o in piled) and keyframes.pending

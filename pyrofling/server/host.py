@@ -380,7 +380,7 @@ class Host:
 
     def _fan_out_audio(self, packets: list[EncodedAudio]) -> None:
         """Encoded audio to every viewer that wants it: the sessions send it at once, past the pacer."""
-        to_browsers: list[WebOutput] = []
+        to_browsers: list[HostOutput | WebOutput] = []
         backlog = self.web.backlog() if self.web is not None else None  # once a batch: it is read per browser
         for packet in packets:
             self.stats.audio_packets += 1

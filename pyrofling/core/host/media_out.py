@@ -11,6 +11,12 @@ Video goes through each viewer's own packetizer (its sequence numbers and FEC,
 one FEC encode per packet shared by every viewer with the same plan) into its
 paced queue, so a frame never leaves as one burst.  Audio, replies and resends go
 out at once, ahead of queued video: they are small, and any queueing is latency.
+
+Browsers of the web door are the other kind of viewer on the same way out
+(:attr:`MediaOut.browsers`): each unit goes to them whole, over their
+WebTransport session or WebSocket, as their core decides (a unit skipped to the
+next key frame rather than queued behind bytes that pile up); what to send them
+comes back from :meth:`MediaOut.video` and :meth:`MediaOut.audio`.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from dataclasses import dataclass, fields
 from pyrofling.core.host.congestion import KEY_FRAME_PACING
 from pyrofling.core.host.packetizer import MediaPacket
 from pyrofling.core.host.state import RemoteViewer, SendDatagram
+from pyrofling.core.host.web_viewers import WebOutput, WebViewers
 from pyrofling.fec.codec import FecPlan, block_count
 from pyrofling.wire import StreamType
 
@@ -51,6 +58,8 @@ class MediaOut:
         #: The latest time it was told (the pacers' state is as of then).
         self._now = float("-inf")
         self._at_once: deque[SendDatagram] = deque()
+        #: The browsers' core, where the host has a web door (None: no browsers).
+        self.browsers: WebViewers | None = None
 
     def at_once(self, datagram: SendDatagram, now: float) -> None:
         """A datagram that goes ahead of any queued video (a reply, a resend)."""
@@ -60,9 +69,13 @@ class MediaOut:
             self.counters.resent_datagrams += 1
             self.counters.resent_bytes += len(datagram.data)
 
-    def video(self, viewers: list[RemoteViewer], media: MediaPacket, *, idr: bool, now: float) -> None:
-        """One encoded video unit into each viewer's paced queue.  An IDR, on a link rate control has measured,
-        leaves at just over the link's rate (protocol.md §7.10)."""
+    def video(
+        self, viewers: list[RemoteViewer], media: MediaPacket, *, idr: bool, now: float,
+        backlog: dict[int, int] | None = None,
+    ) -> list[WebOutput]:  # fmt: skip
+        """One encoded video unit into each viewer's paced queue (an IDR, on a link rate control has measured,
+        leaves at just over the link's rate: protocol.md §7.10), and what to send each browser (``backlog``: the
+        bytes still waiting to leave for each)."""
         self._now = max(self._now, now)
         repair_cache: dict[FecPlan, list[bytes]] = {}  # one FEC encode per packet, whatever the viewer count
         data_blocks = block_count(len(media.data))
@@ -80,9 +93,16 @@ class MediaOut:
             if idr:
                 conn.awaiting_idr = False
                 conn.idr_sent_s = now
+        if self.browsers is None:
+            return []
+        return self.browsers.video(media.data, capture_us=media.pts_us, pts_us=media.pts_us, idr=idr,
+                                   backlog=backlog or {}, now=now)  # fmt: skip
 
-    def audio(self, viewers: list[RemoteViewer], media: MediaPacket, now: float) -> None:
-        """One encoded audio unit to each viewer, at once: past the pacer, sharing the viewer's link."""
+    def audio(
+        self, viewers: list[RemoteViewer], media: MediaPacket, now: float, backlog: dict[int, int] | None = None
+    ) -> list[WebOutput]:
+        """One encoded audio unit to each viewer, at once: past the pacer, sharing the viewer's link; and what to
+        send each browser whose bytes are not piling up."""
         self._now = max(self._now, now)
         data_blocks = block_count(len(media.data))
         for conn in viewers:
@@ -92,6 +112,7 @@ class MediaOut:
             if conn.link is not None:
                 conn.link.count(sum(map(len, wire)))
             self._at_once.extend(SendDatagram(conn.udp_address, d) for d in wire)
+        return self.browsers.audio(media.data, pts_us=media.pts_us, backlog=backlog or {}) if self.browsers else []
 
     def due(self, viewers: list[RemoteViewer], now: float) -> list[SendDatagram]:
         """Everything that may leave at ``now``, in the order it should: what goes at once, then each viewer's

@@ -177,9 +177,6 @@ class HostSessions:
         self.display = DisplayFollower()
         #: Every datagram the host sends waits here until :meth:`datagrams_to_send`.
         self.media_out = MediaOut()
-        #: The browsers' core, where the host has a web door: its deadlines are these sessions' (one timer), its
-        #: outputs come out of :meth:`handle_timer` beside theirs.
-        self.browsers: WebViewers | None = None
         self.pads = self.players.pads
         self.gamepads = self.players.gamepads
         self.gamepad = self.gamepads[1]  # the shared pad
@@ -251,11 +248,12 @@ class HostSessions:
     def from_browsers(
         self, outputs: list[WebOutput], now: float, packets: tuple[int, int] | None = None
     ) -> list[HostOutput | WebOutput]:
-        """What the browsers' core decided on a browser's message, its connection's opening or its end: the
-        players' part is taken here (a browser joins, sends its pad, keys and mouse, its arrivals report or its
-        display, asks for a key frame, leaves), the rest comes back beside what these sessions decided, for the
-        network to carry out as the viewers' outputs are. ``packets``: that browser's QUIC connection's packets
-        lost and sent so far (None over a WebSocket, whose TCP hides its losses)."""
+        """What the browsers' core decided (on a browser's message, its connection's opening or its end, a unit
+        sent to them, a deadline): the players' part is taken here (a browser joins, sends its pad, keys and
+        mouse, its arrivals report or its display, asks for a key frame, leaves), the rest comes back beside what
+        these sessions decided, for the network to carry out as the viewers' outputs are. ``packets``: that
+        browser's QUIC connection's packets lost and sent so far (None over a WebSocket, whose TCP hides its
+        losses)."""
         out: list[HostOutput | WebOutput] = []
         for o in outputs:
             if isinstance(o, BrowserJoined):
@@ -403,22 +401,33 @@ class HostSessions:
 
     # -- media out --------------------------------------------------------------------------
 
+    @property
+    def browsers(self) -> WebViewers | None:
+        """The browsers' core, where the host has a web door: viewers of another kind on the one way out
+        (:attr:`MediaOut.browsers <pyrofling.core.host.media_out.MediaOut.browsers>`); its deadlines are these
+        sessions' (one timer), its outputs come out of :meth:`handle_timer` beside theirs."""
+        return self.media_out.browsers
+
+    @browsers.setter
+    def browsers(self, core: WebViewers | None) -> None:
+        self.media_out.browsers = core
+
     def send_video(
         self, media: MediaPacket, *, idr: bool, now: float, backlog: dict[int, int] | None = None
-    ) -> list[WebOutput]:
+    ) -> list[HostOutput | WebOutput]:
         """One encoded video unit for every viewer that wants it, each through its own FEC and pacer, and for every
-        browser (the same unit, whole: what to send them; ``backlog``: bytes still waiting to leave for each)."""
-        self.media_out.video(self.video_targets(idr=idr), media, idr=idr, now=now)
-        if self.browsers is None:
-            return []
-        return self.browsers.video(media.data, capture_us=media.pts_us, pts_us=media.pts_us, idr=idr,
-                                   backlog=backlog or {}, now=now)  # fmt: skip
+        browser (the same unit, whole: what to send them, and a key frame asked for one whose bytes piled up;
+        ``backlog``: bytes still waiting to leave for each)."""
+        out = self.media_out.video(self.video_targets(idr=idr), media, idr=idr, now=now, backlog=backlog)
+        return self.from_browsers(out, now) if out else []
 
-    def send_audio(self, media: MediaPacket, now: float, backlog: dict[int, int] | None = None) -> list[WebOutput]:
+    def send_audio(
+        self, media: MediaPacket, now: float, backlog: dict[int, int] | None = None
+    ) -> list[HostOutput | WebOutput]:
         """One encoded audio unit for every viewer that wants it: it goes at once, past the pacer; and for every
         browser whose bytes are not piling up."""
-        self.media_out.audio(self.audio_targets(), media, now)
-        return self.browsers.audio(media.data, pts_us=media.pts_us, backlog=backlog or {}) if self.browsers else []
+        out = self.media_out.audio(self.audio_targets(), media, now, backlog)
+        return self.from_browsers(out, now) if out else []
 
     def datagrams_to_send(self, now: float) -> list[SendDatagram]:
         """Every datagram that may leave at ``now``, in order: replies, resends and audio, then paced video."""
@@ -814,7 +823,7 @@ class HostSessions:
     def handle_timer(self, now: float) -> list[HostOutput | WebOutput]:
         out: list[HostOutput | WebOutput] = [*self.players.handle_timer(now), *self.display.handle_timer(now)]
         if self.browsers is not None:
-            out += self.browsers.handle_timer(now)
+            out += self.from_browsers(self.browsers.handle_timer(now), now)  # its key frames, too
         for conn in list(self._connections.values()):
             if now - conn.last_alive_s >= self.config.keepalive_timeout_s:
                 self.timed_out += 1
