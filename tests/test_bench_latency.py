@@ -279,3 +279,34 @@ def test_the_hosts_slice_threads_are_the_hosts_own_unless_the_bench_is_told() ->
     assert threads(LatencyBenchConfig()) is None
     assert threads(LatencyBenchConfig(encoder_threads=6)) == "6"
     assert threads(LatencyBenchConfig(encoder_threads=6, pin_cpus=True)) == "6"
+
+
+def test_profiles_name_a_size_a_rate_a_display_and_a_bitrate_and_a_bad_one_is_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from pyrofling.bench.latency_profiles import Profile, parse_profile
+    from pyrofling.cli import main
+
+    assert parse_profile("1280x720@144/143.86:20000") == Profile(1280, 720, 144, 143.86, 20000)
+    assert parse_profile("960x540@144") == Profile(960, 540, 144, 143.86, 10000)  # the display 1/1.001 slower
+    assert parse_profile("1920x1080@120:30000").refresh_hz == 119.88
+    for bad in ("720p144", "1280x720", "1281x720@60", "1280x720@0", "1280x720@60:-5"):
+        with pytest.raises(ValueError):
+            parse_profile(bad)
+    assert main(["bench", "latency", "--profiles", "1280x720@60,720p144"]) == 2
+    assert "WIDTHxHEIGHT@FPS" in capsys.readouterr().err
+
+
+def test_a_profiles_summary_sets_automatic_against_free_running() -> None:
+    from pyrofling.bench.latency_profiles import summary
+
+    rows = [
+        {"mode": "free", "glass_ms_median": 9.0, "repeated": 136, "dropped": 139, "decoded_ms_median": 4.0,
+         "host_cpu_pct": 40.0},
+        {"mode": "auto", "glass_ms_median": 10.8, "repeats_per_minute": 0.0, "ready_ms_median": 5.0,
+         "ready_ms_tail": 8.0, "decoded_ms_median": 4.1, "host_cpu_pct": 41.0, "late_pictures": None},
+    ]  # fmt: skip
+    s = summary({"profile": "960x540@144", "rows": rows})
+    assert s["auto_minus_free_ms"] == pytest.approx(1.8) and s["free_repeated"] == 136
+    assert (s["ready_ms_median"], s["ready_ms_tail"], s["host_cpu_pct"]) == (5.0, 8.0, 41.0)
+    assert summary({"profile": "x", "rows": rows[:1]})["auto_minus_free_ms"] is None

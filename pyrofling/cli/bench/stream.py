@@ -440,6 +440,15 @@ def add_latency(sub: Sub) -> None:
         help="also run auto with --thread-priority normal on both ends: what the raised and real-time thread "
         "priorities buy, in the same run",
     )
+    p.add_argument(
+        "--profiles",
+        default=None,
+        metavar="LIST",
+        help="run the modes at each of these, one after another, and set automatic against free-running for each: "
+        "a comma list of WIDTHxHEIGHT@FPS[/HZ][:KBITS] (the display at FPS/1.001 Hz unless HZ is given), or "
+        "'default' for 1280x720@60:10000,1280x720@144:20000,1920x1080@120:30000; replaces the size, --fps, "
+        "--refresh-hz and --bitrate-kbits",
+    )
     p.set_defaults(func=_run_latency)
 
 
@@ -468,6 +477,17 @@ def _run_latency(args: argparse.Namespace) -> int:
         also_normal_priority=args.also_normal_priority,
         encoder_threads=args.encoder_threads,
     )
+    profiles = None
+    if args.profiles is not None:
+        from pyrofling.bench.latency_profiles import DEFAULT_PROFILES, parse_profile
+
+        listed = DEFAULT_PROFILES if args.profiles == "default" else tuple(args.profiles.split(","))
+        try:
+            profiles = [parse_profile(text) for text in listed]
+        except ValueError as exc:
+            return refuse("bench latency", f"--profiles {exc}")
+        if args.plot is not None:
+            return refuse("bench latency", "--plot draws one profile's run: leave it out with --profiles")
     if cfg.pin_cpus:
         from pyrofling.bench.stream import split_cpus
 
@@ -475,6 +495,11 @@ def _run_latency(args: argparse.Namespace) -> int:
             split_cpus()
         except ValueError as exc:
             return refuse("bench latency", f"--pin-cpus: {exc}")
+    if profiles is not None:
+        from pyrofling.bench.latency_profiles import format_profiles, run_profiles
+
+        print_result(args, run_profiles(cfg, profiles, progress=progress), format_profiles)
+        return 0
     result = run(cfg, progress=progress)
     print_result(args, result, format_table)
     return draw_plot("bench latency", args.plot, lambda: plot(result, str(args.plot)))
