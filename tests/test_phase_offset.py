@@ -17,7 +17,10 @@ from pyrofling.core.viewer.presentation import Present, PresentationConfig, Pres
 PERIOD = 1 / 59.94
 #: The 20 s window alone, without the allowance for the machine's stalls (which holds a quiet link's margin at
 #: 7 ms for the first ten minutes): what the window learns.
-WINDOW_ONLY = AutoOffsetConfig(stall_allowance_s=0.0)
+WINDOW_ONLY = AutoOffsetConfig(stall_allowance_s=0.0, beyond_free_running_s=None)
+#: The margin as its tail asks, however far past free-running's wait (these tests are of how it learns the tail;
+#: the cap near free-running's wait has its own below).
+UNCAPPED = AutoOffsetConfig(beyond_free_running_s=None)
 
 
 def feed(auto: AutoOffset, seconds: float, sigma_s: float, *, start_s: float = 0.0, mean_s: float = 0.0,
@@ -32,7 +35,7 @@ def feed(auto: AutoOffset, seconds: float, sigma_s: float, *, start_s: float = 0
 
 
 def test_the_deadline_sits_a_flip_margin_before_the_next_refresh_and_the_offset_a_margin_before_it() -> None:
-    auto = AutoOffset(PERIOD)
+    auto = AutoOffset(PERIOD, UNCAPPED)
     assert auto.deadline_s == pytest.approx(PERIOD - 0.001)
     assert auto.offset_s == pytest.approx(auto.deadline_s - 0.006)  # the initial margin
 
@@ -49,14 +52,14 @@ def test_the_margin_shrinks_to_the_jitter_it_measures() -> None:
 
 
 def test_it_learns_nothing_until_locked() -> None:
-    auto = AutoOffset(PERIOD)
+    auto = AutoOffset(PERIOD, UNCAPPED)
     feed(auto, 30.0, 0.0005, mean_s=0.005)  # the host has not brought pictures to the target yet
     assert not auto.locked and not auto.state().learning
     assert auto.margin_s == AutoOffsetConfig().initial_margin_s
 
 
 def test_the_margin_falls_slowly_and_rises_fast_but_never_faster_than_allowed() -> None:
-    cfg = AutoOffsetConfig()
+    cfg = UNCAPPED
     auto = AutoOffset(PERIOD, cfg)
     margins = []
     t = 0.0
@@ -76,7 +79,7 @@ def test_the_margin_falls_slowly_and_rises_fast_but_never_faster_than_allowed() 
 
 
 def test_missed_refreshes_raise_the_margin_and_it_comes_back_once_they_stop() -> None:
-    auto = AutoOffset(PERIOD)
+    auto = AutoOffset(PERIOD, UNCAPPED)
     t = feed(auto, 60.0, 0.0005)
     settled = auto.margin_s
     for _ in range(4):  # stalls the percentile never saw
@@ -100,14 +103,14 @@ def test_a_jittery_link_raises_the_margin_before_the_percentile_has_its_samples(
     # σ 3 ms needs about 11.4 ms (3.6 σ for half a miss a minute, plus the guard); the initial 6 ms would miss
     # several times a second.  From the spread of its first pictures it rises within two seconds, before the
     # full estimate has the samples it waits for; a calm link leaves the initial margin alone meanwhile.
-    jittery = AutoOffset(PERIOD)
+    jittery = AutoOffset(PERIOD, UNCAPPED)
     feed(jittery, 1.9, 0.003)
     assert not jittery.state().learning
     assert jittery.margin_s > 0.0095
     # A plain float: numpy's would make every comparison the viewer does with the offset a numpy bool, which
     # its statistics cannot write as JSON.
     assert type(jittery.margin_s) is float and type(jittery.offset_s) is float
-    calm = AutoOffset(PERIOD)
+    calm = AutoOffset(PERIOD, UNCAPPED)
     feed(calm, 1.9, 0.0005)
     assert calm.margin_s == AutoOffsetConfig().initial_margin_s
 
@@ -144,7 +147,7 @@ def test_a_quiet_link_keeps_the_stall_allowance_until_ten_minutes_show_the_machi
     # σ 0.5 ms and nothing else: the window alone would take about 2.2 ms, but a machine's stalls come as
     # pictures later than any in the window, so for the first ten minutes the margin keeps 7 ms past the
     # median.  Ten minutes without one then show this machine's own rate of late pictures, and it falls.
-    auto, window_only = AutoOffset(PERIOD), AutoOffset(PERIOD, WINDOW_ONLY)
+    auto, window_only = AutoOffset(PERIOD, UNCAPPED), AutoOffset(PERIOD, WINDOW_ONLY)
     t = feed(auto, 90.0, 0.0005)
     assert auto.margin_s == pytest.approx(AutoOffsetConfig().stall_allowance_s, abs=0.3e-3)
     assert auto.state().stall_late_ms is None
@@ -162,7 +165,7 @@ def test_a_machine_that_stalls_more_often_than_allowed_is_covered_once_its_stall
     # σ 0.5 ms, and every 30 s a picture 9 ms late (twice a minute, four times the rate allowed): past the 7 ms
     # allowance, and a 20 s window never holds the last one when the next comes, so each misses at first.  Once
     # ten minutes of them are learnt, the margin covers them: no more misses.
-    auto = AutoOffset(PERIOD)
+    auto = AutoOffset(PERIOD, UNCAPPED)
     rng = random.Random(7)
     t, n = 0.0, 0
     misses_first, misses_after = 0, 0
@@ -183,7 +186,7 @@ def test_a_machine_that_stalls_more_often_than_allowed_is_covered_once_its_stall
 
 def test_the_stall_allowance_leaves_a_jittery_links_margin_where_its_spread_puts_it() -> None:
     # σ 3 ms: the window's extrapolated tail (about 11 ms) lies past the median + 7 ms already.
-    with_allowance, window_only = AutoOffset(PERIOD), AutoOffset(PERIOD, WINDOW_ONLY)
+    with_allowance, window_only = AutoOffset(PERIOD, UNCAPPED), AutoOffset(PERIOD, WINDOW_ONLY)
     for auto in (with_allowance, window_only):
         feed(auto, 120.0, 0.003, seed=5)
     assert window_only.margin_s > AutoOffsetConfig().stall_allowance_s + 2e-3
@@ -197,7 +200,7 @@ def test_stationary_jitter_never_makes_it_hunt() -> None:
     for sigma in (0.0003, 0.001, 0.002):
         counts = []
         for seed in range(6):
-            auto = AutoOffset(PERIOD)
+            auto = AutoOffset(PERIOD, UNCAPPED)
             feed(auto, 300.0, sigma, seed=seed)
             counts.append(auto.reversals)
         assert max(counts) <= 4 and sorted(counts)[len(counts) // 2] <= 1, (sigma, counts)
@@ -258,7 +261,7 @@ def test_the_phase_lock_flag_says_what_it_takes() -> None:
 
 
 def test_a_presenter_that_wakes_late_moves_the_deadline_earlier_and_the_offset_with_it() -> None:
-    auto = AutoOffset(PERIOD)
+    auto = AutoOffset(PERIOD, UNCAPPED)
     rng = random.Random(7)
     t = 0.0
     while t < 60.0:
@@ -268,7 +271,7 @@ def test_a_presenter_that_wakes_late_moves_the_deadline_earlier_and_the_offset_w
     assert 0.0035 < auto.flip_s <= AutoOffsetConfig().max_flip_margin_s
     assert auto.deadline_s == pytest.approx(PERIOD - auto.flip_s)
     assert auto.offset_s == pytest.approx(auto.deadline_s - auto.margin_s)
-    quiet = AutoOffset(PERIOD)
+    quiet = AutoOffset(PERIOD, UNCAPPED)
     feed(quiet, 60.0, 0.0005)
     for i in range(200):
         quiet.woke(0.0001, 60.0 + i * PERIOD)
@@ -293,9 +296,8 @@ def test_the_loop_tells_it_how_late_the_presenter_acted() -> None:
 def test_a_picture_later_than_half_a_refresh_is_learnt_as_late_and_still_shown_before_the_refresh() -> None:
     # A busy machine: a wide margin, so the offset sits early in the refresh, and a presenter that wakes a
     # little late, so its deadline sits 1.5 ms before the refresh (its last moment stays 1 ms before).
-    loop: PresentationLoop[int] = PresentationLoop(
-        PresentationConfig.automatic(AutoOffsetConfig(initial_margin_s=0.009, flip_margin_s=0.0015)), PERIOD
-    )
+    busy = AutoOffsetConfig(beyond_free_running_s=None, initial_margin_s=0.009, flip_margin_s=0.0015)
+    loop: PresentationLoop[int] = PresentationLoop(PresentationConfig.automatic(busy), PERIOD)
     assert loop.auto is not None
     loop.vblank(10.0)
     target = 10.0 + loop.offset_s
@@ -328,7 +330,7 @@ def test_a_leftover_picture_is_shown_at_the_deadline_not_at_the_last_moment() ->
 
 def test_a_network_jittering_by_3_ms_gets_the_margin_one_late_picture_a_minute_needs() -> None:
     # Gaussian, σ 3 ms: one picture in 3596 runs 3.45 σ = 10.4 ms past the median; with the guard, ~10.9 ms.
-    auto = AutoOffset(PERIOD, AutoOffsetConfig(misses_per_minute=1.0))
+    auto = AutoOffset(PERIOD, AutoOffsetConfig(beyond_free_running_s=None, misses_per_minute=1.0))
     feed(auto, 120.0, 0.003)
     assert 0.0100 < auto.margin_s < 0.0120
     assert auto.offset_s > 0.0  # still inside the period it is for
@@ -338,7 +340,7 @@ def test_a_miss_beyond_the_allowed_rate_raises_even_a_wide_margin_whose_dead_ban
     # σ 2.5 ms: a margin of about 9 ms, whose dead band (12 % of it, 1.1 ms) is wider than one miss's 0.5 ms.
     # The early estimate off: the margin rises from the initial one to its target and stops there (after an
     # early rise it may rest above its target, inside the band, where one bump is already covered).
-    auto = AutoOffset(PERIOD, AutoOffsetConfig(misses_per_minute=1.0, early_samples=10**9))
+    auto = AutoOffset(PERIOD, AutoOffsetConfig(beyond_free_running_s=None, misses_per_minute=1.0, early_samples=10**9))
     t = feed(auto, 60.0, 0.0025)
     settled = auto.margin_s
     assert AutoOffsetConfig().band_share * settled > AutoOffsetConfig().miss_step_s
@@ -352,7 +354,7 @@ def test_a_miss_beyond_the_allowed_rate_raises_even_a_wide_margin_whose_dead_ban
 
 @pytest.mark.parametrize("hz", [59.94, 120.0, 240.0])
 def test_the_margin_never_pushes_the_offset_out_of_its_period(hz: float) -> None:
-    auto = AutoOffset(1 / hz)
+    auto = AutoOffset(1 / hz, UNCAPPED)
     assert auto.offset_s >= 0.001 - 1e-9  # from the start (6 ms of initial margin is most of 240 Hz's period)
     feed(auto, 120.0, 0.005, mean_s=0.0)  # more jitter than the period can cover
     assert auto.margin_s <= auto.max_margin_s + 1e-9 and auto.offset_s >= 0.001 - 1e-9
@@ -399,3 +401,45 @@ def test_the_picture_a_missed_refresh_waited_for_is_learnt_when_it_comes_and_is_
         calm_refresh()
     assert loop.auto.margin_s >= 0.006 + AutoOffsetConfig().guard_s - 1e-4
     assert loop.counters.missed_deadlines == 1
+
+
+def test_where_the_tail_is_longer_than_a_fast_display_can_spare_the_lock_waits_no_longer_than_free_running() -> None:
+    """At 143.86 Hz (6.95 ms a refresh) pictures whose ready times spread by σ 1.5 ms would need a margin past
+    half a refresh: the lock keeps its wait (margin and flip margin) within ``beyond_free_running_s`` of
+    free-running's average wait and says what the tail asked for; uncapped, it would wait that much longer for
+    every picture. At 59.94 Hz the same spread fits, and nothing is capped."""
+    fast = 1 / 143.86
+    cfg = AutoOffsetConfig()
+    assert cfg.beyond_free_running_s is not None
+    capped, uncapped = AutoOffset(fast, cfg), AutoOffset(fast, UNCAPPED)
+    rng = random.Random(5)
+    t = 0.0
+    while t < 60.0:
+        late = rng.gauss(0.0, 0.0015)
+        capped.observe(late, t)
+        uncapped.observe(late, t)
+        t += fast
+    wait = capped.margin_s + capped.flip_s
+    assert wait <= fast / 2 + cfg.beyond_free_running_s + 1e-9
+    assert uncapped.margin_s > capped.margin_s + 0.001
+    wanted = capped.state().wanted_margin_ms
+    assert wanted is not None and wanted > capped.margin_s * 1000
+    assert uncapped.margin_s == pytest.approx(uncapped.max_margin_s)  # uncapped, it waits all the refresh allows
+
+    calm = AutoOffset(PERIOD, cfg)
+    feed(calm, 60.0, 0.0015, seed=5)
+    assert calm.state().wanted_margin_ms is None
+    assert calm.margin_s + calm.flip_s < PERIOD / 2
+
+
+def test_in_the_loop_a_fast_display_gets_the_latency_free_running_would_and_far_fewer_repeats() -> None:
+    """The phase loop simulated at 144 fps on a display 1000 ppm slower, pictures ready with σ 1 ms: the capped
+    lock's glass-to-glass is lower than the uncapped one's, which waits for the tail, at one repeat a minute or
+    so (free-running repeats and drops wherever the display and the stream drift past each other)."""
+    base = PhaseSimConfig(host_fps=144.0, skew_ppm=1000.0, duration_s=60.0, pipeline_delay_s=0.006, jitter_s=0.001,
+                          initial_phase=0.3, auto_offset=True)  # fmt: skip
+    capped = simulate(base, "pi")
+    uncapped = simulate(replace(base, auto_config=UNCAPPED), "pi")
+    assert capped.glass_ms is not None and uncapped.glass_ms is not None
+    assert capped.glass_ms < uncapped.glass_ms - 1.0
+    assert capped.repeated_after_lock <= 5

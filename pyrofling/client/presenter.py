@@ -106,6 +106,7 @@ class Presenter:
         self._started_s = clock.now()
         self._last_on_screen_s: float | None = None
         self._logged_offset_s: float | None = None
+        self._said_outrun = False  # said that the display outruns what the lock can cover
         #: Judge every refresh by the picture on screen (pictures carry ``clean``: the bench's scene check).
         self._judge = judge_refreshes
         self.quality: RefreshQuality | None = None
@@ -344,7 +345,14 @@ class Presenter:
         """Say where the automatic offset settles, and when it moves by a millisecond or more."""
         auto = loop.auto
         assert auto is not None
-        if not auto.state().learning:
+        a = auto.state()
+        if a.wanted_margin_ms is not None and not self._said_outrun:  # once: the rule, not each wobble of it
+            self._said_outrun = True
+            log.warning("the display refreshes every %.1f ms and the pictures' ready times spread wider than a "
+                        "lock can spare (their tail asks %.1f ms of margin): a picture waits at most %.1f ms, about "
+                        "what free-running would make it wait, and the latest ones repeat", loop.period_s * 1000,
+                        a.wanted_margin_ms, (auto.max_margin_s + a.flip_margin_s) * 1000)  # fmt: skip
+        if not a.learning:
             return
         if self._logged_offset_s is None or abs(loop.offset_s - self._logged_offset_s) >= 0.001:
             first = self._logged_offset_s is None

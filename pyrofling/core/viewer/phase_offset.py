@@ -93,6 +93,13 @@ class AutoOffsetConfig:
     fall_band_s: float = 0.0005
     #: ... or this share of the margin, if more (the percentile's own noise grows with the jitter).
     band_share: float = 0.12
+    #: The lock's wait for a picture ready at its median time (the margin, then the flip margin) stays within
+    #: this of what free-running's would be on average, half a refresh.  Where the ready times spread wider than
+    #: a lock can spare (a 144 Hz display: 6.9 ms a refresh; a busy machine; a jittery link), covering their
+    #: tail would cost every picture more latency than free-running's repeats cost some: the lock then keeps
+    #: this wait, lets the late pictures repeat and says so (:attr:`OffsetState.wanted_margin_ms`).  None: the
+    #: margin covers the tail whatever it costs (up to ``max_margin_s``).
+    beyond_free_running_s: float | None = 0.00075
     #: Locked: the median lateness of the last ``lock_samples`` pictures is within this.
     lock_tolerance_s: float = 0.0015
     lock_samples: int = 30
@@ -115,6 +122,10 @@ class OffsetState:
     #: The lateness the stall window's allowed share of pictures exceeded (None: the window is not full yet,
     #: the fixed allowance holds).
     stall_late_ms: float | None
+    #: The margin the lateness asks for where it is more than the lock can spare (``max_margin_s``, near
+    #: free-running's wait): the display is too fast for this machine or link to cover every picture, and the
+    #: late ones repeat.  None: the margin covers what it should.
+    wanted_margin_ms: float | None = None
 
 
 class AutoOffset:
@@ -154,6 +165,7 @@ class AutoOffset:
         #: one may then raise it even inside the dead band (else an early under-estimate would stick).
         self._early_rose = False
         self._catch_up = False
+        self._wanted_s: float | None = None
         # How far beyond the median the allowed miss rate lies, in units of (p99 − median).
         gauss = statistics.NormalDist()
         miss_rate = min(0.01, max(1e-6, cfg.misses_per_minute * period_s / 60))
@@ -177,9 +189,13 @@ class AutoOffset:
 
     @property
     def max_margin_s(self) -> float:
-        """The most margin it takes: the configured ceiling, or what keeps the offset in its period."""
+        """The most margin it takes: the configured ceiling, what keeps the offset in its period, and what keeps
+        the lock's wait near free-running's (``beyond_free_running_s``)."""
         cfg = self.config
-        return max(cfg.min_margin_s, min(cfg.max_margin_s, self.deadline_s - cfg.min_offset_s))
+        ceiling = min(cfg.max_margin_s, self.deadline_s - cfg.min_offset_s)
+        if cfg.beyond_free_running_s is not None:
+            ceiling = min(ceiling, self.period_s / 2 + cfg.beyond_free_running_s - self.flip_s)
+        return max(cfg.min_margin_s, ceiling)
 
     def woke(self, late_s: float, now: float) -> None:
         """The presenter acted ``late_s`` after it should have (a picture was ready, or the deadline came)."""
@@ -351,6 +367,10 @@ class AutoOffset:
             margin = max(margin, self._stall_floor_s + cfg.guard_s + bump)
         elif cfg.stall_allowance_s:
             margin = max(margin, p50 + cfg.stall_allowance_s + bump)
+        # What the tail alone asks for, without the allowances for what it has not shown (stalls, misses): more
+        # than the lock can spare is the display outrunning this machine or link.
+        tail = p50 + max(0.0, p99 - p50) * self._tail_stretch + cfg.guard_s
+        self._wanted_s = float(tail) if tail > self.max_margin_s else None
         return float(min(self.max_margin_s, max(cfg.min_margin_s, margin)))
 
     def _turn(self, direction: int) -> None:
@@ -369,4 +389,5 @@ class AutoOffset:
             p99_late_ms=None if self._p99 is None else self._p99 * 1000,
             misses_last_minute=len(self._misses),
             stall_late_ms=None if self._stall_floor_s is None else self._stall_floor_s * 1000,
+            wanted_margin_ms=None if self._wanted_s is None else self._wanted_s * 1000,
         )
