@@ -348,10 +348,10 @@ class Presenter:
         a = auto.state()
         if a.wanted_margin_ms is not None and not self._said_outrun:  # once: the rule, not each wobble of it
             self._said_outrun = True
-            log.warning("the display refreshes every %.1f ms and the pictures' ready times spread wider than a "
-                        "lock can spare (their tail asks %.1f ms of margin): a picture waits at most %.1f ms, about "
-                        "what free-running would make it wait, and the latest ones repeat", loop.period_s * 1000,
-                        a.wanted_margin_ms, (auto.max_margin_s + a.flip_margin_s) * 1000)  # fmt: skip
+            log.info("the display refreshes every %.1f ms and the pictures' ready times spread wider than a lock "
+                     "can spare (their tail asks %.1f ms of margin): a picture waits at most %.1f ms, about what "
+                     "free-running would make it wait, and the latest ones repeat", loop.period_s * 1000,
+                     a.wanted_margin_ms, (auto.max_margin_s + a.flip_margin_s) * 1000)  # fmt: skip
         if not a.learning:
             return
         if self._logged_offset_s is None or abs(loop.offset_s - self._logged_offset_s) >= 0.001:
