@@ -98,8 +98,10 @@ class AutoOffsetConfig:
     #: a lock can spare (a 144 Hz display: 6.9 ms a refresh; a busy machine; a jittery link), covering their
     #: tail would cost every picture more latency than free-running's repeats cost some: the lock then keeps
     #: this wait, lets the late pictures repeat and says so (:attr:`OffsetState.wanted_margin_ms`).  None: the
-    #: margin covers the tail whatever it costs (up to ``max_margin_s``).
-    beyond_free_running_s: float | None = 0.00075
+    #: margin covers the tail whatever it costs (up to ``max_margin_s``).  0.25 ms: on the 2-core machine at
+    #: 144 Hz, 0.75 ms put the lock 0.9 to 1.3 ms behind free-running (whose pictures waited a little under half
+    #: a refresh), 0.25 ms −0.1 to +0.4 ms, at 9 to 15 repeats a minute against free-running's 200 or so.
+    beyond_free_running_s: float | None = 0.00025
     #: ... on displays that refresh at least this often (80 Hz and up).  At 60 Hz a lock can spare most of a
     #: refresh for a jittery link's tail, and does: one late picture a minute at σ 3 ms for about 3 ms more than
     #: free-running's median, the smoothness chosen there; at 120 and 144 Hz the same tail would cost every
