@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from pyrofling.client.codecs import DecodeError, VideoDecoder
 from pyrofling.client.uri import parse_uri
 from pyrofling.core import frame_marker
-from pyrofling.core.bitstream import key_info, nal_units
+from pyrofling.core.bitstream import av1_obu_types, key_info, nal_units
 from pyrofling.core.scene import TestScene, rgb_to_yuv709_full
 from pyrofling.server.encoder import EncodedVideo, EncoderConfig, VideoEncoder
 from pyrofling.server.sources import open_source
@@ -129,7 +129,38 @@ def test_hevc_idr_is_recognised() -> None:
 def test_bitstream_inspection_never_raises(data: bytes) -> None:
     key_info(data, VideoCodec.H264)
     key_info(data, VideoCodec.H265)
+    key_info(data, VideoCodec.AV1)
     assert len(nal_units(data)) <= data.count(b"\x00\x00\x01")
+    assert len(av1_obu_types(data)) <= len(data)
+
+
+def test_av1_low_delay_one_picture_out_for_each_in_key_frames_on_demand_and_told_apart() -> None:
+    """libsvtav1 as the host runs it: a packet for every picture at once (no look-ahead), a key frame where one
+    is forced (and at the start), told apart by its sequence header; each decodes with the viewer's decoder,
+    its frame id intact. A cut key frame is not taken for one once its sequence header is cut off."""
+    enc, packets = _encode(30, force_at=20, encoder="libsvtav1")
+    enc.close()
+    assert len(packets) == 30 and [p.pts_us for p in packets] == sorted(p.pts_us for p in packets)
+    keys = [i for i, p in enumerate(packets) if p.idr]
+    assert keys == [0, 20]  # the start and the forced one: none periodic (AV1 has no intra refresh: on demand)
+    assert all(p.key_frame == p.idr for p in packets)
+    assert all((key_info(p.data, VideoCodec.AV1) is not None) == p.idr for p in packets)
+    dec = VideoDecoder(VideoCodec.AV1)
+    layout = frame_marker.layout_for(320)
+    assert layout is not None
+    ids = []
+    for p in packets:
+        for f in dec.decode(p.data, p.pts_us):
+            luma = np.frombuffer(memoryview(f.planes[0]), np.uint8).reshape(f.height, f.planes[0].line_size)
+            stamp = frame_marker.read(luma, layout)
+            assert stamp is not None
+            ids.append(stamp.frame_id)
+    assert ids == list(range(30))
+    key = packets[20].data
+    assert av1_obu_types(key)[:2] == [2, 1]  # a temporal delimiter, then the sequence header
+    for cut in range(1, 4):
+        assert key_info(key[:cut], VideoCodec.AV1) is None  # not a whole sequence header yet
+    assert key_info(key[: len(key) // 2], VideoCodec.AV1) is not None  # the header whole, the frame cut
 
 
 def test_decoder_errors_are_reported_not_raised_raw() -> None:
@@ -231,3 +262,38 @@ def test_bench_keyframes_reads_its_cases_and_refuses_a_bad_one(capsys: pytest.Ca
     assert [(r["width"], r["height"], r["bitrate_kbits"], r["idrs"]) for r in rows] == [(320, 180, 800, 2)]
     assert main(["bench", "keyframes", "--cases", "320x180"]) == 2
     assert "WIDTHxHEIGHT@KBITS" in capsys.readouterr().err
+
+
+def test_the_bits_a_codec_needs_for_a_quality_are_read_between_the_bitrates_measured(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import json
+
+    from pyrofling.bench.codecs import bits_for_quality, psnr
+    from pyrofling.cli import main
+
+    rows = [{"reached_kbits": 2000.0, "psnr_db": 30.0}, {"reached_kbits": 8000.0, "psnr_db": 34.0}]
+    assert bits_for_quality(rows, 32.0) == pytest.approx(4000.0)  # halfway in log bitrate
+    assert bits_for_quality(rows, 36.0) is None and bits_for_quality(rows[:1], 30.0) is None
+    picture = np.full((8, 8), 100, np.uint8)
+    assert psnr(picture, picture) == 99.0
+    assert psnr(picture + 1, picture) == pytest.approx(48.13, abs=0.01)
+    assert psnr(picture + 1, picture, [(0, 2)]) == pytest.approx(48.13, abs=0.01)
+
+    assert main(["bench", "codecs", "--codecs", "h264,av1", "--heights", "720", "--frames", "20", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert [(r["codec"], r["bitrate_kbits"]) for r in result["rows"]] == [
+        (c, k) for c in ("h264", "av1") for k in (2000, 4000, 6000, 10000)
+    ]
+    assert all(r["pictures_measured"] == 10 and r["psnr_db"] > 20 for r in result["rows"])
+    assert {(e["codec"], e["measure"]) for e in result["equal_quality"]} == {
+        ("av1", "psnr_db"),
+        ("av1", "psnr_structured_db"),
+    }
+
+
+def test_an_av1_preset_is_a_number_and_a_wrong_one_says_so() -> None:
+    EncoderConfig(encoder="libsvtav1", preset="10").check()
+    EncoderConfig(encoder="libsvtav1").check()  # the default name: its real-time default
+    with pytest.raises(ValueError, match="from 0"):
+        EncoderConfig(encoder="libsvtav1", preset="14").check()

@@ -287,3 +287,27 @@ def test_phase_locked_viewer_steers_the_host_frame_clock() -> None:
     assert tails["pictures"] + tails["startup"]["pictures"] == lp["presented"]
     decode = tails["stages"]["decode"]
     assert 0 < decode["median_ms"] <= decode["p999_ms"] and decode["once_a_minute_ms"] >= decode["median_ms"]
+
+
+def test_an_av1_stream_plays_end_to_end_its_codec_said_and_every_picture_read() -> None:
+    """``--encoder libsvtav1``: the host says AV1 (codec id 3) in its stream parameters, the viewer decodes it
+    with dav1d, every picture whole and carrying its id; a joining viewer starts at a key frame."""
+    av1 = replace(SMALL, encoder="libsvtav1")
+
+    async def scenario() -> tuple[Host, Viewer]:
+        host, task = await start_host(encoder=av1)
+        viewer = Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0, duration_s=60))
+        watching = asyncio.create_task(viewer.run())
+        await until(lambda: viewer.video.stats.frames_shown >= 60 or watching.done(), 30)
+        viewer.stop()
+        await asyncio.wait_for(watching, 10)
+        await stop_host(host, task)
+        return host, viewer
+
+    host, viewer = run(scenario)
+    st = viewer.summary()
+    assert st["sessions_streaming"] == 1 and st["frames_shown"] >= 60
+    assert st["video_codec"] == "AV1"
+    assert st["frames_hidden"] == 0 and st["decode_errors"] == 0 and st["packets_lost_video"] == 0
+    assert st["markers_read"] == st["frames_decoded"]
+    assert host.stats.idrs >= 1 and host.keyframes.forced_for_join == 1

@@ -31,7 +31,7 @@ from pyrofling.client.gamepad import GamepadLink
 from pyrofling.client.keyboard_mouse import InputLink
 from pyrofling.client.presenter import Display, HeadlessDisplay, Presenter
 from pyrofling.client.video import VideoPipeline
-from pyrofling.client.viewer_stats import viewer_summary
+from pyrofling.client.viewer_stats import codec_name, viewer_summary
 from pyrofling.core.samples import recent_samples, tail
 from pyrofling.core.viewer.connection import (
     AudioLost,
@@ -341,7 +341,7 @@ class Viewer:
         with contextlib.suppress(ValueError):  # a codec unknown here: its first packet says so
             self.video.expect(VideoCodec(p.video_codec), p.width, p.height)
         log.info(
-            "streaming %dx%d@%g %s from %s (%s)", p.width, p.height, rate, _codec_name(p.video_codec), _fmt(peer), how
+            "streaming %dx%d@%g %s from %s (%s)", p.width, p.height, rate, codec_name(p.video_codec), _fmt(peer), how
         )
 
     @property
@@ -424,13 +424,6 @@ def _conceal_after_s(config: ViewerConfig) -> float | None:
     if config.recovery == "intra-refresh":
         return 0.0
     return None if config.conceal_after_ms is None else config.conceal_after_ms / 1000
-
-
-def _codec_name(code: int) -> str:
-    try:
-        return VideoCodec(code).name
-    except ValueError:
-        return f"codec {code}"
 
 
 def _fmt(addr: Any) -> str:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyrofling.core.viewer.loss_tracker import LOSS_COUNTERS
 from pyrofling.core.viewer.rate_feedback import describe_rate
-from pyrofling.wire import RateDecider
+from pyrofling.wire import RateDecider, VideoCodec
 
 if TYPE_CHECKING:
     from pyrofling.client.viewer import Viewer
@@ -37,6 +37,8 @@ def viewer_summary(viewer: Viewer, *, live: bool = False) -> dict[str, Any]:
         )
     }
     out.update(connects=viewer.connects, sessions_streaming=viewer.sessions_streaming, reconnects=viewer.reconnects)
+    params = viewer.codec_parameters  # the stream's codec as the host said it (the last stream's)
+    out["video_codec"] = codec_name(params.video_codec) if params is not None else None
     out.update(viewer.video.summary(streaming=conn is not None and conn.streaming, samples=not live))
     handshakes = list(viewer.handshake_ms)
     out["handshake_ms_median"] = statistics.median(handshakes) if handshakes else None
@@ -76,3 +78,11 @@ def viewer_summary(viewer: Viewer, *, live: bool = False) -> dict[str, Any]:
     out["elapsed_s"] = time.monotonic() - viewer.started_s
     out["received_mbits"] = totals["bytes_received"] * 8 / max(out["elapsed_s"], 1e-6) / 1e6
     return out
+
+
+def codec_name(code: int) -> str:
+    """A wire codec id's name (H264, H265, AV1), or what the number is."""
+    try:
+        return VideoCodec(code).name
+    except ValueError:
+        return f"codec {code}"

@@ -1,9 +1,11 @@
-"""Just enough H.264 / HEVC bitstream reading to know when a picture is whole again.
+"""Just enough H.264 / HEVC / AV1 bitstream reading to know when a picture is whole again.
 
 Pure.  The viewer stops showing pictures when it loses video (protocol.md §6)
 and shows them again from the next IDR, or once an intra-refresh wave that
 starts at a recovery point has swept the whole picture.  x264 flags both kinds
-of frame as key frames on the wire, so the viewer looks inside.
+of frame as key frames on the wire, so the viewer looks inside.  An AV1 temporal
+unit that carries a sequence header starts a coded video sequence: a key frame
+(SVT-AV1 repeats the header with each one, and has no intra refresh).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ H264_NAL_SEI = 6
 H264_NAL_IDR = 5
 HEVC_IRAP_TYPES = range(16, 22)  # BLA, IDR, CRA
 SEI_RECOVERY_POINT = 6
+AV1_OBU_SEQUENCE_HEADER = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +143,40 @@ def _h264_recovery_frames(sei: memoryview) -> int | None:
     return None
 
 
+def av1_obu_types(data: bytes) -> list[int]:
+    """The OBU types of an AV1 temporal unit (low-overhead format: each OBU sized), as far as it parses."""
+    types: list[int] = []
+    pos = 0
+    while pos < len(data):
+        header = data[pos]
+        if header & 0x80:  # the forbidden bit: not AV1
+            break
+        kind, extension, sized = (header >> 3) & 0x0F, bool(header & 0x04), bool(header & 0x02)
+        pos += 2 if extension else 1
+        if not sized:  # the last OBU runs to the end
+            types.append(kind)
+            break
+        size, shift = 0, 0
+        while pos < len(data) and shift < 56:  # leb128, at most 8 bytes
+            byte = data[pos]
+            pos += 1
+            size |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+        else:
+            break  # cut short
+        if pos + size > len(data):
+            break
+        types.append(kind)
+        pos += size
+    return types
+
+
 def key_info(data: bytes, codec: VideoCodec) -> KeyInfo | None:
     """What the packet restarts, or None when it is neither an IDR nor a recovery point."""
+    if codec == VideoCodec.AV1:
+        return KeyInfo(idr=True) if AV1_OBU_SEQUENCE_HEADER in av1_obu_types(data) else None
     recovery: int | None = None
     for nal in nal_units(data):
         if not len(nal):

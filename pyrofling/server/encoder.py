@@ -3,13 +3,15 @@
 libx264 (default): ``tune=zerolatency``, no B-frames, ``intra-refresh=1``,
 ``forced-idr=1``, ``refs=1``, CBR-style VBV of about one frame, so a frame's
 size stays close to bitrate/fps and no frame waits for another.  libx265 and
-NVENC get their equivalents.  The codec time base is µs, the wire's unit.
+NVENC get their equivalents; libsvtav1 (AV1) its low-delay real-time mode, with
+key frames in place of intra refresh.  The codec time base is µs, the wire's unit.
 
 Runs in the host's encode thread (PyAV releases the GIL while encoding).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -31,6 +33,8 @@ log = logging.getLogger(__name__)
 US = Fraction(1, 1_000_000)
 #: The presets x264 and x265 know, fastest first.
 X26X_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
+#: SVT-AV1's presets, slowest first (an x264 name given to it means its real-time default, 12).
+SVT_PRESETS = tuple(str(n) for n in range(14))
 
 
 def default_encoder_threads() -> int:
@@ -73,6 +77,8 @@ class EncoderConfig:
         """Raises ValueError saying what to change (before any encoder is opened)."""
         if self.encoder in ("libx264", "libx265") and self.preset not in X26X_PRESETS:
             raise ValueError(f"unknown preset {self.preset!r} for {self.encoder}: use one of {', '.join(X26X_PRESETS)}")
+        if self.encoder == "libsvtav1" and self.preset not in X26X_PRESETS and self.preset not in SVT_PRESETS:
+            raise ValueError(f"unknown preset {self.preset!r} for libsvtav1: use a number from 0 (slowest) to 13")
         if not self.refresh_s > 0:
             raise ValueError("the intra-refresh period (--refresh-s) must be more than 0 seconds")
         if self.width % 2 or self.height % 2:
@@ -101,7 +107,7 @@ class EncodedVideo:
 def available_encoders() -> list[str]:
     """The encoders of interest this PyAV build can open."""
     out = []
-    for name in ("libx264", "libx265", "h264_nvenc", "hevc_nvenc", "av1_nvenc"):
+    for name in ("libx264", "libx265", "libsvtav1", "h264_nvenc", "hevc_nvenc", "av1_nvenc"):
         try:
             av.codec.Codec(name, "w")
         except (av.FFmpegError, ValueError):
@@ -143,11 +149,14 @@ class VideoEncoder:
         config = replace(self.config, width=width, height=height)
         ctx = self._open(config)
         bitrate = self.bitrate_bps
+        _end(self._ctx)
         self.config, self._ctx = config, ctx  # the old one is freed with its last reference
         self.set_bitrate(bitrate)  # where rate control had it
         self.resizes += 1
 
     def _open(self, cfg: EncoderConfig) -> av.VideoCodecContext:
+        if cfg.encoder == "libsvtav1":  # SVT-AV1 prints a banner and notes on its own defaults at each start
+            os.environ.setdefault("SVT_LOG", "1")  # errors only (SVT_LOG set by the person wins)
         try:
             ctx = av.CodecContext.create(cfg.encoder, "w")
         except (av.FFmpegError, ValueError) as exc:
@@ -181,6 +190,16 @@ class VideoEncoder:
                 "delay": "0",
                 "intra-refresh": "1",
                 "forced-idr": "1",
+            }
+        elif cfg.encoder == "libsvtav1":
+            # SVT-AV1 has no intra refresh: low delay (a picture out for each in), its real-time mode, CBR (the
+            # only rate control it has for low delay) over a buffer of one frame or 20 ms; key frames on demand
+            # only (a viewer that lost a picture asks for one, rate-limited as for H.264), none periodic.
+            # Preset 12 (it maps to 11): about 10 ms a 720p frame on the 2-core machine (``bench codecs``).
+            ctx.options = {
+                "preset": cfg.preset if cfg.preset.isdigit() else "12",
+                "svtav1-params": "pred-struct=1:rc=2:rtc=1:keyint=-1",
+                "bufsize": str(max(vbv_kbits * 1000, bitrate // 50)),  # SVT-AV1 takes no less than 20 ms
             }
         elif cfg.encoder == "libx265":
             ctx.options = {
@@ -313,11 +332,22 @@ class VideoEncoder:
         pts = int(packet.pts) if packet.pts is not None else (self._last_pts or 0)
         return EncodedVideo(data, pts, key, bool(info and info.idr), encode_s, convert_s)
 
+    def close(self) -> None:
+        """The stream ends: an encoder that wants to be told (SVT-AV1 says so on stderr otherwise) is; what it
+        still held is dropped.  On the encode thread or after it has stopped."""
+        _end(self._ctx)
+
     def flush(self) -> list[EncodedVideo]:
         try:
             return [self._wrap(p, 0.0, 0.0) for p in self._ctx.encode(None)]
         except av.FFmpegError:
             return []
+
+
+def _end(ctx: av.VideoCodecContext) -> None:
+    if ctx.name == "libsvtav1":
+        with contextlib.suppress(av.FFmpegError, ValueError):
+            ctx.encode(None)
 
 
 def _cannot_open(cfg: EncoderConfig, exc: av.FFmpegError) -> str:

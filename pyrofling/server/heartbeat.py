@@ -112,6 +112,8 @@ class Heartbeat:
         if encoding is not None and not encoding.done():  # its packets still go out, and into the recording
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(encoding), 5.0)
+        if self._thread is None or not self._thread.is_alive():
+            self.encoder.close()
 
     def close_trace(self) -> None:
         if self._trace is not None:

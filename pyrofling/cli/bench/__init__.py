@@ -26,6 +26,7 @@ def add_bench(sub: Sub) -> None:
         media.add_input,
         media.add_capture,
         media.add_keyframes,
+        media.add_codecs,
         costs.add_outputs,
         costs.add_security,
         costs.add_browser,

@@ -273,3 +273,34 @@ def _run_keyframes(args: argparse.Namespace) -> int:
         return refuse("bench keyframes", f"--cases {exc}")
     print_result(args, run_keyframes_bench(cases, idrs=int(args.idrs), progress=progress), format_table)
     return 0
+
+
+def add_codecs(sub: Sub) -> None:
+    p = bench_parser(
+        sub,
+        "codecs",
+        "H.264, HEVC and AV1 with the host's encoder settings: speed, CPU and quality against bitrate",
+        "Encodes the test scene with the host's encoder for each codec (libx264, libx265, libsvtav1) at 720p60 "
+        "and 1080p60 and a set of bitrates, decodes every packet with the viewer's decoder and measures each "
+        "picture's luma PSNR against the scene's own; reports encode median and p99, the encoder's CPU a frame, "
+        "decode median and PSNR, and the bits HEVC and AV1 need for H.264's quality at 10 (720p) and 20 "
+        "(1080p) Mbit/s.",
+        "pyrofling bench codecs --heights 720 --frames 120",
+    )
+    add_common(p, duration_s=None)
+    p.add_argument("--codecs", type=choice_list(("h264", "hevc", "av1")), default=("h264", "hevc", "av1"),
+                   help="comma list of h264, hevc, av1 (default all three)")  # fmt: skip
+    p.add_argument("--heights", type=choice_list(("720", "1080")), default=("720", "1080"),
+                   help="comma list of 720, 1080 (default both)")  # fmt: skip
+    p.add_argument("--frames", type=number(20, 3600), default=120, help="pictures a case (default 120)")
+    p.set_defaults(func=_run_codecs)
+
+
+def _run_codecs(args: argparse.Namespace) -> int:
+    from pyrofling.bench.codecs import format_table, run_codecs_bench
+
+    setup(args)
+    result = run_codecs_bench(tuple(args.codecs), tuple(int(h) for h in args.heights), frames=int(args.frames),
+                              progress=progress)  # fmt: skip
+    print_result(args, result, format_table)
+    return 0

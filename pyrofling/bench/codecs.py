@@ -1,0 +1,174 @@
+"""``pyrofling bench codecs``: H.264, HEVC and AV1 with the host's encoder settings, at a set of bitrates.
+
+For each codec, size and bitrate: the test scene encoded by :class:`~pyrofling.server.encoder.VideoEncoder`
+(the host's low-delay settings: libx264 and libx265 with intra refresh, libsvtav1 in its real-time low-delay
+mode), each packet decoded by the viewer's decoder, and every picture measured against the scene's own: the
+luma PSNR. Reported: the bitrate reached, encode median and 99th percentile, the encoder's CPU a frame, decode
+median, PSNR; and, per size, the bitrate at which HEVC and AV1 reach H.264's PSNR at its reference bitrate
+(interpolated between the bitrates measured, in log bitrate), as a share of H.264's.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+
+from pyrofling.client.codecs import VideoDecoder
+from pyrofling.core.scene import TestScene
+from pyrofling.server.encoder import EncoderConfig, VideoEncoder
+
+#: Codec → the host's encoder for it.
+ENCODERS = {"h264": "libx264", "hevc": "libx265", "av1": "libsvtav1"}
+#: Per height: the bitrates tried (kbit/s), and H.264's reference among them.
+BITRATES = {720: ((2000, 4000, 6000, 10000), 10000), 1080: ((4000, 8000, 12000, 20000), 20000)}
+#: Pictures before measuring: the first key frame and the rate control settle.
+SETTLE = 10
+
+
+def psnr(decoded: np.ndarray, source: np.ndarray, rows: list[tuple[int, int]] | None = None) -> float:
+    """Luma PSNR, over ``rows`` only where given (the scene's structured rows: without its film grain, which is
+    noise by design, or its frame counter)."""
+    spans = rows if rows is not None else [(0, source.shape[0])]
+    diff = np.concatenate([(decoded[a:b].astype(np.int32) - source[a:b].astype(np.int32)).ravel() for a, b in spans])
+    mse = float(np.mean(diff * diff))
+    return 99.0 if mse == 0 else 10 * math.log10(255 * 255 / mse)
+
+
+def measure(codec: str, width: int, height: int, kbits: int, *, frames: int = 120, fps: int = 60) -> dict[str, Any]:
+    config = EncoderConfig(encoder=ENCODERS[codec], width=width, height=height, fps=fps, bitrate_kbits=kbits)
+    encoder = VideoEncoder(config)
+    decoder = VideoDecoder(config.video_codec)
+    scene = TestScene(width, height)
+    rows = scene.structured_rows()
+    sources: dict[int, np.ndarray] = {}
+    encode_ms: list[float] = []
+    decode_ms: list[float] = []
+    quality: list[float] = []
+    structured: list[float] = []
+    sizes: list[int] = []
+    cpu_s = 0.0
+    for i in range(frames):
+        pts = i * 1_000_000 // fps
+        picture = scene.render(i, pts)
+        sources[pts] = picture[:height].copy()
+        cpu = time.process_time()
+        packets = encoder.encode_array(picture.copy(), pts)
+        cpu_s += time.process_time() - cpu if i >= SETTLE else 0.0
+        for packet in packets:
+            if i >= SETTLE:
+                encode_ms.append(packet.encode_s * 1000)
+                sizes.append(len(packet.data))
+            t = time.perf_counter()
+            pictures = decoder.decode(packet.data, packet.pts_us)
+            if i >= SETTLE:
+                decode_ms.append((time.perf_counter() - t) * 1000)
+            for frame in pictures:
+                source = sources.pop(int(frame.pts), None) if frame.pts is not None else None
+                if source is None or i < SETTLE:
+                    continue
+                plane = frame.planes[0]
+                luma = np.frombuffer(memoryview(plane), np.uint8).reshape(frame.height, plane.line_size)
+                quality.append(psnr(luma[:height, :width], source[:, :width]))
+                structured.append(psnr(luma[:height, :width], source[:, :width], rows))
+    measured = max(1, frames - SETTLE)
+    ordered = sorted(encode_ms)
+    return {
+        "codec": codec,
+        "encoder": config.encoder,
+        "width": width,
+        "height": height,
+        "bitrate_kbits": kbits,
+        "reached_kbits": sum(sizes) * 8 * fps / measured / 1000,
+        "encode_ms_median": statistics.median(encode_ms) if encode_ms else None,
+        "encode_ms_p99": ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else None,
+        "encode_cpu_ms": 1000 * cpu_s / measured,
+        "decode_ms_median": statistics.median(decode_ms) if decode_ms else None,
+        "psnr_db": statistics.mean(quality) if quality else None,
+        "psnr_structured_db": statistics.mean(structured) if structured else None,
+        "pictures_measured": len(quality),
+    }
+
+
+def bits_for_quality(rows: list[dict[str, Any]], target_db: float, key: str = "psnr_db") -> float | None:
+    """The bitrate (kbit/s, reached) at which these rows' PSNR (``key``) reaches ``target_db``, interpolated in
+    log bitrate between the two measured around it (None: outside what was measured)."""
+    points = sorted((r["reached_kbits"], r[key]) for r in rows if r[key] is not None)
+    for (k0, q0), (k1, q1) in itertools.pairwise(points):
+        if min(q0, q1) <= target_db <= max(q0, q1) and q1 != q0:
+            share = (target_db - q0) / (q1 - q0)
+            return math.exp(math.log(k0) + share * (math.log(k1) - math.log(k0)))
+    return None
+
+
+def run_codecs_bench(
+    codecs: tuple[str, ...] = ("h264", "hevc", "av1"),
+    heights: tuple[int, ...] = (720, 1080),
+    *,
+    frames: int = 120,
+    progress: Any = None,
+) -> dict[str, Any]:
+    say = progress or (lambda _line: None)
+    rows: list[dict[str, Any]] = []
+    equal: list[dict[str, Any]] = []
+    for height in heights:
+        width = height * 16 // 9
+        bitrates, reference = BITRATES[height]
+        for codec in codecs:
+            for kbits in bitrates:
+                say(f"{codec} {width}x{height} at {kbits} kbit/s ...")
+                rows.append(measure(codec, width, height, kbits, frames=frames))
+        base = next((r for r in rows if r["codec"] == "h264" and r["height"] == height
+                     and r["bitrate_kbits"] == reference), None)  # fmt: skip
+        if base is None:
+            continue
+        for codec in codecs:
+            if codec == "h264":
+                continue
+            mine = [r for r in rows if r["codec"] == codec and r["height"] == height]
+            for key in ("psnr_db", "psnr_structured_db"):
+                if base[key] is None:
+                    continue
+                needed = bits_for_quality(mine, base[key], key)
+                equal.append({"codec": codec, "height": height, "measure": key, "h264_kbits": base["reached_kbits"],
+                              "h264_db": base[key], "kbits": needed,
+                              "share": needed / base["reached_kbits"] if needed is not None else None})  # fmt: skip
+    return {"frames": frames, "rows": rows, "equal_quality": equal}
+
+
+def _f(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def format_table(result: dict[str, Any]) -> str:
+    head = (
+        f"{'codec':<6}{'size':>11}{'kbit/s':>8}{'reached':>9}{'encode med':>12}{'p99':>8}{'CPU/frame':>11}"
+        f"{'decode med':>12}{'PSNR dB':>9}{'no grain':>10}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in result["rows"]:
+        lines.append(
+            f"{r['codec']:<6}{str(r['width']) + 'x' + str(r['height']):>11}{r['bitrate_kbits']:>8}"
+            f"{_f(r['reached_kbits'], '.0f'):>9}{_f(r['encode_ms_median'], '.1f') + ' ms':>12}"
+            f"{_f(r['encode_ms_p99'], '.1f') + ' ms':>8}{_f(r['encode_cpu_ms'], '.1f') + ' ms':>11}"
+            f"{_f(r['decode_ms_median'], '.1f') + ' ms':>12}{_f(r['psnr_db'], '.2f'):>9}"
+            f"{_f(r['psnr_structured_db'], '.2f'):>10}"
+        )
+    for e in result["equal_quality"]:
+        lines.append(
+            f"{e['codec']} at {e['height']}p reaches H.264's {e['h264_db']:.2f} dB "
+            f"{'(the whole picture)' if e['measure'] == 'psnr_db' else '(without the grain)'} "
+            f"({e['h264_kbits']:.0f} kbit/s) "
+            f"at {_f(e['kbits'], '.0f')} kbit/s: {_f(None if e['share'] is None else 100 * e['share'], '.0f')} % of "
+            "H.264's bits" + ("" if e["kbits"] is not None else " (outside the bitrates measured)")
+        )
+    lines.append(
+        f"{result['frames']} pictures of the test scene a case (the first {SETTLE} left out); encode: the "
+        "host's encoder settings, one call a picture; CPU/frame: the process's CPU while encoding (its threads "
+        "too); PSNR: luma against the scene's own picture, whole and over its rows without film grain or the counter"
+    )
+    return "\n".join(lines)
