@@ -75,6 +75,7 @@ def measure(codec: str, width: int, height: int, kbits: int, *, frames: int = 12
                 luma = np.frombuffer(memoryview(plane), np.uint8).reshape(frame.height, plane.line_size)
                 quality.append(psnr(luma[:height, :width], source[:, :width]))
                 structured.append(psnr(luma[:height, :width], source[:, :width], rows))
+    encoder.close()
     measured = max(1, frames - SETTLE)
     ordered = sorted(encode_ms)
     return {
