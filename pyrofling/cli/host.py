@@ -163,7 +163,9 @@ def _add_video_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--encoder",
         default="libx264",
-        help="libx264 (default), libx265, h264_nvenc or hevc_nvenc where an NVIDIA GPU is present",
+        help="libx264 (default; H.264), libx265 (HEVC), libsvtav1 (AV1: key frames in place of intra refresh; "
+        "its --preset is a number, 0-13, default 12), or h264_nvenc, hevc_nvenc, av1_nvenc where an NVIDIA GPU "
+        "is present; bench codecs compares them",
     )
     g.add_argument(
         "--preset", default="ultrafast", help=f"x264/x265 preset: {', '.join(X26X_PRESETS)} (default ultrafast)"
