@@ -265,7 +265,7 @@ def test_bench_keyframes_reads_its_cases_and_refuses_a_bad_one(capsys: pytest.Ca
 
 
 def test_the_bits_a_codec_needs_for_a_quality_are_read_between_the_bitrates_measured(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     import json
 
@@ -280,7 +280,10 @@ def test_the_bits_a_codec_needs_for_a_quality_are_read_between_the_bitrates_meas
     assert psnr(picture + 1, picture) == pytest.approx(48.13, abs=0.01)
     assert psnr(picture + 1, picture, [(0, 2)]) == pytest.approx(48.13, abs=0.01)
 
-    assert main(["bench", "codecs", "--codecs", "h264,av1", "--heights", "720", "--frames", "20", "--json"]) == 0
+    drawn = tmp_path / "codecs.png"
+    args = ["bench", "codecs", "--codecs", "h264,av1", "--heights", "720", "--frames", "20", "--json"]
+    assert main([*args, "--plot", str(drawn)]) == 0
+    assert drawn.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # quality against bitrate, drawn
     result = json.loads(capsys.readouterr().out)
     assert [(r["codec"], r["bitrate_kbits"]) for r in result["rows"]] == [
         (c, k) for c in ("h264", "av1") for k in (2000, 4000, 6000, 10000)

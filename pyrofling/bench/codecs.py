@@ -173,3 +173,34 @@ def format_table(result: dict[str, Any]) -> str:
         "too); PSNR: luma against the scene's own picture, whole and over its rows without film grain or the counter"
     )
     return "\n".join(lines)
+
+
+def plot(result: dict[str, Any], path: str) -> None:
+    """PSNR against the bitrate reached, a panel per size, a line per codec; whole picture solid, without the
+    grain dashed (needs matplotlib)."""
+    import matplotlib
+    import matplotlib.ticker
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    heights = sorted({r["height"] for r in result["rows"]})
+    fig, axes = plt.subplots(1, len(heights), figsize=(6.5 * len(heights), 4.5), squeeze=False)
+    for ax, height in zip(axes[0], heights, strict=True):
+        for codec in dict.fromkeys(r["codec"] for r in result["rows"]):
+            rows = sorted((r for r in result["rows"] if r["codec"] == codec and r["height"] == height),
+                          key=lambda r: r["reached_kbits"])  # fmt: skip
+            kbits = [r["reached_kbits"] / 1000 for r in rows]
+            (line,) = ax.plot(kbits, [r["psnr_db"] for r in rows], "o-", label=f"{codec}, whole picture")
+            ax.plot(kbits, [r["psnr_structured_db"] for r in rows], "s--", color=line.get_color(),
+                    label=f"{codec}, without the grain")  # fmt: skip
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.set_xlabel("bitrate reached (Mbit/s)")
+        ax.set_ylabel("luma PSNR (dB)")
+        ax.set_title(f"{height}p60, the test scene")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -285,9 +285,9 @@ def add_codecs(sub: Sub) -> None:
         "picture's luma PSNR against the scene's own; reports encode median and p99, the encoder's CPU a frame, "
         "decode median and PSNR, and the bits HEVC and AV1 need for H.264's quality at 10 (720p) and 20 "
         "(1080p) Mbit/s.",
-        "pyrofling bench codecs --heights 720 --frames 120",
+        "pyrofling bench codecs --heights 720 --frames 120 --plot codecs.png",
     )
-    add_common(p, duration_s=None)
+    add_common(p, duration_s=None, plot=True)
     p.add_argument("--codecs", type=choice_list(("h264", "hevc", "av1")), default=("h264", "hevc", "av1"),
                    help="comma list of h264, hevc, av1 (default all three)")  # fmt: skip
     p.add_argument("--heights", type=choice_list(("720", "1080")), default=("720", "1080"),
@@ -297,10 +297,10 @@ def add_codecs(sub: Sub) -> None:
 
 
 def _run_codecs(args: argparse.Namespace) -> int:
-    from pyrofling.bench.codecs import format_table, run_codecs_bench
+    from pyrofling.bench.codecs import format_table, plot, run_codecs_bench
 
     setup(args)
     result = run_codecs_bench(tuple(args.codecs), tuple(int(h) for h in args.heights), frames=int(args.frames),
                               progress=progress)  # fmt: skip
     print_result(args, result, format_table)
-    return 0
+    return draw_plot("bench codecs", args.plot, lambda: plot(result, str(args.plot)))
