@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pyrofling.client.codecs import DecodeError, VideoDecoder
+from pyrofling.client.codecs import DecodeError, VideoDecoder, luma
 from pyrofling.client.uri import parse_uri
 from pyrofling.core import frame_marker
 from pyrofling.core.bitstream import av1_obu_types, key_info, nal_units
@@ -30,6 +30,21 @@ def _encode(
             scene.render(i, 1_000_000 + i * 33_333), 1_000_000 + i * 33_333, force_keyframe=i == force_at
         )
     return enc, out
+
+
+def _stamps(packets: list[EncodedVideo], codec: VideoCodec) -> list[tuple[frame_marker.FrameStamp, int]]:
+    """Each picture the viewer's decoder gives back for these packets: the marker read from it (every one must
+    read) and the pts the packet carried."""
+    dec = VideoDecoder(codec)
+    layout = frame_marker.layout_for(320)
+    assert layout is not None
+    out = []
+    for p in packets:
+        for f in dec.decode(p.data, p.pts_us):
+            stamp = frame_marker.read(luma(f), layout)
+            assert stamp is not None
+            out.append((stamp, p.pts_us))
+    return out
 
 
 def test_marker_round_trips_and_rejects_damage() -> None:
@@ -72,18 +87,11 @@ def test_the_smallest_scene_draws_every_frame_its_counter_cut_to_what_fits() -> 
 
 def test_every_frame_survives_encode_and_decode_with_its_id_and_time() -> None:
     _, packets = _encode(30)
-    dec = VideoDecoder(VideoCodec.H264)
-    layout = frame_marker.layout_for(320)
-    assert layout is not None
-    ids = []
-    for p in packets:
-        for f in dec.decode(p.data, p.pts_us):
-            luma = np.frombuffer(memoryview(f.planes[0]), np.uint8).reshape(f.height, f.planes[0].line_size)
-            stamp = frame_marker.read(luma, layout)
-            assert stamp is not None
-            assert stamp.capture_us == p.pts_us  # the scene stamps the capture time the packet carries
-            ids.append(stamp.frame_id)
-    assert ids == list(range(30))  # one picture out per packet in: no decoder delay
+    stamps = _stamps(packets, VideoCodec.H264)
+    assert [pts for _, pts in stamps] == [p.pts_us for p in packets]  # one picture out per packet in: no delay
+    # The scene stamps the capture time the packet carries.
+    assert all(stamp.capture_us == pts for stamp, pts in stamps)
+    assert [stamp.frame_id for stamp, _ in stamps] == list(range(30))
 
 
 def test_forced_idr_and_intra_refresh_recovery_points_are_told_apart() -> None:
@@ -145,17 +153,7 @@ def test_av1_low_delay_one_picture_out_for_each_in_key_frames_on_demand_and_told
     assert keys == [0, 20]  # the start and the forced one: none periodic (AV1 has no intra refresh: on demand)
     assert all(p.key_frame == p.idr for p in packets)
     assert all((key_info(p.data, VideoCodec.AV1) is not None) == p.idr for p in packets)
-    dec = VideoDecoder(VideoCodec.AV1)
-    layout = frame_marker.layout_for(320)
-    assert layout is not None
-    ids = []
-    for p in packets:
-        for f in dec.decode(p.data, p.pts_us):
-            luma = np.frombuffer(memoryview(f.planes[0]), np.uint8).reshape(f.height, f.planes[0].line_size)
-            stamp = frame_marker.read(luma, layout)
-            assert stamp is not None
-            ids.append(stamp.frame_id)
-    assert ids == list(range(30))
+    assert [stamp.frame_id for stamp, _ in _stamps(packets, VideoCodec.AV1)] == list(range(30))
     key = packets[20].data
     assert av1_obu_types(key)[:2] == [2, 1]  # a temporal delimiter, then the sequence header
     for cut in range(1, 4):

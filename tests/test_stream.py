@@ -20,6 +20,7 @@ from pyrofling.client.viewer import Viewer, ViewerConfig
 from pyrofling.netsim.models import ImpairmentConfig
 from pyrofling.netsim.relay import NetsimRelay, RelayConfig
 from pyrofling.server.audio import AudioConfig
+from pyrofling.server.encoder import EncoderConfig
 from pyrofling.server.host import Host
 from pyrofling.wire import Hello, Kick, KickFlags, Nak, parse_control
 
@@ -27,9 +28,11 @@ from pyrofling.wire import Hello, Kick, KickFlags, Nak, parse_control
 pytestmark = pytest.mark.io
 
 
-def test_host_to_viewer_end_to_end() -> None:
+def watch_60_frames(encoder: EncoderConfig = SMALL) -> tuple[Host, Viewer]:
+    """A host with this encoder and one viewer that watches until it has shown 60 pictures; both stopped."""
+
     async def scenario() -> tuple[Host, Viewer]:
-        host, task = await start_host()
+        host, task = await start_host(encoder=encoder)
         viewer = Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0, duration_s=60))
         watching = asyncio.create_task(viewer.run())
         await until(lambda: viewer.video.stats.frames_shown >= 60 or watching.done(), 30)
@@ -38,7 +41,11 @@ def test_host_to_viewer_end_to_end() -> None:
         await stop_host(host, task)
         return host, viewer
 
-    host, viewer = run(scenario)
+    return run(scenario)
+
+
+def test_host_to_viewer_end_to_end() -> None:
+    host, viewer = watch_60_frames()
     st = viewer.summary()
     assert st["sessions_streaming"] == 1 and st["reconnects"] == 0
     assert st["frames_shown"] >= 60  # it watched until then, however long a loaded machine takes
@@ -292,19 +299,7 @@ def test_phase_locked_viewer_steers_the_host_frame_clock() -> None:
 def test_an_av1_stream_plays_end_to_end_its_codec_said_and_every_picture_read() -> None:
     """``--encoder libsvtav1``: the host says AV1 (codec id 3) in its stream parameters, the viewer decodes it
     with dav1d, every picture whole and carrying its id; a joining viewer starts at a key frame."""
-    av1 = replace(SMALL, encoder="libsvtav1")
-
-    async def scenario() -> tuple[Host, Viewer]:
-        host, task = await start_host(encoder=av1)
-        viewer = Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0, duration_s=60))
-        watching = asyncio.create_task(viewer.run())
-        await until(lambda: viewer.video.stats.frames_shown >= 60 or watching.done(), 30)
-        viewer.stop()
-        await asyncio.wait_for(watching, 10)
-        await stop_host(host, task)
-        return host, viewer
-
-    host, viewer = run(scenario)
+    host, viewer = watch_60_frames(replace(SMALL, encoder="libsvtav1"))
     st = viewer.summary()
     assert st["sessions_streaming"] == 1 and st["frames_shown"] >= 60
     assert st["video_codec"] == "AV1"

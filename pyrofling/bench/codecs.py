@@ -14,13 +14,15 @@ import itertools
 import math
 import statistics
 import time
+from collections.abc import Container, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from pyrofling.client.codecs import VideoDecoder
+from pyrofling.client.codecs import VideoDecoder, luma
 from pyrofling.core.scene import TestScene
-from pyrofling.server.encoder import EncoderConfig, VideoEncoder
+from pyrofling.server.encoder import EncodedVideo, EncoderConfig, VideoEncoder
 
 #: Codec → the host's encoder for it.
 ENCODERS = {"h264": "libx264", "hevc": "libx265", "av1": "libsvtav1"}
@@ -39,43 +41,66 @@ def psnr(decoded: np.ndarray, source: np.ndarray, rows: list[tuple[int, int]] | 
     return 99.0 if mse == 0 else 10 * math.log10(255 * 255 / mse)
 
 
+@dataclass(frozen=True, slots=True)
+class Passage:
+    """One picture of the test scene through the host's encoder and the viewer's decoder."""
+
+    index: int
+    packets: list[EncodedVideo]
+    encode_cpu_s: float  # the process's CPU while encoding it (the encoder's threads too)
+    decode_s: list[float]  # each packet's decode
+    #: Each picture the decoder gave back meanwhile: its luma, cut to the stream's size, and the scene's.
+    decoded: list[tuple[np.ndarray, np.ndarray]]
+
+
+def through_codec(encoder: VideoEncoder, frames: int, *, force: Container[int] = ()) -> Iterator[Passage]:
+    """The scene's pictures ``0 .. frames - 1`` through ``encoder`` (an IDR forced at the indices in ``force``)
+    and the viewer's decoder for its codec, a :class:`Passage` each; the encoder's stream is ended after."""
+    cfg = encoder.config
+    decoder = VideoDecoder(cfg.video_codec)
+    scene = TestScene(cfg.width, cfg.height)
+    sources: dict[int, np.ndarray] = {}
+    try:
+        for i in range(frames):
+            pts = i * 1_000_000 // cfg.fps
+            picture = scene.render(i, pts)
+            sources[pts] = picture[: cfg.height].copy()
+            cpu = time.process_time()
+            packets = encoder.encode_array(picture.copy(), pts, force_keyframe=i in force)
+            encode_cpu_s = time.process_time() - cpu
+            decode_s, decoded = [], []
+            for packet in packets:
+                t = time.perf_counter()
+                pictures = decoder.decode(packet.data, packet.pts_us)
+                decode_s.append(time.perf_counter() - t)
+                for frame in pictures:
+                    source = sources.pop(int(frame.pts), None) if frame.pts is not None else None
+                    if source is not None:
+                        decoded.append((luma(frame)[: cfg.height, : cfg.width], source[:, : cfg.width]))
+            yield Passage(i, packets, encode_cpu_s, decode_s, decoded)
+    finally:
+        encoder.close()
+
+
 def measure(codec: str, width: int, height: int, kbits: int, *, frames: int = 120, fps: int = 60) -> dict[str, Any]:
     config = EncoderConfig(encoder=ENCODERS[codec], width=width, height=height, fps=fps, bitrate_kbits=kbits)
-    encoder = VideoEncoder(config)
-    decoder = VideoDecoder(config.video_codec)
-    scene = TestScene(width, height)
-    rows = scene.structured_rows()
-    sources: dict[int, np.ndarray] = {}
+    rows = TestScene(width, height).structured_rows()
     encode_ms: list[float] = []
     decode_ms: list[float] = []
     quality: list[float] = []
     structured: list[float] = []
     sizes: list[int] = []
     cpu_s = 0.0
-    for i in range(frames):
-        pts = i * 1_000_000 // fps
-        picture = scene.render(i, pts)
-        sources[pts] = picture[:height].copy()
-        cpu = time.process_time()
-        packets = encoder.encode_array(picture.copy(), pts)
-        cpu_s += time.process_time() - cpu if i >= SETTLE else 0.0
-        for packet in packets:
-            if i >= SETTLE:
-                encode_ms.append(packet.encode_s * 1000)
-                sizes.append(len(packet.data))
-            t = time.perf_counter()
-            pictures = decoder.decode(packet.data, packet.pts_us)
-            if i >= SETTLE:
-                decode_ms.append((time.perf_counter() - t) * 1000)
-            for frame in pictures:
-                source = sources.pop(int(frame.pts), None) if frame.pts is not None else None
-                if source is None or i < SETTLE:
-                    continue
-                plane = frame.planes[0]
-                luma = np.frombuffer(memoryview(plane), np.uint8).reshape(frame.height, plane.line_size)
-                quality.append(psnr(luma[:height, :width], source[:, :width]))
-                structured.append(psnr(luma[:height, :width], source[:, :width], rows))
-    encoder.close()
+    for step in through_codec(VideoEncoder(config), frames):
+        if step.index < SETTLE:
+            continue
+        cpu_s += step.encode_cpu_s
+        encode_ms += [p.encode_s * 1000 for p in step.packets]
+        sizes += [len(p.data) for p in step.packets]
+        decode_ms += [s * 1000 for s in step.decode_s]
+        for decoded, source in step.decoded:
+            quality.append(psnr(decoded, source))
+            structured.append(psnr(decoded, source, rows))
     measured = max(1, frames - SETTLE)
     ordered = sorted(encode_ms)
     return {

@@ -13,13 +13,10 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-import numpy as np
-
-from pyrofling.client.codecs import VideoDecoder
+from pyrofling.bench.codecs import through_codec
 from pyrofling.core.scene import TestScene
 from pyrofling.core.viewer.picture_quality import CLEAN_TILE_ERROR, tile_error
 from pyrofling.server.encoder import EncoderConfig, VideoEncoder
-from pyrofling.wire import VideoCodec
 
 #: (width, height, kbit/s): the spectators bench's default, 360p and 720p at the bitrates people stream them.
 DEFAULT_CASES = ((320, 180, 800), (640, 360, 2000), (640, 360, 3000), (1280, 720, 6000), (1280, 720, 10000))
@@ -43,22 +40,15 @@ def parse_case(text: str) -> tuple[int, int, int]:
 def measure(width: int, height: int, kbits: int, *, fps: int = 60, idrs: int = 19, every: int = 20) -> dict[str, Any]:
     """Encode and decode ``SETTLE_FRAMES + idrs * every`` pictures of the scene, an IDR forced every ``every``."""
     encoder = VideoEncoder(EncoderConfig(width=width, height=height, fps=fps, bitrate_kbits=kbits))
-    decoder = VideoDecoder(VideoCodec.H264)
-    scene = TestScene(width, height)
-    rows = scene.structured_rows()
+    rows = TestScene(width, height).structured_rows()
     frames = SETTLE_FRAMES + idrs * every
     forced = set(range(SETTLE_FRAMES, frames, every))
     errors: dict[int, float] = {}
     sizes: dict[int, int] = {}
-    for i in range(frames):
-        capture_us = i * 1_000_000 // fps
-        picture = scene.render(i, capture_us)
-        for packet in encoder.encode_array(picture.copy(), capture_us, force_keyframe=i in forced):
-            sizes[i] = sizes.get(i, 0) + len(packet.data)
-            for frame in decoder.decode(packet.data, packet.pts_us):
-                plane = frame.planes[0]
-                luma = np.frombuffer(memoryview(plane), np.uint8).reshape(frame.height, plane.line_size)
-                errors[i] = tile_error(luma[:height, :width], picture[:height], rows)
+    for step in through_codec(encoder, frames, force=forced):
+        sizes[step.index] = sum(len(p.data) for p in step.packets)
+        for decoded, source in step.decoded:
+            errors[step.index] = tile_error(decoded, source, rows)
     idr = [errors[i] for i in sorted(forced) if i in errors]
     after = [errors[i + 1] for i in sorted(forced) if i + 1 in errors]
     between = [

@@ -24,8 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from pyrofling.client.codecs import luma
 from pyrofling.core import frame_marker
 from pyrofling.core.viewer.picture_quality import RefreshQuality
 from pyrofling.server.janus_api import JanusApi, JanusError
@@ -148,9 +147,7 @@ async def _pictures(track: Any, log: SpectatorLog) -> None:
             frame = await track.recv()
             now = time.monotonic()
             layout = layout or frame_marker.layout_for(frame.width)
-            plane = frame.planes[0]
-            luma = np.frombuffer(memoryview(plane), np.uint8).reshape(frame.height, plane.line_size)
-            stamp = frame_marker.read(luma, layout) if layout is not None else None
+            stamp = frame_marker.read(luma(frame), layout) if layout is not None else None
             if stamp is None:
                 log.pictures.append((now, -1, None))
                 continue

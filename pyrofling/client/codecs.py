@@ -11,6 +11,7 @@ import logging
 
 import av
 import numpy as np
+import numpy.typing as npt
 from av.codec.context import Flags
 
 from pyrofling.core.audio_signal import Frames, from_s16le
@@ -19,6 +20,12 @@ from pyrofling.wire import AudioCodec, VideoCodec
 log = logging.getLogger(__name__)
 
 DECODERS = {VideoCodec.H264: "h264", VideoCodec.H265: "hevc", VideoCodec.AV1: "libdav1d"}
+
+
+def luma(frame: av.VideoFrame) -> npt.NDArray[np.uint8]:
+    """A decoded 8-bit picture's luma plane as rows of its line size (no copy: the row padding is kept)."""
+    plane = frame.planes[0]
+    return np.frombuffer(memoryview(plane), np.uint8).reshape(frame.height, plane.line_size)
 
 
 class DecodeError(Exception):

@@ -28,7 +28,7 @@ import av
 import numpy as np
 import numpy.typing as npt
 
-from pyrofling.client.codecs import DecodeError, VideoDecoder
+from pyrofling.client.codecs import DecodeError, VideoDecoder, luma
 from pyrofling.client.presenter import Display, Picture, PictureTiming, Presenter
 from pyrofling.core import frame_marker
 from pyrofling.core.cpu_share import CpuShare
@@ -224,11 +224,10 @@ class VideoPipeline:
         stamp = None
         clean = None
         if layout is not None:
-            plane = frame.planes[0]
-            luma = np.frombuffer(memoryview(plane), np.uint8).reshape(frame.height, plane.line_size)
-            stamp = frame_marker.read(luma, layout)
+            rows = luma(frame)
+            stamp = frame_marker.read(rows, layout)
             if self._check_scene:
-                clean = self._clean(frame, luma, stamp)
+                clean = self._clean(frame, rows, stamp)
         capture_s = None
         if stamp is not None:
             capture_s = item.clock.to_local(frame_marker.unwrap_capture_us(stamp.capture_us, packet.pts_us))
