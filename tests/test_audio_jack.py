@@ -187,7 +187,9 @@ def test_host_to_viewer_with_audio(jack: str, codec: str) -> None:
     audio = summary["audio"]
     assert audio["error"] is None
     assert audio["packets"] > 600 and audio["packets_lost"] == 0 and audio["decode_errors"] == 0
-    assert audio["underruns"] <= 1  # the stream's end may run dry before the viewer stops
+    # The sound played through: at most a twentieth of the 3 s silent. How often a loaded machine's scheduling
+    # runs the buffer dry (one CI run: twice, the stream's end one of them) is `bench audio`'s figure.
+    assert audio["underrun_ms"] < 150, (audio["underruns"], audio["underrun_ms"])
     # The tone's clicks timed through the network (capture → heard) are `bench audio`'s figure: here, beside the
     # suite's other tests, a starved host stamped its chunks late enough that no click fell within 20 ms of its
     # second for 30 s once. Clicks through the real device are judged in-process above (the playback test).
