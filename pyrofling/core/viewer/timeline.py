@@ -27,7 +27,7 @@ class Snapshot:
 
 
 class Timeline:
-    """Rows of (interval end, received Mbit/s, good refreshes %, frames, latencies, stream kbit/s)."""
+    """Rows of (interval end, its length, received Mbit/s, good refreshes %, frames, latencies, stream kbit/s)."""
 
     def __init__(self, max_rows: int = 3600) -> None:
         self.rows: deque[dict[str, Any]] = deque(maxlen=max_rows)
@@ -42,6 +42,7 @@ class Timeline:
         self.rows.append(
             {
                 "t": round(snap.t, 3),
+                "seconds": round(dt, 3),  # the interval: the last one, cut short by the end, may be less than 1
                 "received_mbits": round((snap.bytes_received - last.bytes_received) * 8 / dt / 1e6, 3),
                 "good_pct": round(100 * (snap.good_refreshes - last.good_refreshes) / judged, 2) if judged else None,
                 "refreshes": judged,
