@@ -245,5 +245,8 @@ def test_bench_harness_runs_bench_stream_and_the_harness_on_one_seed_and_reports
     result = json.loads(proc.stdout)
     assert [run["run"] for run in result["runs"]] == ["bench stream", "harness 1", "harness 2"]
     assert all(run["refreshes"] > 0 and run["datagrams_on_link"] > 0 for run in result["runs"])
+    for run in result["runs"]:  # what the refreshes that were not good were, and whether a packet was lost for good
+        bad = run["stale_refreshes"] + run["corrupt_refreshes"]
+        assert 0 <= bad <= run["refreshes"] and run["packets_lost_after_fec"] >= 0 and run["key_frames_asked"] >= 0
     assert result["same_drops"] and result["drops_compared"] > 0 and result["left_behind"] == []
     assert len(result["harness_minus_bench_points"]) == 2

@@ -79,6 +79,7 @@ class Pair:
         self.outputs: list[Any] = []  # everything else the viewer's connection said
         self.udp_to_host: list[bytes] = []  # every datagram the viewer sent
         self.drop_resends = False  # the network loses what the host sends again
+        self.resends_to_lose = 0  # or only this many of them, the first ones
         self._perform(self.conn.start(0.0), 0.0)
 
     def _perform(self, outputs: list[Any], now: float) -> None:
@@ -96,8 +97,10 @@ class Pair:
                 self.udp_to_host.append(out.data)
                 self.hs.datagram(UDP, out.data, now)
                 for reply in self.hs.datagrams_to_send(now):
-                    if not (reply.resend and self.drop_resends):
-                        pending += self.conn.datagram_received(reply.data, now)
+                    if reply.resend and (self.drop_resends or self.resends_to_lose > 0):
+                        self.resends_to_lose -= 1
+                        continue
+                    pending += self.conn.datagram_received(reply.data, now)
             else:
                 self.outputs.append(out)
 
@@ -165,6 +168,34 @@ def test_a_lost_packet_is_asked_for_whole_and_resent_so_no_key_frame_is_needed()
     assert counts["packets_lost_video"] == 0 and counts["keyframe_requests"] == 0
     assert counts["packets_rebuilt_by_resend"] == 1 and pair.keyframes.requests_for_loss == 0
     assert pair.hs.connection(1).nacks == 1  # type: ignore[union-attr]
+
+
+def test_a_block_whose_first_five_resends_are_lost_comes_on_the_sixth_and_no_key_frame_is_asked() -> None:
+    # A link's bad spell outlasts several resends of one block (few datagrams pass between them); the viewer keeps
+    # asking, and the host keeps answering (two copies at once after the first), for as long as the reassembler
+    # waits for it, instead of giving the frame up for a key frame.
+    pair = streaming_pair()
+    pair.receive(pair.media(IDR, 1_000, 0.1), 0.1)
+    frame = pair.media(b"\x00\x00\x00\x01\x41" + bytes(3000), 17_000, 0.117)  # three datagrams
+    pair.resends_to_lose = 1 + 2 * 4  # the first resend, then four pairs of copies
+    pair.receive(frame[:-1], 0.117)  # its last datagram lost
+    nacks_at: list[float] = []
+    for i in range(1, 5):  # the next frames keep coming at 60 fps, the timers fire in virtual time between them
+        if i > 1:
+            pair.receive(pair.media(P_FRAME, 1_000 + 16_667 * i, 0.1 + i / 60), 0.1 + i / 60)
+        while (due := pair.conn.next_timer()) is not None and due < 0.1 + (i + 1) / 60:
+            sent = len(pair.udp_to_host)
+            pair._perform(pair.conn.handle_timer(due), due)
+            nacks_at += [due for m in map(parse_udp_control, pair.udp_to_host[sent:]) if isinstance(m, Nack)]
+    assert len(nacks_at) == 6 and pair.resends_to_lose == 0  # five resends lost, the sixth arrived
+    assert nacks_at[-1] - 0.117 < 0.04  # while the next frame still waits behind it
+    decoded = [o for o in pair.outputs if isinstance(o, DecodeVideo)]
+    assert [(d.pts_us, d.whole) for d in decoded] == [(1_000, True), (17_000, True)] + [
+        (1_000 + 16_667 * i, True) for i in range(2, 5)
+    ]
+    counts = pair.conn.counters()
+    assert counts["packets_lost_video"] == 0 and counts["keyframe_requests"] == 0
+    assert counts["packets_rebuilt_by_resend"] == 1 and pair.keyframes.requests_for_loss == 0
 
 
 def with_fec(cookie: int) -> Packetizer:

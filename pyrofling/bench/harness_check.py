@@ -42,18 +42,31 @@ def run_harness_bench(stream: Stream, link: Link, progress: Any = None) -> dict[
     on_link = [int(bench_down.get("received", 0))] + [r.datagrams_on_link or 0 for r in harness]
     same, dropped, common = same_drops(drop_lists, on_link)
 
-    def row(run: str, good_pct: float, refreshes: int | None, on_link: int | None, lost: int) -> dict[str, Any]:
+    def row(run: str, good_pct: float, refreshes: int | None, on_link: int | None, lost: int,
+            counts: tuple[int, int, int, int]) -> dict[str, Any]:  # fmt: skip
+        # What the refreshes that were not good were, and whether a packet was lost for good behind them (a key
+        # frame asked) or the machine alone held a picture back.
+        stale, corrupt, packets_lost, keys = counts
         return {"run": run, "good_refreshes_pct": good_pct, "refreshes": refreshes, "datagrams_on_link": on_link,
-                "datagrams_lost": lost}  # fmt: skip
+                "datagrams_lost": lost, "stale_refreshes": stale, "corrupt_refreshes": corrupt,
+                "packets_lost_after_fec": packets_lost, "key_frames_asked": keys}  # fmt: skip
 
+    bench_counts = (
+        int(bench_row["stale_refreshes"] or 0),
+        int(bench_row["corrupt_refreshes"] or 0),
+        int(bench_row["packets_lost_after_fec"] or 0),
+        int(bench_row["keyframe_requests"] or 0),
+    )
+    rows = [row("bench stream", good[0], bench_row["refreshes"], on_link[0], len(drop_lists[0]), bench_counts)]
+    for n, r in enumerate(harness, 1):
+        counts = (r.stale_refreshes, r.corrupt_refreshes, r.packets_lost_after_fec, r.key_frames_asked)
+        rows.append(
+            row(f"harness {n}", r.good_refreshes_pct, r.refreshes, r.datagrams_on_link, r.datagrams_lost, counts)
+        )
     return {
         "stream": asdict(stream),
         "link": asdict(link),
-        "runs": [row("bench stream", good[0], bench_row["refreshes"], on_link[0], len(drop_lists[0]))]
-        + [
-            row(f"harness {n}", r.good_refreshes_pct, r.refreshes, r.datagrams_on_link, r.datagrams_lost)
-            for n, r in enumerate(harness, 1)
-        ],
+        "runs": rows,
         "harness_minus_bench_points": [g - good[0] for g in good[1:]],
         "same_drops": same,
         "drops_compared": dropped,
@@ -63,11 +76,16 @@ def run_harness_bench(stream: Stream, link: Link, progress: Any = None) -> dict[
 
 
 def format_table(result: dict[str, Any]) -> str:
-    lines = [f"{'run':<14}{'good refreshes %':>18}{'refreshes':>11}{'on the link':>13}{'dropped':>9}"]
+    lines = [
+        f"{'run':<14}{'good refreshes %':>18}{'refreshes':>11}{'stale':>7}{'corrupt':>9}{'on the link':>13}"
+        f"{'dropped':>9}{'lost after repair':>19}{'key frames asked':>18}"
+    ]
     for run in result["runs"]:
         lines.append(
             f"{run['run']:<14}{run['good_refreshes_pct']:>18.2f}{run['refreshes'] or 0:>11}"
+            f"{run['stale_refreshes']:>7}{run['corrupt_refreshes']:>9}"
             f"{run['datagrams_on_link'] or 0:>13}{run['datagrams_lost']:>9}"
+            f"{run['packets_lost_after_fec']:>19}{run['key_frames_asked']:>18}"
         )
     diffs = ", ".join(f"{d:+.2f}" for d in result["harness_minus_bench_points"])
     lines.append(f"harness - bench stream: {diffs} points of good refreshes")

@@ -8,7 +8,10 @@ in its NACKs only spends its own link:
 
 * only the last ``packets`` packets of each stream are kept (older ones are past
   their frame's deadline anyway), and at most ``max_bytes`` in all;
-* each datagram is resent at most ``max_resends`` times;
+* each datagram is resent at most ``max_resends`` times (as often as a viewer
+  asks for one within its frame's wait on a short round trip: a link's bad spell
+  can take several resends of one block in a row, and a refused one costs the
+  viewer a key frame), in two copies at once from the second time on;
 * resends spend a budget that each packet sent adds ``budget_ratio`` of its size to
   (capped at ``max_budget_bytes``): resends can never be more than that share of
   the viewer's own stream.
@@ -32,7 +35,7 @@ class _Kept:
 class RetainedPackets:
     packets: int = 32
     max_bytes: int = 8 * 1024 * 1024
-    max_resends: int = 3
+    max_resends: int = 12
     budget_ratio: float = 0.5
     max_budget_bytes: int = 512 * 1024
     budget_bytes: float = 64 * 1024.0
@@ -75,12 +78,15 @@ class RetainedPackets:
                 self.refused_repeats += 1
                 continue
             data = packet.datagrams[i]
-            if self.budget_bytes < len(data):
+            # Asked again: the last resend was lost too, most likely in a bad spell of the link that is still
+            # on. Two copies back to back then take two of its losses to be lost (a third round trip less often).
+            copies = 2 if packet.resends[i] else 1
+            if self.budget_bytes < copies * len(data):
                 self.refused_budget += 1
                 continue
-            self.budget_bytes -= len(data)
+            self.budget_bytes -= copies * len(data)
             packet.resends[i] += 1
-            out.append(data)
+            out += [data] * copies
         self.resent += len(out)
         self.resent_bytes += sum(map(len, out))
         return out

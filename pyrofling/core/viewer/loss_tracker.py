@@ -17,7 +17,12 @@ reassembler still needs blocks, they are asked for: exactly those it names
 nothing of arrived (a gap in the sequence) is asked for whole.  A NACK is
 repeated after ``retry_s`` (plus the round trip) while the packet is still
 missing, at most ``max_nacks`` times and never once it is older than
-``give_up_s``: by then its frame is due and the reassembler moves on.  NACKs are
+``give_up_s``: by then its frame is due and the reassembler moves on.  The count
+is high enough that on a short round trip the asking lasts as long as the
+reassembler waits for a resend (about 40 ms of a 60 fps stream): a burst of loss
+that takes four resends of one block in a row (a link's bad spell, which the
+few datagrams between a frame's resends do not end) would otherwise cost a key
+frame and 3 to 5 frozen refreshes, for want of a fifth NACK.  NACKs are
 at most one datagram per packet per round and ``max_nack_rate`` a second, so
 forged headers on an open session cannot turn the viewer into a NACK flood (the
 connection also suspends them while malformed datagrams pour in).  A first
@@ -85,7 +90,7 @@ class LossTracker:
         report_interval_s: float = 0.1,
         tail_wait_s: float = 0.003,
         retry_s: float = 0.004,
-        max_nacks: int = 4,
+        max_nacks: int = 12,
         give_up_s: float = 0.08,
         max_nack_rate: float = 600.0,
         nack_burst: float = 60.0,
