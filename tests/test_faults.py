@@ -358,7 +358,8 @@ def test_sustained_bursty_loss_of_ten_percent_never_freezes_the_picture_for_15_f
     down = net["down"]
     assert 0.07 <= down["dropped"] / max(1, down["received"]) <= 0.13, down
     st = viewer.stats()
-    assert st["packets_lost_video"] > 0  # FEC did not recover everything: the recovery path ran
+    # Repaired, not waited out: FEC alone does not cover bursts this long, resends (or a key frame) did the rest.
+    assert st["packets_rebuilt_by_fec"] > 0 and st["packets_rebuilt_by_resend"] > 0, st
     # Counted on the stream, not the clock (a busy machine stretches time, not this): never 15 frames (250 ms
     # at 60 fps) in a row that the viewer did not show.
     assert st["max_unshown_frames"] < 15, st["max_unshown_frames"]

@@ -262,6 +262,7 @@ def test_bench_keyframes_reads_its_cases_and_refuses_a_bad_one(capsys: pytest.Ca
     assert "WIDTHxHEIGHT@KBITS" in capsys.readouterr().err
 
 
+@pytest.mark.io  # real encoders for seconds, not the quick tier's
 def test_the_bits_a_codec_needs_for_a_quality_are_read_between_the_bitrates_measured(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
