@@ -306,3 +306,52 @@ def test_an_av1_stream_plays_end_to_end_its_codec_said_and_every_picture_read() 
     assert st["frames_hidden"] == 0 and st["decode_errors"] == 0 and st["packets_lost_video"] == 0
     assert st["markers_read"] == st["frames_decoded"]
     assert host.stats.idrs >= 1 and host.keyframes.forced_for_join == 1
+
+
+def test_with_codec_auto_a_viewer_that_decodes_only_h264_turns_the_stream_and_its_leaving_brings_av1_back() -> None:
+    """``host --codec auto``: the first viewer gets AV1; a second that decodes only H.264 gets H.264 from its first
+    picture, and the first follows the change with every picture carrying its id; when the second leaves, AV1 comes
+    back (after the hold, shortened here: the rule itself is tested in virtual time)."""
+    from pyrofling.wire import VideoCodec
+
+    def codec(viewer: Viewer) -> int | None:
+        return viewer.codec_parameters.video_codec if viewer.codec_parameters is not None else None
+
+    async def scenario() -> tuple[Host, Viewer, Viewer, list[int | None]]:
+        auto = (VideoCodec.AV1, VideoCodec.H265, VideoCodec.H264)
+        host, task = await start_host(encoder=replace(SMALL, encoder="libsvtav1"), auto_codecs=auto)
+        assert host.sessions.codec_choice is not None
+        host.sessions.codec_choice.hold_s = 0.5
+        first = Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0, duration_s=60))
+        watching = asyncio.create_task(first.run())
+        await until(lambda: first.video.stats.frames_shown >= 20 or watching.done(), 30)
+        seen = [codec(first)]
+        second = Viewer(
+            ViewerConfig(
+                host="127.0.0.1", port=host.port or 0, duration_s=60, video_codecs=frozenset({VideoCodec.H264})
+            )
+        )
+        joined = asyncio.create_task(second.run())
+        await until(lambda: second.video.stats.frames_shown >= 20 or joined.done(), 30)
+        shown = first.video.stats.frames_shown
+        await until(lambda: first.video.stats.frames_shown >= shown + 20 or watching.done(), 30)
+        seen.append(codec(first))
+        second.stop()
+        await asyncio.wait_for(joined, 10)
+        await until(lambda: codec(first) == VideoCodec.AV1 or watching.done(), 30)
+        shown = first.video.stats.frames_shown
+        await until(lambda: first.video.stats.frames_shown >= shown + 20 or watching.done(), 30)
+        seen.append(codec(first))
+        first.stop()
+        await asyncio.wait_for(watching, 10)
+        await stop_host(host, task)
+        return host, first, second, seen
+
+    host, first, second, seen = run(scenario)
+    assert seen == [VideoCodec.AV1, VideoCodec.H264, VideoCodec.AV1]
+    assert first.codec_changes == 2 and host.stats.codec_switches == 2
+    a, b = first.summary(), second.summary()
+    assert b["video_codec"] == "H264" and second.codec_changes == 0  # H.264 from its very first picture
+    for st in (a, b):
+        assert st["sessions_streaming"] == 1 and st["reconnects"] == 0 and st["packets_lost_video"] == 0
+        assert st["markers_read"] == st["frames_decoded"]  # every picture, either codec, carried its id

@@ -54,6 +54,8 @@ from pyrofling.wire import (
     TruncatedError,
     UnknownControl,
     UnknownMessageError,
+    VideoCodec,
+    ViewerCodecs,
     parse_control,
     parse_media_datagram,
     parse_udp_control,
@@ -84,6 +86,7 @@ SAMPLES = [
     Player(2**64 - 1),
     PadAssigned(3, 4),
     Rumble(2, 0, 65535, 0, 65535, 65535),
+    ViewerCodecs.of([VideoCodec.H264, VideoCodec.H265, VideoCodec.AV1]),
     PathResponse(12345),
     Nack(0x3FFF, 1, 0, 1000, bytes(range(16))),
     Nack.whole_packet(17, 0),
@@ -127,6 +130,7 @@ NATIVE_WIDE = {
     MessageId.PLAYER: 0xFFFFFFFF_EF96822C,  # 8
     MessageId.PAD_ASSIGNED: 0xFFFFFFFF_EF96822D,  # 8
     MessageId.RUMBLE: 0xFFFFFFFF_EF9682AE,  # 10
+    MessageId.VIEWER_CODECS: 0xFFFFFFFF_EF968130,  # 4
 }
 
 
@@ -341,7 +345,14 @@ def test_extensions_drop_unknown_feature_bits() -> None:
     assert isinstance(msg, Extensions)
     assert msg.features == 0xFFFF_FFFF  # kept on the wire object
     assert msg.feature_flags == ALL_EXTENSIONS  # but only known ones are usable
-    assert ALL_EXTENSIONS == 0x7FF  # the eleven features of protocol.md §7.2
+    assert ALL_EXTENSIONS == 0xFFF  # the twelve features of protocol.md §7.2
+
+
+def test_viewer_codecs_name_codecs_by_their_ids_and_ignore_bits_this_build_does_not_know() -> None:
+    msg = parse_control(bytes(ViewerCodecs.of([VideoCodec.H264, VideoCodec.AV1])))
+    assert isinstance(msg, ViewerCodecs) and msg.codec_bits == 0b1010
+    assert msg.codecs() == {VideoCodec.H264, VideoCodec.AV1}
+    assert ViewerCodecs(0xFFFF_FFF1).codecs() == {VideoCodec.PYROWAVE}  # bit 0 (none) and bits past 4: nothing
 
 
 def test_sealed_viewer_datagrams_are_not_type_words() -> None:

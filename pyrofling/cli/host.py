@@ -33,6 +33,7 @@ from pyrofling.cli.options import (
     setup_logging,
     whole_number,
 )
+from pyrofling.core.host.codec_choice import DEFAULT_PREFERENCE
 from pyrofling.core.host.congestion import RATE_POLICIES
 from pyrofling.core.host.frame_clock import CONTROLLERS, POLICIES
 from pyrofling.fec.planner import PLANNERS
@@ -40,10 +41,11 @@ from pyrofling.files import write_private
 from pyrofling.runtime import tune_for_latency
 from pyrofling.server.audio import AUDIO_SOURCES, AudioConfig
 from pyrofling.server.config import DEFAULT_GAME_ENCODE, DEFAULT_PORT, ENCODE_MODES, HostConfig
-from pyrofling.server.encoder import X26X_PRESETS, EncoderConfig
+from pyrofling.server.encoder import X26X_PRESETS, EncoderConfig, available_encoders, encoder_for
 from pyrofling.server.host import Host
 from pyrofling.server.muxing import OutputConfig
 from pyrofling.server.sources import check_source
+from pyrofling.wire import VideoCodec
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +168,15 @@ def _add_video_options(p: argparse.ArgumentParser) -> None:
         help="libx264 (default; H.264), libx265 (HEVC), libsvtav1 (AV1: key frames in place of intra refresh; "
         "its --preset is a number, 0-13, default 12), or h264_nvenc, hevc_nvenc, av1_nvenc where an NVIDIA GPU "
         "is present; bench codecs compares them",
+    )
+    g.add_argument(
+        "--codec",
+        choices=(*CODEC_FLAGS, "auto"),
+        default=None,
+        help="the codec on the wire, made with libx264, libx265 or libsvtav1 (their NVENC twins with an --encoder "
+        "of NVENC); auto: the one with the fewest bits for the picture (AV1, then HEVC, then H.264) that every "
+        "viewer watching decodes, changed as viewers come and go (a pyrofling viewer says what it decodes; a "
+        "native PyroFling viewer or a browser holds the codec it joined with, or H.264); default: --encoder's",
     )
     g.add_argument(
         "--preset", default="ultrafast", help=f"x264/x265 preset: {', '.join(X26X_PRESETS)} (default ultrafast)"
@@ -471,13 +482,39 @@ def _floor_kbits(args: argparse.Namespace) -> int | None:
     return floor
 
 
+#: ``--codec``'s names.
+CODEC_FLAGS = {"h264": VideoCodec.H264, "hevc": VideoCodec.H265, "av1": VideoCodec.AV1}
+
+
+def _auto_codecs(args: argparse.Namespace) -> tuple[VideoCodec, ...]:
+    """``--codec auto``'s choice, best first, of the codecs whose encoder this machine opens."""
+    if args.codec != "auto":
+        return ()
+    have = set(available_encoders())
+    codecs = tuple(c for c in DEFAULT_PREFERENCE if encoder_for(c, args.encoder) in have)
+    if not codecs:
+        raise ValueError(f"--codec auto: none of the encoders it chooses from opens here (have: {', '.join(have)})")
+    return codecs
+
+
+def _encoder_name(args: argparse.Namespace, auto_codecs: tuple[VideoCodec, ...]) -> str:
+    """The encoder the host starts with: ``--encoder``'s, or the one of ``--codec`` (auto: its best)."""
+    if args.codec is None:
+        return str(args.encoder)
+    codec = auto_codecs[0] if auto_codecs else CODEC_FLAGS[args.codec]
+    if args.encoder not in ("libx264", "h264_nvenc") and EncoderConfig(encoder=args.encoder).video_codec != codec:
+        raise ValueError(f"--encoder {args.encoder} does not make {args.codec}: give one of them")
+    return encoder_for(codec, args.encoder)
+
+
 def host_config(args: argparse.Namespace) -> HostConfig:
     """The host the flags describe; ValueError saying what to change when they do not fit together."""
     check_source(args.source)
     if args.run is not None and args.source != "headless":
         raise ValueError("--run goes with --source headless: the program to start in the host's own desktop")
+    auto_codecs = _auto_codecs(args)
     encoder = EncoderConfig(
-        encoder=args.encoder,
+        encoder=_encoder_name(args, auto_codecs),
         width=args.width,
         height=args.height,
         fps=args.fps,
@@ -507,10 +544,16 @@ def host_config(args: argparse.Namespace) -> HostConfig:
     layer_socket = None
     if args.source == "capture" and not args.no_layer_socket:
         layer_socket = args.layer_socket or default_layer_socket()
+    if auto_codecs and _output_config(args).enabled:
+        raise ValueError(
+            "--codec auto changes the codec as viewers come and go, which a recording, a broadcast or the "
+            "spectators' stream cannot follow: name one codec (--codec h264, hevc or av1)"
+        )
     return HostConfig(
         bind=args.bind,
         port=args.port,
         encoder=encoder,
+        auto_codecs=auto_codecs,
         source=args.source,
         raw_format=args.raw_format,
         fec="none" if args.no_fec else args.fec_planner,

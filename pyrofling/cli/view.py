@@ -32,7 +32,7 @@ from pyrofling.core.viewer.audio_control import RATE_CONTROLLERS
 from pyrofling.core.viewer.phase_offset import AutoOffsetConfig
 from pyrofling.core.viewer.presentation import PresentationConfig
 from pyrofling.runtime import tune_for_latency
-from pyrofling.wire import KickFlags
+from pyrofling.wire import KickFlags, VideoCodec
 
 log = logging.getLogger("pyrofling")
 
@@ -87,6 +87,13 @@ def add_view(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--no-resend",
         action="store_true",
         help="do not ask the host to send missing datagrams again (NACK); to measure FEC on its own",
+    )
+    p.add_argument(
+        "--codecs",
+        type=codec_list,
+        default=None,
+        help="the video codecs to tell a host that chooses its codec (host --codec auto) this viewer decodes, e.g. "
+        "h264 or h264,av1 (default: every one it can: h264, hevc, av1)",
     )
     p.add_argument(
         "--check-scene",
@@ -303,7 +310,21 @@ def viewer_config(args: argparse.Namespace) -> ViewerConfig:
         host_on_this_machine=args.host_on_this_machine,
         recovery=args.recovery,
         resends=not args.no_resend,
+        video_codecs=args.codecs,
     )
+
+
+#: ``--codecs``' names, as ``host --codec`` has them.
+VIEW_CODECS = {"h264": VideoCodec.H264, "hevc": VideoCodec.H265, "av1": VideoCodec.AV1}
+
+
+def codec_list(text: str) -> frozenset[VideoCodec]:
+    """``h264,av1`` -> the codecs; argparse's error names what is wrong."""
+    names = [n.strip().lower() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in VIEW_CODECS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"{text!r}: name codecs from {', '.join(VIEW_CODECS)}, comma-separated")
+    return frozenset(VIEW_CODECS[n] for n in names)
 
 
 # --------------------------------------------------------------------------------------------

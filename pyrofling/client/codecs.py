@@ -22,6 +22,18 @@ log = logging.getLogger(__name__)
 DECODERS = {VideoCodec.H264: "h264", VideoCodec.H265: "hevc", VideoCodec.AV1: "libdav1d"}
 
 
+def decodable_codecs() -> frozenset[VideoCodec]:
+    """The video codecs this PyAV build decodes (what a viewer tells a host that chooses, protocol.md §7.15)."""
+    found = set()
+    for codec, name in DECODERS.items():
+        try:
+            av.codec.Codec(name, "r")
+        except (av.FFmpegError, ValueError):
+            continue
+        found.add(codec)
+    return frozenset(found)
+
+
 def luma(frame: av.VideoFrame) -> npt.NDArray[np.uint8]:
     """A decoded 8-bit picture's luma plane as rows of its line size (no copy: the row padding is kept)."""
     plane = frame.planes[0]

@@ -15,7 +15,7 @@ from pyrofling.core.viewer.presentation import PresentationConfig
 from pyrofling.core.viewer.reassembler import ReassemblerConfig
 from pyrofling.core.viewer.session import ViewerSessionConfig
 from pyrofling.pairing import PairingStoreError, ViewerPairings
-from pyrofling.wire import ExtensionFeature, KickFlags
+from pyrofling.wire import ExtensionFeature, KickFlags, VideoCodec
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +92,9 @@ class ViewerConfig:
     check_scene: bool = False
     #: The host runs on this machine: its clock is ours (capture stamps map as they are, not through pings).
     host_on_this_machine: bool = False
+    #: The video codecs to tell a host that chooses its codec (protocol.md §7.15); None: every one this viewer
+    #: decodes.
+    video_codecs: frozenset[VideoCodec] | None = None
 
     @property
     def address(self) -> str:
@@ -118,7 +121,14 @@ class ViewerConfig:
             request_key_frames=self.recovery == "key-frame",
             host_clock_offset_s=0.0 if self.host_on_this_machine else None,
             display=None if self.display is None else display_mode(*self.display),
+            video_codecs=self.video_codecs if self.video_codecs is not None else _decodable(),
         )
         if not self.resends:
             cfg = replace(cfg, extensions=cfg.extensions & ~ExtensionFeature.NACK)
         return cfg if self.extensions else replace(cfg, extensions=ExtensionFeature.NONE)
+
+
+def _decodable() -> frozenset[VideoCodec]:
+    from pyrofling.client.codecs import decodable_codecs  # PyAV: only once a session starts
+
+    return decodable_codecs()

@@ -35,6 +35,7 @@ from pyrofling.client.viewer_stats import codec_name, viewer_summary
 from pyrofling.core.samples import recent_samples, tail
 from pyrofling.core.viewer.connection import (
     AudioLost,
+    CodecChanged,
     DecodeVideo,
     Paired,
     PlayAudio,
@@ -50,7 +51,7 @@ from pyrofling.core.viewer.timeline import Snapshot, Timeline
 from pyrofling.files import write_stats
 from pyrofling.pairing import PairingStoreError, ViewerPairings
 from pyrofling.runtime import THREAD_PRIORITIES
-from pyrofling.wire import CodecParameters, ExtensionFeature, KickFlags, StreamRate, VideoCodec
+from pyrofling.wire import VIDEO_CODEC_NAMES, CodecParameters, ExtensionFeature, KickFlags, StreamRate, VideoCodec
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,8 @@ class Viewer:
         #: The display the window said last (None: the configured one, if any).
         self._display: tuple[int, int, int] | None = None
         self.codec_parameters: CodecParameters | None = None
+        #: Times the host changed the codec while this viewer watched (``host --codec auto``).
+        self.codec_changes = 0
         self.reconnect = Reconnect(enabled=config.reconnect)
         self.connects = 0
         self.sessions_streaming = 0
@@ -297,6 +300,12 @@ class Viewer:
                 self.auth_failure, self._retry_after_s, self._busy = out.reason, out.retry_after_s, out.busy
             elif isinstance(out, Paired):
                 self._store_pairing(out)
+            elif isinstance(out, CodecChanged):
+                self.codec_changes += 1
+                self.codec_parameters = conn.session.codec_parameters
+                log.info(
+                    "the host streams %s from its next key frame on (was %s)", _codec(out.after), _codec(out.before)
+                )
             elif isinstance(out, PlayRumble) and self.gamepad is not None:
                 r = out.rumble
                 self.gamepad.rumble(r.strong, r.weak, r.duration_ms, r.seq)
@@ -430,3 +439,7 @@ def _fmt(addr: Any) -> str:
     if not addr:
         return "?"
     return f"[{addr[0]}]:{addr[1]}" if ":" in str(addr[0]) else f"{addr[0]}:{addr[1]}"
+
+
+def _codec(codec: VideoCodec) -> str:
+    return VIDEO_CODEC_NAMES.get(codec, codec.name)

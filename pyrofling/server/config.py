@@ -33,6 +33,9 @@ class HostConfig:
     bind: str = "localhost"
     port: int = DEFAULT_PORT  # 0: any free port (tests); TCP and UDP share it
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    #: ``--codec auto``: the codecs to choose from as viewers come and go, best first (the encoder starts with the
+    #: first; protocol.md §7.15). Empty: ``encoder``'s codec, always.
+    auto_codecs: tuple[VideoCodec, ...] = ()
     source: str = "scene"
     raw_format: str = "yuv420p"
     #: FEC planner for video: auto (adaptive for viewers that report their loss, tuned for the others), tuned,

@@ -104,6 +104,20 @@ class EncodedVideo:
     convert_s: float
 
 
+#: The encoder each codec is made with, in software and on an NVIDIA GPU (``host --codec``).
+CODEC_ENCODERS = {
+    VideoCodec.H264: ("libx264", "h264_nvenc"),
+    VideoCodec.H265: ("libx265", "hevc_nvenc"),
+    VideoCodec.AV1: ("libsvtav1", "av1_nvenc"),
+}
+
+
+def encoder_for(codec: VideoCodec, like: str = "libx264") -> str:
+    """The encoder that makes ``codec``, on an NVIDIA GPU where ``like`` is an NVENC encoder."""
+    software, nvenc = CODEC_ENCODERS[codec]
+    return nvenc if "nvenc" in like else software
+
+
 def available_encoders() -> list[str]:
     """The encoders of interest this PyAV build can open."""
     out = []
@@ -138,8 +152,9 @@ class VideoEncoder:
         self.errors = 0
         #: The bitrate it encodes at now (rate control moves it; the configured one is the ceiling).
         self.bitrate_bps = config.bitrate_kbits * 1000
-        #: Times the stream changed size (:meth:`resize`).
+        #: Times the stream changed size (:meth:`resize`) and codec (:meth:`switch`).
         self.resizes = 0
+        self.switches = 0
 
     def resize(self, width: int, height: int) -> None:
         """Encode at this size from the next frame on: a new encoder, whose first frame is an IDR of the new size
@@ -153,6 +168,21 @@ class VideoEncoder:
         self.config, self._ctx = config, ctx  # the old one is freed with its last reference
         self.set_bitrate(bitrate)  # where rate control had it
         self.resizes += 1
+
+    def switch(self, encoder: str) -> None:
+        """Encode with ``encoder`` (another codec) from the next frame on, at the same size and bitrate: its first
+        frame is a key frame. ValueError, and the old encoder goes on, when it does not open. On the encode
+        thread."""
+        if encoder == self.config.encoder:
+            return
+        config = replace(self.config, encoder=encoder)
+        config.check()
+        ctx = self._open(config)
+        bitrate = self.bitrate_bps
+        _end(self._ctx)
+        self.config, self._ctx = config, ctx
+        self.set_bitrate(bitrate)
+        self.switches += 1
 
     def _open(self, cfg: EncoderConfig) -> av.VideoCodecContext:
         if cfg.encoder == "libsvtav1":  # SVT-AV1 prints a banner and notes on its own defaults at each start

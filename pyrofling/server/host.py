@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyrofling.capture.paths import default_socket_path
 from pyrofling.clocks import SYSTEM_CLOCK, Clock
+from pyrofling.core.host.codec_choice import CODEC_NAMES, CodecChoice, SwitchCodec
 from pyrofling.core.host.congestion import RateConfig
 from pyrofling.core.host.display import FollowDisplay
 from pyrofling.core.host.encode_schedule import EncodeSchedule
@@ -58,7 +59,7 @@ from pyrofling.server.audio import (
 from pyrofling.server.capture import CaptureServer
 from pyrofling.server.config import HostConfig
 from pyrofling.server.destinations import Destinations, open_destinations
-from pyrofling.server.encoder import EncodedVideo, VideoEncoder
+from pyrofling.server.encoder import EncodedVideo, VideoEncoder, encoder_for
 from pyrofling.server.gamepad import PadOutput, VirtualPad, open_virtual_pad
 from pyrofling.server.heartbeat import Heartbeat
 from pyrofling.server.input_devices import InputDevices, InputOutput, open_input_devices
@@ -113,6 +114,7 @@ class Host:
             rate_policy=config.rate_policy,
             paired=self.pairings,
             pads=config.pads,
+            codec_choice=CodecChoice(config.auto_codecs, config.auto_codecs[0]) if config.auto_codecs else None,
         )
         if config.show_pairing_code is not None and config.password is not None:
             self.sessions.auth.issue_code(config.password, clock.now())  # its 10 minutes run from when it was shown
@@ -120,6 +122,9 @@ class Host:
         #: (seconds since start, encoder kbit/s) at each change, for the statistics and the benches.
         self.bitrate_trace: list[tuple[float, int]] = [(0.0, config.encoder.bitrate_kbits)]
         self._encoder: VideoEncoder | None = None
+        #: The encoder being opened anew for another codec (``--codec auto``; one at a time: the sessions ask no
+        #: second switch before this one is done).
+        self._codec_switch: asyncio.Future[None] | None = None
         self.ready = asyncio.Event()
         self._stop = asyncio.Event()
         # One encode thread, named, at the encoder's priority (its x264 slice threads inherit it).
@@ -330,12 +335,32 @@ class Host:
             follow_display(self.heartbeat.source, out, self.config.encoder.fps)
         elif isinstance(out, BrowserRumble) and self.web is not None:
             self.web.rumble(out)
+        elif isinstance(out, SwitchCodec) and self._encoder is not None:
+            self._codec_switch = asyncio.ensure_future(self._switch_codec(self._encoder, out))
         elif isinstance(out, SetBitrate) and self._encoder is not None:
             self._encoder.set_bitrate(out.bits_per_s)
             kbits = round(out.bits_per_s / 1000)
             self.bitrate_trace.append((round(self._clock.now() - self._started_s, 3), kbits))
             del self.bitrate_trace[:-2000]
             log.debug("bitrate %d kbit/s (%s)", kbits, out.why)
+
+    async def _switch_codec(self, encoder: VideoEncoder, out: SwitchCodec) -> None:
+        """The encoder opened anew for another codec on the encode thread, between two frames; then the sessions
+        tell the viewers that follow (``--codec auto``)."""
+        loop = asyncio.get_running_loop()
+        before, started = encoder.video_codec, time.perf_counter()
+        try:
+            await loop.run_in_executor(self._executor, encoder.switch, encoder_for(out.codec, encoder.config.encoder))
+        except ValueError as exc:
+            log.warning("codec: staying with %s: %s", CODEC_NAMES[before], exc)
+        now = self._clock.now()
+        self.network.perform(self.sessions.codec_switched(out.codec, encoder.video_codec, now))
+        if encoder.video_codec != before:
+            self.stats.codec_switches += 1
+            log.info(
+                "codec: %s -> %s (%s); the encoder opened anew in %.0f ms",
+                CODEC_NAMES[before], CODEC_NAMES[encoder.video_codec], out.why, (time.perf_counter() - started) * 1000,
+            )  # fmt: skip
 
     # -- media out -----------------------------------------------------------------------------
 

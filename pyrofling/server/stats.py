@@ -25,6 +25,8 @@ class HostStats:
     audio_packets: int = 0
     audio_bytes: int = 0
     audio_encode_errors: int = 0
+    #: Times ``--codec auto`` changed the codec.
+    codec_switches: int = 0
     encode_ms: deque[float] = field(default_factory=recent_samples)
     convert_ms: deque[float] = field(default_factory=recent_samples)
     render_ms: deque[float] = field(default_factory=recent_samples)

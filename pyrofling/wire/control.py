@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar, Self
 
@@ -75,6 +76,7 @@ class MessageId(enum.IntEnum):
     PAD_ASSIGNED = 45
     RUMBLE = 46
     VIEWER_DISPLAY = 47
+    VIEWER_CODECS = 48
 
 
 def type_word(message_id: int, payload_bytes: int) -> int:
@@ -121,6 +123,16 @@ class VideoCodec(enum.IntEnum):
     H265 = 2
     AV1 = 3
     PYROWAVE = 4
+
+
+#: How the command line and the logs name each video codec.
+VIDEO_CODEC_NAMES = {
+    VideoCodec.NONE: "none",
+    VideoCodec.H264: "H.264",
+    VideoCodec.H265: "HEVC",
+    VideoCodec.AV1: "AV1",
+    VideoCodec.PYROWAVE: "PyroWave",
+}
 
 
 class AudioCodec(enum.IntEnum):
@@ -386,6 +398,25 @@ class ViewerDisplay(ControlMessage):
 
 
 @dataclass(frozen=True, slots=True)
+class ViewerCodecs(ControlMessage):
+    """pyrofling extension (protocol.md §7.15), viewer → host over TCP: the video codecs it decodes, one bit per codec
+    id (bit 1 H.264, bit 2 H.265, bit 3 AV1); a host that chooses its codec (``--codec auto``) streams one that every
+    viewer watching takes."""
+
+    ID = MessageId.VIEWER_CODECS
+    PAYLOAD = struct.Struct("<I")
+    codec_bits: int
+
+    @classmethod
+    def of(cls, codecs: Iterable[VideoCodec]) -> ViewerCodecs:
+        return cls(sum(1 << int(c) for c in set(codecs)))
+
+    def codecs(self) -> frozenset[VideoCodec]:
+        """The codecs named, of those this build knows (other bits are ignored)."""
+        return frozenset(c for c in VideoCodec if c != VideoCodec.NONE and self.codec_bits >> int(c) & 1)
+
+
+@dataclass(frozen=True, slots=True)
 class Ping(ControlMessage):
     ID = MessageId.PING
     PAYLOAD = struct.Struct("<H")
@@ -423,6 +454,9 @@ class ExtensionFeature(enum.IntFlag):
     #: The viewer says its display's size and refresh rate (VIEWER_DISPLAY); a host that makes its own desktop
     #: sizes it to them (protocol.md §7.14).
     DISPLAY = 1 << 10
+    #: The viewer says which video codecs it decodes (VIEWER_CODECS); a host that chooses streams one that every
+    #: viewer takes, and tells it with CODEC_PARAMETERS when it changes (protocol.md §7.15).
+    CODECS = 1 << 11
 
 
 #: Every feature this build knows: what a pyrofling viewer asks for, and (less AUTH and ENCRYPTION, which a host
@@ -745,6 +779,7 @@ CONTROL_TYPES: dict[int, type[ControlMessage]] = {
         PadAssigned,
         Rumble,
         ViewerDisplay,
+        ViewerCodecs,
     )
 }
 

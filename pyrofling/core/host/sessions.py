@@ -28,9 +28,11 @@ from __future__ import annotations
 import secrets
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 
 from pyrofling.core.host.admission import ConnectionBudget
 from pyrofling.core.host.auth import HostAuth, PairedViewers
+from pyrofling.core.host.codec_choice import BROWSER_CODECS, CodecChoice
 from pyrofling.core.host.congestion import LinkController, RateConfig
 from pyrofling.core.host.display import DisplayFollower
 from pyrofling.core.host.keyframes import KeyframePolicy
@@ -101,6 +103,8 @@ from pyrofling.wire import (
     RateFeedback,
     RequestKeyframe,
     UnknownControl,
+    VideoCodec,
+    ViewerCodecs,
     ViewerDisplay,
     parse_udp_control,
     sealed_cookie,
@@ -145,8 +149,12 @@ class HostSessions:
         rate_policy: str = "player",
         paired: PairedViewers | None = None,
         pads: int = 1,
+        codec_choice: CodecChoice | None = None,
     ) -> None:
         self.config = config or HostSessionConfig()
+        #: Which codec the encode uses, from what the viewers watching decode (``host --codec auto``, protocol.md
+        #: §7.15); None: the host's one codec.
+        self.codec_choice = codec_choice
         self._make_pacer = make_pacer
         #: The encoder's bitrate from the links of the viewers that report them (protocol.md §7.10); None: fixed.
         self.rate = HostRate(rate, rate_policy) if rate is not None else None
@@ -241,6 +249,8 @@ class HostSessions:
         out += self.display.left(conn_id, conn.last_alive_s)
         if conn.link is not None and self.rate is not None:
             out += self.rate.left(conn, conn.last_alive_s, self._video_viewers(), self.players.pad_holder)
+        if self.codec_choice is not None:
+            out += self.codec_choice.left(conn_id, conn.last_alive_s)
         return out
 
     # -- browsers (host --web) -----------------------------------------------------------------
@@ -296,7 +306,10 @@ class HostSessions:
         conn.authenticated = conn.kicked = True
         conn.kicked_s = now  # when it started watching (the "player" policy's first viewer is the earliest)
         self._browsers[browser] = conn
-        return self.players.joined(conn, now)
+        out = self.players.joined(conn, now)
+        if self.codec_choice is not None:
+            out += self.codec_choice.joined(conn.conn_id, BROWSER_CODECS, now)
+        return out
 
     def browser_input(self, browser: int, msg: GamepadState | InputState, now: float) -> list[HostOutput]:
         """A browser's pad or keyboard and mouse, as a viewer's GAMEPAD_STATE or INPUT_STATE."""
@@ -328,6 +341,8 @@ class HostSessions:
         out = [*self.players.left(conn), *self.display.left(conn.conn_id, conn.last_alive_s)]
         if conn.link is not None and self.rate is not None:
             out += self.rate.left(conn, conn.last_alive_s, self._video_viewers(), self.players.pad_holder)
+        if self.codec_choice is not None:
+            out += self.codec_choice.left(conn.conn_id, conn.last_alive_s)
         return out
 
     def browser_sent(self, browser: int, unit: int | None, size: int, now: float) -> None:
@@ -496,6 +511,9 @@ class HostSessions:
             return []
         if isinstance(msg, ViewerDisplay) and conn.extensions & ExtensionFeature.DISPLAY:
             return self.display.stated(conn_id, msg, now, connected_s=conn.opened_s)
+        if isinstance(msg, ViewerCodecs) and conn.extensions & ExtensionFeature.CODECS:
+            conn.video_codecs = msg.codecs()  # counts from its KICK on (protocol.md §7.15)
+            return []
         # Anything else (unknown ids, messages only the host sends): NAK, as the reference does.
         self.discarded["unexpected_control"] += 1
         return [conn.send(Nak())]
@@ -505,10 +523,10 @@ class HostSessions:
         conn.last_alive_s = now
         self.players.kick(conn, flags)
         if conn.kicked:
-            out: list[HostOutput] = [LogLine(conn.conn_id, f"redundant KICK from {conn.label}")]
+            again: list[HostOutput] = [LogLine(conn.conn_id, f"redundant KICK from {conn.label}")]
             if flags & KickFlags.GAMEPAD:
-                out += self.players.joined(conn, now)  # it asks for the gamepad only now
-            return out
+                again += self.players.joined(conn, now)  # it asks for the gamepad only now
+            return again
         if conn.udp_address is None:
             return [conn.send(Nak())]
         if self.codec_parameters is None:
@@ -531,10 +549,17 @@ class HostSessions:
         # Audio repair only while this viewer reports loss: a clean link pays nothing, a native viewer (which
         # would drop it unread) never gets it.
         packetizer.audio_fec_active = False
+        out: list[HostOutput] = []
+        params: CodecParameters = self.codec_parameters
         if flags & KickFlags.VIDEO:
             self.keyframes.viewer_joined()
-        out = [
-            conn.send(self.codec_parameters),
+            if self.codec_choice is not None:
+                # It may change the codec: it is answered with the one the stream is switching to.
+                follows = conn.extensions & ExtensionFeature.CODECS and conn.video_codecs is not None
+                out += self.codec_choice.joined(conn.conn_id, conn.video_codecs if follows else None, now)
+                params = replace(params, video_codec=int(self.codec_choice.target))
+        out += [
+            conn.send(params),
             LogLine(conn.conn_id, f"viewer {conn.label} joined for {_flag_names(flags)}"),
         ]
         if flags & KickFlags.GAMEPAD:
@@ -801,6 +826,28 @@ class HostSessions:
             "discarded": dict(self.discarded),
         }
 
+    # -- the codec (host --codec auto) --------------------------------------------------------
+
+    def codec_switched(self, asked: VideoCodec, codec: VideoCodec, now: float) -> list[HostOutput]:
+        """The switch to ``asked`` is done: the encoder makes ``codec`` from its next picture on (a key frame; the
+        old codec when the switch failed). The viewers that follow a change are told, and every viewer's video
+        starts again at that key frame."""
+        out: list[HostOutput] = []
+        if self.codec_choice is None or self.codec_parameters is None:
+            return out
+        before = self.codec_choice.running
+        self.codec_choice.switched(asked, codec, now)
+        self.codec_parameters = params = replace(self.codec_parameters, video_codec=int(codec))
+        if codec == before:
+            return out
+        for conn in self._connections.values():
+            if not conn.kicked or not conn.wants(KickFlags.VIDEO):
+                continue
+            conn.awaiting_idr = True  # nothing of the old codec after the switch: the new one starts whole
+            if conn.extensions & ExtensionFeature.CODECS:
+                out.append(conn.send(params))
+        return out
+
     # -- timers ----------------------------------------------------------------------------
 
     def next_timer(self) -> float | None:
@@ -808,7 +855,8 @@ class HostSessions:
         releases, a keep-alive or authentication deadline, held input to let go."""
         # Held input and the followed display have deadlines of their own, also with browsers alone watching.
         web = self.browsers.next_timer() if self.browsers is not None else None
-        dues = [t for t in (self.players.next_timer(), self.display.next_timer(), web) if t is not None]
+        codec = self.codec_choice.next_timer() if self.codec_choice is not None else None
+        dues = [t for t in (self.players.next_timer(), self.display.next_timer(), web, codec) if t is not None]
         if self._connections:
             dues.append(min(c.last_alive_s for c in self._connections.values()) + self.config.keepalive_timeout_s)
             sending = self.media_out.next_timer(list(self._connections.values()))
@@ -822,6 +870,8 @@ class HostSessions:
 
     def handle_timer(self, now: float) -> list[HostOutput | WebOutput]:
         out: list[HostOutput | WebOutput] = [*self.players.handle_timer(now), *self.display.handle_timer(now)]
+        if self.codec_choice is not None:
+            out += self.codec_choice.handle_timer(now)
         if self.browsers is not None:
             out += self.from_browsers(self.browsers.handle_timer(now), now)  # its key frames, too
         for conn in list(self._connections.values()):

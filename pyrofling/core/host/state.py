@@ -26,7 +26,7 @@ from pyrofling.core.secure import (
     ShareExchange,
     Transcript,
 )
-from pyrofling.wire import ALL_EXTENSIONS, ControlMessage, ExtensionFeature, KickFlags, Progress
+from pyrofling.wire import ALL_EXTENSIONS, ControlMessage, ExtensionFeature, KickFlags, Progress, VideoCodec
 
 #: A socket address as asyncio reports it: (host, port) or (host, port, flowinfo, scope_id).
 Address: TypeAlias = tuple[Any, ...]
@@ -244,6 +244,8 @@ class RemoteViewer:
     player_token: int | None = None
     #: RUMBLE messages sent to it (their seq).
     rumble_seq: int = 0
+    #: The video codecs it decodes (VIEWER_CODECS, protocol.md §7.15); None: it did not say.
+    video_codecs: frozenset[VideoCodec] | None = None
     pings: int = 0
     nacks: int = 0
     loss_reports: int = 0

@@ -44,6 +44,7 @@ from pyrofling.core.viewer.reassembler import (
     ReassemblyEvent,
 )
 from pyrofling.core.viewer.session import (
+    CodecChanged,
     ControlToHost,
     DatagramToHost,
     Paired,
@@ -73,6 +74,7 @@ SUSPECT_REFUSED_PER_S = 200
 
 __all__ = [
     "AudioLost",
+    "CodecChanged",
     "ControlToHost",
     "DatagramToHost",
     "DecodeVideo",

@@ -62,6 +62,8 @@ from pyrofling.wire import (
     Rumble,
     StreamRate,
     UnknownControl,
+    VideoCodec,
+    ViewerCodecs,
     ViewerDisplay,
 )
 
@@ -119,6 +121,14 @@ class Paired(ViewerOutput):
     """The host accepted the code and remembers this viewer: store the credential."""
 
     credential: HostCredential
+
+
+@dataclass(frozen=True, slots=True)
+class CodecChanged(ViewerOutput):
+    """The host streams another codec from its next key frame on (``host --codec auto``, protocol.md §7.15)."""
+
+    before: VideoCodec
+    after: VideoCodec
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +192,9 @@ class ViewerSessionConfig:
     #: The display this viewer shows the picture on: width, height, refresh in mHz (0: unknown); a host that makes
     #: its own desktop makes it that size (DISPLAY, protocol.md §7.14). None: say nothing.
     display: tuple[int, int, int] | None = None
+    #: The video codecs this viewer decodes, said to a host that chooses its codec by them (CODECS, protocol.md
+    #: §7.15). None: say nothing (the host then keeps the codec this viewer joined with while it watches).
+    video_codecs: frozenset[VideoCodec] | None = None
 
 
 @dataclass(slots=True)
@@ -240,6 +253,9 @@ class ViewerSession:
         #: The pad this viewer drives and how many the host has (PADS, §7.12); None: not told.
         self.pad_assigned: tuple[int, int] | None = None
         self._player_sent = False
+        self._codecs_sent = False
+        #: Times the host changed the stream's codec (CODEC_PARAMETERS while streaming).
+        self.codec_changes = 0
         #: The display told to the host last (DISPLAY), and the one to tell.
         self.display_sent: tuple[int, int, int] | None = None
         self.display = self.config.display
@@ -341,7 +357,10 @@ class ViewerSession:
                 return []
             return self._fail(f"expected CODEC_PARAMETERS, AGAIN or NAK, got {_name(msg)}")
         if self.phase == Phase.STREAMING and isinstance(msg, CodecParameters):
+            before = self.codec_parameters
             self.codec_parameters = msg  # a host may announce new parameters; keep the latest
+            if before is not None and msg.video_codec != before.video_codec:
+                return self._codec_changed(VideoCodec(before.video_codec), msg, now)
         elif (
             self.phase == Phase.STREAMING
             and isinstance(msg, StreamRate)
@@ -450,6 +469,10 @@ class ViewerSession:
             self._player_sent = True
             out.append(self._send(Player(token)))
         out += self._tell_display()
+        codecs = self.config.video_codecs
+        if codecs is not None and self._granted(ExtensionFeature.CODECS) and not self._codecs_sent:
+            self._codecs_sent = True  # once per connection, before its first KICK
+            out.append(self._send(ViewerCodecs.of(codecs)))
         return [*out, self._send(Kick(flags))]
 
     def display_changed(self, width: int, height: int, refresh_mhz: int) -> list[ViewerOutput]:
@@ -508,6 +531,18 @@ class ViewerSession:
         if first:
             out += self._progress(now)  # tells a native host its IDR arrived
         return whole, out
+
+    def _codec_changed(self, before: VideoCodec, msg: CodecParameters, now: float) -> list[ViewerOutput]:
+        """Another codec from the host's next picture on, a key frame: nothing is whole until it comes, and if it
+        does not within ``keyframe_retry_s`` (it came before this message, or was lost) one is asked for."""
+        self.codec_changes += 1
+        self.gate.lost()
+        self._key_requested_s = now
+        try:
+            after = VideoCodec(msg.video_codec)
+        except ValueError:
+            after = VideoCodec.NONE
+        return [CodecChanged(before, after)]
 
     def video_lost(self, now: float) -> list[ViewerOutput]:
         """Video packets will never arrive: pictures are broken until a key frame."""

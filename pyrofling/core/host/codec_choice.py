@@ -1,0 +1,139 @@
+"""Which video codec the one encode uses under ``host --codec auto`` (protocol.md §7.15); pure.
+
+A pyrofling viewer that negotiated CODECS says which codecs it decodes (VIEWER_CODECS) before its first KICK.
+The host streams the first codec of its preference (AV1, then H.265, then H.264 by default: the fewest bits for
+a picture, ``bench codecs``) that every viewer watching decodes and the host can encode. Two kinds of viewer
+cannot follow a change of codec: a native PyroFling viewer (it reads the codec from CODEC_PARAMETERS once, at its
+KICK) and a pyrofling viewer that did not negotiate CODECS; each takes whatever runs when it joins, and while one
+watches the codec stays as it is. A browser on the web door decodes H.264.
+
+A viewer that cannot decode the running codec changes it at once, before its first picture: its KICK is
+answered with the parameters of the codec being switched to, the encoder is opened anew for that codec, and
+every viewer that follows changes (CODECS) is sent the new parameters (:meth:`CodecChoice.switched`), the
+first picture of the new codec being a key frame. When the viewer that held the stream down leaves, the better
+codec comes back only after :data:`HOLD_S` without a change: a viewer that reconnects does not reopen the
+encoder twice. A viewer that nothing running can serve (a native viewer holds a codec the newcomer lacks) gets
+the running codec and its own viewer says it cannot decode it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pyrofling.core.host.state import HostOutput
+from pyrofling.wire import VIDEO_CODEC_NAMES as CODEC_NAMES
+from pyrofling.wire import VideoCodec
+
+#: The preference of ``--codec auto``: the fewest bits for H.264's quality first (``bench codecs``: AV1 64 %, HEVC
+#: 78 % at 720p).
+DEFAULT_PREFERENCE = (VideoCodec.AV1, VideoCodec.H265, VideoCodec.H264)
+#: How long a better codec waits after the last change before it comes back.
+HOLD_S = 5.0
+#: What a browser on the web door decodes (its page's WebCodecs decoder).
+BROWSER_CODECS = frozenset({VideoCodec.H264})
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchCodec(HostOutput):
+    """Open the encoder anew for ``codec``, then tell the sessions (:meth:`HostSessions.codec_switched`)."""
+
+    codec: VideoCodec
+    why: str
+
+
+@dataclass(slots=True)
+class CodecChoice:
+    """:meth:`joined` and :meth:`left` as viewers come and go; :meth:`handle_timer` at :meth:`next_timer`;
+    :meth:`switched` when the shell has done a :class:`SwitchCodec`."""
+
+    #: The codecs the host would stream, best first (only those it can encode).
+    preference: tuple[VideoCodec, ...]
+    #: What the encoder makes now.
+    running: VideoCodec
+    hold_s: float = HOLD_S
+    #: Asked of the shell and not done yet.
+    switching: VideoCodec | None = None
+    #: Each watching viewer's codecs; None: it cannot follow a change (it holds the codec it joined with).
+    watchers: dict[int, frozenset[VideoCodec] | None] = field(default_factory=dict)
+    switches: int = 0
+    _changed_s: float = float("-inf")
+    _due_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.preference:
+            raise ValueError("no codec to choose from")
+
+    @property
+    def target(self) -> VideoCodec:
+        """The codec the stream is or will be in: a newcomer is answered with it."""
+        return self.switching if self.switching is not None else self.running
+
+    def best(self) -> VideoCodec:
+        """The first codec of the preference that every viewer watching decodes; the running one while a viewer
+        that cannot follow a change watches, or when none serves them all."""
+        sets = list(self.watchers.values())
+        if any(s is None for s in sets):
+            return self.target
+        for codec in self.preference:
+            if all(codec in s for s in sets if s is not None):
+                return codec
+        return self.target
+
+    def joined(self, conn_id: int, codecs: frozenset[VideoCodec] | None, now: float) -> list[HostOutput]:
+        """A viewer starts watching (its KICK): a switch at once if it cannot decode what runs or is coming."""
+        self.watchers[conn_id] = codecs
+        if codecs is not None and self.target not in codecs:
+            best = self.best()
+            if best != self.target:
+                return self._switch(best, now, f"a viewer that decodes only {_names(codecs)} joined")
+        return self._reconsider(now)
+
+    def left(self, conn_id: int, now: float) -> list[HostOutput]:
+        if conn_id not in self.watchers:
+            return []
+        del self.watchers[conn_id]
+        return self._reconsider(now)
+
+    def switched(self, asked: VideoCodec, made: VideoCodec, now: float) -> None:
+        """The switch to ``asked`` is done: the encoder makes ``made`` from now on (the old codec if it failed). A
+        later switch asked meanwhile (a second newcomer that decodes even less) is still to come."""
+        self.running = made
+        if asked == self.switching:
+            self.switching = None
+        self._changed_s = now
+
+    def next_timer(self) -> float | None:
+        return self._due_s
+
+    def handle_timer(self, now: float) -> list[HostOutput]:
+        if self._due_s is None or now < self._due_s:
+            return []
+        self._due_s = None
+        return self._reconsider(now)
+
+    def _reconsider(self, now: float) -> list[HostOutput]:
+        """A better codec for everyone watching comes back once the hold since the last change is over."""
+        best = self.best()
+        if best == self.target or self.switching is not None:
+            self._due_s = None
+            return []
+        if self.preference.index(best) > self.preference.index(self.target):
+            # Worse than what runs: only a newcomer that cannot decode it switches down (joined), never a leave.
+            self._due_s = None
+            return []
+        due = self._changed_s + self.hold_s
+        if now < due:
+            self._due_s = due
+            return []
+        return self._switch(best, now, "every viewer watching decodes it")
+
+    def _switch(self, codec: VideoCodec, now: float, why: str) -> list[HostOutput]:
+        self.switching = codec
+        self.switches += 1
+        self._changed_s = now
+        self._due_s = None
+        return [SwitchCodec(codec, why)]
+
+
+def _names(codecs: frozenset[VideoCodec]) -> str:
+    return ", ".join(CODEC_NAMES[c] for c in sorted(codecs)) or "nothing"
