@@ -41,9 +41,7 @@ def switches(out: Sequence[object]) -> list[VideoCodec]:
     return [o.codec for o in out if isinstance(o, SwitchCodec)]
 
 
-def test_a_viewer_that_cannot_decode_the_codec_turns_it_at_once_and_its_leaving_brings_the_best_back_after_the_hold() -> (
-    None
-):
+def test_a_viewer_that_cannot_decode_the_codec_turns_it_at_once_and_its_leaving_brings_the_best_back_later() -> None:
     c = choice()
     assert switches(c.joined(1, ALL, 0.0)) == []  # AV1 suits it
     assert switches(c.joined(2, frozenset({H264, HEVC}), 1.0)) == [HEVC]  # the best both decode, at once
@@ -210,8 +208,8 @@ def test_view_codecs_takes_codec_names_and_says_what_is_wrong_with_anything_else
 
 
 def test_host_codec_picks_the_encoder_and_refuses_what_does_not_fit_together() -> None:
-    from pyrofling.cli.host import host_config
     from pyrofling.cli import build_parser
+    from pyrofling.cli.host import host_config
 
     def config(*flags: str) -> object:
         return host_config(build_parser().parse_args(["host", *flags]))
