@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from pyrofling.core.host.codec_choice import DEFAULT_PREFERENCE, HOLD_S, CodecChoice, SwitchCodec
+from pyrofling.core.host.codec_choice import DEFAULT_PREFERENCE, HOLD_S, PACE_FRAMES, CodecChoice, SwitchCodec
 from pyrofling.core.host.keyframes import KeyframePolicy
 from pyrofling.core.host.packetizer import Packetizer
 from pyrofling.core.host.sessions import HostSessions, SendControl
@@ -85,6 +85,24 @@ def test_a_viewer_that_says_nothing_holds_the_codec_it_joined_with_while_it_watc
     c.joined(2, None, 1.0)
     c.left(1, 2.0)
     assert c.next_timer() is None and switches(c.handle_timer(100.0)) == [] and c.running == H264
+
+
+def test_a_codec_whose_encoder_cannot_keep_up_is_given_up_for_the_next_every_viewer_decodes() -> None:
+    c = choice()
+    c.joined(1, ALL, 0.0)
+    period = 1 / 60
+    fast = [c.encoded(0.009, period, i * period) for i in range(PACE_FRAMES)]  # 9 ms a picture at 60 fps: fits
+    assert all(out == [] for out in fast) and not c.too_slow
+    slow = [o for i in range(PACE_FRAMES) for o in c.encoded(0.020, period, 1 + i * period)]  # 20 ms: never fits
+    assert switches(slow) == [HEVC] and c.too_slow == {AV1}
+    assert "cannot keep up" in slow[0].why and "20.0 ms" in slow[0].why  # type: ignore[attr-defined]
+    c.switched(HEVC, HEVC, 2.0)
+    assert switches(c.left(1, 3.0)) == [] and switches(c.handle_timer(100.0)) == []  # AV1 is not brought back
+    # A viewer that holds the codec (a native one) keeps it, slow or not.
+    held = choice()
+    held.joined(1, None, 0.0)
+    assert [o for i in range(PACE_FRAMES) for o in held.encoded(0.020, period, i * period)] == []
+    assert held.running == AV1 and held.too_slow == {AV1}
 
 
 def test_the_preference_is_what_the_host_can_encode_and_an_empty_one_is_refused() -> None:

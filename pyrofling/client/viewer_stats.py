@@ -39,6 +39,7 @@ def viewer_summary(viewer: Viewer, *, live: bool = False) -> dict[str, Any]:
     out.update(connects=viewer.connects, sessions_streaming=viewer.sessions_streaming, reconnects=viewer.reconnects)
     params = viewer.codec_parameters  # the stream's codec as the host said it (the last stream's)
     out["video_codec"] = codec_name(params.video_codec) if params is not None else None
+    out["codec_changes"] = viewer.codec_changes
     out.update(viewer.video.summary(streaming=conn is not None and conn.streaming, samples=not live))
     handshakes = list(viewer.handshake_ms)
     out["handshake_ms_median"] = statistics.median(handshakes) if handshakes else None

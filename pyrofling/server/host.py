@@ -356,11 +356,11 @@ class Host:
         now = self._clock.now()
         self.network.perform(self.sessions.codec_switched(out.codec, encoder.video_codec, now))
         if encoder.video_codec != before:
+            took_ms = (time.perf_counter() - started) * 1000
             self.stats.codec_switches += 1
-            log.info(
-                "codec: %s -> %s (%s); the encoder opened anew in %.0f ms",
-                CODEC_NAMES[before], CODEC_NAMES[encoder.video_codec], out.why, (time.perf_counter() - started) * 1000,
-            )  # fmt: skip
+            self.stats.codec_switch_open_max = max(self.stats.codec_switch_open_max, took_ms)
+            log.info("codec: %s -> %s (%s); the encoder opened anew in %.0f ms",
+                     CODEC_NAMES[before], CODEC_NAMES[encoder.video_codec], out.why, took_ms)  # fmt: skip
 
     # -- media out -----------------------------------------------------------------------------
 
@@ -376,6 +376,9 @@ class Host:
             st.idrs += packet.idr
             if packet.idr and self._encoder is not None:  # a new size starts with one: new viewers are told it
                 self.sessions.codec_parameters = resized(self.sessions.codec_parameters, self._encoder.config)
+            if self.sessions.codec_choice is not None:
+                period = 1.0 / max(1, self._encoder.config.fps) if self._encoder is not None else 1 / 60
+                self.network.perform(self.sessions.video_encoded(packet.encode_s, period, self._clock.now()))
             media = MediaPacket(packet.data, packet.pts_us, StreamType.VIDEO, key_frame=packet.key_frame)
             # The viewers' and the browsers' (the same unit, no second encode), one road; then the destinations.
             backlog = self.web.backlog() if self.web is not None else None

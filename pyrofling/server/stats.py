@@ -25,8 +25,9 @@ class HostStats:
     audio_packets: int = 0
     audio_bytes: int = 0
     audio_encode_errors: int = 0
-    #: Times ``--codec auto`` changed the codec.
+    #: Times ``--codec auto`` changed the codec, and the longest the encoder took to open anew, ms.
     codec_switches: int = 0
+    codec_switch_open_max: float = 0.0
     encode_ms: deque[float] = field(default_factory=recent_samples)
     convert_ms: deque[float] = field(default_factory=recent_samples)
     render_ms: deque[float] = field(default_factory=recent_samples)

@@ -27,6 +27,7 @@ def add_bench(sub: Sub) -> None:
         media.add_capture,
         media.add_keyframes,
         media.add_codecs,
+        media.add_codec_switch,
         costs.add_outputs,
         costs.add_security,
         costs.add_browser,

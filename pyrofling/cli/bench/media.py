@@ -296,6 +296,36 @@ def add_codecs(sub: Sub) -> None:
     p.set_defaults(func=_run_codecs)
 
 
+def add_codec_switch(sub: Sub) -> None:
+    p = bench_parser(
+        sub,
+        "codec-switch",
+        "what host --codec auto costs the viewer watching when a viewer that decodes less joins and leaves",
+        "Two runs with host --codec auto and a viewer judging every refresh: a second viewer joins and leaves, "
+        "decoding only H.264 in the first run (the host turns the stream to H.264 at once, and back to AV1 5 s "
+        "after it left), every codec in the second (no switch: a join's own cost). Reports the first viewer's "
+        "good, stale and corrupt refreshes and freezes, the changes it followed, the second viewer's codec and "
+        "first picture, the host's switches and how long its encoder took to open anew.",
+        "pyrofling bench codec-switch --width 1280 --height 720",
+    )
+    add_common(p, duration_s=None)
+    p.add_argument("--width", type=number(160, 3840), default=1280, help="default 1280")
+    p.add_argument("--height", type=number(120, 2160), default=720, help="default 720")
+    p.add_argument("--fps", type=number(10, 240), default=60, help="default 60")
+    p.add_argument("--bitrate-kbits", type=number(300, 200_000), default=10_000, help="default 10000")
+    p.set_defaults(func=_run_codec_switch)
+
+
+def _run_codec_switch(args: argparse.Namespace) -> int:
+    from pyrofling.bench.codec_switch import SwitchCase, format_table, run_switch_bench
+
+    setup(args)
+    case = SwitchCase(width=int(args.width) // 2 * 2, height=int(args.height) // 2 * 2, fps=int(args.fps),
+                      bitrate_kbits=int(args.bitrate_kbits))  # fmt: skip
+    print_result(args, run_switch_bench(case, progress=progress), format_table)
+    return 0
+
+
 def _run_codecs(args: argparse.Namespace) -> int:
     from pyrofling.bench.codecs import format_table, plot, run_codecs_bench
 

@@ -14,6 +14,11 @@ first picture of the new codec being a key frame. When the viewer that held the 
 codec comes back only after :data:`HOLD_S` without a change: a viewer that reconnects does not reopen the
 encoder twice. A viewer that nothing running can serve (a native viewer holds a codec the newcomer lacks) gets
 the running codec and its own viewer says it cannot decode it.
+
+A codec whose encoder cannot keep up on this machine at this size (its median encode time over
+:data:`PACE_FRAMES` pictures above :data:`PACE_SHARE` of a frame period: AV1 at 720p60 on 2 cores, 20 ms a frame)
+is given up for the rest of the run, for the next codec of the preference that every viewer decodes: a picture a
+frame late every frame costs more than the bits the better codec saves.
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ from pyrofling.wire import VideoCodec
 DEFAULT_PREFERENCE = (VideoCodec.AV1, VideoCodec.H265, VideoCodec.H264)
 #: How long a better codec waits after the last change before it comes back.
 HOLD_S = 5.0
+#: Pictures whose encode times are judged together, and the share of a frame period their median may take.
+PACE_FRAMES = 60
+PACE_SHARE = 0.8
 #: What a browser on the web door decodes (its page's WebCodecs decoder).
 BROWSER_CODECS = frozenset({VideoCodec.H264})
 
@@ -56,6 +64,9 @@ class CodecChoice:
     #: Each watching viewer's codecs; None: it cannot follow a change (it holds the codec it joined with).
     watchers: dict[int, frozenset[VideoCodec] | None] = field(default_factory=dict)
     switches: int = 0
+    #: Codecs given up because their encoder could not keep up (see the module docstring).
+    too_slow: set[VideoCodec] = field(default_factory=set)
+    _encode_s: list[float] = field(default_factory=list)
     _changed_s: float = float("-inf")
     _due_s: float | None = None
 
@@ -75,6 +86,8 @@ class CodecChoice:
         if any(s is None for s in sets):
             return self.target
         for codec in self.preference:
+            if codec in self.too_slow:
+                continue
             if all(codec in s for s in sets if s is not None):
                 return codec
         return self.target
@@ -94,6 +107,25 @@ class CodecChoice:
         del self.watchers[conn_id]
         return self._reconsider(now)
 
+    def encoded(self, encode_s: float, period_s: float, now: float) -> list[HostOutput]:
+        """One picture of the running codec took ``encode_s`` to encode, at a frame period of ``period_s``."""
+        if self.switching is not None:
+            return []
+        times = self._encode_s
+        times.append(encode_s)
+        if len(times) < PACE_FRAMES:
+            return []
+        median = sorted(times)[len(times) // 2]
+        times.clear()
+        if median <= PACE_SHARE * period_s or self.running in self.too_slow:
+            return []
+        self.too_slow.add(self.running)
+        best = self.best()
+        if best == self.running:
+            return []  # nothing else every viewer decodes (or a viewer holds this one): it stays, slow
+        why = f"its encoder cannot keep up here: {median * 1000:.1f} ms a picture at {1 / period_s:.0f} fps"
+        return self._switch(best, now, f"{CODEC_NAMES[self.running]}: {why}")
+
     def switched(self, asked: VideoCodec, made: VideoCodec, now: float) -> None:
         """The switch to ``asked`` is done: the encoder makes ``made`` from now on (the old codec if it failed). A
         later switch asked meanwhile (a second newcomer that decodes even less) is still to come."""
@@ -101,6 +133,7 @@ class CodecChoice:
         if asked == self.switching:
             self.switching = None
         self._changed_s = now
+        self._encode_s.clear()
 
     def next_timer(self) -> float | None:
         return self._due_s

@@ -828,6 +828,13 @@ class HostSessions:
 
     # -- the codec (host --codec auto) --------------------------------------------------------
 
+    def video_encoded(self, encode_s: float, period_s: float, now: float) -> list[HostOutput]:
+        """A picture took ``encode_s`` to encode at a frame period of ``period_s``: a codec whose encoder cannot
+        keep up is given up for the next (``--codec auto``)."""
+        if self.codec_choice is None:
+            return []
+        return self.codec_choice.encoded(encode_s, period_s, now)
+
     def codec_switched(self, asked: VideoCodec, codec: VideoCodec, now: float) -> list[HostOutput]:
         """The switch to ``asked`` is done: the encoder makes ``codec`` from its next picture on (a key frame; the
         old codec when the switch failed). The viewers that follow a change are told, and every viewer's video
