@@ -35,7 +35,7 @@ DEFAULT_PREFERENCE = (VideoCodec.AV1, VideoCodec.H265, VideoCodec.H264)
 #: How long a better codec waits after the last change before it comes back.
 HOLD_S = 5.0
 #: Pictures whose encode times are judged together, and the share of a frame period their median may take.
-PACE_FRAMES = 60
+PACE_FRAMES = 30
 PACE_SHARE = 0.8
 #: What a browser on the web door decodes (its page's WebCodecs decoder).
 BROWSER_CODECS = frozenset({VideoCodec.H264})
