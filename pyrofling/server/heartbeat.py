@@ -26,14 +26,16 @@ import av
 
 from pyrofling.clocks import SYSTEM_CLOCK, Clock
 from pyrofling.core.cpu_share import CpuShare
+from pyrofling.core.host.codec_choice import CODEC_NAMES, SwitchCodec
 from pyrofling.core.host.encode_schedule import EncodeSchedule
 from pyrofling.core.host.frame_clock import FrameClock
 from pyrofling.core.host.keyframes import KeyframePolicy
 from pyrofling.runtime import COLLECTOR_PAUSES, THREAD_PRIORITIES, timed_on_thread
 from pyrofling.server.capture import CapturedFrame, CaptureServer
-from pyrofling.server.encoder import EncodedVideo, VideoEncoder
+from pyrofling.server.encoder import EncodedVideo, VideoEncoder, encoder_for
 from pyrofling.server.sources import VideoSource, placeholder_frame
 from pyrofling.server.stats import HostStats
+from pyrofling.wire import VideoCodec
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +86,27 @@ class Heartbeat:
         self._captured_s: float | None = None  # the traced picture's capture time (set by the encode thread)
         #: Whether the real-time encoder leaves its CPU room for the host's other threads.
         self.encoder_share = CpuShare()
+        self._switching: asyncio.Future[None] | None = None  # the encoder opened anew for another codec
+
+    def switch_codec(self, out: SwitchCodec, done: Callable[[VideoCodec, VideoCodec], None]) -> None:
+        """Open the encoder anew for ``out.codec`` on the encode thread, between two frames (``--codec auto``);
+        then ``done(asked, made)``, ``made`` the old codec if the new encoder did not open."""
+        self._switching = asyncio.ensure_future(self._switch_codec(out, done))
+
+    async def _switch_codec(self, out: SwitchCodec, done: Callable[[VideoCodec, VideoCodec], None]) -> None:
+        encoder, loop = self.encoder, asyncio.get_running_loop()
+        before, started = encoder.video_codec, time.perf_counter()
+        try:
+            await loop.run_in_executor(self._executor, encoder.switch, encoder_for(out.codec, encoder.config.encoder))
+        except ValueError as exc:
+            log.warning("codec: staying with %s: %s", CODEC_NAMES[before], exc)
+        done(out.codec, encoder.video_codec)
+        if encoder.video_codec != before:
+            took_ms = (time.perf_counter() - started) * 1000
+            self.stats.codec_switches += 1
+            self.stats.codec_switch_open_max = max(self.stats.codec_switch_open_max, took_ms)
+            log.info("codec: %s -> %s (%s); the encoder opened anew in %.0f ms",
+                     CODEC_NAMES[before], CODEC_NAMES[encoder.video_codec], out.why, took_ms)  # fmt: skip
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop

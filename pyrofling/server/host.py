@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyrofling.capture.paths import default_socket_path
 from pyrofling.clocks import SYSTEM_CLOCK, Clock
-from pyrofling.core.host.codec_choice import CODEC_NAMES, CodecChoice, SwitchCodec
+from pyrofling.core.host.codec_choice import CodecChoice, SwitchCodec
 from pyrofling.core.host.congestion import RateConfig
 from pyrofling.core.host.display import FollowDisplay
 from pyrofling.core.host.encode_schedule import EncodeSchedule
@@ -59,7 +59,7 @@ from pyrofling.server.audio import (
 from pyrofling.server.capture import CaptureServer
 from pyrofling.server.config import HostConfig
 from pyrofling.server.destinations import Destinations, open_destinations
-from pyrofling.server.encoder import EncodedVideo, VideoEncoder, encoder_for
+from pyrofling.server.encoder import EncodedVideo, VideoEncoder
 from pyrofling.server.gamepad import PadOutput, VirtualPad, open_virtual_pad
 from pyrofling.server.heartbeat import Heartbeat
 from pyrofling.server.input_devices import InputDevices, InputOutput, open_input_devices
@@ -122,9 +122,6 @@ class Host:
         #: (seconds since start, encoder kbit/s) at each change, for the statistics and the benches.
         self.bitrate_trace: list[tuple[float, int]] = [(0.0, config.encoder.bitrate_kbits)]
         self._encoder: VideoEncoder | None = None
-        #: The encoder being opened anew for another codec (``--codec auto``; one at a time: the sessions ask no
-        #: second switch before this one is done).
-        self._codec_switch: asyncio.Future[None] | None = None
         self.ready = asyncio.Event()
         self._stop = asyncio.Event()
         # One encode thread, named, at the encoder's priority (its x264 slice threads inherit it).
@@ -259,15 +256,8 @@ class Host:
                 await self.web.close()
             self._executor.shutdown(wait=True)
             pads = [o for n, o in self.pad_outputs.items() if n != 1]
-            for closable in (
-                source,
-                self.capture,
-                audio_source,
-                self.destinations,
-                self.pad_output,
-                self.input_output,
-                *pads,
-            ):
+            inputs: list[Any] = [self.pad_output, self.input_output, *pads]  # each closed, or None
+            for closable in (source, self.capture, audio_source, self.destinations, *inputs):
                 if closable is not None:
                     closable.close()  # the outputs after the last packet: the recording is finished and indexed
             if cfg.stats_json is not None:
@@ -335,8 +325,9 @@ class Host:
             follow_display(self.heartbeat.source, out, self.config.encoder.fps)
         elif isinstance(out, BrowserRumble) and self.web is not None:
             self.web.rumble(out)
-        elif isinstance(out, SwitchCodec) and self._encoder is not None:
-            self._codec_switch = asyncio.ensure_future(self._switch_codec(self._encoder, out))
+        elif isinstance(out, SwitchCodec) and self.heartbeat is not None:
+            self.heartbeat.switch_codec(out, lambda asked, made: self.network.perform(
+                self.sessions.codec_switched(asked, made, self._clock.now())))  # fmt: skip
         elif isinstance(out, SetBitrate) and self._encoder is not None:
             self._encoder.set_bitrate(out.bits_per_s)
             kbits = round(out.bits_per_s / 1000)
@@ -344,29 +335,11 @@ class Host:
             del self.bitrate_trace[:-2000]
             log.debug("bitrate %d kbit/s (%s)", kbits, out.why)
 
-    async def _switch_codec(self, encoder: VideoEncoder, out: SwitchCodec) -> None:
-        """The encoder opened anew for another codec on the encode thread, between two frames; then the sessions
-        tell the viewers that follow (``--codec auto``)."""
-        loop = asyncio.get_running_loop()
-        before, started = encoder.video_codec, time.perf_counter()
-        try:
-            await loop.run_in_executor(self._executor, encoder.switch, encoder_for(out.codec, encoder.config.encoder))
-        except ValueError as exc:
-            log.warning("codec: staying with %s: %s", CODEC_NAMES[before], exc)
-        now = self._clock.now()
-        self.network.perform(self.sessions.codec_switched(out.codec, encoder.video_codec, now))
-        if encoder.video_codec != before:
-            took_ms = (time.perf_counter() - started) * 1000
-            self.stats.codec_switches += 1
-            self.stats.codec_switch_open_max = max(self.stats.codec_switch_open_max, took_ms)
-            log.info("codec: %s -> %s (%s); the encoder opened anew in %.0f ms",
-                     CODEC_NAMES[before], CODEC_NAMES[encoder.video_codec], out.why, took_ms)  # fmt: skip
-
     # -- media out -----------------------------------------------------------------------------
 
     def _fan_out(self, packets: list[EncodedVideo]) -> None:
         """Encoded video to every viewer that wants it (the sessions packetize and pace it), then the destinations."""
-        st = self.stats
+        st, cfg_fps = self.stats, self.config.encoder.fps
         for packet in packets:
             st.frames_encoded += 1
             st.bytes_encoded += len(packet.data)
@@ -376,9 +349,7 @@ class Host:
             st.idrs += packet.idr
             if packet.idr and self._encoder is not None:  # a new size starts with one: new viewers are told it
                 self.sessions.codec_parameters = resized(self.sessions.codec_parameters, self._encoder.config)
-            if self.sessions.codec_choice is not None:
-                period = 1.0 / max(1, self._encoder.config.fps) if self._encoder is not None else 1 / 60
-                self.network.perform(self.sessions.video_encoded(packet.encode_s, period, self._clock.now()))
+            self.network.perform(self.sessions.video_encoded(packet.encode_s, 1 / cfg_fps, self._clock.now()))
             media = MediaPacket(packet.data, packet.pts_us, StreamType.VIDEO, key_frame=packet.key_frame)
             # The viewers' and the browsers' (the same unit, no second encode), one road; then the destinations.
             backlog = self.web.backlog() if self.web is not None else None
