@@ -349,7 +349,8 @@ class Host:
             st.idrs += packet.idr
             if packet.idr and self._encoder is not None:  # a new size starts with one: new viewers are told it
                 self.sessions.codec_parameters = resized(self.sessions.codec_parameters, self._encoder.config)
-            self.network.perform(self.sessions.video_encoded(packet.encode_s, 1 / cfg_fps, self._clock.now()))
+            if paced := self.sessions.video_encoded(packet.encode_s, 1 / cfg_fps, self._clock.now()):  # --codec auto
+                self.network.perform(paced)
             media = MediaPacket(packet.data, packet.pts_us, StreamType.VIDEO, key_frame=packet.key_frame)
             # The viewers' and the browsers' (the same unit, no second encode), one road; then the destinations.
             backlog = self.web.backlog() if self.web is not None else None
