@@ -352,6 +352,10 @@ class Viewer:
         log.info(
             "streaming %dx%d@%g %s from %s (%s)", p.width, p.height, rate, codec_name(p.video_codec), _fmt(peer), how
         )
+        said = self.config.video_codecs
+        if said is not None and p.video_codec not in said:  # a viewer that cannot follow a change holds the codec
+            log.warning("the host streams %s, which this viewer said it does not decode (another viewer holds it)",
+                        codec_name(p.video_codec))  # fmt: skip
 
     @property
     def security(self) -> str:
