@@ -240,3 +240,5 @@ def test_host_codec_picks_the_encoder_and_refuses_what_does_not_fit_together() -
         config("--codec", "h264", "--encoder", "libsvtav1")
     with pytest.raises(ValueError, match="cannot follow: name one codec"):
         config("--codec", "auto", "--record", "/tmp/never-written.mkv")
+    with pytest.raises(ValueError, match="does not go with --web"):
+        config("--codec", "auto", "--web")
