@@ -174,6 +174,18 @@ def test_the_host_goes_back_to_the_best_codec_through_its_own_timer_when_the_vie
     assert told(hs.codec_switched(AV1, AV1, 6.2), 1) == [AV1]
 
 
+def test_a_switch_that_failed_tells_the_newcomer_the_codec_that_runs_and_holds_nobody_back() -> None:
+    hs = host()
+    join(hs, 1, ALL, 0.0)
+    assert told(join(hs, 2, frozenset({H264, HEVC}), 1.0), 2) == [HEVC]
+    viewers = [c for c in (hs.connection(1), hs.connection(2)) if c is not None]
+    for c in viewers:
+        c.awaiting_idr = False  # both streaming: each has had its key frame
+    done = hs.codec_switched(HEVC, AV1, 1.02)  # x265 did not open: AV1 goes on
+    assert told(done, 2) == [AV1] and told(done, 1) == [AV1]
+    assert len(viewers) == 2 and not any(c.awaiting_idr for c in viewers)  # no one waits for a key frame
+
+
 def test_a_host_with_one_codec_records_what_viewers_decode_and_changes_nothing() -> None:
     hs = HostSessions(make_packetizer=lambda c: Packetizer.for_cookie(c), keyframes=KeyframePolicy())
     hs.codec_parameters = replace(PARAMS, video_codec=int(H264))

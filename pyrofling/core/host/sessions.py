@@ -845,14 +845,15 @@ class HostSessions:
         before = self.codec_choice.running
         self.codec_choice.switched(asked, codec, now)
         self.codec_parameters = params = replace(self.codec_parameters, video_codec=int(codec))
-        if codec == before:
+        if codec == before == asked:
             return out
         for conn in self._connections.values():
             if not conn.kicked or not conn.wants(KickFlags.VIDEO):
                 continue
-            conn.awaiting_idr = True  # nothing of the old codec after the switch: the new one starts whole
+            if codec != before:
+                conn.awaiting_idr = True  # nothing of the old codec after the switch: the new one starts whole
             if conn.extensions & ExtensionFeature.CODECS:
-                out.append(conn.send(params))
+                out.append(conn.send(params))  # a failed switch too: a newcomer was told the codec asked for
         return out
 
     # -- timers ----------------------------------------------------------------------------
