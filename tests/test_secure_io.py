@@ -122,6 +122,25 @@ def test_the_handshake_worker_is_another_process_and_one_that_dies_is_replaced()
 
 
 @pytest.mark.io
+def test_the_handshake_worker_runs_nicer_only_where_the_host_sets_its_threads_priorities(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import os
+    from functools import partial
+
+    from pyrofling.runtime import THREAD_PRIORITIES
+    from pyrofling.server.crypto_worker import WORKER_NICENESS, CryptoWorker
+
+    for tuned, nicer in ((True, WORKER_NICENESS), (False, 0)):
+        monkeypatch.setattr(THREAD_PRIORITIES, "enabled", tuned)
+        worker = CryptoWorker()
+        try:  # a step that answers the worker's own nice value
+            assert worker.submit(partial(os.nice, 0)).result(timeout=60) == min(19, os.nice(0) + nicer)
+        finally:
+            worker.close()
+
+
+@pytest.mark.io
 def test_a_pyrofling_planted_in_the_working_directory_never_runs_in_the_handshake_worker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -40,7 +40,10 @@ from typing import IO, Any
 
 log = logging.getLogger(__name__)
 
-#: How much nicer than the host the worker runs: handshakes wait, frames do not.
+#: How much nicer than the host the worker runs: handshakes wait, frames do not. Only where the host sets its
+#: threads' priorities (``--thread-priority auto``, the default of ``pyrofling host``): with ``normal``, or in a
+#: program that embeds a host, every priority is left as it is, the worker's too (beside other work at the same
+#: nice value, +10 starved its handshakes past the viewers' 5 s).
 WORKER_NICENESS = 10
 _LENGTH = struct.Struct("<I")
 _READY = -1  # the job id of the worker's first answer: started, its modules imported
@@ -57,8 +60,11 @@ _BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from pyrofling.server.cryp
 def worker_command() -> list[str]:
     """The worker's command line: isolated from the working directory and the environment, importing only the
     ``pyrofling`` the host itself runs."""
+    from pyrofling.runtime import THREAD_PRIORITIES
+
     package_root = Path(__file__).resolve().parents[2]  # the folder holding the host's pyrofling/
-    return [sys.executable, "-I", "-c", _BOOT, str(package_root)]
+    niceness = WORKER_NICENESS if THREAD_PRIORITIES.enabled else 0
+    return [sys.executable, "-I", "-c", _BOOT, str(package_root), str(niceness)]
 
 
 class _Process:
@@ -219,8 +225,10 @@ def _write_message(stream: IO[bytes], message: Any) -> None:
 
 def main() -> int:
     """The worker: run each step it is given, answer with its result (or why it failed), until its input ends."""
-    with contextlib.suppress(OSError):
-        os.nice(WORKER_NICENESS)
+    niceness = int(sys.argv[2]) if len(sys.argv) > 2 else WORKER_NICENESS
+    if niceness:
+        with contextlib.suppress(OSError):
+            os.nice(niceness)
     import pyrofling.core.secure  # noqa: F401  (the steps' code: imported before the first one comes)
 
     inp, out = sys.stdin.buffer, sys.stdout.buffer
