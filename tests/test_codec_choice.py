@@ -78,6 +78,11 @@ def test_a_viewer_that_says_nothing_holds_the_codec_it_joined_with_while_it_watc
     assert switches(c.joined(2, frozenset({H264}), 1.0)) == [] and c.target == AV1  # it gets AV1 and says so
     assert switches(c.left(2, 2.0)) == []
     assert switches(c.left(1, 3.0)) == []  # nothing better than AV1 to come back to
+    # When the viewer that held the codec leaves, the one that lacked it gets its own at once, hold or not.
+    c = choice()
+    c.joined(1, None, 0.0)
+    c.joined(2, frozenset({H264}), 0.5)
+    assert switches(c.left(1, 1.0)) == [H264]
     # A viewer that cannot follow, watching the H.264 a newcomer needed: H.264 stays after the newcomer leaves.
     c = choice()
     c.joined(1, frozenset({H264}), 0.0)

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +96,7 @@ def run_switch_bench(case: SwitchCase, progress: Any = None) -> dict[str, Any]:
 
 
 def _case(case: SwitchCase) -> dict[str, Any]:
-    return {f: getattr(case, f) for f in SwitchCase.__dataclass_fields__} | {"duration_s": case.duration_s}
+    return asdict(case) | {"duration_s": case.duration_s}
 
 
 def format_table(result: dict[str, Any]) -> str:

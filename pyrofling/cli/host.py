@@ -15,6 +15,7 @@ from pyrofling.capture.paths import default_layer_socket
 from pyrofling.cli.gamepad import add_host_gamepad_options
 from pyrofling.cli.keyboard_mouse import add_host_input_options
 from pyrofling.cli.options import (
+    CODEC_FLAGS,
     PASSWORD_ENV,
     add_logging_options,
     add_pairing_dir_option,
@@ -481,10 +482,6 @@ def _floor_kbits(args: argparse.Namespace) -> int | None:
     if floor is not None and floor > args.bitrate_kbits:
         raise ValueError(f"--min-bitrate-kbits {floor} is above --bitrate-kbits {args.bitrate_kbits} (the ceiling)")
     return floor
-
-
-#: ``--codec``'s names.
-CODEC_FLAGS = {"h264": VideoCodec.H264, "hevc": VideoCodec.H265, "av1": VideoCodec.AV1}
 
 
 def _auto_codecs(args: argparse.Namespace) -> tuple[VideoCodec, ...]:

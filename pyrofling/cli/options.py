@@ -21,6 +21,7 @@ from pathlib import Path
 
 from pyrofling.files import CONFIG_DIR_ENV, default_config_dir, secret_file_problem, unwritable
 from pyrofling.units import parse_duration_s, parse_fraction
+from pyrofling.wire import VideoCodec
 
 #: Where a password may come from instead of the command line (which other users can read).
 PASSWORD_ENV = "PYROFLING_PASSWORD"
@@ -139,6 +140,10 @@ def int_list(text: str) -> tuple[int, ...]:
     if not values or any(v <= 0 for v in values):
         raise argparse.ArgumentTypeError(f"{text!r}: give positive whole numbers, e.g. 20,100")
     return values
+
+
+#: The codecs' names on the command line (``host --codec``, ``view --codecs``).
+CODEC_FLAGS = {"h264": VideoCodec.H264, "hevc": VideoCodec.H265, "av1": VideoCodec.AV1}
 
 
 def choice_list(choices: Sequence[str]) -> Callable[[str], tuple[str, ...]]:

@@ -10,6 +10,7 @@ from typing import Any
 from pyrofling.cli.gamepad import add_view_gamepad_options, gamepad_config
 from pyrofling.cli.keyboard_mouse import add_view_input_options, input_config
 from pyrofling.cli.options import (
+    CODEC_FLAGS,
     add_logging_options,
     add_thread_priority_option,
     add_viewer_security_options,
@@ -314,17 +315,13 @@ def viewer_config(args: argparse.Namespace) -> ViewerConfig:
     )
 
 
-#: ``--codecs``' names, as ``host --codec`` has them.
-VIEW_CODECS = {"h264": VideoCodec.H264, "hevc": VideoCodec.H265, "av1": VideoCodec.AV1}
-
-
 def codec_list(text: str) -> frozenset[VideoCodec]:
     """``h264,av1`` -> the codecs; argparse's error names what is wrong."""
     names = [n.strip().lower() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in VIEW_CODECS]
+    unknown = [n for n in names if n not in CODEC_FLAGS]
     if unknown or not names:
-        raise argparse.ArgumentTypeError(f"{text!r}: name codecs from {', '.join(VIEW_CODECS)}, comma-separated")
-    return frozenset(VIEW_CODECS[n] for n in names)
+        raise argparse.ArgumentTypeError(f"{text!r}: name codecs from {', '.join(CODEC_FLAGS)}, comma-separated")
+    return frozenset(CODEC_FLAGS[n] for n in names)
 
 
 # --------------------------------------------------------------------------------------------

@@ -51,7 +51,7 @@ from pyrofling.core.viewer.timeline import Snapshot, Timeline
 from pyrofling.files import write_stats
 from pyrofling.pairing import PairingStoreError, ViewerPairings
 from pyrofling.runtime import THREAD_PRIORITIES
-from pyrofling.wire import VIDEO_CODEC_NAMES, CodecParameters, ExtensionFeature, KickFlags, StreamRate, VideoCodec
+from pyrofling.wire import CodecParameters, ExtensionFeature, KickFlags, StreamRate, VideoCodec
 
 log = logging.getLogger(__name__)
 
@@ -303,9 +303,8 @@ class Viewer:
             elif isinstance(out, CodecChanged):
                 self.codec_changes += 1
                 self.codec_parameters = conn.session.codec_parameters
-                log.info(
-                    "the host streams %s from its next key frame on (was %s)", _codec(out.after), _codec(out.before)
-                )
+                log.info("the host streams %s from its next key frame on (was %s)",
+                         codec_name(out.after), codec_name(out.before))  # fmt: skip
             elif isinstance(out, PlayRumble) and self.gamepad is not None:
                 r = out.rumble
                 self.gamepad.rumble(r.strong, r.weak, r.duration_ms, r.seq)
@@ -443,7 +442,3 @@ def _fmt(addr: Any) -> str:
     if not addr:
         return "?"
     return f"[{addr[0]}]:{addr[1]}" if ":" in str(addr[0]) else f"{addr[0]}:{addr[1]}"
-
-
-def _codec(codec: VideoCodec) -> str:
-    return VIDEO_CODEC_NAMES.get(codec, codec.name)

@@ -145,18 +145,15 @@ class CodecChoice:
         return self._reconsider(now)
 
     def _reconsider(self, now: float) -> list[HostOutput]:
-        """A better codec for everyone watching comes back once the hold since the last change is over."""
+        """A codec a viewer watching lacks (the viewer that held it left) or that cannot keep up changes at once;
+        a better one for everyone comes back once the hold since the last change is over."""
         best = self.best()
+        self._due_s = None
         if best == self.target or self.switching is not None:
-            self._due_s = None
             return []
-        if self.preference.index(best) > self.preference.index(self.target):
-            # Worse than what runs: only a newcomer that cannot decode it switches down (joined), never a leave.
-            self._due_s = None
-            return []
-        due = self._changed_s + self.hold_s
-        if now < due:
-            self._due_s = due
+        lacking = any(s is not None and self.target not in s for s in self.watchers.values())
+        if not lacking and self.target not in self.too_slow and now < self._changed_s + self.hold_s:
+            self._due_s = self._changed_s + self.hold_s
             return []
         return self._switch(best, now, "every viewer watching decodes it")
 
