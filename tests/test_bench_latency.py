@@ -281,6 +281,15 @@ def test_the_hosts_slice_threads_are_the_hosts_own_unless_the_bench_is_told() ->
     assert threads(LatencyBenchConfig(encoder_threads=6, pin_cpus=True)) == "6"
 
 
+def test_the_latency_bench_times_the_pictures_without_the_scene_check_that_bench_stream_judges_them_by() -> None:
+    """The check renders and compares the scene on the decode thread before a picture is ready: timed with it."""
+    from pyrofling.bench.latency import LatencyBenchConfig, scenario_for
+    from pyrofling.bench.stream import StreamScenario
+
+    assert all(not scenario_for(LatencyBenchConfig(), mode).check_scene for mode in ("free", "auto", "reference"))
+    assert StreamScenario().check_scene
+
+
 def test_profiles_name_a_size_a_rate_a_display_and_a_bitrate_and_a_bad_one_is_refused(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

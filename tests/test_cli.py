@@ -557,6 +557,22 @@ def test_the_encoder_slices_each_frame_over_the_cpus_the_host_may_use() -> None:
     assert host_config(build_parser().parse_args(["host", "--encoder-threads", "3"])).encoder.threads == 3
 
 
+def test_the_decoder_slices_each_picture_over_the_cpus_the_viewer_may_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One slice thread per CPU the viewer may use (at most 4: one for a viewer held to one CPU); the flag wins."""
+    from pyrofling.cli import build_parser
+    from pyrofling.cli.view import viewer_config
+    from pyrofling.client import codecs
+    from pyrofling.client.config import ViewerConfig
+
+    for cpus, threads in ((set(range(16)), codecs.MAX_DEFAULT_DECODE_THREADS), ({3}, 1), ({0, 1}, 2)):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda _pid, cpus=cpus: cpus)
+        assert codecs.default_decode_threads() == threads
+        assert ViewerConfig("127.0.0.1", 1).decode_threads == threads
+        assert viewer_config(build_parser().parse_args(["view", "127.0.0.1:1"])).decode_threads == threads
+    args = build_parser().parse_args(["view", "127.0.0.1:1", "--decode-threads", "3"])
+    assert viewer_config(args).decode_threads == 3
+
+
 @pytest.mark.io
 def test_pair_takes_the_code_from_a_file_and_never_needs_it_in_argv(tmp_path: Path) -> None:
     from pyrofling.cli.pair import _code_from_file_or_prompt

@@ -23,6 +23,7 @@ from pyrofling.cli.options import (
     run_time,
     setup_logging,
     viewer_password,
+    whole_number,
 )
 from pyrofling.client.audio import AUDIO_BACKENDS, AudioPlayerConfig
 from pyrofling.client.config import ViewerConfig
@@ -95,6 +96,12 @@ def add_view(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=None,
         help="the video codecs to tell a host that chooses its codec (host --codec auto) this viewer decodes, e.g. "
         "h264 or h264,av1 (default: every one it can: h264, hevc, av1)",
+    )
+    p.add_argument(
+        "--decode-threads",
+        type=whole_number(1, 64, "threads"),
+        default=None,
+        help="threads decoding slices of each picture (default: one per CPU this viewer may use, at most 4)",
     )
     p.add_argument(
         "--check-scene",
@@ -286,7 +293,9 @@ def viewer_config(args: argparse.Namespace) -> ViewerConfig:
     keyboard_mouse = input_config(args)
     if keyboard_mouse is not None:
         flags |= KickFlags.KEYBOARD_MOUSE
+    threads = {} if args.decode_threads is None else {"decode_threads": args.decode_threads}
     return ViewerConfig(
+        **threads,
         flags=flags,
         audio=audio,
         gamepad=gamepad,

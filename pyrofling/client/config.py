@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pyrofling.client.audio import AudioPlayerConfig
+from pyrofling.client.codecs import default_decode_threads
 from pyrofling.client.gamepad import GamepadConfig
 from pyrofling.client.keyboard_mouse import InputConfig
 from pyrofling.core.viewer.auth import HostCredential
@@ -48,7 +49,8 @@ class ViewerConfig:
     reconnect: bool = True
     stats_json: Path | None = None
     reassembler: ReassemblerConfig = field(default_factory=ReassemblerConfig)
-    decode_threads: int = 2
+    #: Slice threads of the video decoder (default: one per CPU this viewer may use, at most 4).
+    decode_threads: int = field(default_factory=default_decode_threads)
     #: Complete packets waiting for the decoder; beyond this the viewer is falling behind.
     max_decode_queue: int = 8
     #: After a loss, pictures wait for the key frame that repairs them; once the picture has been still this
