@@ -257,5 +257,59 @@ def test_host_codec_picks_the_encoder_and_refuses_what_does_not_fit_together() -
         config("--codec", "h264", "--encoder", "libsvtav1")
     with pytest.raises(ValueError, match="cannot follow: name one codec"):
         config("--codec", "auto", "--record", "/tmp/never-written.mkv")
-    with pytest.raises(ValueError, match="does not go with --web"):
-        config("--codec", "auto", "--web")
+    assert config("--codec", "auto", "--web").auto_codecs[0] == AV1  # type: ignore[attr-defined]  # pages say
+
+
+# -- browsers (host --web): their pages say what their WebCodecs decodes ------------------------------------------
+
+
+def test_a_page_says_what_it_decodes_with_its_proof_and_a_page_that_says_nothing_or_nonsense_decodes_h264() -> None:
+    from pyrofling.core.host.web_viewers import BrowserJoined, StreamInfo, WebConfig, WebViewers, page_codecs
+
+    assert page_codecs(["h264", "av1"]) == frozenset({H264, AV1})
+    assert page_codecs(["av1", "vp9", 7]) == frozenset({AV1})  # the names known here, whatever else it lists
+    for nonsense in (None, "av1", {"av1": True}, [], ["vp9"], [None]):
+        assert page_codecs(nonsense) == frozenset({H264})
+    web = WebViewers(WebConfig("k" * 24), StreamInfo("av1", 320, 240, 30, 0.0))
+    web.connected(1, 0.0)
+    out = web.message(1, '{"type": "auth", "token": "' + "k" * 24 + '", "codecs": ["h264", "av1"]}', 0.0)
+    assert BrowserJoined(1, frozenset({H264, AV1})) in out
+    web.connected(2, 0.0)
+    out = web.message(2, '{"type": "auth", "token": "' + web.token + '"}', 0.0)
+    assert BrowserJoined(2, frozenset({H264})) in out
+
+
+def test_a_browser_that_decodes_av1_keeps_it_one_that_does_not_turns_the_stream_and_every_page_is_told() -> None:
+    import json
+
+    from pyrofling.core.host.web_viewers import SendBinary, SendText, StreamInfo, WebConfig, WebViewers
+
+    hs = host()
+    web = WebViewers(WebConfig("k" * 24), StreamInfo("av1", 320, 240, 30, 0.0))
+    hs.browsers = web
+
+    def page_joins(client: int, codecs: list[str] | None, now: float) -> list[object]:
+        web.connected(client, now)
+        auth = {"type": "auth", "token": web.token, **({"codecs": codecs} if codecs is not None else {})}
+        return list(hs.from_browsers(web.message(client, json.dumps(auth), now), now))
+
+    first = page_joins(1, ["h264", "av1"], 0.0)
+    assert (
+        switches(first) == [] and json.loads(next(o for o in first if isinstance(o, SendText)).text)["codec"] == "av1"
+    )
+    second = page_joins(2, None, 1.0)  # a page that said nothing (an older one): H.264
+    assert switches(second) == [H264]
+    done = hs.codec_switched(H264, H264, 1.05)
+    said = {o.client: json.loads(o.text) for o in done if isinstance(o, SendText)}
+    assert said == {1: {"type": "codec", "codec": "h264"}, 2: {"type": "codec", "codec": "h264"}}
+    assert web.info is not None and web.info.codec == "h264"  # a later page's hello names it
+    # Nothing of the old codec after the change: each page gets its next picture at the new key frame.
+    delta = web.video(b"delta", capture_us=1, pts_us=1, idr=False, backlog={}, now=1.06)
+    assert not any(isinstance(o, SendBinary) for o in delta)
+    key = web.video(b"key", capture_us=3, pts_us=3, idr=True, backlog={}, now=1.08)
+    assert sorted(o.client for o in key if isinstance(o, SendBinary)) == [1, 2]
+    hs.from_browsers(web.closed(2), 2.0)
+    assert switches(hs.handle_timer(1.05 + HOLD_S)) == [AV1]  # the page that decoded only H.264 went
+    assert [json.loads(o.text) for o in hs.codec_switched(AV1, AV1, 6.2) if isinstance(o, SendText)] == [
+        {"type": "codec", "codec": "av1"}
+    ]

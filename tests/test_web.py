@@ -850,3 +850,69 @@ def test_a_page_the_host_is_busy_for_keeps_its_pass_and_comes_back_when_there_is
     assert busy["state"] == "busy" and busy["refused"] == ""  # told busy, not refused
     assert given and kept == given  # ...and the pass kept
     assert back["state"] == "streaming" and web["refused"]["full"] >= 1 and web["admitted"] >= 2
+
+
+def test_with_codec_auto_the_page_plays_av1_and_follows_the_stream_to_h264_and_back() -> None:
+    """``host --codec auto --web``: the page says its WebCodecs decodes AV1 (Chromium's does), so it gets AV1; a
+    pyrofling viewer that decodes only H.264 turns the stream, and the page follows (told the codec, a new decoder
+    at the key frame) and goes on drawing; when that viewer leaves, AV1 comes back to the page."""
+    if find_chromium() is None:
+        (pytest.fail if os.environ.get("CI") else pytest.skip)("needs Debian's chromium (scripts/setup installs it)")
+    from dataclasses import replace
+
+    from support import until
+
+    from pyrofling.client.config import ViewerConfig
+    from pyrofling.client.viewer import Viewer
+    from pyrofling.wire import VideoCodec
+
+    stats = "(window.pyrofling ? window.pyrofling.stats : {})"
+
+    async def drawn_more(page: Any, more: int) -> dict[str, Any]:
+        start = int((await page.evaluate(stats) or {}).get("framesDrawn", 0))
+        return dict(await page_reaches(page, f"{stats} && {stats}.framesDrawn >= {start + more} && {stats}", 60))
+
+    async def scenario() -> tuple[list[dict[str, Any]], int]:
+        auto = (VideoCodec.AV1, VideoCodec.H265, VideoCodec.H264)
+        host, task = await start_host(encoder=replace(SMALL, encoder="libsvtav1"), auto_codecs=auto, web_port=0,
+                                      virtual_pad="none")  # fmt: skip
+        assert host.sessions.codec_choice is not None and host.web_link is not None
+        host.sessions.codec_choice.hold_s = 0.5  # the better codec's wait after a change (the rule: virtual time)
+        seen = []
+        try:
+            async with Chromium() as browser:
+                page = await browser.open(host.web_link)
+                seen.append(await drawn_more(page, 30))
+                viewer = Viewer(ViewerConfig("127.0.0.1", host.port or 0, duration_s=60,
+                                             video_codecs=frozenset({VideoCodec.H264})))  # fmt: skip
+                watching = asyncio.create_task(viewer.run())
+                await until(lambda: viewer.video.stats.frames_shown >= 10 or watching.done(), 30)
+                await page_reaches(page, f"{stats}.codecChanges >= 1", 30)
+                seen.append(await drawn_more(page, 30))
+                viewer.stop()
+                await asyncio.wait_for(watching, 10)
+                await page_reaches(page, f"{stats}.codecChanges >= 2", 30)
+                seen.append(await drawn_more(page, 30))
+        finally:
+            await stop_host(host, task)
+        return seen, host.stats.codec_switches
+
+    seen, switches = run(scenario, timeout_s=180)
+    assert seen[0]["codecsDecoded"] == ["h264", "av1"]
+    assert [s["codec"][:4] for s in seen] == ["av01", "avc1", "av01"]  # the decoder each key frame configured
+    assert switches == 2 and seen[-1]["codecChanges"] == 2
+    assert all(s["decodeErrors"] == 0 and s["state"] == "streaming" for s in seen)
+
+
+def test_a_host_held_to_hevc_refuses_the_web_door_and_says_which_codecs_pages_play() -> None:
+    from dataclasses import replace
+
+    from pyrofling.server.config import HostConfig
+    from pyrofling.server.host import Host
+
+    async def scenario() -> None:
+        host = Host(HostConfig(port=0, encoder=replace(TINY, encoder="libx265"), web_port=0, virtual_pad="none"))
+        await asyncio.wait_for(host.run(), 30)  # refused while it starts, before anyone could connect
+
+    with pytest.raises(ValueError, match="--web needs H.264 or AV1"):
+        run(scenario)

@@ -177,8 +177,8 @@ def _add_video_options(p: argparse.ArgumentParser) -> None:
         help="the codec on the wire, made with libx264, libx265 or libsvtav1 (their NVENC twins with an --encoder "
         "of NVENC); auto: the one with the fewest bits for the picture (AV1, then HEVC, then H.264) that every "
         "viewer watching decodes and this machine encodes in time, changed as viewers come and go (a pyrofling "
-        "viewer says what it decodes; a native PyroFling viewer holds the codec it joined with; not with --web, "
-        "--record, --broadcast or --spectators); default: --encoder's",
+        "viewer and the --web page say what they decode; a native PyroFling viewer holds the codec it joined "
+        "with; not with --record, --broadcast or --spectators); default: --encoder's",
     )
     g.add_argument(
         "--preset", default="ultrafast", help=f"x264/x265 preset: {', '.join(X26X_PRESETS)} (default ultrafast)"
@@ -542,9 +542,6 @@ def host_config(args: argparse.Namespace) -> HostConfig:
     layer_socket = None
     if args.source == "capture" and not args.no_layer_socket:
         layer_socket = args.layer_socket or default_layer_socket()
-    if auto_codecs and args.web is not None:
-        raise ValueError("--codec auto does not go with --web yet (the page's switch between codecs is untested): "
-                         "use --codec h264 there")  # fmt: skip
     if auto_codecs and _output_config(args).enabled:
         raise ValueError(
             "--codec auto changes the codec as viewers come and go, which a recording, a broadcast or the "

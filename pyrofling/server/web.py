@@ -54,7 +54,7 @@ from pyrofling.server.web_listener import descriptor_room, listen
 from pyrofling.server.web_tls import LOOPBACK_BINDS, certificate_names, page_tls
 from pyrofling.server.web_transport import WebTransportServer
 from pyrofling.wire import AudioCodec, VideoCodec
-from pyrofling.wire.browser import MAX_PAGE_MESSAGE_BYTES
+from pyrofling.wire.browser import MAX_PAGE_MESSAGE_BYTES, PAGE_CODEC_NAMES
 
 log = logging.getLogger(__name__)
 
@@ -326,8 +326,9 @@ async def open_web(
     """The host's web viewer, serving: browsers ask the sessions' key-frame policy for IDRs and play through them
     (their pads, keys and mouse by the same rules as a viewer's: the sessions decide, the network applies).
     ``audio``: the encoder of the sound the viewers get, which the browsers get too."""
-    if encoder.video_codec != VideoCodec.H264:
-        raise ValueError("--web needs an H.264 encoder (browsers decode H.264): use --encoder libx264")
+    # Under --codec auto the pages say what they decode and the codec follows them; else it must be one they play.
+    if sessions.codec_choice is None and encoder.video_codec not in (VideoCodec.H264, VideoCodec.AV1):
+        raise ValueError("--web needs H.264 or AV1 (what browsers' WebCodecs decode; HEVC rarely): use --codec h264")
     enc = config.encoder
     # The host's password may be typed into the page, or its one-time pairing code, which pairs that browser.
     one_time = config.show_pairing_code is not None
@@ -347,9 +348,9 @@ async def open_web(
         pairing_codes=sessions.auth if one_time else None,
     )
     codec, rate, channels = (WEB_AUDIO[audio.codec], audio.rate, config.audio.channels) if audio else (None, 0, 0)
-    viewers.set_stream(
-        StreamInfo("h264", enc.width, enc.height, enc.fps, time.time() - clock.now(), codec, rate, channels)
-    )
+    offset = time.time() - clock.now()
+    name = PAGE_CODEC_NAMES[encoder.video_codec]
+    viewers.set_stream(StreamInfo(name, enc.width, enc.height, enc.fps, offset, codec, rate, channels))
 
     def remember(out: RememberBrowser) -> None:  # the browser's pass, for the host's later runs (``pairings``)
         if kept is not None and not kept.add(out):

@@ -98,6 +98,49 @@ const captureOf = new Map(); // pts → capture µs, for the latency of what is 
 
 function say(text) { message.textContent = text; }
 
+// The codec the host streams now ("h264" or "av1": its hello, then a "codec" message when it changes), and the
+// codecs this browser's WebCodecs decodes, told to the host with the proof (host --codec auto picks by them).
+let streamCodec = "h264";
+const AV1_FALLBACK = "av01.0.08M.08"; // Main profile, level 4.0, 8-bit: where the sequence header cannot be read
+const pageCodecs = (async () => {
+  const said = ["h264"];
+  try {
+    if (typeof VideoDecoder !== "undefined" && (await VideoDecoder.isConfigSupported({ codec: AV1_FALLBACK })).supported) said.push("av1");
+  } catch (e) { console.warn("cannot ask WebCodecs about AV1", e); }
+  stats.codecsDecoded = said;
+  return said;
+})();
+
+function codecFromAv1(bytes) {
+  // A temporal unit of sized OBUs: its sequence header (OBU type 1) gives the profile, the first operating point's
+  // level and tier. The bit depth is taken as 8 (the host's AV1 for pages is 8-bit).
+  let i = 0;
+  const leb128 = () => { let v = 0; for (let k = 0; k < 8 && i < bytes.length; k++) { const b = bytes[i++]; v |= (b & 0x7f) << (7 * k); if (!(b & 0x80)) break; } return v; };
+  while (i < bytes.length) {
+    const h = bytes[i++];
+    if (h & 0x80) return null; // the forbidden bit: not AV1
+    const type = (h >> 3) & 15;
+    if (h & 4) i++; // the extension byte
+    const size = h & 2 ? leb128() : bytes.length - i;
+    if (type === 1) {
+      let bit = i * 8;
+      const read = (n) => { let v = 0; for (let k = 0; k < n; k++, bit++) v = (v << 1) | ((bytes[bit >> 3] >> (7 - (bit & 7))) & 1); return v; };
+      const profile = read(3); read(1); // still_picture
+      let level, tier = 0;
+      if (read(1)) level = read(5); // reduced_still_picture_header
+      else {
+        if (read(1)) return null; // timing_info_present: more to parse than a page needs; the fallback plays
+        read(1); read(5); read(12); // initial_display_delay_present, operating_points_cnt_minus_1, the first's idc
+        level = read(5);
+        if (level > 7) tier = read(1);
+      }
+      return "av01." + profile + "." + String(level).padStart(2, "0") + (tier ? "H" : "M") + ".08";
+    }
+    i += size;
+  }
+  return null;
+}
+
 function codecFromSps(bytes) {
   // Annex-B: find the SPS (NAL type 7); its next three bytes are profile, constraints and level.
   for (let i = 0; i + 7 < bytes.length; i++) {
@@ -286,8 +329,9 @@ function onVideo(buf) {
   noteGap("arrival", stats.arrivalGaps);
   if (needKey && !idr) return;
   if (idr && (needKey || !decoder)) {
-    const codec = codecFromSps(data);
+    const codec = streamCodec === "av1" ? codecFromAv1(data) || AV1_FALLBACK : codecFromSps(data);
     if (!codec) return;
+    stats.codec = codec;
     newDecoder(codec);
     needKey = false;
   }
@@ -414,21 +458,31 @@ function connect() {
   ws = new WebSocket(scheme + "//" + location.host + "/stream");
   ws.binaryType = "arraybuffer";
   const proof = resume ? { resume } : token ? { token } : { code };
-  ws.onopen = () => ws.send(JSON.stringify({ type: "auth", ...proof }));
   const socket = ws;
+  socket.onopen = async () => {
+    const codecs = await pageCodecs; // asked of WebCodecs once, when the page loaded
+    if (socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify({ type: "auth", ...proof, codecs }));
+  };
   ws.onmessage = (ev) => {
     if (typeof ev.data === "string") {
       const msg = JSON.parse(ev.data);
       if (msg.type === "rumble") { rumble(msg); return; }
       if (msg.type === "pong") { onPong(msg); return; }
+      if (msg.type === "codec") { // the host changed codec: its next picture is a key frame of the new one
+        streamCodec = msg.codec; needKey = true; stats.codecChanges = (stats.codecChanges || 0) + 1; return;
+      }
       if (msg.type === "hello") {
-        hello = msg; stats.clockOffsetMs = msg.clock_offset_ms; socket.proved = true;
+        hello = msg; stats.clockOffsetMs = msg.clock_offset_ms; socket.proved = true; streamCodec = msg.codec;
         hostClock.answers = []; hostClock.offsetMs = null; pingHost(); // a host (maybe restarted) to time anew
         display.said = ""; sayDisplay();
         if (msg.resume) { resume = msg.resume; localStorage.setItem("pyrofling-resume", resume); }
         if (msg.paired) { code = null; sessionStorage.removeItem("pyrofling-code"); } // a spent pairing code
         if (msg.audio) setupAudio(msg.audio);
         stats.state = "streaming"; retryMs = 1000; needKey = true; say("");
+        if (stats.codecsDecoded && !stats.codecsDecoded.includes(msg.codec)) { // a host held to one codec
+          stats.state = "cannot decode";
+          say("This browser cannot decode the host's " + msg.codec.toUpperCase() + ": the host can stream H.264 (--codec h264, or auto to follow its viewers).");
+        }
         if (msg.webtransport) {
           if (typeof WebTransport === "undefined") { stats.transportError = "no WebTransport"; ws.send(JSON.stringify({ type: "websocket" })); }
           else openTransport(msg.webtransport);

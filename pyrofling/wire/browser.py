@@ -2,7 +2,9 @@
 
 Its binary messages: host → browser, a picture (``b"S"`` and its number, then ``b"V"``, a flags byte, capture and
 pts µs, the Annex-B bytes), a unit of sound (``b"A"``, the same header, the codec's packet) and, over
-WebTransport, sound in groups (``b"G"``, then each unit's length and ``b"A"`` message); browser → host, its pad
+WebTransport, sound in groups (``b"G"``, then each unit's length and ``b"A"`` message; a picture's bytes are an
+H.264 access unit in Annex B or an AV1 temporal unit of sized OBUs, as the hello or a later ``codec`` message
+says); browser → host, its pad
 (``b"P"`` + a GAMEPAD_STATE payload), keys and mouse (``b"I"`` + an INPUT_STATE payload) and its arrivals report
 (``b"R"`` + a RATE_FEEDBACK payload). Pure: packing and parsing; a parser raises nothing but
 :class:`~pyrofling.wire.errors.ProtocolError`. The JSON text messages are in §9 too.
@@ -13,8 +15,12 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from pyrofling.wire.control import GamepadState, InputState, RateFeedback
+from pyrofling.wire.control import GamepadState, InputState, RateFeedback, VideoCodec
 from pyrofling.wire.errors import Buffer, LengthError, TruncatedError, UnknownMessageError
+
+#: The video codecs by the names the page and the host use for them (the hello's ``codec``, the auth's ``codecs``).
+PAGE_CODEC_NAMES = {VideoCodec.H264: "h264", VideoCodec.H265: "hevc", VideoCodec.AV1: "av1"}
+PAGE_CODECS = {name: codec for codec, name in PAGE_CODEC_NAMES.items()}
 
 #: A picture's or a sound unit's header: tag, flags, capture µs, pts µs (little-endian).
 MEDIA_HEADER = struct.Struct("<cBQQ")

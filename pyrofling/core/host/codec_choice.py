@@ -5,7 +5,8 @@ The host streams the first codec of its preference (AV1, then H.265, then H.264 
 a picture, ``bench codecs``) that every viewer watching decodes and the host can encode. Two kinds of viewer
 cannot follow a change of codec: a native PyroFling viewer (it reads the codec from CODEC_PARAMETERS once, at its
 KICK) and a pyrofling viewer that did not negotiate CODECS; each takes whatever runs when it joins, and while one
-watches the codec stays as it is. A browser on the web door decodes H.264.
+watches the codec stays as it is. A browser on the web door follows a change and decodes what its page said
+(its WebCodecs: AV1 and H.264 in Chromium; H.264 where the page said nothing, :data:`BROWSER_CODECS`).
 
 A viewer that cannot decode the running codec changes it at once, before its first picture: its KICK is
 answered with the parameters of the codec being switched to, the encoder is opened anew for that codec, and
@@ -37,7 +38,7 @@ HOLD_S = 5.0
 #: Pictures whose encode times are judged together, and the share of a frame period their median may take.
 PACE_FRAMES = 30
 PACE_SHARE = 0.8
-#: What a browser on the web door decodes (its page's WebCodecs decoder).
+#: What a browser on the web door decodes when its page says nothing (every page's WebCodecs plays H.264).
 BROWSER_CODECS = frozenset({VideoCodec.H264})
 
 

@@ -267,7 +267,7 @@ class HostSessions:
         out: list[HostOutput | WebOutput] = []
         for o in outputs:
             if isinstance(o, BrowserJoined):
-                out += self.browser_joined(o.client, now)
+                out += self.browser_joined(o.client, now, o.codecs)
             elif isinstance(o, BrowserInput):
                 out += self.browser_input(o.client, o.state, now)
             elif isinstance(o, BrowserRateReport):
@@ -290,9 +290,12 @@ class HostSessions:
         self._browser_packets[browser] = packets
         return max(0, packets[0] - lost), max(0, packets[1] - sent)
 
-    def browser_joined(self, browser: int, now: float) -> list[HostOutput]:
+    def browser_joined(
+        self, browser: int, now: float, codecs: frozenset[VideoCodec] = BROWSER_CODECS
+    ) -> list[HostOutput]:
         """A browser the web viewer admitted (it proved the link's key) plays as an authenticated viewer does:
-        a pad by the same rules (its own, or the shared one), and the keyboard and mouse by the same ownership."""
+        a pad by the same rules (its own, or the shared one), and the keyboard and mouse by the same ownership;
+        under ``--codec auto`` it watches as a viewer that follows a change of codec and decodes ``codecs``."""
         conn = RemoteViewer(
             conn_id=BROWSER_CONN_IDS + browser,
             peer=("browser", browser),
@@ -308,7 +311,7 @@ class HostSessions:
         self._browsers[browser] = conn
         out = self.players.joined(conn, now)
         if self.codec_choice is not None:
-            out += self.codec_choice.joined(conn.conn_id, BROWSER_CODECS, now)
+            out += self.codec_choice.joined(conn.conn_id, codecs, now)
         return out
 
     def browser_input(self, browser: int, msg: GamepadState | InputState, now: float) -> list[HostOutput]:
@@ -835,11 +838,11 @@ class HostSessions:
             return []
         return self.codec_choice.encoded(encode_s, period_s, now)
 
-    def codec_switched(self, asked: VideoCodec, codec: VideoCodec, now: float) -> list[HostOutput]:
+    def codec_switched(self, asked: VideoCodec, codec: VideoCodec, now: float) -> list[HostOutput | WebOutput]:
         """The switch to ``asked`` is done: the encoder makes ``codec`` from its next picture on (a key frame; the
-        old codec when the switch failed). The viewers that follow a change are told, and every viewer's video
-        starts again at that key frame."""
-        out: list[HostOutput] = []
+        old codec when the switch failed). The viewers that follow a change are told, the browsers too, and every
+        viewer's video starts again at that key frame."""
+        out: list[HostOutput | WebOutput] = []
         if self.codec_choice is None or self.codec_parameters is None:
             return out
         before = self.codec_choice.running
@@ -847,6 +850,8 @@ class HostSessions:
         self.codec_parameters = params = replace(self.codec_parameters, video_codec=int(codec))
         if codec == before == asked:
             return out
+        if self.browsers is not None:
+            out += self.browsers.codec_changed(codec)
         for conn in self._connections.values():
             if not conn.kicked or not conn.wants(KickFlags.VIDEO):
                 continue

@@ -3,8 +3,8 @@
 Pure: the shell (:mod:`pyrofling.server.web`) reports connections, their text
 messages and each encoded video unit with ``now``; this returns what to send,
 whom to close, and when the encoder should make a key frame.  A browser gets the
-same H.264 access units the pyrofling viewers get (no second encode), over a
-WebSocket, and decodes them with WebCodecs (``docs/browser.md``):
+same access units the pyrofling viewers get (no second encode: H.264, or AV1 where
+its page decodes it), over a WebSocket, and decodes them with WebCodecs (``docs/browser.md``):
 
 * **Proof first.** A browser's first message must be ``{"type": "auth", "token":
   ...}`` with the host's web token (the secret part of the link the host prints),
@@ -61,14 +61,17 @@ import json
 import math
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from pyrofling.core.host.codec_choice import BROWSER_CODECS
 from pyrofling.core.host.state import PairingCodeSpent
 from pyrofling.core.secure import FailureLimiter, limiter_key
-from pyrofling.wire import GamepadState, InputState, RateFeedback, ViewerDisplay
+from pyrofling.wire import GamepadState, InputState, RateFeedback, VideoCodec, ViewerDisplay
 from pyrofling.wire.browser import (
     MAX_DATAGRAM_BYTES,
+    PAGE_CODEC_NAMES,
+    PAGE_CODECS,
     audio_message,
     numbered,
     parse_page_message,
@@ -180,9 +183,11 @@ class RequestKeyframe:
 
 @dataclass(frozen=True, slots=True)
 class BrowserJoined:
-    """A browser proved the key: it plays from now on (a pad, the keyboard and mouse, by the host's rules)."""
+    """A browser proved the key: it plays from now on (a pad, the keyboard and mouse, by the host's rules), and
+    its page decodes ``codecs`` (what its auth said; H.264 where it said nothing)."""
 
     client: int
+    codecs: frozenset[VideoCodec] = BROWSER_CODECS
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,6 +356,21 @@ class WebViewers:
     def set_stream(self, info: StreamInfo) -> None:
         self.info = info
 
+    def codec_changed(self, codec: VideoCodec) -> list[WebOutput]:
+        """The encoder makes ``codec`` from its next picture on (a key frame, ``host --codec auto``): every page
+        watching is told (``{"type": "codec"}``) and gets nothing more until that key frame; a newcomer's hello
+        names it."""
+        name = PAGE_CODEC_NAMES.get(codec)
+        if self.info is None or name is None or name == self.info.codec:
+            return []
+        self.info = replace(self.info, codec=name)
+        out: list[WebOutput] = []
+        for client, browser in self._browsers.items():
+            if browser.proved:
+                browser.awaiting_idr = True
+                out.append(SendText(client, json.dumps({"type": "codec", "codec": name})))
+        return out
+
     @property
     def watching(self) -> int:
         return sum(1 for b in self._browsers.values() if b.proved)
@@ -490,13 +510,14 @@ class WebViewers:
             hello["resume"] = browser.resume
         if isinstance(code, str) and self.pairing_codes is not None:
             hello["paired"] = True  # its code is spent: the page comes back with its pass alone
+        joined = BrowserJoined(client, page_codecs(msg.get("codecs")))
         if self.webtransport_cert is None:
-            return [*new_link, SendText(client, json.dumps(hello)), RequestKeyframe(), BrowserJoined(client)]
+            return [*new_link, SendText(client, json.dumps(hello)), RequestKeyframe(), joined]
         # The ticket goes inside the connection that proved the key (TLS or loopback), and the certificate's hash
         # with it: the page's QUIC session is bound to that proof both ways.
         browser.ticket, browser.awaiting_session = self._make_ticket(), True
         hello["webtransport"] = {"cert_sha256": self.webtransport_cert, "ticket": browser.ticket}
-        return [*new_link, SendText(client, json.dumps(hello)), BrowserJoined(client)]
+        return [*new_link, SendText(client, json.dumps(hello)), joined]
 
     def kept_for_this_run(self, pass_sha256: str) -> None:
         """The store would not keep this pass (:class:`RememberBrowser`): it opens for the rest of this run only."""
@@ -736,3 +757,13 @@ def _equal(given: str, secret: str) -> bool:
 def _any_equal(given: str, secrets_: list[str]) -> bool:
     """Compared with every one, whatever matched."""
     return sum(_equal(given, s) for s in secrets_) > 0
+
+
+def page_codecs(said: Any) -> frozenset[VideoCodec]:
+    """What a page's auth says it decodes (``"codecs": ["av1", "h264"]``, from WebCodecs): the names known here, in
+    any order; a page that said nothing, nothing known or something that is not a list of names decodes H.264
+    (the pages before this was asked, and the codec every page plays)."""
+    if not isinstance(said, list):
+        return BROWSER_CODECS
+    known = frozenset(PAGE_CODECS[name] for name in said if isinstance(name, str) and name in PAGE_CODECS)
+    return known or BROWSER_CODECS
