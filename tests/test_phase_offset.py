@@ -193,6 +193,7 @@ def test_the_stall_allowance_leaves_a_jittery_links_margin_where_its_spread_puts
     assert with_allowance.margin_s == pytest.approx(window_only.margin_s, abs=1e-9)
 
 
+@pytest.mark.slow  # 18 runs of five minutes each, 8 s on the 2-core machine
 def test_stationary_jitter_never_makes_it_hunt() -> None:
     # The 20 s window's percentile has noise of its own, about the dead band's width: now and then it moves
     # the margin by a millisecond, and later back.  Hunting would be a change of direction every few seconds;
