@@ -914,5 +914,5 @@ def test_a_host_held_to_hevc_refuses_the_web_door_and_says_which_codecs_pages_pl
         host = Host(HostConfig(port=0, encoder=replace(TINY, encoder="libx265"), web_port=0, virtual_pad="none"))
         await asyncio.wait_for(host.run(), 30)  # refused while it starts, before anyone could connect
 
-    with pytest.raises(ValueError, match="--web needs H.264 or AV1"):
+    with pytest.raises(ValueError, match=r"--web needs H\.264 or AV1"):
         run(scenario)
