@@ -278,10 +278,22 @@ class Played:
 
 
 def play_rtmp(url: str, *, frames: int, audio_s: float, timeout_s: float = 20.0) -> Played:
-    """Read a live stream back from the server until ``frames`` video frames and ``audio_s`` of audio decoded."""
-    out = Played()
+    """Read a live stream back from the server until ``frames`` video frames and ``audio_s`` of audio decoded.  A
+    player that joined while only sound had come (its probe saw no video: FLV makes the video stream when its first
+    packet comes, which PyAV's demuxer then never yields) plays again, as a person's player would be restarted."""
     deadline = time.monotonic() + timeout_s
-    with av.open(url, timeout=(timeout_s, 5.0), options={"analyzeduration": "1000000"}) as c:
+    while True:
+        out = _play_once(url, frames=frames, audio_s=audio_s, deadline=deadline)
+        if out.video_codec or time.monotonic() > deadline:
+            return out
+
+
+def _play_once(url: str, *, frames: int, audio_s: float, deadline: float) -> Played:
+    out = Played()
+    wait_s = max(1.0, deadline - time.monotonic())
+    with av.open(url, timeout=(wait_s, 5.0), options={"analyzeduration": "1000000"}) as c:
+        if not c.streams.video:
+            return out
         for packet in c.demux():
             if time.monotonic() > deadline:
                 break

@@ -477,9 +477,10 @@ def test_a_32_kb_burst_of_extensions_costs_one_handshake_and_the_stream_goes_on(
     assert r["burst_reply"] < 400  # COOKIE, EXTENSIONS, one AUTH_CHALLENGE: not one answer per message
     # One address (all of them share loopback here) gets 6 challenges at once and 2 a second after that; the
     # rest are told "busy" (or, past 8 connections at once, closed before a word), the late viewer among them:
-    # it tries again and gets in.
+    # it tries again and gets in.  Every one of the 20 was challenged within that budget or refused (on a loaded
+    # machine the host reads them over seconds, and the budget grants a few more as it refills).
     refused = r["discarded"]["challenge_budget"] + r["discarded"].get("connection_rate", 0)
-    assert r["budget"].granted <= 6 + 2 * 5 and refused >= 20 - 6
+    assert r["budget"].granted <= 6 + 2 * 5 and refused >= 4 and r["budget"].granted + refused >= 20
     v = r["viewer"]
     assert v["reconnects"] == 0 and v["max_unshown_frames"] < 8 and v["frames_shown"] >= 40
     assert r["late"]["sessions_streaming"] == 1 and r["late"]["frames_shown"] >= 10
