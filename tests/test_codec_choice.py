@@ -313,3 +313,32 @@ def test_a_browser_that_decodes_av1_keeps_it_one_that_does_not_turns_the_stream_
     assert [json.loads(o.text) for o in hs.codec_switched(AV1, AV1, 6.2) if isinstance(o, SendText)] == [
         {"type": "codec", "codec": "av1"}
     ]
+
+
+def test_the_pace_rule_takes_the_median_against_its_share_of_a_frame() -> None:
+    from pyrofling.core.host.codec_choice import PACE_SHARE, keeps_pace
+
+    period = 1 / 60
+    assert keeps_pace([0.001] * 5 + [0.1] * 4, period)  # a few slow pictures do not make a slow encoder
+    assert not keeps_pace([0.1] * 5 + [0.001] * 4, period)
+    assert keeps_pace([PACE_SHARE * period], period) and not keeps_pace([PACE_SHARE * period * 1.01], period)
+    assert keeps_pace([], period)
+
+
+@pytest.mark.io  # real encoders, a second of their time
+def test_before_streaming_codec_auto_leaves_out_the_codecs_this_machine_cannot_encode_in_time() -> None:
+    """Judged on pictures of the test scene before the host starts: at 320x240 and 30 fps every codec keeps up;
+    asked for 1,000 pictures a second, AV1 and HEVC cannot (nothing encodes such a picture in 0.8 ms here), and
+    the host starts on H.264, the codec it keeps whatever it costs."""
+    from pyrofling.server.codec_pace import codecs_that_keep_pace
+    from pyrofling.server.config import HostConfig
+    from pyrofling.server.encoder import EncoderConfig
+
+    small = EncoderConfig(encoder="libsvtav1", width=320, height=240, fps=30, bitrate_kbits=800)
+    config = HostConfig(encoder=small, auto_codecs=DEFAULT_PREFERENCE)
+    assert codecs_that_keep_pace(config) == config
+    fast = replace(config, encoder=replace(small, fps=1000))
+    kept = codecs_that_keep_pace(fast)
+    assert kept.auto_codecs == (H264,) and kept.encoder.encoder == "libx264" and kept.encoder.fps == 1000
+    one = HostConfig(encoder=replace(small, encoder="libx264"))
+    assert codecs_that_keep_pace(one) is one  # no --codec auto: nothing judged

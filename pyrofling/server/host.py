@@ -2,14 +2,13 @@
 
 The decisions live in the pure core — who is connected and what they may do
 (:class:`~pyrofling.core.host.sessions.HostSessions`), when to force a key frame
-(:class:`~pyrofling.core.host.keyframes.KeyframePolicy`), the frame clock steered by
-phase-locked viewers (:class:`~pyrofling.core.host.frame_clock.FrameClock`), when to
-encode (:class:`~pyrofling.core.host.encode_schedule.EncodeSchedule`), FEC and pacing
-per viewer (:class:`~pyrofling.core.host.packetizer.Packetizer`,
-:mod:`pyrofling.core.host.pacer`).  This module wires the shells together: the sockets
-(:class:`~pyrofling.server.network.HostNetwork`), the heartbeat and encoder
-(:class:`~pyrofling.server.heartbeat.Heartbeat`), audio, the capture socket for
-games, the virtual pad and where else the stream goes (a recording, a broadcast).
+(:class:`~pyrofling.core.host.keyframes.KeyframePolicy`), the frame clock steered by phase-locked viewers
+(:class:`~pyrofling.core.host.frame_clock.FrameClock`), when to encode
+(:class:`~pyrofling.core.host.encode_schedule.EncodeSchedule`), FEC and pacing per viewer
+(:class:`~pyrofling.core.host.packetizer.Packetizer`, :mod:`pyrofling.core.host.pacer`).  This module wires
+the shells together: the sockets (:class:`~pyrofling.server.network.HostNetwork`), the heartbeat and encoder
+(:class:`~pyrofling.server.heartbeat.Heartbeat`), audio, the capture socket for games, the virtual pad and
+where else the stream goes (a recording, a broadcast).
 """
 
 from __future__ import annotations
@@ -57,6 +56,7 @@ from pyrofling.server.audio import (
     open_audio_source,
 )
 from pyrofling.server.capture import CaptureServer
+from pyrofling.server.codec_pace import codecs_that_keep_pace
 from pyrofling.server.config import HostConfig
 from pyrofling.server.destinations import Destinations, open_destinations
 from pyrofling.server.encoder import EncodedVideo, VideoEncoder
@@ -89,7 +89,7 @@ class Host:
         """``pad``, ``input_devices``, ``pad_factory``: a virtual pad (pad 1), keyboard and mouse, and pads 2..N,
         to use instead of opening ``config.virtual_pad`` / ``config.virtual_input`` (tests).  ``clock``: the one
         the frame clock, the heartbeat and the capture server keep time on."""
-        self.config = config
+        self.config = config = codecs_that_keep_pace(config)  # --codec auto: those this machine encodes in time
         self._clock = clock
         self.stats = HostStats()
         self.keyframes = KeyframePolicy()

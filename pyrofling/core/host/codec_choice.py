@@ -24,6 +24,7 @@ frame late every frame costs more than the bits the better codec saves.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pyrofling.core.host.state import HostOutput
@@ -40,6 +41,12 @@ PACE_FRAMES = 30
 PACE_SHARE = 0.8
 #: What a browser on the web door decodes when its page says nothing (every page's WebCodecs plays H.264).
 BROWSER_CODECS = frozenset({VideoCodec.H264})
+
+
+def keeps_pace(encode_s: Sequence[float], period_s: float) -> bool:
+    """Whether an encoder whose pictures took ``encode_s`` keeps up with a frame every ``period_s``: their median
+    within :data:`PACE_SHARE` of it."""
+    return not encode_s or sorted(encode_s)[len(encode_s) // 2] <= PACE_SHARE * period_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,8 +124,9 @@ class CodecChoice:
         if len(times) < PACE_FRAMES:
             return []
         median = sorted(times)[len(times) // 2]
+        kept_pace = keeps_pace(times, period_s)
         times.clear()
-        if median <= PACE_SHARE * period_s or self.running in self.too_slow:
+        if kept_pace or self.running in self.too_slow:
             return []
         self.too_slow.add(self.running)
         best = self.best()
