@@ -5,8 +5,9 @@ after :data:`~pyrofling.core.host.codec_choice.PACE_FRAMES` late pictures: a vie
 them for each codec tried (at 1080p60 on a 16-CPU machine AV1 and then HEVC: freezes of up to 317 ms).  So
 before the host starts, each codec but the last of the preference (H.264, the one every viewer decodes, is
 kept whatever it costs) encodes a few pictures of the test scene at the stream's size and bitrate, and one
-whose median is more than the same share of a frame is left out.  The scene's film grain makes it a hard
-picture: a game's may encode faster, never much slower.
+whose median is more than the same share of a frame is left out.  The scene's film grain (a third of the
+picture) makes its pictures hard ones: a game's may well encode faster, and a codec left out here is not tried
+later in the run.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ def codecs_that_keep_pace(config: HostConfig) -> HostConfig:
     for codec in codecs[:-1]:
         try:
             times = encode_times(replace(enc, encoder=encoder_for(codec, enc.encoder)))
-        except ValueError:  # it does not open at these settings: the stream's own switch would say so
+        except ValueError as exc:  # it does not open at these settings: left out
+            log.info("--codec auto: %s left out: %s", VIDEO_CODEC_NAMES[codec], exc)
             continue
         median = sorted(times)[len(times) // 2]
         if keeps_pace(times, period_s):
