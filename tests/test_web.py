@@ -812,7 +812,10 @@ def test_a_link_admits_one_browser_a_reload_comes_back_and_the_host_shows_the_ne
     assert other_played["state"] == "streaming"  # the browser keeps its pass: another tab of it watches too
     assert refused.startswith("this link was used already")
     assert shown[0] == first_link and len(shown) == 3 and len(set(shown)) == 3  # a new key after each friend
-    assert web["admitted"] == 4 and web["refused"] == {"link_spent": 1}
+    # The one refusal of a page is the finder's; on a loaded machine the reloaded page's previous document may
+    # still try its QUIC session with the ticket that went with it, which is refused too.
+    assert web["admitted"] == 4 and web["refused"].get("link_spent") == 1
+    assert set(web["refused"]) <= {"link_spent", "wrong_ticket"} and web["refused"].get("wrong_ticket", 0) <= 1
 
 
 def test_a_page_the_host_is_busy_for_keeps_its_pass_and_comes_back_when_there_is_room() -> None:
