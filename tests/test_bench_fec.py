@@ -31,14 +31,15 @@ def test_single_losses_are_always_repaired() -> None:
 
 @pytest.mark.slow
 def test_reference_two_losses_at_k20_matches_the_reference() -> None:
-    rows = _rows(ks=(20,), losses=(LossSpec.parse("n=2"),), trials=4000)
+    rows = _rows(ks=(20,), losses=(LossSpec.parse("n=2"),), trials=4000, reed_solomon=False)
     assert _within(rows[("reference/peel", 20, "n=2")], 0.936)  # measured with the C++ code
     assert rows[("none", 20, "n=2")]["frame_success"] < 0.2
 
 
 @pytest.mark.slow
 def test_reference_k40_at_5_percent_and_tuned_beats_it_at_k100() -> None:
-    rows = _rows(ks=(40, 100), losses=(LossSpec.parse("iid:5%"),), trials=2500)
+    # Without the Reed-Solomon code, which this test does not judge (half the time).
+    rows = _rows(ks=(40, 100), losses=(LossSpec.parse("iid:5%"),), trials=1500, reed_solomon=False)
     assert _within(rows[("reference/peel", 40, "iid 5%")], 0.955)
     ref = rows[("reference/peel", 100, "iid 5%")]["residual_frame_loss"]
     tuned = rows[("tuned/pyrofling", 100, "iid 5%")]["residual_frame_loss"]

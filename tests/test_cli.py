@@ -252,7 +252,7 @@ def test_bench_latency_smoke_locks_and_measures_glass_to_glass(tmp_path: Path) -
     turns in two rounds each, with both ends' frame traces."""
     proc = subprocess.run(
         [
-            *(sys.executable, "-m", "pyrofling", "bench", "latency", "--duration", "6", "--width", "320"),
+            *(sys.executable, "-m", "pyrofling", "bench", "latency", "--duration", "5", "--width", "320"),
             *("--height", "240", "--fps", "30", "--bitrate-kbits", "500", "--refresh-hz", "29.97"),
             *("--modes", "pi,auto", "--rounds", "2", "--trace", str(tmp_path / "traces"), "--json"),
         ],
@@ -263,7 +263,7 @@ def test_bench_latency_smoke_locks_and_measures_glass_to_glass(tmp_path: Path) -
     assert proc.returncode == 0, proc.stderr
     pi, auto = json.loads(proc.stdout)["rows"]
     for row in (pi, auto):
-        assert row["rounds"] == 2 and row["presented"] >= 120  # two runs of 3 s at 30 Hz, pooled
+        assert row["rounds"] == 2 and row["presented"] >= 100  # two runs of 2.5 s at 30 Hz, pooled
         assert row["glass_ms_median"] is not None and row["glass_ms_median"] > row["decoded_ms_median"] > 0
         # The ready times after lock of both runs pooled (one per picture the host encoded at most: pictures still
         # waiting for their refresh when a viewer stops are neither presented nor dropped), and the lowest median a
@@ -438,8 +438,8 @@ def test_bench_security_attacks_reflect_finds_no_reflector_in_any_mode() -> None
 def test_bench_soak_smoke_watches_memory_cpu_and_frames_of_a_host_and_three_viewers() -> None:
     proc = subprocess.run(
         [
-            *(sys.executable, "-m", "pyrofling", "bench", "soak", "--duration", "14", "--sample", "2"),
-            # A smoke run of 14 s: on a loaded machine the viewers are still settling after 4 s, so the
+            *(sys.executable, "-m", "pyrofling", "bench", "soak", "--duration", "10", "--sample", "1.5"),
+            # A smoke run of 10 s: on a loaded machine the viewers are still settling after 4 s, so the
             # memory bound here is wide; the real soak (30 min) keeps its 5 %.
             *("--warmup", "4", "--memory-bound", "15", "--width", "160", "--height", "120", "--json"),
         ],
@@ -462,7 +462,7 @@ def test_bench_soak_smoke_watches_memory_cpu_and_frames_of_a_host_and_three_view
     assert set(r["memory"]) == {"host", "viewer1", "viewer2", "viewer3"}
     assert all(m["baseline_mb"] > 10 for m in r["memory"].values())
     assert len(r["samples"]) >= 5 and all(s["host"]["alive"] for s in r["samples"])
-    assert all(v["frames_shown"] > 300 for v in r["viewers"])  # 60 fps for 14 s, one through 5 % bursty loss
+    assert all(v["frames_shown"] > 200 for v in r["viewers"])  # 60 fps for 10 s, one through 5 % bursty loss
     assert r["viewers"][0]["network"].startswith("Gilbert") and r["host"]["auth"]["successes"] == 3
 
 

@@ -44,8 +44,11 @@ from pyrofling.wire import Again, Hello, Kick, KickFlags, MessageId, Nak, type_w
 #: Every test here streams, serves or plays through real sockets, threads or processes (not the quick tier).
 pytestmark = pytest.mark.io
 
-DATAGRAMS = 1_000_000
-TCP_MESSAGES = 100_000
+#: The floods: 7 s of them at the host (60,000 a second), 10 s at a viewer (40,000).  A leak of 16 bytes a
+#: datagram (less than any Python object kept per datagram costs) would show as 6 MB.  (A million and 100,000
+#: until the suite had to answer in five minutes: the same findings, two and a half times the time.)
+DATAGRAMS = 400_000
+TCP_MESSAGES = 40_000
 
 
 def _send_paced(
@@ -134,7 +137,7 @@ def _drain(s: socket.socket) -> None:
 
 
 @pytest.mark.realtime  # paced by the clock, the live stream judged as it runs
-def test_a_million_hostile_datagrams_and_100k_tcp_messages_at_a_running_host(tmp_path: Path) -> None:
+def test_400k_hostile_datagrams_and_40k_tcp_messages_at_a_running_host(tmp_path: Path) -> None:
     rng = random.Random(1)
     host = HostProcess(tmp_path)
     viewer = None
@@ -195,9 +198,7 @@ def _hostile_control(rng: random.Random) -> bytes:
 
 @pytest.mark.realtime  # paced at 40,000 a second by the clock, the live stream judged as it runs
 @pytest.mark.parametrize("sealed", [True, False], ids=["sealed", "open"])
-def test_a_million_hostile_datagrams_and_100k_control_messages_at_a_running_viewer(
-    tmp_path: Path, sealed: bool
-) -> None:
+def test_400k_hostile_datagrams_and_40k_control_messages_at_a_running_viewer(tmp_path: Path, sealed: bool) -> None:
     """From the path between host and viewer: mutated copies of the host's own datagrams, random bytes, and
     (open) control messages slipped into the TCP stream.  Sealed, every datagram is refused and the picture is
     untouched (a message slipped into the sealed control channel ends that connection: test_secure_io);
@@ -257,17 +258,18 @@ def test_a_million_hostile_datagrams_and_100k_control_messages_at_a_running_view
     assert stats["reconnects"] <= (0 if sealed else 1), verr
     if not sealed:
         assert control >= TCP_MESSAGES and discarded["control_ignored"] >= TCP_MESSAGES
-    # No leak: 8 bytes kept per datagram would be 8 MB.  The statistics' windows (two minutes of samples each) go
-    # on filling while the attack lasts: 2-4 MB of it here, and 5 % of the viewer failed one full-suite run.
-    assert rss_before is not None and rss_after <= rss_before + 6.0, (rss_before, rss_after, rss_trace)
+    # No leak: 16 bytes kept per datagram would be 6.4 MB.  The statistics' windows (two minutes of samples each)
+    # go on filling while the attack lasts: 2-4 MB in 25 s of it, and 5 % of the viewer failed one full-suite run.
+    assert rss_before is not None and rss_after <= rss_before + 5.0, (rss_before, rss_after, rss_trace)
     assert encoded_since > 20 and recovered >= 0.75 * encoded_since, (recovered, encoded_since, verr[-1500:])
     if sealed:
         # The stream's own datagrams discarded as stale (a repair not needed, a packet already given up on: the
         # flood delays the viewer) are not refusals.
         own = ("control_ignored", "unneeded_repair", "late", "gave_up_packet")
         refused = sum(v for k, v in discarded.items() if k not in own)
-        # Every injected datagram was refused unopened, or dropped by the kernel before the viewer read it.
-        assert DATAGRAMS * 0.999 <= refused + drops <= DATAGRAMS * 1.001, (discarded, drops)
+        # Every injected datagram was refused unopened, or dropped by the kernel before the viewer read it (its
+        # drops also take some of the host's own datagrams: they bound only from below), and nothing else was.
+        assert refused + drops >= DATAGRAMS * 0.999 and refused <= DATAGRAMS * 1.001, (discarded, drops)
         # Most were read and refused, not dropped unread: over 80 % in four runs alone on the 2-core machine that
         # runs Python at half speed, 76 % in one beside the rest of the suite.
         assert refused >= DATAGRAMS * 0.6

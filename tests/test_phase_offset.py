@@ -291,7 +291,7 @@ def test_the_loop_tells_it_how_late_the_presenter_acted() -> None:
     loop.poll(10.007)  # the picture was ready 2 ms before the presenter got to it
     loop.vblank(10.0 + PERIOD)
     loop.poll(10.0 + PERIOD + loop.wait_s + 0.003)  # woke 3 ms after it stopped waiting: a miss
-    assert [round(w * 1000, 3) for _, w in loop.auto._wakes] == [2.0, 3.0]
+    assert [round(w * 1000, 3) for w in loop.auto._wakes.values] == [2.0, 3.0]
 
 
 def test_a_picture_later_than_half_a_refresh_is_learnt_as_late_and_still_shown_before_the_refresh() -> None:

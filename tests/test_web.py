@@ -274,7 +274,7 @@ def test_bench_browser_smoke_judges_the_pages_refreshes_beside_a_viewer() -> Non
     if find_chromium() is None:
         (pytest.fail if os.environ.get("CI") else pytest.skip)("needs Debian's chromium (scripts/setup installs it)")
     proc = subprocess.run(
-        [sys.executable, "-m", "pyrofling", "bench", "browser", "--duration", "8", "--width", "320", "--height",
+        [sys.executable, "-m", "pyrofling", "bench", "browser", "--duration", "6", "--width", "320", "--height",
          "240", "--fps", "30", "--bitrate-kbits", "500", "--json"],
         capture_output=True, text=True, timeout=180,
     )  # fmt: skip

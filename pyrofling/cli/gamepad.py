@@ -1,10 +1,14 @@
-"""Gamepad flags for ``host`` and ``view``, and ``pyrofling gamepad`` (a controller that does not watch)."""
+"""Gamepad flags for ``host`` and ``view``, and ``pyrofling gamepad`` (a controller that does not watch).
+
+``host`` takes its flags from here too: the viewer's modules are imported where they run, not at the top (they
+would be a third of a host's start)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
 from pyrofling.cli.options import (
     add_logging_options,
@@ -19,12 +23,9 @@ from pyrofling.cli.options import (
     viewer_password,
     whole_number,
 )
-from pyrofling.client.config import ViewerConfig
-from pyrofling.client.gamepad import GamepadConfig
-from pyrofling.client.uri import parse_uri
-from pyrofling.client.viewer import Viewer
-from pyrofling.core.input.pad import KEYBOARD_HELP, PadSenderConfig
-from pyrofling.wire import KickFlags
+
+if TYPE_CHECKING:
+    from pyrofling.client.gamepad import GamepadConfig
 
 log = logging.getLogger("pyrofling")
 
@@ -60,6 +61,8 @@ def add_host_gamepad_options(p: argparse.ArgumentParser) -> None:
 
 
 def add_view_gamepad_options(p: argparse.ArgumentParser) -> None:
+    from pyrofling.core.input.pad import KEYBOARD_HELP
+
     g = p.add_argument_group(
         "gamepad",
         "The first gamepad plugged in here (read with evdev; plug it in at any time) is sent to the host "
@@ -91,6 +94,9 @@ def _add_client_gamepad_options(g: argparse._ArgumentGroup) -> None:
 
 
 def gamepad_config(args: argparse.Namespace) -> GamepadConfig | None:
+    from pyrofling.client.gamepad import GamepadConfig
+    from pyrofling.core.input.pad import PadSenderConfig
+
     if getattr(args, "no_gamepad", False):
         return None
     cfg = GamepadConfig(
@@ -128,6 +134,11 @@ def add_gamepad(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def run_gamepad(args: argparse.Namespace) -> int:
+    from pyrofling.client.config import ViewerConfig
+    from pyrofling.client.uri import parse_uri
+    from pyrofling.client.viewer import Viewer
+    from pyrofling.wire import KickFlags
+
     setup_logging(args)
     try:
         uri = parse_uri(args.uri)

@@ -67,6 +67,9 @@ def add_fec(sub: Sub) -> None:
         help="also compare these XOR degrees at the same repair count (how the tuned planner was chosen)",
     )
     p.add_argument("--no-compare", action="store_true", help="skip zfec and raptorq even if installed")
+    p.add_argument(
+        "--no-rs", action="store_true", help="skip the Reed-Solomon code (rs/pyrofling): near half of the run's time"
+    )
     p.add_argument("--no-throughput", action="store_true", help="skip the throughput measurement")
     add_common(p, duration_s=None, plot=True)
     p.set_defaults(func=_run_fec)
@@ -99,6 +102,7 @@ def _run_fec(args: argparse.Namespace) -> int:
         peer_trials=args.peer_trials or (200 if args.quick else 1000),
         seed=args.seed,
         compare=not args.no_compare,
+        reed_solomon=not args.no_rs,
         throughput=not args.no_throughput,
         throughput_frames=60 if args.quick else 300,
         sweep_degrees=args.sweep_degrees,
