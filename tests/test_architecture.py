@@ -9,6 +9,7 @@ run).  Modules outside pyrofling are leaves: what they import is theirs.
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -69,9 +70,16 @@ def _resolve(module: str, level: int, importer: str) -> str:
 
 def imports_of(module: str) -> tuple[set[str], set[str]]:
     """(pyrofling modules it imports directly, other top-level modules it imports), anywhere in the file."""
+    ours, others = _imports_in(module, MODULES[module].read_text())
+    return set(ours), set(others)
+
+
+@functools.cache
+def _imports_in(module: str, text: str) -> tuple[frozenset[str], frozenset[str]]:
+    """``imports_of`` for one text of the module (each file is parsed once a run, not once a check)."""
     ours: set[str] = set()
     others: set[str] = set()
-    tree = ast.parse(MODULES[module].read_text())
+    tree = ast.parse(text)
     for guard in [n for n in ast.walk(tree) if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"]:
         guard.body = []  # imports for the type checker alone never run
     for node in ast.walk(tree):
@@ -87,7 +95,7 @@ def imports_of(module: str) -> tuple[set[str], set[str]]:
                 ours.add(name)
             else:
                 others.add(name.split(".")[0])
-    return ours - {module}, others
+    return frozenset(ours - {module}), frozenset(others)
 
 
 def _with_packages(module: str) -> set[str]:

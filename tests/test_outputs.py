@@ -351,7 +351,10 @@ def test_broadcast_through_nginx_survives_the_server_dying_without_disturbing_vi
     assert st["kind"] == "broadcast" and st["connects"] >= 2 and st["failures"] >= 1
     # The direct viewer never noticed: frames kept coming through the outage, no freeze, no reconnect.
     assert shown_during_outage >= 30  # 1.5 s at 30 fps, with slack for a busy machine
-    assert viewer.summary()["reconnects"] == 0 and viewer.summary()["freezes_over_250ms"] == 0
+    # Judged by the host's frames it never showed (its milliseconds move with a loaded machine's stalls: one
+    # freeze over 250 ms in a full run, with every frame shown).
+    seen = viewer.summary()
+    assert seen["reconnects"] == 0 and seen["max_unshown_frames"] < 8, seen["max_unshown_frames"]
 
 
 @pytest.mark.io
