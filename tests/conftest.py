@@ -16,25 +16,6 @@ from pyrofling.runtime import THREAD_PRIORITIES
 
 pytest_plugins = ["tiers"]
 
-#: ``./scripts/test`` runs these files' tests (none clocked) after the clocked ones, in their process: it is free
-#: by then, while the workers still have minutes of tests to go (83 s of them here). Elsewhere they run as any.
-AFTER_THE_CLOCKED = ("tests/test_spectators.py", "tests/test_web_door.py")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``PYROFLING_SUITE_PART``: ``workers`` leaves out the files in ``AFTER_THE_CLOCKED``, ``after-clocked`` runs
-    only them (``./scripts/test`` sets it; unset, nothing changes)."""
-    part = os.environ.get("PYROFLING_SUITE_PART")
-    if part not in ("workers", "after-clocked"):
-        return
-    keep, drop = [], []
-    for item in items:
-        later = item.nodeid.startswith(AFTER_THE_CLOCKED)
-        (keep if later == (part == "after-clocked") else drop).append(item)
-    if drop:
-        config.hook.pytest_deselected(items=drop)
-        items[:] = keep
-
 
 def _start_xvfb(screen: str, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
     if shutil.which("Xvfb") is None:
