@@ -76,7 +76,7 @@ def test_a_command_loads_only_what_it_runs_and_help_lists_them_all() -> None:
     probe = (
         "import sys; from pyrofling.cli import build_parser; build_parser(sys.argv[1]); "
         "print(' '.join(m for m in ('av', 'numpy', 'pyrofling.server.host', 'pyrofling.client.viewer', "
-        "'pyrofling.bench.stream') if m in sys.modules))"
+        "'pyrofling.client.config', 'pyrofling.capture.client', 'pyrofling.bench.stream') if m in sys.modules))"
     )
     loaded = {
         command: set(subprocess.run([sys.executable, "-c", probe, command], capture_output=True, text=True,
@@ -89,6 +89,8 @@ def test_a_command_loads_only_what_it_runs_and_help_lists_them_all() -> None:
         and not {"pyrofling.server.host", "pyrofling.bench.stream"} & loaded["view"]
     )
     assert "pyrofling.server.host" in loaded["host"] and "pyrofling.bench.stream" not in loaded["host"]
+    # Nor does a host load the viewer (through the gamepad flags both share) or a game's capture client.
+    assert not {"pyrofling.client.viewer", "pyrofling.client.config", "pyrofling.capture.client"} & loaded["host"]
     wrong = pyrofling("hots", timeout=60)
     assert wrong.returncode == 2 and "invalid choice: 'hots'" in wrong.stderr and "'netsim'" in wrong.stderr
 
