@@ -16,7 +16,6 @@ import shutil
 import socket
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -415,7 +414,6 @@ def test_a_viewer_key_press_moves_the_example_game_ball_in_the_streamed_picture(
     path = str(tmp_path / "cap.sock")
     display = BallFinder()
     size = EncoderConfig(width=320, height=240, fps=30, bitrate_kbits=1500)
-    held: list[float] = []
 
     async def scenario() -> list[tuple[float, float] | None]:
         host = Host(
@@ -440,15 +438,12 @@ def test_a_viewer_key_press_moves_the_example_game_ball_in_the_streamed_picture(
             start = display.positions[-1]
             assert start is not None and abs(start[0] - 160) < 20 and abs(start[1] - 120) < 20  # centred
             assert viewer.gamepad is not None
-            t0 = time.monotonic()
             viewer.gamepad.key("D", True)  # left stick right
             await asyncio.sleep(0.1)
             viewer.gamepad.key("D", False)
-            t1 = time.monotonic()
             viewer.gamepad.key("W", True)  # left stick up
             await asyncio.sleep(0.1)
             viewer.gamepad.key("W", False)
-            held.extend((t1 - t0, time.monotonic() - t1))  # a loaded machine's sleep holds a key longer
             await asyncio.sleep(0.5)
             viewer.stop()
             await asyncio.wait_for(vtask, 10)
@@ -462,9 +457,12 @@ def test_a_viewer_key_press_moves_the_example_game_ball_in_the_streamed_picture(
     positions = run(scenario, 90)
     end = positions[-1]
     assert end is not None
-    # 700 px/s for ~0.1 s each way (as long as each key was held): right by ~70 px and up (smaller y in the
-    # picture) by ~70 px.
-    assert 30 < end[0] - 160 < 700 * held[0] + 50 and 30 < 120 - end[1] < 700 * held[1] + 50, (end, held)
+    # 700 px/s for ~0.1 s each way: right and up (smaller y in the picture) by ~70 px each, more where a loaded
+    # machine held a key longer, but short of the picture's edge, where a key stuck down would pin it.
+    assert 30 < end[0] - 160 < 140 and 30 < 120 - end[1] < 100, end
+    # The releases reached the game too: the ball stood still in the last pictures.
+    last = [p for p in positions if p is not None][-3:]
+    assert all(abs(x - end[0]) < 2 and abs(y - end[1]) < 2 for x, y in last), last
 
 
 @pytest.mark.io

@@ -16,7 +16,7 @@ import logging
 import time
 from dataclasses import replace
 
-from pyrofling.core.host.codec_choice import PACE_SHARE, keeps_pace
+from pyrofling.core.host.codec_choice import PACE_SHARE, keeps_pace, median_s
 from pyrofling.core.scene import TestScene
 from pyrofling.server.config import HostConfig
 from pyrofling.server.encoder import EncoderConfig, VideoEncoder, encoder_for
@@ -64,12 +64,11 @@ def codecs_that_keep_pace(config: HostConfig) -> HostConfig:
         except ValueError as exc:  # it does not open at these settings: left out
             log.info("--codec auto: %s left out: %s", VIDEO_CODEC_NAMES[codec], exc)
             continue
-        median = sorted(times)[len(times) // 2]
         if keeps_pace(times, period_s):
             kept.append(codec)
         else:
             log.info("--codec auto: %s takes %.1f ms a %dx%d picture here, more than the %.1f ms it may at %d fps: "
-                     "left out", VIDEO_CODEC_NAMES[codec], median * 1000, enc.width, enc.height,
+                     "left out", VIDEO_CODEC_NAMES[codec], median_s(times) * 1000, enc.width, enc.height,
                      PACE_SHARE * period_s * 1000, enc.fps)  # fmt: skip
     kept.append(codecs[-1])
     if tuple(kept) == codecs:

@@ -43,10 +43,15 @@ PACE_SHARE = 0.8
 BROWSER_CODECS = frozenset({VideoCodec.H264})
 
 
+def median_s(encode_s: Sequence[float]) -> float:
+    """The pictures' median encode time (the upper one of an even count)."""
+    return sorted(encode_s)[len(encode_s) // 2]
+
+
 def keeps_pace(encode_s: Sequence[float], period_s: float) -> bool:
     """Whether an encoder whose pictures took ``encode_s`` keeps up with a frame every ``period_s``: their median
     within :data:`PACE_SHARE` of it."""
-    return not encode_s or sorted(encode_s)[len(encode_s) // 2] <= PACE_SHARE * period_s
+    return not encode_s or median_s(encode_s) <= PACE_SHARE * period_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,10 +128,9 @@ class CodecChoice:
         times.append(encode_s)
         if len(times) < PACE_FRAMES:
             return []
-        median = sorted(times)[len(times) // 2]
-        kept_pace = keeps_pace(times, period_s)
+        median = median_s(times)
         times.clear()
-        if kept_pace or self.running in self.too_slow:
+        if median <= PACE_SHARE * period_s or self.running in self.too_slow:
             return []
         self.too_slow.add(self.running)
         best = self.best()

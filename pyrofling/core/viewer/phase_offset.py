@@ -62,13 +62,10 @@ class _TimedWindow:
             times.popleft()
             values.popleft()
 
-    def array(self) -> np.ndarray:
-        return np.fromiter(self.values, float, len(self.values))
-
-    def median_and_p99(self) -> tuple[float, float]:
-        """As ``np.percentile(values, (50, 99))`` (linear between ranks), from one sort: numpy's own costs
-        ten times the sort at these sizes."""
-        a = np.sort(self.array())
+    def median_p99_max(self) -> tuple[float, float, float]:
+        """As ``np.percentile(values, (50, 99))`` (linear between ranks) and the largest, from one sort: numpy's
+        percentile costs ten times the sort at these sizes."""
+        a = np.sort(np.fromiter(self.values, float, len(self.values)))
         last = len(a) - 1
         out = []
         for q in (0.5, 0.99):
@@ -76,7 +73,7 @@ class _TimedWindow:
             lo = int(rank)
             hi = min(lo + 1, last)
             out.append(float(a[lo] + (a[hi] - a[lo]) * (rank - lo)))
-        return out[0], out[1]
+        return out[0], out[1], float(a[last])
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,7 +369,7 @@ class AutoOffset:
         cfg = self.config
         if len(self._wakes) < cfg.min_samples:
             return None
-        p50, p99 = self._wakes.median_and_p99()
+        p50, p99, _ = self._wakes.median_p99_max()
         flip = p50 + max(0.0, p99 - p50) * self._tail_stretch + cfg.guard_s
         return float(min(cfg.max_flip_margin_s, max(cfg.min_flip_margin_s, flip)))
 
@@ -403,8 +400,7 @@ class AutoOffset:
             # The full estimate takes over: it may correct the early one either way, which is the start-up's
             # end, not a change of mind (reversals count from here).
             self._early_rose, self._catch_up, self._direction = False, True, 0
-        late = self._samples.array()
-        p50, p99 = self._samples.median_and_p99()
+        p50, p99, latest = self._samples.median_p99_max()
         self._p99 = float(p99)
         margin = p50 + max(0.0, p99 - p50) * self._tail_stretch + cfg.guard_s + bump
         if cfg.misses_per_minute * cfg.window_s / 60 < 1:
@@ -412,7 +408,7 @@ class AutoOffset:
             # Gaussian (an encoder's slow frame every few seconds) lies beyond what the 99th percentile
             # extrapolates; on a noisy lent machine it missed 10 times a minute while the margin rose a bump
             # at a time.
-            margin = max(margin, float(late.max()) + cfg.guard_s + bump)
+            margin = max(margin, latest + cfg.guard_s + bump)
         if self._stall_floor_s is not None:
             margin = max(margin, self._stall_floor_s + cfg.guard_s + bump)
         elif cfg.stall_allowance_s:
