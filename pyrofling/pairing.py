@@ -23,14 +23,16 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyrofling.core.host.auth import PairedViewer
-from pyrofling.core.host.state import ViewerPaired
-from pyrofling.core.host.web_viewers import RememberBrowser
 from pyrofling.core.secure import HostIdentity, limiter_key
 from pyrofling.core.viewer.auth import HostCredential
 from pyrofling.files import default_config_dir, private_dir_problem
+
+if TYPE_CHECKING:  # the host's side, which a viewer keeping its credentials here does not load
+    from pyrofling.core.host.auth import PairedViewer
+    from pyrofling.core.host.state import ViewerPaired
+    from pyrofling.core.host.web_viewers import RememberBrowser
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +159,8 @@ class HostPairings:
     def lookup(self, viewer_id: bytes) -> PairedViewer | None:
         """The viewer's credential, read now (a revocation counts at once); None also when the file cannot be
         trusted (said in the log): a paired login then fails, nothing else does."""
+        from pyrofling.core.host.auth import PairedViewer  # loaded by the host long before; not by a viewer
+
         try:
             entry = self._file.read().get("viewers", {}).get(viewer_id.hex())
             if not isinstance(entry, dict):

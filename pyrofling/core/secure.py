@@ -33,7 +33,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from spake2 import SPAKE2_A, SPAKE2_B  # type: ignore[import-untyped]
 
 NONCE_BYTES = 32
 ID_BYTES = 16
@@ -94,6 +93,9 @@ class CodeExchange:
     def __init__(self, secret: str, *, host: bool) -> None:
         if not secret:
             raise ValueError("the secret is empty")
+        # Loaded here: its group tables cost every host and viewer ~30 ms at start, most never pair or use a password.
+        from spake2 import SPAKE2_A, SPAKE2_B  # type: ignore[import-untyped]
+
         side = SPAKE2_B if host else SPAKE2_A
         self._spake = side(secret.encode(), idA=VIEWER_IDENTITY, idB=HOST_IDENTITY)
         self.message: bytes = self._spake.start()
