@@ -76,7 +76,8 @@ def test_a_command_loads_only_what_it_runs_and_help_lists_them_all() -> None:
     probe = (
         "import sys; from pyrofling.cli import build_parser; build_parser(sys.argv[1]); "
         "print(' '.join(m for m in ('av', 'numpy', 'pyrofling.server.host', 'pyrofling.client.viewer', "
-        "'pyrofling.client.config', 'pyrofling.capture.client', 'pyrofling.bench.stream') if m in sys.modules))"
+        "'pyrofling.client.config', 'pyrofling.capture.client', 'pyrofling.bench.stream', 'pyrofling.core.host.state', "
+        "'spake2') if m in sys.modules))"
     )
     loaded = {
         command: set(subprocess.run([sys.executable, "-c", probe, command], capture_output=True, text=True,
@@ -91,6 +92,8 @@ def test_a_command_loads_only_what_it_runs_and_help_lists_them_all() -> None:
     assert "pyrofling.server.host" in loaded["host"] and "pyrofling.bench.stream" not in loaded["host"]
     # Nor does a host load the viewer (through the gamepad flags both share) or a game's capture client.
     assert not {"pyrofling.client.viewer", "pyrofling.client.config", "pyrofling.capture.client"} & loaded["host"]
+    # A viewer loads no host core (through the pairings it keeps), and neither side the PAKE before a pairing runs.
+    assert "pyrofling.core.host.state" not in loaded["view"] and "spake2" not in loaded["view"] | loaded["host"]
     wrong = pyrofling("hots", timeout=60)
     assert wrong.returncode == 2 and "invalid choice: 'hots'" in wrong.stderr and "'netsim'" in wrong.stderr
 
