@@ -15,6 +15,7 @@ import os
 import socket
 import struct
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +26,16 @@ from hypothesis import strategies as st
 from support import parse_capture_message, run, start_host, stop_viewer_and_host, until
 
 from pyrofling.capture.paths import default_layer_socket
+from pyrofling.client.pictures import ScreenPictures
 from pyrofling.client.presenter import HeadlessDisplay
 from pyrofling.client.viewer import Viewer, ViewerConfig
+from pyrofling.core.color import AVCOL_TRC_SMPTE2084, ToneMapper, sdr_to_pq16
 from pyrofling.core.input.pad import PadUpdate
 from pyrofling.server.capture import CaptureServer
 from pyrofling.server.encoder import EncoderConfig
 from pyrofling.server.host import Host
 from pyrofling.server.vulkan_import import instance_environment, vulkan_problem
-from pyrofling.wire import ProtocolError
+from pyrofling.wire import ColorProfile, ProtocolError, VideoCodec
 from pyrofling.wire import capture as m
 
 SMALL = EncoderConfig(width=160, height=120, fps=30, bitrate_kbits=800)
@@ -93,10 +96,10 @@ def test_mutated_layer_messages_only_ever_raise_protocol_errors(message: m.Captu
 @pytest.mark.parametrize(
     ("changes", "complaint"),
     [
-        ({"vk_color_space": m.COLOR_SPACE_HDR10_ST2084, "vk_format": 64}, "HDR10"),
+        ({"vk_color_space": m.COLOR_SPACE_HDR10_ST2084}, "HDR10 needs a 10-bit format"),  # 8-bit BGRA
         ({"vk_color_space": m.COLOR_SPACE_EXTENDED_SRGB_LINEAR, "vk_format": 97}, "scRGB"),
         ({"vk_color_space": 12345}, "unknown colour space"),
-        ({"vk_format": 64}, "A2B10G10R10"),
+        ({"vk_format": 97}, "R16G16B16A16_SFLOAT"),
         ({"vk_format": 50, "flags": 0}, "MUTABLE_FORMAT"),
         ({"usage": 0x1}, "SAMPLED"),
         ({"memory_type": 0x200}, "OPAQUE_FD"),
@@ -108,11 +111,15 @@ def test_images_the_host_cannot_stream_are_named_with_the_reason(changes: dict[s
     assert complaint in (m.VulkanImageGroup(**(fields | changes)).problem() or "")
 
 
-def test_srgb_and_unorm_8_bit_formats_are_read_as_their_byte_order() -> None:
+def test_srgb_unorm_and_10_bit_formats_are_read_as_their_byte_order() -> None:
     fields = {name: getattr(GROUP, name) for name in GROUP.__match_args__}
-    for fmt, name in ((44, "bgra"), (50, "bgra"), (37, "rgba"), (43, "rgba"), (51, "rgba")):
+    for fmt, name in ((44, "bgra"), (50, "bgra"), (37, "rgba"), (43, "rgba"), (51, "rgba"), (64, "x2bgr10le"),
+                      (58, "x2rgb10le")):  # fmt: skip
         group = m.VulkanImageGroup(**(fields | {"vk_format": fmt}))
-        assert group.problem() is None and group.av_name == name
+        assert group.problem() is None and group.av_name == name and not group.hdr10
+    for fmt in (64, 58):  # an HDR10 swapchain
+        group = m.VulkanImageGroup(**(fields | {"vk_format": fmt, "vk_color_space": m.COLOR_SPACE_HDR10_ST2084}))
+        assert group.problem() is None and group.hdr10
 
 
 def test_the_hosts_own_instance_never_loads_the_capture_layer() -> None:
@@ -197,8 +204,10 @@ def test_hostile_layer_requests_get_error_replies_and_the_host_goes_on(tmp_path:
             out.append((raw.request(small, fds=[memfd(64)] * 3), raw.last_text))  # memory far too small
             huge = m.VulkanImageGroup(16, 8192, 8192, 44, 0, 7, 8, 1, 2, (44, 50))
             out.append((raw.request(huge, fds=[memfd(64)] * 16), raw.last_text))  # 4 GiB of host memory
-            hdr = m.VulkanImageGroup(3, 64, 48, 64, m.COLOR_SPACE_HDR10_ST2084, 7, 0, 1, 0)
-            out.append((raw.request(hdr, fds=[memfd(1 << 16)] * 3), raw.last_text))  # HDR10
+            hdr = m.VulkanImageGroup(3, 64, 48, 44, m.COLOR_SPACE_HDR10_ST2084, 7, 8, 1, 2, (44, 50))
+            out.append((raw.request(hdr, fds=[memfd(1 << 16)] * 3), raw.last_text))  # HDR10 in 8 bits
+            shared = m.VulkanImageGroup(3, 64, 48, 64, m.COLOR_SPACE_HDR10_ST2084, 7, 0, 1, 0)
+            out.append((raw.request(shared, fds=[memfd(1 << 16)] * 3), raw.last_text))  # one memory for 3 images
             out.append((raw.request(PRESENT, fds=[memfd(8), memfd(8)]), raw.last_text))  # two semaphore fds
             out.append((raw.request(None, type_=m.MessageType.AUDIO_FORMAT), raw.last_text))  # not a layer message
             out.append((raw.request(m.ClientHello.of("again", m.Intent(1))), raw.last_text))
@@ -225,9 +234,10 @@ def test_hostile_layer_requests_get_error_replies_and_the_host_goes_on(tmp_path:
     kinds = [kind for kind, _ in replies]
     texts = " | ".join(text for _, text in replies)
     P, E, X = m.MessageType.ERROR_PROTOCOL, m.MessageType.ERROR, m.MessageType.ERROR_PARAMETER
-    assert kinds == [P, P, E, X, E, E, X, P, P, P], texts
+    assert kinds == [P, P, E, X, E, E, X, E, P, P, P], texts
     for fragment in ("DEVICE before", "IMAGE_GROUP before", "not one this host can open", "need as many fds",
-                     "the image needs", "at most 512 MiB", "HDR10", "at most one semaphore",
+                     "the image needs", "at most 512 MiB", "HDR10 needs a 10-bit format", "cannot import",
+                     "at most one semaphore",
                      "not one PyroFling's layer sends", "already said"):  # fmt: skip
         assert fragment in texts, fragment
     assert summary["vulkan_games"] == 2 and summary["vulkan"]["presents"] == 1
@@ -297,12 +307,14 @@ def quadrants_intact(display: QuadrantDisplay) -> bool:
 class LayerGame(threading.Thread):
     """The stand-in presenting quadrants on its own thread until stopped."""
 
-    def __init__(self, path: str, width: int = SMALL.width, height: int = SMALL.height, **kwargs: Any) -> None:
+    def __init__(
+        self, path: str, width: int = SMALL.width, height: int = SMALL.height, paint: Any = None, **kwargs: Any
+    ) -> None:
         from pyrofling.capture.vulkan_standin import StandInLayer, quadrant_painter
 
         super().__init__(daemon=True)
         self.layer = StandInLayer(path, width, height, retry_presents=5, **kwargs)
-        self.paint = quadrant_painter(self.layer.vk_format)
+        self.paint = paint or quadrant_painter(self.layer.vk_format)
         self.halt = threading.Event()
         self.resize_to: tuple[int, int] | None = None
 
@@ -322,9 +334,9 @@ class LayerGame(threading.Thread):
         self.layer.close()
 
 
-async def layer_host(tmp_path: Path, port: int = 0) -> tuple[Host, asyncio.Task[Any]]:
+async def layer_host(tmp_path: Path, port: int = 0, encoder: EncoderConfig = SMALL) -> tuple[Host, asyncio.Task[Any]]:
     return await start_host(
-        encoder=SMALL,
+        encoder=encoder,
         port=port,
         source="capture",
         capture_socket=str(tmp_path / "own.sock"),
@@ -487,3 +499,82 @@ def test_a_mailbox_layer_game_presents_freely_and_the_newest_image_wins(tmp_path
     assert summary["superseded"] > 0  # presents between heartbeats replaced each other, unencoded
     assert all(colour in QUADRANTS for colour in seen)
     assert seen[-1] == QUADRANTS[39 % 4]  # the last present (n = 39) is what the host took last
+
+
+class ScreenDisplay(HeadlessDisplay):
+    """What an SDR screen is shown (the window's conversion: HDR10 tone-mapped): the quadrants' centres."""
+
+    def __init__(self) -> None:
+        self.pictures = ScreenPictures()
+        self.quadrants: list[tuple[tuple[int, int, int], ...]] = []
+        self.kinds: set[tuple[str, int]] = set()  # (pixel format, transfer) of the decoded pictures
+
+    def prepare(self, frame: Any) -> Any:
+        h, w = frame.height, frame.width
+        rgb = np.frombuffer(self.pictures.rgb24(frame, w, h), np.uint8).reshape(h, w, 3)
+        spots = ((h // 4, w // 4), (h // 4, 3 * w // 4), (3 * h // 4, 3 * w // 4), (3 * h // 4, w // 4))
+        self.quadrants.append(tuple(tuple(int(v) for v in rgb[y, x]) for y, x in spots))  # type: ignore[misc]
+        self.kinds.add((frame.format.name, frame.color_trc))
+        return None
+
+
+def hdr10_quadrants_on_an_sdr_screen() -> list[tuple[int, int, int]]:
+    """The stand-in's HDR10 quadrants tone-mapped straight from its code values: what the viewer must show."""
+    from pyrofling.capture.vulkan_standin import hdr10_quadrant_codes
+
+    codes = np.array([hdr10_quadrant_codes()], np.uint16)
+    wide = (codes << 6 | codes >> 4).astype(np.uint16)  # 10 → 16 bits, as swscale widens them
+    return [(int(r), int(g), int(b)) for r, g, b in ToneMapper().to_srgb8(wide)[0]]
+
+
+#: How far the viewer's tone-mapped quadrant centres may be from the source's (8-bit levels): 4:2:0 10-bit
+#: HEVC at 800 kbit/s and two colour conversions, on flat quadrants.
+HDR10_TOLERANCE = 6
+
+
+@pytest.mark.io
+@needs_vulkan
+def test_an_hdr10_swapchain_streams_in_10_bit_bt2020_pq_and_the_viewer_tone_maps_it_to_the_source(
+    tmp_path: Path,
+) -> None:
+    from pyrofling.capture.vulkan_standin import QUADRANTS, hdr10_quadrant_painter
+
+    display, expected = ScreenDisplay(), hdr10_quadrants_on_an_sdr_screen()
+
+    def matches() -> bool:
+        return bool(display.quadrants) and all(
+            abs(a - b) <= HDR10_TOLERANCE for s, e in zip(display.quadrants[-1], expected, strict=True)
+            for a, b in zip(s, e, strict=True)
+        )  # fmt: skip
+
+    async def scenario() -> tuple[Any, dict[str, Any], Any]:
+        host, task = await layer_host(tmp_path, encoder=replace(SMALL, encoder="libx265"))
+        game = LayerGame(
+            str(tmp_path / "layer.sock"),
+            paint=hdr10_quadrant_painter(),
+            vk_format=m.VkFormat.A2B10G10R10_UNORM_PACK32,
+            color_space=m.COLOR_SPACE_HDR10_ST2084,
+            semaphores="eventfd",
+        )
+        game.start()
+        hdr10 = ColorProfile.BT2020_PQ_FULL_CENTER_420
+        await until(lambda: (p := host.sessions.codec_parameters) is not None and p.color_profile == hdr10, 15)
+        viewer = Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0), display, run_presenter=True)
+        vtask = asyncio.create_task(viewer.run())
+        await until(matches, 15)
+        params = viewer.connection.codec_parameters if viewer.connection is not None else None
+        await in_thread(game.stop)
+        summary = host.summary()
+        await stop_viewer_and_host(viewer, vtask, host, task)
+        return params, summary, viewer
+
+    params, summary, viewer = run(scenario, 90)
+    assert params is not None and params.video_codec == VideoCodec.H265
+    assert params.color_profile == ColorProfile.BT2020_PQ_FULL_CENTER_420  # as PyroFling's server says HDR10
+    assert ("yuv420p10le", AVCOL_TRC_SMPTE2084) in display.kinds  # 10-bit, PQ in the bitstream's own description
+    assert summary["capture"]["errors"] == {} and summary["encode_errors"] == 0
+    assert viewer.video.stats.hdr10_pictures > 0 and "HDR10" in (display.pictures.tone_mapping or "")
+    # The highlight (its white at 600 nits) shows brighter than the same yellow at the SDR white, rolled off short
+    # of full scale where the tone curve has room (its red is past BT.709's gamut and clips).
+    at_sdr_white = ToneMapper().to_srgb8(sdr_to_pq16(np.array([[QUADRANTS[3]]], np.uint8)))[0, 0]
+    assert sum(expected[3]) > sum(int(v) for v in at_sdr_white) + 30 and expected[3][1] < 255

@@ -80,6 +80,7 @@ class StandInLayer:
         *,
         images: int = 3,
         vk_format: int = m.VkFormat.B8G8R8A8_UNORM,
+        color_space: int = m.COLOR_SPACE_SRGB_NONLINEAR,
         fifo: bool = True,
         semaphores: str = "auto",
         name: str = "pyrofling stand-in layer",
@@ -92,6 +93,7 @@ class StandInLayer:
         self.path, self.name = path, name
         self.fifo, self.retry_presents, self.timeout_s = fifo, retry_presents, timeout_s
         self.vk_format = int(vk_format)
+        self.color_space = int(color_space)
         self.count = images
         self.stats = StandInStats()
         self.sock: socket.socket | None = None
@@ -389,7 +391,7 @@ class StandInLayer:
             self.width,
             self.height,
             self.vk_format,
-            m.COLOR_SPACE_SRGB_NONLINEAR,
+            self.color_space,
             self.usage,
             m.IMAGE_MUTABLE_FORMAT if formats else 0,
             m.HANDLE_OPAQUE_FD,
@@ -551,6 +553,45 @@ def quadrant_painter(vk_format: int = m.VkFormat.B8G8R8A8_UNORM, shift: Callable
     return paint
 
 
+#: The HDR10 quadrants' light: QUADRANTS placed in HDR10 with their white at these nits (BT.2408's 203 for SDR
+#: content; the last one a highlight that an SDR screen's tone mapping must roll off).
+HDR10_QUADRANT_WHITE_NITS = (203.0, 203.0, 203.0, 600.0)
+
+
+def hdr10_quadrant_codes() -> tuple[tuple[int, int, int], ...]:
+    """The HDR10 quadrants as 10-bit BT.2020 PQ code values (R, G, B), in QUADRANTS' order."""
+    from pyrofling.core.color import sdr_to_pq16
+
+    out = []
+    for (r, g, b), nits in zip(QUADRANTS, HDR10_QUADRANT_WHITE_NITS, strict=True):
+        pq16 = sdr_to_pq16(np.array([[[r, g, b]]], np.uint8), white_nits=nits)[0, 0]
+        out.append(tuple(round(int(v) / 65535 * 1023) for v in pq16))
+    return tuple(out)  # type: ignore[arg-type]
+
+
+def hdr10_quadrant_painter(vk_format: int = m.VkFormat.A2B10G10R10_UNORM_PACK32) -> Painter:
+    """The quadrants of :func:`hdr10_quadrant_codes` in a 10-bit image (A2B10G10R10 or A2R10G10B10 words)."""
+    if vk_format not in m.TEN_BIT_FORMATS:
+        raise ValueError("HDR10 quadrants need a 10-bit format")
+    red_low = vk_format == m.VkFormat.A2B10G10R10_UNORM_PACK32  # bits 0-9 red (else blue)
+    words = [
+        (r if red_low else b) | g << 10 | (b if red_low else r) << 20 | 3 << 30 for r, g, b in hdr10_quadrant_codes()
+    ]
+    drawn: dict[tuple[int, ...], npt.NDArray[np.uint8]] = {}
+
+    def paint(pixels: npt.NDArray[np.uint8], n: int) -> None:
+        picture = drawn.get(pixels.shape)
+        if picture is None:
+            h, w = pixels.shape[:2]
+            packed = np.empty((h, w), "<u4")
+            for q, (y, x) in enumerate(((0, 0), (0, 1), (1, 1), (1, 0))):
+                packed[y * h // 2 : (y + 1) * h // 2, x * w // 2 : (x + 1) * w // 2] = words[q]
+            picture = drawn[pixels.shape] = packed.view(np.uint8).reshape(h, w, 4)
+        np.copyto(pixels, picture)
+
+    return paint
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m pyrofling.capture.vulkan_standin",
@@ -568,16 +609,29 @@ def main(argv: list[str] | None = None) -> int:
         help="release semaphores: export (real GPUs), eventfd (as the shim on lavapipe), none; auto picks",
     )
     p.add_argument("--resize-every", type=int, default=0, help="re-create the image group every N presents")
+    p.add_argument(
+        "--hdr10",
+        action="store_true",
+        help="an HDR10 swapchain (A2B10G10R10, ST 2084): the quadrants in PQ, one of them a 600-nit highlight",
+    )
     args = p.parse_args(argv)
     try:
         width, height = (int(v) for v in args.size.lower().split("x"))
     except ValueError:
         p.error(f"--size {args.size!r}: write it as WIDTHxHEIGHT, e.g. 1280x720")
-    layer = StandInLayer(args.socket, width, height, fifo=not args.mailbox, semaphores=args.semaphores)
+    layer = StandInLayer(
+        args.socket,
+        width,
+        height,
+        fifo=not args.mailbox,
+        semaphores=args.semaphores,
+        vk_format=m.VkFormat.A2B10G10R10_UNORM_PACK32 if args.hdr10 else m.VkFormat.B8G8R8A8_UNORM,
+        color_space=m.COLOR_SPACE_HDR10_ST2084 if args.hdr10 else m.COLOR_SPACE_SRGB_NONLINEAR,
+    )
     print(f"stand-in: {layer.gpu_name}, semaphores {layer.semaphores}, {width}x{height} -> {args.socket}", flush=True)
     if not layer.connect():
         print(f"stand-in: no host on {args.socket} yet; presenting anyway, retrying every 30 presents", flush=True)
-    paint = quadrant_painter(layer.vk_format, shift=lambda n: n // 60)
+    paint = hdr10_quadrant_painter() if args.hdr10 else quadrant_painter(layer.vk_format, shift=lambda n: n // 60)
     started = time.monotonic()
     try:
         for n in range(args.frames):

@@ -50,8 +50,12 @@ def decodable_codecs() -> frozenset[VideoCodec]:
 
 
 def luma(frame: av.VideoFrame) -> npt.NDArray[np.uint8]:
-    """A decoded 8-bit picture's luma plane as rows of its line size (no copy: the row padding is kept)."""
+    """A decoded picture's luma plane as 8-bit rows of its line size (an 8-bit one without a copy: the row padding is
+    kept; a 10-bit one's top 8 bits)."""
     plane = frame.planes[0]
+    if frame.format.name.endswith("10le"):
+        words = np.frombuffer(memoryview(plane), "<u2").reshape(frame.height, plane.line_size // 2)
+        return (words >> 2).astype(np.uint8)
     return np.frombuffer(memoryview(plane), np.uint8).reshape(frame.height, plane.line_size)
 
 

@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyrofling.client.codecs import DecodeError, VideoDecoder, luma
+from pyrofling.client.pictures import is_hdr10_frame
 from pyrofling.client.presenter import Display, Picture, PictureTiming, Presenter
 from pyrofling.core import frame_marker
 from pyrofling.core.cpu_share import CpuShare
@@ -71,6 +72,7 @@ class VideoStats:
     frames_concealed: int = 0  # not whole, but shown: the picture had been still for a while
     decode_errors: int = 0
     markers_read: int = 0
+    hdr10_pictures: int = 0  # decoded pictures that said they are HDR10 (BT.2020, PQ): shown tone-mapped
     scene_error_max: float = 0.0  # worst tile error of any picture compared with the scene (``check_scene``)
     #: (frame id, tile error) of the last pictures that did not match the scene: a damaged picture measures
     #: 40–120, a clean one at most ~6, so the figure says which a "corrupt" refresh was.
@@ -237,6 +239,7 @@ class VideoPipeline:
             st.frames_decoded += 1
             st.decode_ms.append(decode_ms)
             st.markers_read += stamp is not None
+            st.hdr10_pictures += is_hdr10_frame(frame)
             if not packet.whole:
                 if show:
                     st.frames_concealed += 1

@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any
 
 import av
 import pyglet
-from av.video.reformatter import VideoReformatter
 from pyglet.window import key
 
 from pyrofling.client.hud import REFERENCE_FRAME_MS, HudGraphs, hud_lines, presentation_line
+from pyrofling.client.pictures import ScreenPictures
 from pyrofling.client.presenter import Picture
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ class ViewerWindow:
             "", x=width // 2, y=height // 2, anchor_x="center", anchor_y="center", font_size=16
         )
         self._graphs = HudGraphs()
-        self._reformatter = VideoReformatter()  # kept: a new swscale context per frame costs ~1 ms
+        self._pictures = ScreenPictures()  # SDR as it is, HDR10 tone-mapped
         self.window.push_handlers(
             on_key_press=self._on_key,
             on_key_release=self._on_key_release,
@@ -111,9 +111,7 @@ class ViewerWindow:
         scale = min(1.0, w / frame.width, h / frame.height)  # never convert more pixels than we can show
         out_w = max(2, int(frame.width * scale) // 2 * 2)
         out_h = max(2, int(frame.height * scale) // 2 * 2)
-        rgb = self._reformatter.reformat(frame, width=out_w, height=out_h, format="rgb24")
-        data = bytes(rgb.planes[0]) if rgb.planes[0].line_size == out_w * 3 else rgb.to_ndarray().tobytes()
-        return data, out_w, out_h
+        return self._pictures.rgb24(frame, out_w, out_h), out_w, out_h
 
     # -- main thread (the presenter) -----------------------------------------------------------
 

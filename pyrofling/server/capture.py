@@ -79,7 +79,8 @@ class CapturedFrame:
     conn_id: int
     taken: EncodeImage
     array: npt.NDArray[np.uint8]  # (height, width, bytes per pixel), rows ``stride`` apart, shared memory
-    pixel_format: str  # PyAV's name: rgba, bgra, rgb24, bgr24
+    pixel_format: str  # PyAV's name: rgba, bgra, rgb24, bgr24; x2bgr10le, x2rgb10le (a Vulkan game's 10-bit)
+    hdr10: bool = False  # BT.2020 primaries in PQ code values (a Vulkan game's HDR10 swapchain)
 
 
 @dataclass(slots=True)
@@ -202,7 +203,8 @@ class CaptureServer:
         conn_id, image = taken
         memory = game.memory
         if memory.vk_group is not None:
-            return CapturedFrame(conn_id, image, memory.vk_group.pixels(image.index), memory.vk_group.av_name)
+            group = memory.vk_group
+            return CapturedFrame(conn_id, image, group.pixels(image.index), group.av_name, group.group.hdr10)
         return CapturedFrame(conn_id, image, memory.images[image.index], memory.pixel_format)
 
     def has_new(self) -> bool:

@@ -26,6 +26,7 @@ from av.video.frame import PictureType
 from av.video.reformatter import VideoReformatter
 
 from pyrofling.core.bitstream import key_info
+from pyrofling.core.color import AVCOL_PRI_BT2020, AVCOL_SPC_BT2020_NCL, AVCOL_TRC_SMPTE2084, HDR10_MASTERING
 from pyrofling.wire import ColorProfile, VideoCodec
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,8 @@ class EncoderConfig:
     #: x264/x265 preset; NVENC uses its own low-latency preset.
     preset: str = "ultrafast"
     ten_bit: bool = False
+    #: HDR10: 10-bit BT.2020 PQ with its mastering metadata (the source's pictures are PQ code values already).
+    hdr10: bool = False
     #: Encoder threads, each encoding a slice of the same frame (0 = codec default).
     threads: int = field(default_factory=default_encoder_threads)
     #: Intra-refresh period in seconds (the key-frame interval without intra refresh).
@@ -136,11 +139,6 @@ class VideoEncoder:
     def __init__(self, config: EncoderConfig) -> None:
         self.config = config
         config.check()
-        nvenc = "nvenc" in config.encoder
-        if config.ten_bit:
-            self.pix_fmt = "p010le" if nvenc else "yuv420p10le"
-        else:
-            self.pix_fmt = "yuv420p"
         self._ctx = self._open(config)
         self._last_pts: int | None = None
         #: Called with each picture after it was encoded, and owning it from then on (a second encoder).
@@ -184,6 +182,26 @@ class VideoEncoder:
         self.set_bitrate(bitrate)
         self.switches += 1
 
+    def set_hdr10(self, hdr10: bool) -> None:
+        """Encode HDR10 (or SDR) from the next frame on, as the source's pictures now are: a new encoder at the same
+        size and bitrate, whose first frame is a key frame. On the encode thread."""
+        if hdr10 == self.config.hdr10:
+            return
+        config = replace(self.config, hdr10=hdr10)
+        ctx = self._open(config)
+        bitrate = self.bitrate_bps
+        _end(self._ctx)
+        self.config, self._ctx = config, ctx
+        self.set_bitrate(bitrate)
+        log.info("encoding %s from now on", "HDR10 (10-bit BT.2020, PQ)" if hdr10 else "SDR")
+
+    @property
+    def pix_fmt(self) -> str:
+        """The encoder's pixel format: 10-bit 4:2:0 for ``ten_bit`` and HDR10, else 8-bit."""
+        if self.config.ten_bit or self.config.hdr10:
+            return "p010le" if "nvenc" in self.config.encoder else "yuv420p10le"
+        return "yuv420p"
+
     def _open(self, cfg: EncoderConfig) -> av.VideoCodecContext:
         if cfg.encoder == "libsvtav1":  # SVT-AV1 prints a banner and notes on its own defaults at each start
             os.environ.setdefault("SVT_LOG", "1")  # errors only (SVT_LOG set by the person wins)
@@ -195,7 +213,8 @@ class VideoEncoder:
         assert isinstance(ctx, av.VideoCodecContext)
         nvenc = "nvenc" in cfg.encoder
         ctx.width, ctx.height = cfg.width, cfg.height
-        ctx.pix_fmt = self.pix_fmt
+        ten_bit = cfg.ten_bit or cfg.hdr10
+        ctx.pix_fmt = ("p010le" if nvenc else "yuv420p10le") if ten_bit else "yuv420p"
         ctx.time_base = US
         ctx.framerate = Fraction(cfg.fps, 1)
         bitrate = cfg.bitrate_kbits * 1000
@@ -205,11 +224,17 @@ class VideoEncoder:
         if cfg.threads:
             ctx.thread_count = cfg.threads
         ctx.thread_type = "SLICE"  # frame threads add a frame of latency each
-        # Full range BT.709, what CODEC_PARAMETERS announces (ColorProfile.BT709_FULL_CENTER).
+        # Full range, what CODEC_PARAMETERS announces: BT.709 (ColorProfile.BT709_FULL_CENTER), or for HDR10
+        # BT.2020 with PQ (BT2020_PQ_FULL_CENTER), as PyroFling's server sends them.
         ctx.color_range = 2  # AVCOL_RANGE_JPEG
-        ctx.colorspace = 1  # AVCOL_SPC_BT709
-        ctx.color_primaries = 1
-        ctx.color_trc = 1
+        if cfg.hdr10:
+            ctx.colorspace, ctx.color_primaries, ctx.color_trc = (
+                AVCOL_SPC_BT2020_NCL,
+                AVCOL_PRI_BT2020,
+                AVCOL_TRC_SMPTE2084,
+            )
+        else:  # AVCOL_SPC_BT709, AVCOL_PRI_BT709, AVCOL_TRC_BT709
+            ctx.colorspace = ctx.color_primaries = ctx.color_trc = 1
         vbv_kbits = max(1, round(cfg.bitrate_kbits * cfg.vbv_frames / cfg.fps))
         if nvenc:
             ctx.options = {
@@ -228,7 +253,12 @@ class VideoEncoder:
             # Preset 12 (it maps to 11): about 10 ms a 720p frame on the 2-core machine (``bench codecs``).
             ctx.options = {
                 "preset": cfg.preset if cfg.preset.isdigit() else "12",
-                "svtav1-params": "pred-struct=1:rc=2:rtc=1:keyint=-1",
+                "svtav1-params": "pred-struct=1:rc=2:rtc=1:keyint=-1"
+                + (
+                    f":enable-hdr=1:mastering-display={HDR10_MASTERING.svt()}:content-light={HDR10_MASTERING.cll()}"
+                    if cfg.hdr10
+                    else ""
+                ),
                 "bufsize": str(max(vbv_kbits * 1000, bitrate // 50)),  # SVT-AV1 takes no less than 20 ms
             }
         elif cfg.encoder == "libx265":
@@ -237,7 +267,12 @@ class VideoEncoder:
                 "tune": "zerolatency",
                 "forced-idr": "1",
                 "x265-params": f"intra-refresh=1:ref=1:bframes=0:vbv-maxrate={cfg.bitrate_kbits}:"
-                f"vbv-bufsize={vbv_kbits}:log-level=error",
+                f"vbv-bufsize={vbv_kbits}:log-level=error"
+                + (
+                    f":hdr10=1:master-display={HDR10_MASTERING.x26x()}:max-cll={HDR10_MASTERING.cll()}"
+                    if cfg.hdr10
+                    else ""
+                ),
             }
         else:
             # The VBV goes in through libavcodec's own maxrate/bufsize: libavcodec re-applies them to x264 before
@@ -254,7 +289,8 @@ class VideoEncoder:
                 # the row before is encoded again: under a one-frame VBV with grain in the picture that happened
                 # on most frames (the test scene: 4.3 ms a 720p frame on one CPU, 3.5 with 12, frames still
                 # under the VBV's size, the same PSNR; IDRs and cuts too).  See docs/streaming.md.
-                "x264-params": f"nal-hrd=none:qpstep={X264_QP_STEP}",
+                "x264-params": f"nal-hrd=none:qpstep={X264_QP_STEP}"
+                + (f":mastering-display={HDR10_MASTERING.x26x()}:cll={HDR10_MASTERING.cll()}" if cfg.hdr10 else ""),
             }
         try:
             ctx.open()
@@ -274,7 +310,8 @@ class VideoEncoder:
 
     @property
     def color_profile(self) -> ColorProfile:
-        return ColorProfile(1)  # BT.709 full range, centre chroma, 4:2:0
+        """Full range, centre chroma, 4:2:0: BT.709, or BT.2020 with PQ for HDR10."""
+        return ColorProfile.BT2020_PQ_FULL_CENTER_420 if self.config.hdr10 else ColorProfile.BT709_FULL_CENTER_420
 
     def encode_array(
         self,
@@ -306,16 +343,25 @@ class VideoEncoder:
         pixel_format: str,
         force_keyframe: bool = False,
         on_read: Callable[[], None] | None = None,
+        hdr10: bool = False,
     ) -> list[EncodedVideo]:
         """Encode packed RGB pixels in memory someone else owns (a game's shared image), without copying them.
 
         PyAV wraps the array as it is; the colour conversion (and scaling, if the
         image is not the stream's size) is the one pass that reads it, and then
         ``on_read`` says the memory may be reused, before the encoder itself runs.
+        10-bit pixels (``x2bgr10le``, ``x2rgb10le``), which PyAV cannot wrap, are copied once into a frame first.
+        ``hdr10``: the pixels are HDR10 (BT.2020, PQ); the stream follows them (:meth:`set_hdr10`).
         """
         t0 = time.perf_counter()
+        if hdr10 != self.config.hdr10:
+            self.set_hdr10(hdr10)
         try:
-            frame = self._convert(av.VideoFrame.from_numpy_buffer(array, format=pixel_format))
+            if pixel_format in PACKED_10_BIT:
+                frame = packed_frame(array, pixel_format)
+            else:
+                frame = av.VideoFrame.from_numpy_buffer(array, format=pixel_format)
+            frame = self._convert(frame)
         finally:
             if on_read is not None:
                 on_read()
@@ -345,13 +391,14 @@ class VideoEncoder:
         return [self._wrap(p, encode_s, convert_s) for p in packets]
 
     def _convert(self, frame: av.VideoFrame) -> av.VideoFrame:
-        """To the stream's size and pixel format, BT.709 full range: what CODEC_PARAMETERS announces."""
+        """To the stream's size and pixel format, full range BT.709 (BT.2020 for HDR10): what CODEC_PARAMETERS
+        announces. An HDR10 source's R'G'B' are PQ code values already: only the matrix changes."""
         return self._reformatter.reformat(
             frame,
             width=self.config.width,
             height=self.config.height,
             format=self.pix_fmt,
-            dst_colorspace=1,
+            dst_colorspace=AVCOL_SPC_BT2020_NCL if self.config.hdr10 else 1,
             dst_color_range=2,
         )
 
@@ -372,6 +419,20 @@ class VideoEncoder:
             return [self._wrap(p, 0.0, 0.0) for p in self._ctx.encode(None)]
         except av.FFmpegError:
             return []
+
+
+#: Packed 10-bit RGB in a 32-bit word (a Vulkan swapchain's A2B10G10R10 and A2R10G10B10).
+PACKED_10_BIT = frozenset({"x2bgr10le", "x2rgb10le"})
+
+
+def packed_frame(array: npt.NDArray[np.uint8], pixel_format: str) -> av.VideoFrame:
+    """A ``(height, width, 4)`` array of packed 10-bit pixels copied into a new frame (one pass)."""
+    height, width = array.shape[:2]
+    frame = av.VideoFrame(width, height, pixel_format)
+    plane = frame.planes[0]
+    rows = np.frombuffer(memoryview(plane), np.uint8).reshape(height, plane.line_size)
+    rows[:, : width * 4] = array.reshape(height, width * 4)
+    return frame
 
 
 def _end(ctx: av.VideoCodecContext) -> None:

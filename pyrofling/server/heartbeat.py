@@ -300,6 +300,7 @@ class Heartbeat:
         """A game's shared image (given back to the game once converted), or the placeholder."""
         encoder = self.encoder
         if captured is None:
+            encoder.set_hdr10(False)  # the placeholder is SDR (an HDR10 game that left is not its colours)
             return encoder.encode_frame(placeholder_frame(encoder.pix_fmt), capture_us, force_keyframe=force)
         capture = self.capture
         assert capture is not None
@@ -309,5 +310,10 @@ class Heartbeat:
                 loop.call_soon_threadsafe(capture.release, captured)
 
         return encoder.encode_shared(
-            captured.array, capture_us, pixel_format=captured.pixel_format, force_keyframe=force, on_read=give_back
+            captured.array,
+            capture_us,
+            pixel_format=captured.pixel_format,
+            force_keyframe=force,
+            on_read=give_back,
+            hdr10=captured.hdr10,
         )

@@ -348,7 +348,7 @@ class Host:
             st.key_frames += packet.key_frame
             st.idrs += packet.idr
             if packet.idr and self._encoder is not None:  # a new size starts with one: new viewers are told it
-                self.sessions.codec_parameters = resized(self.sessions.codec_parameters, self._encoder.config)
+                self.sessions.codec_parameters = resized(self.sessions.codec_parameters, self._encoder)
             if paced := self.sessions.video_encoded(packet.encode_s, 1 / cfg_fps, self._clock.now()):  # --codec auto
                 self.network.perform(paced)
             media = MediaPacket(packet.data, packet.pts_us, StreamType.VIDEO, key_frame=packet.key_frame)

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from pyrofling.core.host.display import FollowDisplay
     from pyrofling.server.audio import AudioConfig, AudioSource
     from pyrofling.server.config import HostConfig
-    from pyrofling.server.encoder import EncoderConfig
+    from pyrofling.server.encoder import VideoEncoder
     from pyrofling.server.input_devices import InputDevices
     from pyrofling.wire import CodecParameters
 
@@ -236,12 +236,14 @@ def follow_display(source: VideoSource | None, out: FollowDisplay, fps: float) -
     log.info("desktop: %dx%d%s, the display of viewer %d", mode.width, mode.height, hz, out.conn_id)
 
 
-def resized(params: CodecParameters | None, encoder: EncoderConfig) -> CodecParameters | None:
-    """The stream's parameters at the encoder's size now (what a viewer that joins is told)."""
-    if params is None or (params.width, params.height) == (encoder.width, encoder.height):
+def resized(params: CodecParameters | None, encoder: VideoEncoder) -> CodecParameters | None:
+    """The stream's parameters at the encoder's size and colour now (what a viewer that joins is told)."""
+    config, color = encoder.config, int(encoder.color_profile)
+    if params is None or (params.width, params.height, params.color_profile) == (config.width, config.height, color):
         return params
-    log.info("streaming %dx%d", encoder.width, encoder.height)
-    return replace(params, width=encoder.width, height=encoder.height)
+    if (params.width, params.height) != (config.width, config.height):
+        log.info("streaming %dx%d", config.width, config.height)
+    return replace(params, width=config.width, height=config.height, color_profile=color)
 
 
 def open_source(

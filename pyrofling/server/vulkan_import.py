@@ -550,6 +550,10 @@ def _driver_errors(what: str) -> Iterator[None]:
         yield
     except (vk.VkError, vk.VkException) as exc:  # errors, and codes like VK_TIMEOUT that are not
         raise VulkanError(f"{what}: {type(exc).__name__}") from None
+    except KeyError as exc:  # a VkResult the binding has no exception for (VK_ERROR_INVALID_EXTERNAL_HANDLE)
+        if not (exc.args and isinstance(exc.args[0], int) and exc.args[0] < 0):
+            raise
+        raise VulkanError(f"{what}: VkResult {exc.args[0]}") from None
 
 
 def _drain_eventfd(fd: int) -> None:

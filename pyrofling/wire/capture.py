@@ -298,8 +298,11 @@ USAGE_TRANSFER_SRC = 0x1
 USAGE_SAMPLED = 0x4
 #: VkImageCreateFlagBits: MUTABLE_FORMAT.
 IMAGE_MUTABLE_FORMAT = 0x8
-#: The 8-bit formats, as the encoder's PyAV pixel format names (sRGB formats hold the same bytes).
+#: The formats the host streams, as the encoder's PyAV pixel format names (sRGB formats hold the same bytes; the
+#: 10-bit ones are packed in a little-endian word, alpha in its top two bits, as FFmpeg's x2bgr10le/x2rgb10le).
 VK_FORMAT_AV_NAMES = {
+    VkFormat.A2B10G10R10_UNORM_PACK32: "x2bgr10le",
+    VkFormat.A2R10G10B10_UNORM_PACK32: "x2rgb10le",
     VkFormat.R8G8B8A8_UNORM: "rgba",
     VkFormat.R8G8B8A8_SRGB: "rgba",
     VkFormat.A8B8G8R8_UNORM_PACK32: "rgba",  # packed ABGR in a little-endian word: bytes R, G, B, A
@@ -307,6 +310,8 @@ VK_FORMAT_AV_NAMES = {
     VkFormat.B8G8R8A8_UNORM: "bgra",
     VkFormat.B8G8R8A8_SRGB: "bgra",
 }
+#: The 10-bit formats (an HDR10 swapchain's, or a 10-bit SDR one's).
+TEN_BIT_FORMATS = frozenset({VkFormat.A2B10G10R10_UNORM_PACK32, VkFormat.A2R10G10B10_UNORM_PACK32})
 _SRGB_PAIRS = {
     VkFormat.R8G8B8A8_SRGB: VkFormat.R8G8B8A8_UNORM,
     VkFormat.B8G8R8A8_SRGB: VkFormat.B8G8R8A8_UNORM,
@@ -388,11 +393,16 @@ class VulkanImageGroup(CaptureMessage):
         space = COLOR_SPACE_NAMES.get(self.vk_color_space)
         if space is None:
             return f"unknown colour space {self.vk_color_space}"
-        if self.vk_color_space != COLOR_SPACE_SRGB_NONLINEAR:
-            return f"{space} is not supported yet: this host streams 8-bit SDR (turn HDR off in the game)"
+        name = VkFormat(self.vk_format).name if self.vk_format in VkFormat._value2member_map_ else "?"
+        if self.vk_color_space == COLOR_SPACE_EXTENDED_SRGB_LINEAR:
+            return f"{space} is not supported yet: this host streams SDR and HDR10 (set the game's HDR to HDR10)"
         if self.vk_format not in VK_FORMAT_AV_NAMES:
-            name = VkFormat(self.vk_format).name if self.vk_format in VkFormat._value2member_map_ else "?"
-            return f"format {self.vk_format} ({name}) is not supported: use an 8-bit UNORM or SRGB format"
+            return (
+                f"format {self.vk_format} ({name}) is not supported: use an 8-bit UNORM or SRGB format, "
+                "or A2B10G10R10 / A2R10G10B10"
+            )
+        if self.hdr10 and self.vk_format not in TEN_BIT_FORMATS:
+            return f"HDR10 needs a 10-bit format (A2B10G10R10 or A2R10G10B10), not {name}"
         if self.vk_format in _SRGB_PAIRS and not self.flags & IMAGE_MUTABLE_FORMAT:
             return f"sRGB format {VkFormat(self.vk_format).name} must be created with MUTABLE_FORMAT"
         return None
@@ -400,6 +410,11 @@ class VulkanImageGroup(CaptureMessage):
     @property
     def av_name(self) -> str:
         return VK_FORMAT_AV_NAMES[VkFormat(self.vk_format)]
+
+    @property
+    def hdr10(self) -> bool:
+        """The images hold HDR10: BT.2020 primaries, ST 2084 (PQ) code values."""
+        return self.vk_color_space == COLOR_SPACE_HDR10_ST2084
 
 
 @dataclass(frozen=True, slots=True)
