@@ -3,6 +3,8 @@ mastering metadata, decoded back by the viewer's decoders."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import av
 import numpy as np
 import pytest
@@ -24,6 +26,8 @@ from pyrofling.core.color import (
     sdr_to_pq16,
 )
 from pyrofling.server.encoder import EncoderConfig, VideoEncoder, available_encoders
+from pyrofling.server.muxing import StreamInfo
+from pyrofling.server.recorder import Recorder
 from pyrofling.wire import ColorProfile, VideoCodec
 
 # -- the curves ------------------------------------------------------------------------------------------
@@ -143,3 +147,29 @@ def test_an_sdr_picture_is_shown_as_swscale_gives_it() -> None:
     yuv = frame.reformat(format="yuv420p", dst_colorspace=1, dst_color_range=2)
     shown = np.frombuffer(ScreenPictures().rgb24(yuv, 16, 16), np.uint8).reshape(16, 16, 3)
     assert not is_hdr10_frame(yuv) and np.abs(shown.astype(int) - (200, 30, 90)).max() <= 3
+
+
+@pytest.mark.io
+def test_a_recording_of_an_hdr10_stream_keeps_its_colour_and_mastering_metadata(tmp_path: Path) -> None:
+    """The recorder copies the packets: the file's stream says BT.2020 PQ, its pictures carry the metadata."""
+    enc = VideoEncoder(EncoderConfig(encoder="libx265", width=64, height=64, fps=30, bitrate_kbits=500, threads=1))
+    recorder = Recorder(
+        str(tmp_path / "hdr10.mkv"), StreamInfo(width=64, height=64, fps=30, video_codec=VideoCodec.H265)
+    )
+    recorder.start()
+    try:
+        for n in range(10):
+            for packet in enc.encode_shared(packed_grey(600), n * 33_333, pixel_format="x2bgr10le", hdr10=True):
+                recorder.push(("video", packet))
+    finally:
+        recorder.close()
+    assert recorder.stats.failures == 0 and recorder.stats.video_packets == 10
+    with av.open(str(tmp_path / "hdr10.mkv")) as container:
+        stream = container.streams.video[0].codec_context
+        assert (stream.pix_fmt, stream.colorspace, stream.color_primaries, stream.color_trc) == (
+            "yuv420p10le", AVCOL_SPC_BT2020_NCL, AVCOL_PRI_BT2020, AVCOL_TRC_SMPTE2084,
+        )  # fmt: skip
+        first = next(container.decode(video=0))
+        assert {SideData.MASTERING_DISPLAY_METADATA, SideData.CONTENT_LIGHT_LEVEL} <= {
+            sd.type for sd in first.side_data
+        }
