@@ -4,6 +4,7 @@ mastering metadata, decoded back by the viewer's decoders."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import av
 import numpy as np
@@ -153,9 +154,7 @@ def test_an_sdr_picture_is_shown_as_swscale_gives_it() -> None:
 def test_a_recording_of_an_hdr10_stream_keeps_its_colour_and_mastering_metadata(tmp_path: Path) -> None:
     """The recorder copies the packets: the file's stream says BT.2020 PQ, its pictures carry the metadata."""
     enc = VideoEncoder(EncoderConfig(encoder="libx265", width=64, height=64, fps=30, bitrate_kbits=500, threads=1))
-    recorder = Recorder(
-        str(tmp_path / "hdr10.mkv"), StreamInfo(width=64, height=64, fps=30, video_codec=VideoCodec.H265)
-    )
+    recorder = Recorder(tmp_path / "hdr10.mkv", StreamInfo(width=64, height=64, fps=30, video_codec=VideoCodec.H265))
     recorder.start()
     try:
         for n in range(10):
@@ -169,7 +168,7 @@ def test_a_recording_of_an_hdr10_stream_keeps_its_colour_and_mastering_metadata(
         assert (stream.pix_fmt, stream.colorspace, stream.color_primaries, stream.color_trc) == (
             "yuv420p10le", AVCOL_SPC_BT2020_NCL, AVCOL_PRI_BT2020, AVCOL_TRC_SMPTE2084,
         )  # fmt: skip
-        first = next(container.decode(video=0))
-        assert {SideData.MASTERING_DISPLAY_METADATA, SideData.CONTENT_LIGHT_LEVEL} <= {
-            sd.type for sd in first.side_data
-        }
+        frames = list(container.decode(video=0))
+    assert len(frames) == 10
+    side_data: Any = frames[0].side_data  # (PyAV's stubs say its items are str; they are SideData)
+    assert {SideData.MASTERING_DISPLAY_METADATA, SideData.CONTENT_LIGHT_LEVEL} <= {sd.type for sd in side_data}
