@@ -269,3 +269,69 @@ def test_the_overlay_says_how_pictures_are_timed() -> None:
     assert presentation_line({"mode": "auto", "auto_offset": {"learning": False, "margin_ms": 6}}).endswith(
         "(auto: learning)"
     )
+
+
+def _hdr10_quadrants(size: int) -> av.VideoFrame:
+    """The stand-in layer's HDR10 quadrants (10-bit BT.2020 PQ) through x265 and back: a real HDR10 picture."""
+    from pyrofling.capture.vulkan_standin import hdr10_quadrant_painter
+    from pyrofling.client.codecs import VideoDecoder
+    from pyrofling.server.encoder import EncoderConfig, VideoEncoder
+    from pyrofling.wire import VideoCodec
+
+    enc = VideoEncoder(EncoderConfig(encoder="libx265", width=size, height=size, fps=30, bitrate_kbits=2000, threads=1))
+    pixels = np.zeros((size, size, 4), np.uint8)
+    hdr10_quadrant_painter()(pixels, 0)
+    packets = enc.encode_shared(pixels, 0, pixel_format="x2bgr10le", hdr10=True) + enc.flush()
+    decoder = VideoDecoder(VideoCodec.H265, threads=1)
+    [frame] = [f for p in packets for f in decoder.decode(p.data, p.pts_us)]
+    return frame
+
+
+def _shown(window: Any, frame: av.VideoFrame, shot: Path) -> np.ndarray:
+    from pyrofling.client.presenter import Picture
+
+    window.present(Picture(window.prepare(frame), 0, 0.0, None, None))
+    window.save_screenshot(shot)
+    with av.open(str(shot)) as container:
+        return cast(np.ndarray, next(container.decode(video=0)).to_ndarray(format="rgb24"))
+
+
+@pytest.mark.io
+@pytest.mark.parametrize("gpu", [True, False], ids=["shader", "the GL cannot: CPU"])
+def test_an_hdr10_picture_is_tone_mapped_for_the_sdr_window(
+    xvfb: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, gpu: bool
+) -> None:
+    """The window's shader shows what the CPU's tone mapping gives (their shared table), and the quadrants the
+    colours the source's code values tone-map to; where the GL cannot compile it, the CPU does it instead."""
+    monkeypatch.setenv("DISPLAY", xvfb)
+    from pyglet.graphics.shader import ShaderException
+
+    from pyrofling.capture.vulkan_standin import hdr10_quadrant_codes
+    from pyrofling.client import window as window_module
+    from pyrofling.client.pictures import ScreenPictures
+    from pyrofling.client.tone_gl import ToneMappedTexture
+    from pyrofling.core.color import ToneMapper
+
+    if not gpu:
+
+        def no_glsl_330(*_: object) -> None:
+            raise ShaderException("GLSL 3.30 is not supported")
+
+        monkeypatch.setattr(window_module, "ToneMappedTexture", no_glsl_330)
+    size = 128
+    frame = _hdr10_quadrants(size)
+    window = window_module.ViewerWindow(width=size, height=size)
+    try:
+        shown = _shown(window, frame, tmp_path / "hdr10.png").astype(int)
+        assert isinstance(window._tone_gl, ToneMappedTexture) == gpu and window._pictures.tone_mapped == 1
+        if not gpu:
+            assert isinstance(window.prepare(frame), tuple)  # from now on, on the decode thread
+    finally:
+        window.close()
+    assert shown.shape == (size, size, 3)
+    cpu = np.frombuffer(ScreenPictures().rgb24(frame, size, size), np.uint8).reshape(size, size, 3).astype(int)
+    assert np.abs(shown - cpu).max() <= 2
+    codes16 = np.array([[[c << 6 | c >> 4 for c in rgb] for rgb in hdr10_quadrant_codes()]], np.uint16)
+    expected = ToneMapper().to_srgb8(codes16)[0].astype(int)
+    centres = [shown[y * size // 4, x * size // 4] for y, x in ((1, 1), (1, 3), (3, 3), (3, 1))]  # clockwise
+    assert np.abs(np.array(centres) - expected).max() <= 6, (centres, expected)  # HEVC at 2 Mbit/s, two conversions

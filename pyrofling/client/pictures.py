@@ -30,19 +30,16 @@ class ScreenPictures:
         #: HDR10 pictures tone-mapped so far.
         self.tone_mapped = 0
 
-    @property
-    def tone_mapping(self) -> str | None:
-        """What was done to HDR10 pictures, in words (None: none came)."""
-        return self._tone.mapping.describe() if self._tone is not None and self.tone_mapped else None
-
     def rgb24(self, frame: av.VideoFrame, width: int, height: int) -> bytes:
         if not is_hdr10_frame(frame):
             rgb = self._reformatter.reformat(frame, width=width, height=height, format="rgb24")
             plane = rgb.planes[0]
             return bytes(plane) if plane.line_size == width * 3 else rgb.to_ndarray().tobytes()  # one copy
-        if self._tone is None:
-            self._tone = ToneMapper()
-            log.info("%s", self._tone.mapping.describe())
+        return self.tone_map(self.pq48(frame, width, height), width, height)
+
+    def pq48(self, frame: av.VideoFrame, width: int, height: int) -> bytes:
+        """An HDR10 picture's R'G'B' PQ code values at that size, three little-endian u16 a pixel, rows top-down (for
+        a shader that tone-maps, or :meth:`tone_map`)."""
         wide = self._reformatter.reformat(
             frame,
             width=width,
@@ -51,6 +48,14 @@ class ScreenPictures:
             src_colorspace=AVCOL_SPC_BT2020_NCL,
             src_color_range=frame.color_range or 2,  # unsaid: full range, as PyroFling's HDR10 profiles are
         )
+        plane = wide.planes[0]
+        return bytes(plane) if plane.line_size == width * 6 else wide.to_ndarray().tobytes()
+
+    def tone_map(self, pq48: bytes, width: int, height: int) -> bytes:
+        """:meth:`pq48`'s pixels tone-mapped on the CPU to packed sRGB rows."""
+        if self._tone is None:
+            self._tone = ToneMapper()
+            log.info("%s", self._tone.mapping.describe())
         self.tone_mapped += 1
-        rgb16 = np.asarray(wide.to_ndarray(), np.uint16)  # (height, width, 3), no copy
+        rgb16 = np.frombuffer(pq48, "<u2").reshape(height, width, 3)
         return self._tone.to_srgb8(rgb16).tobytes()

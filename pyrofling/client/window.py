@@ -22,23 +22,37 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import av
 import pyglet
+from pyglet import gl
+from pyglet.graphics.shader import ShaderException
 from pyglet.window import key
 
 from pyrofling.client.hud import REFERENCE_FRAME_MS, HudGraphs, hud_lines, presentation_line
-from pyrofling.client.pictures import ScreenPictures
+from pyrofling.client.pictures import ScreenPictures, is_hdr10_frame
 from pyrofling.client.presenter import Picture
+from pyrofling.client.tone_gl import ToneMappedTexture
+from pyrofling.core.color import ToneMapper
 
 if TYPE_CHECKING:
     from pyrofling.client.config import ViewerConfig
     from pyrofling.client.viewer import Viewer
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class PqPicture:
+    """An HDR10 picture prepared for the shader: 16-bit R'G'B' PQ code values at the size it is shown."""
+
+    data: bytes
+    width: int
+    height: int
+
 
 __all__ = ["ViewerWindow", "presentation_line", "watch_in_window"]
 
@@ -80,6 +94,9 @@ class ViewerWindow:
         )
         self._graphs = HudGraphs()
         self._pictures = ScreenPictures()  # SDR as it is, HDR10 tone-mapped
+        #: HDR10 pictures are tone-mapped by a shader (made at the first one; None: not yet, False: the GL here
+        #: cannot, so the decode thread tone-maps them on the CPU).
+        self._tone_gl: ToneMappedTexture | bool | None = None
         self.window.push_handlers(
             on_key_press=self._on_key,
             on_key_release=self._on_key_release,
@@ -106,11 +123,13 @@ class ViewerWindow:
 
     # -- decode thread -------------------------------------------------------------------------
 
-    def prepare(self, frame: av.VideoFrame) -> tuple[bytes, int, int]:
+    def prepare(self, frame: av.VideoFrame) -> tuple[bytes, int, int] | PqPicture:
         w, h = self.window.get_size() if not self.closed else (frame.width, frame.height)
         scale = min(1.0, w / frame.width, h / frame.height)  # never convert more pixels than we can show
         out_w = max(2, int(frame.width * scale) // 2 * 2)
         out_h = max(2, int(frame.height * scale) // 2 * 2)
+        if self._tone_gl is not False and is_hdr10_frame(frame):
+            return PqPicture(self._pictures.pq48(frame, out_w, out_h), out_w, out_h)  # the shader tone-maps it
         return self._pictures.rgb24(frame, out_w, out_h), out_w, out_h
 
     # -- main thread (the presenter) -----------------------------------------------------------
@@ -118,10 +137,15 @@ class ViewerWindow:
     def present(self, picture: Picture | None) -> None:
         if self.closed:
             return
-        if picture is not None and picture.prepared is not None:
+        if picture is not None and isinstance(picture.prepared, PqPicture):
+            self._show_pq(picture.prepared)
+        elif picture is not None and picture.prepared is not None:
             data, w, h = picture.prepared
             image = pyglet.image.ImageData(w, h, "RGB", data, pitch=-w * 3)  # rows top-down; GL is bottom-up
-            if self._texture is None or (self._texture.width, self._texture.height) != (w, h):
+            if not isinstance(self._texture, pyglet.image.Texture) or (self._texture.width, self._texture.height) != (
+                w,
+                h,
+            ):
                 self._texture = image.get_texture()
             else:
                 self._texture.blit_into(image, 0, 0, 0)
@@ -129,6 +153,25 @@ class ViewerWindow:
         self.window.switch_to()
         self._draw()
         self.window.flip()
+
+    def _show_pq(self, pq: PqPicture) -> None:
+        """An HDR10 picture, tone-mapped by the shader (made at the first one), or on the CPU where it cannot be."""
+        if self._tone_gl is None:
+            try:
+                self._tone_gl = ToneMappedTexture(self.window, ToneMapper())
+                log.info("%s", self._tone_gl.description)
+            except (gl.GLException, ShaderException, OSError) as exc:
+                log.warning("HDR10 pictures are tone-mapped on the CPU (slower): this GL cannot (%s)", exc)
+                self._tone_gl = False
+        if not isinstance(self._tone_gl, bool):
+            self._tone_gl.update(pq.data, pq.width, pq.height)
+            self._pictures.tone_mapped += 1
+            self._texture = self._tone_gl
+        else:  # the pictures prepared before the shader failed
+            data = self._pictures.tone_map(pq.data, pq.width, pq.height)
+            image = pyglet.image.ImageData(pq.width, pq.height, "RGB", data, pitch=-pq.width * 3)
+            self._texture = image.get_texture()
+        self.frames_drawn += 1
 
     def pump_events(self) -> bool:
         if not self.closed and self._texture is None:

@@ -11,8 +11,9 @@ R'G'B' code values (BT.2020 primaries, PQ) and gives 8-bit sRGB for such a scree
 3. sRGB's encoding, to 8 bits.
 
 Steps 1 and 3 are tables (4,096 entries each), step 2 one 3x3 matrix: in numpy a 1280x720 picture costs about
-30 ms of a core on the 2-core machine (the look-ups' gathers), so a window does the same in a shader. Each channel is tone-mapped on its own (the curve is the identity below the knee, so
-skin and diffuse colours keep their hue; only highlights past it desaturate toward white).
+30 ms of a core on the 2-core machine (the look-ups' gathers), so a window does the same in a shader
+(:mod:`pyrofling.client.tone_gl`). Each channel is tone-mapped on its own (the curve is the identity below the
+knee, so skin and diffuse colours keep their hue; only highlights past it desaturate toward white).
 """
 
 from __future__ import annotations
@@ -140,6 +141,12 @@ class ToneMapper:
         roots = np.arange(_SRGB_TABLE, dtype=np.float64) / (_SRGB_TABLE - 1)
         self._to_srgb8 = np.round(srgb_encode(roots * roots) * 255).astype(np.uint8)
         self._matrix_t = np.ascontiguousarray(BT2020_TO_BT709.T)
+
+    @property
+    def to_linear_table(self) -> npt.NDArray[np.float32]:
+        """The first table: entry ``code >> 4`` of a 16-bit PQ code value is its tone-mapped linear light (1.0 at the
+        SDR white), before the matrix; a shader that does the same looks it up too."""
+        return self._to_linear
 
     def linear(self, rgb16: npt.NDArray[np.uint16]) -> npt.NDArray[np.float32]:
         """Tone-mapped linear BT.709 light, 1.0 at the SDR white, clipped to 0..1."""
