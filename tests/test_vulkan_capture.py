@@ -364,8 +364,16 @@ def test_layer_images_reach_a_viewer_intact_paced_by_the_host_through_a_resize(
         await until(lambda: len(game.layer.stats.complete_times) >= 30, 10)  # FIFO pacing, counted below
         game.resize_to = (96, 64)  # the game's window changed: a new image group mid-stream
         await until(lambda: game.layer.stats.image_groups == 2, 5)
-        shown = len(display.quadrants)
-        await until(lambda: len(display.quadrants) > shown + 10 and quadrants_intact(display), 10)
+        shown, first = len(display.quadrants), game.layer.stats.presents
+        # The pictures shown count the host's repeats too: the new group's own presents are waited for apart.
+        await until(
+            lambda: (
+                len(display.quadrants) > shown + 10
+                and game.layer.stats.presents - first >= 12
+                and quadrants_intact(display)
+            ),
+            10,
+        )
         await in_thread(game.stop)  # off the loop: the host answers its last present
         beats = host.clock.index - beats
         summary = host.summary()
