@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -306,6 +307,24 @@ def test_the_bits_a_codec_needs_for_a_quality_are_read_between_the_bitrates_meas
         ("av1", "psnr_db"),
         ("av1", "psnr_structured_db"),
     }
+
+
+def test_the_example_games_pictures_for_the_codecs_bench_move_the_same_each_run_and_measure_whole() -> None:
+    """``bench codecs --content game``: the game's own drawing, the ball steered in circles; the same pictures in
+    every run (a bench compares runs), changing picture to picture, measured over the whole picture only."""
+    from pyrofling.bench.codecs import GamePictures, measure, pictures_of
+
+    first, again = GamePictures(320, 180, 60), GamePictures(320, 180, 60)
+    pictures = [first.picture(i, i * 16_667) for i in range(30)]
+    assert all(np.array_equal(p, again.picture(i, i * 16_667)) for i, p in enumerate(pictures))
+    assert pictures[0].shape == (270, 320) and pictures[0].dtype == np.uint8  # yuv420p, as the scene's
+    assert all(not np.array_equal(a, b) for a, b in itertools.pairwise(pictures))  # it moves
+    assert first.rows is None and pictures_of("scene", 320, 180, 60).rows  # no grain rows to leave out
+    with pytest.raises(ValueError, match="scene, game"):
+        pictures_of("desktop", 320, 180, 60)
+    row = measure("h264", 320, 180, 1000, frames=20, content="game")
+    assert row["content"] == "game" and row["pictures_measured"] == 10
+    assert row["psnr_db"] > 25 and row["psnr_structured_db"] is None
 
 
 def test_an_av1_preset_is_a_number_and_a_wrong_one_says_so() -> None:

@@ -293,6 +293,9 @@ def add_codecs(sub: Sub) -> None:
     p.add_argument("--heights", type=choice_list(("720", "1080")), default=("720", "1080"),
                    help="comma list of 720, 1080 (default both)")  # fmt: skip
     p.add_argument("--frames", type=number(20, 3600), default=120, help="pictures a case (default 120)")
+    p.add_argument("--content", choices=("scene", "game"), default="scene",
+                   help="what is encoded: the test scene (default), or the example game's pictures (its numpy "
+                        "renderer, the ball steered in circles), at lower bitrates too")  # fmt: skip
     p.set_defaults(func=_run_codecs)
 
 
@@ -331,6 +334,6 @@ def _run_codecs(args: argparse.Namespace) -> int:
 
     setup(args)
     result = run_codecs_bench(tuple(args.codecs), tuple(int(h) for h in args.heights), frames=int(args.frames),
-                              progress=progress)  # fmt: skip
+                              content=args.content, progress=progress)  # fmt: skip
     print_result(args, result, format_table)
     return draw_plot("bench codecs", args.plot, lambda: plot(result, str(args.plot)))
