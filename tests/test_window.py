@@ -326,6 +326,11 @@ def test_an_hdr10_picture_is_tone_mapped_for_the_sdr_window(
         assert isinstance(window._tone_gl, ToneMappedTexture) == gpu and window._pictures.tone_mapped == 1
         if not gpu:
             assert isinstance(window.prepare(frame), tuple)  # from now on, on the decode thread
+        sdr = av.VideoFrame.from_ndarray(np.full((size, size, 3), (200, 30, 90), np.uint8), format="rgb24")
+        after = _shown(
+            window, sdr.reformat(format="yuv420p", dst_colorspace=1, dst_color_range=2), tmp_path / "sdr.png"
+        )
+        assert np.abs(after.astype(int) - (200, 30, 90)).max() <= 4  # the stream back in SDR: shown as it is
     finally:
         window.close()
     assert shown.shape == (size, size, 3)

@@ -142,13 +142,11 @@ class ViewerWindow:
         elif picture is not None and picture.prepared is not None:
             data, w, h = picture.prepared
             image = pyglet.image.ImageData(w, h, "RGB", data, pitch=-w * 3)  # rows top-down; GL is bottom-up
-            if not isinstance(self._texture, pyglet.image.Texture) or (self._texture.width, self._texture.height) != (
-                w,
-                h,
-            ):
-                self._texture = image.get_texture()
+            tex = self._texture  # a shader's picture before (HDR10) is replaced by a texture of RGB
+            if isinstance(tex, pyglet.image.Texture) and (tex.width, tex.height) == (w, h):
+                tex.blit_into(image, 0, 0, 0)
             else:
-                self._texture.blit_into(image, 0, 0, 0)
+                self._texture = image.get_texture()
             self.frames_drawn += 1
         self.window.switch_to()
         self._draw()
