@@ -1,6 +1,6 @@
 """HDR10 on an SDR screen: ST 2084 (PQ) to light and back, BT.2020 to BT.709, and the tone curve between them.
 
-Pure numpy, no I/O. An HDR10 stream (colour profiles BT.2020-PQ, protocol.md §2.2) carries light up to 10,000
+Pure numpy, no I/O. An HDR10 stream (colour profiles BT.2020-PQ, protocol.md §2.3) carries light up to 10,000
 nits in PQ code values; an SDR screen shows up to its white. :class:`ToneMapper` takes the decoded picture's
 R'G'B' code values (BT.2020 primaries, PQ) and gives 8-bit sRGB for such a screen:
 
