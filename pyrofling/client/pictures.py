@@ -32,9 +32,7 @@ class ScreenPictures:
 
     def rgb24(self, frame: av.VideoFrame, width: int, height: int) -> bytes:
         if not is_hdr10_frame(frame):
-            rgb = self._reformatter.reformat(frame, width=width, height=height, format="rgb24")
-            plane = rgb.planes[0]
-            return bytes(plane) if plane.line_size == width * 3 else rgb.to_ndarray().tobytes()  # one copy
+            return _packed(self._reformatter.reformat(frame, width=width, height=height, format="rgb24"), width * 3)
         return self.tone_map(self.pq48(frame, width, height), width, height)
 
     def pq48(self, frame: av.VideoFrame, width: int, height: int) -> bytes:
@@ -48,8 +46,7 @@ class ScreenPictures:
             src_colorspace=AVCOL_SPC_BT2020_NCL,
             src_color_range=frame.color_range or 2,  # unsaid: full range, as PyroFling's HDR10 profiles are
         )
-        plane = wide.planes[0]
-        return bytes(plane) if plane.line_size == width * 6 else wide.to_ndarray().tobytes()
+        return _packed(wide, width * 6)
 
     def tone_map(self, pq48: bytes, width: int, height: int) -> bytes:
         """:meth:`pq48`'s pixels tone-mapped on the CPU to packed sRGB rows."""
@@ -59,3 +56,9 @@ class ScreenPictures:
         self.tone_mapped += 1
         rgb16 = np.frombuffer(pq48, "<u2").reshape(height, width, 3)
         return self._tone.to_srgb8(rgb16).tobytes()
+
+
+def _packed(frame: av.VideoFrame, row_bytes: int) -> bytes:
+    """A packed picture's rows without their padding, in one copy."""
+    plane = frame.planes[0]
+    return bytes(plane) if plane.line_size == row_bytes else frame.to_ndarray().tobytes()

@@ -65,9 +65,6 @@ def is_hdr10(profile: int) -> bool:
     return profile in HDR10_PROFILES
 
 
-FloatArray = npt.NDArray[np.float64] | npt.NDArray[np.float32]
-
-
 def pq_to_nits(code: npt.ArrayLike) -> npt.NDArray[np.float64]:
     """ST 2084's EOTF: PQ code values in 0..1 → nits (0..10,000)."""
     e = np.clip(np.asarray(code, np.float64), 0.0, 1.0) ** (1 / _M2)
@@ -115,7 +112,7 @@ _SRGB_TABLE = 4096
 
 @dataclass(frozen=True, slots=True)
 class ToneMapping:
-    """What the viewer did to an HDR10 picture, said once and in its summary."""
+    """What the viewer does to an HDR10 picture, said once in its log."""
 
     source_peak_nits: float
     target_white_nits: float

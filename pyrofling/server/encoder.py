@@ -159,12 +159,7 @@ class VideoEncoder:
         (a decoder takes the size from it). Nothing happens for the size it has. On the encode thread."""
         if (width, height) == (self.config.width, self.config.height):
             return
-        config = replace(self.config, width=width, height=height)
-        ctx = self._open(config)
-        bitrate = self.bitrate_bps
-        _end(self._ctx)
-        self.config, self._ctx = config, ctx  # the old one is freed with its last reference
-        self.set_bitrate(bitrate)  # where rate control had it
+        self._reopen(replace(self.config, width=width, height=height))
         self.resizes += 1
 
     def switch(self, encoder: str) -> None:
@@ -175,11 +170,7 @@ class VideoEncoder:
             return
         config = replace(self.config, encoder=encoder)
         config.check()
-        ctx = self._open(config)
-        bitrate = self.bitrate_bps
-        _end(self._ctx)
-        self.config, self._ctx = config, ctx
-        self.set_bitrate(bitrate)
+        self._reopen(config)
         self.switches += 1
 
     def set_hdr10(self, hdr10: bool) -> None:
@@ -187,20 +178,21 @@ class VideoEncoder:
         size and bitrate, whose first frame is a key frame. On the encode thread."""
         if hdr10 == self.config.hdr10:
             return
-        config = replace(self.config, hdr10=hdr10)
+        self._reopen(replace(self.config, hdr10=hdr10))
+        log.info("encoding %s from now on", "HDR10 (10-bit BT.2020, PQ)" if hdr10 else "SDR")
+
+    def _reopen(self, config: EncoderConfig) -> None:
+        """A new encoder for ``config`` in place of this one (opened first: a failure leaves the old one going), at
+        the bitrate rate control had it."""
         ctx = self._open(config)
         bitrate = self.bitrate_bps
         _end(self._ctx)
-        self.config, self._ctx = config, ctx
+        self.config, self._ctx = config, ctx  # the old one is freed with its last reference
         self.set_bitrate(bitrate)
-        log.info("encoding %s from now on", "HDR10 (10-bit BT.2020, PQ)" if hdr10 else "SDR")
 
     @property
     def pix_fmt(self) -> str:
-        """The encoder's pixel format: 10-bit 4:2:0 for ``ten_bit`` and HDR10, else 8-bit."""
-        if self.config.ten_bit or self.config.hdr10:
-            return "p010le" if "nvenc" in self.config.encoder else "yuv420p10le"
-        return "yuv420p"
+        return _pixel_format(self.config)
 
     def _open(self, cfg: EncoderConfig) -> av.VideoCodecContext:
         if cfg.encoder == "libsvtav1":  # SVT-AV1 prints a banner and notes on its own defaults at each start
@@ -213,8 +205,7 @@ class VideoEncoder:
         assert isinstance(ctx, av.VideoCodecContext)
         nvenc = "nvenc" in cfg.encoder
         ctx.width, ctx.height = cfg.width, cfg.height
-        ten_bit = cfg.ten_bit or cfg.hdr10
-        ctx.pix_fmt = ("p010le" if nvenc else "yuv420p10le") if ten_bit else "yuv420p"
+        ctx.pix_fmt = _pixel_format(cfg)
         ctx.time_base = US
         ctx.framerate = Fraction(cfg.fps, 1)
         bitrate = cfg.bitrate_kbits * 1000
@@ -355,8 +346,7 @@ class VideoEncoder:
         ``hdr10``: the pixels are HDR10 (BT.2020, PQ); the stream follows them (:meth:`set_hdr10`).
         """
         t0 = time.perf_counter()
-        if hdr10 != self.config.hdr10:
-            self.set_hdr10(hdr10)
+        self.set_hdr10(hdr10)
         try:
             if pixel_format in PACKED_10_BIT:
                 frame = packed_frame(array, pixel_format)
@@ -420,6 +410,13 @@ class VideoEncoder:
             return [self._wrap(p, 0.0, 0.0) for p in self._ctx.encode(None)]
         except av.FFmpegError:
             return []
+
+
+def _pixel_format(cfg: EncoderConfig) -> str:
+    """The encoder's pixel format: 10-bit 4:2:0 for ``ten_bit`` and HDR10, else 8-bit."""
+    if cfg.ten_bit or cfg.hdr10:
+        return "p010le" if "nvenc" in cfg.encoder else "yuv420p10le"
+    return "yuv420p"
 
 
 #: Packed 10-bit RGB in a 32-bit word (a Vulkan swapchain's A2B10G10R10 and A2R10G10B10).
