@@ -252,7 +252,9 @@ def test_bench_latency_smoke_locks_and_measures_glass_to_glass(tmp_path: Path) -
     turns in two rounds each, with both ends' frame traces."""
     proc = subprocess.run(
         [
-            *(sys.executable, "-m", "pyrofling", "bench", "latency", "--duration", "5", "--width", "320"),
+            # 4 s a run: on a loaded 2-core machine (the hypervisor taking 8-14 % of its CPU) one of two runs of
+            # 2.5 s never locked, the other too late to count.
+            *(sys.executable, "-m", "pyrofling", "bench", "latency", "--duration", "8", "--width", "320"),
             *("--height", "240", "--fps", "30", "--bitrate-kbits", "500", "--refresh-hz", "29.97"),
             *("--modes", "pi,auto", "--rounds", "2", "--trace", str(tmp_path / "traces"), "--json"),
         ],
@@ -263,7 +265,7 @@ def test_bench_latency_smoke_locks_and_measures_glass_to_glass(tmp_path: Path) -
     assert proc.returncode == 0, proc.stderr
     pi, auto = json.loads(proc.stdout)["rows"]
     for row in (pi, auto):
-        assert row["rounds"] == 2 and row["presented"] >= 100  # two runs of 2.5 s at 30 Hz, pooled
+        assert row["rounds"] == 2 and row["presented"] >= 100  # two runs of 4 s at 30 Hz, pooled
         assert row["glass_ms_median"] is not None and row["glass_ms_median"] > row["decoded_ms_median"] > 0
         # The ready times after lock of both runs pooled (one per picture the host encoded at most: pictures still
         # waiting for their refresh when a viewer stops are neither presented nor dropped), and the lowest median a
@@ -393,11 +395,12 @@ def test_bench_outputs_smoke_records_broadcasts_and_compares_with_plain() -> Non
 
 @pytest.mark.io
 def test_bench_security_smoke_authenticates_and_seals_every_run() -> None:
-    """Open host vs. password and paired hosts, everything sealed, 3 s each at 320x240; then six handshakes each
-    way in (twenty, the default, take 8 s a way at the pace the host admits one address's challenges)."""
+    """Open host vs. password and paired hosts, everything sealed, 4 s each at 320x240 (a loaded suite once held a
+    sealed viewer's first picture past 3 s); then six handshakes each way in (twenty, the default, take 8 s a way
+    at the pace the host admits one address's challenges)."""
     proc = subprocess.run(
         [
-            *(sys.executable, "-m", "pyrofling", "bench", "security", "--duration", "3", "--rounds", "1"),
+            *(sys.executable, "-m", "pyrofling", "bench", "security", "--duration", "4", "--rounds", "1"),
             *("--handshakes", "6"),
             *("--width", "320", "--height", "240", "--fps", "30", "--bitrate-kbits", "500", "--json"),
         ],
@@ -411,7 +414,7 @@ def test_bench_security_smoke_authenticates_and_seals_every_run() -> None:
     assert open_mode["authenticated"] == 0 and open_mode["sealed_runs"] == 0
     assert sealed["authenticated"] == sealed["sealed_runs"] == 1 and paired["sealed_runs"] == 1
     for m in (sealed, paired):
-        # Sealed pictures flowed (3 s runs: on a loaded machine the handshakes take a second of them, or more).
+        # Sealed pictures flowed (4 s runs: on a loaded machine the handshakes take a second of them, or more).
         assert m["shown_of_expected_pct"] > 20 and m["viewer_refused"] == 0 and "extra_host_cpu_pct" in m
     shakes = result["handshakes"]
     assert [shakes[w]["count"] for w in ("open host", "password", "pinned keys")] == [6, 6, 6]

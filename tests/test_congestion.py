@@ -246,12 +246,16 @@ def test_arrival_times_are_the_kernels_not_when_the_loop_got_to_the_datagram() -
 class _RecordingConnection:
     """Stands in for the pure ViewerConnection: records what the shell hands it, and in what order."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, timer_after_datagram_s: float | None = None) -> None:
         self.events: list[tuple[str, float]] = []
         self.due: float | None = None
+        self.timer_after_datagram_s = timer_after_datagram_s  # each datagram asks for a timer this long after it
+        self.timers_asked = 0
 
     def datagram_received(self, data: bytes, now: float) -> list[object]:
         self.events.append(("datagram", now))
+        if self.timer_after_datagram_s is not None:
+            self.due = now + self.timer_after_datagram_s
         return []
 
     def handle_timer(self, now: float) -> list[object]:
@@ -263,6 +267,7 @@ class _RecordingConnection:
         return []
 
     def next_timer(self) -> float | None:
+        self.timers_asked += 1
         return self.due
 
 
@@ -308,3 +313,46 @@ def test_a_busy_viewer_reads_every_datagram_waiting_before_its_timer_judges_them
     assert kinds.index("timer") == 40, kinds  # every datagram first, then the time
     timer_s = events[40][1]
     assert all(now <= timer_s for _, now in events[:40])
+
+
+@pytest.mark.io
+def test_the_timer_is_armed_once_for_the_datagrams_of_a_wake_up_and_still_fires() -> None:
+    """A frame's datagrams read in one wake-up: the core's next deadline is asked for once after them, not after
+    each (no timer can fire while they are read), and the deadline the last of them asked for still comes."""
+    import asyncio
+    import socket
+
+    from pyrofling.client.connection import ConnectionIO
+    from pyrofling.core.viewer.connection import DatagramToHost
+
+    async def scenario() -> tuple[_RecordingConnection, int]:
+        server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as host_udp:
+            host_udp.bind(("127.0.0.1", port))
+            core = _RecordingConnection(timer_after_datagram_s=0.01)
+            io = ConnectionIO(core, lambda out: None)  # type: ignore[arg-type]
+            assert await asyncio.wait_for(io.open("127.0.0.1", port, 5.0), 5.0) is None
+            host_udp.settimeout(5.0)
+            io.perform([DatagramToHost(b"hello")])
+            _, viewer = host_udp.recvfrom(64)
+            asked_before = core.timers_asked
+            for _ in range(40):  # sent before the loop runs again: all 40 wait in the socket for one wake-up
+                host_udp.sendto(b"x" * 1200, viewer)
+            for _ in range(200):
+                await asyncio.sleep(0.005)
+                if "timer" in [e for e, _ in core.events]:
+                    break
+            stop = asyncio.Event()
+            stop.set()
+            await io.ended(stop)
+        server.close()
+        return core, asked_before
+
+    core, asked_before = asyncio.run(asyncio.wait_for(scenario(), 10.0))
+    kinds = [e for e, _ in core.events]
+    assert kinds.count("datagram") == 40 and kinds.index("timer") == 40
+    # Asked after the wake-up's datagrams (and once after the timer itself), not forty times.
+    assert core.timers_asked - asked_before <= 8, core.timers_asked - asked_before
+    last_datagram_s, timer_s = core.events[39][1], core.events[40][1]
+    assert timer_s >= last_datagram_s + 0.01 - 1e-3  # the deadline the last datagram asked for

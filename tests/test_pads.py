@@ -175,5 +175,13 @@ def test_two_players_on_two_pads_a_reconnect_and_a_python_game_reading_both(tmp_
     assert first.pad_assigned == (1, 2) and second.pad_assigned == (2, 2)
     assert again.pad_assigned == (2, 2)  # the same player back within the grace period: its pad back
     assert first.summary()["gamepad"]["host_pad"] == "pad 1 of 2"  # what the HUD shows
-    assert len(pads[1].reports()) > 50 and len(pads[2].reports()) > 50 and set(pads) == {1, 2}
+    # Each pad got what its players sent (about 250 a second each; on a loaded machine, where the suite's niced
+    # workers wait for the clocked tests, 88 and 42 once: the players' own pace, so judged against it).
+    sent = {1: first.summary()["gamepad"]["states_sent"]}
+    sent[2] = second.summary()["gamepad"]["states_sent"] + again.summary()["gamepad"]["states_sent"]
+    assert set(pads) == {1, 2} and min(sent.values()) > 20, sent
+    assert all(len(pads[n].reports()) >= 0.9 * sent[n] for n in (1, 2)), (
+        sent,
+        {n: len(pads[n].reports()) for n in pads},
+    )
     assert set(seen) == {1, 2}  # the game read each player's own pad

@@ -26,6 +26,7 @@ from pyrofling.core.viewer.presentation import (
     RefreshClock,
     Repeat,
     Wait,
+    refreshes_per_picture,
 )
 
 PERIOD = 1 / 60
@@ -238,27 +239,34 @@ def test_a_presenter_that_woke_late_still_decides_for_the_refresh_it_missed() ->
     assert clock.following(v, v + 0.0001, grace_s=0.015) == pytest.approx(v + PERIOD)
     fifo = PresentationLoop[str](PresentationConfig(phase_locked=True, deadline_s=0.008), PERIOD)
     assert fifo.late_grace_s == 0.008  # a decision may start until the deadline it waits for
-    assert PresentationLoop[str](PresentationConfig(), PERIOD).late_grace_s == 0.0
+    # Mailbox picks at its last moment, a flip lead before the next refresh: its decision may start until then.
+    assert PresentationLoop[str](PresentationConfig(), PERIOD).late_grace_s == pytest.approx(PERIOD - 0.001)
 
 
-def test_mailbox_shows_the_newest_finished_picture_at_the_refresh() -> None:
+def test_mailbox_shows_the_newest_picture_finished_a_flip_lead_before_the_refresh() -> None:
     loop: PresentationLoop[str] = PresentationLoop(PresentationConfig(), PERIOD)
+    lead = 0.001
     loop.vblank(1.0)
-    assert isinstance(loop.poll(1.0), Repeat)  # nothing yet (and nothing to count as repeated)
+    d = loop.poll(1.0)
+    assert isinstance(d, Wait) and d.until_s == pytest.approx(1.0 + PERIOD - lead)  # its last moment
+    assert isinstance(loop.poll(1.0 + PERIOD - lead), Repeat)  # nothing yet (and nothing to count as repeated)
     assert loop.counters.repeated == 0
-    loop.frame_ready("a", 1.002)
-    loop.frame_ready("b", 1.010)
-    loop.frame_ready("c", 1.0175)  # finished after the next refresh: not on screen yet
     loop.vblank(1.0 + PERIOD)
-    d = loop.poll(1.0 + PERIOD)
+    loop.frame_ready("a", 1.0 + PERIOD + 0.002)
+    loop.frame_ready("b", 1.0 + PERIOD + 0.010)
+    d = loop.poll(1.0 + PERIOD + 0.010)
+    assert isinstance(d, Wait)  # a picture is there, but a newer one may still come before the last moment
+    loop.frame_ready("c", 1.0 + 2 * PERIOD - 0.0005)  # after the last moment: the next refresh's
+    d = loop.poll(1.0 + 2 * PERIOD - lead)
     assert isinstance(d, Present) and d.frame == "b" and d.dropped == 1
-    assert d.on_screen_s == pytest.approx(1.0 + PERIOD)
-    assert d.phase_error_us == round((1.0 + PERIOD - 1.010) * 1e6)  # measured even when not sent
+    assert d.on_screen_s == pytest.approx(1.0 + 2 * PERIOD)  # on screen at the refresh it was handed over for
+    # Measured even when not sent: ready 6.7 ms before the refresh that shows it.
+    assert d.phase_error_us == round((1.0 + 2 * PERIOD - (1.0 + PERIOD + 0.010)) * 1e6)
     loop.vblank(1.0 + 2 * PERIOD)
-    d = loop.poll(1.0 + 2 * PERIOD)
-    assert isinstance(d, Present) and d.frame == "c"
+    d = loop.poll(1.0 + 3 * PERIOD - lead)
+    assert isinstance(d, Present) and d.frame == "c" and d.on_screen_s == pytest.approx(1.0 + 3 * PERIOD)
     loop.vblank(1.0 + 3 * PERIOD)
-    assert isinstance(loop.poll(1.0 + 3 * PERIOD), Repeat)
+    assert isinstance(loop.poll(1.0 + 4 * PERIOD - lead), Repeat)
     c = loop.counters
     assert (c.presented, c.dropped, c.repeated, c.missed_deadlines) == (2, 1, 1, 0)
 
@@ -460,3 +468,65 @@ def test_only_a_latency_benchs_rows_with_recorded_pictures_are_replayed() -> Non
                 {"rows": [{"mode": "auto", "ready_ms": {"a": 1}}]}):  # fmt: skip
         with pytest.raises(ValueError):
             recorded_runs(bad)
+
+
+def test_a_stream_at_half_the_displays_rate_holds_each_picture_two_refreshes_without_a_repeat() -> None:
+    assert refreshes_per_picture(119.88, 60.0) == 2 and refreshes_per_picture(143.86, 72.0) == 2
+    assert refreshes_per_picture(240.0, 60.0) == 4 and refreshes_per_picture(60.0, 60.0) == 1
+    assert refreshes_per_picture(144.0, 60.0) == 1 and refreshes_per_picture(120.0, None) == 1  # 2.4: no cadence
+    period = 1 / 120
+    for config in (PresentationConfig(phase_locked=True, offset_s=0.002, deadline_s=0.006), PresentationConfig()):
+        loop: PresentationLoop[int] = PresentationLoop(config, period, cadence=2)
+        shown = []
+        for k in range(40):
+            v = 1.0 + k * period
+            loop.vblank(v)
+            if k % 2 == 0:  # a picture every other refresh, ready 1 ms after its refresh
+                loop.frame_ready(k, v + 0.001)
+            now = v
+            while isinstance(d := loop.poll(now), Wait):
+                now = d.until_s
+            if isinstance(d, Present):
+                shown.append(d.frame)
+            else:
+                assert not d.missed_deadline  # a hold: nothing was due
+        c = loop.counters
+        assert shown == list(range(0, 40, 2)), config.mode
+        assert (c.repeated, c.missed_deadlines, c.held) == (0, 0, 20), config.mode
+    # A picture missing at the refresh it is due is a repeat, as at the display's own rate, and so is the refresh
+    # after it (the one that would have held it: it waits for it too, in case it is late); the next is shown.
+    loop = PresentationLoop(PresentationConfig(phase_locked=True, offset_s=0.002, deadline_s=0.006), period, cadence=2)
+    for k in range(8):
+        v = 1.0 + k * period
+        loop.vblank(v)
+        if k % 2 == 0 and k != 4:
+            loop.frame_ready(k, v + 0.001)
+        now = v
+        while isinstance(d := loop.poll(now), Wait):
+            now = d.until_s
+    c = loop.counters
+    assert (c.presented, c.repeated, c.missed_deadlines, c.held) == (3, 2, 2, 3)
+
+
+def test_a_picture_that_comes_in_a_held_refresh_is_still_shown_at_its_end() -> None:
+    """Holding is what a refresh without a new picture counts as, not a reason to stop waiting: a picture of a
+    half-rate stream that comes a refresh early (not locked yet, or drifting) is shown then, not a refresh late."""
+    period = 1 / 120
+    for config in (PresentationConfig(phase_locked=True, offset_s=0.002, deadline_s=0.006), PresentationConfig()):
+        loop: PresentationLoop[str] = PresentationLoop(config, period, cadence=2)
+        loop.vblank(1.0)
+        loop.frame_ready("first", 1.001)
+        d = loop.poll(1.001)
+        while isinstance(d, Wait):
+            d = loop.poll(d.until_s)
+        assert isinstance(d, Present) and d.frame == "first"
+        v = 1.0 + period
+        loop.vblank(v)  # a refresh that would hold ...
+        d = loop.poll(v)
+        assert isinstance(d, Wait)
+        loop.frame_ready("early", v + 0.003)  # ... and a picture comes in it
+        d = loop.poll(min(d.until_s, v + 0.003) if config.fifo else d.until_s)
+        while isinstance(d, Wait):
+            d = loop.poll(d.until_s)
+        assert isinstance(d, Present) and d.frame == "early" and d.on_screen_s == pytest.approx(v + period)
+        assert loop.counters.held == 0 and loop.counters.repeated == 0

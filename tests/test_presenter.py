@@ -91,6 +91,62 @@ def test_free_running_presenter_sends_nothing_and_a_skewed_clock_is_reported() -
     assert s["presented"] + s["dropped"] == 20 and len(s["phase_trace"]) == s["presented"]  # measured, not sent
 
 
+class VsyncDisplay(HeadlessDisplay):
+    """A display whose flip waits for its refresh (every ``PERIOD`` from 0 on the virtual clock), as a window's
+    does with vsync: the picture flipped is on screen from that refresh, which it records."""
+
+    vsync_blocks = True
+    refresh_hz: float | None = 60.0
+
+    def __init__(self, clock: VirtualClock) -> None:
+        self.clock = clock
+        self.shown: list[tuple[float, Picture]] = []
+
+    def present(self, picture: Picture | None) -> None:
+        refresh = (int(self.clock.now() / PERIOD + 1e-6) + 1) * PERIOD
+        self.clock.advance(refresh - self.clock.now())
+        if picture is not None:
+            self.shown.append((refresh, picture))
+
+
+def test_free_running_on_a_display_that_waits_for_the_flip_shows_a_picture_at_the_next_refresh() -> None:
+    """Each picture ready 4 ms after a refresh is picked a flip lead before the next one and shown at it (10 ms
+    after its capture, then 12.7 ms of waiting); picked at the refresh that follows the flip, as free-running
+    once did, the flip showed it a refresh later still.  The glass the presenter reports is the display's."""
+    clock = VirtualClock(0.0)
+    display = VsyncDisplay(clock)
+    p = Presenter(PresentationConfig(), display, clock=clock)
+    feed(p, clock, 30, start_s=0.004)
+    run(p, clock, 31 * PERIOD)
+    s = p.summary()
+    assert s["refresh_clock"] == "vsync"
+    seen = [(at - picture.capture_s) * 1000 for at, picture in display.shown if picture.capture_s is not None]
+    assert len(seen) >= 28
+    assert seen[1:] == pytest.approx([10 + 1000 * PERIOD - 4] * (len(seen) - 1), abs=1e-6)
+    assert s["glass_ms"][1:] == pytest.approx(seen[1:], abs=1e-6)
+    assert s["repeated"] <= 1
+
+
+def test_a_minute_at_144_hz_keeps_every_refreshs_samples_from_the_start() -> None:
+    """Two minutes of samples at the display's rate: at 144 Hz a minute's run keeps its first second too (the
+    samples once held 7,200, 50 s there, and a bench read the lock as coming 10 s in)."""
+    clock = VirtualClock(0.0)
+    hz = 144.0
+    p = Presenter(PresentationConfig(), HeadlessDisplay(), refresh_hz=hz, clock=clock)
+
+    def decoded(i: int, at: float) -> Callable[[], None]:
+        return lambda: p.submit(Picture(None, i, at, capture_s=at - 0.005, frame_id=i))
+
+    for i in range(int(60 * hz)):
+        at = 0.002 + i / hz
+        clock.at(at, decoded(i, at))
+    run(p, clock, 60.0)
+    s = p.summary()
+    assert s["presented"] > 8500
+    assert len(s["phase_trace"]) == s["presented"] and s["phase_trace"][0][0] < 0.1
+    assert len(s["glass_ms"]) == s["presented"] and s["ready_trace"][0][0] < 0.1
+
+
 def test_presenter_stops_promptly_before_any_picture() -> None:
     clock = VirtualClock(0.0)
     p = presenter(PresentationConfig(phase_locked=True), clock)
@@ -259,3 +315,87 @@ def test_a_real_time_decoder_that_fills_its_cpu_is_stepped_down_once(monkeypatch
     pipeline.close(timeout_s=60)  # returns once the thread has taken everything queued
     assert stepped == ["decoder"]
     assert pipeline.cpu_share.share_at_step_down is not None and pipeline.cpu_share.share_at_step_down > 0.5
+
+
+def test_where_the_lock_cannot_cover_the_tail_on_a_fast_display_it_says_so_once_and_names_half_the_rate(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from dataclasses import replace
+
+    from pyrofling.core.viewer.presentation import PresentationLoop
+
+    p = Presenter(PresentationConfig.automatic(), HeadlessDisplay(), refresh_hz=143.86, clock=VirtualClock(0.0))
+    for cadence, says_half in ((1, True), (2, False)):
+        p._said_outrun = False
+        loop: PresentationLoop[Picture] = PresentationLoop(p.config, 1 / 143.86, cadence=cadence)
+        assert loop.auto is not None
+        outrun = replace(loop.auto.state(), wanted_margin_ms=9.4)
+        loop.auto.state = lambda outrun=outrun: outrun  # type: ignore[method-assign,misc]
+        caplog.clear()
+        with caplog.at_level("INFO", logger="pyrofling.client.presenter"):
+            p._log_offset(loop)
+            p._log_offset(loop)
+        said = [r.getMessage() for r in caplog.records if "spread wider than a lock can spare" in r.getMessage()]
+        assert len(said) == 1 and "their tail asks 9.4 ms" in said[0]
+        assert ("host --fps 72 shows each one two refreshes" in said[0]) == says_half, said[0]
+
+
+def test_a_stream_at_half_the_displays_rate_is_held_not_repeated_and_the_presenter_follows_its_rate() -> None:
+    """72 pictures a second on a 143.86 Hz display for 2 s: each stays two refreshes, held; the same pictures from
+    a stream whose rate is not known (or not a divisor) count every other refresh as a repeat."""
+    results = {}
+    rates: tuple[tuple[str, float | None], ...] = (("72 fps", 72.0), ("unknown", None))
+    for name, rate in rates:
+        clock = VirtualClock(0.0)
+        stream_hz = functools.partial(lambda r: r, rate)
+        p = Presenter(PresentationConfig(), HeadlessDisplay(), refresh_hz=143.86, clock=clock, stream_hz=stream_hz)
+
+        def decoded(i: int, at: float, p: Presenter = p) -> Callable[[], None]:
+            return lambda: p.submit(Picture(None, i, at, capture_s=at - 0.005, frame_id=i))
+
+        for i in range(144):
+            at = 0.003 + i / 72.0
+            clock.at(at, decoded(i, at))
+        run(p, clock, 2.0)
+        results[name] = p.summary()
+    held, unknown = results["72 fps"], results["unknown"]
+    assert held["presented"] >= 140 and held["held_by_cadence"] >= 139 and held["repeated"] <= 1
+    assert unknown["held_by_cadence"] == 0 and unknown["repeated"] >= 139
+
+
+def test_a_lock_outrun_on_a_fast_display_asks_the_host_for_half_once_and_only_a_viewer_allowed_to_asks(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """143.86 Hz, the automatic lock outrun (its tail asks more margin than it can spare) and one refresh in 20
+    repeating: a settle and a window in, the presenter asks for half the rate once and says so; a presenter that
+    was given nowhere to ask (``view --picture-rate full``) names ``host --fps`` instead."""
+    from dataclasses import replace
+
+    from pyrofling.core.viewer.presentation import PresentationLoop
+
+    hz = 143.86
+    for may_ask in (True, False):
+        clock = VirtualClock(0.0)
+        said: list[tuple[float, int]] = []
+        ask = functools.partial(lambda c, s, mhz: s.append((c.now(), mhz)), clock, said) if may_ask else None
+        p = Presenter(PresentationConfig.automatic(), HeadlessDisplay(), refresh_hz=hz, clock=clock,
+                      on_picture_rate=ask)  # fmt: skip
+        loop: PresentationLoop[Picture] = PresentationLoop(p.config, 1 / hz)
+        assert loop.auto is not None
+        outrun = replace(loop.auto.state(), wanted_margin_ms=9.4)
+        loop.auto.state = lambda outrun=outrun: outrun  # type: ignore[method-assign,misc]
+        caplog.clear()
+        with caplog.at_level("INFO", logger="pyrofling.client.presenter"):
+            for i in range(int(20 * hz)):
+                clock.t = i / hz
+                loop.counters.repeated += i % 20 == 19
+                p._log_offset(loop)
+        lines = [r.getMessage() for r in caplog.records]
+        if may_ask:
+            [(when, mhz)] = said
+            assert mhz == 71_930 and 15.0 <= when < 15.1
+            assert sum("asking the host for 71.93 pictures a second" in line for line in lines) == 1
+            assert any("this viewer asks the host for half the rate" in line for line in lines)
+        else:
+            assert not any("asking the host" in line for line in lines)
+            assert any("host --fps 72 shows each one two refreshes" in line for line in lines)

@@ -56,6 +56,7 @@ from pyrofling.wire import (
     UnknownMessageError,
     VideoCodec,
     ViewerCodecs,
+    ViewerPictureRate,
     parse_control,
     parse_media_datagram,
     parse_udp_control,
@@ -87,6 +88,7 @@ SAMPLES = [
     PadAssigned(3, 4),
     Rumble(2, 0, 65535, 0, 65535, 65535),
     ViewerCodecs.of([VideoCodec.H264, VideoCodec.H265, VideoCodec.AV1]),
+    ViewerPictureRate(71_930),
     PathResponse(12345),
     Nack(0x3FFF, 1, 0, 1000, bytes(range(16))),
     Nack.whole_packet(17, 0),
@@ -131,6 +133,7 @@ NATIVE_WIDE = {
     MessageId.PAD_ASSIGNED: 0xFFFFFFFF_EF96822D,  # 8
     MessageId.RUMBLE: 0xFFFFFFFF_EF9682AE,  # 10
     MessageId.VIEWER_CODECS: 0xFFFFFFFF_EF968130,  # 4
+    MessageId.VIEWER_PICTURE_RATE: 0xFFFFFFFF_EF968131,  # 4
 }
 
 
@@ -345,7 +348,7 @@ def test_extensions_drop_unknown_feature_bits() -> None:
     assert isinstance(msg, Extensions)
     assert msg.features == 0xFFFF_FFFF  # kept on the wire object
     assert msg.feature_flags == ALL_EXTENSIONS  # but only known ones are usable
-    assert ALL_EXTENSIONS == 0xFFF  # the twelve features of protocol.md §7.2
+    assert ALL_EXTENSIONS == 0x1FFF  # the thirteen features of protocol.md §7.2
 
 
 def test_viewer_codecs_name_codecs_by_their_ids_and_ignore_bits_this_build_does_not_know() -> None:

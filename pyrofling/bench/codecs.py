@@ -12,11 +12,14 @@ share of H.264's.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Container, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import av
@@ -139,10 +142,36 @@ def pictures_of(content: str, width: int, height: int, fps: int) -> ScenePicture
     return GamePictures(width, height, fps) if content == "game" else ScenePictures(width, height, fps)
 
 
+@dataclass(frozen=True, slots=True)
+class CodecSettings:
+    """A codec's settings other than the host's defaults (``bench codecs --preset``/``--params``)."""
+
+    preset: str | None = None
+    params: str = ""
+
+    def config(self, codec: str, **fields: Any) -> EncoderConfig:
+        config = EncoderConfig(encoder=ENCODERS[codec], params=self.params, **fields)
+        if self.preset is not None:
+            config = replace(config, preset=self.preset)
+        config.check()
+        return config
+
+    def label(self) -> str:
+        return " ".join(x for x in (self.preset and f"preset {self.preset}", self.params) if x) or "the host's"
+
+
 def measure(
-    codec: str, width: int, height: int, kbits: int, *, frames: int = 120, fps: int = 60, content: str = "scene"
+    codec: str,
+    width: int,
+    height: int,
+    kbits: int,
+    *,
+    frames: int = 120,
+    fps: int = 60,
+    content: str = "scene",
+    settings: CodecSettings = CodecSettings(),
 ) -> dict[str, Any]:
-    config = EncoderConfig(encoder=ENCODERS[codec], width=width, height=height, fps=fps, bitrate_kbits=kbits)
+    config = settings.config(codec, width=width, height=height, fps=fps, bitrate_kbits=kbits)
     rows = pictures_of(content, width, height, fps).rows
     encode_ms: list[float] = []
     decode_ms: list[float] = []
@@ -167,6 +196,8 @@ def measure(
         "codec": codec,
         "content": content,
         "encoder": config.encoder,
+        "preset": config.preset,
+        "params": config.params,
         "width": width,
         "height": height,
         "bitrate_kbits": kbits,
@@ -192,24 +223,59 @@ def bits_for_quality(rows: list[dict[str, Any]], target_db: float, key: str = "p
     return None
 
 
+#: What a GE run reports, from ``bench stream``'s row.
+GE_KEYS = ("good_refreshes_pct", "stale_refreshes", "corrupt_refreshes", "longest_freeze_ms", "max_freeze_ms",
+           "packets_lost_after_fec", "frames_skipped_by_host")  # fmt: skip
+
+
+def through_ge_bursts(
+    codec: str, width: int, height: int, kbits: int, duration_s: float, settings: CodecSettings = CodecSettings()
+) -> dict[str, Any]:
+    """The codec streamed through the Gilbert–Elliott bursts for ``duration_s``: ``pyrofling bench stream --ge``
+    as a person runs it, a process of its own (the host, netsim and the viewer in theirs), with this codec's
+    settings; its row's refresh and freeze figures."""
+    config = settings.config(codec, width=width, height=height, bitrate_kbits=kbits)
+    argv = [sys.executable, "-m", "pyrofling", "bench", "stream", "--ge", "--json", "--duration", f"{duration_s:g}",
+            "--width", str(width), "--height", str(height), "--bitrate-kbits", str(kbits),
+            "--encoder", config.encoder, "--preset", config.preset]  # fmt: skip
+    if config.params:
+        argv += ["--encoder-params", config.params]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=duration_s + 120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"bench stream --ge for {codec} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    row = json.loads(proc.stdout)["rows"][0]
+    return {"codec": codec, "width": width, "height": height, "bitrate_kbits": kbits, "duration_s": duration_s,
+            **{k: row.get(k) for k in GE_KEYS}}  # fmt: skip
+
+
 def run_codecs_bench(
     codecs: tuple[str, ...] = ("h264", "hevc", "av1"),
     heights: tuple[int, ...] = (720, 1080),
     *,
     frames: int = 120,
     content: str = "scene",
+    settings: dict[str, CodecSettings] | None = None,
+    ge_s: float = 0.0,
     progress: Any = None,
 ) -> dict[str, Any]:
     say = progress or (lambda _line: None)
+    chosen = {codec: (settings or {}).get(codec, CodecSettings()) for codec in codecs}
     rows: list[dict[str, Any]] = []
     equal: list[dict[str, Any]] = []
+    bursts: list[dict[str, Any]] = []
+    # The streams first, each in processes of its own, while this one has run no encoder yet.
+    for height, codec in itertools.product(heights if ge_s > 0 else (), codecs):
+        width, reference = height * 16 // 9, BITRATES[height][1]
+        say(f"{codec} {width}x{height} at {reference} kbit/s through the GE bursts for {ge_s:g} s ...")
+        bursts.append(through_ge_bursts(codec, width, height, reference, ge_s, chosen[codec]))
     for height in heights:
         width = height * 16 // 9
         bitrates, reference = (GAME_BITRATES if content == "game" else BITRATES)[height]
         for codec in codecs:
             for kbits in bitrates:
                 say(f"{codec} {width}x{height} at {kbits} kbit/s ({content}) ...")
-                rows.append(measure(codec, width, height, kbits, frames=frames, content=content))
+                rows.append(measure(codec, width, height, kbits, frames=frames, content=content,
+                                    settings=chosen[codec]))  # fmt: skip
         base = next((r for r in rows if r["codec"] == "h264" and r["height"] == height
                      and r["bitrate_kbits"] == reference), None)  # fmt: skip
         if base is None:
@@ -225,7 +291,9 @@ def run_codecs_bench(
                 equal.append({"codec": codec, "height": height, "measure": key, "h264_kbits": base["reached_kbits"],
                               "h264_db": base[key], "kbits": needed,
                               "share": needed / base["reached_kbits"] if needed is not None else None})  # fmt: skip
-    return {"frames": frames, "content": content, "rows": rows, "equal_quality": equal}
+    named = {codec: chosen[codec].label() for codec in codecs}
+    return {"frames": frames, "content": content, "settings": named, "rows": rows, "equal_quality": equal,
+            "ge_bursts": bursts}  # fmt: skip
 
 
 def _f(value: float | None, spec: str) -> str:
@@ -254,11 +322,22 @@ def format_table(result: dict[str, Any]) -> str:
             f"at {_f(e['kbits'], '.0f')} kbit/s: {_f(None if e['share'] is None else 100 * e['share'], '.0f')} % of "
             "H.264's bits" + ("" if e["kbits"] is not None else " (outside the bitrates measured)")
         )
+    for b in result.get("ge_bursts", []):
+        lines.append(
+            f"{b['codec']} {b['width']}x{b['height']} at {b['bitrate_kbits']} kbit/s through the GE bursts "
+            f"({b['duration_s']:g} s, the test scene): {_f(b['good_refreshes_pct'], '.2f')} % good refreshes "
+            f"({b['stale_refreshes']} stale, {b['corrupt_refreshes']} corrupt), longest freeze "
+            f"{_f(b['longest_freeze_ms'], '.0f')} ms, {b['packets_lost_after_fec']} packets lost after repair, "
+            f"{b['frames_skipped_by_host']} pictures the host skipped"
+        )
     game = result.get("content") == "game"
+    changed = {codec: label for codec, label in result.get("settings", {}).items() if label != "the host's"}
+    if changed:
+        lines.append("settings other than the host's: " + "; ".join(f"{c} {label}" for c, label in changed.items()))
     lines.append(
         f"{result['frames']} pictures of {'the example game' if game else 'the test scene'} a case (the first "
-        f"{SETTLE} left out); encode: the host's encoder settings, one call a picture; CPU/frame: the process's "
-        "CPU while encoding (its threads too); PSNR: luma against the source's own picture"
+        f"{SETTLE} left out); encode: the host's encoder settings (but those named above), one call a picture; "
+        "CPU/frame: the process's CPU while encoding (its threads too); PSNR: luma against the source's own picture"
         + ("" if game else ", whole and over its rows without film grain or the counter")
     )
     return "\n".join(lines)

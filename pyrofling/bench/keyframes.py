@@ -11,6 +11,7 @@ the pictures in between, against the judge's clean threshold.
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 from typing import Any
 
 from pyrofling.bench.codecs import through_codec
@@ -37,9 +38,13 @@ def parse_case(text: str) -> tuple[int, int, int]:
     return case
 
 
-def measure(width: int, height: int, kbits: int, *, fps: int = 60, idrs: int = 19, every: int = 20) -> dict[str, Any]:
-    """Encode and decode ``SETTLE_FRAMES + idrs * every`` pictures of the scene, an IDR forced every ``every``."""
-    encoder = VideoEncoder(EncoderConfig(width=width, height=height, fps=fps, bitrate_kbits=kbits))
+def measure(
+    width: int, height: int, kbits: int, *, fps: int = 60, idrs: int = 19, every: int = 20, threads: int | None = None
+) -> dict[str, Any]:
+    """Encode and decode ``SETTLE_FRAMES + idrs * every`` pictures of the scene, an IDR forced every ``every``;
+    ``threads``: the encoder's slice threads (None: the host's default)."""
+    config = EncoderConfig(width=width, height=height, fps=fps, bitrate_kbits=kbits)
+    encoder = VideoEncoder(config if threads is None else replace(config, threads=threads))
     rows = TestScene(width, height).structured_rows()
     frames = SETTLE_FRAMES + idrs * every
     forced = set(range(SETTLE_FRAMES, frames, every))

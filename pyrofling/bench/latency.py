@@ -327,9 +327,20 @@ def summarize(mode: str, raw: dict[str, Any], cfg: LatencyBenchConfig, *, label:
         if mode != "free" and started is not None and pace
         else None
     )
+    # A viewer that asked its host for half the rate (protocol.md §7.16): the run from the ask on, on its own.
+    asked_s, before = pres.get("picture_rate_asked_s"), pres.get("glass_samples_before_ask")
+    half: dict[str, Any] = {"half_rate_at_s": asked_s}
+    if asked_s is not None and before is not None:
+        # Its repeats from a second after the ask (the new encoder's key frame, the cadence taking hold).
+        settled_from, minutes = asked_s + 1.0, (cfg.duration_s - asked_s - 1.0) / 60
+        half["glass_ms_median_at_half"] = _pct(glass[before:], 50)
+        half["repeats_per_minute_at_half"] = (
+            sum(1 for t in repeats if t > settled_from) / minutes if minutes > 0 else None
+        )
     return {
         "mode": label or mode,
         "presentation": mode,
+        **half,
         "frames_encoded": host.get("frames_encoded", 0),
         "host_skipped": host.get("frames_skipped", 0),
         "presented": pres.get("presented", 0),
@@ -541,6 +552,17 @@ def format_table(result: dict[str, Any]) -> str:
             f"start-up (the first {STARTUP_S:g} s, left out of after lock, /min, ready..tail and bound): the slowest "
             "picture's capture -> ready, and refreshes repeated: " + "; ".join(startup)
         )
+    halved = [
+        f"{r['mode']} asked the host for half the rate at {r['half_rate_at_s']:.1f} s: from then "
+        + _f(r.get("glass_ms_median_at_half"), ".1f")
+        + " ms"
+        + ", "
+        + _f(r.get("repeats_per_minute_at_half"), ".1f")
+        + " repeats a minute (from a second after)"
+        for r in result["rows"]
+        if r.get("half_rate_at_s") is not None
+    ]
+    lines += halved
     verdict = bound_verdict(result["rows"])
     if verdict:
         lines += ["", verdict]

@@ -103,7 +103,7 @@ def _f(v: float | None, spec: str) -> str:
 def format_profiles(result: dict[str, Any]) -> str:
     parts = [f"== {r['profile']}\n{format_table(r)}" for r in result["profiles"]]
     head = (
-        f"{'profile':<44}{'free glass (repeats, drops)':>30}{'auto glass':>12}{'/min':>6}{'auto - free':>13}"
+        f"{'profile':<44}{'free glass (repeats, drops)':>30}{'auto glass':>12}{'/min':>8}{'auto - free':>13}"
         f"{'decoded':>9}{'ready..tail':>13}{'host CPU':>10}"
     )
     lines = [head, "-" * len(head)]
@@ -111,7 +111,7 @@ def format_profiles(result: dict[str, Any]) -> str:
         free = f"{_f(s['free_glass_ms'], '.1f')} ms ({_f(s['free_repeated'], 'd')}, {_f(s['free_dropped'], 'd')})"
         lines.append(
             f"{s['profile']:<44}{free:>30}{_f(s['auto_glass_ms'], '.1f') + ' ms':>12}"
-            f"{_f(s['auto_repeats_per_minute'], '.1f'):>6}{_f(s['auto_minus_free_ms'], '+.1f') + ' ms':>13}"
+            f"{_f(s['auto_repeats_per_minute'], '.1f'):>8}{_f(s['auto_minus_free_ms'], '+.1f') + ' ms':>13}"
             f"{_f(s['decoded_ms_median'], '.1f') + ' ms':>9}"
             f"{_f(s['ready_ms_median'], '.1f') + '..' + _f(s['ready_ms_tail'], '.1f'):>13}"
             f"{_f(s['host_cpu_pct'], '.0f') + ' %':>10}"

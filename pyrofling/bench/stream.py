@@ -46,6 +46,8 @@ class StreamScenario:
     fec: str = "auto"  # planner, or "none"
     encoder: str = "libx264"
     preset: str = "ultrafast"
+    #: The host's ``--encoder-params`` (the encoder's own options; "": none).
+    encoder_params: str = ""
     window: bool = False
     seed: int = 1
     #: Extra uniform delay 0..N ms per datagram host→viewer (through netsim).
@@ -271,6 +273,8 @@ def _run(
         host_cmd += ["--no-fec"] if sc.fec == "none" else ["--fec-planner", sc.fec]
     if sc.refresh_s is not None:
         host_cmd += ["--refresh-s", str(sc.refresh_s)]
+    if sc.encoder_params:
+        host_cmd += ["--encoder-params", sc.encoder_params]
     host_cmd += list(sc.host_args)
     capture_socket = str(tmp / "capture.sock")
     if sc.game:

@@ -9,6 +9,8 @@ Commands: ``host`` and ``view`` (:mod:`.host`, :mod:`.view`), ``gamepad`` (:mod:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import faulthandler
 import importlib
 import os
 import sys
@@ -55,6 +57,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     # pyrofling does no linear algebra: numpy's BLAS need not start a thread a core, which costs each command
     # ~0.1 s of CPU at start (a quarter of numpy's import) and leaves idle threads beside the encoder's.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    # A crash inside a native library (FFmpeg, PortAudio, GL) prints each thread's Python stack on stderr:
+    # where it happened, for a bug report, instead of a bare "Segmentation fault".
+    if not faulthandler.is_enabled() and sys.stderr is not None:
+        with contextlib.suppress(ValueError, OSError, AttributeError):  # a stderr with no file descriptor
+            faulthandler.enable()
     argv = sys.argv[1:] if argv is None else list(argv)
     named = next((a for a in argv if not a.startswith("-")), None)  # the global flags take no value
     parser = build_parser(named if named in COMMANDS else None)

@@ -16,6 +16,7 @@ import math
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -368,3 +369,19 @@ def exit_now(status: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
+
+
+def lingering_workers() -> list[str]:
+    """The names of pyrofling's worker threads still running once a command has stopped them all (each was
+    joined with a timeout: a decoder or an audio device that did not finish in it)."""
+    return sorted(t.name for t in threading.enumerate() if t.name.startswith("pyrofling-") and t.is_alive())
+
+
+def leave_if_workers_linger(status: int, log: logging.Logger) -> None:
+    """Exit at once, without the interpreter's teardown, when a worker thread outlived its join: tearing the
+    interpreter down under a thread that is inside FFmpeg or PortAudio can crash the process (after its
+    statistics were written, but with a signal's exit status instead of ``status``)."""
+    if names := lingering_workers():
+        log.warning("%s still running after the stop; leaving without waiting for %s", ", ".join(names),
+                    "it" if len(names) == 1 else "them")  # fmt: skip
+        exit_now(status)

@@ -16,6 +16,7 @@ from pyrofling.cli.options import (
     add_viewer_security_options,
     exit_now,
     install_stop,
+    leave_if_workers_linger,
     number,
     output_file,
     pairing_dir,
@@ -196,6 +197,15 @@ def _add_presentation_options(p: argparse.ArgumentParser) -> None:
         "target (to find where late pictures lose time)",
     )
     g.add_argument(
+        "--picture-rate",
+        choices=("auto", "full"),
+        default="auto",
+        help="auto (default): on a display of 80 Hz or more, when this machine (or the host, or the link) cannot "
+        "bring each picture in time for the automatic lock and more than 1 refresh in 100 repeats over 10 s, ask "
+        "the host for half the display's rate, each picture shown two refreshes (a pyrofling host makes it; "
+        "once, until the viewer restarts); full: never ask",
+    )
+    g.add_argument(
         "--refresh-skew-ppm",
         type=number(-50_000.0, 50_000.0, "ppm"),
         default=0.0,
@@ -303,6 +313,7 @@ def viewer_config(args: argparse.Namespace) -> ViewerConfig:
         presentation=presentation_config(args, uri),
         refresh_hz=args.refresh_hz,
         refresh_skew_ppm=args.refresh_skew_ppm,
+        picture_rate=args.picture_rate,
         display=args.display,
         host=uri.host,
         port=uri.port,
@@ -382,4 +393,5 @@ def finish(viewer: Viewer, command: str) -> int:
         status = refuse(command, viewer.failure or "stopped before the stream started", 1)
     if viewer.audio is not None and viewer.audio.close_stuck:
         exit_now(status)  # PortAudio's exit handler would wait for the stuck device forever
+    leave_if_workers_linger(status, log)
     return status

@@ -76,6 +76,9 @@ class ViewerConfig:
     display: tuple[int, int, float] | None = None
     #: Run the software display clock this many ppm slow (negative: fast), to show locking.
     refresh_skew_ppm: float = 0.0
+    #: ``auto``: on a display of 80 Hz or more, when the pictures come too unevenly for the automatic lock and
+    #: the latest repeat often, ask the host for half the display's rate (protocol.md §7.16); ``full``: never.
+    picture_rate: str = "auto"
     #: Audio playback (None: no audio; the AUDIO bit in ``flags`` asks the host for it).
     audio: AudioPlayerConfig | None = None
     #: The pad to send (None: none; the GAMEPAD bit in ``flags`` tells the host to expect it).

@@ -45,14 +45,25 @@ class _MediaSocket:
     sits unread in the socket, count it, and ask for it again.
     """
 
-    def __init__(self, sock: socket.socket, on_datagram: Callable[[bytes, float], None]) -> None:
+    def __init__(
+        self, sock: socket.socket, on_datagram: Callable[[bytes, float], None], on_drained: Callable[[], None]
+    ) -> None:
         self.sock = sock
         self.on_datagram = on_datagram
+        #: After each wake-up's datagrams: the timer is armed once for them all (no timer can fire while they
+        #: are read, so arming after each was the same deadline worked out ten times a frame).
+        self.on_drained = on_drained
         self.clock = ArrivalClock(sock)
         self.closed = False
         asyncio.get_running_loop().add_reader(sock.fileno(), self.drain)
 
     def drain(self) -> None:
+        try:
+            self._read()
+        finally:
+            self.on_drained()
+
+    def _read(self) -> None:
         for _ in range(READ_BATCH):
             if self.closed:
                 return
@@ -109,12 +120,14 @@ class ConnectionIO:
         except OSError as exc:
             writer.close()
             return f"cannot open a UDP socket to {where}: {os_error(exc)}"
-        self._udp = _MediaSocket(udp, lambda data, now: self.perform(self.conn.datagram_received(data, now)))
+        self._udp = _MediaSocket(
+            udp, lambda data, now: self.perform(self.conn.datagram_received(data, now), arm=False), self._arm
+        )
         self._reader_task = asyncio.create_task(self._read_control(reader))
         return None
 
-    def perform(self, outputs: list[ViewerOutput]) -> None:
-        """Send what is for the host, pass the rest on, re-arm the timer."""
+    def perform(self, outputs: list[ViewerOutput], *, arm: bool = True) -> None:
+        """Send what is for the host, pass the rest on, re-arm the timer (``arm``: now, else the caller will)."""
         for out in outputs:
             if isinstance(out, DatagramToHost):
                 if self._udp is not None:
@@ -128,6 +141,10 @@ class ConnectionIO:
                 elif isinstance(out, StreamStalled):
                     self.end(f"no media for {out.silent_s:.1f} s")
                 self._deliver(out)
+        if arm:
+            self._arm()
+
+    def _arm(self) -> None:
         if not self._ended.done():
             self._timer.arm(self.conn.next_timer())
 

@@ -1,9 +1,13 @@
 """Where pictures go: what a display must do, the headless one, the pictures it is handed, and whether a window
-can open here at all (a display named in the environment, and an X server answering on it)."""
+can open here at all (a display named in the environment, and an X server answering on it), and whether its
+flips wait for the refresh."""
 
 from __future__ import annotations
 
+import itertools
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -85,3 +89,33 @@ class HeadlessDisplay:
 
     def pump_events(self) -> bool:
         return True
+
+
+def flip_blocks(window: Any, flips: int = 12, rounds: int = 3, clock: Callable[[], float] = time.perf_counter) -> bool:
+    """Does a vsync'd flip wait for the refresh here?  Times a few flips of an empty window, with vsync and without.
+
+    Paced flips are never closer than a refresh (4 ms even at 240 Hz). Unpaced ones on a busy or slow machine
+    (software GL) can take as long: every one over 3.5 ms under Xvfb on a 2-core machine that runs Python at half
+    the usual speed. So the same window's unpaced flips are the yardstick: vsync blocks where its quickest flip is
+    well over the quickest unpaced one. A busy moment can slow every flip of one round, so a verdict of "blocks"
+    must hold over a few rounds, each paced and unpaced in turn; real vsync blocks in every one."""
+    paced = unpaced = float("inf")
+    for _ in range(rounds):
+        window.set_vsync(False)
+        unpaced = min(unpaced, _quickest_flip(window, flips, clock))
+        window.set_vsync(True)
+        paced = min(paced, _quickest_flip(window, flips, clock))
+        if paced <= max(0.0035, 1.5 * unpaced + 0.001):
+            return False
+    return True
+
+
+def _quickest_flip(window: Any, flips: int, clock: Callable[[], float]) -> float:
+    """The shortest gap between flips of an empty window; the first two may return at once while the swap chain
+    has a free buffer, so they do not count (the quickest decides: a busy machine makes some slow, not all)."""
+    times = []
+    for _ in range(flips):
+        window.clear()
+        window.flip()
+        times.append(clock())
+    return min([b - a for a, b in itertools.pairwise(times)][2:])

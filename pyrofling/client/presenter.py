@@ -17,17 +17,18 @@ import json
 import logging
 import queue
 import threading
-from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any, TextIO
 
 import numpy as np
 
 from pyrofling.client.display import Display, HeadlessDisplay, Picture, PictureTiming
+from pyrofling.client.presentation_stats import PresentationStats
 from pyrofling.clocks import SYSTEM_CLOCK, Clock
-from pyrofling.core.samples import LIVE_SAMPLES, recent_samples, tail
+from pyrofling.core.samples import LIVE_SAMPLES, tail
 from pyrofling.core.viewer.picture_quality import RefreshQuality
+from pyrofling.core.viewer.picture_rate import HalfRatePolicy
 from pyrofling.core.viewer.presentation import (
     Present,
     PresentationConfig,
@@ -35,6 +36,7 @@ from pyrofling.core.viewer.presentation import (
     RefreshClock,
     Repeat,
     Wait,
+    refreshes_per_picture,
 )
 from pyrofling.core.viewer.stage_tails import StageTails
 from pyrofling.runtime import COLLECTOR_PAUSES, THREAD_PRIORITIES
@@ -42,38 +44,6 @@ from pyrofling.runtime import COLLECTOR_PAUSES, THREAD_PRIORITIES
 log = logging.getLogger(__name__)
 
 __all__ = ["Display", "HeadlessDisplay", "Picture", "PictureTiming", "PresentationStats", "Presenter"]
-
-#: Samples kept for the HUD graphs (the reference keeps 150).
-GRAPH_SAMPLES = 150
-
-
-@dataclass(slots=True)
-class PresentationStats:
-    """Written by the presenter thread; read (copied) by others under ``lock``."""
-
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    refresh_hz: float | None = None
-    clock: str = ""  # "vsync" or "software"
-    offset_ms: float = 0.0  # the phase offset and deadline in force (learnt in auto mode)
-    deadline_ms: float = 0.0
-    auto: dict[str, Any] | None = None  # auto mode: margin, lock, p99 lateness, misses, reversals
-    presented: int = 0
-    repeated: int = 0
-    missed_deadlines: int = 0
-    skipped: int = 0  # refreshes the presenter was too late to decide (each also repeated)
-    dropped: int = 0
-    phase_offsets_sent: int = 0
-    glass_ms: deque[float] = field(default_factory=recent_samples)  # capture → on screen
-    #: (time since start, capture → ready to show in ms) of every picture, shown or not: how far this spreads is
-    #: what any phase offset must cover, so it bounds what locking can gain over free-running (``bench latency``).
-    ready_trace: deque[tuple[float, float]] = field(default_factory=recent_samples)
-    phase_trace: deque[tuple[float, int]] = field(default_factory=recent_samples)  # (time since start, µs)
-    repeat_times: deque[float] = field(default_factory=recent_samples)  # time since start of each repeated refresh
-    # Last GRAPH_SAMPLES refreshes, for the HUD: phase error ms, frame pace ms, latency ms, repeat flag.
-    graph_phase_ms: deque[float] = field(default_factory=lambda: deque(maxlen=GRAPH_SAMPLES))
-    graph_pace_ms: deque[float] = field(default_factory=lambda: deque(maxlen=GRAPH_SAMPLES))
-    graph_glass_ms: deque[float] = field(default_factory=lambda: deque(maxlen=GRAPH_SAMPLES))
-    graph_repeat: deque[bool] = field(default_factory=lambda: deque(maxlen=GRAPH_SAMPLES))
 
 
 class Presenter:
@@ -88,12 +58,14 @@ class Presenter:
         skew_ppm: float = 0.0,
         stream_hz: Callable[[], float | None] = lambda: None,
         on_phase_error: Callable[[int], None] = lambda _us: None,
+        on_picture_rate: Callable[[int], None] | None = None,
         max_pending: int = 16,
         judge_refreshes: bool = False,
         frame_trace: TextIO | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        """``clock``: what it reads and waits on (a test's virtual one; pictures' times are on it too)."""
+        """``on_picture_rate``: ask the host for this rate, mHz, when the lock cannot carry the display's (None:
+        never); ``clock``: what it reads and waits on (a test's virtual one; pictures' times are on it too)."""
         self.config = config
         self.clock = clock
         self.display = display
@@ -101,6 +73,10 @@ class Presenter:
         self.skew_ppm = skew_ppm
         self.stream_hz = stream_hz
         self.on_phase_error = on_phase_error
+        self.on_picture_rate = on_picture_rate
+        #: When to ask the host for half the display's rate (protocol.md §7.16).
+        self.half_rate = HalfRatePolicy()
+        self._glass_before_ask: int | None = None  # how many glass samples came before it asked (benches split them)
         self.stats = PresentationStats()
         self._inbox: queue.Queue[Picture] = queue.Queue(maxsize=max_pending)
         self._started_s = clock.now()
@@ -147,6 +123,7 @@ class Presenter:
         with self.stats.lock:
             self.stats.refresh_hz = refresh.hz
             self.stats.clock = "vsync" if vsync else "software"
+            self.stats.keep_two_minutes_at(refresh.hz)
         log.info(
             "presenting at %.3f Hz (%s refresh clock)%s",
             refresh.hz,
@@ -158,6 +135,7 @@ class Presenter:
             with self.stats.lock:
                 self.quality = RefreshQuality(1.0 / (self.stream_hz() or refresh.hz))
         loop: PresentationLoop[Picture] = PresentationLoop(self.config, refresh.period_s)
+        self._follow_cadence(loop, refresh.hz)
         self._ready(loop, first)
         vblank = self.clock.now()
         flipped_late = False  # the last picture was picked after the refresh it was meant for
@@ -173,6 +151,7 @@ class Presenter:
                 if self._sleep_until(vblank, stop):
                     return
             loop.vblank(vblank)
+            self._follow_cadence(loop, refresh.hz)  # a stream that came back at another rate
             decision = self._decide(loop, vblank, stop)
             if decision is None:
                 return
@@ -183,6 +162,14 @@ class Presenter:
                 vblank = self.clock.now()  # the flip returned: that was the refresh
             if not self.display.pump_events():
                 return
+
+    def _follow_cadence(self, loop: PresentationLoop[Picture], refresh_hz: float) -> None:
+        """A stream at half the display's rate (60 fps on 120 Hz) keeps each picture two refreshes by design."""
+        cadence = refreshes_per_picture(refresh_hz, self.stream_hz())
+        if cadence != loop.cadence:
+            loop.cadence = cadence
+            log.info("the stream's pictures each stay %d refresh%s", cadence, "es (its rate divides the display's)"
+                     if cadence > 1 else "")  # fmt: skip
 
     def _count_skipped(self, loop: PresentationLoop[Picture], last_s: float, count: int, period_s: float) -> None:
         with self.stats.lock:
@@ -261,6 +248,7 @@ class Presenter:
         with st.lock:
             self._rate_refresh(vblank, fresh=fresh)
             st.presented, st.repeated, st.missed_deadlines = c.presented, c.repeated, c.missed_deadlines
+            st.held = c.held
             st.offset_ms, st.deadline_ms = loop.offset_s * 1000, loop.deadline_s * 1000
             if loop.auto is not None:
                 a = loop.auto.state()
@@ -346,12 +334,31 @@ class Presenter:
         auto = loop.auto
         assert auto is not None
         a = auto.state()
+        if self.on_picture_rate is not None and not self.half_rate.asked_mhz:  # once asked, nothing to judge
+            hz = 1 / loop.period_s
+            asked = self.half_rate.refresh(self.clock.now(), repeated_total=loop.counters.repeated, refresh_hz=hz,
+                                           cadence=loop.cadence, outrun=a.wanted_margin_ms is not None,
+                                           stream_hz=self.stream_hz())  # fmt: skip
+            if asked is not None:
+                with self.stats.lock:
+                    self._glass_before_ask = len(self.stats.glass_ms)
+                log.info("%d refreshes of the last %g s repeated: asking the host for %.4g pictures a second, "
+                         "each shown two refreshes", len(self.half_rate.repeats), self.half_rate.config.window_s,
+                         asked / 1000)  # fmt: skip
+                self.on_picture_rate(asked)
         if a.wanted_margin_ms is not None and not self._said_outrun:  # once: the rule, not each wobble of it
             self._said_outrun = True
+            # Where the host cannot keep the display's rate, half of it keeps each picture two refreshes.
+            half = ""
+            if loop.cadence == 1 and self.on_picture_rate is not None:
+                half = "; if that happens often, this viewer asks the host for half the rate"
+            elif loop.cadence == 1:
+                half = (f"; if the host cannot make {1 / loop.period_s:.0f} pictures a second, host --fps "
+                        f"{0.5 / loop.period_s:.0f} shows each one two refreshes without a repeat")  # fmt: skip
             log.info("the display refreshes every %.1f ms and the pictures' ready times spread wider than a lock "
                      "can spare (their tail asks %.1f ms of margin): a picture waits at most %.1f ms, about what "
-                     "free-running would make it wait, and the latest ones repeat", loop.period_s * 1000,
-                     a.wanted_margin_ms, (auto.max_margin_s + a.flip_margin_s) * 1000)  # fmt: skip
+                     "free-running would make it wait, and the latest ones repeat%s", loop.period_s * 1000,
+                     a.wanted_margin_ms, (auto.max_margin_s + a.flip_margin_s) * 1000, half)  # fmt: skip
         if not a.learning:
             return
         if self._logged_offset_s is None or abs(loop.offset_s - self._logged_offset_s) >= 0.001:
@@ -397,7 +404,7 @@ class Presenter:
         take the median over the last ``LIVE_SAMPLES``)."""
         with self.stats.lock:
             st = self.stats
-            glass = tail(st.glass_ms, 20_000 if samples else LIVE_SAMPLES)
+            glass = list(st.glass_ms) if samples else tail(st.glass_ms, LIVE_SAMPLES)
             out: dict[str, Any] = {
                 "refresh_hz": st.refresh_hz,
                 "refresh_clock": st.clock,
@@ -407,17 +414,22 @@ class Presenter:
                 **({"auto_offset": dict(st.auto)} if st.auto is not None else {}),
                 "presented": st.presented,
                 "repeated": st.repeated,
+                "held_by_cadence": st.held,
                 "missed_deadlines": st.missed_deadlines,
                 "skipped_refreshes": st.skipped,
                 "dropped": st.dropped,
                 "phase_offsets_sent": st.phase_offsets_sent,
+                # The rate this viewer asked its host for (0: none), and when (since the presenter started).
+                "picture_rate_asked_mhz": self.half_rate.asked_mhz,
+                "picture_rate_asked_s": self.half_rate.asked_s and round(self.half_rate.asked_s - self._started_s, 3),
+                "glass_samples_before_ask": self._glass_before_ask,
                 **({"quality": self.quality.summary()} if self.quality is not None else {}),
             }
             if samples:
                 out.update(
                     stage_tails=self._stage_tails.summary(st.refresh_hz or 60.0),
                     glass_ms=glass,
-                    ready_trace=tail(st.ready_trace, 20_000),
+                    ready_trace=list(st.ready_trace),
                     phase_trace=list(st.phase_trace),
                     repeat_times=list(st.repeat_times),
                     # What the times above count from, on this process's clock (monotonic: a bench on the same

@@ -75,6 +75,7 @@ class Viewer:
             skew_ppm=config.refresh_skew_ppm,
             stream_hz=self._stream_hz,
             on_phase_error=self._phase_error_from_presenter,
+            on_picture_rate=self._picture_rate_from_presenter if config.picture_rate == "auto" else None,
             judge_refreshes=config.check_scene,
             frame_trace=config.frame_trace.open("w") if config.frame_trace is not None else None,
         )
@@ -272,9 +273,9 @@ class Viewer:
         connect_s = time.monotonic()
         self.connects += 1
         number = self.connects
-        session = cfg.session_config()
-        if self._display is not None:  # the newest the window said, across reconnects
-            session = replace(session, display=self._display)
+        session = cfg.session_config()  # with what the window and the presenter said last, across reconnects
+        rate = self.presenter.half_rate.asked_mhz
+        session = replace(session, display=self._display or session.display, picture_rate_mhz=rate)
         conn = ViewerConnection(session, reassembler=cfg.reassembler)
         streamed = False
 
@@ -393,7 +394,8 @@ class Viewer:
     # -- from the presenter and decode threads -------------------------------------------------
 
     def _stream_hz(self) -> float | None:
-        p = self.codec_parameters
+        conn = self.connection  # its CODEC_PARAMETERS are the newest: the host may change the rate (§7.16)
+        p = conn.session.codec_parameters if conn is not None else self.codec_parameters
         return p.frame_rate_num / max(1, p.frame_rate_den) if p is not None and p.frame_rate_num else None
 
     def _on_loop(self, call: Callable[[], None]) -> None:
@@ -404,6 +406,9 @@ class Viewer:
 
     def _phase_error_from_presenter(self, offset_us: int) -> None:
         self._on_loop(lambda: self._to_connection(lambda conn: conn.phase_offset(offset_us)))
+
+    def _picture_rate_from_presenter(self, rate_mhz: int) -> None:
+        self._on_loop(lambda: self._to_connection(lambda conn: conn.picture_rate_changed(rate_mhz)))
 
     def display_changed(self, width: int, height: int, refresh_hz: float) -> None:
         """The display (or the window) the picture is shown on is now this size (any thread): a host that makes its

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import signal
 import threading
@@ -32,6 +31,7 @@ from pyglet import gl
 from pyglet.graphics.shader import ShaderException
 from pyglet.window import key
 
+from pyrofling.client.display import flip_blocks
 from pyrofling.client.hud import REFERENCE_FRAME_MS, HudGraphs, hud_lines, presentation_line
 from pyrofling.client.pictures import ScreenPictures, is_hdr10_frame
 from pyrofling.client.presenter import Picture
@@ -63,7 +63,7 @@ class ViewerWindow:
     def __init__(self, *, title: str = "pyrofling", width: int = 1280, height: int = 720) -> None:
         self.window = pyglet.window.Window(width, height, caption=title, resizable=True, vsync=True)
         self.refresh_hz = _screen_rate(self.window)
-        self.vsync_blocks = _flip_blocks(self.window)
+        self.vsync_blocks = flip_blocks(self.window)
         if not self.vsync_blocks:
             self.window.set_vsync(False)  # the presenter's software clock paces instead
         self.stats_source: Viewer | None = None  # for the overlay and the "connecting" line
@@ -140,14 +140,7 @@ class ViewerWindow:
         if picture is not None and isinstance(picture.prepared, PqPicture):
             self._show_pq(picture.prepared)
         elif picture is not None and picture.prepared is not None:
-            data, w, h = picture.prepared
-            image = pyglet.image.ImageData(w, h, "RGB", data, pitch=-w * 3)  # rows top-down; GL is bottom-up
-            tex = self._texture  # a shader's picture before (HDR10) is replaced by a texture of RGB
-            if isinstance(tex, pyglet.image.Texture) and (tex.width, tex.height) == (w, h):
-                tex.blit_into(image, 0, 0, 0)
-            else:
-                self._texture = image.get_texture()
-            self.frames_drawn += 1
+            self._show_rgb(*picture.prepared)
         self.window.switch_to()
         self._draw()
         self.window.flip()
@@ -161,13 +154,21 @@ class ViewerWindow:
             except (gl.GLException, ShaderException, OSError) as exc:
                 log.warning("HDR10 pictures are tone-mapped on the CPU (slower): this GL cannot (%s)", exc)
                 self._tone_gl = False
-        if not isinstance(self._tone_gl, bool):
-            self._tone_gl.update(pq.data, pq.width, pq.height)
-            self._pictures.tone_mapped += 1
-            self._texture = self._tone_gl
-        else:  # the pictures prepared before the shader failed
-            data = self._pictures.tone_map(pq.data, pq.width, pq.height)
-            image = pyglet.image.ImageData(pq.width, pq.height, "RGB", data, pitch=-pq.width * 3)
+        if isinstance(self._tone_gl, bool):  # the pictures prepared before the shader failed
+            self._show_rgb(self._pictures.tone_map(pq.data, pq.width, pq.height), pq.width, pq.height)
+            return
+        self._tone_gl.update(pq.data, pq.width, pq.height)
+        self._pictures.tone_mapped += 1
+        self._texture = self._tone_gl
+        self.frames_drawn += 1
+
+    def _show_rgb(self, data: bytes, w: int, h: int) -> None:
+        """Packed sRGB rows, top-down, into the window's texture (the one before reused at the same size)."""
+        image = pyglet.image.ImageData(w, h, "RGB", data, pitch=-w * 3)  # rows top-down; GL is bottom-up
+        tex = self._texture  # a shader's picture before (HDR10) is replaced by a texture of RGB
+        if isinstance(tex, pyglet.image.Texture) and (tex.width, tex.height) == (w, h):
+            tex.blit_into(image, 0, 0, 0)
+        else:
             self._texture = image.get_texture()
         self.frames_drawn += 1
 
@@ -356,31 +357,6 @@ def _screen_rate(window: Any) -> float | None:
     except Exception:  # no XRandR / vidmode: not an error, just unknown
         return None
     return rate if rate > 1 else None
-
-
-def _flip_blocks(window: Any, flips: int = 16) -> bool:
-    """Does a vsync'd flip wait for the refresh here?  Times a few flips of an empty window, with vsync and without.
-
-    Paced flips are never closer than a refresh (4 ms even at 240 Hz). Unpaced ones on a busy or slow machine
-    (software GL) can take as long: every one over 3.5 ms under Xvfb on a 2-core machine that runs Python at half
-    the usual speed. So the same window's unpaced flips are the yardstick: vsync blocks where its quickest flip is
-    well over the quickest unpaced one."""
-    paced = _quickest_flip(window, flips)
-    window.set_vsync(False)
-    unpaced = _quickest_flip(window, flips)
-    window.set_vsync(True)
-    return paced > max(0.0035, 1.5 * unpaced + 0.001)
-
-
-def _quickest_flip(window: Any, flips: int) -> float:
-    """The shortest gap between flips of an empty window; the first two may return at once while the swap chain
-    has a free buffer, so they do not count (the quickest decides: a busy machine makes some slow, not all)."""
-    times = []
-    for _ in range(flips):
-        window.clear()
-        window.flip()
-        times.append(time.perf_counter())
-    return min([b - a for a, b in itertools.pairwise(times)][2:])
 
 
 def watch_in_window(config: ViewerConfig, *, screenshot: Path | None = None, title: str = "pyrofling") -> Viewer:

@@ -26,7 +26,8 @@ from av.video.frame import PictureType
 from av.video.reformatter import VideoReformatter
 
 from pyrofling.core.bitstream import key_info
-from pyrofling.core.color import AVCOL_PRI_BT2020, AVCOL_SPC_BT2020_NCL, AVCOL_TRC_SMPTE2084, HDR10_MASTERING
+from pyrofling.core.color import AVCOL_PRI_BT2020, AVCOL_SPC_BT2020_NCL, AVCOL_TRC_SMPTE2084
+from pyrofling.server.encoder_options import check_encoder_params, encoder_options
 from pyrofling.wire import ColorProfile, VideoCodec
 
 log = logging.getLogger(__name__)
@@ -46,10 +47,6 @@ def default_encoder_threads() -> int:
     cpus = len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
     return max(1, min(MAX_DEFAULT_THREADS, cpus))
 
-
-#: x264's largest QP change from one row of macroblocks to the next (and one frame to the next) before it
-#: encodes the row again; its default is 4.
-X264_QP_STEP = 12
 
 #: The most slice threads the default takes.
 MAX_DEFAULT_THREADS = 8
@@ -75,6 +72,9 @@ class EncoderConfig:
     refresh_s: float = 1.0
     #: VBV buffer in frames: ~1 keeps every frame near bitrate/fps.
     vbv_frames: float = 1.0
+    #: The encoder's own options, ``key=value:key=value`` as x264's, x265's and SVT-AV1's ``-params`` take
+    #: them, after the host's (so they win): e.g. ``min-cu-size=8:sao=1`` for x265 on flat game content.
+    params: str = ""
 
     def check(self) -> None:
         """Raises ValueError saying what to change (before any encoder is opened)."""
@@ -86,6 +86,8 @@ class EncoderConfig:
             raise ValueError("the intra-refresh period (--refresh-s) must be more than 0 seconds")
         if self.width % 2 or self.height % 2:
             raise ValueError("width and height must be even for 4:2:0 video")
+        if self.params:
+            check_encoder_params(self.encoder, self.params)
 
     @property
     def video_codec(self) -> VideoCodec:
@@ -150,6 +152,9 @@ class VideoEncoder:
         self.errors = 0
         #: The bitrate it encodes at now (rate control moves it; the configured one is the ceiling).
         self.bitrate_bps = config.bitrate_kbits * 1000
+        #: The rate and ceiling it was made with: at fewer pictures a second (:meth:`set_fps`) each picture keeps
+        #: the bits it had, the bitrate and the ceiling that share of these.
+        self._full = (config.fps, config.bitrate_kbits)
         #: Times the stream changed size (:meth:`resize`) and codec (:meth:`switch`).
         self.resizes = 0
         self.switches = 0
@@ -172,6 +177,15 @@ class VideoEncoder:
         config.check()
         self._reopen(config)
         self.switches += 1
+
+    def set_fps(self, fps: int) -> None:
+        """Encode ``fps`` pictures a second from the next frame on: a new encoder at the same size, whose first
+        frame is a key frame. Each picture keeps the bits it had at the full rate (half the pictures, half the
+        bitrate and ceiling: the same time to encode, send and decode each, where the viewer that asked for fewer
+        could not keep up). :attr:`bitrate_bps` stays the link's. On the encode thread."""
+        if fps != self.config.fps:
+            full_fps, full_kbits = self._full
+            self._reopen(replace(self.config, fps=fps, bitrate_kbits=max(1, full_kbits * fps // full_fps)))
 
     def set_hdr10(self, hdr10: bool) -> None:
         """Encode HDR10 (or SDR) from the next frame on, as the source's pictures now are: a new encoder at the same
@@ -203,7 +217,6 @@ class VideoEncoder:
             have = ", ".join(available_encoders()) or "none"
             raise ValueError(f"encoder {cfg.encoder!r} is not available in this PyAV build (have: {have})") from exc
         assert isinstance(ctx, av.VideoCodecContext)
-        nvenc = "nvenc" in cfg.encoder
         ctx.width, ctx.height = cfg.width, cfg.height
         ctx.pix_fmt = _pixel_format(cfg)
         ctx.time_base = US
@@ -226,66 +239,12 @@ class VideoEncoder:
             )
         else:  # AVCOL_SPC_BT709, AVCOL_PRI_BT709, AVCOL_TRC_BT709
             ctx.colorspace = ctx.color_primaries = ctx.color_trc = 1
-        vbv_kbits = max(1, round(cfg.bitrate_kbits * cfg.vbv_frames / cfg.fps))
-        if nvenc:
-            ctx.options = {
-                "preset": "p1",
-                "tune": "ll",
-                "rc": "cbr",
-                "zerolatency": "1",
-                "delay": "0",
-                "intra-refresh": "1",
-                "forced-idr": "1",
-            }
-        elif cfg.encoder == "libsvtav1":
-            # SVT-AV1 has no intra refresh: low delay (a picture out for each in), its real-time mode, CBR (the
-            # only rate control it has for low delay) over a buffer of one frame or 20 ms; key frames on demand
-            # only (a viewer that lost a picture asks for one, rate-limited as for H.264), none periodic. Preset 12
-            # (11): ~10 ms a 720p frame on 2 cores. One temporal layer: layered, every other 540p picture had 35-54
-            # levels of error in a moving tile and 720p never went under 4 Mbit/s (docs/streaming.md).
-            ctx.options = {
-                "preset": cfg.preset if cfg.preset.isdigit() else "12",
-                "svtav1-params": "pred-struct=1:rc=2:rtc=1:keyint=-1:hierarchical-levels=0"
-                + (
-                    f":enable-hdr=1:mastering-display={HDR10_MASTERING.svt()}:content-light={HDR10_MASTERING.cll()}"
-                    if cfg.hdr10
-                    else ""
-                ),
-                "bufsize": str(max(vbv_kbits * 1000, bitrate // 50)),  # SVT-AV1 takes no less than 20 ms
-            }
-        elif cfg.encoder == "libx265":
-            ctx.options = {
-                "preset": cfg.preset,
-                "tune": "zerolatency",
-                "forced-idr": "1",
-                "x265-params": f"intra-refresh=1:ref=1:bframes=0:vbv-maxrate={cfg.bitrate_kbits}:"
-                f"vbv-bufsize={vbv_kbits}:log-level=error"
-                + (
-                    f":hdr10=1:master-display={HDR10_MASTERING.x26x()}:max-cll={HDR10_MASTERING.cll()}"
-                    if cfg.hdr10
-                    else ""
-                ),
-            }
-        else:
-            # The VBV goes in through libavcodec's own maxrate/bufsize: libavcodec re-applies them to x264 before
-            # every frame, and x264 only takes a new bitrate while the VBV stays on (x264-params would be reset).
-            ctx.options = {
-                "preset": cfg.preset,
-                "tune": "zerolatency",
-                "intra-refresh": "1",
-                "forced-idr": "1",
-                "refs": "1",
-                "maxrate": str(bitrate),
-                "bufsize": str(vbv_kbits * 1000),
-                # A row of macroblocks whose bits would lift the QP more than qpstep (x264's default 4) above
-                # the row before is encoded again: under a one-frame VBV with grain in the picture that happened
-                # on most frames (the test scene: 4.3 ms a 720p frame on one CPU, 3.5 with 12, frames still
-                # under the VBV's size, the same PSNR; IDRs and cuts too).  See docs/streaming.md.
-                "x264-params": f"nal-hrd=none:qpstep={X264_QP_STEP}"
-                + (f":mastering-display={HDR10_MASTERING.x26x()}:cll={HDR10_MASTERING.cll()}" if cfg.hdr10 else ""),
-            }
+        ctx.options = encoder_options(cfg)
         try:
-            ctx.open()
+            if cfg.params:
+                _open_checking_params(ctx, cfg)
+            else:
+                ctx.open()
         except av.FFmpegError as exc:
             raise ValueError(_cannot_open(cfg, exc)) from None
         return ctx
@@ -294,7 +253,7 @@ class VideoEncoder:
         """Encode at this average bitrate from the next frame on (libx264 reconfigures its rate control at once;
         the VBV's peak stays the configured ceiling's).  Safe from another thread between frames."""
         self.bitrate_bps = int(bits_per_s)
-        self._ctx.bit_rate = self.bitrate_bps
+        self._ctx.bit_rate = self.bitrate_bps * self.config.fps // self._full[0]
 
     @property
     def video_codec(self) -> VideoCodec:
@@ -439,9 +398,28 @@ def _end(ctx: av.VideoCodecContext) -> None:
             ctx.encode(None)
 
 
+def _open_checking_params(ctx: av.VideoCodecContext, cfg: EncoderConfig) -> None:
+    """Opens ``ctx``; ValueError naming the option if the encoder refused one of ``cfg.params`` (x264, x265 and
+    SVT-AV1 only warn of an option they do not know, and go on without it)."""
+    level = av.logging.get_level()
+    if level is None or level < av.logging.WARNING:
+        av.logging.set_level(av.logging.WARNING)
+    try:
+        with av.logging.Capture(local=True) as said:
+            ctx.open()
+    finally:
+        av.logging.set_level(level)
+    refused = [m.strip() for lvl, _, m in said if lvl <= av.logging.WARNING and ("option" in m.lower())]
+    if refused:
+        raise ValueError(f"{cfg.encoder} refused --encoder-params {cfg.params!r}: {refused[0]}")
+
+
 def _cannot_open(cfg: EncoderConfig, exc: av.FFmpegError) -> str:
     """Why the encoder would not start, in words (FFmpeg's own message dumps every option)."""
     said = (exc.strerror or str(exc)).lower()
     if "nvenc" in cfg.encoder:
         return f"{cfg.encoder} did not start ({said}): it needs an NVIDIA GPU with its driver; use libx264 here"
-    return f"{cfg.encoder} did not start with these settings ({said}): check --preset, --ten-bit and the size"
+    return (
+        f"{cfg.encoder} did not start with these settings ({said}): check --preset, --ten-bit, --encoder-params "
+        "and the size"
+    )

@@ -27,13 +27,15 @@ import av
 from pyrofling.clocks import SYSTEM_CLOCK, Clock
 from pyrofling.core.cpu_share import CpuShare
 from pyrofling.core.host.codec_choice import CODEC_NAMES, SwitchCodec
+from pyrofling.core.host.display import FollowDisplay
 from pyrofling.core.host.encode_schedule import EncodeSchedule
 from pyrofling.core.host.frame_clock import FrameClock
 from pyrofling.core.host.keyframes import KeyframePolicy
+from pyrofling.core.host.picture_rate import SetPictureRate
 from pyrofling.runtime import COLLECTOR_PAUSES, THREAD_PRIORITIES, timed_on_thread
 from pyrofling.server.capture import CapturedFrame, CaptureServer
 from pyrofling.server.encoder import EncodedVideo, VideoEncoder, encoder_for
-from pyrofling.server.sources import VideoSource, placeholder_frame
+from pyrofling.server.sources import VideoSource, follow_display, placeholder_frame
 from pyrofling.server.stats import HostStats
 from pyrofling.wire import VideoCodec
 
@@ -87,6 +89,30 @@ class Heartbeat:
         #: Whether the real-time encoder leaves its CPU room for the host's other threads.
         self.encoder_share = CpuShare()
         self._switching: asyncio.Future[None] | None = None  # the encoder opened anew for another codec
+
+    def follow(
+        self, out: FollowDisplay | SwitchCodec | SetPictureRate, switched: Callable[[VideoCodec, VideoCodec], None]
+    ) -> None:
+        """What the sessions decided of the picture: a desktop's size, the codec (then ``switched``), the rate."""
+        if isinstance(out, FollowDisplay):
+            follow_display(self.source, out, self.encoder.config.fps)
+        elif isinstance(out, SwitchCodec):
+            self.switch_codec(out, switched)
+        else:
+            self.set_picture_rate(out.fps // out.divisor)
+
+    def set_picture_rate(self, fps: int) -> None:
+        """Tick and encode ``fps`` pictures a second from the next tick on (the encoder opened anew at that rate on
+        the encode thread, between two frames: its first picture an IDR)."""
+        if fps == self.clock.fps:
+            return
+        log.info("making %d pictures a second (was %g): a viewer asked for %s", fps, self.clock.fps,
+                 "fewer" if fps < self.clock.fps else "the host's own rate again")  # fmt: skip
+        self.clock.set_fps(fps)
+        self.schedule.period_s = 1.0 / fps
+        self._switching = asyncio.ensure_future(
+            asyncio.get_running_loop().run_in_executor(self._executor, self.encoder.set_fps, fps)
+        )
 
     def switch_codec(self, out: SwitchCodec, done: Callable[[VideoCodec, VideoCodec], None]) -> None:
         """Open the encoder anew for ``out.codec`` on the encode thread, between two frames (``--codec auto``);

@@ -31,6 +31,7 @@ from pyrofling.core.host.encode_schedule import EncodeSchedule
 from pyrofling.core.host.frame_clock import FrameClock
 from pyrofling.core.host.keyframes import KeyframePolicy
 from pyrofling.core.host.packetizer import MediaPacket
+from pyrofling.core.host.picture_rate import SetPictureRate
 from pyrofling.core.host.sessions import (
     GamepadInput,
     HostOutput,
@@ -64,7 +65,7 @@ from pyrofling.server.gamepad import PadOutput, VirtualPad, open_virtual_pad
 from pyrofling.server.heartbeat import Heartbeat
 from pyrofling.server.input_devices import InputDevices, InputOutput, open_input_devices
 from pyrofling.server.network import HostNetwork, uri_host
-from pyrofling.server.sources import desktop_input, desktop_sound, follow_display, open_host_source, resized
+from pyrofling.server.sources import desktop_input, desktop_sound, open_host_source, resized
 from pyrofling.server.stats import HostStats, StatusLine, phase_status
 from pyrofling.wire import AudioCodec, StreamType
 
@@ -321,12 +322,10 @@ class Host:
             self.config.show_pairing_code(code, out.why)
         elif isinstance(out, ViewerPaired):
             keep_pairing(self.pairings, out)
-        elif isinstance(out, FollowDisplay) and self.heartbeat is not None:
-            follow_display(self.heartbeat.source, out, self.config.encoder.fps)
         elif isinstance(out, BrowserRumble) and self.web is not None:
             self.web.rumble(out)
-        elif isinstance(out, SwitchCodec) and self.heartbeat is not None:
-            self.heartbeat.switch_codec(out, lambda asked, made: self.network.perform(
+        elif isinstance(out, FollowDisplay | SwitchCodec | SetPictureRate) and self.heartbeat is not None:
+            self.heartbeat.follow(out, lambda asked, made: self.network.perform(
                 self.sessions.codec_switched(asked, made, self._clock.now())))  # fmt: skip
         elif isinstance(out, SetBitrate) and self._encoder is not None:
             self._encoder.set_bitrate(out.bits_per_s)
@@ -339,7 +338,7 @@ class Host:
 
     def _fan_out(self, packets: list[EncodedVideo]) -> None:
         """Encoded video to every viewer that wants it (the sessions packetize and pace it), then the destinations."""
-        st, cfg_fps = self.stats, self.config.encoder.fps
+        st, fps = self.stats, self.clock.fps  # the rate the viewers asked for, if lower
         for packet in packets:
             st.frames_encoded += 1
             st.bytes_encoded += len(packet.data)
@@ -349,7 +348,7 @@ class Host:
             st.idrs += packet.idr
             if packet.idr and self._encoder is not None:  # a new size starts with one: new viewers are told it
                 self.sessions.codec_parameters = resized(self.sessions.codec_parameters, self._encoder)
-            if paced := self.sessions.video_encoded(packet.encode_s, 1 / cfg_fps, self._clock.now()):  # --codec auto
+            if paced := self.sessions.video_encoded(packet.encode_s, 1 / fps, self._clock.now()):  # --codec auto
                 self.network.perform(paced)
             media = MediaPacket(packet.data, packet.pts_us, StreamType.VIDEO, key_frame=packet.key_frame)
             # The viewers' and the browsers' (the same unit, no second encode), one road; then the destinations.

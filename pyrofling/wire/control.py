@@ -77,6 +77,7 @@ class MessageId(enum.IntEnum):
     RUMBLE = 46
     VIEWER_DISPLAY = 47
     VIEWER_CODECS = 48
+    VIEWER_PICTURE_RATE = 49
 
 
 def type_word(message_id: int, payload_bytes: int) -> int:
@@ -417,6 +418,16 @@ class ViewerCodecs(ControlMessage):
 
 
 @dataclass(frozen=True, slots=True)
+class ViewerPictureRate(ControlMessage):
+    """pyrofling extension (protocol.md §7.16), viewer → host over TCP: the most pictures a second it asks for (a
+    viewer whose pictures come too unevenly for its display's rate asks for half of it); 0: the host's own."""
+
+    ID = MessageId.VIEWER_PICTURE_RATE
+    PAYLOAD = struct.Struct("<I")
+    rate_mhz: int
+
+
+@dataclass(frozen=True, slots=True)
 class Ping(ControlMessage):
     ID = MessageId.PING
     PAYLOAD = struct.Struct("<H")
@@ -457,6 +468,9 @@ class ExtensionFeature(enum.IntFlag):
     #: The viewer says which video codecs it decodes (VIEWER_CODECS); a host that chooses streams one that every
     #: viewer takes, and tells it with CODEC_PARAMETERS when it changes (protocol.md §7.15).
     CODECS = 1 << 11
+    #: The viewer may ask for fewer pictures a second (VIEWER_PICTURE_RATE); the host makes the lowest rate asked
+    #: that divides its own and says so with CODEC_PARAMETERS (protocol.md §7.16).
+    PICTURE_RATE = 1 << 12
 
 
 #: Every feature this build knows: what a pyrofling viewer asks for, and (less AUTH and ENCRYPTION, which a host
@@ -780,6 +794,7 @@ CONTROL_TYPES: dict[int, type[ControlMessage]] = {
         Rumble,
         ViewerDisplay,
         ViewerCodecs,
+        ViewerPictureRate,
     )
 }
 

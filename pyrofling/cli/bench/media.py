@@ -275,6 +275,10 @@ def _run_keyframes(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The codecs ``bench codecs`` measures, by the names ``host --codec`` takes.
+CODECS = ("h264", "hevc", "av1")
+
+
 def add_codecs(sub: Sub) -> None:
     p = bench_parser(
         sub,
@@ -288,7 +292,7 @@ def add_codecs(sub: Sub) -> None:
         "pyrofling bench codecs --heights 720 --frames 120 --plot codecs.png",
     )
     add_common(p, duration_s=None, plot=True)
-    p.add_argument("--codecs", type=choice_list(("h264", "hevc", "av1")), default=("h264", "hevc", "av1"),
+    p.add_argument("--codecs", type=choice_list(CODECS), default=CODECS,
                    help="comma list of h264, hevc, av1 (default all three)")  # fmt: skip
     p.add_argument("--heights", type=choice_list(("720", "1080")), default=("720", "1080"),
                    help="comma list of 720, 1080 (default both)")  # fmt: skip
@@ -296,7 +300,25 @@ def add_codecs(sub: Sub) -> None:
     p.add_argument("--content", choices=("scene", "game"), default="scene",
                    help="what is encoded: the test scene (default), or the example game's pictures (its numpy "
                         "renderer, the ball steered in circles), at lower bitrates too")  # fmt: skip
+    p.add_argument("--preset", action="append", default=[], type=codec_setting, metavar="CODEC=PRESET",
+                   help="a codec's preset other than the host's, e.g. hevc=superfast or av1=10 (repeat for "
+                        "each)")  # fmt: skip
+    p.add_argument("--params", action="append", default=[], type=codec_setting, metavar="CODEC=KEY=VALUE[:...]",
+                   help="a codec's encoder options after the host's (as host --encoder-params), e.g. "
+                        "hevc=min-cu-size=8:sao=1 (repeat for each)")  # fmt: skip
+    p.add_argument("--ge", type=number(0.0, 600.0, "seconds"), default=0.0, metavar="SECONDS",
+                   help="also stream each codec at each size's reference bitrate through the Gilbert-Elliott "
+                        "bursts for this long (bench stream --ge, the test scene): good refreshes, freezes, "
+                        "pictures the host skipped (default 0: not run)")  # fmt: skip
     p.set_defaults(func=_run_codecs)
+
+
+def codec_setting(text: str) -> tuple[str, str]:
+    """``CODEC=VALUE`` for one of h264, hevc, av1."""
+    codec, _, value = text.partition("=")
+    if codec not in CODECS or not value:
+        raise argparse.ArgumentTypeError(f"{text!r}: give CODEC=VALUE with CODEC one of h264, hevc, av1")
+    return codec, value
 
 
 def add_codec_switch(sub: Sub) -> None:
@@ -330,10 +352,18 @@ def _run_codec_switch(args: argparse.Namespace) -> int:
 
 
 def _run_codecs(args: argparse.Namespace) -> int:
-    from pyrofling.bench.codecs import format_table, plot, run_codecs_bench
+    from pyrofling.bench.codecs import CodecSettings, format_table, plot, run_codecs_bench
 
+    presets, params = dict(args.preset), dict(args.params)
+    settings = {c: CodecSettings(presets.get(c), params.get(c, "")) for c in CODECS}
+    for codec, chosen in settings.items():
+        try:
+            chosen.config(codec)
+        except ValueError as exc:
+            raise SystemExit(f"bench codecs: {codec}: {exc}") from None
     setup(args)
     result = run_codecs_bench(tuple(args.codecs), tuple(int(h) for h in args.heights), frames=int(args.frames),
-                              content=args.content, progress=progress)  # fmt: skip
+                              content=args.content, settings=settings, ge_s=float(args.ge),
+                              progress=progress)  # fmt: skip
     print_result(args, result, format_table)
     return draw_plot("bench codecs", args.plot, lambda: plot(result, str(args.plot)))

@@ -245,6 +245,8 @@ def add_stream(sub: Sub) -> None:
     add_stream_size_options(p)
     p.add_argument("--encoder", default="libx264")
     p.add_argument("--preset", default="ultrafast")
+    p.add_argument("--encoder-params", default="", metavar="KEY=VALUE[:KEY=VALUE...]",
+                   help="the encoder's own options, as host --encoder-params")  # fmt: skip
     p.add_argument("--loss", type=loss_rate, default=0.0, help="i.i.d. datagram loss host->viewer (e.g. 2%%)")
     p.add_argument("--ge", action="store_true", help="Gilbert-Elliott burst loss (about 5%% in bursts)")
     p.add_argument(
@@ -324,6 +326,7 @@ def _run_stream(args: argparse.Namespace) -> int:
             fec=args.fec_planner,
             encoder=args.encoder,
             preset=args.preset,
+            encoder_params=args.encoder_params,
             seed=args.seed,
         )
         progress(f"running {sc.label()} for {args.duration:g} s ...")

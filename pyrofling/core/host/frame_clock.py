@@ -234,6 +234,7 @@ class FrameClock:
             raise ValueError("the client rate multiplier must be at least 1")
         if policy not in POLICIES:
             raise ValueError(f"unknown phase policy {policy!r}; choose one of: {', '.join(POLICIES)}")
+        self.fps = fps
         self.nominal_s = 1.0 / (fps * multiplier)
         self.multiplier = multiplier
         self.policy = policy
@@ -250,6 +251,18 @@ class FrameClock:
 
     def next_timer(self) -> float:
         return self.next_tick_s
+
+    def set_fps(self, fps: float) -> None:
+        """Tick at ``fps`` (times the multiplier) after the next tick: the phase controller starts again at the
+        new period (a named one; the viewers' feedback locks it again within a few seconds)."""
+        if fps <= 0:
+            raise ValueError("fps must be positive")
+        self.fps = fps
+        self.nominal_s = self.interval_s = 1.0 / (fps * self.multiplier)
+        if isinstance(self.controller, PiController):
+            self.controller = PiController(self.nominal_s, self.controller.config)
+        elif isinstance(self.controller, ReferenceController):
+            self.controller = ReferenceController(self.nominal_s)
 
     def feedback(self, conn_id: int, offset_us: int, now: float) -> None:
         """A PHASE_OFFSET from a kicked viewer (µs, positive = deliver later)."""

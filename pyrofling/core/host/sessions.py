@@ -29,6 +29,7 @@ import secrets
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
+from fractions import Fraction
 
 from pyrofling.core.host.admission import ConnectionBudget
 from pyrofling.core.host.auth import HostAuth, PairedViewers
@@ -39,6 +40,7 @@ from pyrofling.core.host.keyframes import KeyframePolicy
 from pyrofling.core.host.media_out import MediaOut
 from pyrofling.core.host.pacer import PacedQueue, Pacer, TokenBucketPacer
 from pyrofling.core.host.packetizer import MediaPacket, Packetizer
+from pyrofling.core.host.picture_rate import PictureRateFollower, SetPictureRate
 from pyrofling.core.host.players import HostPlayers
 from pyrofling.core.host.rate import HostRate
 from pyrofling.core.host.resend import RetainedPackets
@@ -106,6 +108,7 @@ from pyrofling.wire import (
     VideoCodec,
     ViewerCodecs,
     ViewerDisplay,
+    ViewerPictureRate,
     parse_udp_control,
     sealed_cookie,
 )
@@ -183,6 +186,8 @@ class HostSessions:
         self.players = HostPlayers(self.discarded, pads=pads)
         #: The display the host's own desktop follows (protocol.md §7.14).
         self.display = DisplayFollower()
+        #: The picture rate, from the lowest the viewers ask (protocol.md §7.16); made at the first ask.
+        self.picture_rate: PictureRateFollower | None = None
         #: Every datagram the host sends waits here until :meth:`datagrams_to_send`.
         self.media_out = MediaOut()
         self.pads = self.players.pads
@@ -251,6 +256,8 @@ class HostSessions:
             out += self.rate.left(conn, conn.last_alive_s, self._video_viewers(), self.players.pad_holder)
         if self.codec_choice is not None:
             out += self.codec_choice.left(conn_id, conn.last_alive_s)
+        if self.picture_rate is not None:
+            out += self._picture_rate_made(self.picture_rate.left(conn_id))
         return out
 
     # -- browsers (host --web) -----------------------------------------------------------------
@@ -514,6 +521,8 @@ class HostSessions:
             return []
         if isinstance(msg, ViewerDisplay) and conn.extensions & ExtensionFeature.DISPLAY:
             return self.display.stated(conn_id, msg, now, connected_s=conn.opened_s)
+        if isinstance(msg, ViewerPictureRate) and conn.extensions & ExtensionFeature.PICTURE_RATE:
+            return self._picture_rate_asked(conn_id, msg.rate_mhz)
         if isinstance(msg, ViewerCodecs) and conn.extensions & ExtensionFeature.CODECS:
             conn.video_codecs = msg.codecs()  # counts from its KICK on (protocol.md §7.15)
             return []
@@ -859,6 +868,31 @@ class HostSessions:
                 conn.awaiting_idr = True  # nothing of the old codec after the switch: the new one starts whole
             if conn.extensions & ExtensionFeature.CODECS:
                 out.append(conn.send(params))  # a failed switch too: a newcomer was told the codec asked for
+        return out
+
+    def _picture_rate_asked(self, conn_id: int, rate_mhz: int) -> list[HostOutput]:
+        params = self.codec_parameters
+        if self.picture_rate is None:
+            if params is None or params.frame_rate_den != 1:
+                return []  # no stream yet, or a rate that is not whole pictures a second: nothing to divide
+            self.picture_rate = PictureRateFollower(params.frame_rate_num)
+        return self._picture_rate_made(self.picture_rate.asked(conn_id, rate_mhz))
+
+    def _picture_rate_made(self, outputs: list[HostOutput]) -> list[HostOutput]:
+        """The new rate goes in CODEC_PARAMETERS: a KICK from now on is answered with it, and the viewers watching
+        that take new parameters while streaming (PICTURE_RATE or CODECS) are told."""
+        out = list(outputs)
+        for change in outputs:
+            if not isinstance(change, SetPictureRate) or self.codec_parameters is None:
+                continue
+            rate = Fraction(change.fps, change.divisor)
+            self.codec_parameters = params = replace(
+                self.codec_parameters, frame_rate_num=rate.numerator, frame_rate_den=rate.denominator
+            )
+            follows = ExtensionFeature.PICTURE_RATE | ExtensionFeature.CODECS
+            for conn in self._connections.values():
+                if conn.kicked and conn.wants(KickFlags.VIDEO) and conn.extensions & follows:
+                    out.append(conn.send(params))
         return out
 
     # -- timers ----------------------------------------------------------------------------

@@ -252,6 +252,10 @@ class ViewerConnection:
         """The viewer's display or window changed size (DISPLAY, protocol.md §7.14)."""
         return self.session.display_changed(width, height, refresh_mhz)
 
+    def picture_rate_changed(self, rate_mhz: int) -> list[ViewerOutput]:
+        """Ask the host for at most this many pictures a second (PICTURE_RATE, protocol.md §7.16)."""
+        return self.session.picture_rate_changed(rate_mhz)
+
     def decode_failed(self, now: float) -> list[ViewerOutput]:
         """The decoder rejected a packet: pictures are broken until a key frame."""
         return self.session.video_lost(now)

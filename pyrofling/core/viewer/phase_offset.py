@@ -76,6 +76,11 @@ class _TimedWindow:
         return out[0], out[1], float(a[last])
 
 
+#: A picture must be handed to the display at least this long before the refresh that shows it: the presenter
+#: acts (draws, flips) in it.  The phase-locked flip margin's floor, and free-running's (mailbox) own lead.
+FLIP_LEAD_S = 0.001
+
+
 @dataclass(frozen=True, slots=True)
 class AutoOffsetConfig:
     #: A picture must reach the display this long before the refresh that shows it: the presenter must act
@@ -83,8 +88,8 @@ class AutoOffsetConfig:
     #: It starts at its floor, the presenter's last moment (it waits for a picture until then): a start of
     #: 1.5 ms never fell to the 1 ms a prompt presenter showed (the fall's dead band is 0.5 ms), so the
     #: deadline sat 0.5 ms before that last moment, a guard nobody chose that cost 0.5 ms of latency.
-    flip_margin_s: float = 0.001
-    min_flip_margin_s: float = 0.001
+    flip_margin_s: float = FLIP_LEAD_S
+    min_flip_margin_s: float = FLIP_LEAD_S
     max_flip_margin_s: float = 0.005
     initial_margin_s: float = 0.006
     min_margin_s: float = 0.0015
@@ -131,14 +136,16 @@ class AutoOffsetConfig:
     #: ... or this share of the margin, if more (the percentile's own noise grows with the jitter).
     band_share: float = 0.12
     #: The lock's wait for a picture ready at its median time (the margin, then the flip margin) stays within
-    #: this of what free-running's would be on average, half a refresh.  Where the ready times spread wider than
-    #: a lock can spare (a 144 Hz display: 6.9 ms a refresh; a busy machine; a jittery link), covering their
-    #: tail would cost every picture more latency than free-running's repeats cost some: the lock then keeps
-    #: this wait, lets the late pictures repeat and says so (:attr:`OffsetState.wanted_margin_ms`).  None: the
-    #: margin covers the tail whatever it costs (up to ``max_margin_s``).  0.25 ms: on the 2-core machine at
-    #: 144 Hz, 0.75 ms put the lock 0.9 to 1.3 ms behind free-running (whose pictures waited a little under half
-    #: a refresh), 0.25 ms −0.1 to +0.4 ms, at 9 to 15 repeats a minute against free-running's 200 or so.
-    beyond_free_running_s: float | None = 0.00025
+    #: this of what free-running's would be on average: half a refresh, then the lead a mailbox hands its
+    #: picture over by (``min_flip_margin_s``, the flip margin's floor: the same act).  Where the ready times
+    #: spread wider than a lock can spare (a 144 Hz display: 6.9 ms a refresh; a busy machine; a jittery link),
+    #: covering their tail would cost every picture more latency than free-running's repeats cost some: the lock
+    #: then keeps this wait, lets the late pictures repeat and says so (:attr:`OffsetState.wanted_margin_ms`).
+    #: None: the margin covers the tail whatever it costs (up to ``max_margin_s``).  0: never longer than
+    #: free-running's.  (While free-running was modelled taking a picture at the refresh itself, with no lead,
+    #: 0.25 ms put the lock −0.1 to +0.4 ms from it at 144 Hz on the 2-core machine, 9 to 15 repeats a minute,
+    #: and 0.75 ms 0.9 to 1.3 ms behind; with the lead counted the lock has that millisecond more to spare.)
+    beyond_free_running_s: float | None = 0.0
     #: ... on displays that refresh at least this often (80 Hz and up).  At 60 Hz a lock can spare most of a
     #: refresh for a jittery link's tail, and does: one late picture a minute at σ 3 ms for about 3 ms more than
     #: free-running's median, the smoothness chosen there; at 120 and 144 Hz the same tail would cost every
@@ -238,7 +245,8 @@ class AutoOffset:
         cfg = self.config
         ceiling = min(cfg.max_margin_s, self.deadline_s - cfg.min_offset_s)
         if self.waits_like_free_running and cfg.beyond_free_running_s is not None:
-            ceiling = min(ceiling, self.period_s / 2 + cfg.beyond_free_running_s - self.flip_s)
+            free_running_wait = self.period_s / 2 + cfg.min_flip_margin_s
+            ceiling = min(ceiling, free_running_wait + cfg.beyond_free_running_s - self.flip_s)
         return max(cfg.min_margin_s, ceiling)
 
     @property

@@ -13,8 +13,14 @@ Two ways to present, as in the reference viewer (PyroFling's `pyrofling_viewer.c
   a refresh without a deadline); phase-locked, a picture left over from an
   earlier refresh is only shown if no fresher one comes by the deadline.  A picture chosen during refresh *k* is
   on screen at refresh *k+1*.  No picture in time: the old one stays (a miss).
-* **Mailbox** (free-running, neither): the newest picture finished before a
-  refresh is on screen at that refresh; older ones are dropped.
+* **Mailbox** (free-running, neither): the newest picture finished a flip lead
+  (``flip_lead_s``) before a refresh is on screen at that refresh; older ones are
+  dropped.  No display takes a picture at the refresh itself: the presenter must
+  draw and hand it over first, as a phase-locked one must by its flip margin.  So
+  the mailbox's presenter acts at its last moment before the refresh, and its pick
+  is on screen at that refresh (chosen during refresh *k*, on screen at *k+1*, as
+  FIFO); acting at the refresh that had just begun kept it waiting a whole refresh
+  behind a display that blocks on the flip.
 
 Each new picture yields the phase error: ``(refresh + offset) − decode_done``,
 folded into ± half a refresh (positive: it was done early, "deliver later").  In
@@ -32,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from pyrofling.core.phase import wrap_phase
-from pyrofling.core.viewer.phase_offset import AutoOffset, AutoOffsetConfig
+from pyrofling.core.viewer.phase_offset import FLIP_LEAD_S, AutoOffset, AutoOffsetConfig
 
 T = TypeVar("T")
 
@@ -53,6 +59,9 @@ class PresentationConfig:
     #: Phase-locked with an offset and deadline the viewer finds itself (``offset_s``/``deadline_s`` unused).
     auto_offset: bool = False
     auto: AutoOffsetConfig = field(default_factory=AutoOffsetConfig)
+    #: Free-running (mailbox): a picture must be handed to the display this long before the refresh that shows
+    #: it; the presenter picks the newest then (the phase-locked one's floor for its flip margin, the same act).
+    flip_lead_s: float = FLIP_LEAD_S
 
     @classmethod
     def automatic(cls, auto: AutoOffsetConfig | None = None) -> PresentationConfig:
@@ -134,11 +143,25 @@ class RefreshClock:
         return last + self.period_s
 
 
+def refreshes_per_picture(refresh_hz: float, stream_hz: float | None) -> int:
+    """How many refreshes each picture of a stream at ``stream_hz`` stays on a display at ``refresh_hz``: 2 for
+    60 fps on 119.88 Hz or 72 fps on 143.86 Hz (within 1 % of a whole number, which the lock's steering covers),
+    else 1 (the same rate, or one that does not divide it: then a picture simply stays until the next)."""
+    if not stream_hz or stream_hz <= 0 or refresh_hz <= 0:
+        return 1
+    ratio = refresh_hz / stream_hz
+    n = round(ratio)
+    return n if n >= 2 and abs(ratio - n) <= 0.01 * n else 1
+
+
 @dataclass(slots=True)
 class PresentationCounters:
     refreshes: int = 0
     presented: int = 0
     repeated: int = 0  # refreshes that showed the previous picture again (duplicates)
+    #: Refreshes that kept the picture by the stream's own rate (the second of each two for a stream at half the
+    #: display's rate): no new picture was due (one that came all the same was still taken), and none is a repeat.
+    held: int = 0
     missed_deadlines: int = 0  # FIFO waits that ended without a picture
     skipped: int = 0  # refreshes that went by while the presenter could not run (counted as repeated too)
     dropped: int = 0  # pictures decoded but never shown
@@ -147,10 +170,13 @@ class PresentationCounters:
 class PresentationLoop(Generic[T]):
     """Decides per refresh.  See the module docstring for the driving protocol."""
 
-    def __init__(self, config: PresentationConfig, refresh_period_s: float) -> None:
+    def __init__(self, config: PresentationConfig, refresh_period_s: float, *, cadence: int = 1) -> None:
+        """``cadence``: refreshes a picture of the stream is meant to stay (:func:`refreshes_per_picture`)."""
         self.config = config
         self.period_s = refresh_period_s
+        self.cadence = max(1, cadence)
         self.counters = PresentationCounters()
+        self._since_present = 0  # refreshes since the last picture was picked
         self._ready: deque[tuple[T, float, float | None]] = deque()  # (picture, done, stamp)
         #: How long after its stamp each of the last pictures was on screen, and the usual one while they agree
         #: (None: too few yet, or not steady), worked out as each is shown.
@@ -202,13 +228,15 @@ class PresentationLoop(Generic[T]):
         act in time (if not, its flip is late: the repeat a miss would have been, no more)."""
         if self.auto is not None:
             return self.period_s - self.auto.config.min_flip_margin_s
+        if not self.config.fifo:  # mailbox: it picks at its last moment
+            return max(0.0, self.period_s - self.config.flip_lead_s)
         return self.deadline_s if self.deadline_s > 0 else self.period_s * 0.95
 
     @property
     def late_grace_s(self) -> float:
         """How long after a refresh its decision may still start (:meth:`RefreshClock.following`): as long as
-        it would wait for a picture (FIFO); mailbox shows what was ready at the refresh, so none."""
-        return self.wait_s if self.config.fifo else 0.0
+        it would wait for a picture."""
+        return self.wait_s
 
     def vblank(self, now: float) -> None:
         """A display refresh happened at ``now``; a new decision is due."""
@@ -216,6 +244,7 @@ class PresentationLoop(Generic[T]):
             self._repeat(missed=False)
         self._vblank_s = now
         self._decided = False
+        self._since_present += 1
         self.counters.refreshes += 1
 
     def refreshes_skipped(self, count: int) -> None:
@@ -223,6 +252,7 @@ class PresentationLoop(Generic[T]):
         stayed, so each is a repeated refresh."""
         self.counters.refreshes += count
         self.counters.skipped += count
+        self._since_present += count
         if self._shown_any:
             self.counters.repeated += count
 
@@ -231,15 +261,19 @@ class PresentationLoop(Generic[T]):
             raise RuntimeError("poll() is only valid once after each vblank()")
         v = self._vblank_s
         cfg = self.config
-        if not cfg.fifo:  # mailbox: the newest picture finished by the refresh is on screen now
-            due = [item for item in self._ready if item[1] <= v]
+        wait = self.wait_s
+        if not cfg.fifo:  # mailbox: the newest picture finished by the presenter's last moment, on screen next
+            if now < v + wait:
+                return Wait(v + wait)
+            due = [item for item in self._ready if item[1] <= now]
             if not due:
-                return self._repeat(missed=False)
+                return self._hold() if self._holding() else self._repeat(missed=False)
             for _ in due:
                 self._ready.popleft()
             frame, done, stamp = due[-1]
-            return self._present(frame, done, stamp, on_screen_s=v, dropped=len(due) - 1, left_over=True)
-        wait = self.wait_s
+            return self._present(
+                frame, done, stamp, on_screen_s=v + self.period_s, dropped=len(due) - 1, left_over=True
+            )
         # The newest picture is shown and older ones dropped (the reference keeps one back whenever
         # two are waiting, which holds a frame of extra latency after every burst).  In phase-locked
         # mode a picture finished more than half a refresh before its target is left over from an
@@ -263,7 +297,8 @@ class PresentationLoop(Generic[T]):
         if now < v + wait:
             return Wait(v + wait)
         self._woke(now - (v + wait))
-        return self._repeat(missed=True)
+        # A refresh that keeps the picture by the stream's cadence still took any picture that came (above).
+        return self._hold() if self._holding() else self._repeat(missed=True)
 
     def _missed_refresh_before(self, vblank_s: float) -> float | None:
         """The refresh before ``vblank_s``, if it missed its deadline (its picture may be the one in hand now);
@@ -292,6 +327,7 @@ class PresentationLoop(Generic[T]):
         assert self._vblank_s is not None
         self._decided = True
         self._shown_any = True
+        self._since_present = 0
         self.counters.presented += 1
         self.counters.dropped += dropped
         if stamp_s is not None:
@@ -311,6 +347,15 @@ class PresentationLoop(Generic[T]):
                 self.auto.observe(late, self._vblank_s)  # folded, the tail it must cover would look early
             self._follow_auto()
         return Present(frame, done_s, on_screen_s, round(error * 1e6), dropped, late)
+
+    def _holding(self) -> bool:
+        """Whether this refresh keeps the last picture by the stream's cadence (no new one was due): no repeat."""
+        return self.cadence > 1 and self._shown_any and self._since_present < self.cadence
+
+    def _hold(self) -> Repeat:
+        self._decided = True
+        self.counters.held += 1
+        return Repeat(missed_deadline=False)
 
     def _repeat(self, *, missed: bool) -> Repeat:
         self._decided = True

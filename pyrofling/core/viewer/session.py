@@ -65,6 +65,7 @@ from pyrofling.wire import (
     VideoCodec,
     ViewerCodecs,
     ViewerDisplay,
+    ViewerPictureRate,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -195,6 +196,8 @@ class ViewerSessionConfig:
     #: The video codecs this viewer decodes, said to a host that chooses its codec by them (CODECS, protocol.md
     #: §7.15). None: say nothing (the host then keeps the codec this viewer joined with while it watches).
     video_codecs: frozenset[VideoCodec] | None = None
+    #: The most pictures a second to ask the host for, in mHz (PICTURE_RATE, protocol.md §7.16). 0: say nothing.
+    picture_rate_mhz: int = 0
 
 
 @dataclass(slots=True)
@@ -259,6 +262,9 @@ class ViewerSession:
         #: The display told to the host last (DISPLAY), and the one to tell.
         self.display_sent: tuple[int, int, int] | None = None
         self.display = self.config.display
+        #: The picture rate asked for last (PICTURE_RATE), and the one to ask for.
+        self.picture_rate_sent = 0
+        self.picture_rate_mhz = self.config.picture_rate_mhz
 
     # -- handshake -------------------------------------------------------------------------
 
@@ -469,6 +475,7 @@ class ViewerSession:
             self._player_sent = True
             out.append(self._send(Player(token)))
         out += self._tell_display()
+        out += self._ask_picture_rate()
         codecs = self.config.video_codecs
         if codecs is not None and self._granted(ExtensionFeature.CODECS) and not self._codecs_sent:
             self._codecs_sent = True  # once per connection, before its first KICK
@@ -479,6 +486,18 @@ class ViewerSession:
         """The viewer's display (or window) is now this size: the host hears of it (once it granted DISPLAY)."""
         self.display = (max(0, min(0xFFFF, width)), max(0, min(0xFFFF, height)), max(0, min(0xFFFFFFFF, refresh_mhz)))
         return self._tell_display() if self.phase in (Phase.KICKING, Phase.STREAMING) else []
+
+    def picture_rate_changed(self, rate_mhz: int) -> list[ViewerOutput]:
+        """Ask the host for at most this many pictures a second, in mHz (0: its own rate), once it granted
+        PICTURE_RATE; said before the first KICK and again whenever it changes (protocol.md §7.16)."""
+        self.picture_rate_mhz = max(0, min(0xFFFFFFFF, rate_mhz))
+        return self._ask_picture_rate() if self.phase in (Phase.KICKING, Phase.STREAMING) else []
+
+    def _ask_picture_rate(self) -> list[ViewerOutput]:
+        if self.picture_rate_mhz == self.picture_rate_sent or not self._granted(ExtensionFeature.PICTURE_RATE):
+            return []
+        self.picture_rate_sent = self.picture_rate_mhz
+        return [self._send(ViewerPictureRate(self.picture_rate_mhz))]
 
     def _tell_display(self) -> list[ViewerOutput]:
         if self.display is None or self.display == self.display_sent or not self._granted(ExtensionFeature.DISPLAY):

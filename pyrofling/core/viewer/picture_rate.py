@@ -1,0 +1,82 @@
+"""When a viewer asks its host for half its display's rate (protocol.md §7.16); pure.
+
+On a fast display (120, 144 Hz) a refresh is 7 to 8 ms. A machine that cannot make and show a picture that
+often with room to spare (the host's encode, the viewer's decode, a busy CPU) spreads the pictures' ready
+times wider than the automatic lock can cover without waiting longer than free-running would; the lock then
+keeps free-running's wait and lets the latest pictures repeat (:attr:`OffsetState.wanted_margin_ms`). When
+that happens often — at least :attr:`HalfRateConfig.repeat_share` of the refreshes over
+:attr:`HalfRateConfig.window_s` — while the lock says so, the viewer asks the host for half its display's
+rate, once: each picture is then held two refreshes by design
+(:func:`~pyrofling.core.viewer.presentation.refreshes_per_picture`), twice the time for each stage, and the
+motion is even instead of a repeat every few refreshes.
+
+It asks only in the automatic mode (the lock is what judges the spread), only on displays of
+:attr:`HalfRateConfig.min_refresh_hz` or more (at 60 Hz, half is 30 pictures a second: worse than a repeat now
+and then), and only while each picture is shown one refresh. It does not ask for the full rate again: nothing
+here can tell whether the machine would carry it now; a new viewer (or ``view --picture-rate full``) does.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class HalfRateConfig:
+    #: Displays slower than this are never asked for half (60 Hz: 30 pictures a second would be worse).
+    min_refresh_hz: float = 80.0
+    #: The repeats are counted over this long ...
+    window_s: float = 10.0
+    #: ... after this long from the first refresh (the lock's start-up repeats are not the rule).
+    settle_s: float = 5.0
+    #: ... and half is asked for when at least this share of the refreshes in it repeated (1 %: 86 a minute at
+    #: 143.86 Hz, against the lock's ≤ 1 a minute where the machine carries the rate).
+    repeat_share: float = 0.01
+
+
+class HalfRatePolicy:
+    """:meth:`refresh` at each refresh of the automatic mode; it returns the rate to ask for, once."""
+
+    def __init__(self, config: HalfRateConfig | None = None) -> None:
+        self.config = config or HalfRateConfig()
+        #: The rate asked for, mHz (0: none yet), and when.
+        self.asked_mhz = 0
+        self.asked_s: float | None = None
+        #: When each refresh of the window repeated.
+        self.repeats: deque[float] = deque()
+        self._repeated_total = 0
+        self._first_s: float | None = None
+
+    def refresh(
+        self,
+        now: float,
+        *,
+        repeated_total: int,
+        refresh_hz: float,
+        cadence: int,
+        outrun: bool,
+        stream_hz: float | None = None,
+    ) -> int | None:
+        """``repeated_total``: refreshes repeated so far; ``cadence``: refreshes each picture is meant to stay;
+        ``outrun``: the lock says the pictures' spread is wider than it can spare; ``stream_hz``: the stream's
+        rate, if known (one at half the display's or below has nothing to halve). The rate to ask for, mHz, at
+        the refresh it decides; else None."""
+        cfg = self.config
+        for _ in range(max(0, repeated_total - self._repeated_total)):
+            self.repeats.append(now)
+        self._repeated_total = max(self._repeated_total, repeated_total)
+        while self.repeats and self.repeats[0] <= now - cfg.window_s:
+            self.repeats.popleft()
+        if self._first_s is None:
+            self._first_s = now
+        if not outrun or self.asked_mhz or refresh_hz < cfg.min_refresh_hz or cadence != 1:
+            return None
+        if stream_hz is not None and stream_hz <= refresh_hz / 2 * 1.01:
+            return None
+        if now - self._first_s < cfg.settle_s + cfg.window_s:
+            return None
+        if len(self.repeats) < cfg.repeat_share * refresh_hz * cfg.window_s:
+            return None
+        self.asked_mhz, self.asked_s = round(refresh_hz / 2 * 1000), now
+        return self.asked_mhz
