@@ -552,7 +552,9 @@ def test_a_busy_host_tells_the_page_to_come_back_and_a_stale_pass_to_forget_it()
 @pytest.mark.parametrize("attack", ["web-origin", "web-quic", "web-tls", "web-idle"])
 def test_the_benchs_web_attackers_play_and_the_friend_still_comes_back(attack: str, tmp_path: Path) -> None:
     """``bench security --attacks web-…`` in a second and a half each, against a host in this process: the attacker
-    does what it says, the door turns it away, and the friend's browser comes back with its pass."""
+    does what it says, the door turns it away, and the friend's browser comes back with its pass. The friend waits as
+    long as a browser does (how long it waited is the bench's to judge: a loaded 2-core box stalls the one loop that
+    runs host, attacker and friend here)."""
     from pyrofling.bench.web_attacks import row_text, run_web_attack
 
     link_file = tmp_path / "link"
@@ -564,12 +566,12 @@ def test_the_benchs_web_attackers_play_and_the_friend_still_comes_back(attack: s
         )  # fmt: skip
         try:
             assert host.web is not None and host.web.port is not None
-            out = await run_web_attack(attack, host.web.port, os.getpid(), link_file, 1.5)
+            out = await run_web_attack(attack, host.web.port, os.getpid(), link_file, 1.5, friend_patience_s=30)
         finally:
             await stop_host(host, task)
         return out, host.summary()["web"]
 
-    out, web = run(scenario, timeout_s=60)
+    out, web = run(scenario, timeout_s=90)
     assert out["friend_joins"] >= 1 and out["friend_refusals"] == [], out
     assert out["host_cpu_during_attack_pct"] >= 0 and row_text(attack, out)
     if attack == "web-origin":

@@ -4,7 +4,7 @@ Each runs as :mod:`pyrofling.bench.attacks`'s do: beside a real stream that a he
 refresh, from a thread of the bench process (on the viewer's CPU at nice 19 where the machine has two CPUs, on a
 third of its own where it has more). Before the attack a friend's browser opens the host's link and gets its pass;
 during it the friend comes back with that pass once a second, timed from its TCP connection to the host's ``hello``
-(as the page does, with the page's own ``Origin``). Sources 127.0.0.2 and up are other addresses than the friend's.
+(as the page does, with the page's own ``Origin``), waiting 5 s for it before it counts the visit as refused. Sources 127.0.0.2 and up are other addresses than the friend's.
 
 - ``web-origin``: a page on another site the friend visits opens WebSockets to the host's web port from the friend's
   own browser (so from the friend's address), 16 held silent and 3 new a second, and guesses the password.
@@ -59,8 +59,8 @@ def host_args(attack: str, web_port: int, link_file: Path) -> tuple[str, ...]:
 class Friend:
     """A browser with the host's link: proves it once, then comes back with its pass, timed."""
 
-    def __init__(self, port: int, link_file: Path, *, tls: bool) -> None:
-        self.port, self.link_file, self.tls = port, link_file, tls
+    def __init__(self, port: int, link_file: Path, *, tls: bool, patience_s: float = 5.0) -> None:
+        self.port, self.link_file, self.tls, self.patience_s = port, link_file, tls, patience_s
         self.resume: str | None = None
         self.joins_ms: list[float] = []
         self.refusals: list[str] = []
@@ -81,13 +81,13 @@ class Friend:
         scheme = "wss" if self.tls else "ws"
         started = time.monotonic()
         try:
-            async with asyncio.timeout(5):
+            async with asyncio.timeout(self.patience_s):
                 async with connect(
                     f"{scheme}://127.0.0.1:{self.port}/stream",
                     ssl=context,
                     origin=Origin(self.origin),
                     local_addr=(FRIEND, 0),
-                    open_timeout=5,
+                    open_timeout=self.patience_s,
                 ) as ws:
                     await ws.send(json.dumps({"type": "auth", **proof}))
                     hello = json.loads(await ws.recv())
@@ -135,9 +135,12 @@ def _descriptors(pid: int) -> int | None:
         return None
 
 
-async def run_web_attack(attack: str, port: int, pid: int, link_file: Path, attack_s: float) -> dict[str, Any]:
-    """The friend's first visit, then ``attack_s`` of the attack with the friend coming back; what each saw."""
-    friend = Friend(port, link_file, tls=attack == "web-tls")
+async def run_web_attack(
+    attack: str, port: int, pid: int, link_file: Path, attack_s: float, *, friend_patience_s: float = 5.0
+) -> dict[str, Any]:
+    """The friend's first visit, then ``attack_s`` of the attack with the friend coming back; what each saw.
+    ``friend_patience_s``: how long the friend waits for each ``hello`` before it counts a refusal."""
+    friend = Friend(port, link_file, tls=attack == "web-tls", patience_s=friend_patience_s)
     await friend.first_visit()
     plays = {"web-origin": _foreign_page, "web-quic": _forged_initials, "web-tls": _tls_handshakes, "web-idle": _idle}
     cpu_before, started = process_cpu_s(pid), time.monotonic()
