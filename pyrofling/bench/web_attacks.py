@@ -4,7 +4,8 @@ Each runs as :mod:`pyrofling.bench.attacks`'s do: beside a real stream that a he
 refresh, from a thread of the bench process (on the viewer's CPU at nice 19 where the machine has two CPUs, on a
 third of its own where it has more). Before the attack a friend's browser opens the host's link and gets its pass;
 during it the friend comes back with that pass once a second, timed from its TCP connection to the host's ``hello``
-(as the page does, with the page's own ``Origin``), waiting 5 s for it before it counts the visit as refused. Sources 127.0.0.2 and up are other addresses than the friend's.
+(as the page does, with the page's own ``Origin``), waiting 5 s for it before it counts the visit as refused.
+Sources 127.0.0.2 and up are other addresses than the friend's.
 
 - ``web-origin``: a page on another site the friend visits opens WebSockets to the host's web port from the friend's
   own browser (so from the friend's address), 16 held silent and 3 new a second, and guesses the password.
