@@ -122,8 +122,9 @@ def test_callback_never_blocks_even_when_the_producer_stalls(jack: str) -> None:
     gaps = np.diff(local)
     assert float(np.median(gaps)) == pytest.approx(PERIOD_S, rel=0.1)
     assert ring.underruns >= 1
-    # ... and playback started again, primed to the target, when audio came back.
-    assert player.playout.primes == 2
+    # ... and playback started again, primed to the target, when audio came back (and is playing at the end: the
+    # last time the ring ran dry was followed by a start). A loaded machine may run it dry once more on its own.
+    assert player.playout.primes >= 2 and player.playout.playing
     assert ring.playing
 
 
