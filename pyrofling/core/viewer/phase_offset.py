@@ -146,6 +146,14 @@ class AutoOffsetConfig:
     #: 0.25 ms put the lock −0.1 to +0.4 ms from it at 144 Hz on the 2-core machine, 9 to 15 repeats a minute,
     #: and 0.75 ms 0.9 to 1.3 ms behind; with the lead counted the lock has that millisecond more to spare.)
     beyond_free_running_s: float | None = 0.0
+    #: ... and what only the stall allowance asks for (stalls feared, not yet seen) keeps the wait this much shorter
+    #: than that on a fast display. Free-running's pictures do wait less than half a refresh and the lead: the
+    #: newest of two ready in one refresh is the one shown, the older dropped, and the mailbox's presenter takes
+    #: what was done by the moment it woke, a little after its last moment (``bench latency`` at 144 Hz: 0.2–0.3
+    #: ms less on the 2-core machine, 0.5 ms on a 16-CPU one; 120 Hz 0.4 ms). Held at that wait by the allowance,
+    #: the lock showed every picture 0.5 ms later than free-running there with no repeat at all; a tail that is
+    #: seen (the window's, the misses', the stall window's) still takes the margin up to free-running's wait.
+    feared_below_free_running_s: float = 0.0006
     #: ... on displays that refresh at least this often (80 Hz and up).  At 60 Hz a lock can spare most of a
     #: refresh for a jittery link's tail, and does: one late picture a minute at σ 3 ms for about 3 ms more than
     #: free-running's median, the smoothness chosen there; at 120 and 144 Hz the same tail would cost every
@@ -187,6 +195,10 @@ class AutoOffset:
         self.period_s = period_s
         self.flip_s = cfg.flip_margin_s
         self.margin_s = min(cfg.initial_margin_s, self.max_margin_s)
+        if self.waits_like_free_running and cfg.stall_allowance_s:  # the allowance's own ceiling, from the start
+            self.margin_s = max(
+                cfg.min_margin_s, min(self.margin_s, self.max_margin_s - cfg.feared_below_free_running_s)
+            )
         self._wakes = _TimedWindow()  # how late the presenter acted
         self._flip_target: float | None = None
         self._flip_moving = 0
@@ -420,7 +432,10 @@ class AutoOffset:
         if self._stall_floor_s is not None:
             margin = max(margin, self._stall_floor_s + cfg.guard_s + bump)
         elif cfg.stall_allowance_s:
-            margin = max(margin, p50 + cfg.stall_allowance_s + bump)
+            feared = p50 + cfg.stall_allowance_s
+            if self.waits_like_free_running:
+                feared = min(feared, self.max_margin_s - cfg.feared_below_free_running_s)
+            margin = max(margin, feared + bump)
         # What the tail alone asks for, without the allowances for what it has not shown (stalls, misses): more
         # than the lock can spare is the display outrunning this machine or link.
         tail = p50 + max(0.0, p99 - p50) * self._tail_stretch + cfg.guard_s
