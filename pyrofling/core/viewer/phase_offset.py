@@ -151,7 +151,7 @@ class AutoOffsetConfig:
     #: newest of two ready in one refresh is the one shown, the older dropped, and the mailbox's presenter takes
     #: what was done by the moment it woke, a little after its last moment (``bench latency`` at 144 Hz: 0.2–0.3
     #: ms less on the 2-core machine, 0.5 ms on a 16-CPU one; 120 Hz 0.4 ms). Held at that wait by the allowance,
-    #: the lock showed every picture 0.5 ms later than free-running there with no repeat at all; a tail that is
+    #: the lock's pictures waited 0.5 ms longer than free-running's there, with no repeat at all; a tail that is
     #: seen (the window's, the misses', the stall window's) still takes the margin up to free-running's wait.
     feared_below_free_running_s: float = 0.0006
     #: ... on displays that refresh at least this often (80 Hz and up).  At 60 Hz a lock can spare most of a
