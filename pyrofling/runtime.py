@@ -122,6 +122,46 @@ def thread_schedstat() -> tuple[float, float, int] | None:
     return int(on_cpu) / 1e9, int(waiting) / 1e9, int(runs)
 
 
+class ThreadCpu:
+    """CPU seconds each thread of this process has used, by its Python name (a pool's numbered workers summed
+    under one name); threads Python did not start (a codec's slice and analysis threads) summed as ``"native"``.
+    A thread that has ended keeps the figure it had when last read: read it now and then (each statistics
+    write) so that one ending before the end is counted. Counted from when this was made (not the imports before
+    it). Empty where the system does not say (not Linux)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[int, tuple[str, float]] = {}  # native id: (name, CPU s since this was made, at the last read)
+        self._ended: dict[str, float] = {}
+        self._before = {tid: s for tid in _own_threads() if (s := _thread_cpu_s(tid)) is not None}
+
+    def read(self) -> dict[str, float]:
+        names = {t.native_id: t.name.rstrip("0123456789").rstrip("_-") or t.name for t in threading.enumerate()}
+        for tid in _own_threads():
+            on_cpu_s = _thread_cpu_s(tid)
+            if on_cpu_s is None:  # ended meanwhile
+                continue
+            on_cpu_s -= self._before.get(tid, 0.0)
+            before = self._seen.get(tid)
+            if before is not None and on_cpu_s < before[1]:  # the id went to a new thread
+                self._ended[before[0]] = self._ended.get(before[0], 0.0) + before[1]
+                before = None
+            # A Python thread that is finishing has left threading's list before the system's: it keeps its name.
+            name = names.get(tid, before[0] if before is not None else "native")
+            self._seen[tid] = (name, on_cpu_s)
+        out = dict(self._ended)
+        for name, seconds in self._seen.values():
+            out[name] = out.get(name, 0.0) + seconds
+        return out
+
+
+def _thread_cpu_s(tid: int) -> float | None:
+    try:
+        with open(f"/proc/self/task/{tid}/schedstat", "rb") as f:
+            return int(f.read().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def timed_on_thread(fn: Callable[..., T], *args: Any) -> tuple[T, dict[str, float]]:
     """``fn(*args)``, and where its thread's wall time went: on a CPU, waiting for one (another thread or
     process had it), and the rest blocked (the GIL, a lock, I/O, threads it waits for); and ``switches``, how

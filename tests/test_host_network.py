@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
+import os
 import socket
 import time
 from typing import Any
@@ -10,7 +13,7 @@ from typing import Any
 import pytest
 
 from pyrofling.core.host.state import Address, HostOutput, SendDatagram
-from pyrofling.server.network import READ_BATCH, HostNetwork
+from pyrofling.server.network import GSO_MAX_BYTES, GSO_MAX_SEGMENTS, READ_BATCH, HostNetwork, segment_runs
 from pyrofling.server.stats import HostStats
 
 #: Every test here streams, serves or plays through real sockets, threads or processes (not the quick tier).
@@ -92,3 +95,101 @@ def test_a_burst_of_datagrams_reaches_the_core_in_a_wake_up_or_two_and_replies_g
     turns = sorted({turn for _, _, turn in core.datagrams})
     assert len(turns) <= 2, f"{burst} waiting datagrams took {len(turns)} turns of the event loop"
     assert echo == b"echo 0"
+
+
+def _d(addr: Address, data: bytes) -> SendDatagram:
+    return SendDatagram(addr, data)
+
+
+def test_datagrams_go_to_the_kernel_in_runs_of_one_size_to_one_address() -> None:
+    a, b = ("127.0.0.1", 1000), ("127.0.0.1", 2000)
+    frame = [_d(a, bytes(1100))] * 5 + [_d(a, bytes(300))]
+    runs = segment_runs([*frame, _d(a, bytes(1100)), _d(b, bytes(1100)), _d(b, bytes(1200)), _d(a, bytes(1100))])
+    assert [(addr, [len(x) for x in run]) for addr, run in runs] == [
+        (a, [1100] * 5 + [300]),  # a shorter last one ends the run it joins
+        (a, [1100]),
+        (b, [1100]),
+        (b, [1200]),  # a longer one starts another
+        (a, [1100]),
+    ]
+    many = segment_runs([_d(a, bytes(100))] * (GSO_MAX_SEGMENTS + 1) + [_d(b, bytes(1400))] * 50)
+    assert [len(run) for _, run in many] == [GSO_MAX_SEGMENTS, 1, GSO_MAX_BYTES // 1400, 50 - GSO_MAX_BYTES // 1400]
+    assert segment_runs([]) == []
+
+
+class _ReleasingSessions(_RecordingSessions):
+    """Releases ``frame`` once two viewers said hello, each datagram to the viewer its index names."""
+
+    def __init__(self, frame: list[tuple[int, bytes]]) -> None:
+        super().__init__()
+        self.frame = frame
+        self.to: list[Address] = []
+
+    def datagram(self, addr: Address, data: bytes, now: float) -> list[HostOutput]:
+        self.datagrams.append((data, addr, self.turn))
+        self.to.append(addr)
+        return []
+
+    def datagrams_to_send(self, now: float) -> list[SendDatagram]:
+        if len(self.to) < 2:
+            return []
+        out = [SendDatagram(self.to[i], data) for i, data in self.frame]
+        self.frame = []
+        return out
+
+
+class _RefusingSegments(socket.socket):
+    """A system that cannot segment UDP sends (an old kernel): every segmented send is refused."""
+
+    def sendmsg(self, *args: Any, **kwargs: Any) -> int:
+        raise OSError(errno.EIO, "segmentation offload not supported")
+
+
+@pytest.mark.parametrize("system", ["segments", "refuses"])
+def test_a_frame_sent_in_runs_arrives_datagram_by_datagram_in_order_and_counted(system: str) -> None:
+    """A 1080p frame's 40 datagrams (the last short) to a viewer, then one to a second viewer: each arrives on its
+    own and whole, in order, and the statistics count each. A system that refuses segmented sends gets the same,
+    one datagram at a time, and is not asked again."""
+    payloads = [bytes([i]) * 1100 for i in range(39)] + [b"\xff" * 333]
+    frame = [(0, p) for p in payloads] + [(1, b"second viewer")]
+
+    async def scenario() -> tuple[list[bytes], list[bytes], HostStats, Any]:
+        core = _ReleasingSessions(frame)
+        stats = HostStats()
+        network = HostNetwork(core, stats=stats, on_output=lambda out: None)  # type: ignore[arg-type]
+        port = await network.listen("127.0.0.1", 0)
+        udp = network._udp[socket.AF_INET]
+        if system == "refuses":
+            refusing = _RefusingSegments(socket.AF_INET, socket.SOCK_DGRAM, fileno=os.dup(udp.sock.fileno()))
+            refusing.setblocking(False)
+            udp.sock.close()
+            udp.sock = refusing
+        viewers = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(2)]
+        got: list[list[bytes]] = [[], []]
+        try:
+            for v in viewers:
+                v.bind(("127.0.0.1", 0))
+                v.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+                v.setblocking(False)
+            viewers[0].sendto(b"hello", ("127.0.0.1", port))
+            await asyncio.sleep(0.05)
+            viewers[1].sendto(b"hello", ("127.0.0.1", port))
+            deadline = time.monotonic() + 5.0
+            while (len(got[0]) < 40 or not got[1]) and time.monotonic() < deadline:
+                await asyncio.sleep(0.005)
+                for v, into in zip(viewers, got, strict=True):
+                    with contextlib.suppress(BlockingIOError):
+                        while True:
+                            into.append(v.recv(65536))
+        finally:
+            for v in viewers:
+                v.close()
+            await network.close()
+        return got[0], got[1], stats, udp.segmenting
+
+    first, second, stats, segmenting = asyncio.run(asyncio.wait_for(scenario(), 10.0))
+    assert first == payloads
+    assert second == [b"second viewer"]
+    assert stats.datagrams_sent == 41 and stats.send_errors == 0
+    assert stats.bytes_sent == sum(map(len, payloads)) + len(b"second viewer")
+    assert segmenting == (system == "segments")

@@ -382,3 +382,15 @@ def test_an_av1_preset_is_a_number_and_a_wrong_one_says_so() -> None:
     EncoderConfig(encoder="libsvtav1").check()  # the default name: its real-time default
     with pytest.raises(ValueError, match="from 0"):
         EncoderConfig(encoder="libsvtav1", preset="14").check()
+
+
+@pytest.mark.parametrize("size", [(320, 240), (1280, 720), (64, 64)])
+def test_the_scene_drawn_over_its_last_frame_is_the_picture_drawn_from_scratch(size: tuple[int, int]) -> None:
+    """The scene redraws in place (only what the last frame drew outside the rows it redraws whole is put back):
+    whatever came before, frame n is the same picture a new scene draws first, so a viewer checking it (its own
+    scene) and the benches see exactly the picture the host sent."""
+    w, h = size
+    scene = TestScene(w, h)
+    for index in [0, 1, 2, 3, 250, 251, 7, 999_999, 1_000_000, 120, 121]:
+        drawn = scene.render(index, 1_000 + index)
+        assert np.array_equal(drawn, TestScene(w, h).render(index, 1_000 + index)), index

@@ -2,7 +2,14 @@ import itertools
 
 import pytest
 
-from pyrofling.core.host.pacer import UDP_OVERHEAD_BYTES, PacedQueue, TokenBucketPacer, UnpacedPacer, make_pacer
+from pyrofling.core.host.pacer import (
+    UDP_OVERHEAD_BYTES,
+    WAKE_BATCH,
+    PacedQueue,
+    TokenBucketPacer,
+    UnpacedPacer,
+    make_pacer,
+)
 
 
 def test_token_bucket_caps_the_rate_after_the_burst() -> None:
@@ -77,3 +84,54 @@ def test_a_datagram_costing_more_than_the_burst_still_leaves() -> None:
     q.push([bytes(1400)] * 3, weight=2.0)  # 2856 each: more than the bucket ever holds
     sent = sum(len(q.pop_due(step / 10_000)) for step in range(200))
     assert sent == 3
+
+
+def _drive(q: PacedQueue) -> list[tuple[float, int]]:
+    """A shell that wakes only at the queue's timer: (when, how many) for each wake-up."""
+    now, wakes = 0.0, []
+    while True:
+        out = q.pop_due(now)
+        if out:
+            wakes.append((now, len(out)))
+        t = q.next_timer(now)
+        if t is None:
+            return wakes
+        assert t >= now
+        now = t
+
+
+def test_a_frame_past_the_burst_wakes_the_sender_a_batch_at_a_time_and_ends_when_the_bucket_allows() -> None:
+    """40 full datagrams (a 1080p frame): the burst's 16 at once, then batches of WAKE_BATCH instead of a
+    wake-up each; the last leaves exactly when the bucket has its bytes, as it would one at a time."""
+    size, rate_bytes = 1076 - UDP_OVERHEAD_BYTES, 25_000_000
+    q = PacedQueue(TokenBucketPacer(rate_bits_per_s=8 * rate_bytes))
+    q.push([bytes(size)] * 40)
+    wakes = _drive(q)
+    assert sum(n for _, n in wakes) == 40
+    assert wakes[0] == (0.0, 16)
+    assert [n for _, n in wakes[1:]] == [WAKE_BATCH] * (24 // WAKE_BATCH)
+    assert wakes[-1][0] == pytest.approx(24 * 1076 / rate_bytes)
+
+
+def test_a_short_tail_and_a_narrow_bucket_still_go_without_waiting_for_a_full_batch() -> None:
+    """Two datagrams left go when both fit; a bucket that holds one datagram sends each as soon as it has its bytes
+    (not when it is full); on a narrow link (a bucket of three) every datagram still leaves, no more at once than
+    the bucket holds."""
+    size = 1076 - UDP_OVERHEAD_BYTES
+    q = PacedQueue(TokenBucketPacer(rate_bits_per_s=8 * 1_000_000, burst_bytes=3 * 1076))
+    q.push([bytes(size)] * 5)
+    wakes = _drive(q)
+    assert [n for _, n in wakes] == [3, 2]
+    assert wakes[-1][0] == pytest.approx(2 * 1076 / 1_000_000)
+    q = PacedQueue(TokenBucketPacer(rate_bits_per_s=8 * 1_000_000, burst_bytes=1500))
+    q.push([bytes(size)] * 3)
+    wakes = _drive(q)
+    assert [n for _, n in wakes] == [1, 1, 1]
+    assert [t for t, _ in wakes] == pytest.approx([0.0, (1076 - 424) / 1e6, (2 * 1076 - 424) / 1e6])
+    narrow = TokenBucketPacer(rate_bits_per_s=8 * 1_000_000)
+    narrow.set_rate(8 * 100_000)  # the bucket shrinks to three datagrams
+    q = PacedQueue(narrow)
+    q.push([bytes(size)] * 20)
+    wakes = _drive(q)
+    assert sum(n for _, n in wakes) == 20
+    assert max(n for _, n in wakes[1:]) <= 3

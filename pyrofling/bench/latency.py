@@ -284,6 +284,12 @@ def pool(parts: list[dict[str, Any]]) -> dict[str, Any]:
     for key in ("machine_busy_pct", "machine_steal_pct", "machine_slow_ms_per_min", "machine_spells_per_min"):
         shares = [p[key] for p in parts if p.get(key) is not None]
         row[key] = statistics.fmean(shares) if shares else None
+    names = {name for p in parts for name in p.get("host_cpu_by_thread_pct", {})}
+    row["host_cpu_by_thread_pct"] = {
+        name: statistics.fmean(p.get("host_cpu_by_thread_pct", {}).get(name, 0.0) for p in parts) for name in names
+    }
+    cpu = [p["host_cpu_pct"] for p in parts if p.get("host_cpu_pct") is not None]
+    row["host_cpu_pct"] = statistics.fmean(cpu) if cpu else None
     worst = [p["machine_worst_factor"] for p in parts if p.get("machine_worst_factor") is not None]
     row["machine_worst_factor"] = max(worst) if worst else None
     if row["presentation"] != "free":
@@ -373,6 +379,9 @@ def summarize(mode: str, raw: dict[str, Any], cfg: LatencyBenchConfig, *, label:
         "startup_repeats": sum(1 for t in repeats if t <= STARTUP_S),
         "packets_lost": v.get("packets_lost_video", 0),
         "host_cpu_pct": 100 * host.get("cpu_s", 0) / max(host.get("elapsed_s", 1), 1e-6),
+        "host_cpu_by_thread_pct": {
+            name: 100 * s / max(host.get("elapsed_s", 1), 1e-6) for name, s in host.get("cpu_by_thread_s", {}).items()
+        },
         "viewer_cpu_pct": 100 * v.get("cpu_s", 0) / max(v.get("elapsed_s", 1), 1e-6),
         "rate_trim_ppm": host.get("rate_trim_ppm"),
         "phase_reacquisitions": host.get("phase_reacquisitions"),

@@ -92,6 +92,7 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
         "ready_ms_median": (auto or {}).get("ready_ms_median"),
         "ready_ms_tail": (auto or {}).get("ready_ms_tail"),
         "host_cpu_pct": (auto or free or {}).get("host_cpu_pct"),
+        "host_cpu_by_thread_pct": (auto or free or {}).get("host_cpu_by_thread_pct") or {},
         "late_pictures": (auto or {}).get("late_pictures"),
     }
 
@@ -116,4 +117,25 @@ def format_profiles(result: dict[str, Any]) -> str:
             f"{_f(s['ready_ms_median'], '.1f') + '..' + _f(s['ready_ms_tail'], '.1f'):>13}"
             f"{_f(s['host_cpu_pct'], '.0f') + ' %':>10}"
         )
+    split = [f"  {s['profile']}: {format_thread_split(s['host_cpu_by_thread_pct'])}" for s in result["summary"]]
+    if any(s["host_cpu_by_thread_pct"] for s in result["summary"]):
+        lines += ["", "the host's CPU by thread (a core = 100 %):", *split]
     return "\n\n".join(parts) + "\n\nautomatic against free-running, profile by profile:\n" + "\n".join(lines)
+
+
+#: The host's threads by what they do (:func:`pyrofling.runtime.cpu_by_thread`'s names).
+THREAD_LABELS = {
+    "MainThread": "event loop",
+    "native": "codec threads",
+    "pyrofling-encode": "encode",
+    "pyrofling-audio-tone": "audio",
+    "pyrofling-heartbeat": "heartbeat",
+}
+
+
+def format_thread_split(pct: dict[str, float]) -> str:
+    """``encode 16 %, codec threads 53 %, …``, largest first; threads under 0.5 % summed as "other"."""
+    named = sorted(((THREAD_LABELS.get(n, n), v) for n, v in pct.items()), key=lambda kv: -kv[1])
+    shown = [f"{label} {v:.0f} %" for label, v in named if v >= 0.5]
+    rest = sum(v for _, v in named if v < 0.5)
+    return ", ".join(shown + ([f"other {rest:.1f} %"] if rest else [])) or "-"

@@ -61,11 +61,13 @@ class TestScene:
         self.width, self.height = width, height
         self.marker = frame_marker.layout_for(width)
         self._background = self._render_background()
-        self._frame = np.empty_like(self._background)
+        # Drawn over in place: each frame first puts back from the background what the last one drew outside the
+        # rows every frame redraws whole (the box's colour, the counter), not the whole picture (3 MB at 1080p).
+        self._frame = self._background.copy()
         w, h = width, height
-        self._y = self._frame[:h]
-        self._u = self._frame[h : h + h // 4].reshape(h // 2, w // 2)
-        self._v = self._frame[h + h // 4 :].reshape(h // 2, w // 2)
+        self._y, self._u, self._v = _planes(self._frame, w, h)
+        _, self._bg_u, self._bg_v = _planes(self._background, w, h)
+        self._drawn: list[tuple[slice, slice]] = []  # chroma rows and columns the last frame's box coloured
         self._scale = max(2, height // 90)
         self._digits = {d: self._glyph(d) for d in _GLYPHS}
         # A checkerboard twice as wide as the frame: a moving window into it scrolls.
@@ -122,7 +124,9 @@ class TestScene:
     def render(self, index: int, capture_us: int) -> npt.NDArray[np.uint8]:
         """Frame ``index``; the returned array is reused by the next call (copy it if you keep it)."""
         w, h = self.width, self.height
-        np.copyto(self._frame, self._background)
+        for rows, cols in self._drawn:
+            self._u[rows, cols] = self._bg_u[rows, cols]
+            self._v[rows, cols] = self._bg_v[rows, cols]
         y = self._y
         # Scrolling checkerboard, two cells per second at 60 fps.
         top, ch = self._checker_top, self._checker_h
@@ -135,12 +139,16 @@ class TestScene:
         span_x, span_y = w - box, max(1, h // 2 - (top + ch) - box)
         bx = _bounce(index * max(2, w // 240), span_x) // 2 * 2
         by = (top + ch + _bounce(index * max(1, h // 240), span_y)) // 2 * 2
-        y[by : by + box, bx : bx + box] = 235
-        self._u[by // 2 : (by + box) // 2, bx // 2 : (bx + box) // 2] = 90
-        self._v[by // 2 : (by + box) // 2, bx // 2 : (bx + box) // 2] = 200
-        # The frame counter, bottom left, over the bars.
+        y[by : by + box, bx : bx + box] = 235  # within the grain's rows: the next frame's grain covers it
+        chroma = (slice(by // 2, (by + box) // 2), slice(bx // 2, (bx + box) // 2))
+        self._u[chroma] = 90
+        self._v[chroma] = 200
+        self._drawn = [chroma]
+        # The frame counter, bottom left, over the bars (drawn over the background: put back first).
         x = 2 * self._scale
         gy = h - 9 * self._scale
+        counter = (slice(gy, gy + 7 * self._scale), slice(x, w))
+        y[counter] = self._background[:h][counter]
         for ch_ in f"{index:06d}":
             g = self._digits[ch_]
             if x + g.shape[1] > w:  # a picture too narrow for the whole counter shows what fits
@@ -154,6 +162,11 @@ class TestScene:
             self._u[: self.marker.height // 2] = 128
             self._v[: self.marker.height // 2] = 128
         return self._frame
+
+
+def _planes(frame: npt.NDArray[np.uint8], w: int, h: int) -> tuple[npt.NDArray[np.uint8], ...]:
+    """The Y, U and V planes of a ``(h * 3 // 2, w)`` yuv420p array, as views."""
+    return frame[:h], frame[h : h + h // 4].reshape(h // 2, w // 2), frame[h + h // 4 :].reshape(h // 2, w // 2)
 
 
 def _bounce(position: int, span: int) -> int:

@@ -47,7 +47,7 @@ from pyrofling.core.input.pad.rumble import RumbleCommand
 from pyrofling.core.secure import pairing_code
 from pyrofling.files import write_stats
 from pyrofling.pairing import PairingStoreError, keep_pairing, open_host_pairings
-from pyrofling.runtime import THREAD_PRIORITIES
+from pyrofling.runtime import THREAD_PRIORITIES, ThreadCpu
 from pyrofling.server.audio import (
     AudioChunk,
     AudioEncoder,
@@ -128,6 +128,7 @@ class Host:
         # One encode thread, named, at the encoder's priority (its x264 slice threads inherit it).
         self._executor = ThreadPoolExecutor(1, "pyrofling-encode", THREAD_PRIORITIES.apply, ("encoder",))
         self._cpu_start = time.process_time()
+        self._thread_cpu = ThreadCpu()
         self._started_s = clock.now()
         self.clock = FrameClock(
             fps=config.encoder.fps,
@@ -247,6 +248,7 @@ class Host:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), cfg.duration_s)
         finally:
+            self._thread_cpu.read()  # each thread's CPU while they all live (the statistics' split)
             await heartbeat.stop()
             heartbeat.close_trace()
             for t in tasks:
@@ -422,6 +424,8 @@ class Host:
             "elapsed_s": elapsed,
             # The handshake worker's time too: it is the host's work, done in another process.
             "cpu_s": time.process_time() - self._cpu_start + self.network.handshake_cpu_s(),
+            # Where it went, thread by thread (MainThread: the event loop; native: the codec's own threads).
+            "cpu_by_thread_s": self._thread_cpu.read(),
             "encoded_mbits": st.bytes_encoded * 8 / max(elapsed, 1e-6) / 1e6,
             **self.keyframes.summary(),
             **self.sessions.summary(),
