@@ -295,6 +295,7 @@ def pool(parts: list[dict[str, Any]]) -> dict[str, Any]:
     if row["presentation"] != "free":
         counted = [p["repeats_in_slow_spells"] for p in parts if p.get("repeats_in_slow_spells") is not None]
         row["repeats_in_slow_spells"] = sum(counted) if len(counted) == len(parts) else None
+    row["said_outrun"] = any(p.get("said_outrun") for p in parts)
     row["rounds"] = len(parts)
     return row
 
@@ -390,6 +391,7 @@ def summarize(mode: str, raw: dict[str, Any], cfg: LatencyBenchConfig, *, label:
         "machine_worst_factor": pace.get("worst_factor"),
         "repeats_in_slow_spells": in_spells,
         "refresh_hz": pres.get("refresh_hz"),
+        "said_outrun": bool(pres.get("said_outrun")),
         "phase_trace": trace,
         "glass_ms": glass,
         "ready_ms": ready,

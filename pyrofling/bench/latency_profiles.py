@@ -94,6 +94,7 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
         "host_cpu_pct": (auto or free or {}).get("host_cpu_pct"),
         "host_cpu_by_thread_pct": (auto or free or {}).get("host_cpu_by_thread_pct") or {},
         "late_pictures": (auto or {}).get("late_pictures"),
+        "auto_said_outrun": bool((auto or {}).get("said_outrun")),
     }
 
 
@@ -117,6 +118,10 @@ def format_profiles(result: dict[str, Any]) -> str:
             f"{_f(s['ready_ms_median'], '.1f') + '..' + _f(s['ready_ms_tail'], '.1f'):>13}"
             f"{_f(s['host_cpu_pct'], '.0f') + ' %':>10}"
         )
+    outrun = [s["profile"] for s in result["summary"] if s.get("auto_said_outrun")]
+    if outrun:
+        said = "the lock said the pictures' ready times spread wider than it can spare (a line in the viewer's log)"
+        lines += ["", f"{said} at: " + "; ".join(outrun)]
     split = [f"  {s['profile']}: {format_thread_split(s['host_cpu_by_thread_pct'])}" for s in result["summary"]]
     if any(s["host_cpu_by_thread_pct"] for s in result["summary"]):
         lines += ["", "the host's CPU by thread (a core = 100 %):", *split]

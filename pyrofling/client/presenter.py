@@ -423,6 +423,8 @@ class Presenter:
                 "picture_rate_asked_mhz": self.half_rate.asked_mhz,
                 "picture_rate_asked_s": self.half_rate.asked_s and round(self.half_rate.asked_s - self._started_s, 3),
                 "glass_samples_before_ask": self._glass_before_ask,
+                # The automatic lock said, in its one line, that the display outruns what it can cover.
+                "said_outrun": self._said_outrun,
                 **({"quality": self.quality.summary()} if self.quality is not None else {}),
             }
             if samples:

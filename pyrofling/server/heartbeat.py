@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TextIO
 
 import av
@@ -242,11 +242,11 @@ class Heartbeat:
         self._deferred = None
         self.presented()
 
-    def _encode(self, now: float, captured: CapturedFrame | None) -> None:
-        self.schedule.started(now)
-        self._encoding = asyncio.ensure_future(self._encode_and_send(now, captured))
-
-    async def _encode_and_send(self, woke: float, captured: CapturedFrame | None) -> None:
+    def _encode(self, woke: float, captured: CapturedFrame | None) -> None:
+        """Start the encode on its thread now, and send its packets when it is done. Plain callbacks, not a task:
+        a task's first step waited for the loop's next turn (behind whatever else was ready: an audio chunk, a
+        viewer's datagrams), and its result came back in two turns where one does."""
+        self.schedule.started(woke)
         loop = asyncio.get_running_loop()
         index = self._frame_index
         timing: dict[str, Any] | None = (
@@ -254,18 +254,56 @@ class Heartbeat:
         )
         capture_us = int(woke * 1_000_000)
         force = self.keyframes.should_force(woke)
-        packets: list[EncodedVideo] | None
         job: tuple[Any, ...] = (
             (self._encode_captured, loop, captured, capture_us, force)
             if self.source is None
             else (self._render_and_encode, self.source, index, capture_us, force)
         )
+        sent: asyncio.Future[None] = loop.create_future()
+        self._encoding = sent
         started = self._time.now()
+
+        def done_on_the_encode_thread(work: Future[Any]) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed while stopping
+                loop.call_soon_threadsafe(self._encoded, work, index, timing, capture_us, captured, started, sent)
+
+        # Traced: where the encode thread's time went (on a CPU, waiting for one, blocked).
+        work = self._executor.submit(*job) if timing is None else self._executor.submit(timed_on_thread, *job)
+        work.add_done_callback(done_on_the_encode_thread)
+
+    def _encoded(
+        self,
+        work: Future[Any],
+        index: int,
+        timing: dict[str, Any] | None,
+        capture_us: int,
+        captured: CapturedFrame | None,
+        started: float,
+        sent: asyncio.Future[None],
+    ) -> None:
+        """On the loop: an encode finished; its packets to the viewers (``sent`` says when that is done)."""
         try:
+            self._send_encoded(work, index, timing, capture_us, captured, started)
+        finally:
+            if not sent.done():
+                sent.set_result(None)
+
+    def _send_encoded(
+        self,
+        work: Future[Any],
+        index: int,
+        timing: dict[str, Any] | None,
+        capture_us: int,
+        captured: CapturedFrame | None,
+        started: float,
+    ) -> None:
+        packets: list[EncodedVideo] | None
+        try:
+            result = work.result()
             if timing is None:
-                packets = await loop.run_in_executor(self._executor, *job)
-            else:  # traced: where the encode thread's time went (on a CPU, waiting for one, blocked)
-                packets, timing["thread"] = await loop.run_in_executor(self._executor, timed_on_thread, *job)
+                packets = result
+            else:
+                packets, timing["thread"] = result
         except Exception:
             # One bad frame must not end the stream; the next frame is an IDR.
             self.stats.encode_errors += 1
