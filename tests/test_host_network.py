@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from pyrofling.core.host.state import Address, HostOutput, SendDatagram
-from pyrofling.server.network import GSO_MAX_BYTES, GSO_MAX_SEGMENTS, READ_BATCH, HostNetwork, segment_runs
+from pyrofling.server.network import READ_BATCH, HostNetwork
+from pyrofling.server.segments import GSO_MAX_BYTES, GSO_MAX_SEGMENTS, segment_runs
 from pyrofling.server.stats import HostStats
 
 #: Every test here streams, serves or plays through real sockets, threads or processes (not the quick tier).

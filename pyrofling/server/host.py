@@ -127,8 +127,7 @@ class Host:
         self._stop = asyncio.Event()
         # One encode thread, named, at the encoder's priority (its x264 slice threads inherit it).
         self._executor = ThreadPoolExecutor(1, "pyrofling-encode", THREAD_PRIORITIES.apply, ("encoder",))
-        self._cpu_start = time.process_time()
-        self._thread_cpu = ThreadCpu()
+        self._cpu_start, self._thread_cpu = time.process_time(), ThreadCpu()  # the host's CPU, and by thread
         self._started_s = clock.now()
         self.clock = FrameClock(
             fps=config.encoder.fps,
@@ -422,10 +421,8 @@ class Host:
             "frames_skipped": self.schedule.skipped,
             **st.medians(),
             "elapsed_s": elapsed,
-            # The handshake worker's time too: it is the host's work, done in another process.
-            "cpu_s": time.process_time() - self._cpu_start + self.network.handshake_cpu_s(),
-            # Where it went, thread by thread (MainThread: the event loop; native: the codec's own threads).
-            "cpu_by_thread_s": self._thread_cpu.read(),
+            "cpu_s": time.process_time() - self._cpu_start + self.network.handshake_cpu_s(),  # its worker's too
+            "cpu_by_thread_s": self._thread_cpu.read(),  # MainThread: the event loop; native: the codec's
             "encoded_mbits": st.bytes_encoded * 8 / max(elapsed, 1e-6) / 1e6,
             **self.keyframes.summary(),
             **self.sessions.summary(),

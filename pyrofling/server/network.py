@@ -21,24 +21,16 @@ import contextlib
 import errno
 import logging
 import socket
-import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from pyrofling import logs
 from pyrofling.clocks import SYSTEM_CLOCK, Clock
 from pyrofling.core.host.sessions import HostSessions
-from pyrofling.core.host.state import (
-    Address,
-    CloseConnection,
-    Compute,
-    HostOutput,
-    LogLine,
-    SendControl,
-    SendDatagram,
-)
+from pyrofling.core.host.state import Address, CloseConnection, Compute, HostOutput, LogLine, SendControl
 from pyrofling.core.host.web_viewers import WebOutput
 from pyrofling.server.crypto_worker import CryptoWorker, WorkerDied
+from pyrofling.server.segments import SOL_UDP, UDP_SEGMENT, segment_runs, segment_size
 from pyrofling.server.stats import HostStats
 from pyrofling.timers import DeadlineTimer
 
@@ -54,12 +46,6 @@ ACCEPT_BATCH = 64
 LOOPBACKS = ("127.0.0.1", "::1")
 #: After an accept fails (out of descriptors), the listener rests this long before it tries again.
 ACCEPT_PAUSE_S = 0.5
-#: Linux's UDP generic segmentation offload (``UDP_SEGMENT``, 4.18+; Python names it from 3.12): a run of datagrams
-#: of one size to one address goes to the kernel in one call, which cuts it into datagrams (the network card, where
-#: it can). A 1080p60 frame is about 35 datagrams; each call costs the event loop more than the bytes it copies.
-SOL_UDP, UDP_SEGMENT = socket.IPPROTO_UDP, getattr(socket, "UDP_SEGMENT", 103)
-#: The kernel's limits for one such call: segments, and bytes (a datagram's largest payload).
-GSO_MAX_SEGMENTS, GSO_MAX_BYTES = 64, 65_000
 #: Its line, held to a rate (:mod:`pyrofling.logs`): a stranger can cause it.
 accept_log = logging.getLogger(__name__ + ".accept")
 logs.limit(accept_log.name)
@@ -126,7 +112,7 @@ class _UdpSocket(_WatchedSocket):
         if len(run) > 1 and self.segmenting:
             data = b"".join(run)
             try:
-                self.sock.sendmsg([data], [(SOL_UDP, UDP_SEGMENT, struct.pack("=H", len(run[0])))], 0, addr)
+                self.sock.sendmsg([data], [(SOL_UDP, UDP_SEGMENT, segment_size(run))], 0, addr)
                 return len(run), len(data)
             except OSError as exc:
                 if exc.errno not in (errno.EINVAL, errno.EIO, errno.ENOPROTOOPT, errno.EOPNOTSUPP):
@@ -400,30 +386,6 @@ class HostNetwork:
         self.stats.send_errors += len(run) - sent
         self.stats.datagrams_sent += sent
         self.stats.bytes_sent += sent_bytes
-
-
-def segment_runs(datagrams: Sequence[SendDatagram]) -> list[tuple[Address, list[bytes]]]:
-    """The datagrams in order, as runs the kernel can segment: one address, one size but for a shorter last one,
-    at most :data:`GSO_MAX_SEGMENTS` and :data:`GSO_MAX_BYTES`."""
-    runs: list[tuple[Address, list[bytes]]] = []
-    size = total = 0
-    for d in datagrams:
-        n = len(d.data)
-        if runs:
-            addr, run = runs[-1]
-            if (
-                addr == d.address
-                and n <= size
-                and len(run[-1]) == size
-                and len(run) < GSO_MAX_SEGMENTS
-                and total + n <= GSO_MAX_BYTES
-            ):
-                run.append(d.data)
-                total += n
-                continue
-        runs.append((d.address, [d.data]))
-        size = total = n
-    return runs
 
 
 def _listening_tcp(address: str, port: int) -> socket.socket:
