@@ -282,6 +282,15 @@ def test_the_hosts_slice_threads_are_the_hosts_own_unless_the_bench_is_told() ->
     assert threads(LatencyBenchConfig(encoder_threads=6, pin_cpus=True)) == "6"
 
 
+def test_the_hosts_pacer_ceiling_is_its_own_unless_the_bench_is_told() -> None:
+    from pyrofling.bench.latency import LatencyBenchConfig, scenario_for
+
+    for mode in ("free", "auto"):
+        assert "--max-rate-mbits" not in scenario_for(LatencyBenchConfig(), mode).host_args
+        args = list(scenario_for(LatencyBenchConfig(max_rate_mbits=1000.0), mode).host_args)
+        assert args[args.index("--max-rate-mbits") + 1] == "1000"
+
+
 def test_the_latency_bench_times_the_pictures_without_the_scene_check_that_bench_stream_judges_them_by() -> None:
     """The check renders and compares the scene on the decode thread before a picture is ready: timed with it."""
     from pyrofling.bench.latency import LatencyBenchConfig, scenario_for

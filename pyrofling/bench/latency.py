@@ -100,6 +100,8 @@ class LatencyBenchConfig:
     also_normal_priority: bool = False
     #: The host's ``--encoder-threads`` (None: its default, one slice thread per CPU it may use, at most 8).
     encoder_threads: int | None = None
+    #: The host's ``--max-rate-mbits``, its pacer's ceiling (None: its default).
+    max_rate_mbits: float | None = None
     #: A phase error whose 0.5 s mean stays within this for 2 s counts as locked (or within three times those
     #: means' own noise, if more: :func:`lock_threshold`).
     lock_threshold_ms: float = 1.0
@@ -124,6 +126,8 @@ def scenario_for(
         host_args += ["--encoder-threads", str(cfg.encoder_threads)]
     elif cfg.pin_cpus and len(split_cpus().host) == 1:
         host_args += ["--encoder-threads", "1"]  # a second slice thread on the same CPU only takes turns
+    if cfg.max_rate_mbits is not None:
+        host_args += ["--max-rate-mbits", f"{cfg.max_rate_mbits:g}"]
     if mode == "free":
         view_args += ["--phase-locked", "off"]
     elif mode == "auto":

@@ -420,6 +420,13 @@ def add_latency(sub: Sub) -> None:
         "use, at most 8; 1 with --pin-cpus on a 2-CPU machine)",
     )
     p.add_argument(
+        "--max-rate-mbits",
+        type=number(0.0, 100_000.0, "Mbit/s"),
+        default=None,
+        help="the host's --max-rate-mbits, its pacer's ceiling (default: the host's, 200): what a frame's datagram "
+        "train costs the latency on a faster link",
+    )
+    p.add_argument(
         "--rounds",
         type=whole_number(1, 100, "rounds"),
         default=1,
@@ -483,6 +490,7 @@ def _run_latency(args: argparse.Namespace) -> int:
         pin_cpus=args.pin_cpus,
         also_normal_priority=args.also_normal_priority,
         encoder_threads=args.encoder_threads,
+        max_rate_mbits=args.max_rate_mbits,
     )
     profiles = None
     if args.profiles is not None:
