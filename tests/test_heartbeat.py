@@ -178,6 +178,39 @@ def test_a_frame_being_encoded_when_the_heartbeat_stops_is_still_sent_before_sto
     assert sent_by_stop == len(sent) >= 1  # the frame being made when stop came was sent before it returned
 
 
+@pytest.mark.io
+def test_a_ticks_encode_starts_in_the_same_turn_of_the_loop_not_the_next() -> None:
+    """The encode thread has the frame before the tick's callback returns: it once started as a task, whose first
+    step waited for the loop's next turn, behind whatever else was ready then."""
+    reading = threading.Event()
+    started_in_turn: list[bool] = []
+    sent: list[Any] = []
+
+    class WatchedSource(SceneSource):
+        def read(self, index: int, capture_us: int) -> Any:
+            reading.set()
+            return super().read(index, capture_us)
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        with ThreadPoolExecutor(max_workers=1) as executor:
+            heartbeat = _scene_heartbeat(executor, WatchedSource(160, 96), sent.append)
+            tick = heartbeat._on_tick
+
+            def on_tick(woke: float) -> None:
+                tick(woke)
+                if not started_in_turn:  # the loop blocked here: only what this callback started can run
+                    started_in_turn.append(reading.wait(10))
+
+            heartbeat._on_tick = on_tick  # type: ignore[method-assign]
+            heartbeat.start(loop)
+            await until(lambda: len(sent) >= 3, 30)
+            await heartbeat.stop()
+
+    asyncio.run(scenario())
+    assert started_in_turn == [True]
+
+
 class _Desktop:
     """A desktop's frames as the headless source gives them: they come on their own thread, when the clock's
     schedule says, and :meth:`read` hands over the newest with the time it came."""

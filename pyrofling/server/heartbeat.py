@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 import av
@@ -40,6 +41,18 @@ from pyrofling.server.stats import HostStats
 from pyrofling.wire import VideoCodec
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _Encode:
+    """One frame's encode, from its start on the loop to its packets sent."""
+
+    index: int
+    timing: dict[str, Any] | None  # its trace line, when traced
+    capture_us: int
+    captured: CapturedFrame | None  # a game's picture (None: the source makes its own)
+    started_s: float
+    sent: asyncio.Future[None]  # done once its packets went to the viewers (what stop() waits for)
 
 
 class Heartbeat:
@@ -259,44 +272,27 @@ class Heartbeat:
             if self.source is None
             else (self._render_and_encode, self.source, index, capture_us, force)
         )
-        sent: asyncio.Future[None] = loop.create_future()
-        self._encoding = sent
-        started = self._time.now()
+        encode = _Encode(index, timing, capture_us, captured, self._time.now(), loop.create_future())
+        self._encoding = encode.sent
 
         def done_on_the_encode_thread(work: Future[Any]) -> None:
             with contextlib.suppress(RuntimeError):  # the loop closed while stopping
-                loop.call_soon_threadsafe(self._encoded, work, index, timing, capture_us, captured, started, sent)
+                loop.call_soon_threadsafe(self._encoded, work, encode)
 
         # Traced: where the encode thread's time went (on a CPU, waiting for one, blocked).
         work = self._executor.submit(*job) if timing is None else self._executor.submit(timed_on_thread, *job)
         work.add_done_callback(done_on_the_encode_thread)
 
-    def _encoded(
-        self,
-        work: Future[Any],
-        index: int,
-        timing: dict[str, Any] | None,
-        capture_us: int,
-        captured: CapturedFrame | None,
-        started: float,
-        sent: asyncio.Future[None],
-    ) -> None:
-        """On the loop: an encode finished; its packets to the viewers (``sent`` says when that is done)."""
+    def _encoded(self, work: Future[Any], encode: _Encode) -> None:
+        """On the loop: an encode finished; its packets to the viewers (``encode.sent`` says when that is done)."""
         try:
-            self._send_encoded(work, index, timing, capture_us, captured, started)
+            self._send_encoded(work, encode)
         finally:
-            if not sent.done():
-                sent.set_result(None)
+            if not encode.sent.done():
+                encode.sent.set_result(None)
 
-    def _send_encoded(
-        self,
-        work: Future[Any],
-        index: int,
-        timing: dict[str, Any] | None,
-        capture_us: int,
-        captured: CapturedFrame | None,
-        started: float,
-    ) -> None:
+    def _send_encoded(self, work: Future[Any], encode: _Encode) -> None:
+        index, timing, captured = encode.index, encode.timing, encode.captured
         packets: list[EncodedVideo] | None
         try:
             result = work.result()
@@ -312,7 +308,7 @@ class Heartbeat:
             packets = []
         finally:
             self.schedule.finished()
-            THREAD_PRIORITIES.worked("encoder", self.encoder_share, started, self._time.now())
+            THREAD_PRIORITIES.worked("encoder", self.encoder_share, encode.started_s, self._time.now())
         if packets is None:
             log.info("source ended after %d frames", index)
             self._on_source_end()
@@ -322,7 +318,7 @@ class Heartbeat:
             log.info("%s", THREAD_PRIORITIES.summary())
         if timing is not None and self._trace is not None:
             timing.update(
-                capture_us=capture_us,
+                capture_us=encode.capture_us,
                 encoded=self._time.now(),
                 encode_s=sum(p.encode_s + p.convert_s for p in packets),
                 bytes=sum(len(p.data) for p in packets),
