@@ -238,13 +238,13 @@ def test_live_figures_cover_the_last_samples_and_sort_them_outside_the_decode_lo
     pipeline.stats.latency_ms.extend([50.0] * (SAMPLES_KEPT - LIVE_SAMPLES) + [10.0] * LIVE_SAMPLES)
     presenter.stats.glass_ms.extend([60.0] * 3000 + [20.0] * LIVE_SAMPLES)
     assert pipeline.summary(samples=True)["latency_ms_median"] == 50.0  # the final figures: every sample kept
-    median = statistics.median
+    sort = video.median_and_p95
 
-    def unlocked_median(values: list[float]) -> float:
+    def unlocked(values: list[float]) -> tuple[float | None, float | None]:
         assert not pipeline.lock.locked(), "the decode thread would wait while this sorts"
-        return median(values)
+        return sort(values)
 
-    monkeypatch.setattr(video.statistics, "median", unlocked_median)
+    monkeypatch.setattr(video, "median_and_p95", unlocked)
     live = pipeline.summary(streaming=True, samples=False)
     assert live["latency_ms_median"] == 10.0 and live["latency_ms_p95"] == 10.0
     assert presenter.summary(samples=False)["glass_ms_median"] == 20.0

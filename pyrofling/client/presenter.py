@@ -21,12 +21,10 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, TextIO
 
-import numpy as np
-
 from pyrofling.client.display import Display, HeadlessDisplay, Picture, PictureTiming
 from pyrofling.client.presentation_stats import PresentationStats
 from pyrofling.clocks import SYSTEM_CLOCK, Clock
-from pyrofling.core.samples import LIVE_SAMPLES, tail
+from pyrofling.core.samples import LIVE_SAMPLES, median_and_p95, tail
 from pyrofling.core.viewer.picture_quality import RefreshQuality
 from pyrofling.core.viewer.picture_rate import HalfRatePolicy
 from pyrofling.core.viewer.presentation import (
@@ -439,6 +437,5 @@ class Presenter:
                     started_s=self._started_s,
                 )
         # Outside the lock: the presenter takes it every refresh.
-        out["glass_ms_median"] = float(np.median(glass)) if glass else None
-        out["glass_ms_p95"] = float(np.percentile(glass, 95)) if glass else None
+        out["glass_ms_median"], out["glass_ms_p95"] = median_and_p95(glass)
         return out

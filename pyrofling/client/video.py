@@ -15,7 +15,6 @@ import contextlib
 import json
 import logging
 import queue
-import statistics
 import threading
 import time
 from collections import deque
@@ -33,7 +32,7 @@ from pyrofling.client.pictures import is_hdr10_frame
 from pyrofling.client.presenter import Display, Picture, PictureTiming, Presenter
 from pyrofling.core import frame_marker
 from pyrofling.core.cpu_share import CpuShare
-from pyrofling.core.samples import LIVE_SAMPLES, SAMPLES_KEPT, recent_samples, tail
+from pyrofling.core.samples import LIVE_SAMPLES, SAMPLES_KEPT, median_and_p95, recent_samples, tail
 from pyrofling.core.scene import TestScene
 from pyrofling.core.viewer.clock_sync import HostClock
 from pyrofling.core.viewer.concealment import Concealment
@@ -169,8 +168,7 @@ class VideoPipeline:
             out["max_unshown_frames"] = self.concealment.max_unshown_frames
         series["connect_to_first_frame_ms"] = out["connect_to_first_frame_ms"]
         for name, values in series.items():
-            out[f"{name}_median"] = statistics.median(values) if values else None
-            out[f"{name}_p95"] = float(np.percentile(values, 95)) if values else None
+            out[f"{name}_median"], out[f"{name}_p95"] = median_and_p95(values)
         return out
 
     # -- the decode thread -------------------------------------------------------------------

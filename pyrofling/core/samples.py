@@ -34,3 +34,19 @@ def tail(values: Iterable[T], n: int) -> list[T]:
         newest.reverse()
         return newest
     return list(values)[-n:]
+
+
+def median_and_p95(values: Iterable[float]) -> tuple[float | None, float | None]:
+    """The median and the 95th percentile (numpy's default, linear between the two nearest ranks) of ``values``,
+    None for none: one sort, no arrays (``np.percentile`` on 600 live samples took 0.25 ms each, five of them a
+    second on a viewer's event loop while its pictures waited)."""
+    ordered = sorted(values)
+    n = len(ordered)
+    if not n:
+        return None, None
+    mid = n // 2
+    median = ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    position = 0.95 * (n - 1)
+    low = int(position)
+    high = min(low + 1, n - 1)
+    return float(median), float(ordered[low] + (ordered[high] - ordered[low]) * (position - low))
