@@ -211,6 +211,20 @@ def test_a_ticks_encode_starts_in_the_same_turn_of_the_loop_not_the_next() -> No
     assert started_in_turn == [True]
 
 
+@pytest.mark.io
+def test_an_encode_asked_for_after_the_encode_thread_stopped_starts_nothing_and_holds_nothing() -> None:
+    async def scenario() -> tuple[bool, bool]:
+        executor = ThreadPoolExecutor(max_workers=1)
+        heartbeat = _scene_heartbeat(executor, SceneSource(160, 96), lambda packets: None)
+        executor.shutdown(wait=True)
+        heartbeat._encode(SYSTEM_CLOCK.now(), None)
+        sent = heartbeat._encoding
+        return heartbeat.schedule.encoding, sent is not None and sent.done()
+
+    encoding, sent = asyncio.run(scenario())
+    assert not encoding and sent  # the next tick may encode; a stop waits for nothing
+
+
 class _Desktop:
     """A desktop's frames as the headless source gives them: they come on their own thread, when the clock's
     schedule says, and :meth:`read` hands over the newest with the time it came."""

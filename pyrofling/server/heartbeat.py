@@ -280,7 +280,12 @@ class Heartbeat:
                 loop.call_soon_threadsafe(self._encoded, work, encode)
 
         # Traced: where the encode thread's time went (on a CPU, waiting for one, blocked).
-        work = self._executor.submit(*job) if timing is None else self._executor.submit(timed_on_thread, *job)
+        try:
+            work = self._executor.submit(*job) if timing is None else self._executor.submit(timed_on_thread, *job)
+        except RuntimeError:  # the encode thread has been shut down: the host is stopping
+            self.schedule.finished()
+            encode.sent.set_result(None)
+            return
         work.add_done_callback(done_on_the_encode_thread)
 
     def _encoded(self, work: Future[Any], encode: _Encode) -> None:
