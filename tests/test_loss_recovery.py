@@ -11,10 +11,11 @@ from pyrofling.core.host.keyframes import KeyframePolicy
 from pyrofling.core.host.packetizer import MediaPacket, Packetizer
 from pyrofling.core.host.resend import RetainedPackets
 from pyrofling.core.host.sessions import HostSessions
-from pyrofling.core.viewer.loss_tracker import LossTracker
+from pyrofling.core.viewer.loss_tracker import TRACKED_PACKETS, LossTracker
 from pyrofling.fec import FecError, FecPlan, split_data
 from pyrofling.fec.mds import MdsFrameDecoder, encode_mds_repair, mds_plan
 from pyrofling.fec.planner import make_planner
+from pyrofling.seqnum import seq14_delta
 from pyrofling.wire import (
     CodecParameters,
     Cookie,
@@ -209,6 +210,21 @@ def test_a_tail_lost_packet_is_noticed_by_the_timer() -> None:
     [nack] = t.poll(0.003, lambda seq: [2, 3])
     assert isinstance(nack, Nack) and nack.blocks() == [2, 3]
     assert t.total.datagrams_lost == 4
+
+
+def test_the_tracker_keeps_the_last_64_packets_in_order_and_a_bounded_few_more_when_forged_ones_jump_about() -> None:
+    t = LossTracker(nack=True, reports=True)
+    for seq in range(20_000):  # wrapping past 16383 twice
+        t.datagram(_header(seq & 0x3FFF, 0), seq * 0.001)
+    newest = 19_999 & 0x3FFF
+    assert sorted(seq14_delta(newest, s) for s in t._packets) == list(range(TRACKED_PACKETS))
+    forged = LossTracker(nack=True, reports=True)
+    rng = random.Random(7)
+    most = 0
+    for i in range(20_000):
+        forged.datagram(_header(rng.randrange(1 << 14), 0), i * 0.001)
+        most = max(most, len(forged._packets))
+    assert most <= 2 * TRACKED_PACKETS + 1
 
 
 def test_a_forged_sequence_far_ahead_makes_no_storm_of_nacks() -> None:

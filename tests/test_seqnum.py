@@ -1,6 +1,6 @@
 import pytest
 
-from pyrofling.seqnum import seq14_add, seq14_delta, seq16_delta
+from pyrofling.seqnum import seq14_add, seq14_delta, seq16_delta, seq_delta
 
 
 @pytest.mark.parametrize(
@@ -23,6 +23,7 @@ def test_seq14_delta_is_antisymmetric_except_half_way() -> None:
     for a in range(0, 16384, 97):
         for b in range(0, 16384, 89):
             d = seq14_delta(a, b)
+            assert d == seq_delta(a, b, 14)  # the written-out form is the general one
             assert -8192 <= d <= 8191
             if d != -8192:
                 assert seq14_delta(b, a) == -d

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import struct
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import NamedTuple
 
 from pyrofling.seqnum import SEQ14_MASK
 from pyrofling.wire.errors import Buffer, FieldError, LengthError, TruncatedError
@@ -60,9 +60,17 @@ class StreamType(enum.IntEnum):
     AUDIO = 1
 
 
-@dataclass(frozen=True, slots=True)
-class MediaHeader:
-    """The 24-byte header in front of every server→client datagram (protocol.md §4.1)."""
+#: The members, looked up once: on Python 3.11 ``StreamType.AUDIO`` costs 0.2 µs, and every datagram is parsed.
+_VIDEO, _AUDIO = StreamType.VIDEO, StreamType.AUDIO
+
+
+class MediaHeader(NamedTuple):
+    """The 24-byte header in front of every server→client datagram (protocol.md §4.1).
+
+    A named tuple, not a frozen dataclass: the viewer parses one per datagram, and a frozen dataclass's
+    ``__init__`` sets each of its twelve fields through ``object.__setattr__`` (5 µs a parse against under 2 on
+    the 2-core machine).
+    """
 
     pts_us: int
     dts_delta_us: int
@@ -76,8 +84,6 @@ class MediaHeader:
     stream: StreamType = StreamType.VIDEO
     fec: bool = False
     begin: bool = False
-
-    SIZE: ClassVar[int] = MEDIA_HEADER_BYTES
 
     @property
     def flags(self) -> int:
@@ -96,7 +102,7 @@ class MediaHeader:
     @property
     def is_ping_reply(self) -> bool:
         """KEY and AUDIO together mark a ping reply (real audio is never key)."""
-        return self.key_frame and self.stream == StreamType.AUDIO
+        return self.key_frame and self.stream is _AUDIO
 
     def __bytes__(self) -> bytes:
         prefix = media_header_prefix(
@@ -114,19 +120,19 @@ class MediaHeader:
         if len(data) < MEDIA_HEADER_BYTES:
             raise TruncatedError(f"media datagram of {len(data)} bytes is shorter than its header")
         pts, dts_delta, size, nfec, even, odd, flags = _MEDIA.unpack_from(data)
-        return cls(
-            pts_us=pts,
-            dts_delta_us=dts_delta,
-            payload_size=size,
-            num_fec_blocks=nfec,
-            num_xor_blocks_even=even,
-            num_xor_blocks_odd=odd,
-            packet_seq=(flags >> PACKET_SEQ_SHIFT) & SEQ14_MASK,
-            subpacket_seq=(flags >> SUBPACKET_SEQ_SHIFT) & SEQ14_MASK,
-            key_frame=bool(flags & FLAG_KEY_FRAME),
-            stream=StreamType.AUDIO if flags & FLAG_STREAM_AUDIO else StreamType.VIDEO,
-            fec=bool(flags & FLAG_FEC),
-            begin=bool(flags & FLAG_BEGIN),
+        return cls(  # in field order: a call by keywords takes twice as long
+            pts,
+            dts_delta,
+            size,
+            nfec,
+            even,
+            odd,
+            (flags >> PACKET_SEQ_SHIFT) & SEQ14_MASK,
+            (flags >> SUBPACKET_SEQ_SHIFT) & SEQ14_MASK,
+            bool(flags & FLAG_KEY_FRAME),
+            _AUDIO if flags & FLAG_STREAM_AUDIO else _VIDEO,
+            bool(flags & FLAG_FEC),
+            bool(flags & FLAG_BEGIN),
         )
 
 

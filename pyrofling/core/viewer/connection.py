@@ -72,6 +72,10 @@ RESEND_WAIT_S = 0.02
 #: Malformed datagrams a second beyond which the viewer stops asking for resends for a second (see below).
 SUSPECT_REFUSED_PER_S = 200
 
+#: Looked up once: an enum member costs 0.2 µs a lookup on Python 3.11, and these are read every datagram.
+_VIDEO = StreamType.VIDEO
+_REFUSED, _STALE = DatagramVerdict.REFUSED, DatagramVerdict.STALE
+
 __all__ = [
     "AudioLost",
     "CodecChanged",
@@ -225,22 +229,22 @@ class ViewerConnection:
         opened, answer = self.session.datagram(data, now)
         if opened is None:
             return answer
+        size = len(opened)
         self.datagrams += 1
-        self.bytes_received += len(opened)
+        self.bytes_received += size
         self.arrivals.datagram(len(data), now)
-        received = self.reassembler.take(opened, now)
-        out = self._media(received.events, now)
-        verdict, header = received.verdict, received.header
-        if verdict is DatagramVerdict.REFUSED:
+        events, verdict, header = self.reassembler.take(opened, now)
+        out = self._media(events, now) if events else []
+        if verdict is _REFUSED:
             self._refused_recently(now)
             return out
         # Only a datagram the reassembler took (or found merely late) counts: a malformed one says nothing
-        # about the link, and its header cannot be trusted to size anything.
-        if header is None or header.stream != StreamType.VIDEO or header.is_ping_reply or not self.streaming:
+        # about the link, and its header cannot be trusted to size anything.  (A ping reply is marked as audio.)
+        if header is None or header.stream is not _VIDEO or not self.streaming:
             return out
-        self.bytes_received_video += len(opened)
+        self.bytes_received_video += size
         self.arrivals.video(header.packet_seq, now)
-        if not self.loss.datagram(header, now, stale=verdict is DatagramVerdict.STALE):
+        if not self.loss.datagram(header, now, stale=verdict is _STALE):
             return out
         return out + self._ask(now)
 

@@ -264,9 +264,10 @@ class LossTracker:
 
     def next_timer(self) -> float | None:
         times = [self._next_report_s] if self.reports and self._next_report_s is not None else []
-        wait = self._tail_wait_s
-        times += [self._packets[s].last_s + wait for s in self._open]
-        if self.nack:
+        if self._open:
+            wait = self._tail_wait_s
+            times += [self._packets[s].last_s + wait for s in self._open]
+        if self.nack and self._pending:
             times += [d for s in self._pending if (d := self._packets[s].nack_due_s) is not None]
         if self.nack and self._tokens < 1.0 and self._pending and self._tokens_s is not None:
             times = [max(t, self._tokens_s + (1.0 - self._tokens) / self.max_nack_rate) for t in times]
@@ -337,7 +338,17 @@ class LossTracker:
         if len(self._packets) <= TRACKED_PACKETS or self._newest is None:
             return
         newest = self._newest
-        for seq in [s for s in self._packets if seq14_delta(newest, s) >= TRACKED_PACKETS]:
+        # Only the newest packet (and the gap just before it) is ever added, so the dict holds packets in their
+        # order on the wire and the old ones are at its front: read up to the first one still tracked, not all 64
+        # on every datagram.  Sequences that jumped about (forged, far apart) get the whole scan.
+        old = []
+        for seq in self._packets:
+            if seq14_delta(newest, seq) < TRACKED_PACKETS:
+                break
+            old.append(seq)
+        if len(self._packets) - len(old) > 2 * TRACKED_PACKETS:
+            old = [s for s in self._packets if seq14_delta(newest, s) >= TRACKED_PACKETS]
+        for seq in old:
             del self._packets[seq]
             self._open.discard(seq)
             self._pending.discard(seq)

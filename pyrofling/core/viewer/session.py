@@ -154,6 +154,12 @@ class Phase(Enum):
     FAILED = "failed"
 
 
+#: Before streaming, the handshake's deadline holds.  Looked up once: :meth:`ViewerSession.next_timer` runs after
+#: every read of the socket, and an enum member costs 0.2 µs a lookup on Python 3.11.
+_HANDSHAKING = frozenset({Phase.HELLO, Phase.EXTENSIONS, Phase.AUTH, Phase.KICKING})
+_STREAMING = Phase.STREAMING
+
+
 @dataclass(frozen=True, slots=True)
 class ViewerSessionConfig:
     """Viewer control settings.  Seconds unless named otherwise."""
@@ -604,17 +610,20 @@ class ViewerSession:
     # -- timers ----------------------------------------------------------------------------
 
     def next_timer(self) -> float | None:
-        times = [t for t in (self._timers.kick, self._timers.progress, self._timers.ping) if t is not None]
-        if self.phase in (Phase.HELLO, Phase.EXTENSIONS, Phase.AUTH, Phase.KICKING):
+        timers = self._timers
+        times = [t for t in (timers.kick, timers.progress, timers.ping) if t is not None]
+        phase = self.phase
+        if phase in _HANDSHAKING:
             times.append(self._started_s + self.config.handshake_timeout_s)
-        if self.phase == Phase.STREAMING and self._last_udp_s is not None:
-            times.append(self._last_udp_s + self.config.stall_timeout_s)
-        if self.phase == Phase.STREAMING and self._key_requested_s is not None and not self.gate.whole:
-            times.append(self._key_requested_s + self.config.keyframe_retry_s)
+        elif phase is _STREAMING:
+            if self._last_udp_s is not None:
+                times.append(self._last_udp_s + self.config.stall_timeout_s)
+            if self._key_requested_s is not None and not self.gate.whole:
+                times.append(self._key_requested_s + self.config.keyframe_retry_s)
         return min(times) if times else None
 
     def handle_timer(self, now: float) -> list[ViewerOutput]:
-        if self.phase in (Phase.HELLO, Phase.EXTENSIONS, Phase.AUTH, Phase.KICKING):
+        if self.phase in _HANDSHAKING:
             if now - self._started_s >= self.config.handshake_timeout_s:
                 unanswered = self._proof_unanswered  # an impostor that sits on the proof: a refusal too
                 return self._fail(
