@@ -331,7 +331,7 @@ def test_a_profiles_summary_sets_automatic_against_free_running() -> None:
     assert summary({"profile": "x", "rows": rows[:1]})["auto_minus_free_ms"] is None
 
 
-def test_the_profiles_table_says_where_the_lock_was_outrun_and_splits_the_hosts_cpu_by_thread() -> None:
+def test_the_profiles_table_says_where_the_lock_was_outrun_and_splits_the_host_and_viewer_cpu_by_thread() -> None:
     from pyrofling.bench.latency_profiles import format_profiles, format_thread_split, summary
 
     split = {"native": 60.2, "MainThread": 10.4, "pyrofling-encode": 11.0, "pyrofling-audio-tone": 3.0,
@@ -341,15 +341,19 @@ def test_the_profiles_table_says_where_the_lock_was_outrun_and_splits_the_hosts_
     rows = [
         {"mode": "free", "glass_ms_median": 12.5, "repeated": 240, "dropped": 249, "host_cpu_pct": 146.0},
         {"mode": "auto", "glass_ms_median": 12.5, "repeats_per_minute": 2.1, "said_outrun": True,
-         "host_cpu_pct": 146.0, "host_cpu_by_thread_pct": split},
+         "host_cpu_pct": 146.0, "host_cpu_by_thread_pct": split,
+         "viewer_cpu_by_thread_pct": {"MainThread": 9.0, "pyrofling-decode": 4.0, "native": 21.0}},
     ]  # fmt: skip
     s = summary({"profile": "1920x1080@120", "rows": rows})
     assert s["auto_said_outrun"] and s["host_cpu_by_thread_pct"] == split
+    assert s["viewer_cpu_by_thread_pct"]["native"] == 21.0
     quiet = summary({"profile": "1280x720@60", "rows": [dict(r, said_outrun=False) for r in rows]})
     text = format_profiles({"profiles": [], "summary": [s, quiet]})
     assert "spare (a line in the viewer's log) at: 1920x1080@120\n" in text + "\n"
     assert "1280x720@60" not in text.split("at: ")[1].splitlines()[0]
     assert "  1920x1080@120: codec threads 60 %, encode 11 %, event loop 10 %" in text
+    viewer = text.split("the viewer's CPU by thread (a core = 100 %):\n")[1]
+    assert viewer.startswith("  1920x1080@120: codec threads 21 %, event loop 9 %, decode 4 %")
 
 
 def test_pooled_rounds_average_the_hosts_cpu_and_keep_an_outrun_said_in_any() -> None:
@@ -359,9 +363,11 @@ def test_pooled_rounds_average_the_hosts_cpu_and_keep_an_outrun_said_in_any() ->
         return {"frames_encoded": 1, "host_skipped": 0, "presented": 1, "repeated": 0, "missed_deadlines": 0,
                 "dropped": 0, "packets_lost": 0, "presentation": "free", "glass_ms": [10.0], "ready_ms": [5.0],
                 "refresh_hz": 60.0, "bound_repeats_per_minute": 0.5, "flip_margin_ms": 1.0, "decoded_ms_median": 4.0,
-                "host_cpu_pct": cpu, "host_cpu_by_thread_pct": {"MainThread": loop}, "said_outrun": outrun}  # fmt: skip
+                "host_cpu_pct": cpu, "host_cpu_by_thread_pct": {"MainThread": loop}, "said_outrun": outrun,
+                "viewer_cpu_by_thread_pct": {"pyrofling-decode": loop / 2}}  # fmt: skip
 
     row = pool([part(80.0, 10.0, False), part(90.0, 12.0, True)])
     assert row["host_cpu_pct"] == pytest.approx(85.0)
     assert row["host_cpu_by_thread_pct"] == {"MainThread": pytest.approx(11.0)}
+    assert row["viewer_cpu_by_thread_pct"] == {"pyrofling-decode": pytest.approx(5.5)}
     assert row["said_outrun"] is True

@@ -59,6 +59,9 @@ def test_host_to_viewer_end_to_end() -> None:
     assert host.keyframes.forced_for_loss == 0
     summary = viewer.summary()
     assert summary["connect_to_first_frame_ms"] and summary["rtt_ms"] is not None
+    # Its CPU by thread: the event loop's and the decode thread's work kept after they stopped.
+    by_thread = summary["cpu_by_thread_s"]
+    assert by_thread["MainThread"] > 0 and by_thread["pyrofling-decode"] > 0
 
 
 def test_through_netsim_with_loss_fec_recovers_and_key_frames_heal() -> None:

@@ -288,10 +288,9 @@ def pool(parts: list[dict[str, Any]]) -> dict[str, Any]:
     for key in ("machine_busy_pct", "machine_steal_pct", "machine_slow_ms_per_min", "machine_spells_per_min"):
         shares = [p[key] for p in parts if p.get(key) is not None]
         row[key] = statistics.fmean(shares) if shares else None
-    names = {name for p in parts for name in p.get("host_cpu_by_thread_pct", {})}
-    row["host_cpu_by_thread_pct"] = {
-        name: statistics.fmean(p.get("host_cpu_by_thread_pct", {}).get(name, 0.0) for p in parts) for name in names
-    }
+    for key in ("host_cpu_by_thread_pct", "viewer_cpu_by_thread_pct"):
+        names = {name for p in parts for name in p.get(key, {})}
+        row[key] = {name: statistics.fmean(p.get(key, {}).get(name, 0.0) for p in parts) for name in names}
     cpu = [p["host_cpu_pct"] for p in parts if p.get("host_cpu_pct") is not None]
     row["host_cpu_pct"] = statistics.fmean(cpu) if cpu else None
     worst = [p["machine_worst_factor"] for p in parts if p.get("machine_worst_factor") is not None]
@@ -384,10 +383,9 @@ def summarize(mode: str, raw: dict[str, Any], cfg: LatencyBenchConfig, *, label:
         "startup_repeats": sum(1 for t in repeats if t <= STARTUP_S),
         "packets_lost": v.get("packets_lost_video", 0),
         "host_cpu_pct": 100 * host.get("cpu_s", 0) / max(host.get("elapsed_s", 1), 1e-6),
-        "host_cpu_by_thread_pct": {
-            name: 100 * s / max(host.get("elapsed_s", 1), 1e-6) for name, s in host.get("cpu_by_thread_s", {}).items()
-        },
+        "host_cpu_by_thread_pct": _thread_pct(host),
         "viewer_cpu_pct": 100 * v.get("cpu_s", 0) / max(v.get("elapsed_s", 1), 1e-6),
+        "viewer_cpu_by_thread_pct": _thread_pct(v),
         "rate_trim_ppm": host.get("rate_trim_ppm"),
         "phase_reacquisitions": host.get("phase_reacquisitions"),
         "machine_slow_ms_per_min": pace.get("slow_ms_per_minute"),
@@ -500,6 +498,12 @@ def lock_time(
         if (w + 1) * window_s - start >= hold_s:
             return start
     return None
+
+
+def _thread_pct(stats: dict[str, Any]) -> dict[str, float]:
+    """A host's or viewer's CPU by thread (its statistics' ``cpu_by_thread_s``) as percent of one core."""
+    elapsed_s = max(stats.get("elapsed_s", 1), 1e-6)
+    return {name: 100 * s / elapsed_s for name, s in stats.get("cpu_by_thread_s", {}).items()}
 
 
 def _pct(values: list[float], q: float) -> float | None:

@@ -93,6 +93,7 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
         "ready_ms_tail": (auto or {}).get("ready_ms_tail"),
         "host_cpu_pct": (auto or free or {}).get("host_cpu_pct"),
         "host_cpu_by_thread_pct": (auto or free or {}).get("host_cpu_by_thread_pct") or {},
+        "viewer_cpu_by_thread_pct": (auto or free or {}).get("viewer_cpu_by_thread_pct") or {},
         "late_pictures": (auto or {}).get("late_pictures"),
         "auto_said_outrun": bool((auto or {}).get("said_outrun")),
     }
@@ -122,19 +123,24 @@ def format_profiles(result: dict[str, Any]) -> str:
     if outrun:
         said = "the lock said the pictures' ready times spread wider than it can spare (a line in the viewer's log)"
         lines += ["", f"{said} at: " + "; ".join(outrun)]
-    split = [f"  {s['profile']}: {format_thread_split(s['host_cpu_by_thread_pct'])}" for s in result["summary"]]
-    if any(s["host_cpu_by_thread_pct"] for s in result["summary"]):
-        lines += ["", "the host's CPU by thread (a core = 100 %):", *split]
+    for side in ("host", "viewer"):
+        key = f"{side}_cpu_by_thread_pct"
+        if any(s.get(key) for s in result["summary"]):
+            split = [f"  {s['profile']}: {format_thread_split(s.get(key) or {})}" for s in result["summary"]]
+            lines += ["", f"the {side}'s CPU by thread (a core = 100 %):", *split]
     return "\n\n".join(parts) + "\n\nautomatic against free-running, profile by profile:\n" + "\n".join(lines)
 
 
-#: The host's threads by what they do (:func:`pyrofling.runtime.cpu_by_thread`'s names).
+#: The host's and the viewer's threads by what they do (:class:`pyrofling.runtime.ThreadCpu`'s names).
 THREAD_LABELS = {
     "MainThread": "event loop",
     "native": "codec threads",
     "pyrofling-encode": "encode",
     "pyrofling-audio-tone": "audio",
     "pyrofling-heartbeat": "heartbeat",
+    "pyrofling-decode": "decode",
+    "pyrofling-present": "presenter",
+    "pyrofling-audio": "audio out",
 }
 
 

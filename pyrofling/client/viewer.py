@@ -50,7 +50,7 @@ from pyrofling.core.viewer.rate_feedback import NarrowLinkWarning
 from pyrofling.core.viewer.timeline import Snapshot, Timeline
 from pyrofling.files import write_stats
 from pyrofling.pairing import PairingStoreError, ViewerPairings
-from pyrofling.runtime import THREAD_PRIORITIES
+from pyrofling.runtime import THREAD_PRIORITIES, ThreadCpu
 from pyrofling.wire import CodecParameters, ExtensionFeature, KickFlags, StreamRate, VideoCodec
 
 log = logging.getLogger(__name__)
@@ -129,7 +129,7 @@ class Viewer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._perform: Callable[[list[ViewerOutput]], None] | None = None
-        self.cpu_start = time.process_time()
+        self.cpu_start, self.thread_cpu = time.process_time(), ThreadCpu()  # the viewer's CPU, and by thread
         self.started_s = time.monotonic()
         self.audio: AudioPlayer | None = None
         if config.audio is not None and config.flags & KickFlags.AUDIO:
@@ -205,6 +205,7 @@ class Viewer:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), delay)
         finally:
+            self.thread_cpu.read()  # while the threads still run: what each used is kept once it ends
             if stopper is not None:
                 stopper.cancel()
             if writer_task is not None:
