@@ -156,7 +156,7 @@ def test_pinning_gives_the_host_side_and_the_viewers_their_own_cpus() -> None:
 def test_the_relay_gets_a_cpu_of_its_own_where_the_viewers_can_spare_one() -> None:
     from pyrofling.bench.stream import split_cpus
 
-    # The lent 16-CPU machine: eight for the host side, seven for the viewer, one for netsim's relay.
+    # The 16-CPU machine: eight for the host side, seven for the viewer, one for netsim's relay.
     big = split_cpus(set(range(16)))
     assert big.host == set(range(8)) and big.viewers == set(range(8, 15)) and big.relay == {15}
     # Where the viewers' half is smaller, the relay stays with the host side (on 2 cores it takes turns there).

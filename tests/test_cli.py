@@ -228,6 +228,20 @@ def test_bench_phase_is_deterministic_and_prints_json(capsys: pytest.CaptureFixt
     assert {r["controller"] for r in first["rows"]} == {"pi", "reference", "none"}
 
 
+def test_bench_receive_streams_every_picture_through_both_cores_and_times_a_datagram(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["bench", "receive", "--frames", "200", "--bitrate-kbits", "6000", "--fps", "60", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["picture_bytes"] == 6_000_000 // 8 // 60
+    # Every picture reached the decoder (the warm-up block's too), each in its data blocks at least.
+    assert r["pictures_decodable"] == 300
+    assert r["datagrams_per_picture"] >= -(-r["picture_bytes"] // 1024)
+    assert all(r[k] > 0 for k in ("host_us_per_datagram", "viewer_us_per_datagram", "viewer_next_timer_us"))
+    assert main(["bench", "receive", "--frames", "200"]) == 0
+    assert "viewer, a datagram" in capsys.readouterr().out
+
+
 def test_bench_phase_replays_a_latency_runs_pictures_or_says_what_the_file_lacks(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,7 +1,7 @@
 """Is the machine itself running slow?  A fixed piece of work, timed every few milliseconds beside a bench.
 
 On a shared or throttled machine every CPU can slow down at once for tens of
-milliseconds: on one lent 16-CPU machine a pure-Python loop took 12–20 times its
+milliseconds: on one 16-CPU machine a pure-Python loop took 12–20 times its
 usual CPU time in 30–130 ms spells every 1.5–2 s, on CPUs no pyrofling process
 used, with nothing else running and no steal reported.  Such a spell stretches
 every stage of a stream at once (encode, decode, the presenter), so a bench that

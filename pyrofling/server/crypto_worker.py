@@ -3,7 +3,7 @@
 SPAKE2 is pure Python, 4–6 ms a step.  In a thread of the host it holds the
 interpreter lock that the encode thread, the heartbeat and the event loop each
 need between their own steps, so a flood of handshakes stretched every frame's
-path (on the lent 16-CPU machine, the first moment of ``bench security``'s flood
+path (on the 16-CPU machine, the first moment of ``bench security``'s flood
 repeated four refreshes in a row).  In its own process, at a lower priority, it
 takes only CPU time the stream's threads leave.
 

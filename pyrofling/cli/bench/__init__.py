@@ -22,6 +22,7 @@ def add_bench(sub: Sub) -> None:
         stream.add_adapt,
         stream.add_latency,
         stream.add_phase,
+        stream.add_receive,
         media.add_audio,
         media.add_input,
         media.add_capture,

@@ -559,6 +559,34 @@ def _run_phase(args: argparse.Namespace) -> int:
     return draw_plot("bench phase", args.plot, lambda: plot(args.duration, args.seed, str(args.plot)))
 
 
+def add_receive(sub: Sub) -> None:
+    p = bench_parser(
+        sub,
+        "receive",
+        "what one datagram costs the host's and the viewer's pure cores (no sockets, one thread)",
+        "Joins a host's sessions and a viewer's connection in memory, as their shells join them, and streams "
+        "pictures of bitrate/fps bytes through the host's pacer and FEC into the viewer: the microseconds a "
+        "datagram of the host's packetizing and pacing, of the viewer's parse, reassembly and loss tracking, and of "
+        "the viewer's next timer (asked after each). Medians over blocks of 100 pictures: it measures the Python on "
+        "that path, without the event loops, system calls and codecs around it.",
+        "pyrofling bench receive --bitrate-kbits 20000 --fps 60",
+    )
+    add_common(p, duration_s=None)
+    p.add_argument("--bitrate-kbits", type=whole_number(100, 1_000_000, "kbit/s"), default=20_000)
+    p.add_argument("--fps", type=whole_number(1, 1000, "fps"), default=60)
+    p.add_argument("--frames", type=whole_number(100, 10**6, "frames"), default=3000, help="pictures (default 3000)")
+    p.set_defaults(func=_run_receive)
+
+
+def _run_receive(args: argparse.Namespace) -> int:
+    from pyrofling.bench.receive_path import ReceivePathConfig, format_receive_path, run_receive_path
+
+    setup(args)
+    config = ReceivePathConfig(bitrate_kbits=args.bitrate_kbits, fps=args.fps, frames=args.frames)
+    print_result(args, run_receive_path(config, progress=progress), format_receive_path)
+    return 0
+
+
 def _replay_phase(args: argparse.Namespace) -> int:
     from pyrofling.bench.phase import format_replay_rows, recorded_runs, replay_rows
 

@@ -18,7 +18,7 @@ when the encoder is done.
   paced by the heartbeat presents a few ms after it, so once one present had
   waited for a heartbeat, every later one came too soon after that heartbeat's
   encode and waited most of a frame for the next, until the game's phase moved
-  (on the lent machine, after a 30 ms stall of the example game: to the end of
+  (on the 16-CPU machine, after a 30 ms stall of the example game: to the end of
   the run, input to photon 27 ms instead of 15).  The heartbeat also repeats
   the last picture when the game has sent nothing for a while (a stalled game, a
   loading screen), so viewers keep a picture and a clock.

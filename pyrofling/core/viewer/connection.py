@@ -75,6 +75,7 @@ SUSPECT_REFUSED_PER_S = 200
 #: Looked up once: an enum member costs 0.2 µs a lookup on Python 3.11, and these are read every datagram.
 _VIDEO = StreamType.VIDEO
 _REFUSED, _STALE = DatagramVerdict.REFUSED, DatagramVerdict.STALE
+_STREAMING = Phase.STREAMING
 
 __all__ = [
     "AudioLost",
@@ -166,7 +167,7 @@ class ViewerConnection:
 
     @property
     def streaming(self) -> bool:
-        return self.session.phase is Phase.STREAMING
+        return self.session.phase is _STREAMING
 
     @property
     def codec_parameters(self) -> CodecParameters | None:
@@ -282,11 +283,15 @@ class ViewerConnection:
     # -- timers --------------------------------------------------------------------------------
 
     def next_timer(self) -> float | None:
-        times = [self.session.next_timer(), self.reassembler.next_timer()]
+        # Asked after every read of the socket: the earliest found in one pass, no lists.
+        times: tuple[float | None, ...] = (self.session.next_timer(), self.reassembler.next_timer())
         if self.streaming:
-            times += [self.loss.next_timer(), self.arrivals.next_timer()]
-        present = [t for t in times if t is not None]
-        return min(present) if present else None
+            times += (self.loss.next_timer(), self.arrivals.next_timer())
+        due = None
+        for t in times:
+            if t is not None and (due is None or t < due):
+                due = t
+        return due
 
     def handle_timer(self, now: float) -> list[ViewerOutput]:
         out = self.session.handle_timer(now) + self._media(self.reassembler.handle_timer(now), now)

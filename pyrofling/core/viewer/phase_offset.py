@@ -426,7 +426,7 @@ class AutoOffset:
         if cfg.misses_per_minute * cfg.window_s / 60 < 1:
             # Fewer than one miss a window allowed: its latest picture must be in time too.  A tail that is not
             # Gaussian (an encoder's slow frame every few seconds) lies beyond what the 99th percentile
-            # extrapolates; on a noisy lent machine it missed 10 times a minute while the margin rose a bump
+            # extrapolates; on a noisy 16-CPU machine it missed 10 times a minute while the margin rose a bump
             # at a time.
             margin = max(margin, latest + cfg.guard_s + bump)
         if self._stall_floor_s is not None:

@@ -400,6 +400,8 @@ class Reassembler:
     @staticmethod
     def _oldest(state: _StreamState) -> int:
         anchor = next(iter(state.in_flight))
+        if len(state.in_flight) == 1:  # the usual case, asked after every datagram
+            return anchor
         return min(state.in_flight, key=lambda s: seq14_delta(s, anchor))
 
     def _release(self, state: _StreamState, seq: int) -> _Partial:
