@@ -68,6 +68,12 @@ class _Pair:
             elif isinstance(out, DecodeVideo):
                 self.decoded += 1
 
+    def from_host(self, outputs: list[Any], now: float) -> None:
+        """What the host's timers said: its control messages to the viewer."""
+        for out in outputs:
+            if isinstance(out, SendControl):
+                self.perform(self.conn.control_received(parse_control(out.data), now), now)
+
 
 def _picture(rng: random.Random, size: int, key: bool) -> bytes:
     nal = b"\x00\x00\x00\x01" + (b"\x65" if key else b"\x41")
@@ -105,8 +111,10 @@ def run_receive_path(
             wake: float | None = now
             while wake is not None and wake < now + period:  # the host's wakes as its pacer asks for them
                 t0 = time.perf_counter()
+                said = hs.handle_timer(wake)  # its timers, then what its pacer lets go: as its shell runs them
                 sent = hs.datagrams_to_send(wake)
                 host_s += time.perf_counter() - t0
+                pair.from_host(said, wake)
                 for d in sent:
                     a = time.perf_counter()
                     outputs = conn.datagram_received(d.data, wake)
@@ -119,8 +127,9 @@ def run_receive_path(
                         pair.perform(outputs, wake)
                 datagrams += len(sent)
                 t0 = time.perf_counter()
-                wake = hs.next_timer()
+                due = hs.next_timer()
                 host_s += time.perf_counter() - t0
+                wake = None if due is None else max(due, wake + 1e-6)  # time moves on, whatever it says
             due = conn.next_timer()
             if due is not None and due <= now:
                 pair.perform(conn.handle_timer(now), now)

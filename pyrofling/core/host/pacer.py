@@ -174,11 +174,14 @@ class PacedQueue:
     def pop_due(self, now: float) -> list[bytes]:
         """Datagrams that may be sent at ``now``, in order (already charged to the pacer)."""
         out = []
-        while self._queue and self.pacer.next_send_time(now, self._cost(self._queue[0])) <= now:
-            entry = self._queue.popleft()
-            d, tag, _ = entry
+        queue, pacer = self._queue, self.pacer
+        while queue:
+            cost = self._cost(queue[0])  # once a datagram: this runs for every one the host sends
+            if pacer.next_send_time(now, cost) > now:
+                break
+            d, tag, _ = queue.popleft()
             self._queued_bytes -= len(d) + self.seal_overhead
-            self.pacer.on_sent(now, self._cost(entry))
+            pacer.on_sent(now, cost)
             if self.seal is not None:
                 d = self.seal(d)
             if tag is not None and self.on_sent is not None:
