@@ -441,7 +441,9 @@ def test_a_compositor_that_crashes_is_started_again_with_the_program_and_the_vie
     summary = viewer.summary()
     assert summary["connects"] == 1 and summary["reconnects"] == 0  # the same connection throughout
     new = _new_run(ids)
-    assert new[0] <= 15 and all(b >= a for a, b in itertools.pairwise(new))  # a new program, counting afresh
+    # A new program, counting afresh: its first pictures captured are its first two seconds (17 once on a loaded
+    # 2-core machine, where it drew for half a second before the new desktop's capture began).
+    assert new and new[0] <= 60 and all(b >= a for a, b in itertools.pairwise(new))
     assert any(e.get("key") == "A" and e["down"] for e in seen)  # the input followed the new session
 
 
