@@ -102,7 +102,7 @@ class MediaHeader(NamedTuple):
     @property
     def is_ping_reply(self) -> bool:
         """KEY and AUDIO together mark a ping reply (real audio is never key)."""
-        return self.key_frame and self.stream is _AUDIO
+        return self.key_frame and self.stream == _AUDIO
 
     def __bytes__(self) -> bytes:
         prefix = media_header_prefix(

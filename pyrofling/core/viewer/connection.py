@@ -241,7 +241,7 @@ class ViewerConnection:
             return out
         # Only a datagram the reassembler took (or found merely late) counts: a malformed one says nothing
         # about the link, and its header cannot be trusted to size anything.  (A ping reply is marked as audio.)
-        if header is None or header.stream is not _VIDEO or not self.streaming:
+        if header is None or header.stream != _VIDEO or not self.streaming:
             return out
         self.bytes_received_video += size
         self.arrivals.video(header.packet_seq, now)
