@@ -306,7 +306,7 @@ def test_a_hundred_connections_at_once_are_bounded_and_silent_ones_are_freed() -
         port = host.port or 0
         viewer = Viewer(ViewerConfig(host="127.0.0.1", port=port, duration_s=6.0))
         vtask = asyncio.create_task(viewer.run())
-        await until(lambda: viewer.summary()["frames_shown"] > 10, 15)
+        await until(lambda: viewer.video.stats.frames_shown > 10, 15)
         shown_before = viewer.summary()["frames_shown"]
         results = await asyncio.gather(
             *(asyncio.open_connection("127.0.0.1", port) for _ in range(100)), return_exceptions=True
@@ -332,7 +332,7 @@ def test_a_hundred_connections_at_once_are_bounded_and_silent_ones_are_freed() -
         late = Viewer(ViewerConfig(host="127.0.0.1", port=port))
         late_task = asyncio.create_task(late.run())
         with contextlib.suppress(TimeoutError):
-            await until(lambda: late.summary()["frames_shown"] >= 20 or late_task.done(), 20)
+            await until(lambda: late.video.stats.frames_shown >= 20 or late_task.done(), 20)
         late.stop()
         await asyncio.wait_for(late_task, 15)
         await asyncio.wait_for(vtask, 20)

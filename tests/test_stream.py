@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import signal
@@ -138,15 +139,21 @@ def test_a_native_style_viewer_is_served_without_extensions() -> None:
 def test_four_viewers_each_get_the_full_stream() -> None:
     async def scenario() -> list[Viewer]:
         host, task = await start_host()
-        viewers = [Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0, duration_s=2.0)) for _ in range(4)]
-        await asyncio.gather(*(v.run() for v in viewers))
+        viewers = [Viewer(ViewerConfig(host="127.0.0.1", port=host.port or 0)) for _ in range(4)]
+        watching = [asyncio.create_task(v.run()) for v in viewers]
+        # Until each has shown 60 pictures, not for a time: 2 s showed 37 of 60 once on a loaded machine.
+        with contextlib.suppress(TimeoutError):
+            await until(lambda: all(v.video.stats.frames_shown >= 60 for v in viewers), 30)
+        for v in viewers:
+            v.stop()
+        await asyncio.wait_for(asyncio.gather(*watching), 15)
         await stop_host(host, task)
         assert host.sessions.connections_total == 4
         return viewers
 
     viewers = run(scenario)
     shown = [v.summary()["frames_shown"] for v in viewers]
-    assert min(shown) >= 40, shown
+    assert min(shown) >= 60, shown
     assert all(v.summary()["packets_lost_video"] == 0 for v in viewers)
 
 
@@ -180,11 +187,11 @@ def test_viewer_reconnects_when_the_host_restarts() -> None:
         host, task = await start_host(port=port)
         viewer = Viewer(ViewerConfig(host="127.0.0.1", port=port))
         viewer_task = asyncio.create_task(viewer.run())
-        await until(lambda: viewer.summary()["frames_shown"] > 10, 15)
+        await until(lambda: viewer.video.stats.frames_shown > 10, 15)
         await stop_host(host, task)
         shown_before = viewer.summary()["frames_shown"]
         host, task = await start_host(port=port)
-        await until(lambda: viewer.summary()["frames_shown"] > shown_before + 10, 20)
+        await until(lambda: viewer.video.stats.frames_shown > shown_before + 10, 20)
         viewer.stop()
         await asyncio.wait_for(viewer_task, 10)
         await stop_host(host, task)
@@ -203,7 +210,7 @@ def test_hostile_datagrams_and_control_messages_never_stop_the_host() -> None:
         port = host.port or 0
         viewer = Viewer(ViewerConfig(host="127.0.0.1", port=port, duration_s=3.0))
         viewer_task = asyncio.create_task(viewer.run())
-        await until(lambda: viewer.summary()["frames_shown"] > 5, 15)
+        await until(lambda: viewer.video.stats.frames_shown > 5, 15)
         # Random and mutated UDP from an unknown peer.
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             valid = bytes(Kick(KickFlags.VIDEO))
