@@ -10,6 +10,8 @@ import pytest
 
 from pyrofling.bench.phase import (
     PhaseSimConfig,
+    RecordedRun,
+    format_replay_rows,
     format_table,
     recorded_runs,
     replay_rows,
@@ -450,7 +452,7 @@ def test_a_recorded_run_replays_each_picture_at_its_own_delay() -> None:
 
 def test_replayed_stalls_that_no_20_s_window_holds_repeat_unless_the_stall_allowance_covers_them() -> None:
     # A picture 5 ms late every 25 s: each comes after the last has left the 20 s window.
-    runs = [("auto", stalling_run(100.0, 25.0, 5.0))]
+    runs = [RecordedRun("auto", stalling_run(100.0, 25.0, 5.0))]
     rows = {r["rule"]: r for r in replay_rows(runs)}
     window_only, viewer = rows["auto, window only"], rows["auto"]
     assert window_only["repeats_per_minute"] >= 1.0  # at least two of the four (a miss's bump covers some)
@@ -461,13 +463,50 @@ def test_replayed_stalls_that_no_20_s_window_holds_repeat_unless_the_stall_allow
 
 def test_only_a_latency_benchs_rows_with_recorded_pictures_are_replayed() -> None:
     assert recorded_runs({"rows": [{"mode": "free", "ready_ms": [8.0, 9.0]}, {"mode": "auto"}]}) == [
-        ("free", [8.0, 9.0])
+        ("free", [8.0, 9.0], 59.94)
     ]
     bad: Any
     for bad in ({"rows": [{"mode": "auto"}]}, {"results": []}, [1, 2], {"rows": [{"mode": "auto", "ready_ms": ["8"]}]},
-                {"rows": [{"mode": "auto", "ready_ms": {"a": 1}}]}):  # fmt: skip
+                {"rows": [{"mode": "auto", "ready_ms": {"a": 1}}]}, {"profiles": [{"rows": [{"mode": "auto"}]}]},
+                {"rows": [{"mode": "auto", "ready_ms": [8.0], "refresh_hz": 0}]},
+                {"rows": [{"mode": "auto", "ready_ms": [8.0], "refresh_hz": "144"}]}):  # fmt: skip
         with pytest.raises(ValueError):
             recorded_runs(bad)
+
+
+def test_several_profiles_runs_replay_each_on_its_own_display_beside_free_running() -> None:
+    """``bench latency --profiles`` keeps each profile's rows, each with its display's rate: a 144 Hz run's
+    pictures are replayed on a 143.86 Hz display, free-running's on the same, and each rule says how far from
+    free-running's capture → screen median it lands."""
+    rng = random.Random(3)
+    quick = [4.0 + rng.gauss(0.0, 0.3) for _ in range(143 * 40)]
+    result = {"profiles": [
+        {"profile": "1280x720@144", "rows": [{"mode": "auto", "ready_ms": quick, "refresh_hz": 143.86}]},
+        {"profile": "1280x720@60", "rows": [{"mode": "free", "ready_ms": quick[:2400], "refresh_hz": 59.94},
+                                             {"mode": "auto"}]},
+    ]}  # fmt: skip
+    runs = recorded_runs(result)
+    assert [(r.name, r.refresh_hz, len(r.ready_ms)) for r in runs] == [
+        ("1280x720@144 auto", 143.86, len(quick)),
+        ("1280x720@60 free", 59.94, 2400),
+    ]
+    rows = {(r["run"], r["rule"]): r for r in replay_rows(runs[:1])}
+    free, auto = rows[("1280x720@144 auto", "free-running")], rows[("1280x720@144 auto", "auto")]
+    # Free-running repeats as its pictures slide through the refresh; on a 144 Hz display a narrow tail lets the
+    # lock show them sooner than free-running, without a repeat.
+    assert free["repeats_per_minute"] > 100 and free["minus_free_ms"] is None and free["offset_ms"] is None
+    assert auto["repeats_per_minute"] == 0.0 and auto["refresh_hz"] == 143.86
+    assert auto["minus_free_ms"] == pytest.approx(auto["glass_ms"] - free["glass_ms"]) and auto["minus_free_ms"] < 0
+    # Capture → screen: the 4 ms delay plus less than a 6.95 ms refresh and the lead (not 60 Hz's 16.7 ms).
+    assert 4.0 < auto["glass_ms"] < 4.0 + 6.95 + 1.0
+    assert not auto["said_outrun"]
+    text = format_replay_rows(replay_rows(runs[:1]))
+    assert "143.86" in text and "free-running" in text
+    # A 6 ms stall every 12 s is more than a 144 Hz lock can spare: it repeats, and says so.
+    ticks = 143.86 / 60  # stalling_run counts sixtieths of a second
+    stalls = RecordedRun("stalls", stalling_run(90.0 * ticks, 12.0 * ticks, 6.0), 143.86)
+    said = {r["rule"]: r for r in replay_rows([stalls])}["auto"]
+    assert said["repeats_per_minute"] > 1.0 and said["said_outrun"]
 
 
 def test_a_stream_at_half_the_displays_rate_holds_each_picture_two_refreshes_without_a_repeat() -> None:

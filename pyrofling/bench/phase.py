@@ -21,7 +21,7 @@ import math
 import random
 import statistics
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from pyrofling.core.host.frame_clock import CONTROLLERS, FrameClock
 from pyrofling.core.phase import wrap_phase
@@ -82,6 +82,8 @@ class PhaseSimResult:
     feedback: int
     trace: list[tuple[float, float, float]] = field(default_factory=list)  # (t, true error, rate trim ppm)
     repeats_at: list[float] = field(default_factory=list)  # every repeated refresh's time, lock or not
+    #: The automatic lock said the display outruns the pictures (:attr:`OffsetState.wanted_margin_ms`) at some point.
+    said_outrun: bool = False
 
 
 def simulate(cfg: PhaseSimConfig, controller: str) -> PhaseSimResult:
@@ -139,6 +141,7 @@ def simulate(cfg: PhaseSimConfig, controller: str) -> PhaseSimResult:
     glass: list[tuple[float, float]] = []  # (time, on screen − capture)
     dropped_at: list[float] = []
     feedback = 0
+    said_outrun = False
 
     def drain(now: float) -> None:
         while inbox and inbox[0][0] <= now:
@@ -146,7 +149,7 @@ def simulate(cfg: PhaseSimConfig, controller: str) -> PhaseSimResult:
             loop.frame_ready(index, done, captured.get(index))
 
     def decide(now: float) -> None:
-        nonlocal wait_until, feedback
+        nonlocal wait_until, feedback, said_outrun
         drain(now)
         d = loop.poll(now)
         if isinstance(d, Wait):
@@ -166,6 +169,8 @@ def simulate(cfg: PhaseSimConfig, controller: str) -> PhaseSimResult:
                 push(now + cfg.return_delay_s, "feedback", d.phase_error_us)
         elif isinstance(d, Repeat):
             presented_at.append((now, True))
+            if loop.auto is not None and not said_outrun:  # it says so only after misses or a wide tail
+                said_outrun = loop.auto.state().wanted_margin_ms is not None
 
     while events:
         now, _, kind, payload = heapq.heappop(events)
@@ -224,6 +229,7 @@ def simulate(cfg: PhaseSimConfig, controller: str) -> PhaseSimResult:
         feedback=feedback,
         trace=trace,
         repeats_at=[t for t, rep in presented_at if rep],
+        said_outrun=said_outrun or (loop.auto is not None and loop.auto.state().wanted_margin_ms is not None),
     )
 
 
@@ -329,32 +335,61 @@ REPLAY_RULES = {
     "auto, window only": AutoOffsetConfig(stall_allowance_s=0.0),
 }
 
+#: The display a recorded run is replayed on when its row does not say (``bench latency`` rows carry theirs).
+REPLAY_REFRESH_HZ = 59.94
 
-def recorded_runs(result: Any) -> list[tuple[str, list[float]]]:
-    """Each row's recorded capture → ready times (ms) from a ``bench latency --json`` result.  Every mode's
-    pictures are the machine's: free-running and the reference's are replayed as well as the automatic."""
-    rows = result.get("rows") if isinstance(result, dict) else None
-    if not isinstance(rows, list):
+
+class RecordedRun(NamedTuple):
+    """One ``bench latency`` row's pictures: its name, each picture's capture → ready time (ms), and the
+    refresh rate of the display it was shown on."""
+
+    name: str
+    ready_ms: list[float]
+    refresh_hz: float = REPLAY_REFRESH_HZ
+
+
+def recorded_runs(result: Any) -> list[RecordedRun]:
+    """Each row's recorded capture → ready times (ms) from a ``bench latency --json`` result, a single stream's
+    (``rows``) or several profiles' (``profiles``, each with its rows).  Every mode's pictures are the
+    machine's: free-running and the reference's are replayed as well as the automatic."""
+    if isinstance(result, dict) and isinstance(result.get("profiles"), list):
+        named = [
+            (f"{p.get('profile', '?')} {r.get('mode')}", r)
+            for p in result["profiles"]
+            if isinstance(p, dict) and isinstance(p.get("rows"), list)
+            for r in p["rows"]
+        ]
+    elif isinstance(result, dict) and isinstance(result.get("rows"), list):
+        named = [(str(r.get("mode")) if isinstance(r, dict) else "?", r) for r in result["rows"]]
+    else:
         raise ValueError("not a `pyrofling bench latency --json` result (no rows)")
-    runs = [(str(r.get("mode")), r["ready_ms"]) for r in rows if isinstance(r, dict) and r.get("ready_ms")]
-    for mode, ready in runs:
+    runs = []
+    for name, row in named:
+        if not isinstance(row, dict) or not row.get("ready_ms"):
+            continue
+        ready, hz = row["ready_ms"], row.get("refresh_hz", REPLAY_REFRESH_HZ)
         if not isinstance(ready, list) or not all(isinstance(v, int | float) and math.isfinite(v) for v in ready):
-            raise ValueError(f"the {mode} row's ready_ms is not a list of times in ms")
+            raise ValueError(f"the {name} row's ready_ms is not a list of times in ms")
+        if not isinstance(hz, int | float) or not 1.0 <= hz <= 1000.0:
+            raise ValueError(f"the {name} row's refresh_hz is not a display's refresh rate: {hz!r}")
+        runs.append(RecordedRun(name, ready, float(hz)))
     if not runs:
         raise ValueError("its rows hold no recorded ready times (ready_ms): run `bench latency --json` again")
     return runs
 
 
 def replay_rows(
-    runs: list[tuple[str, list[float]]], rules: dict[str, AutoOffsetConfig] | None = None, seed: int = 1
+    runs: list[RecordedRun], rules: dict[str, AutoOffsetConfig] | None = None, seed: int = 1
 ) -> list[dict[str, Any]]:
-    """Each recorded run's pictures through each offset rule, in the loop with the pi controller (59.94 Hz
-    display): repeats a minute after lock, capture → on screen median, the offset at the end."""
+    """Each recorded run's pictures through free-running (the mailbox) and each offset rule, in the loop with
+    the pi controller, on a display at the run's own refresh rate and a stream at that rate: repeats a minute
+    (after lock), capture → on screen median and, for each rule, that median less free-running's."""
     rows = []
-    for name, ready_ms in runs:
+    for name, ready_ms, hz in runs:
         delays = tuple(ms / 1000 for ms in ready_ms)
-        duration_s = len(delays) / 60.0
+        duration_s = len(delays) / hz
         base = PhaseSimConfig(
+            host_fps=hz,
             duration_s=duration_s,
             skew_ppm=1000.0,
             pipeline_delay_s=statistics.median(delays),
@@ -363,40 +398,63 @@ def replay_rows(
             auto_offset=True,
             seed=seed,
         )
+        free = simulate(replace(base, auto_offset=False, deadline_s=0.0), "none")
+        free_glass = free.glass_ms
+        rows.append(_replay_row(name, hz, len(delays), "free-running", free, duration_s, None))
         for rule, config in (rules or REPLAY_RULES).items():
             r = simulate(replace(base, auto_config=config), "pi")
-            minutes = (duration_s - (r.lock_s or 0.0)) / 60
-            rows.append(
-                {
-                    "run": name,
-                    "pictures": len(delays),
-                    "rule": rule,
-                    "repeats_per_minute": r.repeated_after_lock / minutes if r.lock_s is not None else None,
-                    "glass_ms": r.glass_ms,
-                    "offset_ms": r.offset_ms,
-                }
-            )
+            rows.append(_replay_row(name, hz, len(delays), rule, r, duration_s, free_glass))
     return rows
 
 
+def _replay_row(
+    name: str, hz: float, pictures: int, rule: str, r: PhaseSimResult, duration_s: float, free_glass: float | None
+) -> dict[str, Any]:
+    free = r.controller == "none"
+    locked_s = 0.0 if free else r.lock_s
+    minutes = (duration_s - (locked_s or 0.0)) / 60
+    repeated = len(r.repeats_at) if free else r.repeated_after_lock
+    return {
+        "run": name,
+        "refresh_hz": hz,
+        "pictures": pictures,
+        "rule": rule,
+        "repeats_per_minute": repeated / minutes if locked_s is not None and minutes > 0 else None,
+        "glass_ms": r.glass_ms,
+        "minus_free_ms": None if free_glass is None or r.glass_ms is None else r.glass_ms - free_glass,
+        "offset_ms": None if free else r.offset_ms,
+        "said_outrun": r.said_outrun,
+    }
+
+
 def format_replay_rows(rows: list[dict[str, Any]]) -> str:
+    def f(v: float | None, spec: str, unit: str = "") -> str:
+        return "-" if v is None else format(v, spec) + unit
+
     header = (
-        f"{'recorded run':<22} {'pictures':>8} {'rule':<18} {'repeats/min':>11} {'capture→screen':>14} {'offset':>9}"
+        f"{'recorded run':<40} {'Hz':>7} {'pictures':>8} {'rule':<18} {'repeats/min':>11} {'capture→screen':>14} "
+        f"{'− free':>9} {'offset':>9}  outrun"
     )
-    lines = ["recorded pictures replayed through the offset rules (59.94 Hz display, pi)", header, "-" * len(header)]
+    lines = ["recorded pictures replayed through free-running and the offset rules (pi, each run's display)", header,
+             "-" * len(header)]  # fmt: skip
     for r in rows:
-        rate, glass = r["repeats_per_minute"], r["glass_ms"]
         lines.append(
-            f"{r['run']:<22} {r['pictures']:>8} {r['rule']:<18} {'-' if rate is None else format(rate, '.1f'):>11} "
-            f"{'-' if glass is None else format(glass, '.1f') + ' ms':>14} {r['offset_ms']:>+6.1f} ms"
+            f"{r['run']:<40} {r['refresh_hz']:>7.2f} {r['pictures']:>8} {r['rule']:<18} "
+            f"{f(r['repeats_per_minute'], '.1f'):>11} {f(r['glass_ms'], '.2f', ' ms'):>14} "
+            f"{f(r['minus_free_ms'], '+.2f', ' ms'):>9} {f(r['offset_ms'], '+.1f', ' ms'):>9}"
+            + ("  said" if r["said_outrun"] else "")
         )
     for rule in dict.fromkeys(r["rule"] for r in rows):
         mine = [r for r in rows if r["rule"] == rule and r["repeats_per_minute"] is not None]
         if mine:
             rate = statistics.fmean(r["repeats_per_minute"] for r in mine)
             glass = statistics.fmean(r["glass_ms"] for r in mine if r["glass_ms"] is not None)
+            behind = [r["minus_free_ms"] for r in mine if r["minus_free_ms"] is not None]
             label = f"mean of {len(mine)} runs"
-            lines.append(f"{label:<22} {'':>8} {rule:<18} {rate:>11.2f} {glass:>11.1f} ms")
+            lines.append(
+                f"{label:<40} {'':>7} {'':>8} {rule:<18} {rate:>11.2f} {glass:>11.2f} ms "
+                f"{f(statistics.fmean(behind) if behind else None, '+.2f', ' ms'):>9}"
+            )
     return "\n".join(lines)
 
 

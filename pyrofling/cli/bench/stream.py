@@ -529,8 +529,9 @@ def add_phase(sub: Sub) -> None:
         "objects and a fake clock, from several starting phases per scenario (500 ppm skew, 2 ms jitter, "
         "59.94 Hz, +-3 ms load, a 100 ms stall), then the viewer's automatic offset against the reference's "
         "fixed 0 / 8 ms at four jitters (a minute each). Deterministic: the same seed gives the same numbers. "
-        "With --replay, instead: a real run's recorded pictures (each one's capture -> ready time) through the "
-        "viewer's offset rule and its 20 s window alone, in the same loop.",
+        "With --replay, instead: a real run's recorded pictures (each one's capture -> ready time) through "
+        "free-running, the viewer's offset rule and its 20 s window alone, in the same loop, on a display at the "
+        "run's own refresh rate (each profile's, from a --profiles run).",
         "pyrofling bench phase --duration 10 --phases 8 --plot phase.png\n"
         "  pyrofling bench latency --modes free,auto --json > lat.json && pyrofling bench phase --replay lat.json",
     )
@@ -599,7 +600,7 @@ def _replay_phase(args: argparse.Namespace) -> int:
             return refuse("bench phase", f"--replay {path}: not JSON ({exc})")
         except (OSError, ValueError) as exc:
             return refuse("bench phase", f"--replay {path}: {exc}")
-        runs += [(f"{mode} ({i + 1})" if len(args.replay) > 1 else mode, ready) for mode, ready in found]
+        runs += [run._replace(name=f"{run.name} ({i + 1})") if len(args.replay) > 1 else run for run in found]
     progress(f"replaying {len(runs)} recorded runs ...")
     rows = replay_rows(runs, seed=args.seed)
     print_result(args, {"replay": rows}, lambda r: format_replay_rows(r["replay"]))
