@@ -21,6 +21,7 @@ from pyrofling.bench.phase import (
 )
 from pyrofling.core.host.frame_clock import FrameClock, PiConfig, PiController, ReferenceController
 from pyrofling.core.phase import wrap_phase
+from pyrofling.core.viewer.phase_offset import AutoOffsetConfig
 from pyrofling.core.viewer.presentation import (
     Present,
     PresentationConfig,
@@ -479,7 +480,7 @@ def test_several_profiles_runs_replay_each_on_its_own_display_beside_free_runnin
     pictures are replayed on a 143.86 Hz display, free-running's on the same, and each rule says how far from
     free-running's capture → screen median it lands."""
     rng = random.Random(3)
-    quick = [4.0 + rng.gauss(0.0, 0.3) for _ in range(143 * 40)]
+    quick = [4.0 + rng.gauss(0.0, 0.3) for _ in range(143 * 25)]
     result = {"profiles": [
         {"profile": "1280x720@144", "rows": [{"mode": "auto", "ready_ms": quick, "refresh_hz": 143.86}]},
         {"profile": "1280x720@60", "rows": [{"mode": "free", "ready_ms": quick[:2400], "refresh_hz": 59.94},
@@ -490,7 +491,8 @@ def test_several_profiles_runs_replay_each_on_its_own_display_beside_free_runnin
         ("1280x720@144 auto", 143.86, len(quick)),
         ("1280x720@60 free", 59.94, 2400),
     ]
-    rows = {(r["run"], r["rule"]): r for r in replay_rows(runs[:1])}
+    replayed = replay_rows(runs[:1], {"auto": AutoOffsetConfig()})
+    rows = {(r["run"], r["rule"]): r for r in replayed}
     free, auto = rows[("1280x720@144 auto", "free-running")], rows[("1280x720@144 auto", "auto")]
     # Free-running repeats as its pictures slide through the refresh; on a 144 Hz display a narrow tail lets the
     # lock show them sooner than free-running, without a repeat.
@@ -500,12 +502,12 @@ def test_several_profiles_runs_replay_each_on_its_own_display_beside_free_runnin
     # Capture → screen: the 4 ms delay plus less than a 6.95 ms refresh and the lead (not 60 Hz's 16.7 ms).
     assert 4.0 < auto["glass_ms"] < 4.0 + 6.95 + 1.0
     assert not auto["said_outrun"]
-    text = format_replay_rows(replay_rows(runs[:1]))
+    text = format_replay_rows(replayed)
     assert "143.86" in text and "free-running" in text
     # A 6 ms stall every 12 s is more than a 144 Hz lock can spare: it repeats, and says so.
     ticks = 143.86 / 60  # stalling_run counts sixtieths of a second
-    stalls = RecordedRun("stalls", stalling_run(90.0 * ticks, 12.0 * ticks, 6.0), 143.86)
-    said = {r["rule"]: r for r in replay_rows([stalls])}["auto"]
+    stalls = RecordedRun("stalls", stalling_run(60.0 * ticks, 12.0 * ticks, 6.0), 143.86)
+    said = {r["rule"]: r for r in replay_rows([stalls], {"auto": AutoOffsetConfig()})}["auto"]
     assert said["repeats_per_minute"] > 1.0 and said["said_outrun"]
 
 
