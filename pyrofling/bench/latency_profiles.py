@@ -121,7 +121,10 @@ def format_profiles(result: dict[str, Any]) -> str:
         )
     outrun = [s["profile"] for s in result["summary"] if s.get("auto_said_outrun")]
     if outrun:
-        said = "the lock said the pictures' ready times spread wider than it can spare (a line in the viewer's log)"
+        said = (
+            "the lock said the pictures' ready times spread wider than it can spare, or that it kept missing at "
+            "the wait it can spare (a line in the viewer's log)"
+        )
         lines += ["", f"{said} at: " + "; ".join(outrun)]
     for side in ("host", "viewer"):
         key = f"{side}_cpu_by_thread_pct"
