@@ -307,10 +307,13 @@ def auto_offset_rows(duration_s: float = 60.0, seed: int = 1) -> list[dict[str, 
     return rows
 
 
-def format_auto_rows(rows: list[dict[str, Any]], duration_s: float) -> str:
-    def f(v: float | None, fmt: str) -> str:
-        return "-" if v is None else format(v, fmt)
+def _f(v: float | None, spec: str, unit: str = "") -> str:
+    """A figure for the tables, "-" where there is none."""
+    return "-" if v is None else format(v, spec) + unit
 
+
+def format_auto_rows(rows: list[dict[str, Any]], duration_s: float) -> str:
+    f = _f
     header = (
         f"{'jitter σ':>8} {'offset':>9} {'lock':>7} {'offset at end':>13} {'ready→screen':>12} "
         f"{'repeats/min':>11} {'reversals':>9}"
@@ -428,9 +431,7 @@ def _replay_row(
 
 
 def format_replay_rows(rows: list[dict[str, Any]]) -> str:
-    def f(v: float | None, spec: str, unit: str = "") -> str:
-        return "-" if v is None else format(v, spec) + unit
-
+    f = _f
     header = (
         f"{'recorded run':<40} {'Hz':>7} {'pictures':>8} {'rule':<18} {'repeats/min':>11} {'capture→screen':>14} "
         f"{'− free':>9} {'offset':>9}  outrun"
