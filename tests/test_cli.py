@@ -475,9 +475,16 @@ def test_bench_soak_smoke_watches_memory_cpu_and_frames_of_a_host_and_three_view
     r = json.loads(proc.stdout)
     # With the suite's other workers on the same two cores, the viewer behind netsim is starved for seconds and
     # the host reads its late datagrams as a narrow link, which that viewer's log says: the bench counts it, as
-    # it should in a real soak (on a machine of its own); here it is the load, not the stream.
-    starved = [line for lines in r["problem_lines"].values() for line in lines if "your link carries about" in line]
-    errors = {k: n for k, n in r["errors"].items() if not (k == "viewer1 log warnings/errors" and n == len(starved))}
+    # it should in a real soak (on a machine of its own); here it is the load, not the stream. So is the host's
+    # encoder stepping down from real-time where the workers beside it left it less than half of its CPU.
+    loaded = {"viewer1": "your link carries about", "host": "step down from real-time"}
+    said = {name: [line for line in r["problem_lines"].get(name, []) if mark in line] for name, mark in loaded.items()}
+    starved = [line for lines in said.values() for line in lines]
+    errors = {
+        k: n
+        for k, n in r["errors"].items()
+        if not any(k == f"{name} log warnings/errors" and n == len(lines) for name, lines in said.items())
+    }
     assert proc.returncode == (1 if starved else 0), verdict + proc.stderr[-3000:]
     assert errors == {} and r["memory_flat"], verdict
     assert set(r["memory"]) == {"host", "viewer1", "viewer2", "viewer3"}

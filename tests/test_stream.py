@@ -291,6 +291,9 @@ def test_phase_locked_viewer_steers_the_host_frame_clock() -> None:
         # And on until the trim shows (after 5 s it was 1,800-2,100 ppm alone, 470 once beside the whole suite).
         with contextlib.suppress(TimeoutError):
             await until(lambda: host.clock.rate_trim_ppm > 500, 20)
+        # And until each has presented its hundred (the free one had 97 by then once, beside the whole suite).
+        with contextlib.suppress(TimeoutError):
+            await until(lambda: all(v.presenter.stats.presented >= 100 for v in (locked, free)), 20)
         locked.stop()
         free.stop()
         await asyncio.wait_for(asyncio.gather(*watching), 15)

@@ -31,7 +31,7 @@ from pyrofling.client.presenter import HeadlessDisplay
 from pyrofling.client.viewer import Viewer, ViewerConfig
 from pyrofling.core.color import AVCOL_TRC_SMPTE2084, ToneMapper, sdr_to_pq16
 from pyrofling.core.input.pad import PadUpdate
-from pyrofling.server.capture import CaptureServer
+from pyrofling.server.capture import CaptureServer, drain_before_close
 from pyrofling.server.encoder import EncoderConfig
 from pyrofling.server.host import Host
 from pyrofling.server.vulkan_import import instance_environment, vulkan_problem
@@ -395,6 +395,23 @@ def test_layer_images_reach_a_viewer_intact_paced_by_the_host_through_a_resize(
     assert stats.presents <= beats + 2 and len(stats.complete_times) >= stats.presents - 2
     vk = cap["vulkan"]  # the last image group's
     assert vk["size"] == "96x64" and vk["semaphores_assumed"] == vk["presents"] > 10  # lavapipe: taken as signalled
+
+
+def test_a_game_whose_last_messages_the_host_never_read_sees_the_socket_end_not_reset() -> None:
+    """The host closing a game's socket while the game's last presents wait unread: a Unix socket closed so resets
+    the game's side (ECONNRESET, and the layer reports an error for an ordinary restart); read first, it ends."""
+    for drained in (False, True):
+        host_side, game_side = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        game_side.sendall(b"\0" * 5000)
+        if drained:
+            drain_before_close(host_side)
+        host_side.close()
+        try:
+            ended = game_side.recv(16) == b""
+        except ConnectionResetError:
+            ended = False
+        game_side.close()
+        assert ended == drained
 
 
 @pytest.mark.io

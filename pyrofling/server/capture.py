@@ -343,8 +343,24 @@ class CaptureServer:
             for remove in (self._loop.remove_reader, self._loop.remove_writer):
                 with contextlib.suppress(ValueError, OSError):
                     remove(game.sock.fileno())
+        drain_before_close(game.sock)
         game.sock.close()
         self._last_vulkan = game.memory.release() or self._last_vulkan
+
+
+#: What the host still reads from a game's socket as it closes it, at most (messages the game sent meanwhile).
+DRAIN_LIMIT = 64
+
+
+def drain_before_close(sock: socket.socket) -> None:
+    """Read what the game sent that was not read yet: a Unix socket closed with unread bytes ends the game's side
+    with "connection reset" instead of the end of the stream, and the game's layer reports an error for an
+    ordinary host restart."""
+    with contextlib.suppress(OSError):
+        sock.setblocking(False)
+        for _ in range(DRAIN_LIMIT):
+            if not sock.recv(65536):
+                return
 
 
 def _fds_of(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
