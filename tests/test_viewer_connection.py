@@ -65,6 +65,7 @@ class Pair:
         extensions: ExtensionFeature | None = None,
         make_packetizer: Callable[[int], Packetizer] = Packetizer.for_cookie,
         rate: RateConfig | None = None,
+        early_part_bytes: int | None = None,
     ) -> None:
         self.keyframes = KeyframePolicy()
         self.hs = HostSessions(make_packetizer=make_packetizer, keyframes=self.keyframes, rate=rate)
@@ -73,7 +74,7 @@ class Pair:
         config = ViewerSessionConfig(flags=flags)
         if extensions is not None:
             config = replace(config, extensions=extensions)
-        self.conn = ViewerConnection(config)
+        self.conn = ViewerConnection(config, early_part_bytes=early_part_bytes)
         self.framer = ControlFramer()
         self.to_host: list[Any] = []  # control messages the viewer sent once streaming
         self.outputs: list[Any] = []  # everything else the viewer's connection said

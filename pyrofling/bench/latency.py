@@ -98,6 +98,9 @@ class LatencyBenchConfig:
     pin_cpus: bool = False
     #: Also run ``auto`` with ``--thread-priority normal`` on both ends.
     also_normal_priority: bool = False
+    #: Also run ``free`` and ``auto`` with whole pictures, as before early decoding: the viewer with
+    #: ``--no-early-decode``, x264's slices one per thread (``slice-max-size=0``).
+    also_whole_pictures: bool = False
     #: The host's ``--encoder-threads`` (None: its default, one slice thread per CPU it may use, at most 8).
     encoder_threads: int | None = None
     #: The host's ``--max-rate-mbits``, its pacer's ceiling (None: its default).
@@ -165,6 +168,16 @@ def runs(cfg: LatencyBenchConfig) -> list[tuple[str, str, StreamScenario]]:
         out.append(
             (f"auto +{delay:g}±{sigma:g}", "auto", scenario_for(cfg, "auto", delay_ms=delay, delay_sigma_ms=sigma))
         )
+    if cfg.also_whole_pictures:
+        for mode in ("free", "auto"):
+            if mode in cfg.modes:
+                one = scenario_for(cfg, mode)
+                whole = replace(
+                    one,
+                    host_args=(*one.host_args, "--encoder-params", "slice-max-size=0"),
+                    view_args=(*one.view_args, "--no-early-decode"),
+                )
+                out.append((f"{mode} whole", mode, whole))
     if cfg.also_normal_priority:
         auto = scenario_for(cfg, "auto")
         normal = ("--thread-priority", "normal")

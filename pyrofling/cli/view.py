@@ -105,6 +105,13 @@ def add_view(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="threads decoding slices of each picture (default: one per CPU this viewer may use, at most 4)",
     )
     p.add_argument(
+        "--early-decode",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="start decoding each H.264 picture on its first slices while the rest arrives (default: on, with "
+        "two decode threads or more and --recovery key-frame); --no-early-decode waits for whole pictures",
+    )
+    p.add_argument(
         "--check-scene",
         action="store_true",
         help="for benches against a host showing the test scene: compare every picture with the scene's own "
@@ -328,6 +335,7 @@ def viewer_config(args: argparse.Namespace) -> ViewerConfig:
         marker_log=args.marker_log,
         frame_trace=args.frame_trace,
         check_scene=args.check_scene,
+        early_decode=args.early_decode,
         host_on_this_machine=args.host_on_this_machine,
         recovery=args.recovery,
         resends=not args.no_resend,

@@ -12,6 +12,7 @@ from pyrofling.client.codecs import default_decode_threads
 from pyrofling.client.gamepad import GamepadConfig
 from pyrofling.client.keyboard_mouse import InputConfig
 from pyrofling.core.viewer.auth import HostCredential
+from pyrofling.core.viewer.connection import EARLY_PART_BYTES
 from pyrofling.core.viewer.presentation import PresentationConfig
 from pyrofling.core.viewer.reassembler import ReassemblerConfig
 from pyrofling.core.viewer.session import ViewerSessionConfig
@@ -53,6 +54,9 @@ class ViewerConfig:
     decode_threads: int = field(default_factory=default_decode_threads)
     #: Complete packets waiting for the decoder; beyond this the viewer is falling behind.
     max_decode_queue: int = 8
+    #: Start decoding an H.264 picture on its first slices while the rest is on its way (with two decode threads
+    #: or more, and ``recovery="key-frame"``: a picture begun and then lost resets the decoder's references).
+    early_decode: bool = True
     #: After a loss, pictures wait for the key frame that repairs them; once the picture has been still this
     #: long, show the decoder's concealed pictures instead (intra refresh heals them).  None: wait, frozen.
     conceal_after_ms: float | None = 100.0
@@ -100,6 +104,23 @@ class ViewerConfig:
     #: The video codecs to tell a host that chooses its codec (protocol.md §7.15); None: every one this viewer
     #: decodes.
     video_codecs: frozenset[VideoCodec] | None = None
+
+    @property
+    def conceal_after_s(self) -> float | None:
+        """When damaged pictures are shown: at once when intra refresh is to heal them, else after a still spell."""
+        if self.recovery == "intra-refresh":
+            return 0.0
+        return None if self.conceal_after_ms is None else self.conceal_after_ms / 1000
+
+    @property
+    def decodes_early(self) -> bool:
+        """Whether pictures are decoded from their parts (``early_decode`` where it can work)."""
+        return self.early_decode and self.decode_threads >= 2 and self.recovery == "key-frame"
+
+    @property
+    def early_part_bytes(self) -> int | None:
+        """The least bytes of a part for the connection to hand out, or None (no parts)."""
+        return EARLY_PART_BYTES if self.decodes_early else None
 
     @property
     def address(self) -> str:

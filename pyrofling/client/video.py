@@ -36,7 +36,7 @@ from pyrofling.core.samples import LIVE_SAMPLES, SAMPLES_KEPT, median_and_p95, r
 from pyrofling.core.scene import TestScene
 from pyrofling.core.viewer.clock_sync import HostClock
 from pyrofling.core.viewer.concealment import Concealment
-from pyrofling.core.viewer.connection import DecodeVideo
+from pyrofling.core.viewer.connection import DecodeVideo, DecodeVideoPart
 from pyrofling.core.viewer.picture_quality import CLEAN_TILE_ERROR, tile_error
 from pyrofling.runtime import THREAD_PRIORITIES
 from pyrofling.wire import VideoCodec
@@ -77,6 +77,13 @@ class VideoStats:
     #: 40–120, a clean one at most ~6, so the figure says which a "corrupt" refresh was.
     unclean_pictures: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=100))
     decode_queue_max: int = 0
+    #: Pictures begun from parts before they were complete (``view --early-decode``), the parts and their bytes,
+    #: and pictures begun so that were never finished (their packet lost: the decoder is reset).
+    pictures_decoded_early: int = 0
+    parts_decoded: int = 0
+    bytes_decoded_early: int = 0
+    parts_abandoned: int = 0
+    decoder_resets: int = 0
     decode_ms: deque[float] = field(default_factory=recent_samples)
     latency_ms: deque[float] = field(default_factory=recent_samples)  # capture → decoded
     latency_count: int = 0  # samples ever added to ``latency_ms`` (the timeline takes the new ones)
@@ -98,6 +105,7 @@ class VideoPipeline:
         max_queue: int = 8,
         marker_log: Path | None = None,
         check_scene: bool = False,
+        early_decode: bool = False,
     ) -> None:
         self.presenter = presenter
         self.display = display
@@ -110,8 +118,16 @@ class VideoPipeline:
         #: Compare each picture with the test scene's own rendering of its frame (benches): sets ``Picture.clean``.
         self._check_scene = check_scene
         self._scene: TestScene | None = None
-        #: Packets to decode, and what a stream will need before its first one (:meth:`expect`).
-        self._queue: queue.Queue[_Item | _Expect | None] = queue.Queue(maxsize=max_queue)
+        #: Decode H.264 pictures from their parts as they arrive (:meth:`offer_part`), not only whole.
+        self.early_decode = early_decode
+        #: Packets to decode, their parts, and what a stream will need before its first one (:meth:`expect`).
+        #: At most ``max_queue`` whole packets wait (``_waiting``); a packet's parts only come before it.
+        self._queue: queue.Queue[_Item | DecodeVideoPart | _Expect | None] = queue.Queue()
+        self._max_queue = max_queue
+        self._waiting = 0
+        #: The decode thread's picture begun from parts: its packet's sequence number and the bytes fed.
+        self._early_seq: int | None = None
+        self._early_fed = 0
         self._thread = threading.Thread(target=self._run, name="pyrofling-decode", daemon=True)
         self._first_picture_of: int | None = None  # the connection whose first picture was shown
         #: Whether the real-time decoder leaves its CPU room for the viewer's other threads.
@@ -122,12 +138,23 @@ class VideoPipeline:
 
     def offer(self, packet: DecodeVideo, clock: HostClock, connection: int, connect_s: float) -> bool:
         """Queue a packet for the decoder; False when the queue is full (the decoder is falling behind)."""
-        try:
-            self._queue.put_nowait(_Item(packet, clock, connection, connect_s, time.monotonic()))
-        except queue.Full:
+        with self.lock:
+            if self._waiting >= self._max_queue:
+                return False
+            self._waiting += 1
+            self.stats.decode_queue_max = max(self.stats.decode_queue_max, self._waiting)
+        self._queue.put_nowait(_Item(packet, clock, connection, connect_s, time.monotonic()))
+        return True
+
+    def offer_part(self, part: DecodeVideoPart) -> bool:
+        """Queue the next part of the packet on its way, if this pipeline decodes early and keeps up; a part
+        not taken costs nothing but time (the whole packet carries its bytes)."""
+        if not self.early_decode:
             return False
         with self.lock:
-            self.stats.decode_queue_max = max(self.stats.decode_queue_max, self._queue.qsize())
+            if self._waiting >= self._max_queue:
+                return False
+        self._queue.put_nowait(part)
         return True
 
     def expect(self, codec: VideoCodec, width: int, height: int) -> None:
@@ -184,24 +211,32 @@ class VideoPipeline:
                 if isinstance(item, _Expect):
                     if decoder is None or decoder.codec != item.codec:
                         with contextlib.suppress(ValueError, av.FFmpegError):  # the first packet says why
-                            decoder = VideoDecoder(item.codec, threads=self._decode_threads)
+                            decoder = self._decoder(item.codec)
                     if self._check_scene:
                         self._scene_for(item.width, item.height)
                     continue
+                if isinstance(item, DecodeVideoPart):
+                    if decoder is not None and decoder.parts:
+                        self._part(decoder, item)
+                    continue
+                with self.lock:
+                    self._waiting -= 1
                 packet = item.packet
                 if decoder is None or decoder.codec != packet.codec:
-                    decoder = VideoDecoder(packet.codec, threads=self._decode_threads)
+                    decoder = self._decoder(packet.codec)
+                data = self._rest_of(decoder, packet)
                 t0 = time.perf_counter()
                 item.decode_start_s = time.monotonic()
                 try:
-                    frames = decoder.decode(packet.data, packet.pts_us)
+                    frames = decoder.decode(data, packet.pts_us)
                 except DecodeError as exc:
-                    with self.lock:
-                        self.stats.decode_errors += 1
-                    log.debug("decode error: %s", exc)
-                    self._on_decode_error()
+                    self._decode_failed(exc)
                     continue
                 decode_ms = (time.perf_counter() - t0) * 1000
+                if decoder.parts:  # a picture begun from parts and never finished comes out of no packet of ours
+                    frames = [f for f in frames if f.pts == packet.pts_us]
+                    if not frames:  # a packet that was not a whole picture: reset, or no picture comes again
+                        self._reset(decoder)
                 for frame in frames:
                     if frame.width != layout_width:  # the marker's layout is the picture width's (it may change)
                         layout, layout_width = frame_marker.layout_for(frame.width), frame.width
@@ -210,6 +245,63 @@ class VideoPipeline:
         finally:
             if marker_log is not None:
                 marker_log.close()
+
+    def _decoder(self, codec: VideoCodec) -> VideoDecoder:
+        self._early_seq, self._early_fed = None, 0
+        return VideoDecoder(codec, threads=self._decode_threads, parts=self.early_decode)
+
+    def _decode_failed(self, exc: DecodeError) -> None:
+        with self.lock:
+            self.stats.decode_errors += 1
+        log.debug("decode error: %s", exc)
+        self._on_decode_error()
+
+    def _part(self, decoder: VideoDecoder, part: DecodeVideoPart) -> None:
+        """Feed the next part of the packet on its way (a part that does not follow the last one is skipped:
+        its packet's bytes go in whole when it is complete)."""
+        if part.seq != self._early_seq:
+            self._abandon(decoder)
+            self._early_seq = part.seq
+        if part.start != self._early_fed:
+            return
+        try:
+            decoder.decode(part.data, part.pts_us)  # nothing comes out before the picture's last slice
+        except DecodeError as exc:
+            self._decode_failed(exc)
+        self._early_fed += len(part.data)
+        with self.lock:
+            self.stats.parts_decoded += 1
+            self.stats.bytes_decoded_early += len(part.data)
+
+    def _rest_of(self, decoder: VideoDecoder, packet: DecodeVideo) -> bytes:
+        """What of the packet the decoder has not had yet: all of it, or what follows its parts."""
+        fed = self._early_fed if self._early_seq == packet.seq else 0
+        if not fed:
+            self._abandon(decoder)
+        self._early_seq, self._early_fed = None, 0
+        if not fed:
+            return packet.data
+        with self.lock:
+            self.stats.pictures_decoded_early += 1
+        return packet.data[fed:]
+
+    def _abandon(self, decoder: VideoDecoder) -> None:
+        """The picture begun from parts will not be finished (its packet was lost): reset the decoder."""
+        if self._early_fed:
+            with self.lock:
+                self.stats.parts_abandoned += 1
+            self._reset(decoder)
+        self._early_seq, self._early_fed = None, 0
+
+    def _reset(self, decoder: VideoDecoder) -> None:
+        """FFmpeg's H.264 decoder taking parts never gives another picture after one left unfinished (a lost
+        packet begun from its parts, or a complete packet that held only part of a picture: damaged or forged
+        on an open session).  Reset it; its references go, so the pictures are broken until a key frame, and
+        the connection is told so (it asks for one)."""
+        decoder.flush()
+        with self.lock:
+            self.stats.decoder_resets += 1
+        self._on_decode_error()
 
     def _picture(
         self,

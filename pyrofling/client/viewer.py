@@ -37,6 +37,7 @@ from pyrofling.core.viewer.connection import (
     AudioLost,
     CodecChanged,
     DecodeVideo,
+    DecodeVideoPart,
     Paired,
     PlayAudio,
     PlayRumble,
@@ -85,11 +86,12 @@ class Viewer:
             self.presenter,
             self.display,
             on_decode_error=self._decode_error_from_decoder,
-            conceal_after_s=_conceal_after_s(config),
+            conceal_after_s=config.conceal_after_s,
             decode_threads=config.decode_threads,
             max_queue=config.max_decode_queue,
             marker_log=config.marker_log,
             check_scene=config.check_scene,
+            early_decode=config.decodes_early,
         )
         #: The connection in progress (None between connections).
         self.connection: ViewerConnection | None = None
@@ -277,13 +279,15 @@ class Viewer:
         session = cfg.session_config()  # with what the window and the presenter said last, across reconnects
         rate = self.presenter.half_rate.asked_mhz
         session = replace(session, display=self._display or session.display, picture_rate_mhz=rate)
-        conn = ViewerConnection(session, reassembler=cfg.reassembler)
+        conn = ViewerConnection(session, reassembler=cfg.reassembler, early_part_bytes=cfg.early_part_bytes)
         streamed = False
 
         def deliver(out: ViewerOutput) -> None:
             """What the connection decided beyond the sockets: decode, play, start, fail."""
             nonlocal streamed
-            if isinstance(out, DecodeVideo):
+            if isinstance(out, DecodeVideoPart):
+                self.video.offer_part(out)
+            elif isinstance(out, DecodeVideo):
                 if not self.video.offer(out, conn.host_clock, number, connect_s):
                     io.perform(conn.decode_queue_full(time.monotonic()))
             elif isinstance(out, PlayAudio):
@@ -435,13 +439,6 @@ class Viewer:
     def summary(self, *, live: bool = False) -> dict[str, Any]:
         """Counters and distributions (:func:`~pyrofling.client.viewer_stats.viewer_summary`)."""
         return viewer_summary(self, live=live)
-
-
-def _conceal_after_s(config: ViewerConfig) -> float | None:
-    """When damaged pictures are shown: at once when intra refresh is to heal them, else after a still spell."""
-    if config.recovery == "intra-refresh":
-        return 0.0
-    return None if config.conceal_after_ms is None else config.conceal_after_ms / 1000
 
 
 def _fmt(addr: Any) -> str:

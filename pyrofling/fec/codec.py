@@ -397,6 +397,12 @@ def _check_blocks(blocks: Mapping[int, Buffer], count: int, block_bytes: int, la
         raise FecError(f"a {kind} block has the wrong length (blocks are {block_bytes} bytes)")
 
 
+def leading_bytes(buf: bytearray, have: bytearray, frame_bytes: int, block_bytes: int) -> tuple[bytearray, int]:
+    """``buf`` and the length of its prefix made of blocks marked in ``have`` (a frame decoder's state)."""
+    missing = have.find(0)
+    return buf, frame_bytes if missing < 0 else missing * block_bytes
+
+
 class FrameDecoder:
     """Rebuilds one frame from any subset of its data and repair blocks, in any order.
 
@@ -483,6 +489,10 @@ class FrameDecoder:
         if self._missing:
             raise FecError(f"frame incomplete: {self._missing} blocks missing")
         return bytes(memoryview(self._buf)[: self.frame_bytes])
+
+    def prefix(self) -> tuple[bytearray, int]:
+        """The frame's buffer, and how many of its first bytes are in hand (its leading data blocks)."""
+        return leading_bytes(self._buf, self._have, self.frame_bytes, self.block_bytes)
 
     def _try_repair(self) -> None:
         if self._selections is None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import zfec
 
-from pyrofling.fec.codec import BLOCK_BYTES, FecError, FecPlan, block_count, check_mds, group_count
+from pyrofling.fec.codec import BLOCK_BYTES, FecError, FecPlan, block_count, check_mds, group_count, leading_bytes
 from pyrofling.wire import Buffer
 
 
@@ -135,6 +135,10 @@ class MdsFrameDecoder:
         if self._missing:
             raise FecError(f"frame incomplete: {self._missing} blocks missing")
         return bytes(memoryview(self._buf)[: self.frame_bytes])
+
+    def prefix(self) -> tuple[bytearray, int]:
+        """The frame's buffer, and how many of its first bytes are in hand (its leading data blocks)."""
+        return leading_bytes(self._buf, self._have, self.frame_bytes, BLOCK_BYTES)
 
     def _try(self, g: int) -> None:
         missing = self._group_missing[g]

@@ -36,6 +36,7 @@ from pyrofling.core.viewer.loss_tracker import LossTracker
 from pyrofling.core.viewer.rate_feedback import ArrivalRecorder
 from pyrofling.core.viewer.reassembler import (
     DatagramVerdict,
+    PacketPart,
     PacketReady,
     PacketsLost,
     PingReplyReceived,
@@ -69,6 +70,9 @@ from pyrofling.wire import (
 #: With resends negotiated, how long a complete video packet waits for an older one being resent: a NACK and its
 #: answer take a round trip and the host's queue; a frame later the picture would be late anyway.
 RESEND_WAIT_S = 0.02
+#: The least a part of a picture handed to the decoder early holds (:class:`DecodeVideoPart`): each part wakes the
+#: decode thread, which costs more than decoding a few hundred bytes; a host's slices are about 4 KB.
+EARLY_PART_BYTES = 4096
 #: Malformed datagrams a second beyond which the viewer stops asking for resends for a second (see below).
 SUSPECT_REFUSED_PER_S = 200
 
@@ -83,6 +87,7 @@ __all__ = [
     "ControlToHost",
     "DatagramToHost",
     "DecodeVideo",
+    "DecodeVideoPart",
     "Paired",
     "PlayAudio",
     "PlayRumble",
@@ -110,6 +115,18 @@ class DecodeVideo(ViewerOutput):
 
 
 @dataclass(frozen=True, slots=True)
+class DecodeVideoPart(ViewerOutput):
+    """The first bytes of the next video packet, from ``start``, ending where a NAL unit begins: an H.264
+    decoder that takes pictures slice by slice may start on them.  Its :class:`DecodeVideo` (if it completes)
+    carries the whole packet; a decoder that took parts feeds what follows them."""
+
+    data: bytes
+    pts_us: int
+    seq: int
+    start: int
+
+
+@dataclass(frozen=True, slots=True)
 class PlayAudio(ViewerOutput):
     """A complete audio packet, in sequence order; its pts is on the host's clock (map it with ``clock``)."""
 
@@ -133,8 +150,13 @@ class ViewerConnection:
         *,
         reassembler: ReassemblerConfig | None = None,
         random_bytes: Callable[[int], bytes] = secrets.token_bytes,
+        early_part_bytes: int | None = None,
     ) -> None:
         self.reassembler = Reassembler(reassembler)
+        #: Hand out H.264 packets in parts of at least this many bytes as they arrive (:class:`DecodeVideoPart`);
+        #: None: whole packets only.
+        self.early_part_bytes = early_part_bytes
+        self.reassembler.early_part_bytes = early_part_bytes
         self.session = ViewerSession(self.reassembler.counters, config, random_bytes=random_bytes)
         #: Datagrams that opened (sealed sessions) and reached the reassembler, and their bytes.
         self.datagrams = 0
@@ -331,12 +353,19 @@ class ViewerConnection:
                 self.loss.packet_ready(ev.seq, recovered=ev.recovered)
                 params = session.codec_parameters
                 codec = VideoCodec(params.video_codec) if params is not None else VideoCodec.H264
+                # Parts end at H.264's start codes; the other codecs' decoders take whole pictures.
+                self.reassembler.early_part_bytes = self.early_part_bytes if codec == VideoCodec.H264 else None
                 key = key_info(ev.data, codec) if ev.key_frame else None
                 whole, outputs = session.video_packet(key, ev.complete_s)
                 out += outputs
                 if session.gate.key_frames == 0:
                     continue  # nothing decodes before the first key frame
                 out.append(DecodeVideo(ev.data, ev.pts_us, whole, ev.complete_s, codec, ev.first_datagram_s, ev.seq))
+            elif isinstance(ev, PacketPart):
+                params = session.codec_parameters  # what the packet is: it may have changed since the last one
+                h264 = params is None or params.video_codec == VideoCodec.H264
+                if session.gate.key_frames and h264:  # nothing decodes before the first key frame
+                    out.append(DecodeVideoPart(ev.data, ev.pts_us, ev.seq, ev.start))
             elif isinstance(ev, PacketsLost):
                 if ev.stream == StreamType.AUDIO:
                     out.append(AudioLost(ev.count))

@@ -59,6 +59,19 @@ class PacketReady(ReassemblyEvent):
 
 
 @dataclass(frozen=True, slots=True)
+class PacketPart(ReassemblyEvent):
+    """The next bytes of the video packet that is next in sequence, before it is complete: ``data`` is its bytes
+    from ``start`` up to where a NAL unit begins (so it ends with whole NAL units), for a decoder that takes a
+    picture slice by slice (see :attr:`Reassembler.early_part_bytes`).  The packet's :class:`PacketReady`, if it
+    completes, still carries all of it."""
+
+    seq: int
+    pts_us: int
+    start: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class PacketsLost(ReassemblyEvent):
     """``count`` packets before ``before_seq`` will never be delivered."""
 
@@ -85,6 +98,8 @@ class DatagramVerdict(enum.Enum):
 
 #: Looked up once (0.2 µs each on Python 3.11, and every datagram gets a verdict).
 _TAKEN, _STALE, _REFUSED = DatagramVerdict.TAKEN, DatagramVerdict.STALE, DatagramVerdict.REFUSED
+_VIDEO = StreamType.VIDEO
+_START_CODE = b"\x00\x00\x01"
 
 
 # --------------------------------------------------------------------------------------------
@@ -139,6 +154,10 @@ class _Partial:
     buffer_bytes: int
     blocked_since_s: float | None = None  # when a newer packet of the stream became complete
     complete_s: float | None = None
+    #: Early parts: bytes handed out as parts, searched for NAL starts, and where the last NAL start found is.
+    parted: int = 0
+    searched: int = 0
+    nal_start: int = 0
 
 
 @dataclass(slots=True)
@@ -185,6 +204,10 @@ class Reassembler:
         #: How long each stream waits for an older packet (``config.reorder_timeout_s`` until told otherwise:
         #: with resends negotiated, video waits long enough for a resent datagram to arrive).
         self.reorder_wait_s = {stream: self.config.reorder_timeout_s for stream in self._streams}
+        #: Hand out the video packet that is next in sequence in parts (:class:`PacketPart`) of at least this
+        #: many bytes as its leading blocks arrive, each ending where an H.264 NAL unit begins, so that a
+        #: decoder can start on its first slices while the rest is on its way.  None: whole packets only.
+        self.early_part_bytes: int | None = None
 
     # ---------------------------------------------------------------------------------------
     # Inputs
@@ -328,7 +351,32 @@ class Reassembler:
                 if other.complete_s is None and other.blocked_since_s is None and seq14_delta(other_seq, seq) < 0:
                     other.blocked_since_s = now
             events += self._flush(header.stream, now)
+        elif self.early_part_bytes is not None and header.stream is _VIDEO:
+            early = self._early_part(state, seq, part, self.early_part_bytes)
+            if early is not None:
+                events.append(early)
         return events
+
+    @staticmethod
+    def _early_part(state: _StreamState, seq: int, part: _Partial, least: int) -> PacketPart | None:
+        """The packet's next part, if it is the next to deliver and its leading blocks now hold at least ``least``
+        more bytes up to a NAL start.  Only the new bytes are searched: a datagram costs a few hundred ns."""
+        if state.floor is None or (seq - state.floor) & SEQ14_MASK != 1:
+            return None  # an older packet may still come: the decoder must have it first
+        buf, have = part.decoder.prefix()
+        if have - part.parted < least:
+            return None
+        # An Annex B start code (00 00 01) cannot occur inside a NAL unit (emulation prevention), so the last
+        # one in hand is where the last whole NAL unit ends; a 4-byte code's leading zero stays with the NAL
+        # before it, which the syntax allows (trailing_zero_8bits).
+        found = buf.rfind(_START_CODE, max(part.parted + 4, part.searched - 2), have)
+        part.searched = have
+        if found > part.nal_start:
+            part.nal_start = found
+        if part.nal_start - part.parted < least:
+            return None
+        start, part.parted = part.parted, part.nal_start
+        return PacketPart(seq, part.header.pts_us, start, bytes(buf[start : part.parted]))
 
     def _check_new(self, header: MediaHeader) -> str | None:
         """Why the first datagram of a packet cannot start a reassembly, or None."""
