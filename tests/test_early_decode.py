@@ -325,14 +325,17 @@ def test_parts_wait_for_no_one_and_do_not_take_a_whole_packets_place() -> None:
     assert not off.offer_part(part)
 
 
-def test_early_decoding_is_on_by_default_where_it_can_work() -> None:
+def test_early_decoding_is_asked_for_and_taken_only_where_it_can_work() -> None:
     from pyrofling.cli import build_parser
     from pyrofling.cli.view import viewer_config
 
     def config(*flags: str) -> Any:
         return viewer_config(build_parser("view").parse_args(["view", "127.0.0.1", *flags]))
 
-    assert config("--decode-threads", "2").decodes_early
-    assert not config("--decode-threads", "2", "--no-early-decode").decodes_early
-    assert not config("--decode-threads", "1").decodes_early  # one thread takes each part as long as a picture
-    assert not config("--decode-threads", "2", "--recovery", "intra-refresh").decodes_early
+    assert config("--decode-threads", "2", "--early-decode").decodes_early
+    assert config("--decode-threads", "2", "--early-decode").early_part_bytes == 4096
+    assert not config("--decode-threads", "2").decodes_early  # off unless asked: it loses where pictures come at once
+    assert config("--decode-threads", "2").early_part_bytes is None
+    # One thread takes each part as long as a picture; intra-refresh recovery would show the reset's damage.
+    assert not config("--decode-threads", "1", "--early-decode").decodes_early
+    assert not config("--decode-threads", "2", "--early-decode", "--recovery", "intra-refresh").decodes_early

@@ -107,9 +107,11 @@ def add_view(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--early-decode",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="start decoding each H.264 picture on its first slices while the rest arrives (default: on, with "
-        "two decode threads or more and --recovery key-frame); --no-early-decode waits for whole pictures",
+        default=False,
+        help="start decoding each H.264 picture on its first slices while the rest arrives (with two decode "
+        "threads or more and --recovery key-frame; the host's slices should be small: host --encoder-params "
+        "slice-max-size=8000). Off by default: it gains where a picture takes long to arrive (a slow link, a "
+        "large picture) and loses where it comes at once (docs/streaming.md)",
     )
     p.add_argument(
         "--check-scene",

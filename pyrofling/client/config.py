@@ -56,7 +56,8 @@ class ViewerConfig:
     max_decode_queue: int = 8
     #: Start decoding an H.264 picture on its first slices while the rest is on its way (with two decode threads
     #: or more, and ``recovery="key-frame"``: a picture begun and then lost resets the decoder's references).
-    early_decode: bool = True
+    #: Off by default: measured, it wins only where a picture's datagrams take long to arrive (docs/streaming.md).
+    early_decode: bool = False
     #: After a loss, pictures wait for the key frame that repairs them; once the picture has been still this
     #: long, show the decoder's concealed pictures instead (intra refresh heals them).  None: wait, frozen.
     conceal_after_ms: float | None = 100.0

@@ -11,12 +11,6 @@ from pyrofling.core.color import HDR10_MASTERING
 if TYPE_CHECKING:
     from pyrofling.server.encoder import EncoderConfig
 
-#: x264's largest slice, bytes: a large picture comes as slices of at most eight datagrams, so a viewer can decode
-#: its first ones while the rest arrive (``view --early-decode``).  x264's own slices, one per thread, split the
-#: picture by rows, and the rows with detail then hold most of its bytes in one or two slices.  Not smaller:
-#: each slice starts its intra prediction afresh, and at 4,000 a 360p key frame held to 3 Mbit/s came out blurred.
-X264_SLICE_BYTES = 8000
-
 #: x264's largest QP change from one row of macroblocks to the next (and one frame to the next) before it
 #: encodes the row again; its default is 4.
 X264_QP_STEP = 12
@@ -78,7 +72,7 @@ def encoder_options(cfg: EncoderConfig) -> dict[str, str]:
             # the row before is encoded again: under a one-frame VBV with grain in the picture that happened
             # on most frames (the test scene: 4.3 ms a 720p frame on one CPU, 3.5 with 12, frames still
             # under the VBV's size, the same PSNR; IDRs and cuts too).  See docs/streaming.md.
-            "x264-params": f"nal-hrd=none:qpstep={X264_QP_STEP}:slice-max-size={X264_SLICE_BYTES}"
+            "x264-params": f"nal-hrd=none:qpstep={X264_QP_STEP}"
             + (f":mastering-display={HDR10_MASTERING.x26x()}:cll={HDR10_MASTERING.cll()}" if cfg.hdr10 else "")
             + _extra(cfg),
         }

@@ -455,10 +455,10 @@ def add_latency(sub: Sub) -> None:
         "priorities buy, in the same run",
     )
     p.add_argument(
-        "--also-whole-pictures",
+        "--also-early-decode",
         action="store_true",
-        help="also run free and auto with whole pictures: the viewer decoding each picture once it is complete "
-        "(--no-early-decode) from x264's default slices (one per thread), what early decoding buys in the same run",
+        help="also run free and auto with early decoding: the viewer starting on each picture's first slices "
+        "(view --early-decode) from the host's slices of at most 8,000 bytes, against whole pictures in the same run",
     )
     p.add_argument(
         "--profiles",
@@ -495,7 +495,7 @@ def _run_latency(args: argparse.Namespace) -> int:
         auto_repeats_per_minute=args.auto_repeats,
         pin_cpus=args.pin_cpus,
         also_normal_priority=args.also_normal_priority,
-        also_whole_pictures=args.also_whole_pictures,
+        also_early_decode=args.also_early_decode,
         encoder_threads=args.encoder_threads,
         max_rate_mbits=args.max_rate_mbits,
     )

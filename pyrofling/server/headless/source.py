@@ -71,6 +71,7 @@ class HeadlessSource(RecordedDesktop):
     async def supervise(self) -> None:
         """Until the source ends: a compositor that ended is started again (with the program), or the stream ends
         with a line that says why."""
+        program_seen_ended = False
         while self._ended is None:
             await asyncio.sleep(WATCH_S)
             gone = self.desktop.ended()
@@ -81,6 +82,7 @@ class HeadlessSource(RecordedDesktop):
                     f" and {self.command}" if self.command else "",
                     self.restarts.describe(),
                 )
+                program_seen_ended = False  # the program is started again with it
                 try:
                     await self._restart()
                 except (DesktopError, RuntimeError, TimeoutError) as exc:
@@ -89,6 +91,10 @@ class HeadlessSource(RecordedDesktop):
                 self._ended = f"its {gone} ended{self.desktop.last_words(gone)}"
                 if gone == "mutter":
                     self._ended += f" ({self.restarts.limit} times in {self.restarts.window_s:g} s: not again)"
+            elif self._program_ended() is not None and not program_seen_ended:
+                # A compositor killed takes the program with it (its X server goes), and the program can be
+                # gone before mutter is: look once more, so that a crash restarts both rather than ending.
+                program_seen_ended = True
             else:
                 self._ended = self._program_ended() or self._recording_failed()
         log.warning("headless desktop: %s; the stream ends", self._ended)
