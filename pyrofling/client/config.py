@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pyrofling.client.audio import AudioPlayerConfig
-from pyrofling.client.codecs import default_decode_threads
+from pyrofling.client.codecs import accepts_parts, default_decode_threads
 from pyrofling.client.gamepad import GamepadConfig
 from pyrofling.client.keyboard_mouse import InputConfig
 from pyrofling.core.viewer.auth import HostCredential
@@ -116,7 +116,9 @@ class ViewerConfig:
     @property
     def decodes_early(self) -> bool:
         """Whether pictures are decoded from their parts (``early_decode`` where it can work)."""
-        return self.early_decode and self.decode_threads >= 2 and self.recovery == "key-frame"
+        return (
+            self.early_decode and accepts_parts(VideoCodec.H264, self.decode_threads) and self.recovery == "key-frame"
+        )
 
     @property
     def early_part_bytes(self) -> int | None:

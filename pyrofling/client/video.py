@@ -277,10 +277,9 @@ class VideoPipeline:
         """What of the packet the decoder has not had yet: all of it, or what follows its parts."""
         fed = self._early_fed if self._early_seq == packet.seq else 0
         if not fed:
-            self._abandon(decoder)
-        self._early_seq, self._early_fed = None, 0
-        if not fed:
+            self._abandon(decoder)  # parts of another packet, if any: never finished
             return packet.data
+        self._early_seq, self._early_fed = None, 0
         with self.lock:
             self.stats.pictures_decoded_early += 1
         return packet.data[fed:]

@@ -71,7 +71,7 @@ from pyrofling.wire import (
 #: answer take a round trip and the host's queue; a frame later the picture would be late anyway.
 RESEND_WAIT_S = 0.02
 #: The least a part of a picture handed to the decoder early holds (:class:`DecodeVideoPart`): each part wakes the
-#: decode thread, which costs more than decoding a few hundred bytes; a host's slices are about 4 KB.
+#: decode thread, which costs more than decoding a few hundred bytes.
 EARLY_PART_BYTES = 4096
 #: Malformed datagrams a second beyond which the viewer stops asking for resends for a second (see below).
 SUSPECT_REFUSED_PER_S = 200
@@ -155,7 +155,6 @@ class ViewerConnection:
         self.reassembler = Reassembler(reassembler)
         #: Hand out H.264 packets in parts of at least this many bytes as they arrive (:class:`DecodeVideoPart`);
         #: None: whole packets only.
-        self.early_part_bytes = early_part_bytes
         self.reassembler.early_part_bytes = early_part_bytes
         self.session = ViewerSession(self.reassembler.counters, config, random_bytes=random_bytes)
         #: Datagrams that opened (sealed sessions) and reached the reassembler, and their bytes.
@@ -353,8 +352,6 @@ class ViewerConnection:
                 self.loss.packet_ready(ev.seq, recovered=ev.recovered)
                 params = session.codec_parameters
                 codec = VideoCodec(params.video_codec) if params is not None else VideoCodec.H264
-                # Parts end at H.264's start codes; the other codecs' decoders take whole pictures.
-                self.reassembler.early_part_bytes = self.early_part_bytes if codec == VideoCodec.H264 else None
                 key = key_info(ev.data, codec) if ev.key_frame else None
                 whole, outputs = session.video_packet(key, ev.complete_s)
                 out += outputs
@@ -362,7 +359,8 @@ class ViewerConnection:
                     continue  # nothing decodes before the first key frame
                 out.append(DecodeVideo(ev.data, ev.pts_us, whole, ev.complete_s, codec, ev.first_datagram_s, ev.seq))
             elif isinstance(ev, PacketPart):
-                params = session.codec_parameters  # what the packet is: it may have changed since the last one
+                # Parts end at H.264's start codes; the other codecs' decoders take whole pictures.
+                params = session.codec_parameters
                 h264 = params is None or params.video_codec == VideoCodec.H264
                 if session.gate.key_frames and h264:  # nothing decodes before the first key frame
                     out.append(DecodeVideoPart(ev.data, ev.pts_us, ev.seq, ev.start))
