@@ -10,6 +10,8 @@ from pyrofling.core.host.pacer import (
     UnpacedPacer,
     make_pacer,
 )
+from pyrofling.core.host.packetizer import LaterDatagram, MediaPacket, Packetizer
+from pyrofling.fec import make_planner
 
 
 def test_token_bucket_caps_the_rate_after_the_burst() -> None:
@@ -135,3 +137,32 @@ def test_a_short_tail_and_a_narrow_bucket_still_go_without_waiting_for_a_full_ba
     wakes = _drive(q)
     assert sum(n for _, n in wakes) == 20
     assert max(n for _, n in wakes[1:]) <= 3
+
+
+def test_a_packets_data_leaves_before_its_repair_is_computed_and_the_repair_goes_on_the_next_turn() -> None:
+    """A 10-block packet with 3 repair blocks fits the burst: its data is handed out with nothing computed, the
+    repair on the very next call (the timer says now), sealed like the rest, the same bytes as computed at once."""
+    sealed: list[bytes] = []
+
+    def seal(d: bytes) -> bytes:
+        sealed.append(d)
+        return b"S" + d
+
+    packet = MediaPacket(bytes(range(256)) * 40, pts_us=1_000)
+    eager = Packetizer(video_planner=make_planner("reference")).packetize(packet)
+    later = Packetizer(video_planner=make_planner("reference")).packetize_video(packet)
+    q = PacedQueue(TokenBucketPacer(), seal=seal, seal_overhead=1)
+    q.push(later)
+    assert q.queued_bytes == sum(len(d) + 1 for d in eager)
+    first = q.pop_due(0.0)
+    assert first == [b"S" + d for d in eager[:10]]
+    assert not any(d.computed for d in later if isinstance(d, LaterDatagram))
+    assert q.next_timer(0.0) == 0.0
+    assert q.pop_due(0.0) == [b"S" + d for d in eager[10:]]
+    assert sealed == eager and len(q) == 0 and q.queued_bytes == 0
+    # Alone at the head, repair waits for the bucket like any datagram, and computes then.
+    q = PacedQueue(TokenBucketPacer(rate_bits_per_s=8 * 1_000_000, burst_bytes=1500))
+    q.push(Packetizer(video_planner=make_planner("reference")).packetize_video(packet))
+    wakes = _drive(q)
+    assert [n for _, n in wakes] == [1] * 13
+    assert wakes[10][0] == pytest.approx(10 * 1076 / 1e6 - 424 / 1e6, abs=1e-9)

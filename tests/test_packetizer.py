@@ -1,8 +1,16 @@
 import pytest
 
-from pyrofling.core.host.packetizer import MAX_PACKET_BYTES, MediaPacket, Packetizer, initial_sequences
+from pyrofling.core.host import packetizer as packetizer_module
+from pyrofling.core.host.packetizer import (
+    MAX_PACKET_BYTES,
+    LaterDatagram,
+    MediaPacket,
+    Packetizer,
+    RepairBlocks,
+    initial_sequences,
+)
 from pyrofling.fec import make_planner
-from pyrofling.fec.codec import FecPlan
+from pyrofling.fec.codec import FecPlan, block_count
 from pyrofling.wire import StreamType, parse_media_datagram
 
 
@@ -76,13 +84,70 @@ def test_key_frames_get_their_own_planner() -> None:
 def test_viewers_share_one_repair_encode_and_get_identical_blocks() -> None:
     frame = bytes(range(256)) * 80
     packet = MediaPacket(frame, pts_us=123_456)
-    cache: dict[FecPlan, list[bytes]] = {}
+    cache: dict[FecPlan, RepairBlocks] = {}
     a = Packetizer.for_cookie(1, video_planner=make_planner("tuned")).packetize(packet, repair_cache=cache)
     assert len(cache) == 1
     [(plan, blocks)] = cache.items()
-    cache[plan] = [b"\xab" * len(b) for b in blocks]  # proves the second viewer reads the cache
+    assert blocks.computed
+    # A forged entry proves the second viewer reads the cache rather than computing its own.
+    cache[plan] = RepairBlocks(lambda: [b"\xab" * 1024] * plan.repair_blocks)
     b = Packetizer.for_cookie(2, video_planner=make_planner("tuned")).packetize(packet, repair_cache=cache)
     plain = Packetizer.for_cookie(2, video_planner=make_planner("tuned")).packetize(packet)
-    assert [bytes(parse_media_datagram(d)[1]) for d in a[20:]] == blocks
+    assert [bytes(parse_media_datagram(d)[1]) for d in a[20:]] == blocks.blocks()
     assert all(bytes(parse_media_datagram(d)[1]) == b"\xab" * 1024 for d in b[20:])
     assert [parse_media_datagram(d)[0] for d in b] == [parse_media_datagram(d)[0] for d in plain]
+
+
+@pytest.mark.parametrize("size", [1, 1024, 1025, 10 * 1024 + 7, 35_000, 150_000])
+@pytest.mark.parametrize("mds", [False, True])
+def test_video_packetized_for_the_pacer_is_the_same_bytes_its_repair_computed_only_when_asked(
+    size: int, mds: bool
+) -> None:
+    frame = bytes((i * 7 + i // 1024) & 0xFF for i in range(size))
+    packet = MediaPacket(frame, pts_us=5_000 + size, key_frame=size % 2 == 1)
+
+    def packetizer() -> Packetizer:
+        p = Packetizer.for_cookie(9, video_planner=make_planner("tuned"))
+        if mds:
+            p.use_mds()
+        return p
+
+    eager = packetizer().packetize(packet)
+    later = packetizer().packetize_video(packet)
+    data = block_count(size)
+    assert len(later) == len(eager) > data  # every size here gets repair
+    assert all(isinstance(d, bytes) for d in later[:data])
+    repair = [d for d in later[data:] if isinstance(d, LaterDatagram)]
+    assert len(repair) == len(later) - data
+    assert [len(d) for d in later] == [len(d) for d in eager]  # the pacer charges them before they exist
+    assert not any(d.computed for d in repair)
+    assert [d if isinstance(d, bytes) else d.datagram() for d in later] == eager
+    assert all(d.computed for d in repair)
+
+
+def test_a_packets_repair_is_computed_once_for_every_viewer_and_only_when_its_first_datagram_is_due(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[int] = []
+    real = packetizer_module.encode_repair
+
+    def counted(frame: bytes, plan: FecPlan, seed: int) -> list[bytes]:
+        calls.append(seed)
+        return real(frame, plan, seed)
+
+    monkeypatch.setattr(packetizer_module, "encode_repair", counted)
+    packet = MediaPacket(bytes(range(256)) * 80, pts_us=77)
+    cache: dict[FecPlan, RepairBlocks] = {}
+    viewers = [
+        Packetizer.for_cookie(cookie, video_planner=make_planner("tuned")).packetize_video(packet, repair_cache=cache)
+        for cookie in (1, 2, 3)
+    ]
+    assert calls == []  # the data is out of the packetizer with no repair computed
+    firsts = [next(d for d in v if isinstance(d, LaterDatagram)) for v in viewers]
+    payloads = {bytes(parse_media_datagram(d.datagram())[1]) for d in firsts}
+    assert len(calls) == 1 and len(payloads) == 1  # three viewers, one encode, the same block
+
+
+def test_audio_is_not_left_for_later() -> None:
+    with pytest.raises(ValueError, match="audio leaves at once"):
+        Packetizer().packetize_video(MediaPacket(b"a" * 2000, 1, StreamType.AUDIO))

@@ -371,9 +371,12 @@ class HostNetwork:
 
     def transmit(self) -> None:
         """Send every datagram the sessions release now, runs of one size together; arm the one timer for their
-        next deadline."""
-        for addr, run in segment_runs(self.sessions.datagrams_to_send(self._clock.now())):
-            self._send(run, addr)
+        next deadline.  Asked twice: a packet's repair is computed only once the data before it has been handed
+        out, so the data is on the wire first, and the repair follows in the same turn, not a wake-up later."""
+        now = self._clock.now()
+        for _ in range(2):
+            for addr, run in segment_runs(self.sessions.datagrams_to_send(now)):
+                self._send(run, addr)
         if not self._closing:
             self._timer.arm(self.sessions.next_timer())
 

@@ -5,11 +5,13 @@ video or audio unit here with the viewers that get it, and so does every reply
 the protocol makes over UDP (PING_REPLY, PATH_CHALLENGE, resends).  The shell
 asks :meth:`MediaOut.due` (through ``HostSessions.datagrams_to_send(now)``)
 after every input and whenever ``HostSessions.next_timer()`` comes due, and sends
-what it gets, in order: that is its whole media path.
+what it gets, in order, then asks once more (for repair whose data went out in
+the first answer): that is its whole media path.
 
 Video goes through each viewer's own packetizer (its sequence numbers and FEC,
-one FEC encode per packet shared by every viewer with the same plan) into its
-paced queue, so a frame never leaves as one burst.  Audio, replies and resends go
+one FEC encode per packet shared by every viewer with the same plan, made when
+the packet's first repair datagram is due, after its data) into its paced queue,
+so a frame never leaves as one burst.  Audio, replies and resends go
 out at once, ahead of queued video: they are small, and any queueing is latency.
 
 Browsers of the web door are the other kind of viewer on the same way out
@@ -22,10 +24,11 @@ comes back from :meth:`MediaOut.video` and :meth:`MediaOut.audio`.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 from pyrofling.core.host.congestion import KEY_FRAME_PACING
-from pyrofling.core.host.packetizer import MediaPacket
+from pyrofling.core.host.packetizer import Datagram, MediaPacket, RepairBlocks
 from pyrofling.core.host.state import RemoteViewer, SendDatagram
 from pyrofling.core.host.web_viewers import WebOutput, WebViewers
 from pyrofling.fec.codec import FecPlan, block_count
@@ -77,12 +80,13 @@ class MediaOut:
         leaves at just over the link's rate: protocol.md §7.10), and what to send each browser (``backlog``: the
         bytes still waiting to leave for each)."""
         self._now = max(self._now, now)
-        repair_cache: dict[FecPlan, list[bytes]] = {}  # one FEC encode per packet, whatever the viewer count
+        # One FEC encode per packet, whatever the viewer count, and only once the data is on its way.
+        repair_cache: dict[FecPlan, RepairBlocks] = {}
         data_blocks = block_count(len(media.data))
         for conn in viewers:
             assert conn.packetizer is not None and conn.paced is not None
             seq = conn.packetizer.next_seq(StreamType.VIDEO)
-            datagrams = conn.packetizer.packetize(media, repair_cache=repair_cache)
+            datagrams = conn.packetizer.packetize_video(media, repair_cache=repair_cache)
             self._count_repair(datagrams[data_blocks:], conn.seal_overhead, audio=False)
             link = conn.link
             weight = KEY_FRAME_PACING if idr and link is not None and link.capacity_bps is not None else 1.0
@@ -138,7 +142,7 @@ class MediaOut:
         if conn.paced is not None:
             self.counters.queue_dropped += conn.paced.dropped
 
-    def _count_repair(self, repair: list[bytes], seal_overhead: int, *, audio: bool) -> None:
+    def _count_repair(self, repair: Sequence[Datagram], seal_overhead: int, *, audio: bool) -> None:
         size = sum(map(len, repair)) + len(repair) * seal_overhead
         self.counters.repair_datagrams_sent += len(repair)
         self.counters.repair_bytes_sent += size

@@ -6,7 +6,10 @@ clustered loss FEC handles worst.  pyrofling paces in user space.
 
 Pure: the sender asks :meth:`Pacer.next_send_time` for the next datagram's size,
 sends it once ``now`` reaches that time, then calls :meth:`Pacer.on_sent`.
-:class:`PacedQueue` wraps that loop for a shell that just pushes datagrams.
+:class:`PacedQueue` wraps that loop for a shell that just pushes datagrams.  A
+packet's repair datagrams may be pushed still to compute (the packetizer's
+``LaterDatagram``): they are computed when the first is due, on a turn of their
+own, once the data before them has been handed out.
 """
 
 from __future__ import annotations
@@ -14,8 +17,11 @@ from __future__ import annotations
 import itertools
 import math
 from collections import deque
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from pyrofling.core.host.packetizer import Datagram
 
 #: IPv4 + UDP header bytes a datagram costs on the wire beyond its payload.
 UDP_OVERHEAD_BYTES = 28
@@ -147,7 +153,7 @@ class PacedQueue:
         self.max_queued_bytes = max_queued_bytes
         #: Told (tag, now, size) for each datagram pushed with a tag as it leaves (rate control's send times).
         self.on_sent = on_sent
-        self._queue: deque[tuple[bytes, Any, float]] = deque()
+        self._queue: deque[tuple[Datagram, Any, float]] = deque()
         self._queued_bytes = 0
         self.dropped = 0
         self.sent = 0
@@ -159,7 +165,7 @@ class PacedQueue:
     def queued_bytes(self) -> int:
         return self._queued_bytes
 
-    def push(self, datagrams: list[bytes], *, tag: Any = None, weight: float = 1.0) -> int:
+    def push(self, datagrams: Sequence[Datagram], *, tag: Any = None, weight: float = 1.0) -> int:
         """Queue datagrams in order; returns how many were refused for lack of room.  ``weight``: each costs the
         pacer that many times its size (a key frame paced slower than the rest)."""
         refused = 0
@@ -174,14 +180,22 @@ class PacedQueue:
         return refused
 
     def pop_due(self, now: float) -> list[bytes]:
-        """Datagrams that may be sent at ``now``, in order (already charged to the pacer)."""
-        out = []
+        """Datagrams that may be sent at ``now``, in order (already charged to the pacer).  Repair still to
+        compute waits for the next call when datagrams come before it: they leave first."""
+        out: list[bytes] = []
         queue, pacer = self._queue, self.pacer
         while queue:
             cost = self._cost(queue[0])  # once a datagram: this runs for every one the host sends
             if pacer.next_send_time(now, cost) > now:
                 break
-            d, tag, _ = queue.popleft()
+            head, tag, _ = queue[0]
+            if isinstance(head, bytes):
+                d = head
+            elif out and not head.computed:
+                break  # what is ready leaves first; the repair is computed on the next call
+            else:
+                d = head.datagram()
+            queue.popleft()
             self._queued_bytes -= len(d) + self.seal_overhead
             pacer.on_sent(now, cost)
             if self.seal is not None:
@@ -197,6 +211,9 @@ class PacedQueue:
         holds, if fewer still) may go together, or None when the queue is empty."""
         if not self._queue:
             return None
+        head = self._queue[0]
+        if not isinstance(head[0], bytes) and not head[0].computed:  # repair to compute: as soon as its first may go
+            return self.pacer.next_send_time(now, self._cost(head))
         room = getattr(self.pacer, "burst_bytes", math.inf)
         together = 0
         for entry in itertools.islice(self._queue, WAKE_BATCH):
@@ -206,5 +223,5 @@ class PacedQueue:
             together += cost
         return self.pacer.next_send_time(now, together - UDP_OVERHEAD_BYTES)
 
-    def _cost(self, entry: tuple[bytes, Any, float]) -> int:
+    def _cost(self, entry: tuple[Datagram, Any, float]) -> int:
         return round((len(entry[0]) + self.seal_overhead) * entry[2])

@@ -3,7 +3,9 @@
 Pure: no sockets, no clock.  The host keeps one :class:`Packetizer` per viewer
 (own sequence counters, own FEC planner) and hands each encoded packet to it;
 the returned datagrams go to the pacer in order: data blocks first, then repair
-blocks.
+blocks.  Video's repair blocks may be left to compute until the first of them is
+about to leave (:meth:`Packetizer.packetize` with ``repair_later``): the packet's
+data goes out meanwhile, instead of waiting behind its repair.
 """
 
 from __future__ import annotations
@@ -39,6 +41,49 @@ class MediaPacket:
     stream: StreamType = StreamType.VIDEO
     key_frame: bool = False
     dts_us: int | None = None  # None: same as pts (no B-frames)
+
+
+class RepairBlocks:
+    """One packet's repair blocks for one plan, computed the first time they are asked for (then kept): every
+    viewer with that plan shares them."""
+
+    __slots__ = ("_blocks", "_compute")
+
+    def __init__(self, compute: Callable[[], list[bytes]]) -> None:
+        self._compute: Callable[[], list[bytes]] | None = compute
+        self._blocks: list[bytes] = []
+
+    @property
+    def computed(self) -> bool:
+        return self._compute is None
+
+    def blocks(self) -> list[bytes]:
+        if self._compute is not None:
+            self._blocks, self._compute = self._compute(), None
+        return self._blocks
+
+
+class LaterDatagram:
+    """A repair datagram whose block is computed when it is about to leave; its length is known before."""
+
+    __slots__ = ("_header", "_index", "_repair")
+
+    def __init__(self, header: bytes, repair: RepairBlocks, index: int) -> None:
+        self._header, self._repair, self._index = header, repair, index
+
+    def __len__(self) -> int:
+        return len(self._header) + BLOCK_BYTES  # repair blocks are always whole (§5.3)
+
+    @property
+    def computed(self) -> bool:
+        return self._repair.computed
+
+    def datagram(self) -> bytes:
+        return self._header + self._repair.blocks()[self._index]
+
+
+#: What a packetizer hands the pacer: a datagram, or one whose repair block is still to compute.
+Datagram = bytes | LaterDatagram
 
 
 def initial_sequences(cookie: int) -> tuple[int, int]:
@@ -122,12 +167,37 @@ class Packetizer:
             return mds_plan(min(plan.repair_blocks, max_mds_repair(n)))
         return plan
 
-    def packetize(self, packet: MediaPacket, *, repair_cache: dict[FecPlan, list[bytes]] | None = None) -> list[bytes]:
+    def packetize(self, packet: MediaPacket, *, repair_cache: dict[FecPlan, RepairBlocks] | None = None) -> list[bytes]:
         """Datagrams for one packet, in send order.  An empty packet still uses a sequence number.
 
         Repair blocks depend only on the data, the plan and the pts, not on the viewer: a host fanning one
         packet out to several viewers passes the same ``repair_cache`` to each so they are computed once.
         """
+        data, repair = self._datagrams(packet, repair_cache)
+        out = data + [d.datagram() for d in repair]
+        if packet.stream == StreamType.AUDIO:
+            # An audio chunk's repair goes out after the next chunk's data: one burst rarely takes both.
+            pending, self._audio_repair = self._audio_repair, []
+            if self.audio_repair_later:
+                out[len(data) :], self._audio_repair = pending, out[len(data) :]
+            else:
+                out[len(data) : len(data)] = pending
+        return out
+
+    def packetize_video(
+        self, packet: MediaPacket, *, repair_cache: dict[FecPlan, RepairBlocks] | None = None
+    ) -> list[Datagram]:
+        """:meth:`packetize` for a video packet whose repair is computed only when its first repair datagram is
+        about to leave (:class:`LaterDatagram`): the paced queue sends the data meanwhile."""
+        if packet.stream != StreamType.VIDEO:
+            raise ValueError("only video is paced; audio leaves at once (packetize)")
+        data, repair = self._datagrams(packet, repair_cache)
+        return [*data, *repair]
+
+    def _datagrams(
+        self, packet: MediaPacket, repair_cache: dict[FecPlan, RepairBlocks] | None
+    ) -> tuple[list[bytes], list[LaterDatagram]]:
+        """A packet's data datagrams, and its repair datagrams still to compute."""
         size = len(packet.data)
         if packet.key_frame and packet.stream == StreamType.AUDIO:
             raise ValueError("audio packets cannot be key frames: KEY|AUDIO marks a ping reply on the wire")
@@ -144,7 +214,7 @@ class Packetizer:
         audio = packet.stream == StreamType.AUDIO
         key = packet.key_frame
         view = memoryview(packet.data)
-        out = [
+        data = [
             b"".join(
                 (
                     prefix,
@@ -154,35 +224,28 @@ class Packetizer:
             )
             for i, start in enumerate(range(0, size, BLOCK_BYTES))
         ]
+        repair: list[LaterDatagram] = []
         if plan.repair_blocks:
-            repair = repair_cache.get(plan) if repair_cache is not None else None
-            if repair is None:
-                if plan.mds:
-                    repair = encode_mds_repair(packet.data, plan.repair_blocks)
-                else:
-                    repair = encode_repair(packet.data, plan, seed_for_pts(packet.pts_us))
+            blocks = repair_cache.get(plan) if repair_cache is not None else None
+            if blocks is None:
+                blocks = RepairBlocks(_repair_of(packet, plan))
                 if repair_cache is not None:
-                    repair_cache[plan] = repair
-            out.extend(
-                b"".join(
-                    (
-                        prefix,
-                        media_flags(packet_seq=seq, subpacket_seq=i, key_frame=key, audio=audio, fec=True, begin=False),
-                        block,
-                    )
-                )
-                for i, block in enumerate(repair)
-            )
+                    repair_cache[plan] = blocks
+            flags = [
+                media_flags(packet_seq=seq, subpacket_seq=i, key_frame=key, audio=audio, fec=True, begin=False)
+                for i in range(plan.repair_blocks)
+            ]
+            repair = [LaterDatagram(prefix + f, blocks, i) for i, f in enumerate(flags)]
             self.repair_datagrams_sent += len(repair)
-        self.datagrams_sent += len(out)
-        data_count = block_count(size)
+        self.datagrams_sent += len(data) + len(repair)
         if self.retained is not None:
-            self.retained.keep(packet.stream, seq, out[:data_count])
-        if audio:
-            # An audio chunk's repair goes out after the next chunk's data: one burst rarely takes both.
-            pending, self._audio_repair = self._audio_repair, []
-            if self.audio_repair_later:
-                out[data_count:], self._audio_repair = pending, out[data_count:]
-            else:
-                out[data_count:data_count] = pending
-        return out
+            self.retained.keep(packet.stream, seq, data)
+        return data, repair
+
+
+def _repair_of(packet: MediaPacket, plan: FecPlan) -> Callable[[], list[bytes]]:
+    """What computes a packet's repair blocks for ``plan``."""
+    if plan.mds:
+        return lambda: encode_mds_repair(packet.data, plan.repair_blocks)
+    seed = seed_for_pts(packet.pts_us)
+    return lambda: encode_repair(packet.data, plan, seed)

@@ -455,7 +455,8 @@ class HostSessions:
         return self.from_browsers(out, now) if out else []
 
     def datagrams_to_send(self, now: float) -> list[SendDatagram]:
-        """Every datagram that may leave at ``now``, in order: replies, resends and audio, then paced video."""
+        """Every datagram that may leave at ``now``, in order: replies, resends and audio, then paced video.  A
+        packet's repair, computed only once the data before it has been taken, comes from a second call."""
         return self.media_out.due(list(self._connections.values()), now)
 
     @property
