@@ -194,3 +194,59 @@ def test_a_frame_sent_in_runs_arrives_datagram_by_datagram_in_order_and_counted(
     assert stats.datagrams_sent == 41 and stats.send_errors == 0
     assert stats.bytes_sent == sum(map(len, payloads)) + len(b"second viewer")
     assert segmenting == (system == "segments")
+
+
+class _RepairAfterDataSessions(_RecordingSessions):
+    """A core like the host's with a packet whose repair it computes only once the data has been taken: the data on
+    one ask, the repair on the next (noting how many datagrams the shell had sent by then); no timer."""
+
+    def __init__(self, stats: HostStats, data: list[bytes], repair: list[bytes]) -> None:
+        super().__init__()
+        self.stats, self.data, self.repair = stats, data, repair
+        self.sent_when_repair_asked: int | None = None
+
+    def datagram(self, addr: Address, data: bytes, now: float) -> list[HostOutput]:
+        self.datagrams.append((data, addr, self.turn))
+        return []
+
+    def datagrams_to_send(self, now: float) -> list[SendDatagram]:
+        if not self.datagrams:
+            return []
+        to = self.datagrams[0][1]
+        if self.data:
+            out, self.data = self.data, []
+            return [SendDatagram(to, d) for d in out]
+        if self.repair:
+            self.sent_when_repair_asked = self.stats.datagrams_sent
+            out, self.repair = self.repair, []
+            return [SendDatagram(to, d) for d in out]
+        return []
+
+
+def test_a_packets_data_is_on_the_wire_before_its_repair_is_asked_for_and_the_repair_follows_without_a_timer() -> None:
+    data = [bytes([i]) * 1100 for i in range(20)]
+    repair = [bytes([0x80 + i]) * 1100 for i in range(4)]
+
+    async def scenario() -> tuple[list[bytes], int | None]:
+        stats = HostStats()
+        core = _RepairAfterDataSessions(stats, data, repair)
+        network = HostNetwork(core, stats=stats, on_output=lambda out: None)  # type: ignore[arg-type]
+        port = await network.listen("127.0.0.1", 0)
+        got: list[bytes] = []
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as viewer:
+            viewer.bind(("127.0.0.1", 0))
+            viewer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+            viewer.setblocking(False)
+            viewer.sendto(b"hello", ("127.0.0.1", port))
+            deadline = time.monotonic() + 5.0
+            while len(got) < len(data) + len(repair) and time.monotonic() < deadline:
+                await asyncio.sleep(0.005)
+                with contextlib.suppress(BlockingIOError):
+                    while True:
+                        got.append(viewer.recv(65536))
+        await network.close()
+        return got, core.sent_when_repair_asked
+
+    got, sent_when_repair_asked = asyncio.run(asyncio.wait_for(scenario(), 10.0))
+    assert got == data + repair  # the core's next_timer is None: only the shell's second ask can have sent the repair
+    assert sent_when_repair_asked == len(data)

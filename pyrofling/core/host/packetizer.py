@@ -4,7 +4,7 @@ Pure: no sockets, no clock.  The host keeps one :class:`Packetizer` per viewer
 (own sequence counters, own FEC planner) and hands each encoded packet to it;
 the returned datagrams go to the pacer in order: data blocks first, then repair
 blocks.  Video's repair blocks may be left to compute until the first of them is
-about to leave (:meth:`Packetizer.packetize` with ``repair_later``): the packet's
+about to leave (:meth:`Packetizer.packetize_video`): the packet's
 data goes out meanwhile, instead of waiting behind its repair.
 """
 
