@@ -371,11 +371,15 @@ class HostNetwork:
 
     def transmit(self) -> None:
         """Send every datagram the sessions release now, runs of one size together; arm the one timer for their
-        next deadline.  Asked twice: a packet's repair is computed only once the data before it has been handed
-        out, so the data is on the wire first, and the repair follows in the same turn, not a wake-up later."""
+        next deadline.  Asked again after sending something: a packet's repair is computed only once the data
+        before it has been handed out, so the data is on the wire first and the repair follows in the same turn,
+        not a wake-up later (an ask that released nothing leaves nothing waiting behind it)."""
         now = self._clock.now()
         for _ in range(2):
-            for addr, run in segment_runs(self.sessions.datagrams_to_send(now)):
+            due = self.sessions.datagrams_to_send(now)
+            if not due:
+                break
+            for addr, run in segment_runs(due):
                 self._send(run, addr)
         if not self._closing:
             self._timer.arm(self.sessions.next_timer())
