@@ -291,6 +291,16 @@ def test_the_hosts_pacer_ceiling_is_its_own_unless_the_bench_is_told() -> None:
         assert args[args.index("--max-rate-mbits") + 1] == "1000"
 
 
+def test_the_viewers_decode_threads_are_its_own_unless_the_bench_is_told() -> None:
+    from pyrofling.bench.latency import LatencyBenchConfig, scenario_for
+
+    for mode in ("free", "auto"):
+        assert "--decode-threads" not in scenario_for(LatencyBenchConfig(), mode).view_args
+        args = list(scenario_for(LatencyBenchConfig(decode_threads=7), mode).view_args)
+        assert args[args.index("--decode-threads") + 1] == "7"
+        assert "--decode-threads" not in scenario_for(LatencyBenchConfig(decode_threads=7), mode).host_args
+
+
 def test_the_latency_bench_times_the_pictures_without_the_scene_check_that_bench_stream_judges_them_by() -> None:
     """The check renders and compares the scene on the decode thread before a picture is ready: timed with it."""
     from pyrofling.bench.latency import LatencyBenchConfig, scenario_for

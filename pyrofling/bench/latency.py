@@ -109,6 +109,8 @@ class LatencyBenchConfig:
     encoder_threads: int | None = None
     #: The host's ``--max-rate-mbits``, its pacer's ceiling (None: its default).
     max_rate_mbits: float | None = None
+    #: The viewer's ``--decode-threads`` (None: its default, one per CPU it may use, at most 4).
+    decode_threads: int | None = None
     #: A phase error whose 0.5 s mean stays within this for 2 s counts as locked (or within three times those
     #: means' own noise, if more: :func:`lock_threshold`).
     lock_threshold_ms: float = 1.0
@@ -135,6 +137,8 @@ def scenario_for(
         host_args += ["--encoder-threads", "1"]  # a second slice thread on the same CPU only takes turns
     if cfg.max_rate_mbits is not None:
         host_args += ["--max-rate-mbits", f"{cfg.max_rate_mbits:g}"]
+    if cfg.decode_threads is not None:
+        view_args += ["--decode-threads", str(cfg.decode_threads)]
     if mode == "free":
         view_args += ["--phase-locked", "off"]
     elif mode == "auto":

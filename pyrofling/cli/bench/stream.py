@@ -427,6 +427,13 @@ def add_latency(sub: Sub) -> None:
         "train costs the latency on a faster link",
     )
     p.add_argument(
+        "--decode-threads",
+        type=whole_number(1, 64, "threads"),
+        default=None,
+        help="the viewer's --decode-threads, slice threads decoding each picture (default: the viewer's own, one "
+        "per CPU it may use, at most 4)",
+    )
+    p.add_argument(
         "--rounds",
         type=whole_number(1, 100, "rounds"),
         default=1,
@@ -498,6 +505,7 @@ def _run_latency(args: argparse.Namespace) -> int:
         also_early_decode=args.also_early_decode,
         encoder_threads=args.encoder_threads,
         max_rate_mbits=args.max_rate_mbits,
+        decode_threads=args.decode_threads,
     )
     profiles = None
     if args.profiles is not None:
