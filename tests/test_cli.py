@@ -587,13 +587,13 @@ def test_the_encoder_slices_each_frame_over_the_cpus_the_host_may_use() -> None:
 
 
 def test_the_decoder_slices_each_picture_over_the_cpus_the_viewer_may_use(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One slice thread per CPU the viewer may use (at most 4: one for a viewer held to one CPU); the flag wins."""
+    """One slice thread per CPU the viewer may use (at most 8: one for a viewer held to one CPU); the flag wins."""
     from pyrofling.cli import build_parser
     from pyrofling.cli.view import viewer_config
     from pyrofling.client import codecs
     from pyrofling.client.config import ViewerConfig
 
-    for cpus, threads in ((set(range(16)), codecs.MAX_DEFAULT_DECODE_THREADS), ({3}, 1), ({0, 1}, 2)):
+    for cpus, threads in ((set(range(16)), 8), (set(range(6)), 6), ({3}, 1), ({0, 1}, 2)):
         monkeypatch.setattr(os, "sched_getaffinity", lambda _pid, cpus=cpus: cpus)
         assert codecs.default_decode_threads() == threads
         assert ViewerConfig("127.0.0.1", 1).decode_threads == threads

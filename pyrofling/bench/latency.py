@@ -109,7 +109,7 @@ class LatencyBenchConfig:
     encoder_threads: int | None = None
     #: The host's ``--max-rate-mbits``, its pacer's ceiling (None: its default).
     max_rate_mbits: float | None = None
-    #: The viewer's ``--decode-threads`` (None: its default, one per CPU it may use, at most 4).
+    #: The viewer's ``--decode-threads`` (None: its default, one per CPU it may use, at most 8).
     decode_threads: int | None = None
     #: A phase error whose 0.5 s mean stays within this for 2 s counts as locked (or within three times those
     #: means' own noise, if more: :func:`lock_threshold`).

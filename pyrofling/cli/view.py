@@ -102,7 +102,7 @@ def add_view(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--decode-threads",
         type=whole_number(1, 64, "threads"),
         default=None,
-        help="threads decoding slices of each picture (default: one per CPU this viewer may use, at most 4)",
+        help="threads decoding slices of each picture (default: one per CPU this viewer may use, at most 8)",
     )
     p.add_argument(
         "--early-decode",

@@ -23,15 +23,17 @@ log = logging.getLogger(__name__)
 DECODERS = {VideoCodec.H264: "h264", VideoCodec.H265: "hevc", VideoCodec.AV1: "libdav1d"}
 
 #: The most slice threads the default decode takes (see :func:`default_decode_threads`).
-MAX_DEFAULT_DECODE_THREADS = 4
+MAX_DEFAULT_DECODE_THREADS = 8
 
 
 def default_decode_threads() -> int:
     """One slice thread per CPU this process may use, at most :data:`MAX_DEFAULT_DECODE_THREADS` (a host's
     default encode has a slice per CPU, up to 8, so the slices are there to share).  Measured on a 16-CPU machine
     (the viewer on 7 CPUs), the test scene at 20 Mbit/s, a picture's decode median with 1, 2, 3, 4 and 6 threads:
-    1080p 2.74, 1.97, 1.97, 1.71, 1.58 ms; 720p 1.37 ms with 2 and with 4.  On the 2-core machine 2, as before,
-    and 1 for a viewer held to one CPU (a second thread there only takes turns)."""
+    1080p 2.74, 1.97, 1.97, 1.71, 1.58 ms; 720p 1.37 ms with 2 and with 4.  Later, 1080p60 in the viewer taking
+    turns, 4 against 7 threads: 1.69 and 1.73 ms against 1.54 and 1.50, its FFmpeg threads' CPU the same (13-14 %
+    of a core): a thread with no slice to decode costs nothing.  On the 2-core machine 2, and 1 for a viewer held to
+    one CPU (a second thread there only takes turns)."""
     affinity = getattr(os, "sched_getaffinity", None)  # Linux; elsewhere, every CPU
     cpus = len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
     return max(1, min(MAX_DEFAULT_DECODE_THREADS, cpus))

@@ -50,7 +50,7 @@ class ViewerConfig:
     reconnect: bool = True
     stats_json: Path | None = None
     reassembler: ReassemblerConfig = field(default_factory=ReassemblerConfig)
-    #: Slice threads of the video decoder (default: one per CPU this viewer may use, at most 4).
+    #: Slice threads of the video decoder (default: one per CPU this viewer may use, at most 8).
     decode_threads: int = field(default_factory=default_decode_threads)
     #: Complete packets waiting for the decoder; beyond this the viewer is falling behind.
     max_decode_queue: int = 8

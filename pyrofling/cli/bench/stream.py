@@ -431,7 +431,7 @@ def add_latency(sub: Sub) -> None:
         type=whole_number(1, 64, "threads"),
         default=None,
         help="the viewer's --decode-threads, slice threads decoding each picture (default: the viewer's own, one "
-        "per CPU it may use, at most 4)",
+        "per CPU it may use, at most 8)",
     )
     p.add_argument(
         "--rounds",
