@@ -241,6 +241,24 @@ def test_repeats_count_once_locked_and_past_the_start_up_which_is_stated_apart()
     assert "host on CPU 0,1,2,3,4,5,6,7 and viewer on CPU 8,9,10,11,12,13,14, netsim's relay on CPU 15" in text
 
 
+def test_an_early_decoding_row_says_how_many_pictures_were_begun_from_their_parts() -> None:
+    from pyrofling.bench.latency import LatencyBenchConfig, format_table, pool, summarize
+
+    cfg = LatencyBenchConfig(duration_s=62.0, modes=("free",), also_early_decode=True)
+    pres = {"ready_trace": [(t / 10, 8.0) for t in range(21, 600)], "glass_ms": [12.0] * 100}
+    viewer = {"presentation": pres, "pictures_decoded_early": 1800, "parts_decoded": 9000, "part_feeds": 8100}
+    host = {"frames_encoded": 3720}
+    rows = [
+        pool([dict(summarize("free", {"viewers": [{"presentation": pres}], "host": host}, cfg), rate_trim_ppm=0.0)]),
+        pool(
+            [dict(summarize("free", {"viewers": [viewer], "host": host}, cfg, label="free early"), rate_trim_ppm=0.0)]
+        ),
+    ]
+    text = format_table({"config": asdict(cfg), "rows": rows})
+    assert "decoded early (begun from their parts): free early 1800 of 3720 pictures, 9000 parts in 8100 " in text
+    assert "free 0 of" not in text  # the whole-picture row has no such line
+
+
 def test_repeats_whose_picture_was_on_its_way_while_the_machine_ran_slow_are_counted() -> None:
     from pyrofling.bench.latency import LatencyBenchConfig, format_table, pool, summarize
 
@@ -374,10 +392,27 @@ def test_pooled_rounds_average_the_hosts_cpu_and_keep_an_outrun_said_in_any() ->
                 "dropped": 0, "packets_lost": 0, "presentation": "free", "glass_ms": [10.0], "ready_ms": [5.0],
                 "refresh_hz": 60.0, "bound_repeats_per_minute": 0.5, "flip_margin_ms": 1.0, "decoded_ms_median": 4.0,
                 "host_cpu_pct": cpu, "host_cpu_by_thread_pct": {"MainThread": loop}, "said_outrun": outrun,
-                "viewer_cpu_by_thread_pct": {"pyrofling-decode": loop / 2}}  # fmt: skip
+                "viewer_cpu_by_thread_pct": {"pyrofling-decode": loop / 2}, "pictures_decoded_early": 3,
+                "parts_decoded": 7}  # fmt: skip
 
     row = pool([part(80.0, 10.0, False), part(90.0, 12.0, True)])
+    assert (row["pictures_decoded_early"], row["parts_decoded"]) == (6, 14)
     assert row["host_cpu_pct"] == pytest.approx(85.0)
     assert row["host_cpu_by_thread_pct"] == {"MainThread": pytest.approx(11.0)}
     assert row["viewer_cpu_by_thread_pct"] == {"pyrofling-decode": pytest.approx(5.5)}
     assert row["said_outrun"] is True
+
+
+def test_the_early_decoding_runs_take_the_hosts_small_slices_unless_told_its_own() -> None:
+    from pyrofling.bench.latency import EARLY_SLICE_BYTES, LatencyBenchConfig, runs
+
+    def early(cfg: LatencyBenchConfig) -> list[tuple[str, tuple[str, ...], tuple[str, ...]]]:
+        return [(label, s.host_args, s.view_args) for label, _, s in runs(cfg) if label.endswith(" early")]
+
+    small = early(LatencyBenchConfig(modes=("free", "auto"), also_early_decode=True))
+    assert [label for label, _, _ in small] == ["free early", "auto early"]
+    for _, host, view in small:
+        assert f"slice-max-size={EARLY_SLICE_BYTES}" in host and "--early-decode" in view
+    for _, host, view in early(LatencyBenchConfig(modes=("free",), also_early_decode=True, early_slice_bytes=0)):
+        assert "--encoder-params" not in host and "--early-decode" in view
+    assert early(LatencyBenchConfig(modes=("free",))) == []

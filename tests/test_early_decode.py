@@ -16,6 +16,7 @@ import pytest
 
 from pyrofling.client.display import HeadlessDisplay
 from pyrofling.core.host.packetizer import MediaPacket, Packetizer
+from pyrofling.core.viewer.connection import EARLY_PACKET_BYTES
 from pyrofling.core.viewer.reassembler import (
     PacketPart,
     PacketReady,
@@ -99,6 +100,31 @@ def test_no_parts_unless_asked_and_none_for_a_packet_with_one_nal_unit() -> None
         (101, 0, 5005)
     ]  # up to the next code (its leading zero with it); none of the 20 KB NAL unit
     assert [e.data for e in _ready(seen_on)] == [e.data for e in _ready(seen_off)] == packets
+
+
+def test_only_packets_as_large_as_asked_come_in_parts() -> None:
+    """A small picture arrives at once and decodes faster whole: parts only for packets of
+    ``early_packet_bytes`` or more, told by the first datagram's header (the packet's size)."""
+    rng = random.Random(9)
+    p = _packetizer()
+    packets = [
+        _nal_stream(rng, [300]),
+        _nal_stream(rng, [5000, 5000, 5000]),  # 15 KB: below
+        _nal_stream(rng, [6000, 6000, 6000, 6000]),  # 24 KB: at
+        _nal_stream(rng, [5000, 5000, 5000]),
+    ]
+    sizes = [len(x) for x in packets]
+    r = Reassembler()
+    r.early_part_bytes, r.early_packet_bytes = 4096, sizes[2]
+    events: list[ReassemblyEvent] = []
+    for i, data in enumerate(packets):
+        for d in p.packetize(MediaPacket(data, i * 16_667)):
+            events += r.receive(d, i * 0.016)
+    assert {e.seq for e in _parts(events)} == {102}
+    assert [e.data for e in _ready(events)] == packets  # every packet still delivered whole
+    r.early_packet_bytes = sizes[2] + 1  # one byte more than the largest: none
+    for i, data in enumerate(packets):
+        assert not _parts([e for d in p.packetize(MediaPacket(data, (i + 4) * 16_667)) for e in r.receive(d, 1.0)])
 
 
 def test_a_packet_behind_an_incomplete_one_waits_and_a_gap_stops_its_parts_until_filled() -> None:
@@ -231,10 +257,16 @@ def _encoded(count: int) -> list[bytes]:
 
 
 def _through_pipeline(
-    access_units: list[bytes], *, early: bool, lose: int | None = None, halve: int | None = None
+    access_units: list[bytes],
+    *,
+    early: bool,
+    lose: int | None = None,
+    halve: int | None = None,
+    queued_first: bool = False,
 ) -> tuple[list[Any], dict[str, Any]]:
     """Each access unit packetized, reassembled (unit ``lose``'s last block lost; unit ``halve`` sent as a
-    packet of its first half, as if damaged or forged) and decoded."""
+    packet of its first half, as if damaged or forged) and decoded; ``queued_first``: everything queued before
+    the decode thread starts (a thread behind the datagrams)."""
     from pyrofling.client.video import VideoPipeline
     from pyrofling.core.viewer.clock_sync import HostClock
     from pyrofling.core.viewer.connection import DecodeVideo, DecodeVideoPart
@@ -250,7 +282,8 @@ def _through_pipeline(
         early_decode=early,
         max_queue=len(access_units) + 1,
     )
-    pipeline.start()
+    if not queued_first:
+        pipeline.start()
     p = _packetizer()
     r = Reassembler()
     r.early_part_bytes = 400 if early else None
@@ -270,6 +303,8 @@ def _through_pipeline(
             pipeline.offer_part(DecodeVideoPart(e.data, e.pts_us, e.seq, e.start))
         elif isinstance(e, PacketReady):
             assert pipeline.offer(DecodeVideo(e.data, e.pts_us, True, 0.0, VideoCodec.H264, 0.0, e.seq), clock, 1, 0)
+    if queued_first:
+        pipeline.start()
     pipeline.close(timeout_s=60)
     return shown.got, {**pipeline.summary(), "decode_errors_told": len(errors)}
 
@@ -285,6 +320,18 @@ def test_pictures_decoded_from_their_parts_are_the_pictures_decoded_whole() -> N
     assert [p.pts_us for p in early] == [i * 16_667 for i in range(20)]
     assert stats["pictures_decoded_early"] == 19  # all but the first (no packet before it to order it after)
     assert stats["parts_decoded"] >= 19 * 2 and stats["parts_abandoned"] == 0
+
+
+@pytest.mark.io
+def test_parts_queued_behind_one_another_go_to_the_decoder_together() -> None:
+    """A decode thread behind the datagrams finds a picture's parts queued: fed in one call, FFmpeg decodes
+    their slices on its threads together; the pictures are the same."""
+    aus = _encoded(20)
+    whole, _ = _through_pipeline(aus, early=False)
+    early, stats = _through_pipeline(aus, early=True, queued_first=True)
+    assert all(np.array_equal(a.prepared, b.prepared) for a, b in zip(whole, early, strict=True))
+    assert len(early) == 20 and stats["pictures_decoded_early"] == 19
+    assert stats["part_feeds"] == 19 < stats["parts_decoded"]  # one call a picture for its parts
 
 
 @pytest.mark.io
@@ -336,6 +383,37 @@ def test_early_decoding_is_asked_for_and_taken_only_where_it_can_work() -> None:
     assert config("--decode-threads", "2", "--early-decode").early_part_bytes == 4096
     assert not config("--decode-threads", "2").decodes_early  # off unless asked: it loses where pictures come at once
     assert config("--decode-threads", "2").early_part_bytes is None
+    # Only pictures large enough to take long to arrive, unless told otherwise (0: every one).
+    assert config("--early-decode").early_decode_bytes == EARLY_PACKET_BYTES == 24_000
+    assert config("--early-decode", "--early-decode-bytes", "0").early_decode_bytes == 0
+    with pytest.raises(SystemExit):
+        config("--early-decode-bytes", "-1")
     # One thread takes each part as long as a picture; intra-refresh recovery would show the reset's damage.
     assert not config("--decode-threads", "1", "--early-decode").decodes_early
     assert not config("--decode-threads", "2", "--early-decode", "--recovery", "intra-refresh").decodes_early
+
+
+@pytest.mark.io  # a real host and two real viewers on loopback
+def test_a_viewer_decodes_early_only_the_pictures_as_large_as_it_was_told(tmp_path: Any) -> None:
+    """The flag reaches the viewer's reassembler: two viewers of one host whose pictures come in several
+    slices, one decoding early every picture of 1,000 bytes or more, the other at the default (24 KB: none of
+    these 320x240 pictures)."""
+    from faults import HostProcess, ViewerProcess, kill, wait_for
+
+    host = HostProcess(tmp_path, "--encoder-params", "slice-max-size=500", fps=30, bitrate_kbits=3000)
+    early = large_only = None
+    try:
+        flags = ("--early-decode", "--decode-threads", "2")
+        early = ViewerProcess(tmp_path, host.port, *flags, "--early-decode-bytes", "1000", name="early")
+        large_only = ViewerProcess(tmp_path, host.port, *flags, name="large-only")
+        wait_for(lambda: early.shown() >= 60 and large_only.shown() >= 60, 60, "60 pictures shown by each viewer")
+        early.stop()
+        large_only.stop()
+        host.stop()
+    finally:
+        kill(early, large_only, host)
+    st, default = early.stats(), large_only.stats()
+    assert st["parts_decoded"] > st["pictures_decoded_early"] >= 30, st
+    assert st["parts_abandoned"] == 0 and st["decode_errors"] == 0
+    assert default["parts_decoded"] == default["pictures_decoded_early"] == 0, default
+    assert default["frames_shown"] >= 60

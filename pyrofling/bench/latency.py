@@ -103,8 +103,9 @@ class LatencyBenchConfig:
     #: Also run ``auto`` with ``--thread-priority normal`` on both ends.
     also_normal_priority: bool = False
     #: Also run ``free`` and ``auto`` with early decoding: the viewer with ``--early-decode``, x264's slices at
-    #: most 8,000 bytes (``slice-max-size``).
+    #: most ``early_slice_bytes`` (``slice-max-size``; 0: the host's own slices, one per thread).
     also_early_decode: bool = False
+    early_slice_bytes: int = EARLY_SLICE_BYTES
     #: The host's ``--encoder-threads`` (None: its default, one slice thread per CPU it may use, at most 8).
     encoder_threads: int | None = None
     #: The host's ``--max-rate-mbits``, its pacer's ceiling (None: its default).
@@ -180,9 +181,10 @@ def runs(cfg: LatencyBenchConfig) -> list[tuple[str, str, StreamScenario]]:
         for mode in ("free", "auto"):
             if mode in cfg.modes:
                 one = scenario_for(cfg, mode)
+                slices = cfg.early_slice_bytes
                 early = replace(
                     one,
-                    host_args=(*one.host_args, "--encoder-params", f"slice-max-size={EARLY_SLICE_BYTES}"),
+                    host_args=(*one.host_args, *(("--encoder-params", f"slice-max-size={slices}") if slices else ())),
                     view_args=(*one.view_args, "--early-decode"),
                 )
                 out.append((f"{mode} early", mode, early))
@@ -284,6 +286,8 @@ def pool(parts: list[dict[str, Any]]) -> dict[str, Any]:
     row = dict(parts[-1])  # the offset, trim and traces at the end of the last run
     for key in ("frames_encoded", "host_skipped", "presented", "repeated", "missed_deadlines", "dropped"):
         row[key] = sum(p[key] for p in parts)
+    for key in ("pictures_decoded_early", "parts_decoded", "part_feeds"):
+        row[key] = sum(p.get(key, 0) for p in parts)
     row["packets_lost"] = sum(p["packets_lost"] for p in parts)
     if row["presentation"] != "free":
         row["repeated_after_lock"] = sum(p["repeated_after_lock"] or 0 for p in parts)
@@ -396,6 +400,10 @@ def summarize(mode: str, raw: dict[str, Any], cfg: LatencyBenchConfig, *, label:
         "glass_ms_p95": _pct(glass, 95),
         "glass_ms_p99": _pct(glass, 99),
         "decoded_ms_median": v.get("latency_ms_median"),
+        # Early decoding: the pictures begun from their parts, the parts, and the decoder calls that took them.
+        "pictures_decoded_early": v.get("pictures_decoded_early", 0),
+        "parts_decoded": v.get("parts_decoded", 0),
+        "part_feeds": v.get("part_feeds", 0),
         "bound_repeats_per_minute": cfg.auto_repeats_per_minute,
         "flip_margin_ms": _flip_margin_ms(auto),
         "last_moment_ms": LAST_MOMENT_MS,
@@ -603,6 +611,14 @@ def format_table(result: dict[str, Any]) -> str:
         if r.get("half_rate_at_s") is not None
     ]
     lines += halved
+    early = [
+        f"{r['mode']} {r['pictures_decoded_early']} of {r['frames_encoded']} pictures, "
+        f"{r['parts_decoded']} parts in {r['part_feeds']} decoder calls"
+        for r in result["rows"]
+        if r["mode"].endswith(" early")
+    ]
+    if early:
+        lines.append("decoded early (begun from their parts): " + "; ".join(early))
     verdict = bound_verdict(result["rows"])
     if verdict:
         lines += ["", verdict]

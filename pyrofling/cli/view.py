@@ -32,6 +32,7 @@ from pyrofling.client.display import display_problem
 from pyrofling.client.uri import PyroUri, parse_uri
 from pyrofling.client.viewer import Viewer
 from pyrofling.core.viewer.audio_control import RATE_CONTROLLERS
+from pyrofling.core.viewer.connection import EARLY_PACKET_BYTES
 from pyrofling.core.viewer.phase_offset import AutoOffsetConfig
 from pyrofling.core.viewer.presentation import PresentationConfig
 from pyrofling.runtime import tune_for_latency
@@ -112,6 +113,15 @@ def add_view(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "threads or more and --recovery key-frame; the host's slices should be small: host --encoder-params "
         "slice-max-size=8000). Off by default: it gains where a picture takes long to arrive (a slow link, a "
         "large picture) and loses where it comes at once (docs/streaming.md)",
+    )
+    p.add_argument(
+        "--early-decode-bytes",
+        type=whole_number(0, 10**8, "bytes"),
+        default=EARLY_PACKET_BYTES,
+        metavar="N",
+        help=f"with --early-decode, decode early only pictures of at least N bytes (default {EARLY_PACKET_BYTES:,}: "
+        "about a millisecond of datagrams behind the host's 200 Mbit/s pacer); smaller ones come whole. 0: every "
+        "picture",
     )
     p.add_argument(
         "--check-scene",
@@ -338,6 +348,7 @@ def viewer_config(args: argparse.Namespace) -> ViewerConfig:
         frame_trace=args.frame_trace,
         check_scene=args.check_scene,
         early_decode=args.early_decode,
+        early_decode_bytes=args.early_decode_bytes,
         host_on_this_machine=args.host_on_this_machine,
         recovery=args.recovery,
         resends=not args.no_resend,

@@ -61,6 +61,10 @@ class _Expect:
     height: int
 
 
+#: What the decode thread is given: a packet, a part of one, a stream's parameters, or None (stop).
+_Work = _Item | DecodeVideoPart | _Expect | None
+
+
 @dataclass(slots=True)
 class VideoStats:
     """What the decode thread counts; read by others under :attr:`VideoPipeline.lock`."""
@@ -78,9 +82,11 @@ class VideoStats:
     unclean_pictures: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=100))
     decode_queue_max: int = 0
     #: Pictures begun from parts before they were complete (``view --early-decode``), the parts and their bytes,
-    #: and pictures begun so that were never finished (their packet lost: the decoder is reset).
+    #: and pictures begun so that were never finished (their packet lost: the decoder is reset).  Parts queued
+    #: behind one another go to the decoder together: ``part_feeds`` calls for ``parts_decoded`` parts.
     pictures_decoded_early: int = 0
     parts_decoded: int = 0
+    part_feeds: int = 0
     bytes_decoded_early: int = 0
     parts_abandoned: int = 0
     decoder_resets: int = 0
@@ -122,7 +128,7 @@ class VideoPipeline:
         self.early_decode = early_decode
         #: Packets to decode, their parts, and what a stream will need before its first one (:meth:`expect`).
         #: At most ``max_queue`` whole packets wait (``_waiting``); a packet's parts only come before it.
-        self._queue: queue.Queue[_Item | DecodeVideoPart | _Expect | None] = queue.Queue()
+        self._queue: queue.Queue[_Work] = queue.Queue()
         self._max_queue = max_queue
         self._waiting = 0
         #: The decode thread's picture begun from parts: its packet's sequence number and the bytes fed.
@@ -206,8 +212,9 @@ class VideoPipeline:
         decoder: VideoDecoder | None = None
         layout: frame_marker.MarkerLayout | None = None
         layout_width = 0
+        held: list[_Work] = []  # taken from the queue while gathering parts, not yet done
         try:
-            while (item := self._queue.get()) is not None:
+            while (item := held.pop() if held else self._queue.get()) is not None:
                 if isinstance(item, _Expect):
                     if decoder is None or decoder.codec != item.codec:
                         with contextlib.suppress(ValueError, av.FFmpegError):  # the first packet says why
@@ -216,8 +223,9 @@ class VideoPipeline:
                         self._scene_for(item.width, item.height)
                     continue
                 if isinstance(item, DecodeVideoPart):
+                    item, count = self._gathered(item, held)
                     if decoder is not None and decoder.parts:
-                        self._part(decoder, item)
+                        self._part(decoder, item, count)
                     continue
                 with self.lock:
                     self._waiting -= 1
@@ -256,7 +264,26 @@ class VideoPipeline:
         log.debug("decode error: %s", exc)
         self._on_decode_error()
 
-    def _part(self, decoder: VideoDecoder, part: DecodeVideoPart) -> None:
+    def _gathered(self, part: DecodeVideoPart, held: list[_Work]) -> tuple[DecodeVideoPart, int]:
+        """The part and those queued behind it that follow it, as one (the decoder runs one call's slices on
+        its threads together, where parts fed one by one take a slice at a time), and their count; the item
+        taken after them goes to ``held``."""
+        datas, end = [part.data], part.start + len(part.data)
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if not (isinstance(item, DecodeVideoPart) and item.seq == part.seq and item.start == end):
+                held.append(item)
+                break
+            datas.append(item.data)
+            end += len(item.data)
+        if len(datas) > 1:
+            part = DecodeVideoPart(b"".join(datas), part.pts_us, part.seq, part.start)
+        return part, len(datas)
+
+    def _part(self, decoder: VideoDecoder, part: DecodeVideoPart, count: int = 1) -> None:
         """Feed the next part of the packet on its way (a part that does not follow the last one is skipped:
         its packet's bytes go in whole when it is complete)."""
         if part.seq != self._early_seq:
@@ -270,7 +297,8 @@ class VideoPipeline:
             self._decode_failed(exc)
         self._early_fed += len(part.data)
         with self.lock:
-            self.stats.parts_decoded += 1
+            self.stats.parts_decoded += count
+            self.stats.part_feeds += 1
             self.stats.bytes_decoded_early += len(part.data)
 
     def _rest_of(self, decoder: VideoDecoder, packet: DecodeVideo) -> bytes:

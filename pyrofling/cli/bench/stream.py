@@ -465,7 +465,16 @@ def add_latency(sub: Sub) -> None:
         "--also-early-decode",
         action="store_true",
         help="also run free and auto with early decoding: the viewer starting on each picture's first slices "
-        "(view --early-decode) from the host's slices of at most 8,000 bytes, against whole pictures in the same run",
+        "(view --early-decode; pictures of 24,000 bytes or more) from the host's slices of at most "
+        "--early-slice-bytes, against whole pictures in the same run",
+    )
+    p.add_argument(
+        "--early-slice-bytes",
+        type=whole_number(0, 1_000_000, "bytes"),
+        default=None,
+        metavar="N",
+        help="with --also-early-decode, the host's largest slice (x264's slice-max-size; default 8,000: a 1080p "
+        "picture of the test scene in about six); 0: the host's own slices, one a thread",
     )
     p.add_argument(
         "--profiles",
@@ -503,6 +512,7 @@ def _run_latency(args: argparse.Namespace) -> int:
         pin_cpus=args.pin_cpus,
         also_normal_priority=args.also_normal_priority,
         also_early_decode=args.also_early_decode,
+        **({} if args.early_slice_bytes is None else {"early_slice_bytes": args.early_slice_bytes}),
         encoder_threads=args.encoder_threads,
         max_rate_mbits=args.max_rate_mbits,
         decode_threads=args.decode_threads,

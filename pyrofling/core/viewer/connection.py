@@ -73,6 +73,9 @@ RESEND_WAIT_S = 0.02
 #: The least a part of a picture handed to the decoder early holds (:class:`DecodeVideoPart`): each part wakes the
 #: decode thread, which costs more than decoding a few hundred bytes.
 EARLY_PART_BYTES = 4096
+#: The least video packet the viewer decodes early by default: 24 KB take about a millisecond behind a 200 Mbit/s
+#: pacer; the 21 KB of a 720p60 picture at 10 Mbit/s lost 0.6 ms decoded early, a 1080p60 one's 41 KB gained.
+EARLY_PACKET_BYTES = 24_000
 #: Malformed datagrams a second beyond which the viewer stops asking for resends for a second (see below).
 SUSPECT_REFUSED_PER_S = 200
 
@@ -153,8 +156,8 @@ class ViewerConnection:
         early_part_bytes: int | None = None,
     ) -> None:
         self.reassembler = Reassembler(reassembler)
-        #: Hand out H.264 packets in parts of at least this many bytes as they arrive (:class:`DecodeVideoPart`);
-        #: None: whole packets only.
+        #: Hand out H.264 packets in parts of at least this many bytes as they arrive (:class:`DecodeVideoPart`;
+        #: only packets of ``reassembler.early_packet_bytes`` or more); None: whole packets only.
         self.reassembler.early_part_bytes = early_part_bytes
         self.session = ViewerSession(self.reassembler.counters, config, random_bytes=random_bytes)
         #: Datagrams that opened (sealed sessions) and reached the reassembler, and their bytes.

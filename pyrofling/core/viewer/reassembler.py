@@ -208,6 +208,9 @@ class Reassembler:
         #: many bytes as its leading blocks arrive, each ending where an H.264 NAL unit begins, so that a
         #: decoder can start on its first slices while the rest is on its way.  None: whole packets only.
         self.early_part_bytes: int | None = None
+        #: Only packets of at least this many bytes go out in parts: a small picture arrives all at once, and
+        #: its slices decoded one by one as parts take longer than the whole on the decoder's threads.
+        self.early_packet_bytes = 0
 
     # ---------------------------------------------------------------------------------------
     # Inputs
@@ -351,7 +354,11 @@ class Reassembler:
                 if other.complete_s is None and other.blocked_since_s is None and seq14_delta(other_seq, seq) < 0:
                     other.blocked_since_s = now
             events += self._flush(header.stream, now)
-        elif self.early_part_bytes is not None and header.stream is _VIDEO:
+        elif (
+            self.early_part_bytes is not None
+            and header.stream is _VIDEO
+            and header.payload_size >= self.early_packet_bytes
+        ):
             early = self._early_part(state, seq, part, self.early_part_bytes)
             if early is not None:
                 events.append(early)
