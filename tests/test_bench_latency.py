@@ -416,3 +416,8 @@ def test_the_early_decoding_runs_take_the_hosts_small_slices_unless_told_its_own
     for _, host, view in early(LatencyBenchConfig(modes=("free",), also_early_decode=True, early_slice_bytes=0)):
         assert "--encoder-params" not in host and "--early-decode" in view
     assert early(LatencyBenchConfig(modes=("free",))) == []
+    whole = [(label, s.host_args, s.view_args) for label, _, s in runs(LatencyBenchConfig(also_whole_pictures=True))]
+    whole = [w for w in whole if w[0].endswith(" whole")]
+    assert [label for label, _, _ in whole] == ["free whole", "auto whole"]
+    for _, host, view in whole:
+        assert "slice-max-size=0" in host and "--no-early-decode" in view

@@ -381,8 +381,10 @@ def test_early_decoding_is_asked_for_and_taken_only_where_it_can_work() -> None:
 
     assert config("--decode-threads", "2", "--early-decode").decodes_early
     assert config("--decode-threads", "2", "--early-decode").early_part_bytes == 4096
-    assert not config("--decode-threads", "2").decodes_early  # off unless asked: it loses where pictures come at once
+    # By default on where the viewer decodes on 4 threads or more; asked for or refused either way.
+    assert not config("--decode-threads", "2").decodes_early and config("--decode-threads", "4").decodes_early
     assert config("--decode-threads", "2").early_part_bytes is None
+    assert not config("--decode-threads", "8", "--no-early-decode").decodes_early
     # Only pictures large enough to take long to arrive, unless told otherwise (0: every one).
     assert config("--early-decode").early_decode_bytes == EARLY_PACKET_BYTES == 24_000
     assert config("--early-decode", "--early-decode-bytes", "0").early_decode_bytes == 0

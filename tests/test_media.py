@@ -394,3 +394,26 @@ def test_the_scene_drawn_over_its_last_frame_is_the_picture_drawn_from_scratch(s
     for index in [0, 1, 2, 3, 250, 251, 7, 999_999, 1_000_000, 120, 121]:
         drawn = scene.render(index, 1_000 + index)
         assert np.array_equal(drawn, TestScene(w, h).render(index, 1_000 + index)), index
+
+
+def test_large_pictures_come_in_small_slices_for_the_viewer_to_decode_as_they_arrive() -> None:
+    """Pictures averaging 24 KB or more (bitrate / fps) come in slices of at most 8,000 bytes; smaller ones in one
+    slice a thread; ``--encoder-params slice-max-size=0`` restores one a thread."""
+    from pyrofling.core.slices import EARLY_PICTURE_BYTES, SMALL_SLICE_BYTES
+    from pyrofling.server.encoder_options import large_pictures
+
+    def slices(kbits: int, params: str = "") -> tuple[list[int], list[int]]:
+        enc = VideoEncoder(EncoderConfig(width=960, height=540, fps=30, bitrate_kbits=kbits, threads=2, params=params))
+        scene = TestScene(960, 540)
+        out = [p.data for i in range(8) for p in enc.encode_array(scene.render(i, i * 33_333), i * 33_333)]
+        enc.close()
+        last = out[2:]  # past the first pictures' headers
+        return [d.count(b"\x00\x00\x01") for d in last], [len(d) for d in last]
+
+    at = EARLY_PICTURE_BYTES * 8 * 30 // 1000  # kbit/s where the average picture is that large
+    assert large_pictures(EncoderConfig(fps=30, bitrate_kbits=at))
+    assert not large_pictures(EncoderConfig(fps=30, bitrate_kbits=at - 1))
+    counts, sizes = slices(at * 3 // 2)
+    assert min(sizes) > 2 * SMALL_SLICE_BYTES and min(counts) >= min(sizes) // SMALL_SLICE_BYTES
+    assert slices(at * 3 // 2, "slice-max-size=0")[0] == [2] * len(counts)  # the person's options win
+    assert slices(at // 2)[0] == [2] * len(counts)  # one a thread

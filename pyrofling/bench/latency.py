@@ -106,6 +106,9 @@ class LatencyBenchConfig:
     #: most ``early_slice_bytes`` (``slice-max-size``; 0: the host's own slices, one per thread).
     also_early_decode: bool = False
     early_slice_bytes: int = EARLY_SLICE_BYTES
+    #: Also run ``free`` and ``auto`` with whole pictures only: the viewer with ``--no-early-decode``, the host's
+    #: slices one a thread (``slice-max-size=0``), as before large pictures were decoded early by default.
+    also_whole_pictures: bool = False
     #: The host's ``--encoder-threads`` (None: its default, one slice thread per CPU it may use, at most 8).
     encoder_threads: int | None = None
     #: The host's ``--max-rate-mbits``, its pacer's ceiling (None: its default).
@@ -188,6 +191,16 @@ def runs(cfg: LatencyBenchConfig) -> list[tuple[str, str, StreamScenario]]:
                     view_args=(*one.view_args, "--early-decode"),
                 )
                 out.append((f"{mode} early", mode, early))
+    if cfg.also_whole_pictures:
+        for mode in ("free", "auto"):
+            if mode in cfg.modes:
+                one = scenario_for(cfg, mode)
+                whole = replace(
+                    one,
+                    host_args=(*one.host_args, "--encoder-params", "slice-max-size=0"),
+                    view_args=(*one.view_args, "--no-early-decode"),
+                )
+                out.append((f"{mode} whole", mode, whole))
     if cfg.also_normal_priority:
         auto = scenario_for(cfg, "auto")
         normal = ("--thread-priority", "normal")
@@ -615,7 +628,7 @@ def format_table(result: dict[str, Any]) -> str:
         f"{r['mode']} {r['pictures_decoded_early']} of {r['frames_encoded']} pictures, "
         f"{r['parts_decoded']} parts in {r['part_feeds']} decoder calls"
         for r in result["rows"]
-        if r["mode"].endswith(" early")
+        if r.get("pictures_decoded_early")
     ]
     if early:
         lines.append("decoded early (begun from their parts): " + "; ".join(early))

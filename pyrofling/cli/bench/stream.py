@@ -469,12 +469,19 @@ def add_latency(sub: Sub) -> None:
         "--early-slice-bytes, against whole pictures in the same run",
     )
     p.add_argument(
+        "--also-whole-pictures",
+        action="store_true",
+        help="also run free and auto with whole pictures only (view --no-early-decode, the host's slices one a "
+        "thread): what decoding large pictures early, the default on a viewer with 4 CPUs or more, buys",
+    )
+    p.add_argument(
         "--early-slice-bytes",
         type=whole_number(0, 1_000_000, "bytes"),
         default=None,
         metavar="N",
         help="with --also-early-decode, the host's largest slice (x264's slice-max-size; default 8,000: a 1080p "
-        "picture of the test scene in about six); 0: the host's own slices, one a thread",
+        "picture of the test scene in about six); 0: the host's own (small where its pictures are large, else one "
+        "a thread)",
     )
     p.add_argument(
         "--profiles",
@@ -512,6 +519,7 @@ def _run_latency(args: argparse.Namespace) -> int:
         pin_cpus=args.pin_cpus,
         also_normal_priority=args.also_normal_priority,
         also_early_decode=args.also_early_decode,
+        also_whole_pictures=args.also_whole_pictures,
         **({} if args.early_slice_bytes is None else {"early_slice_bytes": args.early_slice_bytes}),
         encoder_threads=args.encoder_threads,
         max_rate_mbits=args.max_rate_mbits,

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyrofling.core.bitstream import key_info
+from pyrofling.core.slices import EARLY_PICTURE_BYTES
 from pyrofling.core.viewer.clock_sync import ClockSync, HostClock
 from pyrofling.core.viewer.loss_tracker import LossTracker
 from pyrofling.core.viewer.rate_feedback import ArrivalRecorder
@@ -73,9 +74,8 @@ RESEND_WAIT_S = 0.02
 #: The least a part of a picture handed to the decoder early holds (:class:`DecodeVideoPart`): each part wakes the
 #: decode thread, which costs more than decoding a few hundred bytes.
 EARLY_PART_BYTES = 4096
-#: The least video packet the viewer decodes early by default: 24 KB take about a millisecond behind a 200 Mbit/s
-#: pacer; the 21 KB of a 720p60 picture at 10 Mbit/s lost 0.6 ms decoded early, a 1080p60 one's 41 KB gained.
-EARLY_PACKET_BYTES = 24_000
+#: The least video packet the viewer decodes early by default (:mod:`pyrofling.core.slices`).
+EARLY_PACKET_BYTES = EARLY_PICTURE_BYTES
 #: Malformed datagrams a second beyond which the viewer stops asking for resends for a second (see below).
 SUSPECT_REFUSED_PER_S = 200
 
