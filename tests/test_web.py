@@ -8,6 +8,7 @@ import json
 import os
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -586,11 +587,15 @@ class _QuicClient:
 
     @staticmethod
     async def ask(
-        port: int, path: bytes, want_bytes: int = 0, sizes: list[int] | None = None
+        port: int,
+        path: bytes,
+        want_bytes: int = 0,
+        sizes: list[int] | None = None,
+        answered: Callable[[], None] | None = None,
     ) -> tuple[bytes | None, int]:
         """(the :status answered, bytes of WebTransport streams received after it): until ``want_bytes`` came
         (10 s at most), or, wanting none, whatever comes in the second after the answer.  ``sizes``: each
-        datagram's size is added to it."""
+        datagram's size is added to it; ``answered`` is called once the answer came, the connection still open."""
         import ssl
 
         from qh3.asyncio import connect as quic_connect
@@ -631,11 +636,13 @@ class _QuicClient:
             client.transmit()
             status = None
             for _ in range(500):
-                answered = [e for e in client.events if isinstance(e, HeadersReceived)]
-                if answered:
-                    status = dict(answered[0].headers).get(b":status")
+                heads = [e for e in client.events if isinstance(e, HeadersReceived)]
+                if heads:
+                    status = dict(heads[0].headers).get(b":status")
                     break
                 await asyncio.sleep(0.01)
+            if answered is not None and status is not None:
+                answered()
             received = lambda: sum(  # noqa: E731
                 len(e.data) for e in client.events if isinstance(e, WebTransportStreamDataReceived)
             )
@@ -645,6 +652,24 @@ class _QuicClient:
                 await asyncio.sleep(0.01)
             data = received()
         return status, data
+
+
+def test_a_host_closing_while_a_refused_session_is_still_open_stops_cleanly() -> None:
+    """A session refused (403) stays open until its deadline or the client goes: the host closing in between
+    closes the connection, not a second 403 on the ended stream (which qh3 refuses with an exception)."""
+
+    async def scenario() -> tuple[bytes | None, int]:
+        host, task = await start_host(encoder=SMALL, web_port=0, virtual_pad="none")
+        try:
+            assert host.web is not None and host.web.transport is not None and host.web.port is not None
+            transport = host.web.transport
+            answer = await _QuicClient.ask(host.web.port, b"/wt/" + b"g" * 24, answered=transport.close)
+            return answer, len(transport.connections)
+        finally:
+            await stop_host(host, task)
+
+    (status, _), left = run(scenario, timeout_s=60)
+    assert status == b"403" and left == 0
 
 
 def test_a_quic_client_without_a_live_ticket_gets_no_session_and_no_byte_of_the_stream() -> None:

@@ -175,6 +175,7 @@ class _Connection(QuicConnectionProtocol):
         self.session: int | None = None  # the server's number for its session
         self.stream_id: int | None = None  # the session's CONNECT stream
         self.accepted = False
+        self.refused = False
         self.address: str | None = None
         self._refusal: str | None = None  # too many connections: refused at its first datagram
         self._deadline: asyncio.TimerHandle | None = None
@@ -248,8 +249,9 @@ class _Connection(QuicConnectionProtocol):
 
     def end(self, reason: str) -> None:
         """Refuse its session (403; the connection closes at its deadline), or close an accepted one."""
-        if self.stream_id is not None and not self.accepted:
+        if self.stream_id is not None and not self.accepted and not self.refused:
             self.h3.send_headers(self.stream_id, [(b":status", b"403")], end_stream=True)
+            self.refused = True  # ended again (the host closing before the deadline): close the connection
         else:
             self.quic.close(reason_phrase=reason[:100])
         self.transmit()
