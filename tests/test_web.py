@@ -658,7 +658,7 @@ def test_a_host_closing_while_a_refused_session_is_still_open_stops_cleanly() ->
     """A session refused (403) stays open until its deadline or the client goes: the host closing in between
     closes the connection, not a second 403 on the ended stream (which qh3 refuses with an exception)."""
 
-    async def scenario() -> tuple[bytes | None, int]:
+    async def scenario() -> tuple[tuple[bytes | None, int], int]:
         host, task = await start_host(encoder=SMALL, web_port=0, virtual_pad="none")
         try:
             assert host.web is not None and host.web.transport is not None and host.web.port is not None
