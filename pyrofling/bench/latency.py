@@ -53,6 +53,7 @@ from pyrofling.bench.frame_trace import (
 )
 from pyrofling.bench.pace_meter import SLOW_FACTOR, overlaps
 from pyrofling.bench.stream import StreamScenario, run_scenario, split_cpus
+from pyrofling.core.slices import SMALL_SLICE_BYTES
 from pyrofling.core.viewer.phase_offset import AutoOffsetConfig
 
 #: /proc/stat's "cpu" line: user nice system idle iowait irq softirq steal (in ticks).
@@ -60,9 +61,8 @@ _PROC_STAT = Path("/proc/stat")
 
 MODES = ("free", "reference", "pi", "auto")
 
-#: The host's largest slice in the early-decoding runs (``--also-early-decode``): a 1080p picture of the test
-#: scene in about six slices; at 4,000 a 360p key frame held to 3 Mbit/s came out blurred.
-EARLY_SLICE_BYTES = 8000
+#: The host's largest slice in the early-decoding runs (``--also-early-decode``): the host's own for large pictures.
+EARLY_SLICE_BYTES = SMALL_SLICE_BYTES
 
 #: Free-running has no lock to wait for; its pictures count for the lock bound from this far into the run.
 FREE_WARMUP_S = 1.0

@@ -280,7 +280,7 @@ class Viewer:
         rate = self.presenter.half_rate.asked_mhz
         session = replace(session, display=self._display or session.display, picture_rate_mhz=rate)
         conn = ViewerConnection(session, reassembler=cfg.reassembler, early_part_bytes=cfg.early_part_bytes)
-        conn.reassembler.early_packet_bytes = cfg.early_decode_bytes  # only these decode early (None above: none)
+        conn.reassembler.early_packet_bytes = cfg.early_decode_bytes  # of them, packets this large
         streamed = False
 
         def deliver(out: ViewerOutput) -> None:
