@@ -404,7 +404,8 @@ def test_pooled_rounds_average_the_hosts_cpu_and_keep_an_outrun_said_in_any() ->
 
 
 def test_the_early_decoding_runs_take_the_hosts_small_slices_unless_told_its_own() -> None:
-    from pyrofling.bench.latency import EARLY_SLICE_BYTES, LatencyBenchConfig, runs
+    from pyrofling.bench.latency import LatencyBenchConfig, runs
+    from pyrofling.core.slices import SMALL_SLICE_BYTES
 
     def early(cfg: LatencyBenchConfig) -> list[tuple[str, tuple[str, ...], tuple[str, ...]]]:
         return [(label, s.host_args, s.view_args) for label, _, s in runs(cfg) if label.endswith(" early")]
@@ -412,7 +413,7 @@ def test_the_early_decoding_runs_take_the_hosts_small_slices_unless_told_its_own
     small = early(LatencyBenchConfig(modes=("free", "auto"), also_early_decode=True))
     assert [label for label, _, _ in small] == ["free early", "auto early"]
     for _, host, view in small:
-        assert f"slice-max-size={EARLY_SLICE_BYTES}" in host and "--early-decode" in view
+        assert f"slice-max-size={SMALL_SLICE_BYTES}" in host and "--early-decode" in view
     for _, host, view in early(LatencyBenchConfig(modes=("free",), also_early_decode=True, early_slice_bytes=0)):
         assert "--encoder-params" not in host and "--early-decode" in view
     assert early(LatencyBenchConfig(modes=("free",))) == []

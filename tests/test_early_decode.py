@@ -16,7 +16,7 @@ import pytest
 
 from pyrofling.client.display import HeadlessDisplay
 from pyrofling.core.host.packetizer import MediaPacket, Packetizer
-from pyrofling.core.viewer.connection import EARLY_PACKET_BYTES
+from pyrofling.core.slices import EARLY_PICTURE_BYTES
 from pyrofling.core.viewer.reassembler import (
     PacketPart,
     PacketReady,
@@ -386,7 +386,7 @@ def test_early_decoding_is_asked_for_and_taken_only_where_it_can_work() -> None:
     assert config("--decode-threads", "2").early_part_bytes is None
     assert not config("--decode-threads", "8", "--no-early-decode").decodes_early
     # Only pictures large enough to take long to arrive, unless told otherwise (0: every one).
-    assert config("--early-decode").early_decode_bytes == EARLY_PACKET_BYTES == 24_000
+    assert config("--early-decode").early_decode_bytes == EARLY_PICTURE_BYTES == 24_000
     assert config("--early-decode", "--early-decode-bytes", "0").early_decode_bytes == 0
     with pytest.raises(SystemExit):
         config("--early-decode-bytes", "-1")

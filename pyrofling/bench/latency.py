@@ -61,8 +61,6 @@ _PROC_STAT = Path("/proc/stat")
 
 MODES = ("free", "reference", "pi", "auto")
 
-#: The host's largest slice in the early-decoding runs (``--also-early-decode``): the host's own for large pictures.
-EARLY_SLICE_BYTES = SMALL_SLICE_BYTES
 
 #: Free-running has no lock to wait for; its pictures count for the lock bound from this far into the run.
 FREE_WARMUP_S = 1.0
@@ -105,7 +103,7 @@ class LatencyBenchConfig:
     #: Also run ``free`` and ``auto`` with early decoding: the viewer with ``--early-decode``, x264's slices at
     #: most ``early_slice_bytes`` (``slice-max-size``; 0: the host's own slices, one per thread).
     also_early_decode: bool = False
-    early_slice_bytes: int = EARLY_SLICE_BYTES
+    early_slice_bytes: int = SMALL_SLICE_BYTES  # the host's own for large pictures
     #: Also run ``free`` and ``auto`` with whole pictures only: the viewer with ``--no-early-decode``, the host's
     #: slices one a thread (``slice-max-size=0``), as before large pictures were decoded early by default.
     also_whole_pictures: bool = False

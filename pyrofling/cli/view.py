@@ -31,8 +31,8 @@ from pyrofling.client.config import ViewerConfig
 from pyrofling.client.display import display_problem
 from pyrofling.client.uri import PyroUri, parse_uri
 from pyrofling.client.viewer import Viewer
+from pyrofling.core.slices import EARLY_PICTURE_BYTES
 from pyrofling.core.viewer.audio_control import RATE_CONTROLLERS
-from pyrofling.core.viewer.connection import EARLY_PACKET_BYTES
 from pyrofling.core.viewer.phase_offset import AutoOffsetConfig
 from pyrofling.core.viewer.presentation import PresentationConfig
 from pyrofling.runtime import tune_for_latency
@@ -117,9 +117,9 @@ def add_view(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--early-decode-bytes",
         type=whole_number(0, 10**8, "bytes"),
-        default=EARLY_PACKET_BYTES,
+        default=EARLY_PICTURE_BYTES,
         metavar="N",
-        help=f"with --early-decode, decode early only pictures of at least N bytes (default {EARLY_PACKET_BYTES:,}: "
+        help=f"with --early-decode, decode early only pictures of at least N bytes (default {EARLY_PICTURE_BYTES:,}: "
         "about a millisecond of datagrams behind the host's 200 Mbit/s pacer); smaller ones come whole. 0: every "
         "picture",
     )

@@ -11,8 +11,9 @@ from pyrofling.client.audio import AudioPlayerConfig
 from pyrofling.client.codecs import accepts_parts, default_decode_threads
 from pyrofling.client.gamepad import GamepadConfig
 from pyrofling.client.keyboard_mouse import InputConfig
+from pyrofling.core.slices import EARLY_PICTURE_BYTES
 from pyrofling.core.viewer.auth import HostCredential
-from pyrofling.core.viewer.connection import EARLY_PACKET_BYTES, EARLY_PART_BYTES
+from pyrofling.core.viewer.connection import EARLY_PART_BYTES
 from pyrofling.core.viewer.presentation import PresentationConfig
 from pyrofling.core.viewer.reassembler import ReassemblerConfig
 from pyrofling.core.viewer.session import ViewerSessionConfig
@@ -65,7 +66,7 @@ class ViewerConfig:
     #: With ``early_decode``, only pictures of at least this many bytes are decoded from their parts: a smaller
     #: one arrives in well under a millisecond behind the pacer, and its slices fed one at a time take longer
     #: than the whole picture on the decoder's threads (docs/streaming.md).  0: every picture.
-    early_decode_bytes: int = EARLY_PACKET_BYTES
+    early_decode_bytes: int = EARLY_PICTURE_BYTES
     #: After a loss, pictures wait for the key frame that repairs them; once the picture has been still this
     #: long, show the decoder's concealed pictures instead (intra refresh heals them).  None: wait, frozen.
     conceal_after_ms: float | None = 100.0

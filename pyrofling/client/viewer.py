@@ -279,8 +279,8 @@ class Viewer:
         session = cfg.session_config()  # with what the window and the presenter said last, across reconnects
         rate = self.presenter.half_rate.asked_mhz
         session = replace(session, display=self._display or session.display, picture_rate_mhz=rate)
-        conn = ViewerConnection(session, reassembler=cfg.reassembler, early_part_bytes=cfg.early_part_bytes)
-        conn.reassembler.early_packet_bytes = cfg.early_decode_bytes  # of them, packets this large
+        parts, large = cfg.early_part_bytes, cfg.early_decode_bytes  # early decoding: parts of large packets
+        conn = ViewerConnection(session, reassembler=cfg.reassembler, early_part_bytes=parts, early_packet_bytes=large)
         streamed = False
 
         def deliver(out: ViewerOutput) -> None:

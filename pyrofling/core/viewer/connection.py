@@ -31,7 +31,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyrofling.core.bitstream import key_info
-from pyrofling.core.slices import EARLY_PICTURE_BYTES
 from pyrofling.core.viewer.clock_sync import ClockSync, HostClock
 from pyrofling.core.viewer.loss_tracker import LossTracker
 from pyrofling.core.viewer.rate_feedback import ArrivalRecorder
@@ -74,8 +73,6 @@ RESEND_WAIT_S = 0.02
 #: The least a part of a picture handed to the decoder early holds (:class:`DecodeVideoPart`): each part wakes the
 #: decode thread, which costs more than decoding a few hundred bytes.
 EARLY_PART_BYTES = 4096
-#: The least video packet the viewer decodes early by default (:mod:`pyrofling.core.slices`).
-EARLY_PACKET_BYTES = EARLY_PICTURE_BYTES
 #: Malformed datagrams a second beyond which the viewer stops asking for resends for a second (see below).
 SUSPECT_REFUSED_PER_S = 200
 
@@ -154,11 +151,13 @@ class ViewerConnection:
         reassembler: ReassemblerConfig | None = None,
         random_bytes: Callable[[int], bytes] = secrets.token_bytes,
         early_part_bytes: int | None = None,
+        early_packet_bytes: int = 0,
     ) -> None:
         self.reassembler = Reassembler(reassembler)
-        #: Hand out H.264 packets in parts of at least this many bytes as they arrive (:class:`DecodeVideoPart`;
-        #: only packets of ``reassembler.early_packet_bytes`` or more); None: whole packets only.
+        #: Hand out H.264 packets of ``early_packet_bytes`` or more in parts of at least ``early_part_bytes`` as
+        #: they arrive (:class:`DecodeVideoPart`); None: whole packets only.
         self.reassembler.early_part_bytes = early_part_bytes
+        self.reassembler.early_packet_bytes = early_packet_bytes
         self.session = ViewerSession(self.reassembler.counters, config, random_bytes=random_bytes)
         #: Datagrams that opened (sealed sessions) and reached the reassembler, and their bytes.
         self.datagrams = 0
