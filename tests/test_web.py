@@ -654,6 +654,40 @@ class _QuicClient:
         return status, data
 
 
+def test_the_page_moves_to_another_port_where_its_udp_twin_is_taken() -> None:
+    """Any port will do (``--web`` without one): the page's port is also WebTransport's UDP port, which another
+    process may hold.  The web server takes the next pair instead of leaving browsers without WebTransport; a port
+    the person named is kept, on the WebSocket alone."""
+    import socket
+
+    from pyrofling.server.web import WebServer
+
+    async def scenario() -> tuple[int, int, bool, int, bool]:
+        host, task = await start_host(encoder=SMALL, web_port=0, virtual_pad="none")
+        holder = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        servers = []
+        try:
+            assert host.web is not None
+            holder.bind(("127.0.0.1", 0))  # another process's UDP port, its TCP twin free
+            taken = holder.getsockname()[1]
+            for ports in ([taken, 0], [taken]):
+                web = WebServer(host.web.viewers, host.web.sessions, emit=lambda _outs: None)
+                servers.append(web)
+                await web.start_with_transport("127.0.0.1", ports, None, ["localhost"])
+            moved, named = servers
+            assert moved.port is not None and named.port is not None
+            return taken, moved.port, moved.transport is not None, named.port, named.transport is not None
+        finally:
+            holder.close()
+            for web in servers:
+                await web.close()
+            await stop_host(host, task)
+
+    taken, moved_port, moved_transport, named_port, named_transport = run(scenario, timeout_s=60)
+    assert moved_port != taken and moved_transport  # the next pair, WebTransport on it
+    assert named_port == taken and not named_transport  # the port named: kept, the WebSocket alone
+
+
 def test_a_host_closing_while_a_refused_session_is_still_open_stops_cleanly() -> None:
     """A session refused (403) stays open until its deadline or the client goes: the host closing in between
     closes the connection, not a second 403 on the ended stream (which qh3 refuses with an exception)."""

@@ -94,6 +94,10 @@ def page(name: str) -> bytes:
     return resources.files("pyrofling.web").joinpath(name).read_bytes()
 
 
+#: Ports tried for the page where any will do, until one's UDP twin is free for WebTransport too.
+WEB_PORT_TRIES = 5
+
+
 class WebServer:
     """Serves the page and the stream; :meth:`video` per encoded unit, from the host's loop."""
 
@@ -163,15 +167,36 @@ class WebServer:
         self.port = int(sock.getsockname()[1])
         return self.port
 
-    async def start_transport(self, bind: str, names: list[str]) -> None:
+    async def start_with_transport(
+        self, bind: str, ports: list[int], tls: ssl.SSLContext | None, names: list[str]
+    ) -> int:
+        """:meth:`start` on the first of ``ports`` whose UDP twin :meth:`start_transport` can take too (0: any
+        free port: another process may hold its UDP twin), the last without WebTransport if its UDP is taken."""
+        for i, port in enumerate(ports):
+            await self.start(bind, port, tls)
+            last = i == len(ports) - 1
+            if await self.start_transport(bind, names, warn=last) or last:
+                break
+            await self._stop_listening()
+        assert self.port is not None
+        return self.port
+
+    async def _stop_listening(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._server.wait_closed(), 2)
+            self._server, self.port = None, None
+
+    async def start_transport(self, bind: str, names: list[str], *, warn: bool = True) -> bool:
         """WebTransport on UDP, the page's port number (the page finds it there); without it (the port's UDP
-        taken), the WebSocket carries everything."""
+        taken: False), the WebSocket carries everything."""
         assert self.port is not None
         gone = quic_private.missing()
         if gone:  # a qh3 other than the one this was made for: the WebSocket, rather than a failure mid-stream
             log.warning("no WebTransport for browsers: this qh3 lacks %s, which the host needs (pyproject.toml holds "
                         "qh3 below 1.10); their media goes over TCP", ", ".join(gone))  # fmt: skip
-            return
+            return True  # no other port would do better
         transport = WebTransportServer(
             on_opened=lambda s, ticket: self._decided(self.viewers.session_opened(s, ticket)),
             on_datagram=lambda s, data: self._decided(self.viewers.session_datagram(s, data), session=s),
@@ -181,10 +206,12 @@ class WebServer:
         try:
             await transport.start(bind, self.port)
         except OSError as exc:
-            log.warning("no WebTransport for browsers (UDP port %d: %s): their media goes over TCP", self.port, exc)
-            return
+            if warn:
+                log.warning("no WebTransport for browsers (UDP port %d: %s): their media goes over TCP", self.port, exc)
+            return False
         self.transport = transport
         self.viewers.webtransport_cert = transport.cert_sha256
+        return True
 
     async def close(self) -> None:
         self.rearm = lambda: None
@@ -368,9 +395,11 @@ async def open_web(
     # Plain HTTP stays on this machine whatever --bind says: on the network it would show the link's key and the
     # pictures to anyone on the path (and a browser elsewhere would not run WebCodecs on such a page anyway).
     bind = config.bind if https and not loopback else "127.0.0.1"
-    port = await web.start(bind, config.web_port or 0, tls)
-    if config.web_transport:
-        await web.start_transport(bind, certificate_names(config.bind))
+    if config.web_transport:  # any port (0): tried again where another process holds the port's UDP
+        ports = [config.web_port] if config.web_port else [0] * WEB_PORT_TRIES
+        port = await web.start_with_transport(bind, ports, tls, certificate_names(config.bind))
+    else:
+        port = await web.start(bind, config.web_port or 0, tls)
     address = "127.0.0.1" if loopback or not https else uri_host(config.bind)
     web.link_base = f"{'https' if https else 'http'}://{address}:{port}/#t="
     web.link = web.link_base + viewers.token
