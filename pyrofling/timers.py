@@ -8,8 +8,8 @@ finds nothing due, and saves re-arming it per datagram.
 On Linux the timer is a ``timerfd`` the event loop watches, not ``call_at``: asyncio's selector waits in whole
 milliseconds (epoll's timeout, rounded up), so a deadline 0.3 ms away fired 0.8-1.2 ms late, and the pacer's
 wake-ups within a frame's datagram train each came up to a millisecond late (a 40 kB picture left in 2 ms
-where its pacing allows 1; docs/streaming.md).  A timerfd wakes the loop at the nanosecond asked.  Elsewhere,
-or where the system refuses one, ``call_at``.
+where its pacing allows 1; docs/streaming.md, "The pacer's wake-ups on time").  A timerfd wakes the loop at
+the nanosecond asked.  Elsewhere, or where the system refuses one, ``call_at``.
 """
 
 from __future__ import annotations
@@ -75,10 +75,9 @@ class _TimerFd:
         self.close = weakref.finalize(self, os.close, fd)  # once; also when its owner is dropped unclosed
 
     def set(self, at_s: float) -> None:
-        """Readable at ``at_s`` (monotonic seconds; 0 disarms). A time already past fires at once."""
+        """Readable at ``at_s`` (monotonic seconds). A time already past fires at once."""
         assert _LIBC is not None
-        ns = max(1, round(at_s * 1e9)) if at_s > 0 else 0
-        self._spec.it_value.tv_sec, self._spec.it_value.tv_nsec = divmod(ns, 1_000_000_000)
+        self._spec.it_value.tv_sec, self._spec.it_value.tv_nsec = divmod(max(1, round(at_s * 1e9)), 1_000_000_000)
         if _LIBC.timerfd_settime(self.fd, _TFD_TIMER_ABSTIME, ctypes.byref(self._spec), None) < 0:
             raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
 
