@@ -375,7 +375,7 @@ def summarize(mode: str, raw: dict[str, Any], cfg: LatencyBenchConfig, *, label:
     )
     # A viewer that asked its host for half the rate (protocol.md §7.16): the run from the ask on, on its own.
     asked_s, before = pres.get("picture_rate_asked_s"), pres.get("glass_samples_before_ask")
-    half: dict[str, Any] = {"half_rate_at_s": asked_s}
+    half: dict[str, Any] = {"half_rate_at_s": asked_s, "half_rate_back_at_s": pres.get("picture_rate_back_s")}
     if asked_s is not None and before is not None:
         # Its repeats from a second after the ask (the new encoder's key frame, the cadence taking hold).
         settled_from, minutes = asked_s + 1.0, (cfg.duration_s - asked_s - 1.0) / 60
@@ -618,6 +618,11 @@ def format_table(result: dict[str, Any]) -> str:
         + ", "
         + _f(r.get("repeats_per_minute_at_half"), ".1f")
         + " repeats a minute (from a second after)"
+        + (
+            f"; it asked for the full rate again at {r['half_rate_back_at_s']:.1f} s, half having cost it glass time"
+            if r.get("half_rate_back_at_s") is not None
+            else ""
+        )
         for r in result["rows"]
         if r.get("half_rate_at_s") is not None
     ]

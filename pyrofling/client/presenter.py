@@ -283,6 +283,8 @@ class Presenter:
                     glass = (decision.on_screen_s - picture.capture_s) * 1000
                     st.glass_ms.append(glass)
                     st.graph_glass_ms.append(glass)
+                    if self.on_picture_rate is not None:
+                        self.half_rate.shown(decision.on_screen_s, glass)
                 if error_us is not None:
                     st.graph_phase_ms.append(error_us / 1000)
                     st.phase_trace.append((round(decision.on_screen_s - self._started_s, 4), error_us))
@@ -332,12 +334,18 @@ class Presenter:
         auto = loop.auto
         assert auto is not None
         a = auto.state()
-        if self.on_picture_rate is not None and not self.half_rate.asked_mhz:  # once asked, nothing to judge
+        if self.on_picture_rate is not None and not self.half_rate.settled:  # once judged, nothing to decide
             hz = 1 / loop.period_s
             asked = self.half_rate.refresh(self.clock.now(), repeated_total=loop.counters.repeated, refresh_hz=hz,
                                            cadence=loop.cadence, outrun=a.wanted_margin_ms is not None,
                                            stream_hz=self.stream_hz())  # fmt: skip
-            if asked is not None:
+            if asked == 0:
+                h = self.half_rate
+                log.info("at half the rate the pictures reached the screen %.1f ms after their capture in the median, "
+                         "against %.1f ms before: asking the host for its own rate again (this viewer does not ask "
+                         "for half again)", h.glass_after_ms, h.glass_before_ms)  # fmt: skip
+                self.on_picture_rate(0)
+            elif asked is not None:
                 with self.stats.lock:
                     self._glass_before_ask = len(self.stats.glass_ms)
                 log.info("%d refreshes of the last %g s repeated: asking the host for %.4g pictures a second, "
@@ -421,6 +429,7 @@ class Presenter:
                 "picture_rate_asked_mhz": self.half_rate.asked_mhz,
                 "picture_rate_asked_s": self.half_rate.asked_s and round(self.half_rate.asked_s - self._started_s, 3),
                 "glass_samples_before_ask": self._glass_before_ask,
+                "picture_rate_back_s": self.half_rate.back_s and round(self.half_rate.back_s - self._started_s, 3),
                 # The automatic lock said, in its one line, that the display outruns what it can cover.
                 "said_outrun": self._said_outrun,
                 **({"quality": self.quality.summary()} if self.quality is not None else {}),

@@ -12,8 +12,14 @@ motion is even instead of a repeat every few refreshes.
 
 It asks only in the automatic mode (the lock is what judges the spread), only on displays of
 :attr:`HalfRateConfig.min_refresh_hz` or more (at 60 Hz, half is 30 pictures a second: worse than a repeat now
-and then), and only while each picture is shown one refresh. It does not ask for the full rate again: nothing
-here can tell whether the machine would carry it now; a new viewer (or ``view --picture-rate full``) does.
+and then), and only while each picture is shown one refresh.
+
+Half the rate is judged once it has held :attr:`HalfRateConfig.settle_s` and a window: where the pictures reach
+the screen more than :attr:`HalfRateConfig.glass_allowance_ms` later in the median than in the window before the
+ask (on a machine whose pictures are no sooner ready at half the rate, the lock's wait grows with the misses), it
+asks for the full rate again (0: the host's own) and never asks for half again in this run. It does not ask for
+the full rate once half is kept: nothing here can tell whether the machine would carry it now; a new viewer (or
+``view --picture-rate full``) does.
 """
 
 from __future__ import annotations
@@ -33,6 +39,9 @@ class HalfRateConfig:
     #: ... and half is asked for when at least this share of the refreshes in it repeated (1 %: 86 a minute at
     #: 143.86 Hz, against the lock's ≤ 1 a minute where the machine carries the rate).
     repeat_share: float = 0.01
+    #: Half is given back when the pictures' capture -> screen median grew by more than this after it (the 1 ms a
+    #: lock that cannot carry a rate may cost over free-running's wait).
+    glass_allowance_ms: float = 1.0
 
 
 class HalfRatePolicy:
@@ -47,6 +56,25 @@ class HalfRatePolicy:
         self.repeats: deque[float] = deque()
         self._repeated_total = 0
         self._first_s: float | None = None
+        #: Capture -> screen of the pictures shown in the last window (when, ms); its median when it asked.
+        self.glass: deque[tuple[float, float]] = deque()
+        self.glass_before_ms: float | None = None
+        self.glass_after_ms: float | None = None
+        #: When the stream came at half (each picture two refreshes), and when half was given back.
+        self.halved_s: float | None = None
+        self.back_s: float | None = None
+        #: Half judged (kept or given back): nothing more to decide.
+        self.settled = False
+
+    def shown(self, now: float, glass_ms: float) -> None:
+        """A picture reached the screen ``glass_ms`` after its capture."""
+        self.glass.append((now, glass_ms))
+        while self.glass and self.glass[0][0] <= now - self.config.window_s:
+            self.glass.popleft()
+
+    def _glass_median(self) -> float | None:
+        values = sorted(ms for _, ms in self.glass)
+        return values[len(values) // 2] if values else None
 
     def refresh(
         self,
@@ -61,8 +89,12 @@ class HalfRatePolicy:
         """``repeated_total``: refreshes repeated so far; ``cadence``: refreshes each picture is meant to stay;
         ``outrun``: the lock says the pictures' spread is wider than it can spare; ``stream_hz``: the stream's
         rate, if known (one at half the display's or below has nothing to halve). The rate to ask for, mHz, at
-        the refresh it decides; else None."""
+        the refresh it decides (0: the host's own rate again); else None."""
         cfg = self.config
+        if self.settled:
+            return None
+        if self.asked_mhz:
+            return self._judge(now, cadence)
         for _ in range(max(0, repeated_total - self._repeated_total)):
             self.repeats.append(now)
         self._repeated_total = max(self._repeated_total, repeated_total)
@@ -79,4 +111,23 @@ class HalfRatePolicy:
         if len(self.repeats) < cfg.repeat_share * refresh_hz * cfg.window_s:
             return None
         self.asked_mhz, self.asked_s = round(refresh_hz / 2 * 1000), now
+        self.glass_before_ms = self._glass_median()
         return self.asked_mhz
+
+    def _judge(self, now: float, cadence: int) -> int | None:
+        """After the ask: once the stream has come at half and held a settle and a window, keep it or give it back."""
+        cfg = self.config
+        if self.halved_s is None:
+            if cadence < 2:
+                return None  # the host has not followed yet (or does not)
+            self.halved_s = now
+        if now - self.halved_s < cfg.settle_s + cfg.window_s:
+            return None  # the window judged is the last one, past the switch's own pictures (a key frame, the lock)
+        self.settled = True
+        self.glass_after_ms = self._glass_median()
+        if self.glass_before_ms is None or self.glass_after_ms is None:
+            return None
+        if self.glass_after_ms <= self.glass_before_ms + cfg.glass_allowance_ms:
+            return None
+        self.asked_mhz, self.back_s = 0, now
+        return 0
