@@ -181,12 +181,15 @@ def test_the_start_ups_repeats_do_not_count() -> None:
         assert policy.refresh(now, repeated_total=repeats, refresh_hz=HZ, cadence=1, outrun=True) is None
 
 
-def halve_then_show(before_ms: float, after_ms: float, *, follows: bool = True, seconds: float = 60.0) -> list:
+def halve_then_show(
+    before_ms: float, after_ms: float, *, follows: bool = True, seconds: float = 60.0
+) -> list[tuple[float, int]]:
     """A 144 fps stream on 143.86 Hz, one refresh in fifty repeating, each picture ``before_ms`` from capture to
     screen; once the policy asks, the stream comes at half (``follows``: the host follows) ``after_ms``. The asks
     and when."""
     policy = HalfRatePolicy()
-    asks, repeats, cadence, glass = [], 0, 1, before_ms
+    asks: list[tuple[float, int]] = []
+    repeats, cadence, glass = 0, 1, before_ms
     for i in range(round(seconds * HZ)):
         now = i / HZ
         repeats += i % 50 == 0

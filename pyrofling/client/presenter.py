@@ -283,7 +283,7 @@ class Presenter:
                     glass = (decision.on_screen_s - picture.capture_s) * 1000
                     st.glass_ms.append(glass)
                     st.graph_glass_ms.append(glass)
-                    if self.on_picture_rate is not None:
+                    if self.on_picture_rate is not None and not self.half_rate.settled:  # judged: no more to keep
                         self.half_rate.shown(decision.on_screen_s, glass)
                 if error_us is not None:
                     st.graph_phase_ms.append(error_us / 1000)

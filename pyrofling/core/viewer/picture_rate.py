@@ -27,6 +27,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from pyrofling.core.samples import median_and_p95
+
 
 @dataclass(frozen=True, slots=True)
 class HalfRateConfig:
@@ -73,8 +75,7 @@ class HalfRatePolicy:
             self.glass.popleft()
 
     def _glass_median(self) -> float | None:
-        values = sorted(ms for _, ms in self.glass)
-        return values[len(values) // 2] if values else None
+        return median_and_p95(ms for _, ms in self.glass)[0]
 
     def refresh(
         self,
