@@ -126,15 +126,21 @@ class ThreadCpu:
     """CPU seconds each thread of this process has used, by its Python name (a pool's numbered workers summed
     under one name); threads Python did not start (a codec's slice and analysis threads) summed as ``"native"``.
     A thread that has ended keeps the figure it had when last read: read it now and then (each statistics
-    write) so that one ending before the end is counted. Counted from when this was made (not the imports before
-    it). Empty where the system does not say (not Linux)."""
+    write), and before threads are ended on purpose (an encoder replaced: :attr:`VideoEncoder.before_reopen`), so
+    that one ending before the end is counted. Counted from when this was made (not the imports before
+    it). Empty where the system does not say (not Linux). Read from any thread."""
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()  # the statistics read it on the event loop, an encoder's reopen on its thread
         self._seen: dict[int, tuple[str, float]] = {}  # native id: (name, CPU s since this was made, at the last read)
         self._ended: dict[str, float] = {}
         self._before = {tid: s for tid in _own_threads() if (s := _thread_cpu_s(tid)) is not None}
 
     def read(self) -> dict[str, float]:
+        with self._lock:
+            return self._read()
+
+    def _read(self) -> dict[str, float]:
         names = {t.native_id: t.name.rstrip("0123456789").rstrip("_-") or t.name for t in threading.enumerate()}
         for tid in _own_threads():
             on_cpu_s = _thread_cpu_s(tid)
@@ -162,10 +168,55 @@ def _thread_cpu_s(tid: int) -> float | None:
         return None
 
 
-def timed_on_thread(fn: Callable[..., T], *args: Any) -> tuple[T, dict[str, float]]:
+class CodecThreadTimes:
+    """The time on a CPU and waiting for one of this process's threads that Python did not start (a codec's
+    slice threads, which the encode thread waits for), per thread, ns: read before and after a call to see
+    whether they waited for a CPU in it.  Each thread's schedstat file is kept open and read again from its
+    start (1 µs a read where opening it each time is ten), for the life of the process.  Use from one thread."""
+
+    def __init__(self) -> None:
+        self._files: dict[int, int] = {}
+
+    def read(self) -> dict[int, tuple[int, int]]:
+        python = {t.native_id for t in threading.enumerate()}
+        native = set(_own_threads()) - python
+        for gone in self._files.keys() - native:
+            os.close(self._files.pop(gone))
+        out = {}
+        for tid in native:
+            fd = self._files.get(tid)
+            try:
+                if fd is None:
+                    fd = self._files[tid] = os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY)
+                on_cpu, waiting, _ = os.pread(fd, 128, 0).split()
+            except (OSError, ValueError):  # it ended meanwhile
+                continue
+            out[tid] = (int(on_cpu), int(waiting))
+        return out
+
+
+def codec_threads_spent(before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]]) -> dict[str, float]:
+    """What the codec threads did between two :meth:`CodecThreadTimes.read`: their CPU time and run-queue wait,
+    s, summed, the longest wait of one, and how many of them ran."""
+    spent = [(a[0] - b[0], a[1] - b[1]) for tid, a in after.items() if (b := before.get(tid)) is not None]
+    ran = [(cpu, wait) for cpu, wait in spent if cpu > 0 or wait > 0]
+    return {
+        "cpu": sum(cpu for cpu, _ in ran) / 1e9,
+        "runq": sum(wait for _, wait in ran) / 1e9,
+        "runq_max": max((wait for _, wait in ran), default=0) / 1e9,
+        "threads": len(ran),
+    }
+
+
+def timed_on_thread(
+    fn: Callable[..., T], *args: Any, codec: CodecThreadTimes | None = None
+) -> tuple[T, dict[str, Any]]:
     """``fn(*args)``, and where its thread's wall time went: on a CPU, waiting for one (another thread or
     process had it), and the rest blocked (the GIL, a lock, I/O, threads it waits for); and ``switches``, how
-    many times it was taken off its CPU meanwhile and put back."""
+    many times it was taken off its CPU meanwhile and put back.  With ``codec``, also ``codec``: what the
+    codec's own threads spent meanwhile (:func:`codec_threads_spent`): whether the threads it blocked on
+    waited for a CPU."""
+    codec_before = codec.read() if codec is not None else None
     # The CPU time from the thread's CPU clock, not the schedstat file: the file's figure is brought up to date
     # only at a scheduler tick or a switch, so it reads short for a thread that has run since (x264 on one CPU:
     # 1 ms a frame read as "blocked" that was on a CPU).  The run-queue wait in it is current while it runs.
@@ -175,7 +226,16 @@ def timed_on_thread(fn: Callable[..., T], *args: Any) -> tuple[T, dict[str, floa
     if before is None or after is None:
         return out, {"wall": wall}
     runq, switches = after[1] - before[1], after[2] - before[2]
-    return out, {"wall": wall, "cpu": cpu, "runq": runq, "blocked": max(0.0, wall - cpu - runq), "switches": switches}
+    spent: dict[str, Any] = {
+        "wall": wall,
+        "cpu": cpu,
+        "runq": runq,
+        "blocked": max(0.0, wall - cpu - runq),
+        "switches": switches,
+    }
+    if codec is not None and codec_before is not None:
+        spent["codec"] = codec_threads_spent(codec_before, codec.read())
+    return out, spent
 
 
 class ThreadPriorities:

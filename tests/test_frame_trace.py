@@ -172,3 +172,48 @@ def test_the_encode_threads_time_of_late_pictures_is_split_into_cpu_waiting_and_
     assert a["encode_thread_ms"]["median"] == pytest.approx({"cpu": 4.0, "runq": 0.5, "blocked": 1.5, "switches": 1})
     said = format_attribution("auto", a)
     assert "on a CPU 4.0 -> 12.0" in said and "taken off its CPU 1.0 -> 6.0 times" in said
+
+
+def test_the_late_pictures_codec_threads_waiting_for_a_cpu_is_told_apart_from_their_work() -> None:
+    # A late encode whose slice threads did no more work but waited 3 ms for CPUs (one of them 2 ms).
+    host = []
+    for i in range(600):
+        slow = i == 400
+        line: dict[str, Any] = dict(host_line(i, encode_s=0.014 if slow else 0.006))
+        codec = {"cpu": 0.020, "runq": 0.003, "runq_max": 0.002, "threads": 8} if slow else {
+            "cpu": 0.020, "runq": 0.0001, "runq_max": 0.0001, "threads": 8}  # fmt: skip
+        line["thread"] = {"wall": 0.014 if slow else 0.006, "cpu": 0.001, "runq": 0.0, "blocked": 0.005,
+                          "switches": 1, "codec": codec}  # fmt: skip
+        host.append(line)
+    view = []
+    for i, h in enumerate(host):
+        v = view_line(i, h)
+        if i == 400:
+            view.append({"vblank": v["vblank"], "offset": v["offset"], "deadline": 0.015, "miss": True})
+            v = dict(v, vblank=v["vblank"] + PERIOD)
+        view.append(v)
+    a = attribute(join(host, view))
+    late, median = a["encode_thread_ms"]["late"], a["encode_thread_ms"]["median"]
+    assert late["codec_runq"] == pytest.approx(3.0) and late["codec_runq_max"] == pytest.approx(2.0)
+    assert median["codec_runq"] == pytest.approx(0.1) and late["codec_cpu"] == median["codec_cpu"]
+    said = format_attribution("auto", a)
+    assert "its codec threads, median -> late: on a CPU 20.0 -> 20.0" in said
+    assert "waiting for a CPU 0.10 -> 3.00 (the longest one's wait 0.10 -> 2.00)" in said
+
+
+def test_traces_without_the_codec_threads_figures_say_nothing_of_them() -> None:
+    host = []
+    for i in range(600):
+        line: dict[str, Any] = dict(host_line(i, encode_s=0.014 if i == 400 else 0.006))
+        line["thread"] = {"wall": 0.006, "cpu": 0.004, "runq": 0.0, "blocked": 0.002, "switches": 1}
+        host.append(line)
+    view = []
+    for i, h in enumerate(host):
+        v = view_line(i, h)
+        if i == 400:
+            view.append({"vblank": v["vblank"], "offset": v["offset"], "deadline": 0.015, "miss": True})
+            v = dict(v, vblank=v["vblank"] + PERIOD)
+        view.append(v)
+    a = attribute(join(host, view))
+    assert "codec_runq" not in a["encode_thread_ms"]["late"]
+    assert "codec threads" not in format_attribution("auto", a)

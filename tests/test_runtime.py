@@ -11,10 +11,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+import numpy as np
 import pytest
 
 from pyrofling import runtime
-from pyrofling.runtime import RAISED_NICE, CollectorPauses, ThreadPriorities, thread_schedstat, timed_on_thread
+from pyrofling.runtime import (
+    RAISED_NICE,
+    CodecThreadTimes,
+    CollectorPauses,
+    ThreadPriorities,
+    thread_schedstat,
+    timed_on_thread,
+)
+from pyrofling.server.encoder import EncoderConfig, VideoEncoder
 
 T = TypeVar("T")
 
@@ -270,3 +279,68 @@ def test_a_stream_imports_nothing_once_its_first_picture_is_shown() -> None:
     presented = int(out.split("PRESENTED ")[1].split()[0])
     assert presented > 150  # past the automatic offset's first percentile (120 pictures)
     assert "IMPORTED []" in out, out
+
+
+def _x264_frames(n: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(7)  # noise: every slice has work to do
+    return [rng.integers(0, 256, (240 * 3 // 2, 320), dtype=np.uint8) for _ in range(n)]
+
+
+@pytest.mark.io
+@pytest.mark.skipif(thread_schedstat() is None, reason="no /proc/thread-self/schedstat on this system")
+def test_the_codecs_own_threads_are_counted_and_pythons_are_not() -> None:
+    # Real x264 slice threads (started by the codec, not by Python) beside a Python thread that spins meanwhile.
+    def run() -> tuple[set[int], set[int], list[dict[str, float]]]:
+        times = CodecThreadTimes()
+        before = set(times.read())
+        encoder = VideoEncoder(EncoderConfig(width=320, height=240, fps=30, threads=2))
+        stop = threading.Event()
+        spinner = threading.Thread(target=_spin_until, args=(stop,), daemon=True)
+        spinner.start()
+        spent = []
+        try:
+            for i, frame in enumerate(_x264_frames(20)):
+                spent.append(timed_on_thread(encoder.encode_array, frame, i * 33_333, codec=times)[1]["codec"])
+            return set(times.read()) - before, {t.native_id for t in threading.enumerate() if t.native_id}, spent
+        finally:
+            stop.set()
+            spinner.join(10)
+            encoder.close()
+
+    codec, python, spent = on_thread(run)
+    assert len(codec) >= 2 and not codec & python  # x264's two slice threads (and its own), no Python thread
+    assert all(set(s) == {"cpu", "runq", "runq_max", "threads"} for s in spent)
+    assert sum(s["cpu"] for s in spent) > 0.001  # the slices' work, done on x264's threads
+    assert max(s["threads"] for s in spent) >= 2
+
+
+@pytest.mark.io
+@pytest.mark.skipif(thread_schedstat() is None, reason="no /proc/thread-self/schedstat on this system")
+def test_slice_threads_that_share_one_cpu_with_a_busy_thread_are_seen_waiting_for_it() -> None:
+    # x264's threads inherit the affinity of the thread that opens the encoder: all on one CPU, with a spinner.
+    cpu = min(os.sched_getaffinity(0))
+
+    def run() -> list[dict[str, float]]:
+        os.sched_setaffinity(0, {cpu})
+        encoder = VideoEncoder(EncoderConfig(width=320, height=240, fps=30, threads=2))
+        times, spent = CodecThreadTimes(), []
+        stop = threading.Event()
+        spinner = threading.Thread(target=_spin_until, args=(stop,), daemon=True)
+        spinner.start()
+        try:
+            for i, frame in enumerate(_x264_frames(20)):
+                spent.append(timed_on_thread(encoder.encode_array, frame, i * 33_333, codec=times)[1]["codec"])
+        finally:
+            stop.set()
+            spinner.join(10)
+            encoder.close()
+        return spent
+
+    spent = on_thread(run)
+    assert sum(s["runq"] for s in spent) > 0.001
+    assert all(s["runq_max"] <= s["runq"] for s in spent)
+
+
+def _spin_until(stop: threading.Event) -> None:
+    while not stop.is_set():  # on a CPU all along (x264's threads need no GIL to be kept waiting by it)
+        pass

@@ -128,14 +128,18 @@ def _overlaps(start: float | None, end: float | None, runs: Sequence[tuple[float
     return any(a < end and b > start for a, b, _ in runs)
 
 
-def _split(samples: list[dict[str, float]], average: Callable[[list[float]], float]) -> dict[str, float] | None:
-    """The encode thread's wall time split (on a CPU, waiting for one, blocked), averaged, ms; and how many
-    times it was taken off its CPU meanwhile (traces from before lack it)."""
+def _split(samples: list[dict[str, Any]], average: Callable[[list[float]], float]) -> dict[str, float] | None:
+    """The encode thread's wall time split (on a CPU, waiting for one, blocked), averaged, ms; how many times it
+    was taken off its CPU meanwhile, and its codec threads' time on a CPU and waiting for one (traces from
+    before lack them)."""
     if not samples:
         return None
     out = {k: average([s[k] * 1000 for s in samples]) for k in ("cpu", "runq", "blocked")}
     if all("switches" in s for s in samples):
         out["switches"] = average([float(s["switches"]) for s in samples])
+    if all("codec" in s for s in samples):  # the slice threads it waited for: on a CPU, waiting for one
+        for k in ("cpu", "runq", "runq_max"):
+            out[f"codec_{k}"] = average([s["codec"][k] * 1000 for s in samples])
     return out
 
 
@@ -254,6 +258,18 @@ def format_attribution(label: str, a: dict[str, Any]) -> str:
                 else ""
             )
         )
+        if "codec_runq" in m and "codec_runq" in late and m["codec_cpu"] + late["codec_cpu"] > 0:  # x264 sliced
+            lines.append(
+                "  its codec threads, median -> late: on a CPU {:.1f} -> {:.1f} (all of them), waiting for a CPU "
+                "{:.2f} -> {:.2f} (the longest one's wait {:.2f} -> {:.2f})".format(
+                    m["codec_cpu"],
+                    late["codec_cpu"],
+                    m["codec_runq"],
+                    late["codec_runq"],
+                    m["codec_runq_max"],
+                    late["codec_runq_max"],
+                )
+            )
     gc_late = a.get("late_in_collection")
     if gc_late is not None:
         runs = []

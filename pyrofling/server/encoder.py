@@ -145,6 +145,9 @@ class VideoEncoder:
         self._last_pts: int | None = None
         #: Called with each picture after it was encoded, and owning it from then on (a second encoder).
         self.frame_tap: Callable[[av.VideoFrame, int], None] | None = None
+        #: Called on the encode thread before an encoder is replaced by a new one (another rate, size, codec or
+        #: colour), whose codec threads end with it: the host reads each thread's CPU here, so theirs is kept.
+        self.before_reopen: Callable[[], object] | None = None
         # One converter kept for the stream: a frame's own reformat() sets up a new swscale context each call,
         # which cost 1 ms a 720p frame here (2.8 → 1.8 ms); this one is set up again only when the input changes.
         self._reformatter = VideoReformatter()
@@ -200,6 +203,8 @@ class VideoEncoder:
         the bitrate rate control had it."""
         ctx = self._open(config)
         bitrate = self.bitrate_bps
+        if self.before_reopen is not None:
+            self.before_reopen()
         _end(self._ctx)
         self.config, self._ctx = config, ctx  # the old one is freed with its last reference
         self.set_bitrate(bitrate)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import threading
@@ -33,7 +34,7 @@ from pyrofling.core.host.encode_schedule import EncodeSchedule
 from pyrofling.core.host.frame_clock import FrameClock
 from pyrofling.core.host.keyframes import KeyframePolicy
 from pyrofling.core.host.picture_rate import SetPictureRate
-from pyrofling.runtime import COLLECTOR_PAUSES, THREAD_PRIORITIES, timed_on_thread
+from pyrofling.runtime import COLLECTOR_PAUSES, THREAD_PRIORITIES, CodecThreadTimes, timed_on_thread
 from pyrofling.server.capture import CapturedFrame, CaptureServer
 from pyrofling.server.encoder import EncodedVideo, VideoEncoder, encoder_for
 from pyrofling.server.sources import VideoSource, follow_display, placeholder_frame
@@ -97,6 +98,8 @@ class Heartbeat:
         self._deferred: asyncio.TimerHandle | None = None
         #: A JSON line per encoded frame: when its tick was due, woke, reached the loop, encoded, was sent.
         self._trace = frame_trace
+        #: Traced: whether the codec's slice threads, which the encode waits for, waited for a CPU themselves.
+        self._codec_times = CodecThreadTimes() if frame_trace is not None else None
         self._due_s: float | None = None
         self._captured_s: float | None = None  # the traced picture's capture time (set by the encode thread)
         #: Whether the real-time encoder leaves its CPU room for the host's other threads.
@@ -279,9 +282,13 @@ class Heartbeat:
             with contextlib.suppress(RuntimeError):  # the loop closed while stopping
                 loop.call_soon_threadsafe(self._encoded, work, encode)
 
-        # Traced: where the encode thread's time went (on a CPU, waiting for one, blocked).
+        # Traced: where the encode thread's time went (on a CPU, waiting for one, blocked), and its codec threads'.
         try:
-            work = self._executor.submit(*job) if timing is None else self._executor.submit(timed_on_thread, *job)
+            work = (
+                self._executor.submit(*job)
+                if timing is None
+                else self._executor.submit(functools.partial(timed_on_thread, codec=self._codec_times), *job)
+            )
         except RuntimeError:  # the encode thread has been shut down: the host is stopping
             self.schedule.finished()
             encode.sent.set_result(None)

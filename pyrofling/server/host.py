@@ -167,6 +167,7 @@ class Host:
         THREAD_PRIORITIES.apply("event loop")
         source = await open_host_source(cfg)
         encoder = self._encoder = await loop.run_in_executor(self._executor, VideoEncoder, cfg.encoder)
+        encoder.before_reopen = self._thread_cpu.read  # the old encoder's codec threads end with it
         audio_source = self._audio_source = desktop_sound(source, cfg.audio) or open_audio_source(cfg.audio)
         audio_encoder = AudioEncoder(cfg.audio, audio_source.rate) if audio_source is not None else None
         self.sessions.codec_parameters = cfg.codec_parameters(
@@ -354,9 +355,8 @@ class Host:
             media = MediaPacket(packet.data, packet.pts_us, StreamType.VIDEO, key_frame=packet.key_frame)
             # The viewers' and the browsers' (the same unit, no second encode), one road; then the destinations.
             backlog = self.web.backlog() if self.web is not None else None
-            self.network.perform(
-                self.sessions.send_video(media, idr=packet.idr, now=self._clock.now(), backlog=backlog)
-            )
+            sends = self.sessions.send_video(media, idr=packet.idr, now=self._clock.now(), backlog=backlog)
+            self.network.perform(sends)
             self.destinations.push_video(packet)  # after the viewers, and it never waits
 
     def _start_audio(self, loop: asyncio.AbstractEventLoop, source: AudioSource, encoder: AudioEncoder) -> None:
