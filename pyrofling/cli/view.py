@@ -222,7 +222,7 @@ def _add_presentation_options(p: argparse.ArgumentParser) -> None:
         help="auto (default): on a display of 80 Hz or more, when this machine (or the host, or the link) cannot "
         "bring each picture in time for the automatic lock and more than 1 refresh in 100 repeats over 10 s, ask "
         "the host for half the display's rate, each picture shown two refreshes (a pyrofling host makes it; "
-        "once, until the viewer restarts), and ask for the full rate again 15 s later if half brought the "
+        "once, until the viewer restarts), and ask for the full rate again 7 s later if half brought the "
         "pictures to the screen more than 1 ms later; full: never ask",
     )
     g.add_argument(

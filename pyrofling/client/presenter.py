@@ -339,11 +339,9 @@ class Presenter:
             asked = self.half_rate.refresh(self.clock.now(), repeated_total=loop.counters.repeated, refresh_hz=hz,
                                            cadence=loop.cadence, outrun=a.wanted_margin_ms is not None,
                                            stream_hz=self.stream_hz())  # fmt: skip
+            if (verdict := self.half_rate.verdict()) is not None:  # once: judged, it is not asked again
+                log.info("%s", verdict)
             if asked == 0:
-                h = self.half_rate
-                log.info("at half the rate the pictures reached the screen %.1f ms after their capture in the median, "
-                         "against %.1f ms before: asking the host for its own rate again (this viewer does not ask "
-                         "for half again)", h.glass_after_ms, h.glass_before_ms)  # fmt: skip
                 self.on_picture_rate(0)
             elif asked is not None:
                 with self.stats.lock:

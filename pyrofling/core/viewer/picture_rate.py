@@ -14,12 +14,13 @@ It asks only in the automatic mode (the lock is what judges the spread), only on
 :attr:`HalfRateConfig.min_refresh_hz` or more (at 60 Hz, half is 30 pictures a second: worse than a repeat now
 and then), and only while each picture is shown one refresh.
 
-Half the rate is judged once it has held :attr:`HalfRateConfig.settle_s` and a window: where the pictures reach
-the screen more than :attr:`HalfRateConfig.glass_allowance_ms` later in the median than in the window before the
-ask (on a machine whose pictures are no sooner ready at half the rate, the lock's wait grows with the misses), it
-asks for the full rate again (0: the host's own) and never asks for half again in this run. It does not ask for
-the full rate once half is kept: nothing here can tell whether the machine would carry it now; a new viewer (or
-``view --picture-rate full``) does.
+Half the rate is judged once it has held :attr:`HalfRateConfig.judge_settle_s` and
+:attr:`HalfRateConfig.judge_window_s`: where the pictures reach the screen more than
+:attr:`HalfRateConfig.glass_allowance_ms` later in the median than in the window before the ask (on a machine whose
+pictures are no sooner ready at half the rate, the lock's wait grows with the misses), it asks for the full rate
+again (0: the host's own) and never asks for half again in this run. It does not ask for the full rate once half is
+kept: nothing here can tell whether the machine would carry it now; a new viewer (or ``view --picture-rate full``)
+does.
 """
 
 from __future__ import annotations
@@ -42,8 +43,14 @@ class HalfRateConfig:
     #: 143.86 Hz, against the lock's ≤ 1 a minute where the machine carries the rate).
     repeat_share: float = 0.01
     #: Half is given back when the pictures' capture -> screen median grew by more than this after it (the 1 ms a
-    #: lock that cannot carry a rate may cost over free-running's wait).
+    #: lock that cannot carry a rate may cost over free-running's wait) ...
     glass_allowance_ms: float = 1.0
+    #: ... judged over this long at half (300 pictures at 60 a second: their median to a tenth of a millisecond;
+    #: at most :attr:`window_s`, the glass times kept) ...
+    judge_window_s: float = 5.0
+    #: ... from this long after the stream came at half (the switch's own pictures: a key frame, the lock moving).
+    #: Seven seconds in all, so that a 30 s turn of ``bench latency`` that asks at 15 s is judged in it.
+    judge_settle_s: float = 2.0
 
 
 class HalfRatePolicy:
@@ -74,8 +81,23 @@ class HalfRatePolicy:
         while self.glass and self.glass[0][0] <= now - self.config.window_s:
             self.glass.popleft()
 
-    def _glass_median(self) -> float | None:
-        return median_and_p95(ms for _, ms in self.glass)[0]
+    def _glass_median(self, since_s: float) -> float | None:
+        return median_and_p95(ms for at, ms in self.glass if at >= since_s)[0]
+
+    def verdict(self) -> str | None:
+        """Half judged: what was found and done, a line for the log (None before, or with nothing to compare)."""
+        before, after = self.glass_before_ms, self.glass_after_ms
+        if not self.settled or before is None or after is None:
+            return None
+        done = (
+            "asking the host for its own rate again (this viewer does not ask for half again)"
+            if self.back_s is not None
+            else "keeping half"
+        )
+        return (
+            f"at half the rate the pictures reached the screen {after:.1f} ms after their capture in the median, "
+            f"against {before:.1f} ms before: {done}"
+        )
 
     def refresh(
         self,
@@ -112,7 +134,7 @@ class HalfRatePolicy:
         if len(self.repeats) < cfg.repeat_share * refresh_hz * cfg.window_s:
             return None
         self.asked_mhz, self.asked_s = round(refresh_hz / 2 * 1000), now
-        self.glass_before_ms = self._glass_median()
+        self.glass_before_ms = self._glass_median(now - cfg.window_s)
         return self.asked_mhz
 
     def _judge(self, now: float, cadence: int) -> int | None:
@@ -122,10 +144,10 @@ class HalfRatePolicy:
             if cadence < 2:
                 return None  # the host has not followed yet (or does not)
             self.halved_s = now
-        if now - self.halved_s < cfg.settle_s + cfg.window_s:
-            return None  # the window judged is the last one, past the switch's own pictures (a key frame, the lock)
+        if now - self.halved_s < cfg.judge_settle_s + cfg.judge_window_s:
+            return None
         self.settled = True
-        self.glass_after_ms = self._glass_median()
+        self.glass_after_ms = self._glass_median(self.halved_s + cfg.judge_settle_s)
         if self.glass_before_ms is None or self.glass_after_ms is None:
             return None
         if self.glass_after_ms <= self.glass_before_ms + cfg.glass_allowance_ms:
