@@ -1,6 +1,7 @@
 """Joining the host's and the viewer's frame traces, and blaming late pictures on a stage (pure)."""
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -151,13 +152,13 @@ def test_the_start_up_is_reported_apart_from_the_tails() -> None:
     )
 
 
-def test_the_encode_threads_time_of_late_pictures_is_split_into_cpu_waiting_and_blocked() -> None:
+def one_slow_encode(thread: Callable[[bool], dict[str, Any]]) -> dict[str, Any]:
+    """600 pictures, the encode of picture 400 slow (14 ms against 6) and missing its refresh; ``thread(slow)``
+    each picture's encode-thread figures. Their attribution."""
     host = []
     for i in range(600):
-        slow = i == 400
-        line: dict[str, Any] = dict(host_line(i, encode_s=0.014 if slow else 0.006))
-        line["thread"] = {"wall": 0.014, "cpu": 0.012, "runq": 0.001, "blocked": 0.001, "switches": 6} if slow else {
-            "wall": 0.006, "cpu": 0.004, "runq": 0.0005, "blocked": 0.0015, "switches": 1}  # fmt: skip
+        line: dict[str, Any] = dict(host_line(i, encode_s=0.014 if i == 400 else 0.006))
+        line["thread"] = thread(i == 400)
         host.append(line)
     view = []
     for i, h in enumerate(host):
@@ -166,7 +167,17 @@ def test_the_encode_threads_time_of_late_pictures_is_split_into_cpu_waiting_and_
             view.append({"vblank": v["vblank"], "offset": v["offset"], "deadline": 0.015, "miss": True})
             v = dict(v, vblank=v["vblank"] + PERIOD)
         view.append(v)
-    a = attribute(join(host, view))
+    return attribute(join(host, view))
+
+
+def test_the_encode_threads_time_of_late_pictures_is_split_into_cpu_waiting_and_blocked() -> None:
+    a = one_slow_encode(
+        lambda slow: (
+            {"wall": 0.014, "cpu": 0.012, "runq": 0.001, "blocked": 0.001, "switches": 6}
+            if slow
+            else {"wall": 0.006, "cpu": 0.004, "runq": 0.0005, "blocked": 0.0015, "switches": 1}
+        )
+    )
     assert a["blame"] == {"encode": 1}
     assert a["encode_thread_ms"]["late"] == pytest.approx({"cpu": 12.0, "runq": 1.0, "blocked": 1.0, "switches": 6})
     assert a["encode_thread_ms"]["median"] == pytest.approx({"cpu": 4.0, "runq": 0.5, "blocked": 1.5, "switches": 1})
@@ -176,23 +187,13 @@ def test_the_encode_threads_time_of_late_pictures_is_split_into_cpu_waiting_and_
 
 def test_the_late_pictures_codec_threads_waiting_for_a_cpu_is_told_apart_from_their_work() -> None:
     # A late encode whose slice threads did no more work but waited 3 ms for CPUs (one of them 2 ms).
-    host = []
-    for i in range(600):
-        slow = i == 400
-        line: dict[str, Any] = dict(host_line(i, encode_s=0.014 if slow else 0.006))
+    def thread(slow: bool) -> dict[str, Any]:
         codec = {"cpu": 0.020, "runq": 0.003, "runq_max": 0.002, "threads": 8} if slow else {
             "cpu": 0.020, "runq": 0.0001, "runq_max": 0.0001, "threads": 8}  # fmt: skip
-        line["thread"] = {"wall": 0.014 if slow else 0.006, "cpu": 0.001, "runq": 0.0, "blocked": 0.005,
-                          "switches": 1, "codec": codec}  # fmt: skip
-        host.append(line)
-    view = []
-    for i, h in enumerate(host):
-        v = view_line(i, h)
-        if i == 400:
-            view.append({"vblank": v["vblank"], "offset": v["offset"], "deadline": 0.015, "miss": True})
-            v = dict(v, vblank=v["vblank"] + PERIOD)
-        view.append(v)
-    a = attribute(join(host, view))
+        return {"wall": 0.014 if slow else 0.006, "cpu": 0.001, "runq": 0.0, "blocked": 0.005, "switches": 1,
+                "codec": codec}  # fmt: skip
+
+    a = one_slow_encode(thread)
     late, median = a["encode_thread_ms"]["late"], a["encode_thread_ms"]["median"]
     assert late["codec_runq"] == pytest.approx(3.0) and late["codec_runq_max"] == pytest.approx(2.0)
     assert median["codec_runq"] == pytest.approx(0.1) and late["codec_cpu"] == median["codec_cpu"]
@@ -202,18 +203,6 @@ def test_the_late_pictures_codec_threads_waiting_for_a_cpu_is_told_apart_from_th
 
 
 def test_traces_without_the_codec_threads_figures_say_nothing_of_them() -> None:
-    host = []
-    for i in range(600):
-        line: dict[str, Any] = dict(host_line(i, encode_s=0.014 if i == 400 else 0.006))
-        line["thread"] = {"wall": 0.006, "cpu": 0.004, "runq": 0.0, "blocked": 0.002, "switches": 1}
-        host.append(line)
-    view = []
-    for i, h in enumerate(host):
-        v = view_line(i, h)
-        if i == 400:
-            view.append({"vblank": v["vblank"], "offset": v["offset"], "deadline": 0.015, "miss": True})
-            v = dict(v, vblank=v["vblank"] + PERIOD)
-        view.append(v)
-    a = attribute(join(host, view))
+    a = one_slow_encode(lambda slow: {"wall": 0.006, "cpu": 0.004, "runq": 0.0, "blocked": 0.002, "switches": 1})
     assert "codec_runq" not in a["encode_thread_ms"]["late"]
     assert "codec threads" not in format_attribution("auto", a)
