@@ -127,8 +127,8 @@ class ThreadCpu:
     under one name); threads Python did not start (a codec's slice and analysis threads) summed as ``"native"``.
     A thread that has ended keeps the figure it had when last read: read it now and then (each statistics
     write), and before threads are ended on purpose (an encoder replaced: :attr:`VideoEncoder.before_reopen`), so
-    that one ending before the end is counted. Counted from when this was made (not the imports before
-    it). Empty where the system does not say (not Linux). Read from any thread."""
+    that one ending before the end is counted. Counted from when this was made (not the imports before it).
+    Empty where the system does not say (not Linux). Read from any thread."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()  # the statistics read it on the event loop, an encoder's reopen on its thread
