@@ -15,6 +15,7 @@ import logging
 import os
 import socket
 import struct
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,31 @@ def janus(tmp_path: Path) -> Iterator[JanusServer]:
         (pytest.fail if os.environ.get("CI") else pytest.skip)(reason)
     with JanusServer(tmp_path / "janus", admin_key="the-plugins-key") as server:
         yield server
+
+
+def test_a_janus_that_ends_at_start_is_started_once_more_and_its_status_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A real Janus, its first process killed as soon as it is started (as one was found ended after making its
+    # certificate on a loaded machine): the second start answers.
+    reason = janus_server.missing()
+    if reason is not None:
+        (pytest.fail if os.environ.get("CI") else pytest.skip)(reason)
+    started: list[subprocess.Popen[bytes]] = []
+    real_popen = subprocess.Popen
+
+    def popen_killing_the_first(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        proc = real_popen(*args, **kwargs)
+        if not started:
+            proc.kill()
+            proc.wait(10)
+        started.append(proc)
+        return proc
+
+    monkeypatch.setattr(janus_server.subprocess, "Popen", popen_killing_the_first)
+    with caplog.at_level(logging.WARNING), JanusServer(tmp_path / "janus", admin_key="the-plugins-key") as server:
+        assert len(started) == 2 and server.proc is started[1] and server.proc.poll() is None
+    assert "janus exited at start (status -9); starting it once more" in caplog.text
 
 
 def spectators_of(host: Host) -> Spectators:

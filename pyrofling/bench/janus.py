@@ -8,6 +8,7 @@ stream. ``info(id, secret)`` asks the streaming plugin what a mountpoint has rec
 from __future__ import annotations
 
 import contextlib
+import logging
 import shutil
 import socket
 import subprocess
@@ -18,6 +19,8 @@ from typing import Any
 from pyrofling.bench.netns import Namespace
 from pyrofling.bench.server_process import ServerProcess
 from pyrofling.server.janus_api import JanusApi, JanusError
+
+log = logging.getLogger(__name__)
 
 INSTALL_HINT = "install Janus: apt-get install janus (scripts/setup does)"
 PLUGINS = Path("/usr/lib/x86_64-linux-gnu/janus")
@@ -44,6 +47,12 @@ def _free_port() -> int:
 
 def _others(folder: str, keep: set[str]) -> str:
     return ",".join(sorted(p.name for p in (PLUGINS / folder).glob("*.so") if p.name not in keep))
+
+
+class _ExitedAtStart(RuntimeError):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class JanusServer(ServerProcess):
@@ -100,14 +109,24 @@ class JanusServer(ServerProcess):
         return f"http://{self.address}:{self.port}/janus"
 
     def start(self, timeout_s: float = 15.0) -> None:
-        with self.log.open("ab") as log:
+        """Start it and wait for its API. Janus has been seen to end right after making its certificate on a
+        loaded 2-core machine, its last lines lost with its buffered output: it gets one more start, and the
+        exit status is said if that one ends too."""
+        try:
+            self._start(timeout_s)
+        except _ExitedAtStart as first:
+            log.warning("janus exited at start (status %s); starting it once more", first.status)
+            self._start(timeout_s)
+
+    def _start(self, timeout_s: float) -> None:
+        with self.log.open("ab") as out:
             argv = ["janus", "-F", str(self.config.parent), "-C", str(self.config), "-o"]
             argv = self.netns.command(argv) if self.netns is not None else argv
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"janus exited at start: {self.log_tail()}")
+            if (status := self.proc.poll()) is not None:
+                raise _ExitedAtStart(status, f"janus exited at start (status {status}): {self.log_tail()}")
             with contextlib.suppress(JanusError):
                 if JanusApi(self.url).post("", {"janus": "info"}, timeout_s=5).get("janus") == "server_info":
                     return
