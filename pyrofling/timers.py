@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import ctypes.util
 import logging
 import os
 import sys
@@ -47,7 +46,9 @@ def _libc() -> ctypes.CDLL | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        # The process's own symbols, libc's among them: find_library("c") would run ldconfig in a subprocess at
+        # every import (10 ms at each start of a host or viewer).
+        libc = ctypes.CDLL(None, use_errno=True)
         libc.timerfd_create.argtypes = [ctypes.c_int, ctypes.c_int]
         libc.timerfd_settime.argtypes = [
             ctypes.c_int, ctypes.c_int, ctypes.POINTER(_Itimerspec), ctypes.POINTER(_Itimerspec),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -139,3 +140,24 @@ def test_a_system_that_refuses_a_timerfd_falls_back_to_call_at(monkeypatch: pyte
 
     assert asyncio.run(main()) == 1
     assert timers.precise is False
+
+
+@pytest.mark.io  # a fresh interpreter, so the imports run again
+def test_importing_the_host_and_the_viewer_starts_no_process() -> None:
+    """The timers find libc's timerfd in the process's own symbols: ``ctypes.util.find_library`` ran ldconfig in a
+    subprocess at import (10 ms at every start, and a process in whichever quick test imported them first)."""
+    probe = (
+        "import subprocess\n"
+        "started = []\n"
+        "real = subprocess.Popen.__init__\n"
+        "def record(self, *args, **kwargs):\n"
+        "    started.append(args[0] if args else kwargs.get('args'))\n"
+        "    real(self, *args, **kwargs)\n"
+        "subprocess.Popen.__init__ = record\n"
+        "import pyrofling.timers, pyrofling.server.host, pyrofling.client.viewer\n"
+        "assert pyrofling.timers.precise, 'no timerfd found'\n"
+        "print(started)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[]"
