@@ -330,20 +330,36 @@ def test_the_codecs_bench_streams_a_codec_with_its_settings_through_the_bursts()
 
 def test_the_example_games_pictures_for_the_codecs_bench_move_the_same_each_run_and_measure_whole() -> None:
     """``bench codecs --content game``: the game's own drawing, the ball steered in circles; the same pictures in
-    every run (a bench compares runs), changing picture to picture, measured over the whole picture only."""
+    every run (a bench compares runs), changing picture to picture, measured over the whole picture only. They
+    are RGBA, as a game presents them, converted by the encoder as the host's capture path converts them (its
+    time and CPU reported), and measured against exactly the picture the encoder was given."""
     from pyrofling.bench.codecs import GamePictures, measure, pictures_of
 
     first, again = GamePictures(320, 180, 60), GamePictures(320, 180, 60)
     pictures = [first.picture(i, i * 16_667) for i in range(30)]
     assert all(np.array_equal(p, again.picture(i, i * 16_667)) for i, p in enumerate(pictures))
-    assert pictures[0].shape == (270, 320) and pictures[0].dtype == np.uint8  # yuv420p, as the scene's
+    assert pictures[0].shape == (180, 320, 4) and pictures[0].dtype == np.uint8  # RGBA, as the game draws it
     assert all(not np.array_equal(a, b) for a, b in itertools.pairwise(pictures))  # it moves
     assert first.rows is None and pictures_of("scene", 320, 180, 60).rows  # no grain rows to leave out
     with pytest.raises(ValueError, match="scene, game"):
         pictures_of("desktop", 320, 180, 60)
+
+    encoder = VideoEncoder(EncoderConfig(width=320, height=180, bitrate_kbits=1000, threads=1))
+    encoded: list[np.ndarray] = []
+    encoder.frame_tap = lambda frame, _pts: encoded.append(frame.to_ndarray())
+    for i, picture in enumerate(pictures[:3]):
+        reference = first.reference(picture)
+        assert reference.shape == (270, 320) and first.convert_cpu_s is not None and first.convert_cpu_s > 0
+        encoder.encode_shared(picture, i * 16_667, pixel_format=GamePictures.pixel_format)
+        assert np.array_equal(encoded[-1], reference)  # the reference is the encoder's own conversion
+    encoder.close()
+
     row = measure("h264", 320, 180, 1000, frames=20, content="game")
     assert row["content"] == "game" and row["pictures_measured"] == 10
     assert row["psnr_db"] > 25 and row["psnr_structured_db"] is None
+    assert row["convert_ms_median"] > 0 and 0 < row["convert_cpu_ms"] < row["encode_cpu_ms"]
+    scene = measure("h264", 320, 180, 1000, frames=20)
+    assert scene["convert_ms_median"] is None and scene["convert_cpu_ms"] is None  # the scene needs none
 
 
 def test_encoder_params_reach_the_encoder_and_one_it_does_not_know_is_named() -> None:

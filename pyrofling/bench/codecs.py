@@ -3,10 +3,12 @@
 For each codec, size and bitrate: the test scene (or the example game's pictures, ``content="game"``) encoded
 by :class:`~pyrofling.server.encoder.VideoEncoder` (the host's low-delay settings: libx264 and libx265 with intra
 refresh, libsvtav1 in its real-time low-delay mode), each packet decoded by the viewer's decoder, and every
-picture measured against its source's: the luma PSNR. Reported: the bitrate reached, encode median and 99th
-percentile, the encoder's CPU a frame, decode median, PSNR; and, per size, the bitrate at which HEVC and AV1
-reach H.264's PSNR at its reference bitrate (interpolated between the bitrates measured, in log bitrate), as a
-share of H.264's.
+picture measured against its source's: the luma PSNR. The game's pictures are RGBA, as a game presents them,
+and go through the host's capture path (:meth:`~pyrofling.server.encoder.VideoEncoder.encode_shared`): their
+colour conversion is part of the encode. Reported: the bitrate reached, encode median and 99th percentile, the
+encoder's CPU a frame, the conversion's time and CPU (the game's), decode median, PSNR; and, per size, the
+bitrate at which HEVC and AV1 reach H.264's PSNR at its reference bitrate (interpolated between the bitrates
+measured, in log bitrate), as a share of H.264's.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 import av
 import numpy as np
 import numpy.typing as npt
+from av.video.reformatter import VideoReformatter
 
 from pyrofling.capture.example_game import NumpyCanvas, World
 from pyrofling.client.codecs import VideoDecoder, luma
@@ -47,23 +50,37 @@ class ScenePictures:
     """The test scene as the host's scene source draws it (yuv420p); ``rows``: its structured rows (no film grain
     or counter), for a second PSNR."""
 
+    #: What :meth:`picture` gives: what the encoder takes, so nothing is converted (the host's scene path).
+    pixel_format = "yuv420p"
+
     def __init__(self, width: int, height: int, fps: int) -> None:
         self._scene = TestScene(width, height)
         self.rows: list[tuple[int, int]] | None = self._scene.structured_rows()
+        #: The CPU the last :meth:`reference` took to convert its picture (none here).
+        self.convert_cpu_s: float | None = None
 
     def picture(self, index: int, pts_us: int) -> npt.NDArray[np.uint8]:
         return self._scene.render(index, pts_us)
 
+    def reference(self, picture: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
+        """The yuv420p picture the decoded one is measured against: the scene's own."""
+        return picture
+
 
 class GamePictures:
     """The example game (its numpy renderer: the GL one's grid and balls) with the player's ball steered round in
-    circles and A pressed each second, converted as the host converts a game's RGBA (BT.709, full range)."""
+    circles and A pressed each second: RGBA, as a game presents it, for the encoder to convert as the host does
+    (BT.709, full range), its conversion part of each picture's encode."""
 
     rows: list[tuple[int, int]] | None = None
+    pixel_format = "rgba"
 
     def __init__(self, width: int, height: int, fps: int) -> None:
         self._world, self._canvas, self._fps = World(width, height), NumpyCanvas(width, height), fps
         self._rgba = np.zeros((height, width, 4), np.uint8)
+        # One converter kept, as the encoder keeps its own (a new one each picture costs more than converting).
+        self._reformatter = VideoReformatter()
+        self.convert_cpu_s: float | None = None
 
     def picture(self, index: int, pts_us: int) -> npt.NDArray[np.uint8]:
         turn = 2 * math.pi * index / (3 * self._fps)  # a circle every 3 s
@@ -74,9 +91,16 @@ class GamePictures:
         )
         self._world.step(pad, 1 / self._fps)
         self._canvas.draw(self._rgba, self._world)
-        frame = av.VideoFrame.from_ndarray(self._rgba, format="rgba")
-        yuv = frame.reformat(format="yuv420p", dst_colorspace=1, dst_color_range=2).to_ndarray()
-        return np.ascontiguousarray(yuv)
+        return self._rgba.copy()
+
+    def reference(self, picture: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
+        """The picture in yuv420p as the encoder converts it (the same swscale call, its CPU in
+        :attr:`convert_cpu_s`): what the decoded picture is measured against."""
+        cpu = time.process_time()
+        frame = self._reformatter.reformat(av.VideoFrame.from_numpy_buffer(picture, format="rgba"),
+                                           format="yuv420p", dst_colorspace=1, dst_color_range=2)  # fmt: skip
+        self.convert_cpu_s = time.process_time() - cpu
+        return np.ascontiguousarray(frame.to_ndarray())
 
 
 #: Pictures before measuring: the first key frame and the rate control settle.
@@ -98,7 +122,11 @@ class Passage:
 
     index: int
     packets: list[EncodedVideo]
-    encode_cpu_s: float  # the process's CPU while encoding it (the encoder's threads too)
+    encode_cpu_s: float  # the process's CPU while encoding it (the encoder's threads too; its conversion, if any)
+    #: The conversion to yuv420p alone, for pictures that need one (the game's RGBA): its wall time in the encode,
+    #: and its CPU when the same swscale call made the picture's reference.
+    convert_s: float | None
+    convert_cpu_s: float | None
     decode_s: list[float]  # each packet's decode
     #: Each picture the decoder gave back meanwhile: its luma, cut to the stream's size, and the scene's.
     decoded: list[tuple[np.ndarray, np.ndarray]]
@@ -118,10 +146,17 @@ def through_codec(
         for i in range(frames):
             pts = i * 1_000_000 // cfg.fps
             picture = scene.picture(i, pts)
-            sources[pts] = picture[: cfg.height].copy()
+            sources[pts] = scene.reference(picture)[: cfg.height].copy()
+            converted = scene.pixel_format != encoder.pix_fmt
             cpu = time.process_time()
-            packets = encoder.encode_array(picture.copy(), pts, force_keyframe=i in force)
+            if converted:  # a game's pixels, as the host's capture path hands them over
+                packets = encoder.encode_shared(
+                    picture, pts, pixel_format=scene.pixel_format, force_keyframe=i in force
+                )
+            else:
+                packets = encoder.encode_array(picture.copy(), pts, force_keyframe=i in force)
             encode_cpu_s = time.process_time() - cpu
+            convert_s = max((p.convert_s for p in packets), default=None) if converted else None
             decode_s, decoded = [], []
             for packet in packets:
                 t = time.perf_counter()
@@ -131,7 +166,7 @@ def through_codec(
                     source = sources.pop(int(frame.pts), None) if frame.pts is not None else None
                     if source is not None:
                         decoded.append((luma(frame)[: cfg.height, : cfg.width], source[:, : cfg.width]))
-            yield Passage(i, packets, encode_cpu_s, decode_s, decoded)
+            yield Passage(i, packets, encode_cpu_s, convert_s, scene.convert_cpu_s, decode_s, decoded)
     finally:
         encoder.close()
 
@@ -178,11 +213,16 @@ def measure(
     quality: list[float] = []
     structured: list[float] = []
     sizes: list[int] = []
+    convert_ms: list[float] = []
+    convert_cpu_s = 0.0
     cpu_s = 0.0
     for step in through_codec(VideoEncoder(config), frames, content=content):
         if step.index < SETTLE:
             continue
         cpu_s += step.encode_cpu_s
+        if step.convert_s is not None:
+            convert_ms.append(step.convert_s * 1000)
+        convert_cpu_s += step.convert_cpu_s or 0.0
         encode_ms += [p.encode_s * 1000 for p in step.packets]
         sizes += [len(p.data) for p in step.packets]
         decode_ms += [s * 1000 for s in step.decode_s]
@@ -205,6 +245,9 @@ def measure(
         "encode_ms_median": statistics.median(encode_ms) if encode_ms else None,
         "encode_ms_p99": ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else None,
         "encode_cpu_ms": 1000 * cpu_s / measured,
+        # A game's RGBA converted to the encoder's yuv420p before each encode: in encode_cpu_ms, not encode_ms_*.
+        "convert_ms_median": statistics.median(convert_ms) if convert_ms else None,
+        "convert_cpu_ms": 1000 * convert_cpu_s / measured if convert_ms else None,
         "decode_ms_median": statistics.median(decode_ms) if decode_ms else None,
         "psnr_db": statistics.mean(quality) if quality else None,
         "psnr_structured_db": statistics.mean(structured) if structured else None,
@@ -303,15 +346,18 @@ def _f(value: float | None, spec: str) -> str:
 def format_table(result: dict[str, Any]) -> str:
     head = (
         f"{'codec':<6}{'size':>11}{'kbit/s':>8}{'reached':>9}{'encode med':>12}{'p99':>8}{'CPU/frame':>11}"
-        f"{'decode med':>12}{'PSNR dB':>9}{'no grain':>10}"
+        f"{'convert (CPU)':>16}{'decode med':>12}{'PSNR dB':>9}{'no grain':>10}"
     )
     lines = [head, "-" * len(head)]
     for r in result["rows"]:
+        convert = "-"
+        if r.get("convert_ms_median") is not None:
+            convert = f"{r['convert_ms_median']:.1f} ({_f(r.get('convert_cpu_ms'), '.1f')}) ms"
         lines.append(
             f"{r['codec']:<6}{str(r['width']) + 'x' + str(r['height']):>11}{r['bitrate_kbits']:>8}"
             f"{_f(r['reached_kbits'], '.0f'):>9}{_f(r['encode_ms_median'], '.1f') + ' ms':>12}"
             f"{_f(r['encode_ms_p99'], '.1f') + ' ms':>8}{_f(r['encode_cpu_ms'], '.1f') + ' ms':>11}"
-            f"{_f(r['decode_ms_median'], '.1f') + ' ms':>12}{_f(r['psnr_db'], '.2f'):>9}"
+            f"{convert:>16}{_f(r['decode_ms_median'], '.1f') + ' ms':>12}{_f(r['psnr_db'], '.2f'):>9}"
             f"{_f(r['psnr_structured_db'], '.2f'):>10}"
         )
     for e in result["equal_quality"]:
@@ -338,7 +384,12 @@ def format_table(result: dict[str, Any]) -> str:
         f"{result['frames']} pictures of {'the example game' if game else 'the test scene'} a case (the first "
         f"{SETTLE} left out); encode: the host's encoder settings (but those named above), one call a picture; "
         "CPU/frame: the process's CPU while encoding (its threads too); PSNR: luma against the source's own picture"
-        + ("" if game else ", whole and over its rows without film grain or the counter")
+        + (
+            " (its RGBA converted as the host converts a game's: BT.709, full range); convert: that conversion's "
+            "median time before the encode and its CPU a frame (in CPU/frame, not in the encode's times)"
+            if game
+            else ", whole and over its rows without film grain or the counter"
+        )
     )
     return "\n".join(lines)
 

@@ -299,7 +299,8 @@ def add_codecs(sub: Sub) -> None:
     p.add_argument("--frames", type=number(20, 3600), default=120, help="pictures a case (default 120)")
     p.add_argument("--content", choices=("scene", "game"), default="scene",
                    help="what is encoded: the test scene (default), or the example game's pictures (its numpy "
-                        "renderer, the ball steered in circles), at lower bitrates too")  # fmt: skip
+                        "renderer, the ball steered in circles), at lower bitrates too, RGBA converted as the "
+                        "host converts a game's (the conversion's time and CPU reported)")  # fmt: skip
     p.add_argument("--preset", action="append", default=[], type=codec_setting, metavar="CODEC=PRESET",
                    help="a codec's preset other than the host's, e.g. hevc=superfast or av1=10 (repeat for "
                         "each)")  # fmt: skip
