@@ -258,6 +258,15 @@ def test_bench_phase_replays_a_latency_runs_pictures_or_says_what_the_file_lacks
                        ("text.json", "not JSON")):  # fmt: skip
         assert main(["bench", "phase", "--replay", str(tmp_path / name)]) == 2
         assert said in capsys.readouterr().err
+    # The viewer's rule with a longer wait beside it, named by how much longer; only with recorded pictures.
+    assert main(["bench", "phase", "--replay", str(recorded), "--longer-waits", "0.5,1", "--json"]) == 0
+    rules = [r["rule"] for r in json.loads(capsys.readouterr().out)["replay"]]
+    assert rules[-2:] == ["auto, wait +0.5 ms", "auto, wait +1 ms"]
+    assert main(["bench", "phase", "--longer-waits", "0.5"]) == 2
+    assert "--longer-waits goes with --replay" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["bench", "phase", "--replay", str(recorded), "--longer-waits", "7"])
+    assert "7 ms is out of range 0..5" in capsys.readouterr().err
 
 
 @pytest.mark.io

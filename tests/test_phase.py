@@ -9,12 +9,14 @@ from typing import Any
 import pytest
 
 from pyrofling.bench.phase import (
+    REPLAY_RULES,
     PhaseSimConfig,
     RecordedRun,
     format_replay_rows,
     format_table,
     recorded_runs,
     replay_rows,
+    replay_rules,
     run,
     simulate,
     standard_scenarios,
@@ -509,6 +511,27 @@ def test_several_profiles_runs_replay_each_on_its_own_display_beside_free_runnin
     stalls = RecordedRun("stalls", stalling_run(60.0 * ticks, 12.0 * ticks, 6.0), 143.86)
     said = {r["rule"]: r for r in replay_rows([stalls], {"auto": AutoOffsetConfig()})}["auto"]
     assert said["repeats_per_minute"] > 1.0 and said["said_outrun"]
+
+
+def test_a_longer_wait_than_free_runnings_buys_fewer_repeats_for_latency_on_a_fast_display_only() -> None:
+    """``bench phase --replay … --longer-waits``: the lock that cannot cover a 144 Hz run's tail holds free-running's
+    wait; each longer wait replayed beside it shows what the repeats it saves cost in capture → screen. At 60 Hz the
+    wait is not held at free-running's, so the longer ones change nothing there."""
+    rng = random.Random(5)
+    # 4 ms ± 0.6 ms, and one picture in forty 2-7 ms later: more than a 6.95 ms refresh can spare.
+    wide = [4.0 + rng.gauss(0.0, 0.6) + (rng.uniform(2.0, 7.0) if rng.random() < 0.025 else 0.0)
+            for _ in range(144 * 60)]  # fmt: skip
+    rules = replay_rules((0.5, 1.0))
+    assert list(rules)[:2] == list(REPLAY_RULES) and rules["auto, wait +1 ms"].beyond_free_running_s == 0.001
+    rows = {r["rule"]: r for r in replay_rows([RecordedRun("wide", wide, 143.86)], rules)}
+    held, half, whole = rows["auto"], rows["auto, wait +0.5 ms"], rows["auto, wait +1 ms"]
+    assert held["said_outrun"]
+    assert held["repeats_per_minute"] > half["repeats_per_minute"] > whole["repeats_per_minute"]
+    assert held["glass_ms"] < half["glass_ms"] < whole["glass_ms"]
+    assert whole["glass_ms"] - held["glass_ms"] == pytest.approx(1.0, abs=0.3)  # about the millisecond it waits
+    slow = {r["rule"]: r for r in replay_rows([RecordedRun("60", stalling_run(60.0, 20.0, 4.0))], rules)}
+    assert slow["auto, wait +1 ms"]["glass_ms"] == slow["auto"]["glass_ms"]
+    assert slow["auto, wait +1 ms"]["repeats_per_minute"] == slow["auto"]["repeats_per_minute"]
 
 
 def test_a_stream_at_half_the_displays_rate_holds_each_picture_two_refreshes_without_a_repeat() -> None:

@@ -338,6 +338,18 @@ REPLAY_RULES = {
     "auto, window only": AutoOffsetConfig(stall_allowance_s=0.0),
 }
 
+
+def replay_rules(longer_waits_ms: tuple[float, ...] = ()) -> dict[str, AutoOffsetConfig]:
+    """:data:`REPLAY_RULES`, and for each of ``longer_waits_ms`` the viewer's rule with the lock's wait on a fast
+    display held that much longer than free-running's (``beyond_free_running_s``; the viewer's own holds it at
+    free-running's): what spending part of the millisecond a lock may lose to free-running, where it cannot carry
+    the rate, buys in repeats."""
+    rules = dict(REPLAY_RULES)
+    for ms in longer_waits_ms:
+        rules[f"auto, wait +{ms:g} ms"] = AutoOffsetConfig(beyond_free_running_s=ms / 1000)
+    return rules
+
+
 #: The display a recorded run is replayed on when its row does not say (``bench latency`` rows carry theirs).
 REPLAY_REFRESH_HZ = 59.94
 
@@ -433,14 +445,14 @@ def _replay_row(
 def format_replay_rows(rows: list[dict[str, Any]]) -> str:
     f = _f
     header = (
-        f"{'recorded run':<40} {'Hz':>7} {'pictures':>8} {'rule':<18} {'repeats/min':>11} {'capture→screen':>14} "
+        f"{'recorded run':<40} {'Hz':>7} {'pictures':>8} {'rule':<20} {'repeats/min':>11} {'capture→screen':>14} "
         f"{'− free':>9} {'offset':>9}  outrun"
     )
     lines = ["recorded pictures replayed through free-running and the offset rules (pi, each run's display)", header,
              "-" * len(header)]  # fmt: skip
     for r in rows:
         lines.append(
-            f"{r['run']:<40} {r['refresh_hz']:>7.2f} {r['pictures']:>8} {r['rule']:<18} "
+            f"{r['run']:<40} {r['refresh_hz']:>7.2f} {r['pictures']:>8} {r['rule']:<20} "
             f"{f(r['repeats_per_minute'], '.1f'):>11} {f(r['glass_ms'], '.2f', ' ms'):>14} "
             f"{f(r['minus_free_ms'], '+.2f', ' ms'):>9} {f(r['offset_ms'], '+.1f', ' ms'):>9}"
             + ("  said" if r["said_outrun"] else "")
@@ -453,7 +465,7 @@ def format_replay_rows(rows: list[dict[str, Any]]) -> str:
             behind = [r["minus_free_ms"] for r in mine if r["minus_free_ms"] is not None]
             label = f"mean of {len(mine)} runs"
             lines.append(
-                f"{label:<40} {'':>7} {'':>8} {rule:<18} {rate:>11.2f} {glass:>11.2f} ms "
+                f"{label:<40} {'':>7} {'':>8} {rule:<20} {rate:>11.2f} {glass:>11.2f} ms "
                 f"{f(statistics.fmean(behind) if behind else None, '+.2f', ' ms'):>9}"
             )
     return "\n".join(lines)

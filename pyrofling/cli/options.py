@@ -65,6 +65,19 @@ def number(low: float, high: float, unit: str = "seconds", *, above_low: bool = 
     return parse
 
 
+def number_list(low: float, high: float, unit: str) -> Callable[[str], tuple[float, ...]]:
+    """A comma list of numbers of ``unit``, each in ``low..high`` (at least one)."""
+    one = number(low, high, unit)
+
+    def parse(text: str) -> tuple[float, ...]:
+        values = tuple(one(x.strip()) for x in text.split(",") if x.strip())
+        if not values:
+            raise argparse.ArgumentTypeError(f"{text!r}: give numbers of {unit} separated by commas, e.g. 0.25,0.5")
+        return values
+
+    return parse
+
+
 def fraction(what: str, *, zero_ok: bool = True, upper: float = 1.0, upper_ok: bool = True) -> Callable[[str], float]:
     """A share written as 0.25 or 25%, above 0 (or from 0, ``zero_ok``) and up to ``upper``."""
 

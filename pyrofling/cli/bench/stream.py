@@ -22,6 +22,7 @@ from pyrofling.cli.options import (
     fraction,
     int_list,
     number,
+    number_list,
     outages,
     output_dir,
     refuse,
@@ -577,6 +578,15 @@ def add_phase(sub: Sub) -> None:
         action="append",
         help="replay the pictures a `bench latency --json` run recorded (every mode's); repeat for more runs",
     )
+    p.add_argument(
+        "--longer-waits",
+        metavar="MS,...",
+        type=number_list(0.0, 5.0, "ms"),
+        default=(),
+        help="with --replay, also the viewer's rule with the lock's wait on a display of 80 Hz or more held this "
+        "much longer than free-running's (its own holds it at free-running's): what each costs in latency and saves "
+        "in repeats, e.g. 0.25,0.5,1",
+    )
     p.set_defaults(func=_run_phase)
 
 
@@ -584,6 +594,8 @@ def _run_phase(args: argparse.Namespace) -> int:
     from pyrofling.bench.phase import auto_offset_rows, format_auto_rows, format_table, plot, run, standard_scenarios
 
     setup(args)
+    if args.longer_waits and not args.replay:
+        return refuse("bench phase", "--longer-waits goes with --replay LATENCY.json (it replays recorded pictures)")
     if args.replay:
         return _replay_phase(args)
     result = run(standard_scenarios(args.duration, args.seed), phases=args.phases)
@@ -622,7 +634,7 @@ def _run_receive(args: argparse.Namespace) -> int:
 
 
 def _replay_phase(args: argparse.Namespace) -> int:
-    from pyrofling.bench.phase import format_replay_rows, recorded_runs, replay_rows
+    from pyrofling.bench.phase import format_replay_rows, recorded_runs, replay_rows, replay_rules
 
     runs = []
     for i, path in enumerate(args.replay):
@@ -635,7 +647,7 @@ def _replay_phase(args: argparse.Namespace) -> int:
             return refuse("bench phase", f"--replay {path}: {exc}")
         runs += [run._replace(name=f"{run.name} ({i + 1})") if len(args.replay) > 1 else run for run in found]
     progress(f"replaying {len(runs)} recorded runs ...")
-    rows = replay_rows(runs, seed=args.seed)
+    rows = replay_rows(runs, replay_rules(args.longer_waits), seed=args.seed)
     print_result(args, {"replay": rows}, lambda r: format_replay_rows(r["replay"]))
     return 0
 
