@@ -328,6 +328,23 @@ def test_the_latency_bench_times_the_pictures_without_the_scene_check_that_bench
     assert StreamScenario().check_scene
 
 
+def test_the_benchs_viewers_rewrite_their_statistics_each_second_only_for_a_live_line(tmp_path: Any) -> None:
+    """A player's viewer writes no statistics while it plays; the bench's wrote them every second for a live line
+    that ``bench latency`` does not show, holding the measured viewer's loop 1-3 ms each time."""
+    from pyrofling.bench.latency import LatencyBenchConfig, scenario_for
+    from pyrofling.bench.stream import viewer_args
+
+    scenario = scenario_for(LatencyBenchConfig(), "auto")
+    quiet = viewer_args(scenario, 0, 9000, tmp_path / "v.json", live=False)
+    assert "--stats-interval" not in quiet and quiet[quiet.index("--stats-json") + 1] == str(tmp_path / "v.json")
+    assert quiet[:2] == ["view", "pyro://127.0.0.1:9000"] and "--headless" in quiet
+    assert all(arg in quiet for arg in scenario.view_args)  # the measured viewer's own (its offset rule)
+    shown = viewer_args(scenario, 0, 9000, tmp_path / "v.json", live=True)
+    assert shown[shown.index("--stats-interval") + 1] == "1"
+    other = viewer_args(scenario, 1, 9001, tmp_path / "w.json", live=False)
+    assert "--headless" in other and not any(arg in other for arg in scenario.view_args if arg.startswith("--"))
+
+
 def test_profiles_name_a_size_a_rate_a_display_and_a_bitrate_and_a_bad_one_is_refused(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
