@@ -78,7 +78,7 @@ class GamePictures:
     def __init__(self, width: int, height: int, fps: int) -> None:
         self._world, self._canvas, self._fps = World(width, height), NumpyCanvas(width, height), fps
         self._rgba = np.zeros((height, width, 4), np.uint8)
-        # One converter kept, as the encoder keeps its own (a new one each picture costs more than converting).
+        # One converter kept, as the encoder keeps its own (a new one sets swscale up again: ~1 ms a 720p picture).
         self._reformatter = VideoReformatter()
         self.convert_cpu_s: float | None = None
 
