@@ -147,7 +147,7 @@ def through_codec(
             pts = i * 1_000_000 // cfg.fps
             picture = scene.picture(i, pts)
             sources[pts] = scene.reference(picture)[: cfg.height].copy()
-            converted = scene.pixel_format != encoder.pix_fmt
+            converted = scene.pixel_format != ScenePictures.pixel_format  # what a source of the host's draws
             cpu = time.process_time()
             if converted:  # a game's pixels, as the host's capture path hands them over
                 packets = encoder.encode_shared(
